@@ -1,0 +1,85 @@
+// swift-tools-version:6.0
+// Outpost: a self-hosted sync server and a Swift client SDK for offline-first apps.
+//
+// Layers (arrows point one way; see docs/architecture.md):
+//   C system libraries  <- OutpostSQLite, OutpostCrypto, OutpostCompression
+//   OutpostCore (wire types, no I/O) <- everything
+//   OutpostHTTP (engine, knows bytes and HTTP only) <- OutpostServer <- outpost-server
+//   Outpost (client SDK) <- outpost (CLI); never depends on the server.
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+]
+
+let package = Package(
+    name: "Outpost",
+    platforms: [.macOS(.v15), .iOS(.v18)],
+    products: [
+        .library(name: "OutpostCore", targets: ["OutpostCore"]),
+        .executable(name: "outpost-server", targets: ["outpost-server"]),
+        .executable(name: "outpost-bench", targets: ["outpost-bench"]),
+    ],
+    targets: [
+        // MARK: C at the edge
+        .systemLibrary(
+            name: "CSQLite", path: "Sources/CSQLite",
+            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
+        .systemLibrary(
+            name: "CCrypto", path: "Sources/CCrypto",
+            providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
+        .systemLibrary(
+            name: "CZlib", path: "Sources/CZlib",
+            providers: [.apt(["zlib1g-dev"])]),
+
+        // MARK: Shared building blocks
+        .target(name: "OutpostCore", path: "Sources/OutpostCore", swiftSettings: swiftSettings),
+        .target(
+            name: "OutpostSQLite", dependencies: ["CSQLite"], path: "Sources/OutpostSQLite",
+            swiftSettings: swiftSettings),
+        .target(
+            name: "OutpostCrypto", dependencies: ["CCrypto"], path: "Sources/OutpostCrypto",
+            swiftSettings: swiftSettings),
+        .target(
+            name: "OutpostCompression", dependencies: ["CZlib"], path: "Sources/OutpostCompression",
+            swiftSettings: swiftSettings),
+
+        // MARK: Server
+        .target(
+            name: "OutpostHTTP", dependencies: ["OutpostCompression"], path: "Server/OutpostHTTP",
+            swiftSettings: swiftSettings),
+        .target(
+            name: "OutpostServer",
+            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto"],
+            path: "Server/OutpostServer", swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
+            swiftSettings: swiftSettings),
+
+        // MARK: Benchmarks
+        .executableTarget(
+            name: "outpost-bench",
+            dependencies: ["OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto"],
+            path: "Benchmarks/outpost-bench", swiftSettings: swiftSettings),
+
+        // MARK: Tests
+        .testTarget(
+            name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostSQLiteTests", dependencies: ["OutpostSQLite"], path: "Tests/OutpostSQLiteTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostCryptoTests", dependencies: ["OutpostCrypto"], path: "Tests/OutpostCryptoTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostCompressionTests", dependencies: ["OutpostCompression"],
+            path: "Tests/OutpostCompressionTests", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP"], path: "Tests/OutpostHTTPTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostServerTests", dependencies: ["OutpostServer"], path: "Tests/OutpostServerTests",
+            swiftSettings: swiftSettings),
+    ]
+)

@@ -1,0 +1,1 @@
+// The HTTP/1.1 engine. See docs/architecture.md.

@@ -1,0 +1,137 @@
+/// Lowercase hexadecimal.
+public enum Hex {
+    private static let digits = Array("0123456789abcdef".utf8)
+
+    /// Encodes bytes as lowercase hex.
+    public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.underestimatedCount * 2)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Decodes hex (either case); nil when the text is not hex of even length.
+    public static func decode(_ text: String) -> [UInt8]? {
+        let utf8 = Array(text.utf8)
+        guard utf8.count % 2 == 0 else { return nil }
+        var out = [UInt8]()
+        out.reserveCapacity(utf8.count / 2)
+        var i = 0
+        while i < utf8.count {
+            guard let hi = value(utf8[i]), let lo = value(utf8[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+
+    /// True when `text` is exactly `length` lowercase hex characters.
+    public static func isLowercaseHex(_ text: String, length: Int) -> Bool {
+        let utf8 = text.utf8
+        return utf8.count == length && utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+    }
+
+    private static func value(_ c: UInt8) -> UInt8? {
+        switch c {
+        case 0x30...0x39: return c - 0x30
+        case 0x61...0x66: return c - 0x61 + 10
+        case 0x41...0x46: return c - 0x41 + 10
+        default: return nil
+        }
+    }
+}
+
+/// Base64 and base64url (RFC 4648), without Foundation so the module stays small.
+public enum Base64 {
+    private static let standard = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    private static let url = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// Standard base64 with padding.
+    public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        encode(Array(bytes), alphabet: standard, pad: true)
+    }
+
+    /// base64url without padding (as JWT uses, RFC 7515 section 2).
+    public static func encodeURL<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        encode(Array(bytes), alphabet: url, pad: false)
+    }
+
+    /// Decodes standard base64 (padding required when the length needs it).
+    public static func decode(_ text: String) -> [UInt8]? {
+        decode(Array(text.utf8), urlSafe: false)
+    }
+
+    /// Decodes base64url, padded or not.
+    public static func decodeURL(_ text: String) -> [UInt8]? {
+        decode(Array(text.utf8), urlSafe: true)
+    }
+
+    private static func encode(_ input: [UInt8], alphabet: [UInt8], pad: Bool) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity((input.count + 2) / 3 * 4)
+        var i = 0
+        while i + 3 <= input.count {
+            let n = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
+            out.append(alphabet[Int(n >> 18 & 63)])
+            out.append(alphabet[Int(n >> 12 & 63)])
+            out.append(alphabet[Int(n >> 6 & 63)])
+            out.append(alphabet[Int(n & 63)])
+            i += 3
+        }
+        let rest = input.count - i
+        if rest == 1 {
+            let n = UInt32(input[i]) << 16
+            out.append(alphabet[Int(n >> 18 & 63)])
+            out.append(alphabet[Int(n >> 12 & 63)])
+            if pad { out.append(UInt8(ascii: "=")); out.append(UInt8(ascii: "=")) }
+        } else if rest == 2 {
+            let n = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8
+            out.append(alphabet[Int(n >> 18 & 63)])
+            out.append(alphabet[Int(n >> 12 & 63)])
+            out.append(alphabet[Int(n >> 6 & 63)])
+            if pad { out.append(UInt8(ascii: "=")) }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func decode(_ input: [UInt8], urlSafe: Bool) -> [UInt8]? {
+        var chars = input
+        // Strip padding; standard base64 must be padded to a multiple of 4.
+        if !urlSafe && chars.count % 4 != 0 { return nil }
+        var padding = 0
+        while let last = chars.last, last == UInt8(ascii: "=") {
+            chars.removeLast()
+            padding += 1
+        }
+        if padding > 2 || chars.count % 4 == 1 { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(chars.count * 3 / 4)
+        var buffer: UInt32 = 0
+        var bits = 0
+        for c in chars {
+            let v: UInt8
+            switch c {
+            case 0x41...0x5A: v = c - 0x41
+            case 0x61...0x7A: v = c - 0x61 + 26
+            case 0x30...0x39: v = c - 0x30 + 52
+            case UInt8(ascii: "+") where !urlSafe: v = 62
+            case UInt8(ascii: "/") where !urlSafe: v = 63
+            case UInt8(ascii: "-") where urlSafe: v = 62
+            case UInt8(ascii: "_") where urlSafe: v = 63
+            default: return nil
+            }
+            buffer = buffer << 6 | UInt32(v)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8(truncatingIfNeeded: buffer >> UInt32(bits)))
+            }
+        }
+        // Non-zero leftover bits mean a non-canonical encoding.
+        if bits > 0 && (buffer & ((1 << UInt32(bits)) - 1)) != 0 { return nil }
+        return out
+    }
+}

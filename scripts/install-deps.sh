@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what Outpost needs to build, run and test on Debian/Ubuntu (run as root).
+# The Swift 6.3 toolchain itself is expected on PATH (or at /opt/swift/usr/bin).
+# Usage: scripts/install-deps.sh [run|test]
+set -euo pipefail
+purpose="${1:-run}"
+
+packages=(libsqlite3-dev libssl-dev zlib1g-dev)
+if [ "$purpose" = "test" ]; then
+  # gzip and procps (ps) are used by tests; nginx-light and wrk by the benchmarks.
+  packages+=(gzip procps)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v swift >/dev/null 2>&1; then
+  if [ -x /opt/swift/usr/bin/swift ]; then
+    echo "swift is at /opt/swift/usr/bin; add it to PATH" >&2
+  else
+    echo "Swift 6.3 is needed: https://www.swift.org/install/linux/ (Debian 12)" >&2
+  fi
+  exit 1
+fi
