@@ -31,6 +31,8 @@ let package = Package(
         .systemLibrary(
             name: "CZlib", path: "Sources/CZlib",
             providers: [.apt(["zlib1g-dev"])]),
+        // epoll, eventfd, sendfile, accept4: Linux calls the Glibc module does not import.
+        .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
 
         // MARK: Shared building blocks
         .target(name: "OutpostCore", path: "Sources/OutpostCore", swiftSettings: swiftSettings),
@@ -46,7 +48,7 @@ let package = Package(
 
         // MARK: Server
         .target(
-            name: "OutpostHTTP", dependencies: ["OutpostCompression"], path: "Server/OutpostHTTP",
+            name: "OutpostHTTP", dependencies: ["OutpostCompression", "CLinux"], path: "Server/OutpostHTTP",
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
@@ -76,7 +78,7 @@ let package = Package(
             name: "OutpostCompressionTests", dependencies: ["OutpostCompression"],
             path: "Tests/OutpostCompressionTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP"], path: "Tests/OutpostHTTPTests",
+            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression"], path: "Tests/OutpostHTTPTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostServerTests", dependencies: ["OutpostServer"], path: "Tests/OutpostServerTests",
