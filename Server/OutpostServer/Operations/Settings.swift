@@ -1,0 +1,164 @@
+import Foundation
+import OutpostCore
+
+/// Every setting of `outpost-server serve`, from flags and `OUTPOST_*` environment
+/// variables (flags win). `outpost-server serve --help` prints `Settings.help`.
+public struct Settings: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    public var dataDirectory = "./outpost-data"
+    /// The limits of PROTOCOL.md section 3.
+    public var limits = Limits()
+    /// How long applied change ids are remembered, in days (the protocol asks for at least 7).
+    public var changeIdRetentionDays = 30
+    /// Hours after its last chunk before an open upload expires.
+    public var uploadExpiryHours = 24
+    /// `full` (default: survives power loss) or `normal` (survives a process crash only).
+    public var synchronous = "full"
+    /// Whether `/metrics` needs an admin token.
+    public var metricsRequireAdmin = true
+    /// Event-loop threads of the HTTP engine (0: one per core).
+    public var eventLoops = 0
+    /// Seconds to let requests in flight finish on SIGTERM/SIGINT.
+    public var shutdownGraceSeconds = 10
+    /// Emit one JSON log line per request on standard error.
+    public var accessLog = true
+
+    public init() {}
+
+    /// A failure to read the settings; the message names the flag or variable.
+    public struct Invalid: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// One setting: its flag, its environment variable and how it is applied.
+    struct Option: Sendable {
+        let flag: String
+        let env: String
+        let help: String
+        let apply: @Sendable (inout Settings, String) throws -> Void
+    }
+
+    static func int(_ name: String, _ text: String, min: Int = 0) throws -> Int {
+        guard let v = Int(text), v >= min else { throw Invalid(description: "\(name) must be an integer of at least \(min), not \"\(text)\"") }
+        return v
+    }
+
+    static func bool(_ name: String, _ text: String) throws -> Bool {
+        switch text.lowercased() {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off": return false
+        default: throw Invalid(description: "\(name) must be true or false, not \"\(text)\"")
+        }
+    }
+
+    static let options: [Option] = {
+        var o: [Option] = [
+            Option(flag: "--host", env: "OUTPOST_HOST", help: "address to listen on (default 127.0.0.1; 0.0.0.0 for all)") { s, v in s.host = v },
+            Option(flag: "--port", env: "OUTPOST_PORT", help: "TCP port (default 8080; 0 picks a free one)") { s, v in
+                s.port = try int("--port", v)
+                guard s.port <= 65535 else { throw Invalid(description: "--port must be at most 65535") }
+            },
+            Option(flag: "--data", env: "OUTPOST_DATA", help: "data directory: the SQLite store, media files, the JWT secret (default ./outpost-data)") { s, v in s.dataDirectory = v },
+        ]
+        let limitHelp: [String: String] = [
+            "maxRequestBytes": "largest request body in bytes, after gzip decompression (default 8388608)",
+            "maxChangesPerPush": "most changes in one push (default 500)",
+            "maxRecordBytes": "largest encoded record data in bytes (default 262144)",
+            "pageBytes": "most encoded bytes in one pull page (default 8388608)",
+            "maxPageLimit": "most records in one pull page (default 5000)",
+            "chunkSize": "media upload chunk size in bytes (default 524288)",
+            "maxMediaBytes": "largest media file in bytes (default 1073741824)",
+        ]
+        for field in Limits.fields {
+            let flag = "--" + kebab(field.name)
+            let env = "OUTPOST_" + kebab(field.name).uppercased().replacingOccurrences(of: "-", with: "_")
+            o.append(Option(flag: flag, env: env, help: limitHelp[field.name] ?? "") { s, v in
+                s.limits[keyPath: field.keyPath] = try int(flag, v, min: 1)
+            })
+        }
+        o += [
+            Option(flag: "--change-id-retention-days", env: "OUTPOST_CHANGE_ID_RETENTION_DAYS", help: "days an applied change id is remembered for replays (default 30, at least 7)") { s, v in
+                s.changeIdRetentionDays = try int("--change-id-retention-days", v, min: 7)
+            },
+            Option(flag: "--upload-expiry-hours", env: "OUTPOST_UPLOAD_EXPIRY_HOURS", help: "hours after its last chunk before an open upload expires (default 24)") { s, v in
+                s.uploadExpiryHours = try int("--upload-expiry-hours", v, min: 1)
+            },
+            Option(flag: "--synchronous", env: "OUTPOST_SYNCHRONOUS", help: "full (default: an applied change survives power loss) or normal (survives a process crash only)") { s, v in
+                guard v == "full" || v == "normal" else { throw Invalid(description: "--synchronous must be full or normal") }
+                s.synchronous = v
+            },
+            Option(flag: "--metrics-require-admin", env: "OUTPOST_METRICS_REQUIRE_ADMIN", help: "whether /metrics needs an admin token (default true)") { s, v in
+                s.metricsRequireAdmin = try bool("--metrics-require-admin", v)
+            },
+            Option(flag: "--event-loops", env: "OUTPOST_EVENT_LOOPS", help: "HTTP event-loop threads (default 0: one per core)") { s, v in
+                s.eventLoops = try int("--event-loops", v)
+            },
+            Option(flag: "--shutdown-grace", env: "OUTPOST_SHUTDOWN_GRACE", help: "seconds to finish requests in flight on SIGTERM (default 10)") { s, v in
+                s.shutdownGraceSeconds = try int("--shutdown-grace", v)
+            },
+            Option(flag: "--access-log", env: "OUTPOST_ACCESS_LOG", help: "one JSON log line per request on standard error (default true)") { s, v in
+                s.accessLog = try bool("--access-log", v)
+            },
+        ]
+        return o
+    }()
+
+    static func kebab(_ camel: String) -> String {
+        var out = ""
+        for c in camel {
+            if c.isUppercase { out += "-" + c.lowercased() } else { out.append(c) }
+        }
+        return out
+    }
+
+    /// Reads settings from `environment`, then `arguments` (flags win). Accepts
+    /// `--flag value` and `--flag=value`.
+    public static func parse(arguments: [String], environment: [String: String]) throws -> Settings {
+        var s = Settings()
+        for option in options {
+            if let v = environment[option.env] { try option.apply(&s, v) }
+        }
+        var i = 0
+        while i < arguments.count {
+            let arg = arguments[i]
+            var flag = arg
+            var value: String?
+            if let eq = arg.firstIndex(of: "="), arg.hasPrefix("--") {
+                flag = String(arg[..<eq])
+                value = String(arg[arg.index(after: eq)...])
+            }
+            guard let option = options.first(where: { $0.flag == flag }) else {
+                throw Invalid(description: "unknown option \(arg) (see --help)")
+            }
+            if value == nil {
+                i += 1
+                guard i < arguments.count else { throw Invalid(description: "\(flag) needs a value") }
+                value = arguments[i]
+            }
+            try option.apply(&s, value!)
+            i += 1
+        }
+        try s.validate()
+        return s
+    }
+
+    /// Checks the limits against each other.
+    public func validate() throws {
+        guard limits.maxRecordBytes + 16_384 <= limits.maxRequestBytes else {
+            throw Invalid(description: "--max-record-bytes must leave room for a change in --max-request-bytes")
+        }
+        guard limits.chunkSize <= 64 * 1024 * 1024 else { throw Invalid(description: "--chunk-size must be at most 64 MiB") }
+    }
+
+    /// The text of `outpost-server serve --help`.
+    public static var help: String {
+        var out = "usage: outpost-server serve [options]\n\nEvery option can also be set by its environment variable; a flag wins.\n\n"
+        for o in options {
+            out += "  \(o.flag) VALUE".padding(toLength: 34, withPad: " ", startingAt: 0) + "\(o.env)\n      \(o.help)\n"
+        }
+        out += "  OUTPOST_JWT_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the HS256 secret for tokens; when unset, a random one is created in DATA/jwt-secret (mode 0600)\n"
+        out += "  OUTPOST_JWT_PREVIOUS_SECRETS".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      comma-separated older secrets that still verify tokens while they are rotated out\n"
+        return out
+    }
+}

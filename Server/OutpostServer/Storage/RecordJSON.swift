@@ -1,0 +1,42 @@
+import OutpostCore
+
+/// Writes one record of a pull page or a push conflict straight into a byte buffer, from
+/// the stored columns, without building a `JSONValue`. Every store encodes records here,
+/// so the wire form of a record exists in one place (PROTOCOL.md section 5).
+public enum RecordJSON {
+    /// Appends `{"collection":…,"id":…,"version":…,"deleted":…,"data":…,"updatedAt":…,
+    /// "updatedBy":…,"clientTime":…}`. `data` is the stored compact JSON object, written
+    /// as it is; it is left out for a tombstone.
+    public static func append(
+        to out: inout [UInt8], collection: String, id: String, epoch: Epoch, seq: Int64, deleted: Bool,
+        data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?
+    ) {
+        out.append(contentsOf: #"{"collection":"#.utf8)
+        JSONWriter.appendString(collection, to: &out)
+        out.append(contentsOf: #","id":"#.utf8)
+        JSONWriter.appendString(id, to: &out)
+        out.append(contentsOf: #","version":""#.utf8)
+        out.append(contentsOf: epoch.rawValue.utf8)
+        out.append(UInt8(ascii: "."))
+        JSONWriter.appendInt(seq, to: &out)
+        if deleted {
+            out.append(contentsOf: #"","deleted":true"#.utf8)
+        } else {
+            out.append(contentsOf: #"","deleted":false,"data":"#.utf8)
+            if let data, data.count > 0 {
+                out.append(contentsOf: data)
+            } else {
+                out.append(contentsOf: "{}".utf8)
+            }
+        }
+        out.append(contentsOf: #","updatedAt":"#.utf8)
+        JSONWriter.appendInt(updatedAt, to: &out)
+        out.append(contentsOf: #","updatedBy":"#.utf8)
+        JSONWriter.appendString(updatedBy, to: &out)
+        if let clientTime {
+            out.append(contentsOf: #","clientTime":"#.utf8)
+            JSONWriter.appendInt(clientTime, to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+}

@@ -1,0 +1,519 @@
+import Foundation
+import OutpostCore
+import OutpostSQLite
+import Synchronization
+
+/// The embedded store: one SQLite file in WAL mode, zero set-up.
+///
+/// Threads: one writer thread owns the only write connection and applies pushes with
+/// group commit (every push queued while a commit is in progress goes into the next
+/// transaction together); a few reader threads each own a read-only connection and serve
+/// pages from WAL snapshots, never waiting for the writer.
+///
+/// Durability: `PRAGMA synchronous=FULL` by default. In WAL mode FULL fsyncs the log at
+/// every commit, so an `applied` answer — sent only after the commit returns — survives
+/// a kill of the process *and* a power loss. NORMAL would survive a process kill but could
+/// lose the last commits on power loss, which breaks the protocol's promise that `applied`
+/// means durable; group commit pays for the fsync across many pushes instead.
+/// `Configuration.synchronous = .normal` exists for operators who accept that risk.
+public final class SQLiteSyncStore: SyncStore {
+    /// Settings of the store.
+    public struct Configuration: Sendable {
+        /// The database file.
+        public var path: String
+        public var synchronous: Connection.Synchronous = .full
+        /// Reader threads (each with its own connection).
+        public var readers: Int = 2
+        /// Most pushes combined into one transaction.
+        public var maxPushesPerCommit: Int = 64
+
+        public init(path: String) { self.path = path }
+    }
+
+    public let epoch: Epoch
+    public let notifier: CommitNotifier
+    private let writer: WorkerThread<WriteJob>
+    private let readers: [WorkerThread<ReadJob>]
+    private let nextReader = Atomic<Int>(0)
+    private let configuration: Configuration
+
+    /// Current schema version; `migrate` brings older files up to it.
+    static let schemaVersion = 1
+
+    /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
+    /// new epoch.
+    public init(configuration: Configuration, notifier: CommitNotifier = CommitNotifier()) throws {
+        self.configuration = configuration
+        self.notifier = notifier
+        // Open once here to migrate and read the epoch before any thread starts.
+        let setup = try Connection(path: configuration.path)
+        try setup.enableWAL(synchronous: configuration.synchronous)
+        try Self.migrate(setup)
+        let epoch = try Self.ensureEpoch(setup)
+        setup.close()
+        self.epoch = epoch
+
+        let path = configuration.path
+        let synchronous = configuration.synchronous
+        let maxBatch = configuration.maxPushesPerCommit
+        let notifierRef = notifier
+        writer = try WorkerThread<WriteJob>(
+            name: "outpost-sqlite-writer", maxBatch: maxBatch,
+            setup: {
+                let db = try Connection(path: path)
+                try db.enableWAL(synchronous: synchronous)
+                try db.execute("PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY")
+                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef)
+            },
+            handle: { writer, jobs in writer.handle(jobs) },
+            teardown: { writer in writer.close() })
+        var readers: [WorkerThread<ReadJob>] = []
+        for i in 0..<max(1, configuration.readers) {
+            readers.append(try WorkerThread<ReadJob>(
+                name: "outpost-sqlite-reader-\(i)",
+                setup: {
+                    let db = try Connection(path: path, flags: [.readOnly])
+                    try db.execute("PRAGMA cache_size=-32768; PRAGMA mmap_size=268435456")
+                    return SQLiteReader(db: db, epoch: epoch)
+                },
+                handle: { reader, jobs in for job in jobs { job.run(reader) } },
+                teardown: { reader in reader.db.close() }))
+        }
+        self.readers = readers
+    }
+
+    // MARK: Schema
+
+    static func migrate(_ db: Connection) throws {
+        try db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
+        let version = try db.scalarText("SELECT value FROM meta WHERE key = 'schema_version'").flatMap { Int($0) } ?? 0
+        guard version <= schemaVersion else {
+            throw StoreError("the store's schema version \(version) is newer than this server's (\(schemaVersion)); upgrade the server")
+        }
+        if version < 1 {
+            try db.transaction {
+                try db.execute("""
+                    CREATE TABLE spaces(
+                        space_id INTEGER PRIMARY KEY,
+                        name TEXT NOT NULL UNIQUE,
+                        head_seq INTEGER NOT NULL DEFAULT 0);
+                    CREATE TABLE records(
+                        space_id INTEGER NOT NULL,
+                        collection TEXT NOT NULL,
+                        id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        deleted INTEGER NOT NULL,
+                        data BLOB,
+                        updated_at INTEGER NOT NULL,
+                        updated_by TEXT NOT NULL,
+                        client_time INTEGER);
+                    CREATE UNIQUE INDEX records_key ON records(space_id, collection, id);
+                    CREATE UNIQUE INDEX records_seq ON records(space_id, seq);
+                    CREATE TABLE applied_changes(
+                        space_id INTEGER NOT NULL,
+                        change_id TEXT NOT NULL,
+                        fingerprint BLOB NOT NULL,
+                        epoch TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        applied_at INTEGER NOT NULL,
+                        PRIMARY KEY(space_id, change_id)) WITHOUT ROWID;
+                    CREATE INDEX applied_changes_at ON applied_changes(applied_at);
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '1')")
+            }
+        }
+    }
+
+    static func ensureEpoch(_ db: Connection) throws -> Epoch {
+        if let text = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'") {
+            guard let epoch = Epoch(text) else { throw StoreError("the store's epoch \"\(text)\" is not valid") }
+            return epoch
+        }
+        return try rotateEpoch(db)
+    }
+
+    /// Gives the store at `db` a new epoch, later than its current one, and returns it.
+    /// The caller makes sure no server has the store open.
+    @discardableResult
+    static func rotateEpoch(_ db: Connection) throws -> Epoch {
+        try db.transaction {
+            let previous = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'").flatMap(Epoch.init)
+            var rng = SystemRandomNumberGenerator()
+            let epoch = Epoch.generate(nowMs: Int64(Date().timeIntervalSince1970 * 1000), after: previous, using: &rng)
+            try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('epoch', ?)", [.text(epoch.rawValue)])
+            if let previous {
+                let retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "")
+                    .split(separator: ",").map(String.init) + [previous.rawValue]
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('retired_epochs', ?)", [.text(retired.suffix(32).joined(separator: ","))])
+            }
+            return epoch
+        }
+    }
+
+    /// Opens the store file at `path`, gives it a new epoch and closes it.
+    public static func rotateEpoch(path: String) throws -> Epoch {
+        let db = try Connection(path: path)
+        defer { db.close() }
+        try db.enableWAL(synchronous: .full)
+        try migrate(db)
+        return try rotateEpoch(db)
+    }
+
+    // MARK: SyncStore
+
+    public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
+        try await withCheckedThrowingContinuation { continuation in
+            let job = WriteJob.push(PushJob(space: space, clientId: clientId, items: items, now: now, completion: { continuation.resume(with: $0) }))
+            if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+        }
+    }
+
+    public func page(_ request: PageRequest) async throws -> PageData {
+        try await read { try $0.page(request) }
+    }
+
+    public func head(space: String) async throws -> Int64 {
+        try await read { try $0.head(space: space) }
+    }
+
+    public func waitForCommit(space: String, afterSeq: Int64, deadline: ContinuousClock.Instant) async -> Bool {
+        await notifier.wait(space: space, afterSeq: afterSeq, deadline: deadline)
+    }
+
+    public func sweepChangeIDs(appliedBefore cutoff: Int64) async throws -> Int {
+        var total = 0
+        while true {
+            let deleted: Int = try await write { db in
+                try db.run("""
+                    DELETE FROM applied_changes WHERE (space_id, change_id) IN
+                      (SELECT space_id, change_id FROM applied_changes WHERE applied_at < ? LIMIT 5000)
+                    """, [.integer(cutoff)])
+                return db.changes
+            }
+            total += deleted
+            if deleted < 5000 { return total }
+        }
+    }
+
+    public func isWritable() async -> Bool {
+        (try? await write { db in
+            try db.execute("BEGIN IMMEDIATE")
+            try db.execute("ROLLBACK")
+            return true
+        }) ?? false
+    }
+
+    public func close() async {
+        let writer = self.writer, readers = self.readers
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                writer.stop()
+                for r in readers { r.stop() }
+                c.resume()
+            }
+        }
+    }
+
+    /// Runs `body` on the writer thread (outside any push transaction).
+    func write<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let job = WriteJob.other { db in continuation.resume(with: Result { try body(db) }) }
+            if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+        }
+    }
+
+    private func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteReader) throws -> T) async throws -> T {
+        let index = nextReader.wrappingAdd(1, ordering: .relaxed).oldValue % readers.count
+        return try await withCheckedThrowingContinuation { continuation in
+            let job = ReadJob { reader in continuation.resume(with: Result { try body(reader) }) }
+            if !readers[index].submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+        }
+    }
+}
+
+// MARK: - Jobs
+
+struct PushJob: Sendable {
+    let space: String
+    let clientId: String
+    let items: [PushItem]
+    let now: Int64
+    let completion: @Sendable (Result<[PushResult], any Error>) -> Void
+}
+
+enum WriteJob: Sendable {
+    case push(PushJob)
+    case other(@Sendable (Connection) -> Void)
+}
+
+struct ReadJob: Sendable {
+    let run: @Sendable (SQLiteReader) -> Void
+}
+
+// MARK: - Writer
+
+/// Owned by the writer thread; never touched elsewhere.
+final class SQLiteWriter {
+    let db: Connection
+    let epoch: Epoch
+    let notifier: CommitNotifier
+    /// space name -> (space_id, head seq), as committed.
+    private var spaces: [String: (id: Int64, head: Int64)] = [:]
+
+    init(db: Connection, epoch: Epoch, notifier: CommitNotifier) {
+        self.db = db
+        self.epoch = epoch
+        self.notifier = notifier
+    }
+
+    func close() { db.close() }
+
+    func handle(_ jobs: [WriteJob]) {
+        var pushes: [PushJob] = []
+        for job in jobs {
+            switch job {
+            case .push(let p):
+                pushes.append(p)
+            case .other(let body):
+                commitPushes(pushes)
+                pushes.removeAll()
+                body(db)
+            }
+        }
+        commitPushes(pushes)
+    }
+
+    /// Applies several pushes in one transaction (group commit). Each push runs in a
+    /// savepoint, so a storage failure in one fails that push only. No completion runs
+    /// before the commit has returned.
+    private func commitPushes(_ jobs: [PushJob]) {
+        guard !jobs.isEmpty else { return }
+        let before = spaces
+        var outcomes: [Result<[PushResult], any Error>] = []
+        var touched: Set<String> = []
+        do {
+            try db.execute("BEGIN IMMEDIATE")
+            for job in jobs {
+                let snapshot = spaces
+                do {
+                    let results = try db.savepoint { try apply(job) }
+                    outcomes.append(.success(results))
+                    if results.contains(where: { $0.status == .applied && !$0.replayed }) { touched.insert(job.space) }
+                } catch {
+                    spaces = snapshot
+                    outcomes.append(.failure(error))
+                }
+            }
+            for space in touched {
+                let entry = spaces[space]!
+                try db.run("UPDATE spaces SET head_seq = ? WHERE space_id = ?", [.integer(entry.head), .integer(entry.id)])
+            }
+            try db.execute("COMMIT")
+        } catch {
+            if db.isInTransaction { try? db.execute("ROLLBACK") }
+            spaces = before
+            for job in jobs { job.completion(.failure(error)) }
+            return
+        }
+        for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome) }
+        for space in touched { notifier.committed(space: space, head: spaces[space]!.head) }
+    }
+
+    private func spaceEntry(_ name: String) throws -> (id: Int64, head: Int64) {
+        if let entry = spaces[name] { return entry }
+        if let row = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(name)], { ($0.int64(0), $0.int64(1)) }) {
+            spaces[name] = (row.0, row.1)
+            return (row.0, row.1)
+        }
+        try db.run("INSERT INTO spaces(name, head_seq) VALUES (?, 0)", [.text(name)])
+        let entry = (id: db.lastInsertRowID, head: Int64(0))
+        spaces[name] = entry
+        return entry
+    }
+
+    private func apply(_ job: PushJob) throws -> [PushResult] {
+        var space = try spaceEntry(job.space)
+        var results: [PushResult] = []
+        results.reserveCapacity(job.items.count)
+        let findApplied = try db.cached("SELECT fingerprint, epoch, seq FROM applied_changes WHERE space_id = ? AND change_id = ?")
+        let findRecord = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        let upsert = try db.cached("""
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(space_id, collection, id) DO UPDATE SET
+              seq = excluded.seq, deleted = excluded.deleted, data = excluded.data,
+              updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time
+            """)
+        let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
+
+        for item in job.items {
+            guard case .change(let prepared) = item else {
+                if case .rejected(let result) = item { results.append(result) }
+                continue
+            }
+            let change = prepared.change
+            // 1. Idempotency: an applied change ID answers with its original result.
+            try findApplied.bind(int: space.id, at: 1)
+            try findApplied.bind(text: change.changeId, at: 2)
+            if try findApplied.step() {
+                let fingerprint = findApplied.blob(0)
+                let epochText = findApplied.text(1)
+                let seq = findApplied.int64(2)
+                findApplied.reset()
+                if fingerprint == prepared.fingerprint, let e = Epoch(epochText) {
+                    results.append(.applied(change.changeId, version: Version(epoch: e, seq: seq), replayed: true))
+                } else {
+                    results.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
+                }
+                continue
+            }
+            findApplied.reset()
+
+            // 2. A base version from another history cannot be judged: pull first.
+            if !change.force, let base = change.baseVersion, base.epoch != epoch {
+                results.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base.epoch), the current epoch is \(epoch); pull first"))
+                continue
+            }
+
+            // 3. Optimistic concurrency on the record's current version.
+            try findRecord.bind(int: space.id, at: 1)
+            try findRecord.bind(text: change.collection, at: 2)
+            try findRecord.bind(text: change.id, at: 3)
+            var current: RecordState?
+            var currentSeq: Int64?
+            if try findRecord.step() {
+                let seq = findRecord.int64(0)
+                currentSeq = seq
+                if !change.force {
+                    current = try Self.recordState(findRecord, collection: change.collection, id: change.id, epoch: epoch, seq: seq)
+                }
+            }
+            findRecord.reset()
+            if !change.force {
+                let matches: Bool
+                switch (change.baseVersion, currentSeq) {
+                case (nil, nil): matches = true
+                case (let base?, let seq?): matches = base.seq == seq
+                default: matches = false
+                }
+                if !matches {
+                    results.append(.conflict(change.changeId, current: current))
+                    continue
+                }
+            }
+
+            // 4. Write: next seq, record, idempotency row — all in this transaction.
+            guard space.head < Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
+            space.head += 1
+            let seq = space.head
+            try upsert.bind(int: space.id, at: 1)
+            try upsert.bind(text: change.collection, at: 2)
+            try upsert.bind(text: change.id, at: 3)
+            try upsert.bind(int: seq, at: 4)
+            try upsert.bind(int: change.op == .delete ? 1 : 0, at: 5)
+            if change.op == .put, let data = prepared.dataJSON {
+                try upsert.bind(blob: data, at: 6)
+            } else {
+                try upsert.bindNull(at: 6)
+            }
+            try upsert.bind(int: job.now, at: 7)
+            try upsert.bind(text: job.clientId, at: 8)
+            if let t = change.clientTime { try upsert.bind(int: t, at: 9) } else { try upsert.bindNull(at: 9) }
+            while try upsert.step() {}
+            upsert.reset()
+
+            try remember.bind(int: space.id, at: 1)
+            try remember.bind(text: change.changeId, at: 2)
+            try remember.bind(blob: prepared.fingerprint, at: 3)
+            try remember.bind(text: epoch.rawValue, at: 4)
+            try remember.bind(int: seq, at: 5)
+            try remember.bind(int: job.now, at: 6)
+            while try remember.step() {}
+            remember.reset()
+
+            spaces[job.space] = space
+            results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq)))
+        }
+        return results
+    }
+
+    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time`.
+    static func recordState(_ row: Statement, collection: String, id: String, epoch: Epoch, seq: Int64) throws -> RecordState {
+        let deleted = row.int64(1) != 0
+        var data: JSONObject?
+        if !deleted {
+            let value = try JSONParser.parse(row.blob(2))
+            guard case .object(let o) = value else { throw StoreError("stored data of \(collection)/\(id) is not an object") }
+            data = o
+        }
+        return RecordState(collection: collection, id: id, version: Version(epoch: epoch, seq: seq), deleted: deleted, data: data,
+                           updatedAt: row.int64(3), updatedBy: row.text(4), clientTime: row.optionalInt64(5))
+    }
+}
+
+// MARK: - Readers
+
+/// Owned by one reader thread.
+final class SQLiteReader {
+    let db: Connection
+    let epoch: Epoch
+
+    init(db: Connection, epoch: Epoch) {
+        self.db = db
+        self.epoch = epoch
+    }
+
+    func head(space: String) throws -> Int64 {
+        try db.scalarInt("SELECT head_seq FROM spaces WHERE name = ?", [.text(space)]) ?? 0
+    }
+
+    /// Reads one page inside one read transaction, so the head and the rows come from the
+    /// same snapshot.
+    func page(_ request: PageRequest) throws -> PageData {
+        try db.transaction(.deferred) {
+            guard let (spaceID, head) = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
+                return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
+            }
+            var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND seq > ?"
+            var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
+            if let collections = request.collections, !collections.isEmpty {
+                sql += " AND collection IN (" + Array(repeating: "?", count: collections.count).joined(separator: ",") + ")"
+                values += collections.map { .text($0) }
+            }
+            sql += " ORDER BY seq LIMIT ?"
+            values.append(.integer(Int64(request.limit) + 1))
+            let stmt = try db.cached(sql)
+            try stmt.bind(values)
+            defer { stmt.reset() }
+
+            var out: [UInt8] = []
+            out.reserveCapacity(min(request.maxBytes, 1 << 20))
+            out.append(UInt8(ascii: "["))
+            var count = 0
+            var lastSeq: Int64?
+            var hasMore = false
+            while try stmt.step() {
+                if count == request.limit { hasMore = true; break }
+                let mark = out.count
+                if count > 0 { out.append(UInt8(ascii: ",")) }
+                let seq = stmt.int64(0)
+                let deleted = stmt.int64(3) != 0
+                stmt.withBytes(4) { data in
+                    RecordJSON.append(
+                        to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: seq, deleted: deleted,
+                        data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7))
+                }
+                // The byte budget counts the whole encoded array; the first record always fits.
+                if count > 0 && out.count + 1 > request.maxBytes {
+                    out.removeSubrange(mark...)
+                    hasMore = true
+                    break
+                }
+                count += 1
+                lastSeq = seq
+            }
+            out.append(UInt8(ascii: "]"))
+            return PageData(epoch: epoch, changesJSON: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: head)
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import OutpostCore
+
+/// A change ready for the store: validated, with its fingerprint and its `data` encoded.
+/// The CPU work (JSON encoding, SHA-256) happens in the handler, on the concurrency pool,
+/// so the store's single writer spends its time on SQL only.
+public struct PreparedChange: Sendable {
+    public var change: Change
+    /// SHA-256 of `change.fingerprintMaterial()` (PROTOCOL.md section 4, idempotency).
+    public var fingerprint: [UInt8]
+    /// `data` as compact JSON; nil for a delete.
+    public var dataJSON: [UInt8]?
+
+    public init(change: Change, fingerprint: [UInt8], dataJSON: [UInt8]?) {
+        self.change = change
+        self.fingerprint = fingerprint
+        self.dataJSON = dataJSON
+    }
+}
+
+/// One entry of a push to apply: a prepared change, or one already rejected by the
+/// handler (invalid, too large) whose result only needs to keep its place in the order.
+public enum PushItem: Sendable {
+    case change(PreparedChange)
+    case rejected(PushResult)
+}
+
+/// The encoded `changes` of one pull page and where it ends.
+public struct PageData: Sendable {
+    /// The epoch the page was read in.
+    public var epoch: Epoch
+    /// The JSON array of records, `[...]`, ready to be sent.
+    public var changesJSON: [UInt8]
+    /// How many records the page holds.
+    public var count: Int
+    /// Seq of the last record in the page, or nil when the page is empty.
+    public var lastSeq: Int64?
+    /// True when records after the page exist.
+    public var hasMore: Bool
+    /// The space's newest seq in this epoch when the page was read.
+    public var head: Int64
+
+    public init(epoch: Epoch, changesJSON: [UInt8], count: Int, lastSeq: Int64?, hasMore: Bool, head: Int64) {
+        self.epoch = epoch
+        self.changesJSON = changesJSON
+        self.count = count
+        self.lastSeq = lastSeq
+        self.hasMore = hasMore
+        self.head = head
+    }
+}
+
+/// What a pull asks the store for.
+public struct PageRequest: Sendable {
+    public var space: String
+    /// Records with a seq greater than this.
+    public var afterSeq: Int64
+    public var limit: Int
+    /// Most bytes of encoded records (at least one record is always included).
+    public var maxBytes: Int
+    public var collections: [String]?
+
+    public init(space: String, afterSeq: Int64, limit: Int, maxBytes: Int, collections: [String]?) {
+        self.space = space
+        self.afterSeq = afterSeq
+        self.limit = limit
+        self.maxBytes = maxBytes
+        self.collections = collections
+    }
+}
+
+/// A failure of the store itself (not of a change): the request cannot be served now.
+public struct StoreError: Error, CustomStringConvertible, Sendable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// The storage behind the sync service: everything the handlers need and nothing about
+/// HTTP. SQLite is the default; a PostgreSQL implementation for several servers sharing
+/// one history plugs in here without touching the handlers.
+///
+/// Rules every implementation keeps (PROTOCOL.md sections 1, 4, 5):
+/// - `push` applies changes in array order, each on its own; an `applied` result is
+///   returned only after its write, its seq and its idempotency row are committed in one
+///   transaction.
+/// - A seq is never handed out twice in an epoch, also after a crash.
+/// - A page lists records whose latest seq is after the cursor, in seq order, each once.
+public protocol SyncStore: Sendable {
+    /// The current epoch.
+    var epoch: Epoch { get }
+
+    /// Applies a push and returns one result per item, in order.
+    func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult]
+
+    /// Reads one page.
+    func page(_ request: PageRequest) async throws -> PageData
+
+    /// The newest seq of a space in the current epoch (0 when it has none).
+    func head(space: String) async throws -> Int64
+
+    /// Suspends until a commit in `space` makes its head greater than `afterSeq`, the
+    /// deadline passes, or the task is cancelled. Holds no thread while waiting.
+    /// Returns true when woken by a commit.
+    func waitForCommit(space: String, afterSeq: Int64, deadline: ContinuousClock.Instant) async -> Bool
+
+    /// Deletes idempotency records applied before `cutoff` (ms since 1970); returns how many.
+    func sweepChangeIDs(appliedBefore cutoff: Int64) async throws -> Int
+
+    /// True when the store is open and a write transaction can start.
+    func isWritable() async -> Bool
+
+    /// Closes the store: queued work finishes, then connections close.
+    func close() async
+}

@@ -1,0 +1,38 @@
+/// Every error code of the protocol, in one place (PROTOCOL.md sections 2, 4, 5, 6).
+/// The raw value is the `code` sent in the error envelope or in a rejected change.
+public enum ErrorCode: String, Sendable, CaseIterable, Codable {
+    // Section 2: common
+    case badRequest = "bad_request"
+    case invalidJSON = "invalid_json"
+    case invalidRequest = "invalid_request"
+    case unauthorized
+    case forbidden
+    case notFound = "not_found"
+    case methodNotAllowed = "method_not_allowed"
+    case payloadTooLarge = "payload_too_large"
+    case requestTimeout = "request_timeout"
+    case unsupportedMediaType = "unsupported_media_type"
+    case notImplemented = "not_implemented"
+    case unavailable
+    case internalError = "internal_error"
+    // Section 4: push
+    case tooManyChanges = "too_many_changes"
+    case invalidChange = "invalid_change"
+    case recordTooLarge = "record_too_large"
+    case changeIdReused = "change_id_reused"
+    case epochMismatch = "epoch_mismatch"
+    // Section 5: pull
+    case epochChanged = "epoch_changed"
+    case cursorAhead = "cursor_ahead"
+    case invalidCursor = "invalid_cursor"
+    // Section 6: media
+    case digestRequired = "digest_required"
+    case digestMismatch = "digest_mismatch"
+    case invalidChunkIndex = "invalid_chunk_index"
+    case invalidChunkSize = "invalid_chunk_size"
+    case uploadNotFound = "upload_not_found"
+    case uploadIncomplete = "upload_incomplete"
+    case checksumMismatch = "checksum_mismatch"
+    case mediaNotFound = "media_not_found"
+    case rangeNotSatisfiable = "range_not_satisfiable"
+}

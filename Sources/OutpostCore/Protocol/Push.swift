@@ -1,0 +1,291 @@
+/// What a change does to its record (PROTOCOL.md section 4).
+public enum ChangeOp: String, Sendable, Hashable, Codable {
+    case put
+    case delete
+}
+
+/// One intended write from a client (PROTOCOL.md section 4).
+public struct Change: Hashable, Sendable {
+    /// Unique for ever within the space; chosen when the change is queued.
+    public var changeId: String
+    public var collection: String
+    public var id: String
+    public var op: ChangeOp
+    /// The record for a put; nil for a delete.
+    public var data: JSONObject?
+    /// The version the client last saw, or nil when it believes the record does not exist.
+    public var baseVersion: Version?
+    /// Skip the base check (tools and operators only; the SDK never sends it).
+    public var force: Bool
+    /// The device's time of the edit, in ms since 1970.
+    public var clientTime: Int64?
+
+    public init(changeId: String, collection: String, id: String, op: ChangeOp, data: JSONObject?, baseVersion: Version?, force: Bool = false, clientTime: Int64? = nil) {
+        self.changeId = changeId
+        self.collection = collection
+        self.id = id
+        self.op = op
+        self.data = data
+        self.baseVersion = baseVersion
+        self.force = force
+        self.clientTime = clientTime
+    }
+
+    /// The JSON sent in a push.
+    public var json: JSONValue {
+        var o: JSONObject = [
+            "changeId": .string(changeId),
+            "collection": .string(collection),
+            "id": .string(id),
+            "op": .string(op.rawValue),
+        ]
+        if op == .put, let data { o["data"] = .object(data) }
+        o["baseVersion"] = baseVersion.map { .string($0.text) } ?? .null
+        if force { o["force"] = .bool(true) }
+        if let clientTime { o["clientTime"] = .number(JSONNumber(clientTime)) }
+        return .object(o)
+    }
+
+    /// The bytes whose SHA-256 is the change's fingerprint (PROTOCOL.md section 4): the
+    /// canonical JSON (object keys sorted, no whitespace) of collection, id, op, data,
+    /// baseVersion and force. Semantically equal changes have equal fingerprints however
+    /// their keys were ordered on the wire; `clientTime` is not part of the content.
+    public func fingerprintMaterial() -> [UInt8] {
+        let material: JSONObject = [
+            "baseVersion": baseVersion.map { .string($0.text) } ?? .null,
+            "collection": .string(collection),
+            "data": data.map { .object($0) } ?? .null,
+            "force": .bool(force),
+            "id": .string(id),
+            "op": .string(op.rawValue),
+        ]
+        return JSONValue.object(material).encoded(canonical: true)
+    }
+}
+
+/// A change as the server reads it from a push body: either valid, or invalid in a way
+/// that rejects only this change (`invalid_change`), so the others still apply.
+public enum DecodedChange: Hashable, Sendable {
+    case valid(Change)
+    case invalid(changeId: String, message: String)
+
+    public var changeId: String {
+        switch self {
+        case .valid(let c): return c.changeId
+        case .invalid(let id, _): return id
+        }
+    }
+}
+
+/// `POST /v1/spaces/{space}/push` request body.
+public struct PushRequest: Hashable, Sendable {
+    public var clientId: String
+    public var changes: [Change]
+
+    public init(clientId: String, changes: [Change]) {
+        self.clientId = clientId
+        self.changes = changes
+    }
+
+    public var json: JSONValue {
+        .object(["clientId": .string(clientId), "changes": .array(changes.map(\.json))])
+    }
+
+    public func encoded() -> [UInt8] { json.encoded() }
+
+    /// Decodes a push body as the server must (PROTOCOL.md section 4). The request as a
+    /// whole is refused (`WireError`, 422) when it is not an object, lacks a valid
+    /// `clientId` or `changes` array, or has a change without a valid `changeId` (its
+    /// result could not be named). Any other fault rejects only that change.
+    ///
+    /// `maxChanges` is checked before any change is decoded, so an oversized push costs
+    /// no more work than counting.
+    public static func decodeForServer(_ value: JSONValue, maxChanges: Int) throws(PushDecodeError) -> (clientId: String, changes: [DecodedChange]) {
+        let r: FieldReader
+        do { r = try FieldReader(value) } catch { throw .wire(error) }
+        let clientId: String
+        let items: [JSONValue]
+        do throws(WireError) {
+            clientId = try r.string("clientId")
+            guard Names.isValidClientID(clientId) else { throw r.invalid("clientId", "must be 1 to 128 characters of [A-Za-z0-9_.:-]") }
+            items = try r.array("changes")
+        } catch { throw .wire(error) }
+        guard items.count <= maxChanges else { throw .tooManyChanges(count: items.count, limit: maxChanges) }
+        var out: [DecodedChange] = []
+        out.reserveCapacity(items.count)
+        for (index, item) in items.enumerated() {
+            let path = "changes[\(index)]"
+            guard case .object(let o) = item else { throw .wire(WireError(field: path, message: "must be a JSON object")) }
+            guard case .string(let changeId)? = o["changeId"], Names.isValidChangeID(changeId) else {
+                throw .wire(WireError(field: "\(path).changeId", message: "is required: 1 to 128 characters of [A-Za-z0-9_.:-]"))
+            }
+            out.append(decodeChange(o, changeId: changeId))
+        }
+        return (clientId, out)
+    }
+
+    private static func decodeChange(_ o: JSONObject, changeId: String) -> DecodedChange {
+        func invalid(_ message: String) -> DecodedChange { .invalid(changeId: changeId, message: message) }
+        guard case .string(let collection)? = o["collection"], Names.isValidCollection(collection) else {
+            return invalid("collection must match ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+        }
+        guard case .string(let id)? = o["id"], Names.isValidRecordID(id) else {
+            return invalid("id must be 1 to 256 bytes of UTF-8 without control characters")
+        }
+        guard case .string(let opText)? = o["op"], let op = ChangeOp(rawValue: opText) else {
+            return invalid("op must be \"put\" or \"delete\"")
+        }
+        var data: JSONObject?
+        switch (op, o["data"]) {
+        case (.put, .object(let d)?): data = d
+        case (.put, _): return invalid("a put needs data, a JSON object")
+        case (.delete, nil), (.delete, .null?): data = nil
+        case (.delete, _): return invalid("a delete carries no data")
+        }
+        let baseVersion: Version?
+        switch o["baseVersion"] {
+        case nil: return invalid("baseVersion is required (null when the record does not exist)")
+        case .null?: baseVersion = nil
+        case .string(let text)?:
+            guard let v = Version(text), v.seq > 0 else { return invalid("baseVersion is not a version") }
+            baseVersion = v
+        default: return invalid("baseVersion must be a version string or null")
+        }
+        var force = false
+        switch o["force"] {
+        case nil, .null?: break
+        case .bool(let b)?: force = b
+        default: return invalid("force must be a boolean")
+        }
+        var clientTime: Int64?
+        switch o["clientTime"] {
+        case nil, .null?: break
+        case let value?:
+            guard let t = value.int64Value else { return invalid("clientTime must be an integer (ms since 1970)") }
+            clientTime = t
+        }
+        return .valid(Change(changeId: changeId, collection: collection, id: id, op: op, data: data, baseVersion: baseVersion, force: force, clientTime: clientTime))
+    }
+}
+
+/// Why a push body was refused as a whole.
+public enum PushDecodeError: Error, Equatable, Sendable {
+    /// `422 invalid_request` with `details.field`.
+    case wire(WireError)
+    /// `413 too_many_changes` with `details.limit`.
+    case tooManyChanges(count: Int, limit: Int)
+}
+
+/// The outcome of one change (PROTOCOL.md section 4).
+public enum PushStatus: String, Sendable, Hashable, Codable {
+    case applied
+    case conflict
+    case rejected
+}
+
+/// One entry of a push answer's `results`, in the order of the request's changes.
+public struct PushResult: Hashable, Sendable, JSONWireType {
+    public var changeId: String
+    public var status: PushStatus
+    /// The new version, for `applied`.
+    public var version: Version?
+    /// True when this answer repeats the original one of an already applied change.
+    public var replayed: Bool
+    /// The record as it is now, for `conflict` (nil when the record does not exist).
+    public var current: RecordState?
+    /// The reason, for `rejected`.
+    public var error: RejectReason?
+
+    public struct RejectReason: Hashable, Sendable {
+        public var code: String
+        public var message: String
+        public init(code: String, message: String) {
+            self.code = code
+            self.message = message
+        }
+        public init(_ code: ErrorCode, _ message: String) {
+            self.init(code: code.rawValue, message: message)
+        }
+    }
+
+    public init(changeId: String, status: PushStatus, version: Version? = nil, replayed: Bool = false, current: RecordState? = nil, error: RejectReason? = nil) {
+        self.changeId = changeId
+        self.status = status
+        self.version = version
+        self.replayed = replayed
+        self.current = current
+        self.error = error
+    }
+
+    public static func applied(_ changeId: String, version: Version, replayed: Bool = false) -> PushResult {
+        PushResult(changeId: changeId, status: .applied, version: version, replayed: replayed)
+    }
+
+    public static func conflict(_ changeId: String, current: RecordState?) -> PushResult {
+        PushResult(changeId: changeId, status: .conflict, current: current)
+    }
+
+    public static func rejected(_ changeId: String, _ code: ErrorCode, _ message: String) -> PushResult {
+        PushResult(changeId: changeId, status: .rejected, error: RejectReason(code, message))
+    }
+
+    public init(json: JSONValue) throws(WireError) {
+        try self.init(json: json, path: "")
+    }
+
+    public init(json: JSONValue, path: String) throws(WireError) {
+        let r = try FieldReader(json, path: path)
+        changeId = try r.string("changeId")
+        guard let s = PushStatus(rawValue: try r.string("status")) else { throw r.invalid("status", "is not applied, conflict or rejected") }
+        status = s
+        if let v = try r.optionalString("version") {
+            guard let parsed = Version(v), parsed.seq > 0 else { throw r.invalid("version", "is not a version") }
+            version = parsed
+        }
+        replayed = try r.optionalBool("replayed") ?? false
+        if let c = r.object["current"], !c.isNull {
+            current = try RecordState(json: c, path: r.fieldPath("current"))
+        }
+        if let e = try r.optionalObject("error") {
+            let er = FieldReader(object: e, path: r.fieldPath("error"))
+            error = RejectReason(code: try er.string("code"), message: try er.string("message"))
+        }
+        if status == .applied && version == nil { throw r.missing("version") }
+        if status == .rejected && error == nil { throw r.missing("error") }
+    }
+
+    public var json: JSONValue {
+        var o: JSONObject = ["changeId": .string(changeId), "status": .string(status.rawValue)]
+        if let version { o["version"] = .string(version.text) }
+        if replayed { o["replayed"] = .bool(true) }
+        if status == .conflict { o["current"] = current?.json ?? .null }
+        if let error { o["error"] = .object(["code": .string(error.code), "message": .string(error.message)]) }
+        return .object(o)
+    }
+}
+
+/// `POST /v1/spaces/{space}/push` answer.
+public struct PushResponse: Hashable, Sendable, JSONWireType {
+    public var epoch: Epoch
+    public var results: [PushResult]
+
+    public init(epoch: Epoch, results: [PushResult]) {
+        self.epoch = epoch
+        self.results = results
+    }
+
+    public init(json: JSONValue) throws(WireError) {
+        let r = try FieldReader(json)
+        guard let e = Epoch(try r.string("epoch")) else { throw r.invalid("epoch", "is not an epoch") }
+        epoch = e
+        var results: [PushResult] = []
+        for (i, item) in try r.array("results").enumerated() {
+            results.append(try PushResult(json: item, path: "results[\(i)]"))
+        }
+        self.results = results
+    }
+
+    public var json: JSONValue {
+        .object(["epoch": .string(epoch.rawValue), "results": .array(results.map(\.json))])
+    }
+}
