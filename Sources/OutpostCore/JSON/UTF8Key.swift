@@ -1,0 +1,61 @@
+// Byte-exact string comparison for JSON keys and string values.
+//
+// Swift's `String ==` compares by Unicode canonical equivalence, so "é" (U+00E9) equals
+// "e\u{301}". RFC 8259 section 8.3 compares strings code unit by code unit, and Outpost
+// must not treat two different byte sequences as one key (that would make the duplicate
+// check reject valid objects and let a lookup return the wrong member), so JSON compares
+// and hashes the UTF-8 bytes.
+
+@inline(__always)
+@usableFromInline
+func utf8Equal(_ lhs: String, _ rhs: String) -> Bool {
+    let count = lhs.utf8.count
+    guard count == rhs.utf8.count else { return false }
+    var lhs = lhs
+    var rhs = rhs
+    return lhs.withUTF8 { a in
+        rhs.withUTF8 { b in
+            var i = 0
+            while i < count {
+                if a[i] != b[i] { return false }
+                i += 1
+            }
+            return true
+        }
+    }
+}
+
+/// Whether `lhs` sorts before `rhs` by UTF-8 bytes (the canonical key order).
+@usableFromInline
+func utf8Less(_ lhs: String, _ rhs: String) -> Bool {
+    var lhs = lhs
+    var rhs = rhs
+    return lhs.withUTF8 { a in
+        rhs.withUTF8 { b in
+            let n = min(a.count, b.count)
+            var i = 0
+            while i < n {
+                if a[i] != b[i] { return a[i] < b[i] }
+                i += 1
+            }
+            return a.count < b.count
+        }
+    }
+}
+
+@inline(__always)
+@usableFromInline
+func utf8Hash(_ string: String, into hasher: inout Hasher) {
+    var string = string
+    string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    hasher.combine(0xFF as UInt8)  // terminator: never a UTF-8 byte, keeps ("ab","c") != ("a","bc")
+}
+
+/// A `String` that hashes and compares by its UTF-8 bytes, for the key index of large objects.
+@usableFromInline
+struct UTF8Key: Hashable, Sendable {
+    @usableFromInline let string: String
+    @inlinable init(_ string: String) { self.string = string }
+    @inlinable static func == (lhs: UTF8Key, rhs: UTF8Key) -> Bool { utf8Equal(lhs.string, rhs.string) }
+    @inlinable func hash(into hasher: inout Hasher) { utf8Hash(string, into: &hasher) }
+}
