@@ -1,0 +1,56 @@
+import OutpostCore
+import OutpostHTTP
+
+/// The protocol's errors as `HTTPError`s, by `ErrorCode`, so every handler answers a
+/// given failure the same way (PROTOCOL.md sections 2, 4, 5, 6).
+extension HTTPError {
+    init(_ status: HTTPStatus, _ code: ErrorCode, _ message: String, details: [String: HTTPErrorDetail] = [:], headers: HTTPHeaders = HTTPHeaders()) {
+        self.init(status, code: code.rawValue, message: message, details: details, headers: headers)
+    }
+
+    /// `400 invalid_json`.
+    static func invalidJSON(_ error: JSONError) -> HTTPError {
+        HTTPError(HTTPStatus(code: 400), .invalidJSON, "the body is not JSON: \(error)")
+    }
+
+    /// `422 invalid_request` with `details.field`.
+    static func invalidRequest(_ error: WireError) -> HTTPError {
+        HTTPError(HTTPStatus(code: 422), .invalidRequest, "\(error.field) \(error.message)", details: ["field": .string(error.field)])
+    }
+
+    /// `422 invalid_request` for a query parameter.
+    static func invalidQuery(_ field: String, _ message: String) -> HTTPError {
+        invalidRequest(WireError(field: field, message: message))
+    }
+
+    /// `401 unauthorized` with `WWW-Authenticate: Bearer` (RFC 6750 section 3).
+    static func unauthorizedToken(_ message: String, error: String? = "invalid_token") -> HTTPError {
+        var headers = HTTPHeaders()
+        headers.add(name: "WWW-Authenticate", value: error.map { "Bearer error=\"\($0)\"" } ?? "Bearer")
+        return HTTPError(HTTPStatus(code: 401), .unauthorized, message, headers: headers)
+    }
+
+    /// `404 not_found` for a path segment that cannot name anything.
+    static func invalidName(_ what: String) -> HTTPError {
+        HTTPError(HTTPStatus(code: 404), .notFound, "no such \(what)")
+    }
+}
+
+/// Parses a JSON request body, mapping a parse failure to `400 invalid_json`.
+func parseJSONBody(_ body: [UInt8]) throws(HTTPError) -> JSONValue {
+    do {
+        return try JSONParser.parse(body)
+    } catch {
+        throw .invalidJSON(error)
+    }
+}
+
+/// Decodes a wire type from a request body: `400 invalid_json` or `422 invalid_request`.
+func decodeBody<T: JSONWireType>(_ type: T.Type, _ body: [UInt8]) throws(HTTPError) -> T {
+    let value = try parseJSONBody(body)
+    do {
+        return try T(json: value)
+    } catch {
+        throw .invalidRequest(error)
+    }
+}

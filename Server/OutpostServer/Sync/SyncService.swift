@@ -1,0 +1,199 @@
+import Foundation
+import OutpostCore
+import OutpostCrypto
+import OutpostHTTP
+
+/// Push and pull (PROTOCOL.md sections 4 and 5) on a `SyncStore`. Knows HTTP requests
+/// and responses but no sockets; knows the store only through its protocol.
+public final class SyncService: Sendable {
+    public let store: any SyncStore
+    public let limits: Limits
+    public let authorizer: Authorizer
+    public let metrics: Metrics
+    /// Server time in ms since 1970 (tests move it).
+    let clock: @Sendable () -> Int64
+
+    public init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
+                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+        self.store = store
+        self.limits = limits
+        self.authorizer = authorizer
+        self.metrics = metrics
+        self.clock = clock
+        metrics.declare("outpost_changes_total", help: "Changes pushed, by result (applied, replayed, conflict, rejected).", kind: "counter")
+        metrics.declare("outpost_rejections_total", help: "Rejected changes by code.", kind: "counter")
+        metrics.declare("outpost_pull_pages_total", help: "Pull pages served.", kind: "counter")
+        metrics.declare("outpost_pull_records_total", help: "Records served in pull pages.", kind: "counter")
+        metrics.declare("outpost_pull_bytes_total", help: "Encoded bytes of records served in pull pages.", kind: "counter")
+        metrics.declare("outpost_long_polls_woken_total", help: "Long-poll pulls woken by a commit.", kind: "counter")
+    }
+
+    /// The space named in the path: `404` when it cannot be a space name.
+    static func space(_ parameters: [String: String]) throws(HTTPError) -> String {
+        guard let space = parameters["space"], Names.isValidSpace(space) else { throw .invalidName("space") }
+        return space
+    }
+
+    // MARK: Push
+
+    /// Checks done before a push body is read: the space name and a write token.
+    public func authorizePush(_ head: HTTPRequestHead, _ parameters: [String: String]) throws(HTTPError) {
+        _ = try authorizer.authorize(head, space: Self.space(parameters), scope: .write)
+    }
+
+    /// `POST /v1/spaces/{space}/push`.
+    public func push(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let space = try Self.space(request.pathParameters)
+        let value = try parseJSONBody(request.body)
+        let decoded: (clientId: String, changes: [DecodedChange])
+        do {
+            decoded = try PushRequest.decodeForServer(value, maxChanges: limits.maxChangesPerPush)
+        } catch {
+            switch error {
+            case .wire(let w): throw HTTPError.invalidRequest(w)
+            case .tooManyChanges(let count, let limit):
+                throw HTTPError(HTTPStatus(code: 413), .tooManyChanges, "\(count) changes in one push; the limit is \(limit)", details: ["limit": .int(limit)])
+            }
+        }
+        let items = decoded.changes.map(prepare)
+
+        let results = try await storeCall { try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock()) }
+        count(results)
+        let response = PushResponse(epoch: store.epoch, results: results)
+        return HTTPResponse(json: response.encoded())
+    }
+
+    /// Validates one change's size, encodes its data and fingerprints it.
+    func prepare(_ decoded: DecodedChange) -> PushItem {
+        switch decoded {
+        case .invalid(let changeId, let message):
+            return .rejected(.rejected(changeId, .invalidChange, message))
+        case .valid(let change):
+            var dataJSON: [UInt8]?
+            if let data = change.data {
+                var bytes: [UInt8] = []
+                JSONWriter.append(data, to: &bytes)
+                guard bytes.count <= limits.maxRecordBytes else {
+                    return .rejected(.rejected(change.changeId, .recordTooLarge, "data is \(bytes.count) bytes encoded; the limit is \(limits.maxRecordBytes)"))
+                }
+                dataJSON = bytes
+            }
+            let fingerprint = SHA256.hash(change.fingerprintMaterial())
+            return .change(PreparedChange(change: change, fingerprint: fingerprint, dataJSON: dataJSON))
+        }
+    }
+
+    private func count(_ results: [PushResult]) {
+        var applied = 0, replayed = 0, conflicts = 0
+        for r in results {
+            switch r.status {
+            case .applied: if r.replayed { replayed += 1 } else { applied += 1 }
+            case .conflict: conflicts += 1
+            case .rejected: metrics.increment("outpost_rejections_total", .init([("code", r.error?.code ?? "unknown")]))
+            }
+        }
+        if applied > 0 { metrics.increment("outpost_changes_total", .init([("result", "applied")]), by: Double(applied)) }
+        if replayed > 0 { metrics.increment("outpost_changes_total", .init([("result", "replayed")]), by: Double(replayed)) }
+        if conflicts > 0 { metrics.increment("outpost_changes_total", .init([("result", "conflict")]), by: Double(conflicts)) }
+        let rejected = results.count - applied - replayed - conflicts
+        if rejected > 0 { metrics.increment("outpost_changes_total", .init([("result", "rejected")]), by: Double(rejected)) }
+    }
+
+    // MARK: Pull
+
+    /// Checks done before a pull is served: the space name and a read token.
+    public func authorizePull(_ head: HTTPRequestHead, _ parameters: [String: String]) throws(HTTPError) {
+        _ = try authorizer.authorize(head, space: Self.space(parameters), scope: .read)
+    }
+
+    /// Parses and validates the pull query (PROTOCOL.md section 5).
+    func pullQuery(_ head: HTTPRequestHead) throws(HTTPError) -> PullQuery {
+        var query = PullQuery()
+        if let since = head.query("since") {
+            guard let v = Version(since) else {
+                throw HTTPError(HTTPStatus(code: 400), .invalidCursor, "since is not a cursor (\"<epoch>.<seq>\")")
+            }
+            query.since = v
+        }
+        func integer(_ name: String, min: Int, max: Int? = nil) throws(HTTPError) -> Int? {
+            guard let text = head.query(name) else { return nil }
+            guard let v = Int(text), v >= min else { throw .invalidQuery(name, "must be an integer of at least \(min)") }
+            if let max, v > max { throw .invalidQuery(name, "must be at most \(max)") }
+            return v
+        }
+        query.limit = try integer("limit", min: 1)
+        query.maxBytes = try integer("maxBytes", min: 1)
+        query.waitMs = try integer("wait", min: 0, max: PullQuery.maxWaitMs) ?? 0
+        if let text = head.query("collections") {
+            let names = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            guard names.count <= 64, names.allSatisfy(Names.isValidCollection) else {
+                throw .invalidQuery("collections", "must be a comma-separated list of collection names (at most 64)")
+            }
+            query.collections = Array(Set(names)).sorted()
+        }
+        return query
+    }
+
+    /// `GET /v1/spaces/{space}/pull`, with the long poll of `wait`.
+    public func pull(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let space = try Self.space(request.pathParameters)
+        let query = try pullQuery(request.head)
+        let epoch = store.epoch
+        let since = query.since ?? .start(of: epoch)
+        guard since.epoch == epoch else {
+            throw HTTPError(HTTPStatus(code: 409), .epochChanged, "the server's history is now epoch \(epoch); pull again from its start",
+                            details: ["epoch": .string(epoch.rawValue)])
+        }
+        let pageRequest = PageRequest(space: space, afterSeq: since.seq, limit: limits.pageLimit(requested: query.limit),
+                                      maxBytes: limits.pageByteBudget(requested: query.maxBytes), collections: query.collections)
+        var page = try await storeCall { try await self.store.page(pageRequest) }
+        guard since.seq <= page.head else {
+            throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
+                            details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])
+        }
+        if page.count == 0 && query.waitMs > 0 {
+            let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
+            // Wait for a commit after what this page saw; a filtered pull may be woken by
+            // a commit to another collection, so it reads again and waits on if need be.
+            while page.count == 0, ContinuousClock.now < deadline, !Task.isCancelled {
+                guard await store.waitForCommit(space: space, afterSeq: page.head, deadline: deadline) else { break }
+                metrics.increment("outpost_long_polls_woken_total")
+                page = try await storeCall { try await self.store.page(pageRequest) }
+            }
+        }
+        metrics.increment("outpost_pull_pages_total")
+        metrics.increment("outpost_pull_records_total", by: Double(page.count))
+        metrics.increment("outpost_pull_bytes_total", by: Double(page.changesJSON.count))
+        let next = page.lastSeq.map { Version(epoch: epoch, seq: $0) } ?? since
+        return HTTPResponse(json: Self.encodePage(page, next: next))
+    }
+
+    /// `{"epoch":…,"changes":[…],"next":…,"hasMore":…}` around the store's encoded records.
+    static func encodePage(_ page: PageData, next: Version) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(page.changesJSON.count + 160)
+        out.append(contentsOf: #"{"epoch":""#.utf8)
+        out.append(contentsOf: page.epoch.rawValue.utf8)
+        out.append(contentsOf: #"","changes":"#.utf8)
+        out.append(contentsOf: page.changesJSON)
+        out.append(contentsOf: #","next":""#.utf8)
+        out.append(contentsOf: next.text.utf8)
+        out.append(contentsOf: page.hasMore ? #"","hasMore":true}"#.utf8 : #"","hasMore":false}"#.utf8)
+        return out
+    }
+
+    // MARK: Store failures
+
+    /// Runs a store call; a failure of the store (disk full, I/O error, closed) becomes
+    /// `503 unavailable` with `Retry-After`, never a half-answer.
+    func storeCall<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as HTTPError {
+            throw error
+        } catch {
+            Log.error("store failure", ["error": "\(error)"])
+            throw HTTPError.unavailable(retryAfterSeconds: 1, "the store cannot serve this request now; retry")
+        }
+    }
+}
