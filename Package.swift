@@ -17,6 +17,7 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .library(name: "OutpostCore", targets: ["OutpostCore"]),
+        .library(name: "OutpostTestSupport", targets: ["OutpostTestSupport"]),
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
     ],
@@ -65,6 +66,8 @@ let package = Package(
             path: "Benchmarks/outpost-bench", swiftSettings: swiftSettings),
 
         // MARK: Tests
+        .target(
+            name: "OutpostTestSupport", path: "Tests/OutpostTestSupport", swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
             swiftSettings: swiftSettings),
@@ -81,7 +84,7 @@ let package = Package(
             name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression"], path: "Tests/OutpostHTTPTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostServerTests", dependencies: ["OutpostServer"], path: "Tests/OutpostServerTests",
+            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
             swiftSettings: swiftSettings),
     ]
 )
