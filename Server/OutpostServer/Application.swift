@@ -1,0 +1,97 @@
+import Foundation
+import OutpostCore
+import OutpostHTTP
+import OutpostSQLite
+
+/// One Outpost server: settings, data directory, store, services and routes, wired
+/// together. `outpost-server serve` builds one and hands its router to the HTTP engine;
+/// tests build one in-process the same way.
+public final class OutpostApplication: Sendable {
+    public let settings: Settings
+    public let dataDirectory: DataDirectory
+    public let store: SQLiteSyncStore
+    public let metrics: Metrics
+    public let authorizer: Authorizer
+    public let sync: SyncService
+    public let operations: OperationsService
+    public let router: Router
+    private let sweeper: Task<Void, Never>
+
+    /// Opens the data directory (taking its lock) and the store, and builds the routes.
+    public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        self.settings = settings
+        dataDirectory = try DataDirectory(path: settings.dataDirectory)
+        var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
+        storeConfiguration.synchronous = settings.synchronous == "normal" ? .normal : .full
+        store = try SQLiteSyncStore(configuration: storeConfiguration)
+
+        let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
+        let previous = (environment["OUTPOST_JWT_PREVIOUS_SECRETS"] ?? "").split(separator: ",").map { Array($0.utf8) }
+        authorizer = Authorizer(authority: JWTAuthority(secret: secret, previousSecrets: previous))
+
+        metrics = Metrics()
+        Self.declareHTTPMetrics(metrics)
+        let notifier = store.notifier
+        metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(notifier.waitingCount) }
+
+        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics)
+        operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
+                                       metricsRequireAdmin: settings.metricsRequireAdmin)
+        var router = Router()
+        operations.register(&router)
+        sync.register(&router)
+        self.router = router
+
+        // Forget applied change ids older than the retention, at start and every hour.
+        let retentionMs = Int64(settings.changeIdRetentionDays) * 86_400_000
+        let store = self.store
+        sweeper = Task.detached(priority: .background) {
+            while !Task.isCancelled {
+                let cutoff = Int64(Date().timeIntervalSince1970 * 1000) - retentionMs
+                do {
+                    let removed = try await store.sweepChangeIDs(appliedBefore: cutoff)
+                    if removed > 0 { Log.info("forgot old change ids", ["count": String(removed)]) }
+                } catch {
+                    Log.error("change id sweep failed", ["error": "\(error)"])
+                }
+                try? await Task.sleep(for: .seconds(3600))
+            }
+        }
+    }
+
+    static func declareHTTPMetrics(_ metrics: Metrics) {
+        metrics.declare("outpost_http_requests_total", help: "HTTP requests by route and status.", kind: "counter")
+        metrics.declare("outpost_http_request_duration_seconds", help: "HTTP request latency by route.", kind: "histogram", buckets: Metrics.latencyBuckets)
+        metrics.declare("outpost_http_bytes_received_total", help: "Request bytes received.", kind: "counter")
+        metrics.declare("outpost_http_bytes_sent_total", help: "Response bytes sent.", kind: "counter")
+    }
+
+    /// Records one finished request in the metrics and, when enabled, the access log (one
+    /// JSON line: method, route, status, duration, request id, bytes; never a token or
+    /// record data).
+    public func record(_ log: HTTPRequestLog) {
+        let route = log.route ?? "unmatched"
+        let seconds = Double(log.duration.components.seconds) + Double(log.duration.components.attoseconds) / 1e18
+        metrics.increment("outpost_http_requests_total", .init([("route", route), ("status", String(log.status))]))
+        metrics.observe("outpost_http_request_duration_seconds", .init([("route", route)]), seconds)
+        metrics.increment("outpost_http_bytes_received_total", by: Double(log.bytesIn))
+        metrics.increment("outpost_http_bytes_sent_total", by: Double(log.bytesOut))
+        guard settings.accessLog else { return }
+        Log.write(level: "info", "request", [
+            "method": .string(log.method?.rawValue ?? "-"),
+            "route": .string(route),
+            "status": .number(JSONNumber(log.status)),
+            "durationMs": .number(JSONNumber((seconds * 1000 * 1000).rounded() / 1000)),
+            "requestId": .string(log.requestID),
+            "bytesIn": .number(JSONNumber(log.bytesIn)),
+            "bytesOut": .number(JSONNumber(log.bytesOut)),
+            "remote": .string(log.remoteAddress),
+        ])
+    }
+
+    /// Stops background work and closes the store.
+    public func close() async {
+        sweeper.cancel()
+        await store.close()
+    }
+}

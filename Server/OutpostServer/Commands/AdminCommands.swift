@@ -1,0 +1,81 @@
+import Foundation
+import OutpostCore
+
+/// The server's commands besides `serve` (PROTOCOL.md section 8), as functions the
+/// executable calls, so tests can drive them without a process.
+public enum AdminCommands {
+    /// A command-line mistake; the executable prints it with the usage and exits 64.
+    public struct Usage: Error, CustomStringConvertible {
+        public let description: String
+        public init(_ description: String) { self.description = description }
+    }
+
+    /// `outpost-server token --data DIR --sub USER --space SPACE [--space ...]
+    /// [--scope read|write] [--admin] [--ttl SECONDS]`: returns the signed token.
+    public static func token(arguments: [String], environment: [String: String], now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> String {
+        var data = environment["OUTPOST_DATA"] ?? "./outpost-data"
+        var sub: String?
+        var spaces: [String] = []
+        var scope = Claims.Scope.read
+        var admin = false
+        var ttl: Int64 = 86_400
+        var i = 0
+        func value() throws -> String {
+            i += 1
+            guard i < arguments.count else { throw Usage("\(arguments[i - 1]) needs a value") }
+            return arguments[i]
+        }
+        while i < arguments.count {
+            switch arguments[i] {
+            case "--data": data = try value()
+            case "--sub": sub = try value()
+            case "--space": spaces.append(try value())
+            case "--scope":
+                let v = try value()
+                guard let s = Claims.Scope(rawValue: v) else { throw Usage("--scope must be read or write") }
+                scope = s
+            case "--admin": admin = true
+            case "--ttl":
+                guard let v = Int64(try value()), v > 0 else { throw Usage("--ttl must be a positive number of seconds") }
+                ttl = v
+            default: throw Usage("unknown option \(arguments[i])")
+            }
+            i += 1
+        }
+        guard let sub, !sub.isEmpty else { throw Usage("--sub USER is required") }
+        for space in spaces {
+            let valid = space == "*" || Names.isValidSpace(space)
+                || (space.hasSuffix("*") && Names.isValidSpace(String(space.dropLast()) + "a"))
+            guard valid else { throw Usage("--space \(space) is not a space name (or a prefix ending in *)") }
+        }
+        guard !spaces.isEmpty || admin else { throw Usage("at least one --space is required (or --admin)") }
+        let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: data)
+        return JWTAuthority(secret: secret).sign(Claims(sub: sub, exp: now + ttl, spaces: spaces, scope: scope, admin: admin))
+    }
+
+    /// `outpost-server rotate-epoch --data DIR`: gives the store a new, later epoch and
+    /// returns it. Refused while a server owns the directory.
+    public static func rotateEpoch(arguments: [String], environment: [String: String]) throws -> Epoch {
+        let data = try dataArgument(arguments, environment)
+        let directory = try DataDirectory(path: data)
+        guard FileManager.default.fileExists(atPath: directory.storePath) else {
+            throw Usage("no store at \(directory.storePath)")
+        }
+        return try SQLiteSyncStore.rotateEpoch(path: directory.storePath)
+    }
+
+    static func dataArgument(_ arguments: [String], _ environment: [String: String]) throws -> String {
+        var data = environment["OUTPOST_DATA"] ?? "./outpost-data"
+        var i = 0
+        while i < arguments.count {
+            switch arguments[i] {
+            case "--data":
+                guard i + 1 < arguments.count else { throw Usage("--data needs a value") }
+                data = arguments[i + 1]
+                i += 2
+            default: throw Usage("unknown option \(arguments[i])")
+            }
+        }
+        return data
+    }
+}

@@ -1,0 +1,49 @@
+import Synchronization
+import OutpostCore
+import OutpostHTTP
+
+/// `GET /v1/info`, `/healthz`, `/readyz` and `/metrics` (PROTOCOL.md sections 3 and 7).
+public final class OperationsService: Sendable {
+    let store: any SyncStore
+    let metrics: Metrics
+    let authorizer: Authorizer
+    let metricsRequireAdmin: Bool
+    /// The `/v1/info` body, encoded once: it changes only with the epoch, which a running
+    /// server never changes.
+    let infoBody: [UInt8]
+    private let draining = Atomic<Bool>(false)
+
+    public init(store: any SyncStore, limits: Limits, metrics: Metrics, authorizer: Authorizer, metricsRequireAdmin: Bool) {
+        self.store = store
+        self.metrics = metrics
+        self.authorizer = authorizer
+        self.metricsRequireAdmin = metricsRequireAdmin
+        infoBody = ServerInfo(epoch: store.epoch, limits: limits).encoded()
+    }
+
+    /// Marks the server as draining: `/readyz` answers 503 so a load balancer stops
+    /// sending new work (PROTOCOL.md section 7).
+    public func beginDraining() { draining.store(true, ordering: .relaxed) }
+
+    public func register(_ router: inout Router) {
+        let infoBody = self.infoBody
+        router.add(.GET, "/v1/info", bodyLimit: 0, inline: { _ in HTTPResponse(json: infoBody) })
+        router.add(.GET, "/healthz", bodyLimit: 0, inline: { _ in HTTPResponse(json: Array(#"{"status":"ok"}"#.utf8)) })
+        router.add(.GET, "/readyz", bodyLimit: 0, handler: { [self] _ in
+            if draining.load(ordering: .relaxed) {
+                throw HTTPError.unavailable(retryAfterSeconds: 1, "the server is shutting down")
+            }
+            guard await store.isWritable() else {
+                throw HTTPError.unavailable(retryAfterSeconds: 5, "the store is not writable")
+            }
+            return HTTPResponse(json: Array(#"{"status":"ready"}"#.utf8))
+        })
+        router.add(.GET, "/metrics", bodyLimit: 0,
+                   preBody: { [self] head, _ in if metricsRequireAdmin { _ = try authorizer.authorizeAdmin(head) } },
+                   handler: { [self] _ in
+                       var headers = HTTPHeaders()
+                       headers.add(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
+                       return HTTPResponse(status: .ok, headers: headers, body: .bytes(Array(metrics.render().utf8)))
+                   })
+    }
+}

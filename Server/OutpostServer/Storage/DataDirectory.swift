@@ -1,0 +1,52 @@
+import Foundation
+
+/// The server's data directory and its layout:
+///
+/// ```
+/// DATA/
+///   outpost.lock        held (flock) by the one process that owns the directory
+///   outpost.sqlite      the store (with -wal and -shm while open)
+///   jwt-secret          the HS256 secret when OUTPOST_JWT_SECRET is not set (mode 0600)
+///   media/              media files and uploads in progress (see MediaStore)
+/// ```
+///
+/// Only one server may own a data directory: two writers on one SQLite history, or an
+/// epoch rotated under a running server, would break the protocol's guarantees. The lock
+/// is released by the kernel when the process ends, also after `kill -9`.
+public final class DataDirectory: Sendable {
+    public let path: String
+    private let lockDescriptor: Int32
+
+    /// The store file.
+    public var storePath: String { (path as NSString).appendingPathComponent("outpost.sqlite") }
+    /// The media directory.
+    public var mediaPath: String { (path as NSString).appendingPathComponent("media") }
+
+    /// A failure to take the directory.
+    public struct Unavailable: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Creates the directory when absent (mode 0700) and takes its lock.
+    public init(path: String) throws {
+        self.path = path
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw Unavailable(description: "cannot create data directory \(path): \(error.localizedDescription)")
+        }
+        let lockPath = (path as NSString).appendingPathComponent("outpost.lock")
+        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Unavailable(description: "cannot open \(lockPath): \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw Unavailable(description: "data directory \(path) is in use by another outpost-server process; stop it first")
+        }
+        lockDescriptor = fd
+    }
+
+    deinit {
+        flock(lockDescriptor, LOCK_UN)
+        close(lockDescriptor)
+    }
+}
