@@ -1,1 +1,0 @@
-// The HTTP/1.1 engine. See docs/architecture.md.

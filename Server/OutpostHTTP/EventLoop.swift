@@ -1,0 +1,360 @@
+// One epoll event loop per thread. Connections live on exactly one loop and are touched
+// only by its thread; other threads (handler tasks) talk to a loop by posting messages.
+import CLinux
+import Glibc
+import Synchronization
+
+typealias ConnectionID = UInt64
+
+/// What handler tasks and the server tell a loop.
+enum LoopMessage: Sendable {
+    /// A pre-body check finished (nil: passed).
+    case checkDone(ConnectionID, serial: Int, error: HTTPError?)
+    /// A handler's response is ready.
+    case response(ConnectionID, serial: Int, PreparedResponse)
+    /// A streamed body's writer has data (or finished).
+    case streamReady(ConnectionID)
+    /// Stop accepting; finish current requests with `Connection: close`.
+    case drain
+    /// Close everything and end the thread.
+    case stop
+
+    /// Frees resources of a message that will not be handled.
+    func release() {
+        if case .response(_, _, let prepared) = self { prepared.release() }
+    }
+}
+
+/// State every loop shares with the server.
+final class ServerShared: Sendable {
+    let configuration: HTTPServerConfiguration
+    let router: Router
+    let openConnections = Atomic<Int>(0)
+    let runningLoops = Atomic<Int>(0)
+    let onRequestComplete = Mutex<(@Sendable (HTTPRequestLog) -> Void)?>(nil)
+
+    init(configuration: HTTPServerConfiguration, router: Router) {
+        self.configuration = configuration
+        self.router = router
+    }
+}
+
+/// The thread-safe face of a loop: its epoll and wake-up fds and its inbox.
+final class EventLoop: Sendable {
+    struct Inbox {
+        var messages: [LoopMessage] = []
+        var wakePending = false
+        var closed = false
+    }
+
+    let epollFD: Int32
+    let wakeFD: Int32
+    private let inbox = Mutex(Inbox())
+
+    init() throws {
+        epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard epollFD >= 0 else { throw HTTPServerError(operation: "epoll_create1", errno: errno) }
+        wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        guard wakeFD >= 0 else {
+            let e = errno
+            Glibc.close(epollFD)
+            throw HTTPServerError(operation: "eventfd", errno: e)
+        }
+    }
+
+    /// Queues a message for the loop thread and wakes it (one eventfd write per batch).
+    func post(_ message: LoopMessage) {
+        let accepted = inbox.withLock { box -> Bool in
+            if box.closed { return false }
+            box.messages.append(message)
+            if !box.wakePending {
+                box.wakePending = true
+                // Written under the lock so the loop cannot close the fd in between.
+                var one: UInt64 = 1
+                _ = write(wakeFD, &one, 8)
+            }
+            return true
+        }
+        if !accepted { message.release() }
+    }
+
+    /// Takes the queued messages (loop thread).
+    func takeMessages() -> [LoopMessage] {
+        var drained: UInt64 = 0
+        _ = read(wakeFD, &drained, 8)
+        return inbox.withLock { box in
+            box.wakePending = false
+            let messages = box.messages
+            box.messages = []
+            return messages
+        }
+    }
+
+    /// Refuses further messages and closes the fds (loop thread, at exit).
+    func close() {
+        let leftover = inbox.withLock { box in
+            box.closed = true
+            let m = box.messages
+            box.messages = []
+            Glibc.close(wakeFD)
+            return m
+        }
+        for m in leftover { m.release() }
+        Glibc.close(epollFD)
+    }
+}
+
+/// A min-heap of connection deadlines. Entries are never removed early: a popped entry
+/// that no longer matches the connection's scheduled deadline is ignored.
+struct TimerHeap {
+    private var items: [(deadline: Instant, id: ConnectionID)] = []
+
+    var isEmpty: Bool { items.isEmpty }
+    var first: Instant? { items.first?.deadline }
+    var count: Int { items.count }
+
+    mutating func push(_ deadline: Instant, _ id: ConnectionID) {
+        items.append((deadline, id))
+        var i = items.count - 1
+        while i > 0 {
+            let parent = (i - 1) / 2
+            if items[parent].deadline <= items[i].deadline { break }
+            items.swapAt(parent, i)
+            i = parent
+        }
+    }
+
+    mutating func pop() -> (deadline: Instant, id: ConnectionID)? {
+        guard !items.isEmpty else { return nil }
+        let top = items[0]
+        let last = items.removeLast()
+        if !items.isEmpty {
+            items[0] = last
+            var i = 0
+            while true {
+                let l = 2 * i + 1, r = l + 1
+                var m = i
+                if l < items.count && items[l].deadline < items[m].deadline { m = l }
+                if r < items.count && items[r].deadline < items[m].deadline { m = r }
+                if m == i { break }
+                items.swapAt(i, m)
+                i = m
+            }
+        }
+        return top
+    }
+}
+
+private let listenerToken: UInt64 = 0
+private let wakeToken: UInt64 = 1
+
+/// The loop thread's own state. Created on, and only ever used from, its thread.
+final class LoopRunner {
+    let loop: EventLoop
+    let shared: ServerShared
+    let configuration: HTTPServerConfiguration
+    let timeouts: ConnectionTimeouts
+    let parserLimits: HTTPParserLimits
+    private var listenFD: Int32
+    private var listenerPausedUntil: Instant?
+    private var connections: [ConnectionID: Connection] = [:]
+    private var nextID: ConnectionID = 2
+    private var timers = TimerHeap()
+    private var running = true
+    private(set) var draining = false
+    /// The loop's clock, read once per wake-up.
+    private(set) var now = Instant.now()
+    var dateCache = DateCache()
+    var requestIDs = RequestIDGenerator()
+    /// Scratch space for reads; connections keep only bytes they have not parsed.
+    var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+
+    init(loop: EventLoop, listenFD: Int32, shared: ServerShared) {
+        self.loop = loop
+        self.listenFD = listenFD
+        self.shared = shared
+        self.configuration = shared.configuration
+        self.timeouts = ConnectionTimeouts(shared.configuration)
+        self.parserLimits = HTTPParserLimits(shared.configuration)
+    }
+
+    func run() {
+        register(fd: loop.wakeFD, events: EPOLLIN.rawValue, token: wakeToken)
+        register(fd: listenFD, events: EPOLLIN.rawValue, token: listenerToken)
+        let maxEvents = 256
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: maxEvents)
+        defer { events.deallocate() }
+        while running {
+            let n = epoll_wait(loop.epollFD, events, Int32(maxEvents), waitTimeoutMillis())
+            now = Instant.now()
+            if n < 0 {
+                if errno == EINTR { continue }
+                fatalError("epoll_wait failed: \(String(cString: strerror(errno)))")
+            }
+            for i in 0..<Int(n) {
+                let event = events[i]
+                switch event.data.u64 {
+                case wakeToken: handleMessages()
+                case listenerToken: acceptConnections()
+                default:
+                    if let connection = connections[event.data.u64] {
+                        connection.handle(events: event.events)
+                        if !connection.isClosed { schedule(connection) }
+                    }
+                }
+            }
+            fireTimers()
+        }
+        for connection in Array(connections.values) { connection.closeNow() }
+        if listenFD >= 0 { close(listenFD) }
+        loop.close()
+    }
+
+    private func waitTimeoutMillis() -> Int32 {
+        var deadline = timers.first
+        if let paused = listenerPausedUntil { deadline = deadline.map { min($0, paused) } ?? paused }
+        guard let deadline else { return -1 }
+        let ns = deadline.nanoseconds - Instant.now().nanoseconds
+        if ns <= 0 { return 0 }
+        return Int32(min((ns + 999_999) / 1_000_000, 60_000))
+    }
+
+    // MARK: epoll registration
+
+    func register(fd: Int32, events: UInt32, token: UInt64) {
+        var ev = epoll_event()
+        ev.events = events
+        ev.data.u64 = token
+        _ = epoll_ctl(loop.epollFD, EPOLL_CTL_ADD, fd, &ev)
+    }
+
+    func modify(fd: Int32, events: UInt32, token: UInt64) {
+        var ev = epoll_event()
+        ev.events = events
+        ev.data.u64 = token
+        _ = epoll_ctl(loop.epollFD, EPOLL_CTL_MOD, fd, &ev)
+    }
+
+    // MARK: Accepting
+
+    private func acceptConnections() {
+        guard listenFD >= 0, !draining else { return }
+        for _ in 0..<128 {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let fd = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    outpost_accept4(listenFD, $0, &length, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+                }
+            }
+            if fd < 0 {
+                switch errno {
+                case EAGAIN, EWOULDBLOCK: return
+                case EINTR, ECONNABORTED, EPROTO: continue
+                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                    // Out of descriptors: stop polling the listener briefly instead of
+                    // spinning on it (it stays readable); pending clients wait in the backlog.
+                    _ = epoll_ctl(loop.epollFD, EPOLL_CTL_DEL, listenFD, nil)
+                    listenerPausedUntil = now + .milliseconds(100)
+                    return
+                default: return
+                }
+            }
+            var one: Int32 = 1
+            // Responses are written whole; Nagle would only delay the last segment.
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let id = nextID
+            nextID += 1
+            let connection = Connection(id: id, fd: fd, remoteAddress: Socket.describe(storage), runner: self)
+            connections[id] = connection
+            shared.openConnections.add(1, ordering: .relaxed)
+            register(fd: fd, events: connection.interest, token: id)
+            schedule(connection)
+        }
+    }
+
+    // MARK: Messages
+
+    private func handleMessages() {
+        for message in loop.takeMessages() {
+            switch message {
+            case .checkDone(let id, let serial, let error):
+                if let c = connections[id] {
+                    c.checkFinished(serial: serial, error: error)
+                    if !c.isClosed { schedule(c) }
+                }
+            case .response(let id, let serial, let prepared):
+                if let c = connections[id] {
+                    c.deliver(serial: serial, prepared)
+                    if !c.isClosed { schedule(c) }
+                } else {
+                    prepared.release()
+                }
+            case .streamReady(let id):
+                if let c = connections[id] {
+                    c.streamReady()
+                    if !c.isClosed { schedule(c) }
+                }
+            case .drain:
+                beginDraining()
+            case .stop:
+                running = false
+            }
+        }
+    }
+
+    private func beginDraining() {
+        guard !draining else { return }
+        draining = true
+        if listenFD >= 0 {
+            _ = epoll_ctl(loop.epollFD, EPOLL_CTL_DEL, listenFD, nil)
+            close(listenFD)
+            listenFD = -1
+        }
+        listenerPausedUntil = nil
+        for connection in Array(connections.values) {
+            connection.beginDraining()
+            if !connection.isClosed { schedule(connection) }
+        }
+    }
+
+    // MARK: Timers
+
+    /// Makes sure a timer fires no later than the connection's next deadline.
+    func schedule(_ connection: Connection) {
+        guard let deadline = connection.sm.nextDeadline() else { return }
+        if let scheduled = connection.scheduledDeadline, scheduled <= deadline, scheduled >= now { return }
+        connection.scheduledDeadline = deadline
+        timers.push(deadline, connection.id)
+    }
+
+    private func fireTimers() {
+        if let paused = listenerPausedUntil, paused <= now {
+            listenerPausedUntil = nil
+            if listenFD >= 0 { register(fd: listenFD, events: EPOLLIN.rawValue, token: listenerToken) }
+        }
+        while let first = timers.first, first <= now {
+            let (deadline, id) = timers.pop()!
+            guard let connection = connections[id], connection.scheduledDeadline == deadline else { continue }
+            connection.scheduledDeadline = nil
+            connection.timerFired()
+            if !connection.isClosed { schedule(connection) }
+        }
+    }
+
+    // MARK: Connection bookkeeping
+
+    func removed(_ connection: Connection) {
+        connections[connection.id] = nil
+        shared.openConnections.subtract(1, ordering: .relaxed)
+    }
+
+    func report(_ log: HTTPRequestLog) {
+        guard let hook = shared.onRequestComplete.withLock({ $0 }) else { return }
+        hook(log)
+    }
+
+    var hasCompletionHook: Bool {
+        shared.onRequestComplete.withLock { $0 != nil }
+    }
+}

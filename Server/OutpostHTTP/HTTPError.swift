@@ -1,0 +1,200 @@
+// The one error type handlers throw, and the one place errors become responses.
+
+/// A value in an error's `details` object.
+public enum HTTPErrorDetail: Sendable, Hashable {
+    case int(Int)
+    case string(String)
+    case bool(Bool)
+    case ints([Int])
+    case strings([String])
+}
+
+extension HTTPErrorDetail: ExpressibleByIntegerLiteral, ExpressibleByStringLiteral, ExpressibleByBooleanLiteral {
+    public init(integerLiteral value: Int) { self = .int(value) }
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+}
+
+/// An error answered to the client with a status and the protocol's JSON error envelope
+/// (PROTOCOL.md section 2):
+///
+/// ```json
+/// {"error": {"code": "payload_too_large", "message": "...", "details": {"limit": 8388608}}}
+/// ```
+///
+/// Throw it from a handler or a pre-body check; the engine renders it in exactly one place
+/// (`HTTPError.response`). Any other error thrown by a handler becomes `500 internal_error`.
+///
+/// ```swift
+/// throw HTTPError(.conflict, code: "upload_incomplete", message: "chunks missing",
+///                 details: ["missing": .ints([3, 4])])
+/// throw HTTPError.unauthorized("token expired")   // adds WWW-Authenticate: Bearer
+/// ```
+public struct HTTPError: Error, Sendable, CustomStringConvertible {
+    /// The response status.
+    public var status: HTTPStatus
+    /// A snake_case code a program can switch over.
+    public var code: String
+    /// A sentence for people.
+    public var message: String
+    /// Extra facts (`limit`, `field`, `missing`...); omitted from the JSON when empty.
+    public var details: [String: HTTPErrorDetail]
+    /// Headers sent with the error, such as `Allow`, `WWW-Authenticate`, `Retry-After`.
+    public var headers: HTTPHeaders
+
+    /// Creates an error.
+    public init(
+        _ status: HTTPStatus, code: String, message: String,
+        details: [String: HTTPErrorDetail] = [:], headers: HTTPHeaders = HTTPHeaders()
+    ) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers = headers
+    }
+
+    public var description: String { "\(status.code) \(code): \(message)" }
+
+    // MARK: The protocol's common errors (PROTOCOL.md section 2)
+
+    /// `400 bad_request`: malformed request line, header or framing.
+    public static func badRequest(_ message: String = "malformed request") -> HTTPError {
+        HTTPError(.badRequest, code: "bad_request", message: message)
+    }
+    /// `401 unauthorized` with `WWW-Authenticate: Bearer`.
+    public static func unauthorized(_ message: String = "missing or invalid token") -> HTTPError {
+        HTTPError(.unauthorized, code: "unauthorized", message: message, headers: ["WWW-Authenticate": "Bearer"])
+    }
+    /// `403 forbidden`.
+    public static func forbidden(_ message: String = "access denied") -> HTTPError {
+        HTTPError(.forbidden, code: "forbidden", message: message)
+    }
+    /// `404 not_found`.
+    public static func notFound(_ message: String = "no such resource") -> HTTPError {
+        HTTPError(.notFound, code: "not_found", message: message)
+    }
+    /// `405 method_not_allowed` with `Allow` listing `allowed`.
+    public static func methodNotAllowed(allowed: [HTTPMethod]) -> HTTPError {
+        HTTPError(
+            .methodNotAllowed, code: "method_not_allowed", message: "method not allowed on this path",
+            headers: ["Allow": allowed.map(\.rawValue).joined(separator: ", ")])
+    }
+    /// `408 request_timeout`: headers or body too slow.
+    public static func requestTimeout(_ message: String = "request not received in time") -> HTTPError {
+        HTTPError(.requestTimeout, code: "request_timeout", message: message)
+    }
+    /// `413 payload_too_large` with `details.limit` in bytes.
+    public static func payloadTooLarge(limit: Int) -> HTTPError {
+        HTTPError(
+            .payloadTooLarge, code: "payload_too_large", message: "request body exceeds \(limit) bytes",
+            details: ["limit": .int(limit)])
+    }
+    /// `414 uri_too_long`.
+    public static func uriTooLong(limit: Int) -> HTTPError {
+        HTTPError(.uriTooLong, code: "uri_too_long", message: "request line exceeds \(limit) bytes", details: ["limit": .int(limit)])
+    }
+    /// `415 unsupported_media_type`.
+    public static func unsupportedMediaType(_ message: String) -> HTTPError {
+        HTTPError(.unsupportedMediaType, code: "unsupported_media_type", message: message)
+    }
+    /// `431 header_fields_too_large`.
+    public static func headersTooLarge(limit: Int) -> HTTPError {
+        HTTPError(
+            .requestHeaderFieldsTooLarge, code: "header_fields_too_large",
+            message: "request headers exceed \(limit) bytes", details: ["limit": .int(limit)])
+    }
+    /// `500 internal_error`: a bug; the message never reveals the underlying error.
+    public static func internalError() -> HTTPError {
+        HTTPError(.internalServerError, code: "internal_error", message: "internal server error")
+    }
+    /// `501 not_implemented`.
+    public static func notImplemented(_ message: String) -> HTTPError {
+        HTTPError(.notImplemented, code: "not_implemented", message: message)
+    }
+    /// `503 unavailable` with `Retry-After` (seconds): overload or shutdown.
+    public static func unavailable(retryAfterSeconds: Int = 1, _ message: String = "server unavailable, retry later") -> HTTPError {
+        HTTPError(.serviceUnavailable, code: "unavailable", message: message, headers: ["Retry-After": String(retryAfterSeconds)])
+    }
+    /// `505 http_version_not_supported`.
+    public static func versionNotSupported() -> HTTPError {
+        HTTPError(.httpVersionNotSupported, code: "http_version_not_supported", message: "only HTTP/1.0 and HTTP/1.1 are supported")
+    }
+
+    // MARK: Rendering: the only place an error becomes bytes
+
+    /// The error as a response: the JSON envelope, `Content-Type: application/json`, and
+    /// the error's extra headers. Every error the engine sends goes through here.
+    public var response: HTTPResponse {
+        var headers = self.headers
+        headers.replaceOrAdd(name: "Content-Type", value: "application/json")
+        if status.code == 503 && !headers.contains(name: "Retry-After") {
+            // PROTOCOL.md section 2: a 503 always says when to come back.
+            headers.add(name: "Retry-After", value: "1")
+        }
+        return HTTPResponse(status: status, headers: headers, body: .bytes(jsonEnvelope()))
+    }
+
+    /// `{"error":{"code":...,"message":...,"details":{...}}}`; detail keys sorted so the
+    /// output is stable.
+    public func jsonEnvelope() -> [UInt8] {
+        var out = JSONWriter()
+        out.raw("{\"error\":{\"code\":")
+        out.string(code)
+        out.raw(",\"message\":")
+        out.string(message)
+        if !details.isEmpty {
+            out.raw(",\"details\":{")
+            for (i, key) in details.keys.sorted().enumerated() {
+                if i > 0 { out.raw(",") }
+                out.string(key)
+                out.raw(":")
+                switch details[key]! {
+                case .int(let v): out.raw(String(v))
+                case .bool(let v): out.raw(v ? "true" : "false")
+                case .string(let v): out.string(v)
+                case .ints(let vs):
+                    out.raw("[")
+                    out.raw(vs.map(String.init).joined(separator: ","))
+                    out.raw("]")
+                case .strings(let vs):
+                    out.raw("[")
+                    for (j, v) in vs.enumerated() {
+                        if j > 0 { out.raw(",") }
+                        out.string(v)
+                    }
+                    out.raw("]")
+                }
+            }
+            out.raw("}")
+        }
+        out.raw("}}")
+        return out.bytes
+    }
+}
+
+/// Minimal JSON text writer for the error envelope (the engine has no JSON dependency).
+struct JSONWriter {
+    var bytes: [UInt8] = []
+
+    mutating func raw(_ s: String) { bytes.append(contentsOf: s.utf8) }
+
+    /// A JSON string literal with the escapes RFC 8259 section 7 requires.
+    mutating func string(_ s: String) {
+        bytes.append(0x22)
+        for c in s.utf8 {
+            switch c {
+            case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: bytes.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: bytes.append(contentsOf: [0x5C, 0x6E])
+            case 0x0D: bytes.append(contentsOf: [0x5C, 0x72])
+            case 0x09: bytes.append(contentsOf: [0x5C, 0x74])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hex[Int(c >> 4)], hex[Int(c & 0xF)]])
+            default: bytes.append(c)
+            }
+        }
+        bytes.append(0x22)
+    }
+}

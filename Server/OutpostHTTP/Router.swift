@@ -1,0 +1,188 @@
+// Path patterns with {param} segments, matched per segment after percent-decoding.
+
+/// Answers a request. Runs on Swift's concurrency pool; suspending (awaiting a
+/// continuation for a long poll, say) holds no thread. When the client disconnects while
+/// the handler runs, its task is cancelled.
+public typealias HTTPHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
+
+/// Answers a request synchronously on the event-loop thread, with no task hop: for cheap
+/// routes such as `/healthz`. **It must never block or do slow work** (no file or
+/// database I/O, no locks that may be held long): while it runs, every other connection
+/// on that loop waits.
+public typealias HTTPInlineHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
+
+/// Runs after the head is read and the route is known, before any of the body is read
+/// (and before `100 Continue` is sent): authentication, authorization, quota checks.
+/// Throw an `HTTPError` (401, 403, 413...) to answer without reading the body; the
+/// engine then discards what the client still sends (bounded) and closes.
+public typealias HTTPPreBodyCheck = @Sendable (HTTPRequestHead, _ pathParameters: [String: String]) async throws -> Void
+
+/// One registered route.
+public struct Route: Sendable {
+    enum Handler: Sendable {
+        case async(HTTPHandler)
+        case inline(HTTPInlineHandler)
+    }
+
+    /// The method it answers.
+    public let method: HTTPMethod
+    /// The pattern as registered, e.g. `/v1/spaces/{space}/push`.
+    public let pattern: String
+    /// The most body bytes (after gzip decompression) accepted; nil: the server default.
+    public let bodyLimit: Int?
+    let preBody: HTTPPreBodyCheck?
+    let handler: Handler
+    let parameterNames: [String]
+}
+
+/// The outcome of routing a request.
+enum RouteMatch: Sendable {
+    case found(Route, parameters: [String: String])
+    case failed(HTTPError)
+}
+
+/// Maps method and path to routes. Build it before starting the server:
+///
+/// ```swift
+/// var router = Router()
+/// router.add(.GET, "/healthz", inline: { _ in HTTPResponse(json: Array(#"{"status":"ok"}"#.utf8)) })
+/// router.add(.PUT, "/v1/spaces/{space}/media/uploads/{uploadId}/chunks/{index}",
+///            bodyLimit: 512 * 1024,
+///            preBody: { head, params in try auth.check(head, space: params["space"]!) }) { request in
+///     let index = request.parameter("index")!
+///     ...
+/// }
+/// ```
+///
+/// Matching: literal segments win over `{param}` segments; unknown path `404 not_found`;
+/// known path with another method `405 method_not_allowed` with `Allow` (HEAD is allowed
+/// wherever GET is and is answered by the GET route without a body). Path segments are
+/// percent-decoded before matching; a segment that decodes to something containing `/`
+/// or NUL, a `.` or `..` segment, or a bad escape is `400 bad_request`.
+public struct Router: Sendable {
+    struct Node: Sendable {
+        var literals: [String: Node] = [:]
+        var parameter: [Node] = []  // zero or one: Array gives the recursive struct indirection
+        var routes: [HTTPMethod: Route] = [:]
+    }
+
+    private var root = Node()
+
+    /// An empty router.
+    public init() {}
+
+    /// Registers an async handler.
+    /// - Parameters:
+    ///   - bodyLimit: most body bytes accepted (decompressed); nil uses
+    ///     `HTTPServerConfiguration.defaultBodyLimit`. A larger `Content-Length` is
+    ///     answered `413` before the body is read.
+    ///   - preBody: optional check run before the body is read.
+    public mutating func add(
+        _ method: HTTPMethod, _ pattern: String, bodyLimit: Int? = nil,
+        preBody: HTTPPreBodyCheck? = nil, handler: @escaping HTTPHandler
+    ) {
+        insert(method, pattern, bodyLimit: bodyLimit, preBody: preBody, handler: .async(handler))
+    }
+
+    /// Registers a synchronous handler run on the event-loop thread (see
+    /// `HTTPInlineHandler`: it must never block).
+    public mutating func add(
+        _ method: HTTPMethod, _ pattern: String, bodyLimit: Int? = nil,
+        preBody: HTTPPreBodyCheck? = nil, inline handler: @escaping HTTPInlineHandler
+    ) {
+        insert(method, pattern, bodyLimit: bodyLimit, preBody: preBody, handler: .inline(handler))
+    }
+
+    private mutating func insert(_ method: HTTPMethod, _ pattern: String, bodyLimit: Int?, preBody: HTTPPreBodyCheck?, handler: Route.Handler) {
+        precondition(pattern.hasPrefix("/"), "route pattern must start with /: \(pattern)")
+        precondition(bodyLimit.map { $0 >= 0 } ?? true, "negative body limit for \(pattern)")
+        let segments = pattern == "/" ? [] : pattern.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        var names: [String] = []
+        var kinds: [String?] = []  // nil: parameter
+        for segment in segments {
+            precondition(!segment.isEmpty, "empty segment in route pattern \(pattern)")
+            if segment.hasPrefix("{") && segment.hasSuffix("}") {
+                let name = String(segment.dropFirst().dropLast())
+                precondition(!name.isEmpty && !names.contains(name), "bad or repeated parameter in \(pattern)")
+                names.append(name)
+                kinds.append(nil)
+            } else {
+                precondition(!segment.contains("{") && !segment.contains("}"), "bad segment in route pattern \(pattern)")
+                kinds.append(String(segment))
+            }
+        }
+        let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit, preBody: preBody, handler: handler, parameterNames: names)
+        Router.insert(route, kinds: kinds[...], into: &root)
+    }
+
+    private static func insert(_ route: Route, kinds: ArraySlice<String?>, into node: inout Node) {
+        guard let first = kinds.first else {
+            precondition(node.routes[route.method] == nil, "route registered twice: \(route.method) \(route.pattern)")
+            node.routes[route.method] = route
+            return
+        }
+        if let literal = first {
+            insert(route, kinds: kinds.dropFirst(), into: &node.literals[literal, default: Node()])
+        } else {
+            if node.parameter.isEmpty { node.parameter.append(Node()) }
+            insert(route, kinds: kinds.dropFirst(), into: &node.parameter[0])
+        }
+    }
+
+    /// Routes a method and raw (still percent-encoded) path.
+    func match(method: HTTPMethod, path: String) -> RouteMatch {
+        let segments: [String]
+        switch Router.decodeSegments(path) {
+        case .failure(let e): return .failed(e)
+        case .success(let s): segments = s
+        }
+        var candidates: [(node: Node, values: [String])] = []
+        Router.collect(root, segments[...], [], into: &candidates)
+        if candidates.isEmpty { return .failed(.notFound()) }
+        for (node, values) in candidates {
+            let route = node.routes[method] ?? (method == .HEAD ? node.routes[.GET] : nil)
+            if let route {
+                var parameters: [String: String] = [:]
+                for (name, value) in zip(route.parameterNames, values) { parameters[name] = value }
+                return .found(route, parameters: parameters)
+            }
+        }
+        var allowed = Set<HTTPMethod>()
+        for (node, _) in candidates { allowed.formUnion(node.routes.keys) }
+        if allowed.contains(.GET) { allowed.insert(.HEAD) }
+        return .failed(.methodNotAllowed(allowed: allowed.sorted { $0.rawValue < $1.rawValue }))
+    }
+
+    /// Literal matches are tried before parameter matches, so `/media/uploads` beats
+    /// `/media/{mediaId}`.
+    private static func collect(_ node: Node, _ rest: ArraySlice<String>, _ values: [String], into out: inout [(node: Node, values: [String])]) {
+        guard let segment = rest.first else {
+            if !node.routes.isEmpty { out.append((node, values)) }
+            return
+        }
+        if let next = node.literals[segment] { collect(next, rest.dropFirst(), values, into: &out) }
+        if let next = node.parameter.first, !segment.isEmpty {
+            collect(next, rest.dropFirst(), values + [segment], into: &out)
+        }
+    }
+
+    /// Splits a path on `/` and percent-decodes each segment (decode-then-validate).
+    static func decodeSegments(_ path: String) -> Result<[String], HTTPError> {
+        let utf8 = Array(path.utf8)
+        guard utf8.first == UInt8(ascii: "/") else { return .failure(.badRequest("request target must be an absolute path")) }
+        if utf8.count == 1 { return .success([]) }
+        var segments: [String] = []
+        for raw in utf8[1...].split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+            guard let decoded = percentDecodePathSegment(Array(raw)) else {
+                return .failure(.badRequest("invalid percent-encoding in path"))
+            }
+            // An encoded slash or NUL would make the segment mean two things; dot segments
+            // would walk out of the route (RFC 3986 section 5.2.4) — both refused.
+            if decoded == "." || decoded == ".." || decoded.utf8.contains(UInt8(ascii: "/")) || decoded.utf8.contains(0) {
+                return .failure(.badRequest("invalid path segment"))
+            }
+            segments.append(decoded)
+        }
+        return .success(segments)
+    }
+}
