@@ -18,23 +18,30 @@ public final class OutpostApplication: Sendable {
     private let sweeper: Task<Void, Never>
 
     /// Opens the data directory (taking its lock) and the store, and builds the routes.
-    public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    public convenience init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        try self.init(settings: settings, environment: environment, mutation: nil)
+    }
+
+    /// The same with a deliberate bug switched on, for the conformance suite's mutation test.
+    @_spi(Mutants)
+    public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment, mutation: ServerMutation?) throws {
         self.settings = settings
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
         var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
         storeConfiguration.synchronous = settings.synchronous == "normal" ? .normal : .full
+        storeConfiguration.mutation = mutation
         store = try SQLiteSyncStore(configuration: storeConfiguration)
 
         let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
         let previous = (environment["OUTPOST_JWT_PREVIOUS_SECRETS"] ?? "").split(separator: ",").map { Array($0.utf8) }
-        authorizer = Authorizer(authority: JWTAuthority(secret: secret, previousSecrets: previous))
+        authorizer = Authorizer(authority: JWTAuthority(secret: secret, previousSecrets: previous, mutation: mutation))
 
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
         let notifier = store.notifier
         metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(notifier.waitingCount) }
 
-        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics)
+        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, mutation: mutation)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
                                        metricsRequireAdmin: settings.metricsRequireAdmin)
         var router = Router()

@@ -69,10 +69,18 @@ public struct JWTAuthority: Sendable {
     /// Signing key first; the others still verify (for rotating the secret without
     /// logging every device out at once).
     private let keys: [[UInt8]]
+    /// A deliberate bug for the conformance suite's mutation test; nil in production.
+    let mutation: ServerMutation?
 
     public init(secret: [UInt8], previousSecrets: [[UInt8]] = []) {
+        self.init(secret: secret, previousSecrets: previousSecrets, mutation: nil)
+    }
+
+    @_spi(Mutants)
+    public init(secret: [UInt8], previousSecrets: [[UInt8]] = [], mutation: ServerMutation?) {
         precondition(!secret.isEmpty, "a JWT secret cannot be empty")
         keys = [secret] + previousSecrets.filter { !$0.isEmpty }
+        self.mutation = mutation
     }
 
     /// Signs `claims` into a compact token.
@@ -99,7 +107,9 @@ public struct JWTAuthority: Sendable {
         // The algorithm is checked first: a token that names another algorithm is refused
         // whatever its signature (the classic `alg: none` and key-confusion attacks).
         guard case .string(let alg)? = header["alg"] else { throw .malformed("header has no alg") }
-        guard alg == "HS256" else { throw .unsupportedAlgorithm(alg) }
+        let unsigned = mutation == .acceptAlgNone && alg == "none"
+        guard alg == "HS256" || unsigned else { throw .unsupportedAlgorithm(alg) }
+        if !unsigned {
         guard let signature = Base64.decodeURL(String(parts[2])), signature.count == SHA256.byteCount else {
             throw .malformed("signature is not base64url of 32 bytes")
         }
@@ -107,6 +117,7 @@ public struct JWTAuthority: Sendable {
         var verified = false
         for key in keys where HMACSHA256.verify(signature, message: signingInput, key: key) { verified = true }
         guard verified else { throw .badSignature }
+        }
 
         guard let payloadBytes = Base64.decodeURL(String(parts[1])),
               case .object(let payload)? = try? JSONParser.parse(payloadBytes)

@@ -26,6 +26,8 @@ public final class SQLiteSyncStore: SyncStore {
         public var readers: Int = 2
         /// Most pushes combined into one transaction.
         public var maxPushesPerCommit: Int = 64
+        /// A deliberate bug for the conformance suite's mutation test; nil in production.
+        @_spi(Mutants) public var mutation: ServerMutation?
 
         public init(path: String) { self.path = path }
     }
@@ -49,6 +51,10 @@ public final class SQLiteSyncStore: SyncStore {
         let setup = try Connection(path: configuration.path)
         try setup.enableWAL(synchronous: configuration.synchronous)
         try Self.migrate(setup)
+        if configuration.mutation == .reuseSeqAfterRestart {
+            // The mutant may hand out a seq twice, which the unique index would refuse.
+            try setup.execute("DROP INDEX IF EXISTS records_seq; CREATE INDEX IF NOT EXISTS records_seq_mutant ON records(space_id, seq)")
+        }
         let epoch = try Self.ensureEpoch(setup)
         setup.close()
         self.epoch = epoch
@@ -57,13 +63,14 @@ public final class SQLiteSyncStore: SyncStore {
         let synchronous = configuration.synchronous
         let maxBatch = configuration.maxPushesPerCommit
         let notifierRef = notifier
+        let mutation = configuration.mutation
         writer = try WorkerThread<WriteJob>(
             name: "outpost-sqlite-writer", maxBatch: maxBatch,
             setup: {
                 let db = try Connection(path: path)
                 try db.enableWAL(synchronous: synchronous)
                 try db.execute("PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY")
-                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef)
+                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef, mutation: mutation)
             },
             handle: { writer, jobs in writer.handle(jobs) },
             teardown: { writer in writer.close() })
@@ -74,7 +81,7 @@ public final class SQLiteSyncStore: SyncStore {
                 setup: {
                     let db = try Connection(path: path, flags: [.readOnly])
                     try db.execute("PRAGMA cache_size=-32768; PRAGMA mmap_size=268435456")
-                    return SQLiteReader(db: db, epoch: epoch)
+                    return SQLiteReader(db: db, epoch: epoch, mutation: mutation)
                 },
                 handle: { reader, jobs in for job in jobs { job.run(reader) } },
                 teardown: { reader in reader.db.close() }))
@@ -257,13 +264,15 @@ final class SQLiteWriter {
     let db: Connection
     let epoch: Epoch
     let notifier: CommitNotifier
+    let mutation: ServerMutation?
     /// space name -> (space_id, head seq), as committed.
     private var spaces: [String: (id: Int64, head: Int64)] = [:]
 
-    init(db: Connection, epoch: Epoch, notifier: CommitNotifier) {
+    init(db: Connection, epoch: Epoch, notifier: CommitNotifier, mutation: ServerMutation?) {
         self.db = db
         self.epoch = epoch
         self.notifier = notifier
+        self.mutation = mutation
     }
 
     func close() { db.close() }
@@ -304,7 +313,7 @@ final class SQLiteWriter {
                     outcomes.append(.failure(error))
                 }
             }
-            for space in touched {
+            for space in touched where mutation != .reuseSeqAfterRestart {
                 let entry = spaces[space]!
                 try db.run("UPDATE spaces SET head_seq = ? WHERE space_id = ?", [.integer(entry.head), .integer(entry.id)])
             }
@@ -322,8 +331,12 @@ final class SQLiteWriter {
     private func spaceEntry(_ name: String) throws -> (id: Int64, head: Int64) {
         if let entry = spaces[name] { return entry }
         if let row = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(name)], { ($0.int64(0), $0.int64(1)) }) {
-            spaces[name] = (row.0, row.1)
-            return (row.0, row.1)
+            var head = row.1
+            if mutation == .reuseSeqAfterRestart {
+                head = max(0, (try db.scalarInt("SELECT max(seq) FROM records WHERE space_id = ?", [.integer(row.0)]) ?? 0) - 1)
+            }
+            spaces[name] = (row.0, head)
+            return (row.0, head)
         }
         try db.run("INSERT INTO spaces(name, head_seq) VALUES (?, 0)", [.text(name)])
         let entry = (id: db.lastInsertRowID, head: Int64(0))
@@ -346,16 +359,18 @@ final class SQLiteWriter {
             """)
         let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
 
-        for item in job.items {
+        let ordered = mutation == .applyOutOfOrder ? Array(job.items.reversed()) : job.items
+        for item in ordered {
             guard case .change(let prepared) = item else {
                 if case .rejected(let result) = item { results.append(result) }
                 continue
             }
             let change = prepared.change
             // 1. Idempotency: an applied change ID answers with its original result.
+            let remembers = mutation != .forgetIdempotency
             try findApplied.bind(int: space.id, at: 1)
             try findApplied.bind(text: change.changeId, at: 2)
-            if try findApplied.step() {
+            if remembers, try findApplied.step() {
                 let fingerprint = findApplied.blob(0)
                 let epochText = findApplied.text(1)
                 let seq = findApplied.int64(2)
@@ -389,7 +404,7 @@ final class SQLiteWriter {
                 }
             }
             findRecord.reset()
-            if !change.force {
+            if !change.force && mutation != .ignoreBaseVersion {
                 let matches: Bool
                 switch (change.baseVersion, currentSeq) {
                 case (nil, nil): matches = true
@@ -397,6 +412,10 @@ final class SQLiteWriter {
                 default: matches = false
                 }
                 if !matches {
+                    if mutation == .staleCurrentOnConflict, var stale = current, stale.version.seq > 1 {
+                        stale.version = Version(epoch: epoch, seq: stale.version.seq - 1)
+                        current = stale
+                    }
                     results.append(.conflict(change.changeId, current: current))
                     continue
                 }
@@ -422,6 +441,7 @@ final class SQLiteWriter {
             while try upsert.step() {}
             upsert.reset()
 
+            if remembers {
             try remember.bind(int: space.id, at: 1)
             try remember.bind(text: change.changeId, at: 2)
             try remember.bind(blob: prepared.fingerprint, at: 3)
@@ -430,11 +450,12 @@ final class SQLiteWriter {
             try remember.bind(int: job.now, at: 6)
             while try remember.step() {}
             remember.reset()
+            }
 
             spaces[job.space] = space
             results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq)))
         }
-        return results
+        return mutation == .applyOutOfOrder ? results.reversed() : results
     }
 
     /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time`.
@@ -457,10 +478,12 @@ final class SQLiteWriter {
 final class SQLiteReader {
     let db: Connection
     let epoch: Epoch
+    let mutation: ServerMutation?
 
-    init(db: Connection, epoch: Epoch) {
+    init(db: Connection, epoch: Epoch, mutation: ServerMutation?) {
         self.db = db
         self.epoch = epoch
+        self.mutation = mutation
     }
 
     func head(space: String) throws -> Int64 {
@@ -471,10 +494,15 @@ final class SQLiteReader {
     /// same snapshot.
     func page(_ request: PageRequest) throws -> PageData {
         try db.transaction(.deferred) {
-            guard let (spaceID, head) = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
+            guard case (let spaceID, var head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
                 return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
             }
+            if mutation == .reuseSeqAfterRestart {
+                head = try db.scalarInt("SELECT max(seq) FROM records WHERE space_id = ?", [.integer(spaceID)]) ?? 0
+            }
             var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND seq > ?"
+            if mutation == .leakOtherSpaces { sql = sql.replacingOccurrences(of: "space_id = ?", with: "(space_id = ? OR 1)") }
+            if mutation == .dropTombstones { sql += " AND deleted = 0" }
             var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
             if let collections = request.collections, !collections.isEmpty {
                 sql += " AND collection IN (" + Array(repeating: "?", count: collections.count).joined(separator: ",") + ")"
@@ -504,7 +532,7 @@ final class SQLiteReader {
                         data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7))
                 }
                 // The byte budget counts the whole encoded array; the first record always fits.
-                if count > 0 && out.count + 1 > request.maxBytes {
+                if count > 0 && out.count + 1 > request.maxBytes && mutation != .pageOverBudget {
                     out.removeSubrange(mark...)
                     hasMore = true
                     break

@@ -12,9 +12,18 @@ public final class SyncService: Sendable {
     public let metrics: Metrics
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
+    /// A deliberate bug for the conformance suite's mutation test; nil in production.
+    let mutation: ServerMutation?
 
+    public convenience init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
+                            clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+        self.init(store: store, limits: limits, authorizer: authorizer, metrics: metrics, clock: clock, mutation: nil)
+    }
+
+    @_spi(Mutants)
     public init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
-                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }, mutation: ServerMutation?) {
+        self.mutation = mutation
         self.store = store
         self.limits = limits
         self.authorizer = authorizer
@@ -47,7 +56,7 @@ public final class SyncService: Sendable {
         let value = try parseJSONBody(request.body)
         let decoded: (clientId: String, changes: [DecodedChange])
         do {
-            decoded = try PushRequest.decodeForServer(value, maxChanges: limits.maxChangesPerPush)
+            decoded = try PushRequest.decodeForServer(value, maxChanges: mutation == .ignoreMaxChangesPerPush ? Int.max : limits.maxChangesPerPush)
         } catch {
             switch error {
             case .wire(let w): throw HTTPError.invalidRequest(w)
@@ -139,7 +148,8 @@ public final class SyncService: Sendable {
         let space = try Self.space(request.pathParameters)
         let query = try pullQuery(request.head)
         let epoch = store.epoch
-        let since = query.since ?? .start(of: epoch)
+        var since = query.since ?? .start(of: epoch)
+        if mutation == .acceptForeignEpochCursor { since = Version(epoch: epoch, seq: since.seq) }
         guard since.epoch == epoch else {
             throw HTTPError(HTTPStatus(code: 409), .epochChanged, "the server's history is now epoch \(epoch); pull again from its start",
                             details: ["epoch": .string(epoch.rawValue)])
@@ -147,6 +157,7 @@ public final class SyncService: Sendable {
         let pageRequest = PageRequest(space: space, afterSeq: since.seq, limit: limits.pageLimit(requested: query.limit),
                                       maxBytes: limits.pageByteBudget(requested: query.maxBytes), collections: query.collections)
         var page = try await storeCall { try await self.store.page(pageRequest) }
+        if mutation == .acceptCursorAhead && since.seq > page.head { since = Version(epoch: epoch, seq: page.head) }
         guard since.seq <= page.head else {
             throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
                             details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])

@@ -1,0 +1,149 @@
+import Dispatch
+import Foundation
+import OutpostHTTP
+import Synchronization
+
+/// The `outpost-server` executable's commands (PROTOCOL.md section 8), kept here so the
+/// executable's `main.swift` stays one line and tests can run them in-process.
+public enum ServerApp {
+    /// Dispatches `serve`, `token` and `rotate-epoch`; returns the process exit code.
+    public static func main(arguments: [String], environment: [String: String]) async -> Int32 {
+        let rest = Array(arguments.dropFirst())
+        switch arguments.first {
+        case "serve":
+            return await serve(arguments: rest, environment: environment)
+        case "token":
+            return runAdmin { print(try AdminCommands.token(arguments: rest, environment: environment)) }
+        case "rotate-epoch":
+            return runAdmin { print(try AdminCommands.rotateEpoch(arguments: rest, environment: environment)) }
+        default:
+            printError("usage: outpost-server serve [options] | token --data DIR --sub USER --space SPACE ... | rotate-epoch --data DIR")
+            return 64
+        }
+    }
+
+    private static func runAdmin(_ body: () throws -> Void) -> Int32 {
+        do {
+            try body()
+            return 0
+        } catch let usage as AdminCommands.Usage {
+            printError("outpost-server: \(usage)")
+            return 64
+        } catch {
+            printError("outpost-server: \(error)")
+            return 1
+        }
+    }
+
+    /// The engine configuration for `settings`: host, port, loops, body limit, grace.
+    public static func httpConfiguration(_ settings: Settings) -> HTTPServerConfiguration {
+        var configuration = HTTPServerConfiguration(host: settings.host, port: settings.port)
+        if settings.eventLoops > 0 { configuration.eventLoopCount = settings.eventLoops }
+        configuration.defaultBodyLimit = settings.limits.maxRequestBytes
+        configuration.shutdownGrace = .seconds(settings.shutdownGraceSeconds)
+        return configuration
+    }
+
+    /// `outpost-server serve`: builds the application (its router holds every route),
+    /// starts the HTTP engine, prints `listening on http://HOST:PORT` once connections are
+    /// accepted, and on SIGTERM/SIGINT drains (`/readyz` turns 503, requests in flight
+    /// finish within the grace period), closes the store and returns 0.
+    public static func serve(arguments: [String], environment: [String: String]) async -> Int32 {
+        if arguments.contains("--help") || arguments.contains("-h") {
+            print(Settings.help)
+            return 0
+        }
+        let settings: Settings
+        do {
+            settings = try Settings.parse(arguments: arguments, environment: environment)
+        } catch {
+            printError("outpost-server serve: \(error)")
+            return 64
+        }
+        // Signals are routed to a dispatch source before any thread starts, so SIGTERM
+        // never takes the default action (immediate exit) while requests are in flight.
+        let signals = SignalWaiter(signals: [SIGTERM, SIGINT])
+
+        let app: OutpostApplication
+        do {
+            app = try OutpostApplication(settings: settings, environment: environment)
+        } catch {
+            printError("outpost-server serve: \(error)")
+            return 1
+        }
+        let configuration = httpConfiguration(settings)
+        let server = HTTPServer(configuration: configuration, router: app.router)
+        server.onRequestComplete = { log in app.record(log) }
+        let port: Int
+        do {
+            port = try server.start()
+        } catch {
+            printError("outpost-server serve: cannot listen on \(settings.host):\(settings.port): \(error)")
+            await app.close()
+            return 1
+        }
+        let host = settings.host.contains(":") ? "[\(settings.host)]" : settings.host
+        print("listening on http://\(host):\(port)")
+        fflush(stdout)
+
+        let signal = await signals.next()
+        Log.info("shutting down", ["signal": signal == SIGTERM ? "SIGTERM" : "SIGINT"])
+        app.operations.beginDraining()
+        await server.shutdown(grace: configuration.shutdownGrace)
+        await app.close()
+        return 0
+    }
+
+    private static func printError(_ message: String) {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+    }
+}
+
+/// Delivers SIGTERM/SIGINT to async code through dispatch signal sources (the signals'
+/// default action is turned off first).
+final class SignalWaiter: Sendable {
+    private struct State {
+        var received: [Int32] = []
+        var waiter: CheckedContinuation<Int32, Never>?
+    }
+
+    private let state = Mutex(State())
+    // DispatchSource is thread-safe (libdispatch objects may be used from any thread);
+    // the sources are only kept here to stay alive for the process's life.
+    private nonisolated(unsafe) let sources: [DispatchSourceSignal]
+
+    init(signals: [Int32]) {
+        var sources: [DispatchSourceSignal] = []
+        let state = self.state
+        for number in signals {
+            Glibc.signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                let waiter = state.withLock { s -> CheckedContinuation<Int32, Never>? in
+                    if let w = s.waiter {
+                        s.waiter = nil
+                        return w
+                    }
+                    s.received.append(number)
+                    return nil
+                }
+                waiter?.resume(returning: number)
+            }
+            source.resume()
+            sources.append(source)
+        }
+        self.sources = sources
+    }
+
+    /// Waits for the next signal.
+    func next() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { s -> Int32? in
+                if !s.received.isEmpty { return s.received.removeFirst() }
+                s.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}
