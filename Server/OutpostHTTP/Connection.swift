@@ -625,7 +625,7 @@ final class Connection {
                 progress: { _ in },
                 marker: { log, started in
                     var log = log
-                    log.duration = runner.now - started
+                    log.duration = Instant.now() - started
                     runner.report(log)
                 })
             switch result {

@@ -83,8 +83,10 @@ public enum ServerApp {
             return 1
         }
         let host = settings.host.contains(":") ? "[\(settings.host)]" : settings.host
-        print("listening on http://\(host):\(port)")
-        fflush(stdout)
+        // One line, written with a single write(2) so it is flushed before anything else:
+        // scripts and tests wait for it (PROTOCOL.md section 8).
+        let line = Array("listening on http://\(host):\(port)\n".utf8)
+        line.withUnsafeBytes { _ = Glibc.write(1, $0.baseAddress, $0.count) }
 
         let signal = await signals.next()
         Log.info("shutting down", ["signal": signal == SIGTERM ? "SIGTERM" : "SIGINT"])
@@ -102,33 +104,38 @@ public enum ServerApp {
 /// Delivers SIGTERM/SIGINT to async code through dispatch signal sources (the signals'
 /// default action is turned off first).
 final class SignalWaiter: Sendable {
-    private struct State {
-        var received: [Int32] = []
-        var waiter: CheckedContinuation<Int32, Never>?
+    private final class Mailbox: Sendable {
+        struct State {
+            var received: [Int32] = []
+            var waiter: CheckedContinuation<Int32, Never>?
+        }
+        let state = Mutex(State())
+
+        func deliver(_ number: Int32) {
+            let waiter = state.withLock { s -> CheckedContinuation<Int32, Never>? in
+                if let w = s.waiter {
+                    s.waiter = nil
+                    return w
+                }
+                s.received.append(number)
+                return nil
+            }
+            waiter?.resume(returning: number)
+        }
     }
 
-    private let state = Mutex(State())
-    // DispatchSource is thread-safe (libdispatch objects may be used from any thread);
-    // the sources are only kept here to stay alive for the process's life.
+    private let mailbox = Mailbox()
+    // DispatchSource objects are thread-safe (libdispatch allows use from any thread), and
+    // after init this array is only read; it exists to keep the sources alive.
     private nonisolated(unsafe) let sources: [DispatchSourceSignal]
 
     init(signals: [Int32]) {
         var sources: [DispatchSourceSignal] = []
-        let state = self.state
+        let mailbox = self.mailbox
         for number in signals {
             Glibc.signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler {
-                let waiter = state.withLock { s -> CheckedContinuation<Int32, Never>? in
-                    if let w = s.waiter {
-                        s.waiter = nil
-                        return w
-                    }
-                    s.received.append(number)
-                    return nil
-                }
-                waiter?.resume(returning: number)
-            }
+            source.setEventHandler { mailbox.deliver(number) }
             source.resume()
             sources.append(source)
         }
@@ -138,7 +145,7 @@ final class SignalWaiter: Sendable {
     /// Waits for the next signal.
     func next() async -> Int32 {
         await withCheckedContinuation { continuation in
-            let ready = state.withLock { s -> Int32? in
+            let ready = mailbox.state.withLock { s -> Int32? in
                 if !s.received.isEmpty { return s.received.removeFirst() }
                 s.waiter = continuation
                 return nil

@@ -1,1 +1,6 @@
+// outpost-server: serve | token | rotate-epoch (PROTOCOL.md section 8). The commands live
+// in OutpostServer.ServerApp so tests can run them in-process.
+import Foundation
 import OutpostServer
+
+exit(await ServerApp.main(arguments: Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment))
