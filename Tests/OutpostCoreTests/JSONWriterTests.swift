@@ -20,6 +20,57 @@ private func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8
         #expect(text(JSONValue.string("\u{1F}x\u{1A}").encoded()) == #""\u001fx\u001a""#)
     }
 
+    /// Escaping written the slow, obvious way, to check the word-at-a-time writer against.
+    static func referenceEscape(_ string: String) -> String {
+        var out: [UInt8] = [UInt8(ascii: "\"")]
+        for byte in string.utf8 {
+            switch byte {
+            case 0x22: out += Array(#"\""#.utf8)
+            case 0x5C: out += Array(#"\\"#.utf8)
+            case 0x08: out += Array(#"\b"#.utf8)
+            case 0x0C: out += Array(#"\f"#.utf8)
+            case 0x0A: out += Array(#"\n"#.utf8)
+            case 0x0D: out += Array(#"\r"#.utf8)
+            case 0x09: out += Array(#"\t"#.utf8)
+            case 0..<0x10: out += Array(#"\u000"#.utf8) + Array(String(byte, radix: 16).utf8)
+            case 0x10..<0x20: out += Array(#"\u00"#.utf8) + Array(String(byte, radix: 16).utf8)
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    @Test func escapesAtEveryPositionOfTheWordScan() {
+        for special in ["\"", "\\", "\n", "\u{1}", "é", "\u{7F}", "😀"] {
+            for length in 0...24 {
+                for position in 0...length {
+                    var input = String(repeating: "a", count: length)
+                    input.insert(contentsOf: special, at: input.index(input.startIndex, offsetBy: position))
+                    let expected = JSONWriterTests.referenceEscape(input)
+                    #expect(text(JSONValue.string(input).encoded()) == expected)
+                    var bytes: [UInt8] = []
+                    JSONWriter.appendString(input, to: &bytes)
+                    #expect(String(decoding: bytes, as: UTF8.self) == expected)
+                }
+            }
+        }
+    }
+
+    @Test func canonicalOrderForManyKeysAndSharedPrefixes() throws {
+        var keys = (0..<40).map { "k\(($0 * 7919) % 40)" }
+        keys += ["prefix__", "prefix__a", "prefix__\u{0}", "prefix_", "prefix__b", "prefiy", "p", "", "é", "\u{7F}"]
+        for count in [2, 3, 8, 16, 17, keys.count] {
+            let chosen = Array(keys.prefix(count).reversed())
+            let object = JSONObject(chosen.map { ($0, JSONValue.string($0)) })
+            let sorted = chosen.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+            let expected = "{" + sorted.map { "\(JSONWriterTests.referenceEscape($0)):\(JSONWriterTests.referenceEscape($0))" }
+                .joined(separator: ",") + "}"
+            #expect(text(JSONValue.object(object).encoded(canonical: true)) == expected)
+            #expect(try JSONParser.parse(JSONValue.object(object).encoded(canonical: true)).objectValue?.keys == sorted)
+        }
+    }
+
     @Test func compactOutputKeepsOrderAndLexemes() throws {
         let value: JSONValue = [
             "z": 1, "a": [true, false, nil, 1.5, -0.25], "m": ["y": "Y", "b": "B"],

@@ -16,10 +16,22 @@ public struct JSONObject: Sendable {
     /// One member.
     public typealias Element = (key: String, value: JSONValue)
 
+    /// How members are stored: a struct rather than the public tuple, so arrays of members
+    /// get specialized copy and destroy code instead of the runtime's generic tuple paths.
+    @usableFromInline
+    struct Member: Sendable {
+        @usableFromInline var key: String
+        @usableFromInline var value: JSONValue
+        @inlinable init(key: String, value: JSONValue) {
+            self.key = key
+            self.value = value
+        }
+    }
+
     /// Objects with more members than this get a hash index.
     static let indexThreshold = 12
 
-    @usableFromInline var members: [Element]
+    @usableFromInline var members: [Member]
     /// Key → position in `members`; `nil` while `members.count <= indexThreshold`.
     @usableFromInline var index: [UTF8Key: Int]?
 
@@ -32,20 +44,32 @@ public struct JSONObject: Sendable {
     /// An object with `pairs` in order. Keys must be distinct: a repeated key is a
     /// programming error and traps (use `subscript(_:)` to merge).
     public init(_ pairs: some Sequence<(String, JSONValue)>) {
-        self.init()
-        for (key, value) in pairs {
-            precondition(self.index(forKey: key) == nil, "JSONObject: duplicate key \"\(key)\"")
-            append(key: key, value: value)
+        var members: [Member] = []
+        members.reserveCapacity(pairs.underestimatedCount)
+        for (key, value) in pairs { members.append(Member(key: key, value: value)) }
+        if members.count > JSONObject.indexThreshold {
+            let index = JSONObject.buildIndex(members)
+            precondition(index.count == members.count, "JSONObject: duplicate keys in \(members.map(\.key))")
+            self.init(uncheckedMembers: members, index: index)
+        } else {
+            members.withUnsafeBufferPointer { members in
+                for later in members.indices {
+                    for earlier in 0..<later where utf8Equal(members[earlier].key, members[later].key) {
+                        preconditionFailure("JSONObject: duplicate key \"\(members[later].key)\"")
+                    }
+                }
+            }
+            self.init(uncheckedMembers: members, index: nil)
         }
     }
 
     /// Builds from members the parser has already checked for duplicates.
-    init(uncheckedMembers: [Element], index: [UTF8Key: Int]?) {
+    init(uncheckedMembers: [Member], index: [UTF8Key: Int]?) {
         members = uncheckedMembers
         self.index = uncheckedMembers.count > JSONObject.indexThreshold ? index ?? JSONObject.buildIndex(uncheckedMembers) : nil
     }
 
-    static func buildIndex(_ members: [Element]) -> [UTF8Key: Int] {
+    static func buildIndex(_ members: [Member]) -> [UTF8Key: Int] {
         var index = [UTF8Key: Int](minimumCapacity: members.count)
         for (position, member) in members.enumerated() { index[UTF8Key(member.key)] = position }
         return index
@@ -64,16 +88,14 @@ public struct JSONObject: Sendable {
     public var values: [JSONValue] { members.map(\.value) }
 
     /// The members in order.
-    public var elements: [Element] { members }
+    public var elements: [Element] { members.map { ($0.key, $0.value) } }
 
     /// The position of `key` in the member order, or `nil`.
     public func index(forKey key: String) -> Int? {
         if let index { return index[UTF8Key(key)] }
-        let count = key.utf8.count
-        for position in members.indices where members[position].key.utf8.count == count {
-            if utf8Equal(members[position].key, key) { return position }
+        return members.withUnsafeBufferPointer { members in
+            members.firstIndex { utf8Equal($0.key, key) }  // compares lengths first
         }
-        return nil
     }
 
     /// The value for `key`, or `nil` when absent. Setting a value replaces it in place or
@@ -106,17 +128,12 @@ public struct JSONObject: Sendable {
     }
 
     private mutating func append(key: String, value: JSONValue) {
-        members.append((key, value))
+        members.append(Member(key: key, value: value))
         if index != nil {
             index![UTF8Key(key)] = members.count - 1
         } else if members.count > JSONObject.indexThreshold {
             index = JSONObject.buildIndex(members)
         }
-    }
-
-    /// The members sorted by key bytes (the canonical order).
-    var sortedMembers: [Element] {
-        members.sorted { utf8Less($0.key, $1.key) }
     }
 }
 
@@ -126,15 +143,18 @@ extension JSONObject: RandomAccessCollection {
     /// `count`.
     public var endIndex: Int { members.count }
     /// The member at `position`.
-    public subscript(position: Int) -> Element { members[position] }
+    public subscript(position: Int) -> Element {
+        let member = members[position]
+        return (member.key, member.value)
+    }
 }
 
 extension JSONObject: Hashable {
     /// Same keys (byte for byte) with equal values, in any order.
     public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool {
         guard lhs.count == rhs.count else { return false }
-        for (key, value) in lhs.members {
-            guard let other = rhs[key], other == value else { return false }
+        for member in lhs.members {
+            guard let other = rhs[member.key], other == member.value else { return false }
         }
         return true
     }
@@ -142,10 +162,10 @@ extension JSONObject: Hashable {
     /// Order-independent: member hashes are combined by addition.
     public func hash(into hasher: inout Hasher) {
         var sum: UInt = 0
-        for (key, value) in members {
+        for member in members {
             var memberHasher = Hasher()
-            utf8Hash(key, into: &memberHasher)
-            value.hash(into: &memberHasher)
+            utf8Hash(member.key, into: &memberHasher)
+            member.value.hash(into: &memberHasher)
             sum &+= UInt(bitPattern: memberHasher.finalize())
         }
         hasher.combine(members.count)

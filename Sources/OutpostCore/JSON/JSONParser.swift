@@ -138,9 +138,20 @@ struct MoveStack<Element>: ~Copyable {
         capacity = newCapacity
     }
 
-    /// The element at `position` (borrowed for reading).
+    /// Calls `body` with the elements from `start` to the top, borrowed.
     @inline(__always)
-    func element(at position: Int) -> Element { base[position] }
+    func withElements<R>(from start: Int, _ body: (UnsafeBufferPointer<Element>) -> R) -> R {
+        body(UnsafeBufferPointer(start: base + start, count: count - start))
+    }
+
+    /// Pops the elements from `start` to the top without deinitializing them: the caller
+    /// must move every one of them out of the returned buffer before the next `push`.
+    @inline(__always)
+    mutating func detach(from start: Int) -> UnsafeMutableBufferPointer<Element> {
+        let detached = UnsafeMutableBufferPointer(start: base + start, count: count - start)
+        count = start
+        return detached
+    }
 
     /// Moves the elements from `start` to the top into an array.
     mutating func popArray(from start: Int) -> [Element] {
@@ -153,13 +164,6 @@ struct MoveStack<Element>: ~Copyable {
         }
     }
 
-    /// Moves the elements from `start` to the top out, one by one, in order.
-    @inline(__always)
-    mutating func moveOut(from start: Int, _ body: (consuming Element) -> Void) {
-        let moved = count - start
-        count = start
-        for offset in 0..<moved { body((base + start + offset).move()) }
-    }
 }
 
 /// The enclosing container while a nested one is parsed.
@@ -276,16 +280,15 @@ struct ParseState: ~Copyable {
                 }
                 if inObject && next == UInt8(ascii: "}") {
                     position += 1
-                    let count = values.count - valuesStart
-                    var members: [JSONObject.Element] = []
-                    members.reserveCapacity(count)
-                    var memberValues: [JSONValue] = []
-                    memberValues.reserveCapacity(count)
-                    values.moveOut(from: valuesStart) { memberValues.append($0) }
-                    var index = 0
-                    keys.moveOut(from: keysStart) { key in
-                        members.append((key, memberValues[index]))
-                        index += 1
+                    let memberValues = values.detach(from: valuesStart)
+                    let memberKeys = keys.detach(from: keysStart)
+                    let members = [JSONObject.Member](unsafeUninitializedCapacity: memberValues.count) {
+                        buffer, initialized in
+                        for index in memberValues.indices {
+                            buffer.initializeElement(at: index, to: JSONObject.Member(
+                                key: memberKeys.moveElement(from: index), value: memberValues.moveElement(from: index)))
+                        }
+                        initialized = memberValues.count
                     }
                     value = .object(JSONObject(uncheckedMembers: members, index: keyIndex))
                 } else if !inObject && next == UInt8(ascii: "]") {
@@ -317,18 +320,15 @@ struct ParseState: ~Copyable {
                 throw JSONError(.duplicateKey(key), at: keyOffset)
             }
         } else {
-            let length = key.utf8.count
-            var position = keysStart
-            while position < keys.count {
-                let other = keys.element(at: position)
-                if other.utf8.count == length && utf8Equal(other, key) {
-                    throw JSONError(.duplicateKey(key), at: keyOffset)
-                }
-                position += 1
+            let duplicate = keys.withElements(from: keysStart) { others in
+                others.contains { utf8Equal($0, key) }  // compares lengths first
             }
+            if duplicate { throw JSONError(.duplicateKey(key), at: keyOffset) }
             if existing + 1 > JSONObject.indexThreshold {
                 var index = [UTF8Key: Int](minimumCapacity: 2 * JSONObject.indexThreshold)
-                for position in keysStart..<keys.count { index[UTF8Key(keys.element(at: position))] = position - keysStart }
+                keys.withElements(from: keysStart) { others in
+                    for position in others.indices { index[UTF8Key(others[position])] = position }
+                }
                 index[UTF8Key(key)] = existing
                 keyIndex = index
             }

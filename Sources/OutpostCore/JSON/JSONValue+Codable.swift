@@ -99,7 +99,7 @@ extension JSONObject: Codable {
     /// Encodes as a keyed container, members in order.
     public func encode(to encoder: any Encoder) throws {
         var keyed = encoder.container(keyedBy: AnyCodingKey.self)
-        for (key, value) in members { try keyed.encode(value, forKey: AnyCodingKey(stringValue: key)) }
+        for member in members { try keyed.encode(member.value, forKey: AnyCodingKey(stringValue: member.key)) }
     }
 }
 

@@ -90,9 +90,9 @@ extension JSONValue {
 
     /// The compact (or, with `canonical`, key-sorted) JSON text of this value as UTF-8.
     public func encoded(canonical: Bool = false) -> [UInt8] {
-        var bytes: [UInt8] = []
-        JSONWriter.append(self, to: &bytes, canonical: canonical)
-        return bytes
+        var output = JSONOutput(capacity: 256)
+        JSONWriter.write(self, to: &output, canonical: canonical)
+        return output.withBytes { Array($0) }
     }
 }
 

@@ -6,15 +6,23 @@
 // check reject valid objects and let a lookup return the wrong member), so JSON compares
 // and hashes the UTF-8 bytes.
 
+/// Calls `body` with the string's UTF-8 bytes, without copying the string when it is native
+/// (always, on Linux; `withUTF8` would need a mutable copy and so a retain/release pair).
+@inline(__always)
+@usableFromInline
+func withUTF8Bytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+    if let result = string.utf8.withContiguousStorageIfAvailable(body) { return result }
+    var copy = string
+    return copy.withUTF8(body)
+}
+
 @inline(__always)
 @usableFromInline
 func utf8Equal(_ lhs: String, _ rhs: String) -> Bool {
     let count = lhs.utf8.count
     guard count == rhs.utf8.count else { return false }
-    var lhs = lhs
-    var rhs = rhs
-    return lhs.withUTF8 { a in
-        rhs.withUTF8 { b in
+    return withUTF8Bytes(lhs) { a in
+        withUTF8Bytes(rhs) { b in
             var i = 0
             while i < count {
                 if a[i] != b[i] { return false }
@@ -28,10 +36,8 @@ func utf8Equal(_ lhs: String, _ rhs: String) -> Bool {
 /// Whether `lhs` sorts before `rhs` by UTF-8 bytes (the canonical key order).
 @usableFromInline
 func utf8Less(_ lhs: String, _ rhs: String) -> Bool {
-    var lhs = lhs
-    var rhs = rhs
-    return lhs.withUTF8 { a in
-        rhs.withUTF8 { b in
+    withUTF8Bytes(lhs) { a in
+        withUTF8Bytes(rhs) { b in
             let n = min(a.count, b.count)
             var i = 0
             while i < n {
@@ -46,8 +52,7 @@ func utf8Less(_ lhs: String, _ rhs: String) -> Bool {
 @inline(__always)
 @usableFromInline
 func utf8Hash(_ string: String, into hasher: inout Hasher) {
-    var string = string
-    string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    withUTF8Bytes(string) { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
     hasher.combine(0xFF as UInt8)  // terminator: never a UTF-8 byte, keeps ("ab","c") != ("a","bc")
 }
 
