@@ -62,7 +62,7 @@ let package = Package(
         // MARK: Benchmarks
         .executableTarget(
             name: "outpost-bench",
-            dependencies: ["OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto"],
+            dependencies: ["OutpostCore", "OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto"],
             path: "Benchmarks/outpost-bench", swiftSettings: swiftSettings),
 
         // MARK: Tests
