@@ -17,17 +17,18 @@
 ///
 /// Why no "raw span" mode for the push hot path (PROTOCOL.md section 4): the server must
 /// hash a canonical (key-sorted) form of every change's `data`, which needs the parsed tree
-/// anyway, and re-encoding compact bytes from that tree costs little next to parsing
-/// (measured by `outpost-bench json`: parse, then compact plus canonical writes of every
-/// `data`, stays well above the 150,000 changes/s the server needs). So the server parses
-/// the body once and writes `data` with `JSONWriter`; stored bytes are then compact and
-/// normalized (escapes like `\u0061` or `\/` become their shortest form), never the
+/// anyway; keeping the sender's bytes would only save the compact write of `data`.
+/// `outpost-bench json` measured that write at 11-14% of parse + store + fingerprint
+/// (500 changes of ~200-byte `data`: about 180,000-200,000 changes/s on one core, parsing
+/// 40-46% of it), too little to justify a second parse mode and a span field on every
+/// object. So the server parses the body once and writes `data` with `JSONWriter`: stored
+/// bytes are compact and normalized (`\u0061` and `\/` become `a` and `/`), never the
 /// sender's whitespace.
 public struct JSONParser: Sendable {
     /// The deepest nesting of arrays and objects accepted; `[]` is depth 1, a scalar 0.
     /// At most 1,000 (values are released and written recursively, so trees must stay
     /// shallow enough for any thread's stack).
-    public var maxDepth: Int
+    public let maxDepth: Int
 
     /// The hard upper bound for `maxDepth`.
     public static let depthCeiling = 1_000
