@@ -466,7 +466,9 @@ final class Connection {
     /// the rest of the body is discarded (bounded) and the connection closed, because
     /// the client may or may not still send it (PROTOCOL.md section 2).
     private func respondEarly(_ error: HTTPError, _ r: RequestState) {
-        if !r.hasBody && r.phase != .handling {
+        // A malformed request (400) closes the connection whatever its framing: the
+        // client is confused, and nothing it sends next can be trusted.
+        if !r.hasBody && r.phase != .handling && error.status != .badRequest {
             // Consume the parser's end of this bodiless request so the next one parses cleanly.
             let (event, _) = parser.parse(UnsafeBufferPointer(start: nil, count: 0))
             if case .end = event {
