@@ -14,6 +14,7 @@ public final class OutpostApplication: Sendable {
     public let authorizer: Authorizer
     public let sync: SyncService
     public let operations: OperationsService
+    public let media: MediaService
     public let router: Router
     private let sweeper: Task<Void, Never>
 
@@ -44,9 +45,15 @@ public final class OutpostApplication: Sendable {
         sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, mutation: mutation)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
                                        metricsRequireAdmin: settings.metricsRequireAdmin)
+        var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath, mediaDirectory: dataDirectory.mediaPath)
+        mediaConfiguration.synchronous = storeConfiguration.synchronous
+        media = MediaService(store: try MediaStore(configuration: mediaConfiguration), limits: settings.limits, authorizer: authorizer,
+                             metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours, mutation: mutation)
         var router = Router()
         operations.register(&router)
         sync.register(&router)
+        media.register(&router)
+        media.startSweeper()
         self.router = router
 
         // Forget applied change ids older than the retention, at start and every hour.
@@ -99,6 +106,7 @@ public final class OutpostApplication: Sendable {
     /// Stops background work and closes the store.
     public func close() async {
         sweeper.cancel()
+        await media.close()
         await store.close()
     }
 }

@@ -1,0 +1,234 @@
+import Foundation
+import OutpostCrypto
+
+/// The media bytes under the data directory, and the blocking file operations on them.
+///
+/// ```
+/// DATA/media/
+///   uploads/<uploadId>             an open upload's bytes: chunk i at offset i × chunkSize
+///                                  (sparse until every chunk is in); the temporary file
+///                                  finalize checks, fsyncs and renames
+///   spaces/<space>/<aa>/<sha256>   a published file, named by its SHA-256 (aa: its first
+///                                  two hex digits, so no directory holds millions)
+/// ```
+///
+/// Paths are built only from `SpaceName`, `MediaID` and `UploadID`, each validated when
+/// made, so no request text reaches the file system. Every method blocks: call them on the
+/// media store's file threads, never on Swift's concurrency pool.
+struct MediaFiles: Sendable {
+    /// `DATA/media`.
+    let root: String
+
+    var uploadsDirectory: String { root + "/uploads" }
+    var spacesDirectory: String { root + "/spaces" }
+
+    /// The temporary file that collects an upload's chunks.
+    func partPath(_ id: UploadID) -> String { uploadsDirectory + "/" + id.rawValue }
+
+    /// A published file's directory.
+    func mediaDirectory(space: SpaceName, id: MediaID) -> String {
+        spacesDirectory + "/" + space.rawValue + "/" + id.prefix
+    }
+
+    /// A published file.
+    func mediaPath(space: SpaceName, id: MediaID) -> String {
+        mediaDirectory(space: space, id: id) + "/" + id.rawValue
+    }
+
+    /// Creates `media/`, `media/uploads/` and `media/spaces/` when absent (mode 0700).
+    func prepare() throws {
+        try ensureDirectory(root)
+        try ensureDirectory(uploadsDirectory)
+        try ensureDirectory(spacesDirectory)
+    }
+
+    // MARK: Chunks
+
+    /// Writes a chunk's bytes at `offset` of the upload's file (created when absent). Not
+    /// fsynced: a chunk counts as received only once recorded in the store, and finalize
+    /// fsyncs the whole file (and verifies every chunk against its recorded digest if the
+    /// file's hash is wrong), so a power loss costs a resend, never a bad file.
+    func writeChunk(_ id: UploadID, offset: Int64, bytes: [UInt8]) throws {
+        let path = partPath(id)
+        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw MediaIOError("open", path) }
+        defer { close(fd) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { raw in
+                pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset) + off_t(written))
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw MediaIOError("pwrite", path)
+            }
+            written += n
+        }
+    }
+
+    /// Starts writing the upload's file back to disk now (fdatasync), so that finalize's
+    /// own fsync has little left to wait for. Missing files are ignored.
+    func flush(_ id: UploadID) {
+        let fd = open(partPath(id), O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = fdatasync(fd)
+        close(fd)
+    }
+
+    /// Removes an upload's file; a missing file is fine.
+    func removePart(_ id: UploadID) {
+        unlink(partPath(id))
+    }
+
+    /// Every upload file's id (names that are not upload ids are left alone).
+    func partFileIDs() -> [UploadID] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: uploadsDirectory)) ?? []
+        return names.compactMap(UploadID.init)
+    }
+
+    // MARK: Finalize
+
+    /// What finalize found.
+    enum FinalizeOutcome: Equatable, Sendable {
+        /// The file's hash matched; it was fsynced and renamed into place.
+        case published
+        /// The upload's file is gone but the published file exists: an earlier finalize
+        /// renamed it and stopped before its store row was written.
+        case alreadyPublished
+        /// Every chunk is as recorded, but the whole file's SHA-256 is `actual`, not the
+        /// declared one.
+        case checksumMismatch(actual: String)
+        /// These chunks' bytes differ from the digests recorded when they arrived (lost in
+        /// a power failure, say): they must be sent again.
+        case damagedChunks([Int])
+    }
+
+    /// Checks the upload's file against the declared hash, then publishes it atomically:
+    /// fsync the file, rename it to `spaces/<space>/<aa>/<sha256>`, fsync the directory.
+    /// Until the rename the published path does not exist; after it, it names the whole,
+    /// checked file. A kill at any point leaves one or the other.
+    ///
+    /// - Parameters:
+    ///   - digests: each chunk's recorded SHA-256, by index (all `chunkCount` of them).
+    ///   - verifyHash: false only for the mutation test's `skipWholeFileHash`.
+    func finalize(
+        _ id: UploadID, space: SpaceName, media: MediaID, size: Int64, chunkSize: Int,
+        digests: [[UInt8]], verifyHash: Bool
+    ) throws -> FinalizeOutcome {
+        let part = partPath(id)
+        let final = mediaPath(space: space, id: media)
+        var fd = open(part, O_RDWR | O_CLOEXEC)
+        if fd < 0 {
+            guard errno == ENOENT else { throw MediaIOError("open", part) }
+            if access(final, F_OK) == 0 { return .alreadyPublished }
+            if size > 0 { return .damagedChunks(Array(digests.indices)) }
+            // An empty file has no chunk that would have created its file.
+            fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw MediaIOError("open", part) }
+        }
+        defer { if fd >= 0 { close(fd) } }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw MediaIOError("fstat", part) }
+        if Int64(status.st_size) > size {
+            // Only a chunk sent for the wrong index could do this; the hash decides below,
+            // but the file must not carry bytes past its end.
+            guard ftruncate(fd, off_t(size)) == 0 else { throw MediaIOError("ftruncate", part) }
+        }
+        if verifyHash {
+            _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
+            let actual = try hashFile(fd, path: part, length: size)
+            if actual != media.rawValue {
+                let damaged = try damagedChunks(fd, path: part, size: size, chunkSize: chunkSize, digests: digests)
+                return damaged.isEmpty ? .checksumMismatch(actual: actual) : .damagedChunks(damaged)
+            }
+        }
+        guard fsync(fd) == 0 else { throw MediaIOError("fsync", part) }
+        close(fd)
+        fd = -1
+        let directory = mediaDirectory(space: space, id: media)
+        try ensureDirectory(spacesDirectory + "/" + space.rawValue)
+        try ensureDirectory(directory)
+        // rename(2) is atomic: the published name appears whole or not at all. Replacing a
+        // file published by another upload of the same content is harmless: same bytes.
+        guard rename(part, final) == 0 else { throw MediaIOError("rename", part) }
+        try syncDirectory(directory)
+        try syncDirectory(uploadsDirectory)
+        return .published
+    }
+
+    /// SHA-256 of the first `length` bytes, read sequentially in 1 MiB pieces (bounded
+    /// memory; a short file hashes short and so fails the comparison).
+    private func hashFile(_ fd: Int32, path: String, length: Int64) throws -> String {
+        var hasher = SHA256()
+        try readRange(fd, path: path, offset: 0, length: length) { hasher.update($0) }
+        return Hex.encode(hasher.finalize())
+    }
+
+    /// The indexes of chunks whose bytes no longer hash to their recorded digest.
+    private func damagedChunks(_ fd: Int32, path: String, size: Int64, chunkSize: Int, digests: [[UInt8]]) throws -> [Int] {
+        var damaged: [Int] = []
+        for (index, digest) in digests.enumerated() {
+            let offset = Int64(index) * Int64(chunkSize)
+            let length = min(Int64(chunkSize), size - offset)
+            var hasher = SHA256()
+            try readRange(fd, path: path, offset: offset, length: length) { hasher.update($0) }
+            if hasher.finalize() != digest { damaged.append(index) }
+        }
+        return damaged
+    }
+
+    /// Reads `length` bytes from `offset` in pieces, stopping early at the end of the file.
+    private func readRange(_ fd: Int32, path: String, offset: Int64, length: Int64, _ body: (UnsafeRawBufferPointer) -> Void) throws {
+        let pieceSize = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: pieceSize, alignment: 4096)
+        defer { buffer.deallocate() }
+        var done: Int64 = 0
+        while done < length {
+            let want = Int(min(Int64(pieceSize), length - done))
+            let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw MediaIOError("pread", path)
+            }
+            if n == 0 { return }
+            body(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            done += Int64(n)
+        }
+    }
+
+    // MARK: Directories
+
+    /// Creates a directory (mode 0700) when absent; when it was created, fsyncs its parent
+    /// so the new entry survives a power loss.
+    private func ensureDirectory(_ path: String) throws {
+        if mkdir(path, 0o700) == 0 {
+            try syncDirectory((path as NSString).deletingLastPathComponent)
+            return
+        }
+        guard errno == EEXIST else { throw MediaIOError("mkdir", path) }
+    }
+
+    /// fsync(2) on a directory: makes the entries created or renamed in it durable.
+    private func syncDirectory(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw MediaIOError("open", path) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw MediaIOError("fsync", path) }
+    }
+}
+
+/// A failed file operation, with errno. The service answers it `503 unavailable` (the
+/// disk may be full or failing); the message names the path for the log only.
+struct MediaIOError: Error, CustomStringConvertible {
+    let operation: String
+    let path: String
+    let code: Int32
+
+    init(_ operation: String, _ path: String, errno code: Int32 = errno) {
+        self.operation = operation
+        self.path = path
+        self.code = code
+    }
+
+    var description: String { "\(operation) \(path): \(String(cString: strerror(code)))" }
+}
