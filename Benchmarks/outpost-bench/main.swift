@@ -1,1 +1,35 @@
-import OutpostServer
+// outpost-bench <area> [options]: measurements that back the goals in docs/benchmarks.md.
+// Run them on a release build: `swift run -c release outpost-bench <area>`.
+import Foundation
+
+let usage = """
+    usage: outpost-bench <area> [options]
+
+    areas:
+      http     the HTTP engine: /healthz under wrk next to nginx, and 10,000 idle connections
+      json     OutpostCore's JSON parser and writer next to Foundation
+      push, pull, client, media   (not written yet)
+
+    `outpost-bench <area> --help` lists an area's options.
+    """
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+do {
+    switch arguments.first {
+    case "http":
+        try await HTTPBench.run(arguments: Array(arguments.dropFirst()))
+    case "json":
+        try await JSONBench.run(arguments: Array(arguments.dropFirst()))
+    case "push", "pull", "client", "media":
+        FileHandle.standardError.write(Data("outpost-bench \(arguments[0]): not written yet\n".utf8))
+        exit(64)
+    case "-h", "--help", "help":
+        print(usage)
+    default:
+        FileHandle.standardError.write(Data((usage + "\n").utf8))
+        exit(64)
+    }
+} catch {
+    FileHandle.standardError.write(Data("outpost-bench: \(error)\n".utf8))
+    exit(1)
+}

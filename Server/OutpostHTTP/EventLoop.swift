@@ -31,12 +31,27 @@ final class ServerShared: Sendable {
     let router: Router
     let openConnections = Atomic<Int>(0)
     let runningLoops = Atomic<Int>(0)
-    let onRequestComplete = Mutex<(@Sendable (HTTPRequestLog) -> Void)?>(nil)
+    /// The completion hook, boxed: a bare closure in a Mutex is re-wrapped in a
+    /// reabstraction thunk on every `withLock` (the inout access writes it back), so the
+    /// chain grew with each request until the stack overflowed. A class reference is
+    /// read as is.
+    let onRequestComplete = Mutex<CompletionHook?>(nil)
 
     init(configuration: HTTPServerConfiguration, router: Router) {
         self.configuration = configuration
         self.router = router
     }
+
+    /// The hook now (loop threads read it for every finished request).
+    func completionHook() -> CompletionHook? {
+        onRequestComplete.withLock { $0 }
+    }
+}
+
+/// Holds the request-completion callback.
+final class CompletionHook: Sendable {
+    let call: @Sendable (HTTPRequestLog) -> Void
+    init(_ call: @escaping @Sendable (HTTPRequestLog) -> Void) { self.call = call }
 }
 
 /// The thread-safe face of a loop: its epoll and wake-up fds and its inbox.
@@ -350,11 +365,10 @@ final class LoopRunner {
     }
 
     func report(_ log: HTTPRequestLog) {
-        guard let hook = shared.onRequestComplete.withLock({ $0 }) else { return }
-        hook(log)
+        shared.completionHook()?.call(log)
     }
 
     var hasCompletionHook: Bool {
-        shared.onRequestComplete.withLock { $0 != nil }
+        shared.completionHook() != nil
     }
 }

@@ -31,7 +31,7 @@ public final class HTTPServer: Sendable {
 
     /// The configuration the server was created with.
     public let configuration: HTTPServerConfiguration
-    private let shared: ServerShared
+    let shared: ServerShared
     private let state = Mutex(State.idle)
 
     /// Creates a server; nothing is bound until `start()`.
@@ -107,8 +107,8 @@ public final class HTTPServer: Sendable {
     /// status 0 when the connection ended first. Runs on an event-loop thread: keep it
     /// short and non-blocking. Set it before or after `start()`.
     public var onRequestComplete: (@Sendable (HTTPRequestLog) -> Void)? {
-        get { shared.onRequestComplete.withLock { $0 } }
-        set { shared.onRequestComplete.withLock { $0 = newValue } }
+        get { shared.onRequestComplete.withLock { $0?.call } }
+        set { shared.onRequestComplete.withLock { $0 = newValue.map(CompletionHook.init) } }
     }
 
     /// Graceful shutdown: stop accepting at once; requests in flight finish (their

@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 @testable import OutpostHTTP
 
@@ -124,6 +125,21 @@ struct RouterTests {
         // "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
         let pattern = #/^Date: (Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d{2}:\d{2}:\d{2} GMT\r\n$/#
         #expect(line.wholeMatch(of: pattern) != nil, "\(line.debugDescription)")
+    }
+
+    /// Regression: the hook used to sit in a Mutex as a bare closure, and every read
+    /// wrapped it in one more reabstraction thunk until the stack overflowed (after some
+    /// 15,000 requests).
+    @Test func completionHookReadsDoNotAccumulate() {
+        let server = HTTPServer(configuration: HTTPServerConfiguration(), router: Router())
+        let count = Mutex(0)
+        server.onRequestComplete = { _ in count.withLock { $0 += 1 } }
+        let log = HTTPRequestLog(method: .GET, route: nil, status: 200, duration: .zero, requestID: "r", bytesIn: 0, bytesOut: 0, remoteAddress: "")
+        for _ in 0..<100_000 {
+            server.shared.completionHook()?.call(log)
+            server.onRequestComplete?(log)
+        }
+        #expect(count.withLock { $0 } == 200_000)
     }
 
     @Test func headersAreCaseInsensitiveAndOrdered() {

@@ -1,0 +1,453 @@
+// `outpost-bench http`: the HTTP engine against nginx on the same machine, same client.
+//
+// 1. Starts the release `outpost-server serve --port 0` (next to this binary) on a
+//    temporary data directory, and nginx (one worker, daemon off, access_log off) serving
+//    a static file as large as the /healthz body on a free port.
+// 2. Drives both with wrk: keep-alive, the same connections, threads and duration, after
+//    a short warm-up each; prints requests/s and p50/p99 side by side and the ratio.
+// 3. On a fresh server: RSS at start, then with 10,000 idle keep-alive connections open
+//    (each has sent one request and read its answer).
+//
+// Goals (docs/benchmarks.md): /healthz at >= nginx's requests/s with 64 connections and
+// p99 < 5 ms; 10,000 idle connections with RSS < 300 MB. Every process started here is
+// stopped by its own PID.
+import Foundation
+import Glibc
+
+enum HTTPBench {
+    struct Options {
+        var connections = 64
+        var threads = 2
+        var seconds = 10
+        var warmup = 2
+        var rounds = 1
+        var idleConnections = 10_000
+        var eventLoops = 0
+        var server: String?
+        var skipNginx = false
+        var skipIdle = false
+    }
+
+    struct BenchError: Error, CustomStringConvertible {
+        var description: String
+        init(_ d: String) { description = d }
+    }
+
+    static let help = """
+        usage: outpost-bench http [--connections 64] [--threads 2] [--duration 10] [--warmup 2]
+                                  [--rounds 1] [--idle 10000] [--event-loops N] [--server PATH]
+                                  [--no-nginx] [--no-idle]
+        """
+
+    static func run(arguments: [String]) async throws {
+        var o = Options()
+        var i = 0
+        func value() throws -> String {
+            i += 1
+            guard i < arguments.count else { throw BenchError("\(arguments[i - 1]) needs a value\n\(help)") }
+            return arguments[i]
+        }
+        func int() throws -> Int {
+            let v = try value()
+            guard let n = Int(v), n >= 0 else { throw BenchError("\(arguments[i - 1]) needs a number, not \(v)") }
+            return n
+        }
+        while i < arguments.count {
+            switch arguments[i] {
+            case "--connections": o.connections = try int()
+            case "--threads": o.threads = try int()
+            case "--duration": o.seconds = try int()
+            case "--warmup": o.warmup = try int()
+            case "--rounds": o.rounds = max(1, try int())
+            case "--idle": o.idleConnections = try int()
+            case "--event-loops": o.eventLoops = try int()
+            case "--server": o.server = try value()
+            case "--no-nginx": o.skipNginx = true
+            case "--no-idle": o.skipIdle = true
+            case "-h", "--help":
+                print(help)
+                return
+            default: throw BenchError("unknown option \(arguments[i])\n\(help)")
+            }
+            i += 1
+        }
+        try await bench(o)
+    }
+
+    // MARK: The run
+
+    static func bench(_ o: Options) async throws {
+        raiseOpenFileLimit()
+        let serverPath = try locateServer(o.server)
+        let work = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let wrkCommand = "wrk -t\(o.threads) -c\(o.connections) -d\(o.seconds)s --latency"
+        print("outpost-bench http: \(wrkCommand), keep-alive, GET /healthz (outpost) vs a 15-byte static file (nginx)")
+        print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores; server: \(serverPath)")
+
+        var outpostRuns: [WrkResult] = []
+        var nginxRuns: [WrkResult] = []
+        do {
+            let server = try ServerChild.start(path: serverPath, data: work + "/data", eventLoops: o.eventLoops)
+            defer { server.stop() }
+            let url = "http://127.0.0.1:\(server.port)/healthz"
+            try check(url: url)
+            if o.warmup > 0 { _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup) }
+            for _ in 0..<o.rounds {
+                outpostRuns.append(try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds))
+            }
+            print("outpost-server RSS after load: \(formatMB(rss(pid: server.pid)))")
+        }
+        if !o.skipNginx {
+            let nginx = try NginxChild.start(directory: work + "/nginx")
+            defer { nginx.stop() }
+            let url = "http://127.0.0.1:\(nginx.port)/healthz"
+            try check(url: url)
+            if o.warmup > 0 { _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup) }
+            for _ in 0..<o.rounds {
+                nginxRuns.append(try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds))
+            }
+        }
+
+        let best = outpostRuns.max { $0.requestsPerSecond < $1.requestsPerSecond }!
+        print("")
+        print(pad("", 16) + pad("requests/s", 14) + pad("p50", 12) + pad("p99", 12) + "errors")
+        print(row("outpost-server", best))
+        if let nginxBest = nginxRuns.max(by: { $0.requestsPerSecond < $1.requestsPerSecond }) {
+            print(row("nginx", nginxBest))
+            let ratio = best.requestsPerSecond / nginxBest.requestsPerSecond
+            print(String(format: "ratio outpost/nginx: %.2fx requests/s", ratio))
+            print("goal requests/s >= nginx: \(ratio >= 1 ? "met" : "MISSED")")
+        }
+        print("goal p99 < 5 ms: \(best.p99Milliseconds < 5 ? "met" : "MISSED") (\(String(format: "%.2f", best.p99Milliseconds)) ms)")
+
+        if !o.skipIdle && o.idleConnections > 0 {
+            print("")
+            let server = try ServerChild.start(path: serverPath, data: work + "/data-idle", eventLoops: o.eventLoops)
+            defer { server.stop() }
+            let atStart = rss(pid: server.pid)
+            let sockets = try openIdleConnections(port: server.port, count: o.idleConnections)
+            defer { for fd in sockets { close(fd) } }
+            usleep(500_000)
+            let withIdle = rss(pid: server.pid)
+            print("idle: \(sockets.count) keep-alive connections (one request each, then idle)")
+            print("  server RSS at start \(formatMB(atStart)), with them open \(formatMB(withIdle)) (+\(formatMB(withIdle - atStart)), \(sockets.isEmpty ? 0 : (withIdle - atStart) / sockets.count) bytes each)")
+            print("  goal RSS < 300 MB: \(withIdle < 300 * 1024 * 1024 ? "met" : "MISSED")")
+        }
+    }
+
+    static func row(_ name: String, _ r: WrkResult) -> String {
+        pad(name, 16) + pad(String(format: "%.0f", r.requestsPerSecond), 14)
+            + pad(String(format: "%.3f ms", r.p50Milliseconds), 12) + pad(String(format: "%.3f ms", r.p99Milliseconds), 12)
+            + (r.errors.isEmpty ? "none" : r.errors)
+    }
+
+    static func pad(_ s: String, _ n: Int) -> String { s.padding(toLength: max(n, s.count + 1), withPad: " ", startingAt: 0) }
+
+    static func formatMB(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1_048_576) }
+
+    // MARK: wrk
+
+    struct WrkResult {
+        var requestsPerSecond: Double
+        var p50Milliseconds: Double
+        var p99Milliseconds: Double
+        var errors: String
+    }
+
+    static func runWrk(url: String, threads: Int, connections: Int, seconds: Int) throws -> WrkResult {
+        let output = try runCommand("/usr/bin/env", ["wrk", "-t\(threads)", "-c\(connections)", "-d\(seconds)s", "--latency", url])
+        var result = WrkResult(requestsPerSecond: 0, p50Milliseconds: .nan, p99Milliseconds: .nan, errors: "")
+        var errors: [String] = []
+        for line in output.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }) {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+            if line.hasPrefix("Requests/sec:"), fields.count >= 2 { result.requestsPerSecond = Double(fields[1]) ?? 0 }
+            if line.hasPrefix("50%"), fields.count >= 2 { result.p50Milliseconds = milliseconds(fields[1]) }
+            if line.hasPrefix("99%"), fields.count >= 2 { result.p99Milliseconds = milliseconds(fields[1]) }
+            if line.hasPrefix("Socket errors") || line.hasPrefix("Non-2xx") { errors.append(line) }
+        }
+        guard result.requestsPerSecond > 0 else { throw BenchError("could not read wrk's output:\n\(output)") }
+        result.errors = errors.joined(separator: "; ")
+        return result
+    }
+
+    /// wrk prints latencies as `612.00us`, `1.20ms`, `2.00s`.
+    static func milliseconds(_ text: String) -> Double {
+        for (suffix, scale) in [("us", 0.001), ("ms", 1.0), ("s", 1000.0)] where text.hasSuffix(suffix) {
+            return (Double(text.dropLast(suffix.count)) ?? .nan) * scale
+        }
+        return .nan
+    }
+
+    // MARK: Processes
+
+    static func runCommand(_ path: String, _ arguments: [String]) throws -> String {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = arguments
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        guard p.terminationStatus == 0 else { throw BenchError("\(arguments.first ?? path) failed:\n\(text)") }
+        return text
+    }
+
+    /// The release outpost-server next to this binary; built when missing.
+    static func locateServer(_ explicit: String?) throws -> String {
+        if let explicit { return explicit }
+        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        let beside = me.deletingLastPathComponent().appendingPathComponent("outpost-server").path
+        if FileManager.default.isExecutableFile(atPath: beside) { return beside }
+        // .build/<triple>/release/outpost-bench: the scratch path is two levels up.
+        let configuration = me.deletingLastPathComponent().lastPathComponent
+        let scratch = me.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        print("outpost-server is not built next to \(me.path); building it: swift build -c \(configuration) --product outpost-server --scratch-path \(scratch)")
+        _ = try? runCommand("/usr/bin/env", ["swift", "build", "-c", configuration, "--product", "outpost-server", "--scratch-path", scratch])
+        guard FileManager.default.isExecutableFile(atPath: beside) else {
+            throw BenchError("no outpost-server at \(beside); build it with `swift build -c release --product outpost-server` (same scratch path as outpost-bench) or pass --server PATH")
+        }
+        return beside
+    }
+
+    /// An `outpost-server serve --port 0` child.
+    final class ServerChild {
+        let process: Process
+        let port: Int
+        var pid: Int32 { process.processIdentifier }
+
+        private init(process: Process, port: Int) {
+            self.process = process
+            self.port = port
+        }
+
+        static func start(path: String, data: String, eventLoops: Int) throws -> ServerChild {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: path)
+            var args = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"]
+            if eventLoops > 0 { args += ["--event-loops", String(eventLoops)] }
+            p.arguments = args
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.standardError
+            try p.run()
+            let line: String
+            do {
+                line = try readLine(out.fileHandleForReading.fileDescriptor, timeout: 30)
+            } catch {
+                kill(p.processIdentifier, SIGKILL)
+                p.waitUntilExit()
+                throw error
+            }
+            guard line.hasPrefix("listening on http://"), let port = line.split(separator: ":").last.flatMap({ Int($0) }) else {
+                kill(p.processIdentifier, SIGKILL)
+                p.waitUntilExit()
+                throw BenchError("outpost-server said \"\(line)\"")
+            }
+            return ServerChild(process: p, port: port)
+        }
+
+        /// SIGTERM to its PID, then wait (SIGKILL after 15 s).
+        func stop() {
+            guard process.isRunning else { return }
+            kill(pid, SIGTERM)
+            let deadline = Date().addingTimeInterval(15)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(pid, SIGKILL) }
+            process.waitUntilExit()
+        }
+    }
+
+    /// nginx with a config of our own: one worker, daemon off, no access log, a static file.
+    final class NginxChild {
+        let process: Process
+        let port: Int
+
+        private init(process: Process, port: Int) {
+            self.process = process
+            self.port = port
+        }
+
+        static func start(directory: String) throws -> NginxChild {
+            let fm = FileManager.default
+            let www = directory + "/www"
+            try fm.createDirectory(atPath: www, withIntermediateDirectories: true)
+            // Same bytes as outpost's /healthz body.
+            guard fm.createFile(atPath: www + "/healthz", contents: Data(#"{"status":"ok"}"#.utf8)) else {
+                throw BenchError("cannot write \(www)/healthz")
+            }
+            // Workers may run as another user (nobody): let them reach and read the file.
+            for path in [(directory as NSString).deletingLastPathComponent, directory, www] { chmod(path, 0o755) }
+            chmod(www + "/healthz", 0o644)
+            let port = try freePort()
+            let config = """
+                worker_processes 1;
+                daemon off;
+                master_process on;
+                pid \(directory)/nginx.pid;
+                error_log \(directory)/error.log warn;
+                events { worker_connections 20000; }
+                http {
+                    access_log off;
+                    default_type application/json;
+                    keepalive_requests 100000000;
+                    keepalive_timeout 75s;
+                    client_body_temp_path \(directory)/tmp-body;
+                    proxy_temp_path \(directory)/tmp-proxy;
+                    fastcgi_temp_path \(directory)/tmp-fastcgi;
+                    uwsgi_temp_path \(directory)/tmp-uwsgi;
+                    scgi_temp_path \(directory)/tmp-scgi;
+                    server {
+                        listen 127.0.0.1:\(port);
+                        root \(www);
+                    }
+                }
+                """
+            let configPath = directory + "/nginx.conf"
+            try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
+            p.arguments = ["-p", directory, "-e", directory + "/error.log", "-c", configPath]
+            p.standardOutput = FileHandle.standardError
+            p.standardError = FileHandle.standardError
+            try p.run()
+            let child = NginxChild(process: p, port: port)
+            // Ready when it accepts a connection.
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline {
+                if let fd = try? connectTo(port: port) {
+                    close(fd)
+                    return child
+                }
+                guard p.isRunning else { break }
+                usleep(20_000)
+            }
+            child.stop()
+            throw BenchError("nginx did not start; see \(directory)/error.log")
+        }
+
+        /// SIGTERM to the master's PID (it stops its worker), then wait.
+        func stop() {
+            guard process.isRunning else { return }
+            kill(process.processIdentifier, SIGTERM)
+            let deadline = Date().addingTimeInterval(10)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+    }
+
+    // MARK: Sockets
+
+    static func raiseOpenFileLimit() {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0 else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(resource, &limit)
+    }
+
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        }
+        guard ok else { throw BenchError("cannot find a free port") }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    static func connectTo(port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw BenchError("socket: errno \(errno) (file limit?)") }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = UInt16(port).bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard rc == 0 else {
+            let e = errno
+            close(fd)
+            throw BenchError("connect: errno \(e)")
+        }
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    /// One GET /healthz on a new connection, answer read, socket kept open.
+    static func openIdleConnections(port: Int, count: Int) throws -> [Int32] {
+        let request = Array("GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n".utf8)
+        var sockets: [Int32] = []
+        sockets.reserveCapacity(count)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        do {
+            for _ in 0..<count {
+                let fd = try connectTo(port: port)
+                sockets.append(fd)
+                guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else {
+                    throw BenchError("send failed: errno \(errno)")
+                }
+                // The answer is small; read until its body ends.
+                var got: [UInt8] = []
+                while !(got.count > 4 && String(decoding: got, as: UTF8.self).hasSuffix(#"{"status":"ok"}"#)) {
+                    let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                    guard n > 0 else { throw BenchError("connection \(sockets.count) closed before its answer (errno \(errno))") }
+                    got += buffer[0..<n]
+                }
+            }
+        } catch {
+            for fd in sockets { close(fd) }
+            throw error
+        }
+        return sockets
+    }
+
+    /// A GET that must answer 200, so a misconfigured side fails loudly before wrk runs.
+    static func check(url: String) throws {
+        let text = try runCommand("/usr/bin/env", ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url])
+        guard text == "200" else { throw BenchError("\(url) answered \(text), not 200") }
+    }
+
+    /// Reads one line from `fd` within `timeout` seconds.
+    static func readLine(_ fd: Int32, timeout: Double) throws -> String {
+        var bytes: [UInt8] = []
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let left = Int32(max(0, deadline.timeIntervalSinceNow * 1000))
+            guard poll(&pfd, 1, left) > 0 else { throw BenchError("no line within \(timeout) s") }
+            var byte: UInt8 = 0
+            guard read(fd, &byte, 1) == 1 else { throw BenchError("the child closed its output: \(String(decoding: bytes, as: UTF8.self))") }
+            if byte == 0x0A { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(byte)
+        }
+    }
+
+    /// Resident memory of a process from /proc/PID/status (VmRSS), in bytes.
+    static func rss(pid: Int32) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            let kb = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 0
+            return kb * 1024
+        }
+        return 0
+    }
+
+    static func makeTemporaryDirectory() throws -> String {
+        var template = Array((NSTemporaryDirectory() + "/outpost-bench-XXXXXX").utf8CString)
+        guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw BenchError("mkdtemp failed")
+        }
+        return String(cString: p)
+    }
+}
