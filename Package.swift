@@ -18,6 +18,7 @@ let package = Package(
     products: [
         .library(name: "OutpostCore", targets: ["OutpostCore"]),
         .library(name: "OutpostTestSupport", targets: ["OutpostTestSupport"]),
+        .library(name: "Outpost", targets: ["Outpost"]),
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
     ],
@@ -59,6 +60,11 @@ let package = Package(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
             swiftSettings: swiftSettings),
 
+        // MARK: Client (never depends on Server/)
+        .target(
+            name: "Outpost", dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto"], path: "Client/Outpost",
+            swiftSettings: swiftSettings),
+
         // MARK: Benchmarks
         .executableTarget(
             name: "outpost-bench",
@@ -70,6 +76,9 @@ let package = Package(
             name: "OutpostTestSupport", path: "Tests/OutpostTestSupport", swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport"], path: "Tests/OutpostTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostSQLiteTests", dependencies: ["OutpostSQLite"], path: "Tests/OutpostSQLiteTests",

@@ -1,0 +1,467 @@
+import OutpostCore
+import Synchronization
+
+/// An Outpost server in process, for tests and previews: two stores on one
+/// `InMemorySyncServer` play two devices.
+///
+/// It implements PROTOCOL.md sections 3 to 5 itself (it never links the server modules):
+/// epochs and seqs, pushes applied in order with optimistic concurrency and idempotency by
+/// changeId and SHA-256 fingerprint, tombstones, pages with a record limit, a byte budget,
+/// `hasMore`/`next`, cursor errors (`epoch_changed`, `cursor_ahead`), long polls, and the
+/// limits of section 3. Every answer goes through the same encoding and decoding as over
+/// HTTP, so a cut-off body fails where it would fail for real.
+///
+/// Operators' actions and faults make the situations a real deployment meets:
+///
+/// ```swift
+/// let server = InMemorySyncServer()
+/// let phone = try OutpostStore.inMemory(configuration: .init(space: "team"), transport: server.transport(device: "phone"))
+/// server.inject(.loseAnswer, on: .push)          // applied, answer lost
+/// server.restartEmpty()                           // data directory lost: new epoch, nothing kept
+/// let backup = server.snapshot(); server.restore(backup)  // restore + rotate-epoch
+/// ```
+public final class InMemorySyncServer: SyncTransport, Sendable {
+    /// Which requests a fault affects.
+    public enum RequestKind: Sendable, Hashable {
+        case push, pull, info, any
+    }
+
+    /// Something going wrong between a device and the server.
+    public enum Fault: Sendable {
+        /// Push: applied, then the answer is lost. Pull: the answer is lost.
+        case loseAnswer
+        /// A proxy answers `504` with an HTML page. For a push, `applied` says whether the
+        /// server had applied it before the proxy gave up.
+        case gatewayTimeout(applied: Bool)
+        /// The answer is cut off half-way (a push is applied first).
+        case cutOff
+        /// The connection is refused: the request never reaches the server.
+        case refuseConnection
+        /// `503 unavailable` from the server itself, nothing applied.
+        case unavailable
+        /// Push: every change is answered `conflict` with the record as it is.
+        case conflictEveryChange
+        /// Pull: answered by another, stale history (a lagging replica or a cache).
+        case staleHistory(Snapshot)
+        /// Pull: pages are cut by record count only, ignoring `maxBytes`.
+        case ignorePageBudget
+        /// Pull: the page's bytes are rewritten before the device decodes them.
+        case rewritePage(@Sendable ([UInt8]) -> [UInt8])
+        /// The request never gets an answer until the caller's task is cancelled (a push is
+        /// applied first).
+        case hang
+    }
+
+    /// A copy of the server's whole state (its "data directory").
+    public struct Snapshot: Sendable {
+        fileprivate let history: History
+        /// The snapshot's epoch.
+        public var epoch: Epoch { history.epoch }
+    }
+
+    struct StoredState: Sendable {
+        var seq: Int64
+        var deleted: Bool
+        var data: JSONObject?
+        var updatedAt: Int64
+        var updatedBy: String
+        var clientTime: Int64?
+    }
+
+    struct SpaceHistory: Sendable {
+        var head: Int64 = 0
+        var records: [RecordKey: StoredState] = [:]
+        /// Every write in seq order; an entry is stale when its record has a later seq.
+        var log: [(seq: Int64, key: RecordKey)] = []
+        var applied: [String: (fingerprint: [UInt8], version: Version)] = [:]
+    }
+
+    fileprivate struct History: Sendable {
+        var epoch: Epoch
+        var spaces: [String: SpaceHistory] = [:]
+    }
+
+    private struct ArmedFault: Sendable {
+        var fault: Fault
+        var kind: RequestKind
+        var device: String?
+        var remaining: Int?
+    }
+
+    private struct State: Sendable {
+        var history: History
+        var faults: [ArmedFault] = []
+        var rng: Randomness
+        var pushes = 0
+        var pulls = 0
+    }
+
+    private let state: Mutex<State>
+    /// The server's limits (section 3).
+    public let limits: Limits
+    private let clock: @Sendable () -> Int64
+
+    /// A server with `limits`, a clock for `updatedAt`, and a seed for its epochs.
+    public init(limits: Limits = Limits(), clock: @escaping @Sendable () -> Int64 = systemMilliseconds, seed: UInt64 = 1) {
+        var rng = Randomness(seed: seed)
+        let epoch = Epoch.generate(nowMs: clock(), after: nil, using: &rng)
+        state = Mutex(State(history: History(epoch: epoch), rng: rng))
+        self.limits = limits
+        self.clock = clock
+    }
+
+    /// A transport for one device. Faults can be aimed at a device by its name;
+    /// `maxResponseBytes` plays the largest answer that device's transport reads.
+    public func transport(device: String, maxResponseBytes: Int = 16 << 20) -> InMemorySyncTransport {
+        InMemorySyncTransport(server: self, device: device, maxResponseBytes: maxResponseBytes)
+    }
+
+    // MARK: Inspection
+
+    /// The current epoch.
+    public var epoch: Epoch { state.withLock { $0.history.epoch } }
+
+    /// Push requests received (answered or not).
+    public var pushRequests: Int { state.withLock { $0.pushes } }
+
+    /// Pull requests received.
+    public var pullRequests: Int { state.withLock { $0.pulls } }
+
+    /// The newest seq of `space` in the current epoch.
+    public func head(space: String) -> Int64 {
+        state.withLock { $0.history.spaces[space]?.head ?? 0 }
+    }
+
+    /// Every record of `space` (tombstones included), in seq order.
+    public func records(space: String) -> [RecordState] {
+        state.withLock { s in
+            let epoch = s.history.epoch
+            return (s.history.spaces[space]?.records ?? [:])
+                .map { Self.recordState($0.key, $0.value, epoch: epoch) }
+                .sorted { $0.version.seq < $1.version.seq }
+        }
+    }
+
+    /// One record of `space`, or nil.
+    public func record(space: String, collection: String, id: String) -> RecordState? {
+        state.withLock { s in
+            let key = RecordKey(collection: collection, id: id)
+            return s.history.spaces[space]?.records[key].map { Self.recordState(key, $0, epoch: s.history.epoch) }
+        }
+    }
+
+    // MARK: Operators' actions
+
+    /// The server restarts with an empty data directory: a new epoch, no records, no
+    /// memory of changeIds.
+    public func restartEmpty() {
+        state.withLock { s in
+            let epoch = Epoch.generate(nowMs: clock(), after: s.history.epoch, using: &s.rng)
+            s.history = History(epoch: epoch)
+        }
+    }
+
+    /// `outpost-server rotate-epoch`: same data, a new epoch.
+    public func rotateEpoch() {
+        state.withLock { s in s.history.epoch = Epoch.generate(nowMs: clock(), after: s.history.epoch, using: &s.rng) }
+    }
+
+    /// A copy of the data directory.
+    public func snapshot() -> Snapshot {
+        state.withLock { Snapshot(history: $0.history) }
+    }
+
+    /// Restores a copy of the data directory, then `rotate-epoch`, as an operator must.
+    public func restore(_ snapshot: Snapshot) {
+        state.withLock { s in
+            var history = snapshot.history
+            history.epoch = Epoch.generate(nowMs: clock(), after: max(s.history.epoch, snapshot.history.epoch), using: &s.rng)
+            s.history = history
+        }
+    }
+
+    /// Restores a copy of the data directory and forgets `rotate-epoch`: the history goes
+    /// back without a new epoch (an operator's mistake; devices meet `cursor_ahead`).
+    public func restoreKeepingEpoch(_ snapshot: Snapshot) {
+        state.withLock { $0.history = snapshot.history }
+    }
+
+    // MARK: Faults
+
+    /// Arms `fault` for the next `times` requests of `kind` (nil: until `clearFaults()`),
+    /// from every device or only `device`.
+    public func inject(_ fault: Fault, on kind: RequestKind, times: Int? = 1, device: String? = nil) {
+        state.withLock { $0.faults.append(ArmedFault(fault: fault, kind: kind, device: device, remaining: times)) }
+    }
+
+    /// Disarms every fault.
+    public func clearFaults() {
+        state.withLock { $0.faults.removeAll() }
+    }
+
+    /// Takes the faults that apply to one request.
+    private func takeFaults(_ kind: RequestKind, device: String?) -> [Fault] {
+        state.withLock { s in
+            var taken: [Fault] = []
+            for i in s.faults.indices where s.faults[i].kind == kind || s.faults[i].kind == .any {
+                if let d = s.faults[i].device, d != device { continue }
+                taken.append(s.faults[i].fault)
+                if let r = s.faults[i].remaining { s.faults[i].remaining = r - 1 }
+            }
+            s.faults.removeAll { ($0.remaining ?? 1) <= 0 }
+            return taken
+        }
+    }
+
+    // MARK: SyncTransport (as an anonymous device)
+
+    /// `GET /v1/info`.
+    public func serverInfo() async throws -> ServerInfo {
+        try await serverInfo(device: nil)
+    }
+
+    /// A push from an anonymous device.
+    public func push(_ request: PushRequest, space: String) async throws -> PushResponse {
+        try await push(request, space: space, device: nil)
+    }
+
+    /// A pull from an anonymous device.
+    public func pull(_ query: PullQuery, space: String) async throws -> PulledPage {
+        try await pull(query, space: space, device: nil, maxResponseBytes: maxResponseBytes)
+    }
+
+    func serverInfo(device: String?) async throws -> ServerInfo {
+        for fault in takeFaults(.info, device: device) { try await Self.failEarly(fault) }
+        let info = ServerInfo(epoch: epoch, limits: limits)
+        do { return try ServerInfo.decode(info.encoded()) } catch { throw TransportError.badAnswer(status: 200, "\(error)") }
+    }
+
+    /// Faults that stop a request before the server sees it.
+    private static func failEarly(_ fault: Fault) async throws {
+        switch fault {
+        case .refuseConnection: throw TransportError.notSent("connection refused")
+        case .unavailable:
+            throw TransportError.refused(status: 503, ErrorEnvelope(code: ErrorCode.unavailable.rawValue, message: "the store cannot serve this request now; retry"))
+        case .gatewayTimeout(applied: false): throw TransportError.badAnswer(status: 504, "<html><body>504 Gateway Time-out</body></html>")
+        default: break
+        }
+    }
+
+    private static func hang() async throws -> Never {
+        while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
+        throw TransportError.noAnswer("cancelled while waiting for the answer")
+    }
+
+    // MARK: Push
+
+    func push(_ request: PushRequest, space: String, device: String?) async throws -> PushResponse {
+        let faults = takeFaults(.push, device: device)
+        state.withLock { $0.pushes += 1 }
+        for fault in faults { try await Self.failEarly(fault) }
+        guard Names.isValidSpace(space) else { throw TransportError.refused(status: 404, ErrorEnvelope(code: "not_found", message: "no such space")) }
+        let body = request.encoded()
+        guard body.count <= limits.maxRequestBytes else {
+            throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.payloadTooLarge.rawValue, message: "the body is over \(limits.maxRequestBytes) bytes",
+                                                                     details: ["limit": .number(JSONNumber(limits.maxRequestBytes))]))
+        }
+        let decoded: (clientId: String, changes: [DecodedChange])
+        do {
+            decoded = try PushRequest.decodeForServer(JSONParser.parse(body), maxChanges: limits.maxChangesPerPush)
+        } catch PushDecodeError.tooManyChanges(let count, let limit) {
+            throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.tooManyChanges.rawValue, message: "\(count) changes in one push; the limit is \(limit)",
+                                                                     details: ["limit": .number(JSONNumber(limit))]))
+        } catch {
+            throw TransportError.refused(status: 422, ErrorEnvelope(code: ErrorCode.invalidRequest.rawValue, message: "\(error)"))
+        }
+        let conflictAll = faults.contains { if case .conflictEveryChange = $0 { true } else { false } }
+        let now = clock()
+        let (epoch, results): (Epoch, [PushResult]) = state.withLock { s in
+            let epoch = s.history.epoch
+            var history = s.history.spaces[space] ?? SpaceHistory()
+            var results: [PushResult] = []
+            for item in decoded.changes {
+                guard case .valid(let change) = item else {
+                    if case .invalid(let id, let message) = item { results.append(.rejected(id, .invalidChange, message)) }
+                    continue
+                }
+                results.append(Self.apply(change, clientId: decoded.clientId, epoch: epoch, now: now, limits: limits, conflictAll: conflictAll, to: &history))
+            }
+            s.history.spaces[space] = history
+            return (epoch, results)
+        }
+        let answer = PushResponse(epoch: epoch, results: results)
+        for fault in faults {
+            switch fault {
+            case .loseAnswer: throw TransportError.noAnswer("the connection was reset before the answer was read")
+            case .gatewayTimeout(applied: true): throw TransportError.badAnswer(status: 504, "<html><body>504 Gateway Time-out</body></html>")
+            case .cutOff:
+                let bytes = answer.encoded()
+                do { return try PushResponse.decode(Array(bytes.prefix(bytes.count / 2))) } catch {
+                    throw TransportError.noAnswer("the answer was cut off after \(bytes.count / 2) bytes")
+                }
+            case .hang: try await Self.hang()
+            default: break
+            }
+        }
+        do { return try PushResponse.decode(answer.encoded()) } catch { throw TransportError.badAnswer(status: 200, "\(error)") }
+    }
+
+    /// Applies one change as PROTOCOL.md section 4 says.
+    private static func apply(_ change: Change, clientId: String, epoch: Epoch, now: Int64, limits: Limits, conflictAll: Bool, to space: inout SpaceHistory) -> PushResult {
+        if let data = change.data {
+            let size = JSONValue.object(data).encoded().count
+            if size > limits.maxRecordBytes {
+                return .rejected(change.changeId, .recordTooLarge, "data is \(size) bytes encoded; the limit is \(limits.maxRecordBytes)")
+            }
+        }
+        let fingerprint = Digest.sha256(change.fingerprintMaterial())
+        if let known = space.applied[change.changeId] {
+            if known.fingerprint == fingerprint { return .applied(change.changeId, version: known.version, replayed: true) }
+            return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
+        }
+        if !change.force, let base = change.baseVersion, base.epoch != epoch {
+            return .rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base.epoch), the current epoch is \(epoch); pull first")
+        }
+        let key = RecordKey(collection: change.collection, id: change.id)
+        let current = space.records[key]
+        let currentState = current.map { recordState(key, $0, epoch: epoch) }
+        if conflictAll { return .conflict(change.changeId, current: currentState) }
+        if !change.force {
+            let matches: Bool
+            switch (change.baseVersion, current) {
+            case (nil, nil): matches = true
+            case (let base?, let c?): matches = base.seq == c.seq
+            default: matches = false
+            }
+            if !matches { return .conflict(change.changeId, current: currentState) }
+        }
+        space.head += 1
+        let seq = space.head
+        space.records[key] = StoredState(seq: seq, deleted: change.op == .delete, data: change.op == .put ? change.data : nil,
+                                         updatedAt: now, updatedBy: clientId, clientTime: change.clientTime)
+        space.log.append((seq, key))
+        let version = Version(epoch: epoch, seq: seq)
+        space.applied[change.changeId] = (fingerprint, version)
+        return .applied(change.changeId, version: version)
+    }
+
+    static func recordState(_ key: RecordKey, _ s: StoredState, epoch: Epoch) -> RecordState {
+        RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: s.seq), deleted: s.deleted,
+                    data: s.deleted ? nil : s.data, updatedAt: s.updatedAt, updatedBy: s.updatedBy, clientTime: s.clientTime)
+    }
+
+    // MARK: Pull
+
+    func pull(_ query: PullQuery, space: String, device: String?, maxResponseBytes: Int) async throws -> PulledPage {
+        let faults = takeFaults(.pull, device: device)
+        state.withLock { $0.pulls += 1 }
+        for fault in faults { try await Self.failEarly(fault) }
+        if faults.contains(where: { if case .hang = $0 { true } else { false } }) { try await Self.hang() }
+        var stale: History?
+        var ignoreBudget = false
+        for fault in faults {
+            if case .staleHistory(let snapshot) = fault { stale = snapshot.history }
+            if case .ignorePageBudget = fault { ignoreBudget = true }
+        }
+        var bytes = try page(query, space: space, from: stale, ignoreBudget: ignoreBudget)
+        if bytes == nil, query.waitMs > 0, stale == nil {
+            // Long poll: hold the request until a write arrives or the time is up.
+            let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
+            while bytes == nil, ContinuousClock.now < deadline, !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(2))
+                bytes = try page(query, space: space, from: nil, ignoreBudget: ignoreBudget, emptyIsNil: true)
+            }
+        }
+        var body = try bytes ?? page(query, space: space, from: stale, ignoreBudget: ignoreBudget, emptyIsNil: false)!
+        for fault in faults {
+            switch fault {
+            case .loseAnswer: throw TransportError.noAnswer("the connection was reset before the answer was read")
+            case .cutOff: body = Array(body.prefix(body.count / 2))
+            case .rewritePage(let rewrite): body = rewrite(body)
+            default: break
+            }
+        }
+        guard body.count <= maxResponseBytes else { throw TransportError.answerTooLarge(limit: maxResponseBytes) }
+        return try PulledPage.decode(body)
+    }
+
+    /// The encoded page for `query`; nil when it would be empty and `emptyIsNil`.
+    private func page(_ query: PullQuery, space: String, from stale: History?, ignoreBudget: Bool, emptyIsNil: Bool = true) throws -> [UInt8]? {
+        let history = stale ?? state.withLock { $0.history }
+        let epoch = history.epoch
+        let since = query.since ?? .start(of: epoch)
+        guard since.epoch == epoch else {
+            throw TransportError.refused(status: 409, ErrorEnvelope(code: ErrorCode.epochChanged.rawValue,
+                                                                     message: "the server's history is now epoch \(epoch); pull again from its start",
+                                                                     details: ["epoch": .string(epoch.rawValue)]))
+        }
+        let spaceHistory = history.spaces[space] ?? SpaceHistory()
+        guard since.seq <= spaceHistory.head else {
+            throw TransportError.refused(status: 409, ErrorEnvelope(code: ErrorCode.cursorAhead.rawValue, message: "since is beyond the space's newest version",
+                                                                     details: ["epoch": .string(epoch.rawValue), "head": .number(JSONNumber(spaceHistory.head))]))
+        }
+        let limit = limits.pageLimit(requested: query.limit)
+        let maxBytes = ignoreBudget ? Int.max : limits.pageByteBudget(requested: query.maxBytes)
+        let collections = query.collections.map(Set.init)
+        // First log entry after `since` (the log is in seq order).
+        var low = 0, high = spaceHistory.log.count
+        while low < high {
+            let mid = (low + high) / 2
+            if spaceHistory.log[mid].seq <= since.seq { low = mid + 1 } else { high = mid }
+        }
+        var records: [UInt8] = [UInt8(ascii: "[")]
+        var count = 0
+        var last: Int64?
+        var hasMore = false
+        var i = low
+        while i < spaceHistory.log.count {
+            let (seq, key) = spaceHistory.log[i]
+            i += 1
+            guard let stored = spaceHistory.records[key], stored.seq == seq else { continue }
+            if let collections, !collections.contains(key.collection) { continue }
+            if count == limit { hasMore = true; break }
+            let encoded = Self.recordState(key, stored, epoch: epoch).encoded()
+            if count > 0 && records.count + 1 + encoded.count + 1 > maxBytes { hasMore = true; break }
+            if count > 0 { records.append(UInt8(ascii: ",")) }
+            records.append(contentsOf: encoded)
+            count += 1
+            last = seq
+        }
+        records.append(UInt8(ascii: "]"))
+        if count == 0 && emptyIsNil && query.waitMs > 0 { return nil }
+        let next = last.map { Version(epoch: epoch, seq: $0) } ?? since
+        var out = Array(#"{"epoch":""#.utf8)
+        out += epoch.rawValue.utf8
+        out += #"","changes":"#.utf8
+        out += records
+        out += #","next":""#.utf8
+        out += next.text.utf8
+        out += (hasMore ? #"","hasMore":true}"# : #"","hasMore":false}"#).utf8
+        return out
+    }
+}
+
+/// One device's connection to an `InMemorySyncServer`.
+public struct InMemorySyncTransport: SyncTransport {
+    /// The server.
+    public let server: InMemorySyncServer
+    /// The device's name (faults can aim at it).
+    public let device: String
+    /// The largest answer this device reads.
+    public let maxResponseBytes: Int
+
+    /// `GET /v1/info`.
+    public func serverInfo() async throws -> ServerInfo {
+        try await server.serverInfo(device: device)
+    }
+
+    /// A push.
+    public func push(_ request: PushRequest, space: String) async throws -> PushResponse {
+        try await server.push(request, space: space, device: device)
+    }
+
+    /// A pull.
+    public func pull(_ query: PullQuery, space: String) async throws -> PulledPage {
+        try await server.pull(query, space: space, device: device, maxResponseBytes: maxResponseBytes)
+    }
+}

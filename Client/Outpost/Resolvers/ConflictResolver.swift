@@ -1,0 +1,146 @@
+import OutpostCore
+
+/// Two versions of one record that a push found in conflict (PROTOCOL.md section 4).
+///
+/// Only real local edits reach a resolver: a conflict whose server version already holds
+/// what the local change wants settles without one, and records offered again to a new
+/// history are decided by the server's `updatedAt` (see `docs/client.md`). `server` is
+/// never older than the version the store holds: it is the newest of the conflict's
+/// `current`, the stored copy and a version a pull kept aside.
+public struct Conflict: Sendable, Hashable {
+    /// The record's collection.
+    public let collection: String
+    /// The record's id.
+    public let id: String
+    /// The local edit: the newest one queued for the record.
+    public let local: LocalEdit
+    /// The newest server version known.
+    public let server: RecordState
+    /// The changeId that wrote `server`, when this device wrote it (else nil: the server
+    /// does not send changeIds with records).
+    public let serverChangeId: String?
+
+    /// A conflict (for custom resolvers' tests).
+    public init(collection: String, id: String, local: LocalEdit, server: RecordState, serverChangeId: String? = nil) {
+        self.collection = collection
+        self.id = id
+        self.local = local
+        self.server = server
+        self.serverChangeId = serverChangeId
+    }
+}
+
+/// The local side of a conflict.
+public struct LocalEdit: Sendable, Hashable {
+    /// The edit's data; nil for a delete.
+    public let data: JSONObject?
+    /// True for a delete.
+    public let deleted: Bool
+    /// The device's time of the edit (ms since 1970).
+    public let clientTime: Int64
+    /// The change's id.
+    public let changeId: String
+    /// This installation's client id.
+    public let clientId: String
+
+    /// A local edit (for custom resolvers' tests).
+    public init(data: JSONObject?, deleted: Bool, clientTime: Int64, changeId: String, clientId: String) {
+        self.data = data
+        self.deleted = deleted
+        self.clientTime = clientTime
+        self.changeId = changeId
+        self.clientId = clientId
+    }
+}
+
+/// What a resolver decides.
+public enum Resolution: Sendable, Hashable {
+    /// The server's version stands; the local edit is dropped.
+    case keepServer
+    /// The local edit is written again on top of the server's version.
+    case keepLocal
+    /// This data (a merge) is written on top of the server's version.
+    case write(JSONObject)
+    /// A delete is written on top of the server's version.
+    case delete
+}
+
+/// Decides conflicts. A resolved write is a new change with a new changeId whose base is
+/// the server's version; it counts as a failed attempt of the record, so a server that
+/// answers every push with a conflict meets growing backoff instead of a busy loop.
+///
+/// ```swift
+/// var configuration = OutpostStore.Configuration(space: "team")
+/// configuration.resolver = .lastWriteWins(maxClockDrift: .seconds(300))   // the default
+/// configuration.resolver = .custom { conflict in
+///     var merged = conflict.server.data ?? [:]
+///     for (key, value) in conflict.local.data ?? [:] { merged[key] = value }
+///     return .write(merged)
+/// }
+/// ```
+public struct ConflictResolver: Sendable {
+    enum Kind: Sendable {
+        case serverWins
+        case clientWins
+        case lastWriteWins(driftMs: Int64)
+        case custom(@Sendable (Conflict) -> Resolution)
+    }
+
+    let kind: Kind
+
+    /// The server's version always stands.
+    public static let serverWins = ConflictResolver(kind: .serverWins)
+    /// The local edit always wins.
+    public static let clientWins = ConflictResolver(kind: .clientWins)
+
+    /// The later edit wins, by the devices' clocks, with three guards:
+    ///
+    /// - A time ahead of the reference clock by more than `maxClockDrift` counts only up to
+    ///   it: the local edit's `clientTime` is capped at the device's now + drift; the server
+    ///   version's `clientTime` (its `updatedAt` when it has none) at min(its `updatedAt`,
+    ///   now) + drift, because the server's commit time bounds when the edit was really
+    ///   made. A device clock a year ahead therefore wins nothing it should not.
+    /// - Ties go to the greater `updatedBy` (the local side's is this client id), compared
+    ///   byte by byte, then to the greater changeId, so every device picks the same winner.
+    /// - A delete is an edit like any other: it wins or loses by the same rule.
+    public static func lastWriteWins(maxClockDrift: Duration = .seconds(300)) -> ConflictResolver {
+        ConflictResolver(kind: .lastWriteWins(driftMs: max(0, maxClockDrift.milliseconds)))
+    }
+
+    /// The app decides. Called on the store's actor: keep it fast and free of I/O.
+    public static func custom(_ resolve: @escaping @Sendable (Conflict) -> Resolution) -> ConflictResolver {
+        ConflictResolver(kind: .custom(resolve))
+    }
+
+    /// The decision for `conflict` when the device's clock reads `now` (ms since 1970).
+    public func resolve(_ conflict: Conflict, now: Int64) -> Resolution {
+        switch kind {
+        case .serverWins: return .keepServer
+        case .clientWins: return .keepLocal
+        case .custom(let body): return body(conflict)
+        case .lastWriteWins(let drift): return Self.lastWriteWins(conflict, now: now, driftMs: drift)
+        }
+    }
+
+    /// The effective times last-write-wins compares: (local, server).
+    static func effectiveTimes(_ conflict: Conflict, now: Int64, driftMs: Int64) -> (local: Int64, server: Int64) {
+        let local = min(conflict.local.clientTime, now &+ driftMs)
+        let server = conflict.server
+        let reference = min(server.updatedAt, now)
+        let serverTime = min(server.clientTime ?? server.updatedAt, reference &+ driftMs)
+        return (local, serverTime)
+    }
+
+    static func lastWriteWins(_ conflict: Conflict, now: Int64, driftMs: Int64) -> Resolution {
+        let (local, server) = effectiveTimes(conflict, now: now, driftMs: driftMs)
+        if local != server { return local > server ? .keepLocal : .keepServer }
+        let mine = conflict.local.clientId, theirs = conflict.server.updatedBy
+        if mine != theirs { return bytewiseLess(theirs, mine) ? .keepLocal : .keepServer }
+        if let serverChange = conflict.serverChangeId, serverChange != conflict.local.changeId {
+            return bytewiseLess(serverChange, conflict.local.changeId) ? .keepLocal : .keepServer
+        }
+        // The same device wrote both and the server's changeId is unknown: the queued
+        // edit was made after what this device pushed before, so it is the later one.
+        return .keepLocal
+    }
+}

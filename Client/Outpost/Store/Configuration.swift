@@ -1,0 +1,87 @@
+import OutpostCore
+
+extension OutpostStore {
+    /// How hard a commit is pushed to disk.
+    public enum Durability: Sendable, Hashable {
+        /// WAL with `synchronous=NORMAL`: a save survives a crash of the app; the last few
+        /// may be lost if the device loses power before the next checkpoint.
+        case normal
+        /// WAL with `synchronous=FULL`: every save is on disk when `save` returns, and
+        /// survives power loss. The default: an edit must never be lost.
+        case full
+    }
+
+    /// Settings of a store, with documented defaults.
+    public struct Configuration: Sendable {
+        /// The space the store syncs (PROTOCOL.md section 1). A file belongs to one space.
+        public var space: String
+        /// The client id for a new file; nil makes a random `device-…` one. A file keeps the
+        /// id it was created with (it is how the server and other devices name this one).
+        public var clientId: String?
+        /// Decides conflicts. Default: last-write-wins with a 5-minute drift limit.
+        public var resolver: ConflictResolver = .lastWriteWins(maxClockDrift: .seconds(300))
+        /// Retry schedule of failed and in-doubt changes.
+        public var backoff: BackoffPolicy = BackoffPolicy()
+        /// Records asked for per pull page (clamped to the server's `maxPageLimit`; halved
+        /// while pages come back larger than the transport reads).
+        public var pageLimit: Int = 1000
+        /// Commit durability. Default `.full`.
+        public var durability: Durability = .full
+        /// The device's clock, in ms since 1970. Tests move it.
+        public var clock: @Sendable () -> Int64 = systemMilliseconds
+        /// A fixed seed makes change ids and backoff jitter repeatable (tests); nil uses the
+        /// system's random source.
+        public var randomSeed: UInt64?
+        /// Per collection, a check a pulled record's data must pass; a record that fails it
+        /// goes to the quarantine instead of the store (see `validate(_:in:)`).
+        public var validators: [String: @Sendable (JSONObject) throws -> Void] = [:]
+        /// How long the server's limits from `/v1/info` are reused before being read again.
+        public var limitsLifetime: Duration = .seconds(600)
+
+        /// A configuration for `space` with the defaults.
+        public init(space: String) {
+            self.space = space
+        }
+
+        /// Pulled records of `collection` must decode as `type`, else they are quarantined
+        /// (`OutpostStore.quarantinedRecords()`) instead of stopping the pull or breaking
+        /// `all(_:in:)` later.
+        public mutating func validate<T: Decodable & SendableMetatype>(_ type: T.Type, in collection: String) {
+            validators[collection] = { object in _ = try JSONValue.object(object).decode(T.self) }
+        }
+    }
+
+    /// Jittered exponential backoff: attempt n waits `initial` × 2^(n−1), at most `maximum`,
+    /// of which a random `jitter` fraction is drawn (so devices that failed together do not
+    /// retry together). The time is stored with the change (`nextAttemptAt`), never
+    /// recomputed.
+    public struct BackoffPolicy: Sendable, Hashable {
+        /// The first delay. Default 1 s.
+        public var initial: Duration = .seconds(1)
+        /// The longest delay. Default 5 minutes.
+        public var maximum: Duration = .seconds(300)
+        /// The random fraction of each delay, 0 to 1. Default 0.5.
+        public var jitter: Double = 0.5
+
+        /// The defaults.
+        public init() {}
+
+        /// A policy.
+        public init(initial: Duration, maximum: Duration, jitter: Double = 0.5) {
+            self.initial = initial
+            self.maximum = maximum
+            self.jitter = jitter
+        }
+
+        /// The delay after the `attempt`-th failure (1-based), in ms.
+        func delayMs(attempt: Int, using rng: inout Randomness) -> Int64 {
+            let base = max(1, initial.milliseconds)
+            let cap = max(base, maximum.milliseconds)
+            let shift = min(max(attempt - 1, 0), 40)
+            let full = base > cap >> Int64(shift) ? cap : min(cap, base << Int64(shift))
+            let j = min(max(jitter, 0), 1)
+            let delay = Double(full) * (1 - j) + Double(full) * j * rng.unit()
+            return max(1, Int64(delay))
+        }
+    }
+}

@@ -1,0 +1,181 @@
+import Foundation
+import OutpostCore
+
+/// A record as the store holds it: the local view (the last local edit, or the server's
+/// copy when there is none) and what the store knows of its server version.
+public struct StoredRecord: Sendable, Hashable {
+    /// The record's collection.
+    public let collection: String
+    /// The record's id.
+    public let id: String
+    /// The data; nil when the record is deleted (a tombstone).
+    public let data: JSONObject?
+    /// True for a tombstone.
+    public let deleted: Bool
+    /// The server version the local copy is based on; nil before its first push or pull.
+    public let version: Version?
+    /// True while a local change of this record waits to be settled by the server.
+    public let pending: Bool
+    /// The server's commit time of `version` (ms since 1970), when known.
+    public let updatedAt: Int64?
+    /// The client that wrote `version`, when known.
+    public let updatedBy: String?
+
+    /// Decodes the data into `type` (with `decoder`, a `JSONDecoder` by default).
+    public func decode<T: Decodable>(_ type: T.Type = T.self, decoder: JSONDecoder = JSONDecoder()) throws -> T {
+        guard let data else { throw OutpostError.decoding(collection: collection, id: id, message: "the record is deleted") }
+        do {
+            return try JSONValue.object(data).decode(T.self, decoder: decoder)
+        } catch {
+            throw OutpostError.decoding(collection: collection, id: id, message: "\(error)")
+        }
+    }
+}
+
+/// Names one record.
+public struct RecordKey: Sendable, Hashable, CustomStringConvertible {
+    /// The collection.
+    public let collection: String
+    /// The id.
+    public let id: String
+
+    /// The key of `collection`/`id`.
+    public init(collection: String, id: String) {
+        self.collection = collection
+        self.id = id
+    }
+
+    public var description: String { "\(collection)/\(id)" }
+}
+
+/// Where a queued change stands (PROTOCOL.md section 4; the four states of a durable queue
+/// plus "in doubt").
+public enum ChangeState: String, Sendable, Hashable, CaseIterable {
+    /// Queued, not sent yet.
+    case pending
+    /// Sent; the answer is awaited.
+    case inFlight = "in_flight"
+    /// Sent, and the answer was never read (lost, cut off, a proxy's 504, too large): the
+    /// server may or may not have applied it. Retried under the same changeId; only a read
+    /// answer settles it.
+    case inDoubt = "in_doubt"
+    /// An attempt failed without being applied (not sent, refused, or a conflict that was
+    /// resolved into this change); retried at `nextAttemptAt`.
+    case failed
+    /// The server will never apply it (invalid, too large...). Kept with its reason for the
+    /// app to show; it blocks nothing.
+    case rejected
+}
+
+/// A change in the local queue.
+public struct QueuedChange: Sendable, Hashable {
+    /// Unique for ever within the space; given when the change was queued.
+    public let changeId: String
+    /// The record's collection.
+    public let collection: String
+    /// The record's id.
+    public let id: String
+    /// `put` or `delete`.
+    public let op: ChangeOp
+    /// The data of a put.
+    public let data: JSONObject?
+    /// The server version the change is based on (nil: the record is new to the server).
+    public let baseVersion: Version?
+    /// Where it stands.
+    public let state: ChangeState
+    /// Attempts so far (sends, and conflicts that were resolved into it).
+    public let attempts: Int
+    /// Not retried before this time (ms since 1970).
+    public let nextAttemptAt: Int64
+    /// The last failure, or the rejection's reason.
+    public let lastError: String?
+    /// The rejection's code (`invalid_change`, `record_too_large`...), for rejected changes.
+    public let errorCode: String?
+    /// The device's time of the edit (ms since 1970).
+    public let clientTime: Int64
+}
+
+/// A pulled record the store could not decode, kept instead of stopping the pull.
+public struct QuarantinedRecord: Sendable, Hashable {
+    /// Local number of the entry.
+    public let number: Int64
+    /// The collection, when it could be read.
+    public let collection: String?
+    /// The id, when it could be read.
+    public let id: String?
+    /// The version, when it could be read.
+    public let version: String?
+    /// The record's JSON as it came.
+    public let raw: [UInt8]
+    /// Why it could not be used.
+    public let reason: String
+    /// When it was quarantined (ms since 1970, device clock).
+    public let quarantinedAt: Int64
+}
+
+/// What one `sync()` did.
+public struct SyncReport: Sendable, Hashable {
+    /// Changes the server applied (replayed answers of in-doubt changes included).
+    public var pushed = 0
+    /// Pulled records applied to the store.
+    public var pulled = 0
+    /// Push answers that were conflicts.
+    public var conflicts = 0
+    /// Changes rejected for good.
+    public var rejected = 0
+    /// Pulled records put in quarantine.
+    public var quarantined = 0
+    /// Changes left in the queue (not rejected).
+    public var pending = 0
+    /// The epoch after the sync.
+    public var epoch: Epoch?
+    /// True when this sync moved the store to a new epoch.
+    public var epochChanged = false
+    /// Records offered again to a new history (see `docs/client.md`).
+    public var reoffered = 0
+
+    /// An empty report.
+    public init() {}
+}
+
+/// The store's sync state.
+public struct SyncStatus: Sendable, Hashable {
+    /// The client id this installation pushes with.
+    public let clientId: String
+    /// The space.
+    public let space: String
+    /// The epoch the store follows (nil before its first sync).
+    public let epoch: Epoch?
+    /// The pull cursor.
+    public let cursor: Version?
+    /// Changes not yet settled (rejected ones excluded).
+    public let pending: Int
+    /// Rejected changes kept for the app.
+    public let rejected: Int
+    /// Quarantined records.
+    public let quarantined: Int
+    /// End of the last successful sync (ms since 1970).
+    public let lastSyncAt: Int64?
+    /// The last sync's failure, nil after a success.
+    public let lastError: String?
+    /// The epochs the store left, oldest first (at most 32).
+    public let retiredEpochs: [Epoch]
+    /// True while a new epoch's history is being pulled (local changes wait for it).
+    public let rebasing: Bool
+}
+
+/// A change of the store that observers hear about.
+public struct StoreEvent: Sendable, Hashable {
+    /// Who made it.
+    public enum Origin: Sendable, Hashable {
+        /// An edit on this device.
+        case local
+        /// A pull, a push answer or a conflict resolution.
+        case remote
+    }
+
+    /// Who made it.
+    public let origin: Origin
+    /// The records touched, in the order they were written.
+    public let keys: [RecordKey]
+}

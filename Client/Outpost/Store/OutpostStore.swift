@@ -1,0 +1,385 @@
+import Foundation
+import OutpostCore
+import OutpostSQLite
+
+/// An offline-first store: records in collections, kept in one SQLite file (WAL), synced
+/// with an Outpost server.
+///
+/// A save writes the record and its queue entry in one transaction and never waits for
+/// the network. `sync()` pushes the queue, then pulls to the end of the server's history.
+/// Nothing local is lost by a failed sync: changes stay queued until a read answer settles
+/// them.
+///
+/// ```swift
+/// struct Todo: Codable { var id: String; var title: String; var done = false }
+///
+/// let store = try OutpostStore(path: "todos.sqlite",
+///                              configuration: .init(space: "team"),
+///                              transport: HTTPSyncTransport(baseURL: url, token: { _ in token }))
+/// try await store.save(Todo(id: "t1", title: "Buy milk"), in: "todos", id: "t1")
+/// let report = try await store.sync()
+/// let todos = try await store.all(Todo.self, in: "todos")
+/// ```
+///
+/// Concurrency: the actor owns the only SQLite connection, which never leaves it. While a
+/// sync waits for the network, saves and reads go on; a second `sync()` waits for the
+/// first. One store per file: a second open of the same file, in this process or another,
+/// fails with `OutpostError.storeInUse`.
+public actor OutpostStore {
+    /// The configuration the store was opened with.
+    public let configuration: Configuration
+    /// This installation's client id (kept in the file).
+    public let clientId: String
+    /// The space.
+    public nonisolated var space: String { configuration.space }
+
+    let transport: (any SyncTransport)?
+    var database: LocalDatabase?
+    private var lock: StoreLock?
+    var rng: Randomness
+    private var observers: [UUID: Observer] = [:]
+    private var syncRunning = false
+    private var syncWaiters: [CheckedContinuation<Void, Never>] = []
+    var cachedLimits: (limits: Limits, fetchedAt: Int64)?
+
+    /// How many epochs the store remembers having left (PROTOCOL.md section 5).
+    public static let retiredEpochLimit = 32
+
+    /// Opens (creating when absent) the store at `path`.
+    ///
+    /// - Throws: `OutpostError.storeInUse` when the file is open elsewhere;
+    ///   `spaceMismatch` when it belongs to another space.
+    public init(path: String, configuration: Configuration, transport: (any SyncTransport)? = nil) throws {
+        let lock = try StoreLock.acquire(databasePath: path)
+        try self.init(databasePath: path, lock: lock, configuration: configuration, transport: transport)
+    }
+
+    /// A store in memory, for tests and previews: nothing is written to disk.
+    public static func inMemory(configuration: Configuration, transport: (any SyncTransport)? = nil) throws -> OutpostStore {
+        try OutpostStore(databasePath: ":memory:", lock: nil, configuration: configuration, transport: transport)
+    }
+
+    private init(databasePath: String, lock: StoreLock?, configuration: Configuration, transport: (any SyncTransport)?) throws {
+        guard Names.isValidSpace(configuration.space) else { throw OutpostError.invalidName("invalid space name \"\(configuration.space)\"") }
+        if let id = configuration.clientId, !Names.isValidClientID(id) {
+            throw OutpostError.invalidName("invalid client id \"\(id)\": 1 to 128 characters of [A-Za-z0-9_.:-]")
+        }
+        var rng = Randomness(seed: configuration.randomSeed)
+        let database: LocalDatabase
+        do { database = try LocalDatabase(path: databasePath, durability: configuration.durability) } catch let e as SQLiteError {
+            throw OutpostError.storage(e.description)
+        }
+        let clientId: String
+        do {
+            if let stored = try database.meta("space"), stored != configuration.space {
+                database.close()
+                throw OutpostError.spaceMismatch(stored: stored, configured: configuration.space)
+            }
+            try database.setMeta("space", configuration.space)
+            if let stored = try database.meta("client_id") {
+                clientId = stored
+            } else {
+                clientId = configuration.clientId ?? Identifiers.clientID(using: &rng)
+                try database.setMeta("client_id", clientId)
+            }
+            // A change that was being sent when the process stopped may have been applied.
+            try database.markInFlightInDoubt()
+        } catch let e as SQLiteError {
+            database.close()
+            throw OutpostError.storage(e.description)
+        }
+        self.configuration = configuration
+        self.clientId = clientId
+        self.transport = transport
+        self.database = database
+        self.lock = lock
+        self.rng = rng
+    }
+
+    /// Closes the store: observers finish, the file and its lock are released. A sync in
+    /// progress stops at its next step; changes it had sent stay in doubt.
+    public func close() {
+        database?.close()
+        database = nil
+        lock = nil
+        for observer in observers.values { observer.continuation.finish() }
+        observers.removeAll()
+    }
+
+    /// The database, or `closed`.
+    func db() throws -> LocalDatabase {
+        guard let database else { throw OutpostError.closed }
+        return database
+    }
+
+    /// Runs `body` in one transaction, mapping SQLite failures to `OutpostError.storage`.
+    func write<T>(_ body: (LocalDatabase) throws -> T) throws -> T {
+        let d = try db()
+        do {
+            return try d.db.transaction { try body(d) }
+        } catch let e as SQLiteError {
+            throw OutpostError.storage(e.description)
+        }
+    }
+
+    /// Runs a read, mapping SQLite failures.
+    func read<T>(_ body: (LocalDatabase) throws -> T) throws -> T {
+        let d = try db()
+        do {
+            return try body(d)
+        } catch let e as SQLiteError {
+            throw OutpostError.storage(e.description)
+        }
+    }
+
+    func now() -> Int64 { configuration.clock() }
+
+    // MARK: - Saving
+
+    /// Saves a Codable value as the record `collection`/`id` (a put). Local only: the
+    /// record and its queue entry are written in one transaction; the network is not
+    /// touched. Returns the record as stored.
+    @discardableResult
+    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder()) throws -> StoredRecord {
+        let json: JSONValue
+        do { json = try JSONValue(encoding: value, encoder: encoder) } catch { throw OutpostError.encoding("\(error)") }
+        guard case .object(let object) = json else { throw OutpostError.encoding("\(T.self) does not encode as a JSON object") }
+        return try put(object, in: collection, id: id)
+    }
+
+    /// Saves raw JSON as the record `collection`/`id` (a put). See `save(_:in:id:)`.
+    @discardableResult
+    public func put(_ data: JSONObject, in collection: String, id: String) throws -> StoredRecord {
+        let key = try validatedKey(collection, id)
+        guard JSONValue.object(data).depth <= 64 else { throw OutpostError.encoding("records nest at most 64 levels") }
+        let row = try enqueue(key, body: Body(data: encodeObject(data)))
+        notify(StoreEvent(origin: .local, keys: [key]))
+        return try storedRecord(row!)
+    }
+
+    /// Deletes the record (a tombstone: the delete syncs like any edit). Returns false when
+    /// there was nothing to delete.
+    @discardableResult
+    public func delete(from collection: String, id: String) throws -> Bool {
+        let key = try validatedKey(collection, id)
+        guard let row = try read({ try $0.record(key) }), !row.view.deleted else { return false }
+        _ = try enqueue(key, body: .tombstone)
+        notify(StoreEvent(origin: .local, keys: [key]))
+        return true
+    }
+
+    private func validatedKey(_ collection: String, _ id: String) throws -> RecordKey {
+        guard Names.isValidCollection(collection) else {
+            throw OutpostError.invalidName("invalid collection name \"\(collection)\": ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+        }
+        guard Names.isValidRecordID(id) else { throw OutpostError.invalidName("invalid record id: 1 to 256 bytes of UTF-8, no control characters") }
+        return RecordKey(collection: collection, id: id)
+    }
+
+    // MARK: - Reading
+
+    /// The record decoded as `type`; nil when absent or deleted.
+    public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = JSONDecoder()) throws -> T? {
+        guard let record = try record(in: collection, id: id), !record.deleted else { return nil }
+        return try record.decode(T.self, decoder: decoder)
+    }
+
+    /// Every live record of `collection` decoded as `type`, ordered by id.
+    public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = JSONDecoder()) throws -> [T] {
+        try records(in: collection).map { try $0.decode(T.self, decoder: decoder) }
+    }
+
+    /// The record (tombstones included), or nil when the store has never held it.
+    public func record(in collection: String, id: String) throws -> StoredRecord? {
+        try read { try $0.record(RecordKey(collection: collection, id: id)) }.map(storedRecord)
+    }
+
+    /// The live records of `collection` (all collections when nil), ordered by collection
+    /// and id; tombstones only with `includeDeleted`.
+    public func records(in collection: String? = nil, includeDeleted: Bool = false) throws -> [StoredRecord] {
+        try read { try $0.records(collection: collection) }
+            .filter { includeDeleted || !$0.view.deleted }
+            .map(storedRecord)
+    }
+
+    func storedRecord(_ row: RecordRow) throws -> StoredRecord {
+        StoredRecord(collection: row.key.collection, id: row.key.id, data: try row.view.data.map(decodeObject),
+                     deleted: row.view.deleted, version: row.server?.version, pending: row.pending,
+                     updatedAt: row.server?.updatedAt, updatedBy: row.server?.updatedBy)
+    }
+
+    // MARK: - Queue, quarantine, status
+
+    /// Changes not yet settled, in queue order (rejected ones excluded).
+    public func pendingChanges() throws -> [QueuedChange] {
+        try read { try $0.entries(in: [.pending, .inFlight, .inDoubt, .failed]) }.map(queuedChange)
+    }
+
+    /// Changes the server rejected for good, with their reasons. They block nothing; the app
+    /// shows them and may discard them (`discardRejectedChange`) or save again.
+    public func rejectedChanges() throws -> [QueuedChange] {
+        try read { try $0.entries(in: [.rejected]) }.map(queuedChange)
+    }
+
+    /// Removes a rejected change. Returns false when no rejected change has that id.
+    @discardableResult
+    public func discardRejectedChange(_ changeId: String) throws -> Bool {
+        try write { d in
+            guard let e = try d.entry(changeId: changeId), e.state == .rejected else { return false }
+            return try d.deleteEntry(changeId: changeId)
+        }
+    }
+
+    func queuedChange(_ e: QueueEntry) throws -> QueuedChange {
+        QueuedChange(changeId: e.changeId, collection: e.key.collection, id: e.key.id, op: e.op, data: try e.data.map(decodeObject),
+                     baseVersion: e.baseVersion, state: e.state, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt,
+                     lastError: e.lastError, errorCode: e.errorCode, clientTime: e.clientTime)
+    }
+
+    /// Pulled records that could not be decoded (or failed a validator), oldest first.
+    public func quarantinedRecords() throws -> [QuarantinedRecord] {
+        try read { try $0.quarantined() }
+    }
+
+    /// Forgets a quarantined record.
+    public func discardQuarantined(_ number: Int64) throws {
+        try write { try $0.deleteQuarantined(number) }
+    }
+
+    /// Tries every quarantined record again (after an app update taught it the new shape):
+    /// those that now decode and pass their validator are applied like pulled records (never
+    /// over a newer version); the others stay. Returns how many left the quarantine.
+    @discardableResult
+    public func retryQuarantined() throws -> Int {
+        var keys: [RecordKey] = []
+        let released: Int = try write { d in
+            var released = 0
+            for q in try d.quarantined() {
+                guard let value = try? JSONParser(maxDepth: JSONParser.depthCeiling).parse(q.raw),
+                      case .record(let state) = PulledRecord(value) else { continue }
+                if let check = configuration.validators[state.collection], let data = state.data, !state.deleted {
+                    guard (try? check(data)) != nil else { continue }
+                }
+                var ignored = SyncReport()
+                if try applyPulled(state, d, sentKeys: try d.keysWithSentChanges(), report: &ignored) { keys.append(RecordKey(collection: state.collection, id: state.id)) }
+                try d.deleteQuarantined(q.number)
+                released += 1
+            }
+            return released
+        }
+        if !keys.isEmpty { notify(StoreEvent(origin: .remote, keys: keys)) }
+        return released
+    }
+
+    /// The sync state.
+    public func status() throws -> SyncStatus {
+        try read { d in
+            SyncStatus(
+                clientId: clientId, space: configuration.space, epoch: try d.meta("epoch").flatMap(Epoch.init),
+                cursor: try d.meta("cursor").flatMap(Version.init),
+                pending: try d.count(states: [.pending, .inFlight, .inDoubt, .failed]),
+                rejected: try d.count(states: [.rejected]), quarantined: try d.quarantineCount(),
+                lastSyncAt: try d.meta("last_sync_at").flatMap { Int64($0) }, lastError: try d.meta("last_error"),
+                retiredEpochs: try d.retiredEpochs(), rebasing: try d.meta("rebasing") != nil)
+        }
+    }
+
+    /// The earliest `nextAttemptAt` of a failed or in-doubt change, if any (schedulers
+    /// sync again then; pending changes go with the next sync anyway).
+    public func nextRetryAt() throws -> Int64? {
+        try read { d in
+            try d.entries(in: [.failed, .inDoubt]).map(\.nextAttemptAt).min()
+        }
+    }
+
+    // MARK: - Observation
+
+    struct Observer {
+        enum Filter { case all, collection(String), record(RecordKey) }
+        let filter: Filter
+        let continuation: AsyncStream<StoreEvent>.Continuation
+    }
+
+    /// Events for every change of `collection`: local edits, pulled records, push answers
+    /// and resolutions that change what the app sees. Ends when the store closes.
+    public func observe(collection: String) -> AsyncStream<StoreEvent> {
+        addObserver(.collection(collection))
+    }
+
+    /// Events for every change of one record.
+    public func observe(collection: String, id: String) -> AsyncStream<StoreEvent> {
+        addObserver(.record(RecordKey(collection: collection, id: id)))
+    }
+
+    /// Events for every change of the store.
+    public func observeAll() -> AsyncStream<StoreEvent> {
+        addObserver(.all)
+    }
+
+    /// The live records of `collection` decoded as `type`: now, then after every change of
+    /// the collection. Ends when the store closes or the consumer stops.
+    public func values<T: Decodable & Sendable>(_ type: T.Type, in collection: String) -> AsyncThrowingStream<[T], any Error> {
+        let events = observe(collection: collection)
+        let (stream, continuation) = AsyncThrowingStream<[T], any Error>.makeStream()
+        let task = Task { [weak self] in
+            do {
+                guard let first = try await self?.all(T.self, in: collection) else { return continuation.finish() }
+                continuation.yield(first)
+                for await _ in events {
+                    guard let current = try await self?.all(T.self, in: collection) else { break }
+                    continuation.yield(current)
+                }
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    private func addObserver(_ filter: Observer.Filter) -> AsyncStream<StoreEvent> {
+        let (stream, continuation) = AsyncStream<StoreEvent>.makeStream(bufferingPolicy: .unbounded)
+        guard database != nil else {
+            continuation.finish()
+            return stream
+        }
+        let id = UUID()
+        observers[id] = Observer(filter: filter, continuation: continuation)
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.removeObserver(id) }
+        }
+        return stream
+    }
+
+    private func removeObserver(_ id: UUID) {
+        observers[id] = nil
+    }
+
+    func notify(_ event: StoreEvent) {
+        guard !event.keys.isEmpty else { return }
+        for observer in observers.values {
+            let keys: [RecordKey]
+            switch observer.filter {
+            case .all: keys = event.keys
+            case .collection(let c): keys = event.keys.filter { $0.collection == c }
+            case .record(let k): keys = event.keys.filter { $0 == k }
+            }
+            if !keys.isEmpty { observer.continuation.yield(StoreEvent(origin: event.origin, keys: keys)) }
+        }
+    }
+
+    // MARK: - One sync at a time
+
+    func acquireSyncGate() async {
+        while syncRunning {
+            await withCheckedContinuation { syncWaiters.append($0) }
+        }
+        syncRunning = true
+    }
+
+    func releaseSyncGate() {
+        syncRunning = false
+        if !syncWaiters.isEmpty { syncWaiters.removeFirst().resume() }
+    }
+}

@@ -1,0 +1,338 @@
+import OutpostCore
+
+// Pulling (PROTOCOL.md section 5), and how the store follows a new epoch.
+//
+// - Each page is applied in one transaction together with the cursor that follows it, so
+//   a process killed mid-pull resumes where the last page ended.
+// - A pulled version never replaces a newer one (seq order within an epoch); absence from
+//   a page never deletes anything; tombstones are state.
+// - A record with a change in flight or in doubt is not touched: the pulled version is kept
+//   aside until the push's answer is known, then the newer of the two applies.
+// - A record that cannot be decoded (or fails the app's validator) goes to the quarantine;
+//   the pull goes on.
+// - A page larger than the transport reads makes the store ask for half as many records.
+//
+// Epochs: a new epoch counts only when two requests of one sync report it: the pull with
+// the cursor (`epoch_changed`, or a page of another epoch) and the pull from the start.
+// For the first epoch a store hears of, the two are the first page and the request after
+// it. The epoch must be later than the store's (a longer one is later; of two as long, the
+// greater byte by byte) and not one of the last 32 it left. When the two disagree, or the
+// epoch is refused, the sync fails and changes nothing. Then the store pulls the new
+// history from its start ("rebasing", kept in the file so a crash resumes it): records are
+// compared with the device's copies, pending changes wait, and at the end
+// - records the new history lacks are offered again as creates (tombstones as deletes);
+// - records whose device copy is newer, by the server's own `updatedAt`, than the new
+//   history's are offered again on top of it;
+// - pending changes are re-based on what the new history holds.
+
+extension OutpostStore {
+    /// Pulls until the server has nothing more.
+    func pullPhase(_ transport: any SyncTransport, report: inout SyncReport) async throws {
+        let limits = try await self.limits(transport)
+        var pageLimit = max(1, min(configuration.pageLimit, limits.maxPageLimit))
+        let maxBytes = max(1, min(limits.pageBytes, transport.maxResponseBytes - 65_536))
+        var firstRequestOfSwitch = true
+        while true {
+            let d = try db()
+            let epoch = try d.meta("epoch").flatMap(Epoch.init)
+            let cursor = try d.meta("cursor").flatMap(Version.init)
+
+            guard let epoch, let cursor else {
+                // The first epoch the store hears of: the first page and the next request
+                // must both report it before anything is applied.
+                let first = try await fetch(transport, since: nil, limit: &pageLimit, maxBytes: maxBytes)
+                let second: PulledPage
+                do {
+                    second = try await fetch(transport, since: first.next, limit: &pageLimit, maxBytes: maxBytes)
+                } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.epochChanged.rawValue {
+                    throw OutpostError.epochDisagreement(first: first.epoch.rawValue, second: envelope.details?["epoch"]?.stringValue ?? "?")
+                }
+                guard second.epoch == first.epoch else {
+                    throw OutpostError.epochDisagreement(first: first.epoch.rawValue, second: second.epoch.rawValue)
+                }
+                let retired = try read { try $0.retiredEpochs() }
+                guard !retired.contains(first.epoch) else {
+                    throw OutpostError.epochRefused(epoch: first.epoch.rawValue, current: nil, reason: "the store left this epoch before")
+                }
+                var keys: [RecordKey] = []
+                try write { d in
+                    try d.setMeta("epoch", first.epoch.rawValue)
+                    if try d.recordCount() > 0 {
+                        try d.markAllForEpochCheck()
+                        try d.setMeta("rebasing", "1")
+                    }
+                    try apply(first, d, report: &report, keys: &keys)
+                    try apply(second, d, report: &report, keys: &keys)
+                    if !second.hasMore, try d.meta("rebasing") != nil { try finishRebase(first.epoch, d, report: &report, keys: &keys) }
+                }
+                notify(StoreEvent(origin: .remote, keys: keys))
+                if !second.hasMore { return }
+                continue
+            }
+
+            let page: PulledPage
+            do {
+                page = try await fetch(transport, since: cursor, limit: &pageLimit, maxBytes: maxBytes)
+            } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.epochChanged.rawValue {
+                guard let reported = envelope.details?["epoch"]?.stringValue.flatMap(Epoch.init) else {
+                    throw OutpostError.protocolViolation("epoch_changed without details.epoch")
+                }
+                guard firstRequestOfSwitch else { throw OutpostError.epochDisagreement(first: epoch.rawValue, second: reported.rawValue) }
+                firstRequestOfSwitch = false
+                try await switchEpoch(from: epoch, to: reported, transport, limit: &pageLimit, maxBytes: maxBytes, report: &report)
+                continue
+            } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.cursorAhead.rawValue {
+                let head = envelope.details?["head"]?.int64Value.map { "\(envelope.details?["epoch"]?.stringValue ?? epoch.rawValue).\($0)" }
+                throw OutpostError.cursorAhead(cursor: cursor.text, head: head)
+            }
+            if page.epoch != epoch {
+                // A page of another history answered our cursor: it counts as the first report.
+                guard firstRequestOfSwitch else { throw OutpostError.epochDisagreement(first: epoch.rawValue, second: page.epoch.rawValue) }
+                firstRequestOfSwitch = false
+                try await switchEpoch(from: epoch, to: page.epoch, transport, limit: &pageLimit, maxBytes: maxBytes, report: &report)
+                continue
+            }
+            var keys: [RecordKey] = []
+            try write { d in
+                try apply(page, d, report: &report, keys: &keys)
+                if !page.hasMore, try d.meta("rebasing") != nil { try finishRebase(epoch, d, report: &report, keys: &keys) }
+            }
+            notify(StoreEvent(origin: .remote, keys: keys))
+            if !page.hasMore { return }
+        }
+    }
+
+    /// The second request of an epoch switch, the checks, and the start of the re-pull.
+    private func switchEpoch(from current: Epoch, to reported: Epoch, _ transport: any SyncTransport, limit: inout Int, maxBytes: Int, report: inout SyncReport) async throws {
+        let fromStart = try await fetch(transport, since: nil, limit: &limit, maxBytes: maxBytes)
+        guard fromStart.epoch == reported else {
+            throw OutpostError.epochDisagreement(first: reported.rawValue, second: fromStart.epoch.rawValue)
+        }
+        guard current < reported else {
+            throw OutpostError.epochRefused(epoch: reported.rawValue, current: current.rawValue, reason: "it is earlier than the store's epoch")
+        }
+        guard try !read({ try $0.retiredEpochs() }).contains(reported) else {
+            throw OutpostError.epochRefused(epoch: reported.rawValue, current: current.rawValue, reason: "the store left this epoch before")
+        }
+        var keys: [RecordKey] = []
+        try write { d in
+            try d.retire(current, keep: Self.retiredEpochLimit)
+            try d.setMeta("epoch", reported.rawValue)
+            try d.setMeta("cursor", nil)
+            try d.markAllForEpochCheck()
+            try d.setMeta("rebasing", "1")
+            try apply(fromStart, d, report: &report, keys: &keys)
+            if !fromStart.hasMore { try finishRebase(reported, d, report: &report, keys: &keys) }
+        }
+        report.epochChanged = true
+        notify(StoreEvent(origin: .remote, keys: keys))
+    }
+
+    /// One pull request; halves `limit` while the answer is larger than the transport reads.
+    func fetch(_ transport: any SyncTransport, since: Version?, limit: inout Int, maxBytes: Int, waitMs: Int = 0) async throws -> PulledPage {
+        while true {
+            do {
+                let query = PullQuery(since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+                return try await transport.pull(query, space: configuration.space)
+            } catch TransportError.answerTooLarge(let cap) {
+                guard limit > 1 else { throw OutpostError.transport(.answerTooLarge(limit: cap)) }
+                limit = max(1, limit / 2)
+            } catch {
+                throw Self.transportFailure(error)
+            }
+        }
+    }
+
+    /// Applies a page and moves the cursor past it (inside the caller's transaction).
+    func apply(_ page: PulledPage, _ d: LocalDatabase, report: inout SyncReport, keys: inout [RecordKey]) throws {
+        let sentKeys = try d.keysWithSentChanges()
+        let time = now()
+        for item in page.records {
+            switch item {
+            case .undecodable(let bad):
+                try d.quarantine(bad, at: time)
+                report.quarantined += 1
+            case .record(let state):
+                if let check = configuration.validators[state.collection], let data = state.data, !state.deleted {
+                    do { try check(data) } catch {
+                        try d.quarantine(UndecodableRecord(raw: state.json.encoded(), collection: state.collection, id: state.id,
+                                                           version: state.version.text, reason: "the app cannot decode it: \(error)"), at: time)
+                        report.quarantined += 1
+                        continue
+                    }
+                }
+                if try applyPulled(state, d, sentKeys: sentKeys, report: &report) {
+                    keys.append(RecordKey(collection: state.collection, id: state.id))
+                }
+            }
+        }
+        try d.setMeta("cursor", page.next.text)
+    }
+
+    /// Applies one pulled record. Returns true when what the app sees changed.
+    func applyPulled(_ state: RecordState, _ d: LocalDatabase, sentKeys: Set<RecordKey>, report: inout SyncReport) throws -> Bool {
+        let key = RecordKey(collection: state.collection, id: state.id)
+        let incoming = ServerCopy(state)
+        if !sentKeys.contains(key), try d.insertIfAbsent(state, data: incoming.body.data) {
+            report.pulled += 1
+            return true
+        }
+        guard var row = try d.record(key) else { return false }
+        let before = row.view
+
+        if sentKeys.contains(key) {
+            // A change of this record was sent and its answer is not known: keep the pulled
+            // version aside until it is.
+            if let kept = try d.aside(key), !incoming.isNewer(than: kept) {} else { try d.setAside(key, incoming) }
+            if row.epochCheck {
+                row.epochCheck = false
+                try d.write(row)
+            }
+            return false
+        }
+
+        if row.epochCheck {
+            // First sight of the record in a new history.
+            row.epochCheck = false
+            if !row.pending, let device = row.server, device.version.epoch != state.version.epoch,
+               let deviceTime = device.updatedAt, deviceTime > state.updatedAt, !device.body.sameContent(as: incoming.body) {
+                // The device's copy is newer than the new history's: offer it again on top.
+                try offerAgain(device.body, base: state.version, originUpdatedAt: deviceTime, key, d)
+                row.view = device.body
+                row.pending = true
+                row.server = incoming
+                report.reoffered += 1
+                try d.write(row)
+                return false
+            }
+            row.server = incoming
+            try d.write(row)
+            if !row.pending { report.pulled += 1 }
+            return (row.pending ? row.view : incoming.body) != before
+        }
+
+        if let stored = row.server, !incoming.isNewer(than: stored) {
+            // Never backwards. The same version coming back fills in what a push answer
+            // did not say (the server's time and writer).
+            if stored.version == incoming.version && stored.updatedAt == nil {
+                row.server!.updatedAt = incoming.updatedAt
+                row.server!.updatedBy = incoming.updatedBy
+                try d.write(row)
+            }
+            return false
+        }
+        row.server = incoming
+        try d.write(row)
+        if row.pending { return false }
+        report.pulled += 1
+        return incoming.body != before
+    }
+
+    /// Queues a copy offered again to a new history.
+    private func offerAgain(_ body: Body, base: Version?, originUpdatedAt: Int64?, _ key: RecordKey, _ d: LocalDatabase) throws {
+        let time = now()
+        try d.insert(QueueEntry(
+            position: 0, changeId: Identifiers.changeID(nowMs: time, using: &rng), key: key, op: body.deleted ? .delete : .put,
+            data: body.data, baseVersion: base, clientTime: time, state: .pending, attempts: 0, nextAttemptAt: 0,
+            lastError: nil, errorCode: nil, origin: .reoffer, originUpdatedAt: originUpdatedAt, createdAt: time))
+    }
+
+    /// The end of a new history's re-pull: offer again what it lacks, re-base pending
+    /// changes on what it holds.
+    func finishRebase(_ epoch: Epoch, _ d: LocalDatabase, report: inout SyncReport, keys: inout [RecordKey]) throws {
+        for var row in try d.recordsNeedingEpochCheck() {
+            row.epochCheck = false
+            let unsettled = try d.entries(for: row.key)
+            if unsettled.isEmpty, let device = row.server {
+                try offerAgain(device.body, base: nil, originUpdatedAt: device.updatedAt, row.key, d)
+                row.view = device.body
+                row.pending = true
+                report.reoffered += 1
+            }
+            row.server = nil
+            if row.pending {
+                try d.write(row)
+            } else {
+                try d.deleteRecord(row.key)
+                keys.append(row.key)
+            }
+        }
+        for var e in try d.entries(in: [.pending, .failed]) {
+            let base = try d.record(e.key)?.server.flatMap { $0.version.epoch == epoch ? $0.version : nil }
+            e.baseVersion = base
+            e.nextAttemptAt = 0
+            try d.update(e)
+        }
+        try d.setMeta("rebasing", nil)
+    }
+
+    /// Pulls the current history again from its start at the next sync (a refresh: every
+    /// record comes again and is applied by the usual rules, never over a newer version).
+    /// Pending changes are kept.
+    public func resetSync() async throws {
+        await acquireSyncGate()
+        defer { releaseSyncGate() }
+        try write { d in
+            if let epoch = try d.meta("epoch").flatMap(Epoch.init) { try d.setMeta("cursor", Version.start(of: epoch).text) }
+        }
+    }
+
+    /// Leaves the current epoch: it is retired (never followed again), and the next sync
+    /// follows the epoch two of its requests report, whatever its order, unless it is one of
+    /// the last 32 the store left. Pending changes are kept and re-based; what the device
+    /// holds that the new history lacks is offered again. The way out for a store that
+    /// followed another deployment's epoch.
+    public func leaveEpoch() async throws {
+        await acquireSyncGate()
+        defer { releaseSyncGate() }
+        try write { d in
+            if let epoch = try d.meta("epoch").flatMap(Epoch.init) { try d.retire(epoch, keep: Self.retiredEpochLimit) }
+            try d.setMeta("epoch", nil)
+            try d.setMeta("cursor", nil)
+        }
+    }
+
+    // MARK: Long poll
+
+    /// What `waitForChanges` found.
+    public enum WaitResult: Sendable, Hashable {
+        /// Records arrived and were applied.
+        case changed
+        /// Nothing arrived in time.
+        case unchanged
+        /// The server has more than one page, a new epoch, or the store's state moved: run
+        /// `sync()`.
+        case needsSync
+    }
+
+    /// Holds a long-poll pull open (PROTOCOL.md section 5, `wait`) and applies what it
+    /// brings. The request does not hold up `sync()` or saves; its page is applied only if
+    /// the store's cursor did not move meanwhile.
+    public func waitForChanges(timeout: Duration) async throws -> WaitResult {
+        guard let transport else { throw OutpostError.noTransport }
+        let d = try db()
+        guard let epoch = try d.meta("epoch").flatMap(Epoch.init), let cursor = try d.meta("cursor").flatMap(Version.init),
+              try d.meta("rebasing") == nil else { return .needsSync }
+        let limits = try await self.limits(transport)
+        var limit = max(1, min(configuration.pageLimit, limits.maxPageLimit))
+        let maxBytes = max(1, min(limits.pageBytes, transport.maxResponseBytes - 65_536))
+        let waitMs = Int(min(max(timeout.milliseconds, 0), Int64(PullQuery.maxWaitMs)))
+        let page: PulledPage
+        do {
+            page = try await fetch(transport, since: cursor, limit: &limit, maxBytes: maxBytes, waitMs: waitMs)
+        } catch OutpostError.transport(.refused(409, _)) {
+            return .needsSync
+        }
+        await acquireSyncGate()
+        defer { releaseSyncGate() }
+        let current = try db()
+        guard page.epoch == epoch, try current.meta("epoch") == epoch.rawValue, try current.meta("cursor") == cursor.text,
+              try current.meta("rebasing") == nil else { return .needsSync }
+        var report = SyncReport()
+        var keys: [RecordKey] = []
+        try write { d in try apply(page, d, report: &report, keys: &keys) }
+        notify(StoreEvent(origin: .remote, keys: keys))
+        if page.hasMore { return .needsSync }
+        return page.records.isEmpty ? .unchanged : .changed
+    }
+}

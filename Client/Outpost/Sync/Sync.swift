@@ -1,0 +1,72 @@
+import OutpostCore
+
+extension OutpostStore {
+    /// One sync: pushes the queue, then pulls to the end of the server's history (and, when
+    /// that brought a new epoch, pushes what it re-based or offered again).
+    ///
+    /// A second call waits for the first. On failure nothing local is lost: sent changes
+    /// whose answer was not read are in doubt, others wait for their retry time, and the
+    /// error is kept in `status().lastError`.
+    @discardableResult
+    public func sync() async throws -> SyncReport {
+        guard let transport else { throw OutpostError.noTransport }
+        await acquireSyncGate()
+        defer { releaseSyncGate() }
+        var report = SyncReport()
+        do {
+            _ = try db()
+            var pushFailure: OutpostError?
+            if try read({ try $0.meta("rebasing") }) == nil {
+                pushFailure = try await pushPhase(transport, report: &report)
+            }
+            // A push that failed on the network would fail the pull too; one that the
+            // server refused (403, a conflict storm...) does not stop the pull.
+            if let failure = pushFailure, case .transport(let t) = failure, !t.isServerAnswer { throw failure }
+            let epochBefore = try read { try $0.meta("epoch") }
+            try await pullPhase(transport, report: &report)
+            let epochAfter = try read { try $0.meta("epoch") }
+            if report.epochChanged || report.reoffered > 0 || epochAfter != epochBefore {
+                if let failure = try await pushPhase(transport, report: &report) { pushFailure = pushFailure ?? failure }
+            }
+            if let pushFailure { throw pushFailure }
+            try write { d in
+                try d.setMeta("last_sync_at", String(now()))
+                try d.setMeta("last_error", nil)
+            }
+            report.epoch = try read { try $0.meta("epoch").flatMap(Epoch.init) }
+            report.pending = try read { try $0.count(states: [.pending, .inFlight, .inDoubt, .failed]) }
+            return report
+        } catch {
+            let failure = error as? OutpostError ?? .storage("\(error)")
+            if failure != .closed { try? write { try $0.setMeta("last_error", failure.description) } }
+            throw failure
+        }
+    }
+
+    /// The server's limits, read from `/v1/info` at most every `limitsLifetime`.
+    func limits(_ transport: any SyncTransport, refresh: Bool = false) async throws -> Limits {
+        let time = now()
+        if !refresh, let cached = cachedLimits, time - cached.fetchedAt < configuration.limitsLifetime.milliseconds, time >= cached.fetchedAt {
+            return cached.limits
+        }
+        let info: ServerInfo
+        do { info = try await transport.serverInfo() } catch { throw Self.transportFailure(error) }
+        cachedLimits = (info.limits, time)
+        return info.limits
+    }
+
+    static func transportFailure(_ error: any Error) -> OutpostError {
+        if let t = error as? TransportError { return .transport(t) }
+        if let o = error as? OutpostError { return o }
+        return .transport(.noAnswer("\(error)"))
+    }
+}
+
+extension TransportError {
+    /// True when the server itself answered (a protocol error with a 4xx status), as
+    /// opposed to the network or a proxy failing.
+    var isServerAnswer: Bool {
+        if case .refused(let status, _) = self { return status < 500 }
+        return false
+    }
+}

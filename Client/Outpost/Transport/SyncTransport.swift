@@ -1,0 +1,184 @@
+import OutpostCore
+
+/// How a store talks to a server: the three requests of PROTOCOL.md sections 3 to 5.
+///
+/// Implementations throw only `TransportError`, and must tell apart what they know about a
+/// request: `notSent` only when it certainly never reached the server; `noAnswer` or
+/// `badAnswer` when it may have (a timeout, a reset, a body cut off, a proxy's HTML 504,
+/// an answer that does not decode). Only a push answer that was read and decoded settles
+/// a change: everything else leaves it in doubt, and it is sent again under the same
+/// changeId. Any other error a custom transport throws is treated as `noAnswer`.
+///
+/// `HTTPSyncTransport` talks to a real server; `InMemorySyncServer` plays one in-process.
+public protocol SyncTransport: Sendable {
+    /// `GET /v1/info`: the epoch and the limits.
+    func serverInfo() async throws -> ServerInfo
+    /// `POST /v1/spaces/{space}/push`.
+    func push(_ request: PushRequest, space: String) async throws -> PushResponse
+    /// `GET /v1/spaces/{space}/pull`. Records are decoded one by one, so one the store cannot
+    /// use does not cost the page.
+    func pull(_ query: PullQuery, space: String) async throws -> PulledPage
+    /// The largest answer the transport reads, in bytes. The store asks for pages below it
+    /// (`maxBytes`) and halves `limit` when a page is larger anyway.
+    var maxResponseBytes: Int { get }
+}
+
+extension SyncTransport {
+    /// 16 MiB.
+    public var maxResponseBytes: Int { 16 << 20 }
+}
+
+/// Why a request failed.
+public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The request certainly never reached the server (connection refused, no route, DNS,
+    /// offline, cancelled before sending).
+    case notSent(String)
+    /// It may have reached the server, but no complete answer was read (timeout, reset,
+    /// connection lost, body cut off).
+    case noAnswer(String)
+    /// An answer was read but is not the protocol's: not JSON, the wrong shape, an HTML
+    /// error page from a proxy (status given).
+    case badAnswer(status: Int, String)
+    /// The server answered with a protocol error (`{"error": ...}`).
+    case refused(status: Int, ErrorEnvelope)
+    /// The answer is larger than the transport reads.
+    case answerTooLarge(limit: Int)
+
+    /// Whether a push that failed this way may have been applied. Only a definite answer
+    /// says no: `notSent`, or a protocol error with a 4xx status. A 5xx may come after the
+    /// commit (or from a proxy), so it says nothing.
+    public var pushMayHaveApplied: Bool {
+        switch self {
+        case .notSent: false
+        case .refused(let status, _): status >= 500
+        case .noAnswer, .badAnswer, .answerTooLarge: true
+        }
+    }
+
+    /// The protocol error code, for `refused`.
+    public var errorCode: String? {
+        if case .refused(_, let envelope) = self { return envelope.code }
+        return nil
+    }
+
+    /// A short snake_case code.
+    public var code: String {
+        switch self {
+        case .notSent: "not_sent"
+        case .noAnswer: "no_answer"
+        case .badAnswer: "bad_answer"
+        case .refused(_, let e): e.code
+        case .answerTooLarge: "answer_too_large"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .notSent(let m): "request not sent: \(m)"
+        case .noAnswer(let m): "no answer: \(m)"
+        case .badAnswer(let status, let m): "unreadable answer (HTTP \(status)): \(m)"
+        case .refused(let status, let e): "HTTP \(status) \(e.code): \(e.message)"
+        case .answerTooLarge(let limit): "answer larger than \(limit) bytes"
+        }
+    }
+}
+
+/// A pull page with its records decoded one by one (PROTOCOL.md section 5).
+public struct PulledPage: Sendable, Hashable {
+    /// The page's epoch.
+    public var epoch: Epoch
+    /// The records, in the page's order.
+    public var records: [PulledRecord]
+    /// The cursor after the page.
+    public var next: Version
+    /// True when records after `next` exist.
+    public var hasMore: Bool
+    /// The answer's size in bytes (0 when unknown).
+    public var byteCount: Int
+
+    /// A page.
+    public init(epoch: Epoch, records: [PulledRecord], next: Version, hasMore: Bool, byteCount: Int = 0) {
+        self.epoch = epoch
+        self.records = records
+        self.next = next
+        self.hasMore = hasMore
+        self.byteCount = byteCount
+    }
+
+    /// Decodes a pull answer. The frame (`epoch`, `changes` as an array, `next`, `hasMore`)
+    /// must be right, else `TransportError.badAnswer`; each element of `changes` that is
+    /// not a valid record becomes `.undecodable` instead of failing the page.
+    public static func decode(_ bytes: [UInt8], status: Int = 200) throws(TransportError) -> PulledPage {
+        let value: JSONValue
+        do { value = try JSONParser(maxDepth: JSONParser.depthCeiling).parse(bytes) } catch {
+            throw .badAnswer(status: status, "the page is not JSON (\(error))")
+        }
+        guard case .object(let o) = value else { throw .badAnswer(status: status, "the page is not a JSON object") }
+        guard case .string(let e)? = o["epoch"], let epoch = Epoch(e) else { throw .badAnswer(status: status, "the page has no valid epoch") }
+        guard case .array(let items)? = o["changes"] else { throw .badAnswer(status: status, "the page has no changes array") }
+        guard case .string(let n)? = o["next"], let next = Version(n) else { throw .badAnswer(status: status, "the page has no valid next") }
+        guard case .bool(let hasMore)? = o["hasMore"] else { throw .badAnswer(status: status, "the page has no hasMore") }
+        var records: [PulledRecord] = []
+        records.reserveCapacity(items.count)
+        for item in items { records.append(PulledRecord(item)) }
+        return PulledPage(epoch: epoch, records: records, next: next, hasMore: hasMore, byteCount: bytes.count)
+    }
+}
+
+/// One element of a page's `changes`.
+public enum PulledRecord: Sendable, Hashable {
+    /// A valid record state.
+    case record(RecordState)
+    /// Something the store cannot use; it goes to the quarantine.
+    case undecodable(UndecodableRecord)
+
+    /// Decodes one element: valid names, a version, data a JSON object nested at most 64
+    /// levels deep (the depth records may have).
+    public init(_ value: JSONValue) {
+        do {
+            let state = try RecordState(json: value)
+            guard Names.isValidCollection(state.collection) else { throw WireError(field: "collection", message: "is not a collection name") }
+            guard Names.isValidRecordID(state.id) else { throw WireError(field: "id", message: "is not a record id") }
+            if let data = state.data, JSONValue.object(data).depth > 64 { throw WireError(field: "data", message: "is nested deeper than 64 levels") }
+            self = .record(state)
+        } catch {
+            self = .undecodable(UndecodableRecord(
+                raw: value.encoded(), collection: value["collection"]?.stringValue, id: value["id"]?.stringValue,
+                version: value["version"]?.stringValue, reason: "\(error)"))
+        }
+    }
+}
+
+/// A pulled element that is not a usable record.
+public struct UndecodableRecord: Sendable, Hashable {
+    /// The element as it came, re-encoded compactly.
+    public var raw: [UInt8]
+    /// The collection, when the element names one.
+    public var collection: String?
+    /// The id, when the element names one.
+    public var id: String?
+    /// The version, when the element names one.
+    public var version: String?
+    /// Why it cannot be used.
+    public var reason: String
+
+    /// An undecodable element.
+    public init(raw: [UInt8], collection: String?, id: String?, version: String?, reason: String) {
+        self.raw = raw
+        self.collection = collection
+        self.id = id
+        self.version = version
+        self.reason = reason
+    }
+}
+
+extension JSONValue {
+    /// The nesting depth: 0 for a scalar, 1 for `[]` or `{}`.
+    var depth: Int {
+        switch self {
+        case .array(let a): return 1 + (a.map(\.depth).max() ?? 0)
+        case .object(let o): return 1 + (o.values.map(\.depth).max() ?? 0)
+        default: return 0
+        }
+    }
+}

@@ -1,0 +1,92 @@
+import Foundation
+import OutpostCore
+import Synchronization
+import Testing
+@testable import Outpost
+
+/// A clock tests move by hand (ms since 1970).
+final class ManualClock: Sendable {
+    private let value: Mutex<Int64>
+
+    init(_ start: Int64 = 1_764_430_000_000) { value = Mutex(start) }
+
+    var now: Int64 { value.withLock { $0 } }
+
+    func advance(_ ms: Int64) { value.withLock { $0 += ms } }
+
+    func set(_ ms: Int64) { value.withLock { $0 = ms } }
+
+    /// A clock closure offset from this one by `offset` ms (a device whose clock is wrong).
+    func reading(offset: Int64 = 0) -> @Sendable () -> Int64 {
+        { [self] in self.now + offset }
+    }
+}
+
+/// A to-do, the record type of most tests.
+struct Todo: Codable, Hashable, Sendable {
+    var title: String
+    var done = false
+}
+
+/// A test world: one in-memory server, a shared clock, devices on it.
+struct World {
+    let server: InMemorySyncServer
+    let clock: ManualClock
+    let space = "team"
+
+    init(limits: Limits = Limits(), seed: UInt64 = 7) {
+        let clock = ManualClock()
+        self.clock = clock
+        server = InMemorySyncServer(limits: limits, clock: clock.reading(), seed: seed)
+    }
+
+    /// A configuration for device `name`.
+    func configuration(_ name: String, resolver: ConflictResolver = .lastWriteWins(), clockOffset: Int64 = 0, seed: UInt64? = nil) -> OutpostStore.Configuration {
+        var c = OutpostStore.Configuration(space: space)
+        c.clientId = name
+        c.resolver = resolver
+        c.clock = clock.reading(offset: clockOffset)
+        c.randomSeed = seed ?? UInt64(abs(name.hashValue % 1000) + 1)
+        c.durability = .normal
+        return c
+    }
+
+    /// An in-memory device.
+    func device(_ name: String, resolver: ConflictResolver = .lastWriteWins(), clockOffset: Int64 = 0, maxResponseBytes: Int = 16 << 20,
+                configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
+        var c = configuration(name, resolver: resolver, clockOffset: clockOffset)
+        configure(&c)
+        return try OutpostStore.inMemory(configuration: c, transport: server.transport(device: name, maxResponseBytes: maxResponseBytes))
+    }
+
+    /// A device on a file.
+    func device(_ name: String, path: String, resolver: ConflictResolver = .lastWriteWins(),
+                configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
+        var c = configuration(name, resolver: resolver)
+        configure(&c)
+        return try OutpostStore(path: path, configuration: c, transport: server.transport(device: name))
+    }
+
+    /// The server's live data of a record, or nil.
+    func serverData(_ collection: String, _ id: String) -> JSONObject? {
+        guard let r = server.record(space: space, collection: collection, id: id), !r.deleted else { return nil }
+        return r.data
+    }
+}
+
+extension OutpostStore {
+    /// The live data of a record, or nil.
+    func data(_ collection: String, _ id: String) throws -> JSONObject? {
+        guard let r = try record(in: collection, id: id), !r.deleted else { return nil }
+        return r.data
+    }
+
+    /// The states of the queued changes, in order.
+    func queueStates() throws -> [ChangeState] {
+        try pendingChanges().map(\.state)
+    }
+}
+
+func todo(_ title: String, done: Bool = false) -> JSONObject {
+    ["title": .string(title), "done": .bool(done)]
+}
