@@ -18,9 +18,11 @@ let package = Package(
     products: [
         .library(name: "OutpostCore", targets: ["OutpostCore"]),
         .library(name: "OutpostTestSupport", targets: ["OutpostTestSupport"]),
+        .library(name: "OutpostConformance", targets: ["OutpostConformance"]),
         .library(name: "Outpost", targets: ["Outpost"]),
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
+        .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
     ],
     targets: [
         // MARK: C at the edge
@@ -65,6 +67,14 @@ let package = Package(
             name: "Outpost", dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto"], path: "Client/Outpost",
             swiftSettings: swiftSettings),
 
+        // MARK: Conformance suite (checks any server over HTTP: never depends on Server/)
+        .target(
+            name: "OutpostConformance", dependencies: ["OutpostCore", "OutpostCrypto"], path: "Sources/OutpostConformance",
+            swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "outpost-conformance", dependencies: ["OutpostConformance"], path: "Sources/outpost-conformance",
+            swiftSettings: swiftSettings),
+
         // MARK: Benchmarks
         .executableTarget(
             name: "outpost-bench",
@@ -92,6 +102,10 @@ let package = Package(
         .testTarget(
             name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression"], path: "Tests/OutpostHTTPTests",
             swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ConformanceTests",
+            dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression"],
+            path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
             swiftSettings: swiftSettings),

@@ -1,0 +1,84 @@
+import OutpostCore
+
+/// Sections 3 and 7, and the routing rules of section 2: info, health, readiness, metrics,
+/// unknown paths and wrong methods.
+enum OperationsChecks {
+    static let all: [Check] = [
+        Check("info-shape-and-limits", section: "3", "GET /v1/info needs no token and answers protocol 1, outpost/<version>, the epoch and all seven limits as positive integers") { c in
+            let response = try await c.get("/v1/info")
+            try expectStatus(response, 200, "GET /v1/info without a token")
+            try expect(response.header("Content-Type")?.lowercased().hasPrefix("application/json") == true,
+                       "GET /v1/info: Content-Type is \(response.header("Content-Type") ?? "absent"), expected application/json")
+            let json = try response.json()
+            try expect(json["protocol"]?.int64Value == 1, "protocol is \(json["protocol"]?.description ?? "absent"), expected 1")
+            let server = json["server"]?.stringValue ?? ""
+            try expect(server.hasPrefix("outpost/") && server.count > "outpost/".count, "server is \"\(server)\", expected outpost/<version>")
+            try expect(json["epoch"]?.stringValue.flatMap(Epoch.init) != nil, "epoch \(json["epoch"]?.description ?? "absent") does not match ^[A-Za-z0-9]{1,64}$")
+            guard let limits = json["limits"]?.objectValue else { throw CheckFailure("limits is not an object: \(response.bodyPreview)") }
+            for field in Limits.fields {
+                guard let value = limits[field.name]?.numberValue, value.isIntegerLexeme, let n = value.int64Value, n > 0 else {
+                    throw CheckFailure("limits.\(field.name) is \(limits[field.name]?.description ?? "absent"), expected a positive integer")
+                }
+            }
+            let info = try await c.info()
+            try expect(info.limits.maxRecordBytes + 16_384 <= info.limits.maxRequestBytes || info.limits.maxRecordBytes < info.limits.maxRequestBytes,
+                       "maxRecordBytes \(info.limits.maxRecordBytes) leaves no room for a change in maxRequestBytes \(info.limits.maxRequestBytes)")
+        },
+        Check("healthz", section: "7", "GET /healthz needs no token and answers 200 {\"status\": \"ok\"}") { c in
+            let response = try await c.get("/healthz")
+            try expectStatus(response, 200, "GET /healthz")
+            try expect(try response.json()["status"]?.stringValue == "ok", "GET /healthz body is \(response.bodyPreview), expected {\"status\": \"ok\"}")
+        },
+        Check("readyz", section: "7", "GET /readyz needs no token and answers 200 while the store is writable") { c in
+            let response = try await c.get("/readyz")
+            try expectStatus(response, 200, "GET /readyz")
+        },
+        Check("unknown-path-404", section: "2", "an unknown path is 404 not_found with the error envelope") { c in
+            try expectError(try await c.get("/v1/no-such-route"), 404, "not_found", "GET /v1/no-such-route")
+            try expectError(try await c.get("/v1/spaces/\(c.newSpace())/no-such-route", token: c.writeToken("x")), 404, "not_found",
+                            "GET /v1/spaces/{space}/no-such-route")
+            try expectError(try await c.send("POST", "/v2/info", body: []), 404, "not_found", "POST /v2/info")
+        },
+        Check("wrong-method-405-with-allow", section: "2", "a known path with another method is 405 method_not_allowed with Allow naming the methods") { c in
+            let info = try await c.send("DELETE", "/v1/info")
+            try expectError(info, 405, "method_not_allowed", "DELETE /v1/info")
+            try expect(allowList(info).contains("GET"), "DELETE /v1/info: Allow is \(info.header("Allow") ?? "absent"), expected it to list GET")
+            let space = c.newSpace()
+            let pull = try await c.send("POST", CheckContext.spacePath(space, "pull"), body: Array("{}".utf8), token: c.writeToken(space))
+            try expectError(pull, 405, "method_not_allowed", "POST /v1/spaces/{space}/pull")
+            try expect(allowList(pull).contains("GET"), "POST …/pull: Allow is \(pull.header("Allow") ?? "absent"), expected it to list GET")
+            let push = try await c.send("GET", CheckContext.spacePath(space, "push"), token: c.writeToken(space))
+            try expectError(push, 405, "method_not_allowed", "GET /v1/spaces/{space}/push")
+            try expect(allowList(push).contains("POST"), "GET …/push: Allow is \(push.header("Allow") ?? "absent"), expected it to list POST")
+        },
+        Check("metrics-without-token-401", section: "2", "GET /metrics without a token is 401 unauthorized (unless the operator opened it)") { c in
+            let response = try await c.get("/metrics")
+            if c.configuration.metricsRequireAdmin {
+                try expectError(response, 401, "unauthorized", "GET /metrics without a token")
+                try expect(response.header("WWW-Authenticate")?.lowercased().hasPrefix("bearer") == true,
+                           "GET /metrics 401 lacks WWW-Authenticate: Bearer")
+            } else {
+                try expectStatus(response, 200, "GET /metrics (configured open)")
+            }
+        },
+        Check("metrics-non-admin-403", section: "2", "GET /metrics with a valid token that is not admin is 403 forbidden") { c in
+            guard c.configuration.metricsRequireAdmin else { throw CheckSkipped("the operator opened /metrics (--metrics-open)") }
+            let response = try await c.get("/metrics", token: c.token(["*"], scope: "write"))
+            try expectError(response, 403, "forbidden", "GET /metrics with a write token that is not admin")
+        },
+        Check("metrics-admin-200", section: "7", "GET /metrics with an admin token is 200 in Prometheus text format") { c in
+            let response = try await c.get("/metrics", token: c.token([], scope: "read", admin: true))
+            try expectStatus(response, 200, "GET /metrics with an admin token")
+            let type = response.header("Content-Type")?.lowercased() ?? ""
+            try expect(type.hasPrefix("text/plain"), "GET /metrics: Content-Type is \"\(type)\", expected text/plain (Prometheus text format)")
+            let text = String(decoding: try response.decodedBody(), as: UTF8.self)
+            try expect(text.contains("# TYPE ") || text.split(separator: "\n").contains { !$0.hasPrefix("#") && $0.split(separator: " ").count >= 2 },
+                       "GET /metrics body does not look like Prometheus text: \(response.bodyPreview)")
+        },
+    ]
+
+    /// The methods listed in `Allow`, upper case.
+    static func allowList(_ response: RawResponse) -> Set<String> {
+        Set(response.headerValues("Allow").flatMap { $0.split(separator: ",").map { $0.trimmedOWS.uppercased() } })
+    }
+}

@@ -1,0 +1,128 @@
+// outpost-conformance: checks a live Outpost server against PROTOCOL.md over HTTP.
+import Foundation
+import OutpostConformance
+
+let usage = """
+    usage: outpost-conformance --url URL --secret SECRET [options]
+
+    Checks the server at URL against the Outpost protocol, one line per check
+    (PASS, FAIL with the reason, or SKIP with the reason), then "N passed, N failed".
+    Exits 0 only when no check failed.
+
+      --url URL                      the server's base URL, http://HOST:PORT[/PREFIX]
+      --secret SECRET                the server's HS256 token secret (OUTPOST_JWT_SECRET);
+                                     or set OUTPOST_JWT_SECRET, or --secret-file PATH
+      --secret-file PATH             read the secret from a file (trailing newline ignored)
+      --only NAME[,NAME...]          run only these checks (repeatable)
+      --skip NAME[,NAME...]          skip these checks (repeatable)
+      --restart-command CMD          shell command that restarts the server on the same
+                                     data; checks that need it are skipped without it
+      --rotate-epoch-command CMD     shell command that stops the server, runs
+                                     `outpost-server rotate-epoch --data DIR` and starts it
+      --header-timeout SECONDS       the server's header timeout (default 10)
+      --body-timeout SECONDS         the server's body timeout (default 10)
+      --metrics-open                 /metrics was opened by the operator (no admin token)
+      --long-poll-limit MS           fail a woken long poll slower than this (default 1000)
+      --list                         print every check's name, section and rule, and exit
+    """
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("outpost-conformance: \(message)\n".utf8))
+    exit(64)
+}
+
+/// The command line, parsed.
+struct Options {
+    var url: String?
+    var secret = ProcessInfo.processInfo.environment["OUTPOST_JWT_SECRET"]
+    var only: [String] = []
+    var skip: [String] = []
+    var restart: String?
+    var rotate: String?
+    var headerTimeout = 10.0
+    var bodyTimeout = 10.0
+    var metricsOpen = false
+    var longPollLimitMs = 1000
+    var list = false
+
+    static func parse(_ arguments: [String]) -> Options {
+        var options = Options()
+        var index = 0
+        func value(_ flag: String) -> String {
+            index += 1
+            guard index < arguments.count else { fail("\(flag) needs a value") }
+            return arguments[index]
+        }
+        func names(_ text: String) -> [String] {
+            text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        }
+        func seconds(_ flag: String, _ text: String) -> Double {
+            guard let v = Double(text), v > 0 else { fail("\(flag) must be a positive number of seconds") }
+            return v
+        }
+        while index < arguments.count {
+            let argument = arguments[index]
+            switch argument {
+            case "--url": options.url = value(argument)
+            case "--secret": options.secret = value(argument)
+            case "--secret-file":
+                let path = value(argument)
+                guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { fail("cannot read \(path)") }
+                options.secret = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            case "--only": options.only += names(value(argument))
+            case "--skip": options.skip += names(value(argument))
+            case "--restart-command": options.restart = value(argument)
+            case "--rotate-epoch-command": options.rotate = value(argument)
+            case "--header-timeout": options.headerTimeout = seconds(argument, value(argument))
+            case "--body-timeout": options.bodyTimeout = seconds(argument, value(argument))
+            case "--metrics-open": options.metricsOpen = true
+            case "--long-poll-limit":
+                guard let v = Int(value(argument)), v > 0 else { fail("--long-poll-limit must be a positive number of milliseconds") }
+                options.longPollLimitMs = v
+            case "--list": options.list = true
+            case "--help", "-h":
+                print(usage)
+                exit(0)
+            default: fail("unknown option \(argument)\n\n\(usage)")
+            }
+            index += 1
+        }
+        return options
+    }
+}
+
+/// Writes a line to standard output at once (no buffering), so progress shows as it runs.
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
+
+if options.list {
+    for check in Conformance.checks {
+        var needs = check.requirements.map(\.rawValue).sorted().joined(separator: ", ")
+        if !needs.isEmpty { needs = " [needs \(needs)]" }
+        emit("\(check.name)  §\(check.section)\(needs)  \(check.summary)")
+    }
+    exit(0)
+}
+guard let url = options.url else { fail("--url is required\n\n\(usage)") }
+guard let secret = options.secret, !secret.isEmpty else { fail("--secret (or OUTPOST_JWT_SECRET, or --secret-file) is required") }
+
+var configuration = Configuration(baseURL: url, secret: secret)
+configuration.restart = options.restart.map(ServerHook.shell)
+configuration.rotateEpoch = options.rotate.map(ServerHook.shell)
+configuration.headerTimeout = .milliseconds(Int(options.headerTimeout * 1000))
+configuration.bodyTimeout = .milliseconds(Int(options.bodyTimeout * 1000))
+configuration.metricsRequireAdmin = !options.metricsOpen
+configuration.longPollWakeLimit = .milliseconds(options.longPollLimitMs)
+
+do {
+    let report = try await Conformance.run(configuration, only: options.only, skip: options.skip) { result in
+        emit(result.line)
+    }
+    emit(report.summaryLine)
+    exit(report.allPassed ? 0 : 1)
+} catch {
+    fail("\(error)")
+}
