@@ -35,12 +35,14 @@ public enum ServerApp {
         }
     }
 
-    /// The engine configuration for `settings`: host, port, loops, body limit, grace.
+    /// The engine configuration for `settings`: host, port, loops, body limit, grace, timeouts.
     public static func httpConfiguration(_ settings: Settings) -> HTTPServerConfiguration {
         var configuration = HTTPServerConfiguration(host: settings.host, port: settings.port)
         if settings.eventLoops > 0 { configuration.eventLoopCount = settings.eventLoops }
         configuration.defaultBodyLimit = settings.limits.maxRequestBytes
         configuration.shutdownGrace = .seconds(settings.shutdownGraceSeconds)
+        configuration.headerTimeout = .seconds(settings.headerTimeoutSeconds)
+        configuration.bodyTimeout = .seconds(settings.bodyTimeoutSeconds)
         return configuration
     }
 

@@ -23,6 +23,10 @@ public struct Settings: Sendable {
     public var shutdownGraceSeconds = 10
     /// Emit one JSON log line per request on standard error.
     public var accessLog = true
+    /// Seconds a request head may take to arrive before `408` (PROTOCOL.md section 2: 10).
+    public var headerTimeoutSeconds = 10
+    /// Seconds a request body may make no progress before `408`.
+    public var bodyTimeoutSeconds = 10
 
     public init() {}
 
@@ -99,6 +103,12 @@ public struct Settings: Sendable {
             },
             Option(flag: "--access-log", env: "OUTPOST_ACCESS_LOG", help: "one JSON log line per request on standard error (default true)") { s, v in
                 s.accessLog = try bool("--access-log", v)
+            },
+            Option(flag: "--header-timeout", env: "OUTPOST_HEADER_TIMEOUT", help: "seconds a request head may take before 408 (default 10)") { s, v in
+                s.headerTimeoutSeconds = try int("--header-timeout", v, min: 1)
+            },
+            Option(flag: "--body-timeout", env: "OUTPOST_BODY_TIMEOUT", help: "seconds a request body may make no progress before 408 (default 10)") { s, v in
+                s.bodyTimeoutSeconds = try int("--body-timeout", v, min: 1)
             },
         ]
         return o
