@@ -13,6 +13,7 @@
 // stopped by its own PID.
 import Foundation
 import Glibc
+import OutpostHTTP
 
 enum HTTPBench {
     struct Options {
@@ -26,6 +27,7 @@ enum HTTPBench {
         var server: String?
         var skipNginx = false
         var skipIdle = false
+        var fileMegabytes = 1024
     }
 
     struct BenchError: Error, CustomStringConvertible {
@@ -36,7 +38,8 @@ enum HTTPBench {
     static let help = """
         usage: outpost-bench http [--connections 64] [--threads 2] [--duration 10] [--warmup 2]
                                   [--rounds 1] [--idle 10000] [--event-loops N] [--server PATH]
-                                  [--no-nginx] [--no-idle]
+                                  [--no-nginx] [--no-idle] [--file-mb 1024]
+        --file-mb 0 skips the file download (sendfile) measurement.
         """
 
     static func run(arguments: [String]) async throws {
@@ -64,6 +67,7 @@ enum HTTPBench {
             case "--server": o.server = try value()
             case "--no-nginx": o.skipNginx = true
             case "--no-idle": o.skipIdle = true
+            case "--file-mb": o.fileMegabytes = try int()
             case "-h", "--help":
                 print(help)
                 return
@@ -121,6 +125,11 @@ enum HTTPBench {
         }
         print("goal p99 < 5 ms: \(best.p99Milliseconds < 5 ? "met" : "MISSED") (\(String(format: "%.2f", best.p99Milliseconds)) ms)")
 
+        if o.fileMegabytes > 0 {
+            print("")
+            try await fileDownload(megabytes: o.fileMegabytes, directory: work)
+        }
+
         if !o.skipIdle && o.idleConnections > 0 {
             print("")
             let server = try ServerChild.start(path: serverPath, data: work + "/data-idle", eventLoops: o.eventLoops)
@@ -134,6 +143,41 @@ enum HTTPBench {
             print("  server RSS at start \(formatMB(atStart)), with them open \(formatMB(withIdle)) (+\(formatMB(withIdle - atStart)), \(sockets.isEmpty ? 0 : (withIdle - atStart) / sockets.count) bytes each)")
             print("  goal RSS < 300 MB: \(withIdle < 300 * 1024 * 1024 ? "met" : "MISSED")")
         }
+    }
+
+    /// Serves a file of `megabytes` MiB with `.file` from an in-process engine and
+    /// downloads it with curl: throughput over loopback, and this process's RSS before and
+    /// after (sendfile never brings the file into memory).
+    static func fileDownload(megabytes: Int, directory: String) async throws {
+        let path = directory + "/download.bin"
+        guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else {
+            throw BenchError("cannot create \(path)")
+        }
+        var block = [UInt8](repeating: 0, count: 1 << 20)
+        var rng = SystemRandomNumberGenerator()
+        for i in block.indices { block[i] = UInt8.random(in: 0...255, using: &rng) }
+        for _ in 0..<megabytes { handle.write(Data(block)) }
+        try handle.close()
+        let size = Int64(megabytes) << 20
+        var router = Router()
+        router.add(.GET, "/download") { _ in
+            HTTPResponse(headers: ["Content-Type": "application/octet-stream"], body: .file(path: path, offset: 0, length: size))
+        }
+        let server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0), router: router)
+        let port = try server.start()
+        let before = rss(pid: getpid())
+        // Warm the page cache so the figure is the engine and loopback, not the disk.
+        _ = try runCommand("/usr/bin/env", ["dd", "if=\(path)", "of=/dev/null", "bs=1M", "status=none"])
+        let speed = try runCommand("/usr/bin/env", ["curl", "-s", "-o", "/dev/null", "-w", "%{speed_download} %{size_download}", "http://127.0.0.1:\(port)/download"])
+        let after = rss(pid: getpid())
+        await server.shutdown(grace: .seconds(1))
+        try? FileManager.default.removeItem(atPath: path)
+        let parts = speed.split(separator: " ")
+        guard parts.count == 2, let bytesPerSecond = Double(parts[0]), Int64(parts[1]) == size else {
+            throw BenchError("download failed: curl said \(speed)")
+        }
+        print("file: \(megabytes) MiB with .file (sendfile) to curl over loopback: \(String(format: "%.2f", bytesPerSecond / 1e9)) GB/s; this process's RSS \(formatMB(before)) before, \(formatMB(after)) after")
+        print("  goal (later) >= 1 GB/s: \(bytesPerSecond >= 1e9 ? "met" : "MISSED")")
     }
 
     static func row(_ name: String, _ r: WrkResult) -> String {

@@ -2,10 +2,15 @@
 
 /// A value in an error's `details` object.
 public enum HTTPErrorDetail: Sendable, Hashable {
+    /// A JSON integer, e.g. `details.limit`.
     case int(Int)
+    /// A JSON string, e.g. `details.field`.
     case string(String)
+    /// `true` or `false`.
     case bool(Bool)
+    /// An array of integers, e.g. `details.missing` chunk indexes.
     case ints([Int])
+    /// An array of strings.
     case strings([String])
 }
 

@@ -40,6 +40,7 @@ public struct HTTPVersion: Hashable, Sendable, CustomStringConvertible {
     public static let http1_0 = HTTPVersion(major: 1, minor: 0)
     /// HTTP/1.1: persistent connections by default.
     public static let http1_1 = HTTPVersion(major: 1, minor: 1)
+    /// `HTTP/1.1`
     public var description: String { "HTTP/\(major).\(minor)" }
 }
 
@@ -66,36 +67,67 @@ public struct HTTPStatus: Hashable, Sendable, CustomStringConvertible {
     /// True for 1xx, 204 and 304, which never carry content (RFC 9110 sections 6.4.1, 15.3.5, 15.4.5).
     public var forbidsBody: Bool { code < 200 || code == 204 || code == 304 }
 
+    /// `100 Continue`
     public static let `continue` = HTTPStatus(code: 100)
+    /// `200 OK`
     public static let ok = HTTPStatus(code: 200)
+    /// `201 Created`
     public static let created = HTTPStatus(code: 201)
+    /// `202 Accepted`
     public static let accepted = HTTPStatus(code: 202)
+    /// `204 No Content`
     public static let noContent = HTTPStatus(code: 204)
+    /// `206 Partial Content`
     public static let partialContent = HTTPStatus(code: 206)
+    /// `301 Moved Permanently`
     public static let movedPermanently = HTTPStatus(code: 301)
+    /// `302 Found`
     public static let found = HTTPStatus(code: 302)
+    /// `304 Not Modified`
     public static let notModified = HTTPStatus(code: 304)
+    /// `400 Bad Request`
     public static let badRequest = HTTPStatus(code: 400)
+    /// `401 Unauthorized`
     public static let unauthorized = HTTPStatus(code: 401)
+    /// `403 Forbidden`
     public static let forbidden = HTTPStatus(code: 403)
+    /// `404 Not Found`
     public static let notFound = HTTPStatus(code: 404)
+    /// `405 Method Not Allowed`
     public static let methodNotAllowed = HTTPStatus(code: 405)
+    /// `408 Request Timeout`
     public static let requestTimeout = HTTPStatus(code: 408)
+    /// `409 Conflict`
     public static let conflict = HTTPStatus(code: 409)
+    /// `410 Gone`
     public static let gone = HTTPStatus(code: 410)
+    /// `411 Length Required`
     public static let lengthRequired = HTTPStatus(code: 411)
+    /// `412 Precondition Failed`
     public static let preconditionFailed = HTTPStatus(code: 412)
+    /// `413 Content Too Large`
     public static let payloadTooLarge = HTTPStatus(code: 413)
+    /// `414 URI Too Long`
     public static let uriTooLong = HTTPStatus(code: 414)
+    /// `415 Unsupported Media Type`
     public static let unsupportedMediaType = HTTPStatus(code: 415)
+    /// `416 Range Not Satisfiable`
     public static let rangeNotSatisfiable = HTTPStatus(code: 416)
+    /// `417 Expectation Failed`
     public static let expectationFailed = HTTPStatus(code: 417)
+    /// `422 Unprocessable Content`
     public static let unprocessableContent = HTTPStatus(code: 422)
+    /// `429 Too Many Requests`
     public static let tooManyRequests = HTTPStatus(code: 429)
+    /// `431 Request Header Fields Too Large`
     public static let requestHeaderFieldsTooLarge = HTTPStatus(code: 431)
+    /// `500 Internal Server Error`
     public static let internalServerError = HTTPStatus(code: 500)
+    /// `501 Not Implemented`
     public static let notImplemented = HTTPStatus(code: 501)
+    /// `503 Service Unavailable`
     public static let serviceUnavailable = HTTPStatus(code: 503)
+    /// `505 HTTP Version Not Supported`
     public static let httpVersionNotSupported = HTTPStatus(code: 505)
 
     static func standardReason(_ code: Int) -> String {

@@ -67,6 +67,9 @@ public struct Router: Sendable {
     }
 
     private var root = Node()
+    /// Routes without parameters by exact path: most hot routes (`/healthz`, `/v1/info`)
+    /// are matched with one hash lookup instead of a split and a tree walk.
+    private var literalRoutes: [String: [HTTPMethod: Route]] = [:]
 
     /// An empty router.
     public init() {}
@@ -113,6 +116,7 @@ public struct Router: Sendable {
         }
         let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit, preBody: preBody, handler: handler, parameterNames: names)
         Router.insert(route, kinds: kinds[...], into: &root)
+        if names.isEmpty { literalRoutes[pattern, default: [:]][method] = route }
     }
 
     private static func insert(_ route: Route, kinds: ArraySlice<String?>, into node: inout Node) {
@@ -131,6 +135,13 @@ public struct Router: Sendable {
 
     /// Routes a method and raw (still percent-encoded) path.
     func match(method: HTTPMethod, path: String) -> RouteMatch {
+        // Fast path: an exact literal route. Only when the path has no escapes (then it
+        // is what it decodes to) and the method is served there; everything else (405,
+        // parameters, dot segments) takes the full walk below.
+        if let routes = literalRoutes[path], !path.utf8.contains(UInt8(ascii: "%")),
+           let route = routes[method] ?? (method == .HEAD ? routes[.GET] : nil) {
+            return .found(route, parameters: [:])
+        }
         let segments: [String]
         switch Router.decodeSegments(path) {
         case .failure(let e): return .failed(e)
