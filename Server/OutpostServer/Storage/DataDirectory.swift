@@ -7,8 +7,14 @@ import Foundation
 ///   outpost.lock        held (flock) by the one process that owns the directory
 ///   outpost.sqlite      the store (with -wal and -shm while open)
 ///   jwt-secret          the HS256 secret when OUTPOST_JWT_SECRET is not set (mode 0600)
-///   media/              media files and uploads in progress (see MediaStore)
+///   media/              media bytes (docs/media.md; `MediaFiles`):
+///     uploads/<uploadId>            an open upload's bytes, chunk i at i × chunkSize;
+///                                   renamed into spaces/ by finalize once its hash is checked
+///     spaces/<space>/<aa>/<sha256>  published files (aa: the first two hex digits)
 /// ```
+///
+/// Media metadata (`media`, `uploads`, `upload_chunks`) lives in `outpost.sqlite` beside
+/// the sync tables (`MediaStore`).
 ///
 /// Only one server may own a data directory: two writers on one SQLite history, or an
 /// epoch rotated under a running server, would break the protocol's guarantees. The lock
