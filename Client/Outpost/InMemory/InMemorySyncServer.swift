@@ -41,7 +41,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         case unavailable
         /// Push: every change is answered `conflict` with the record as it is.
         case conflictEveryChange
-        /// Pull: answered by another, stale history (a lagging replica or a cache).
+        /// Answered by another, stale history (a lagging replica or a cache). A push is
+        /// judged against that history and changes nothing on the real one.
         case staleHistory(Snapshot)
         /// Pull: pages are cut by record count only, ignoring `maxBytes`.
         case ignorePageBudget
@@ -254,7 +255,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
 
     // MARK: Push
 
-    func push(_ request: PushRequest, space: String, device: String?) async throws -> PushResponse {
+    func push(_ request: PushRequest, space: String, device: String?, maxResponseBytes: Int = 16 << 20) async throws -> PushResponse {
         let faults = takeFaults(.push, device: device)
         state.withLock { $0.pushes += 1 }
         for fault in faults { try await Self.failEarly(fault) }
@@ -275,9 +276,12 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         }
         let conflictAll = faults.contains { if case .conflictEveryChange = $0 { true } else { false } }
         let now = clock()
+        var stale: History?
+        for fault in faults { if case .staleHistory(let snapshot) = fault { stale = snapshot.history } }
         let (epoch, results): (Epoch, [PushResult]) = state.withLock { s in
-            let epoch = s.history.epoch
-            var history = s.history.spaces[space] ?? SpaceHistory()
+            var target = stale ?? s.history
+            let epoch = target.epoch
+            var history = target.spaces[space] ?? SpaceHistory()
             var results: [PushResult] = []
             for item in decoded.changes {
                 guard case .valid(let change) = item else {
@@ -286,7 +290,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
                 }
                 results.append(Self.apply(change, clientId: decoded.clientId, epoch: epoch, now: now, limits: limits, conflictAll: conflictAll, to: &history))
             }
-            s.history.spaces[space] = history
+            target.spaces[space] = history
+            if stale == nil { s.history = target }
             return (epoch, results)
         }
         let answer = PushResponse(epoch: epoch, results: results)
@@ -303,7 +308,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             default: break
             }
         }
-        do { return try PushResponse.decode(answer.encoded()) } catch { throw TransportError.badAnswer(status: 200, "\(error)") }
+        let bytes = answer.encoded()
+        guard bytes.count <= maxResponseBytes else { throw TransportError.answerTooLarge(limit: maxResponseBytes) }
+        do { return try PushResponse.decode(bytes) } catch { throw TransportError.badAnswer(status: 200, "\(error)") }
     }
 
     /// Applies one change as PROTOCOL.md section 4 says.
@@ -457,7 +464,7 @@ public struct InMemorySyncTransport: SyncTransport {
 
     /// A push.
     public func push(_ request: PushRequest, space: String) async throws -> PushResponse {
-        try await server.push(request, space: space, device: device)
+        try await server.push(request, space: space, device: device, maxResponseBytes: maxResponseBytes)
     }
 
     /// A pull.
