@@ -10,10 +10,9 @@ enum AuthChecks {
         try expect(challenge.lowercased().hasPrefix("bearer"), "\(what): 401 must carry WWW-Authenticate: Bearer, got \"\(challenge)\"")
     }
 
-    /// Pulls and pushes with `authorization` as the header value (nil: no header) and
-    /// expects 401 for both.
-    static func expectRefused(_ c: CheckContext, authorization: String?, _ what: String) async throws {
-        let space = c.newSpace()
+    /// Pulls and pushes in `space` with `authorization` as the header value (nil: no
+    /// header) and expects 401 for both.
+    static func expectRefused(_ c: CheckContext, _ space: String, authorization: String?, _ what: String) async throws {
         let headers = authorization.map { [("Authorization", $0)] } ?? []
         let pull = try await c.send("GET", CheckContext.spacePath(space, "pull"), headers: headers)
         try expectUnauthorized(pull, "pull with \(what)")
@@ -29,15 +28,16 @@ enum AuthChecks {
 
     static let all: [Check] = [
         Check("auth-missing-token-401", section: "2", "a request without Authorization is 401 unauthorized with WWW-Authenticate: Bearer") { c in
-            try await expectRefused(c, authorization: nil, "no Authorization header")
+            let space = c.newSpace()
+            try await expectRefused(c, space, authorization: nil, "no Authorization header")
         },
         Check("auth-malformed-token-401", section: "2", "a malformed bearer token, or another scheme, is 401") { c in
+            let space = c.newSpace()
             for (value, what) in [("Bearer", "an empty bearer token"), ("Bearer abc", "a token of one part"),
                                   ("Bearer a.b", "a token of two parts"), ("Bearer !!.??.**", "a token that is not base64url"),
                                   ("Basic Y29uZm9ybWFuY2U6eA==", "Basic credentials")] {
-                try await expectRefused(c, authorization: value, what)
+                try await expectRefused(c, space, authorization: value, what)
             }
-            let space = c.newSpace()
             let notJSON = "Bearer " + [Base64.encodeURL(Array("not json".utf8)), Base64.encodeURL(Array("{}".utf8)), "AAAA"].joined(separator: ".")
             let response = try await c.send("GET", CheckContext.spacePath(space, "pull"), headers: [("Authorization", notJSON)])
             try expectUnauthorized(response, "pull with a token whose header is not JSON")
@@ -46,52 +46,52 @@ enum AuthChecks {
             let space = c.newSpace()
             var claims = claims(space)
             claims.exp = unixNow() - 3600
-            try await expectRefused(c, authorization: "Bearer " + c.signer.token(claims), "a token that expired an hour ago")
+            try await expectRefused(c, space, authorization: "Bearer " + c.signer.token(claims), "a token that expired an hour ago")
         },
         Check("auth-missing-claims-401", section: "2", "a token without the required sub or exp claim is 401") { c in
             let space = c.newSpace()
             var noExp = claims(space)
             noExp.exp = nil
-            try await expectRefused(c, authorization: "Bearer " + c.signer.token(noExp), "a token without exp")
+            try await expectRefused(c, space, authorization: "Bearer " + c.signer.token(noExp), "a token without exp")
             var noSub = claims(space)
             noSub.sub = nil
-            try await expectRefused(c, authorization: "Bearer " + c.signer.token(noSub), "a token without sub")
+            try await expectRefused(c, space, authorization: "Bearer " + c.signer.token(noSub), "a token without sub")
         },
         Check("auth-tampered-payload-401", section: "2", "a token whose payload was changed after signing is 401") { c in
             let space = c.newSpace()
             let original = c.signer.token(TokenSigner.Claims(spaces: ["someone-else"], scope: "read")).split(separator: ".")
             let forged = Base64.encodeURL(TokenSigner.Claims(spaces: [space, "*"], scope: "write", admin: true).json.encoded())
-            try await expectRefused(c, authorization: "Bearer \(original[0]).\(forged).\(original[2])", "a forged payload under the original signature")
+            try await expectRefused(c, space, authorization: "Bearer \(original[0]).\(forged).\(original[2])", "a forged payload under the original signature")
         },
         Check("auth-tampered-signature-401", section: "2", "a token with a changed signature, or signed with another secret, is 401") { c in
             let space = c.newSpace()
             var parts = c.signer.token(claims(space)).split(separator: ".").map(String.init)
             let first = parts[2].first!
             parts[2] = (first == "A" ? "B" : "A") + parts[2].dropFirst()
-            try await expectRefused(c, authorization: "Bearer " + parts.joined(separator: "."), "a token with one signature character changed")
+            try await expectRefused(c, space, authorization: "Bearer " + parts.joined(separator: "."), "a token with one signature character changed")
             let otherSecret = c.signer.token(header: ["alg": "HS256", "typ": "JWT"], payload: claims(space).json,
                                              key: Array("not-the-server-secret".utf8) + c.signer.secret)
-            try await expectRefused(c, authorization: "Bearer " + otherSecret, "a token signed with another secret")
+            try await expectRefused(c, space, authorization: "Bearer " + otherSecret, "a token signed with another secret")
             let unsigned = c.signer.unsignedToken(header: ["alg": "HS256", "typ": "JWT"], payload: claims(space).json)
-            try await expectRefused(c, authorization: "Bearer " + unsigned, "an HS256 token with an empty signature")
+            try await expectRefused(c, space, authorization: "Bearer " + unsigned, "an HS256 token with an empty signature")
         },
         Check("auth-alg-none-401", section: "2", "a token with alg none is 401, with or without a signature") { c in
             let space = c.newSpace()
             let payload = claims(space).json
             for alg in ["none", "None", "NONE"] {
                 let header: JSONValue = ["alg": .string(alg), "typ": "JWT"]
-                try await expectRefused(c, authorization: "Bearer " + c.signer.unsignedToken(header: header, payload: payload), "alg \(alg) and no signature")
-                try await expectRefused(c, authorization: "Bearer " + c.signer.token(header: header, payload: payload), "alg \(alg) with an HMAC signature")
+                try await expectRefused(c, space, authorization: "Bearer " + c.signer.unsignedToken(header: header, payload: payload), "alg \(alg) and no signature")
+                try await expectRefused(c, space, authorization: "Bearer " + c.signer.token(header: header, payload: payload), "alg \(alg) with an HMAC signature")
             }
         },
         Check("auth-other-alg-401", section: "2", "a token naming an algorithm other than HS256 (HS512, RS256, hs256) is 401 even with a valid HMAC-SHA256 signature") { c in
             let space = c.newSpace()
             for alg in ["HS512", "HS384", "RS256", "ES256", "hs256"] {
                 let token = c.signer.token(header: ["alg": .string(alg), "typ": "JWT"], payload: claims(space).json)
-                try await expectRefused(c, authorization: "Bearer " + token, "alg \(alg)")
+                try await expectRefused(c, space, authorization: "Bearer " + token, "alg \(alg)")
             }
             let noAlg = c.signer.token(header: ["typ": "JWT"], payload: claims(space).json)
-            try await expectRefused(c, authorization: "Bearer " + noAlg, "a header without alg")
+            try await expectRefused(c, space, authorization: "Bearer " + noAlg, "a header without alg")
         },
         Check("auth-other-space-403", section: "2", "a valid token without access to the space is 403 forbidden, for push and pull") { c in
             let space = c.newSpace()

@@ -1,0 +1,120 @@
+import Foundation
+import OutpostConformance
+@_spi(Mutants) import OutpostServer
+import OutpostTestSupport
+import Testing
+
+/// The whole suite against a real `outpost-server serve` child process, as CI runs it, and
+/// the `outpost-conformance` command's output and exit status.
+@Suite(.serialized) struct ConformanceSuiteTests {
+    /// Every check, restart and epoch rotation included, against the server executable
+    /// with its default limits (only the header and body timeouts are shortened).
+    @Test func outpostServerConformsToTheProtocol() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-conformance-child") { directory in
+            let child = try ServerProcess(dataDirectory: directory.path, arguments: ["--header-timeout", "1", "--body-timeout", "1"])
+            defer { child.stop() }
+            var configuration = Configuration(baseURL: child.baseURL.absoluteString, secret: child.secret)
+            configuration.headerTimeout = .seconds(1)
+            configuration.bodyTimeout = .seconds(1)
+            configuration.restart = .closure("restart the outpost-server child") {
+                try child.restart()
+                return child.baseURL.absoluteString
+            }
+            configuration.rotateEpoch = .closure("stop the child, outpost-server rotate-epoch, start it") {
+                child.stop()
+                let (status, output) = try ServerProcess.run(["rotate-epoch", "--data", directory.path])
+                guard status == 0 else { throw ProcessFailure("rotate-epoch exited \(status): \(output)") }
+                try child.restart()
+                return child.baseURL.absoluteString
+            }
+            let report = try await Conformance.run(configuration)
+            for result in report.results where !result.passed {
+                Issue.record("\(result.line)")
+            }
+            #expect(report.skippedCount == 0)
+            #expect(report.results.count == Conformance.checks.count)
+        }
+    }
+
+    /// `outpost-conformance --url --secret --only …` prints one line per check and the
+    /// totals, and exits 0 only when nothing failed; `--skip` and unknown names behave.
+    @Test func commandLineOutputAndExitStatus() async throws {
+        let clean = try await InProcessServer(mutation: nil)
+        let broken = try await InProcessServer(mutation: .acceptAlgNone)
+        do {
+            let passing = try await runTool(["--url", clean.baseURL, "--secret", clean.secret, "--only", "info-shape-and-limits,healthz",
+                                             "--only", "auth-alg-none-401", "--skip", "healthz"])
+            #expect(passing.status == 0)
+            #expect(passing.lines == ["PASS info-shape-and-limits", "SKIP healthz: skipped by request", "PASS auth-alg-none-401", "2 passed, 0 failed, 1 skipped"])
+
+            let failing = try await runTool(["--url", broken.baseURL, "--secret", broken.secret, "--only", "auth-alg-none-401,readyz"])
+            #expect(failing.status == 1)
+            #expect(failing.lines.count == 3)
+            #expect(failing.lines.first == "PASS readyz")
+            let failure = failing.lines.dropFirst().first ?? ""
+            #expect(failure.hasPrefix("FAIL auth-alg-none-401: pull with alg none and no signature: expected 401 unauthorized, got 200"), "\(failure)")
+            #expect(failing.lines.last == "1 passed, 1 failed")
+
+            let skipped = try await runTool(["--url", clean.baseURL, "--secret", clean.secret, "--only", "restart-seqs-continue"])
+            #expect(skipped.status == 0)
+            #expect(skipped.lines == ["SKIP restart-seqs-continue: needs a restart of the server (--restart-command)", "0 passed, 0 failed, 1 skipped"])
+
+            let failedHook = try await runTool(["--url", clean.baseURL, "--secret", clean.secret, "--only", "restart-replay-survives",
+                                                "--restart-command", "echo cannot restart >&2; exit 3"])
+            #expect(failedHook.status == 1)
+            #expect(failedHook.lines.first?.contains("exited 3: cannot restart") == true)
+
+            let unknown = try await runTool(["--url", clean.baseURL, "--secret", clean.secret, "--only", "no-such-check"])
+            #expect(unknown.status == 64)
+
+            let listed = try await runTool(["--list"])
+            #expect(listed.status == 0 && listed.lines.count == Conformance.checks.count)
+        } catch {
+            await clean.stop()
+            await broken.stop()
+            throw error
+        }
+        await clean.stop()
+        await broken.stop()
+    }
+
+    /// A shell restart command runs with /bin/sh; the suite then waits for /readyz.
+    @Test func shellHookRunsTheCommand() async throws {
+        let server = try await InProcessServer(mutation: nil)
+        let marker = server.directory.appending("hook-ran")
+        var configuration = server.configuration()
+        configuration.restart = .shell("touch '\(marker)'")
+        let report = try await Conformance.run(configuration, only: ["restart-replay-survives"])
+        #expect(report.allPassed && report.passedCount == 1)
+        #expect(FileManager.default.fileExists(atPath: marker))
+        await server.stop()
+    }
+
+    struct ToolRun {
+        let status: Int32
+        let lines: [String]
+    }
+
+    /// Runs the built `outpost-conformance` (off the cooperative pool: it blocks).
+    func runTool(_ arguments: [String]) async throws -> ToolRun {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue(label: "outpost-conformance-tool").async {
+                do {
+                    let process = Process()
+                    process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-conformance"))
+                    process.arguments = arguments
+                    let out = Pipe()
+                    process.standardOutput = out
+                    process.standardError = FileHandle.nullDevice
+                    try process.run()
+                    let data = out.fileHandleForReading.readDataToEndOfFile()
+                    process.waitUntilExit()
+                    let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+                    continuation.resume(returning: ToolRun(status: process.terminationStatus, lines: lines))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+}

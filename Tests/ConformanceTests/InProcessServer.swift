@@ -1,0 +1,115 @@
+import Foundation
+import OutpostConformance
+import OutpostCore
+import OutpostHTTP
+@_spi(Mutants) import OutpostServer
+import OutpostTestSupport
+import Synchronization
+
+/// An Outpost server in this process, wired as `outpost-server serve` wires it (the
+/// application's router on the HTTP engine), optionally with one deliberate bug
+/// switched on. It restarts on the same data directory and rotates its epoch the way an
+/// operator would: stop, (run `rotate-epoch`,) start; each start picks a new port.
+final class InProcessServer: Sendable {
+    struct Running: Sendable {
+        let app: OutpostApplication
+        let server: HTTPServer
+        let port: Int
+    }
+
+    let directory: TemporaryDirectory
+    let mutation: ServerMutation?
+    let secret = "conformance-secret-" + UUID().uuidString
+    let settings: Settings
+    private let running = Mutex<Running?>(nil)
+
+    /// Limits smaller than the defaults (so the suite's size checks stay quick) but in the
+    /// same proportions; the suite reads them from `/v1/info` like any client.
+    static func testSettings(dataDirectory: String) -> Settings {
+        var settings = Settings()
+        settings.host = "127.0.0.1"
+        settings.port = 0
+        settings.dataDirectory = dataDirectory
+        settings.limits = Limits(maxRequestBytes: 1 << 20, maxChangesPerPush: 100, maxRecordBytes: 64 << 10, pageBytes: 256 << 10,
+                                 maxPageLimit: 300, chunkSize: 64 << 10, maxMediaBytes: 16 << 20)
+        settings.accessLog = false
+        settings.eventLoops = 2
+        settings.shutdownGraceSeconds = 1
+        settings.headerTimeoutSeconds = 1
+        settings.bodyTimeoutSeconds = 1
+        return settings
+    }
+
+    init(mutation: ServerMutation?) async throws {
+        self.mutation = mutation
+        directory = try TemporaryDirectory(prefix: "outpost-conformance-\(mutation?.rawValue ?? "clean")")
+        settings = Self.testSettings(dataDirectory: directory.path)
+        try await start()
+    }
+
+    /// `http://127.0.0.1:PORT` of the running server.
+    var baseURL: String {
+        "http://127.0.0.1:\(running.withLock { $0!.port })"
+    }
+
+    /// The suite's configuration for this server, with restart and rotate-epoch hooks and
+    /// its one-second header and body timeouts.
+    func configuration() -> Configuration {
+        var configuration = Configuration(baseURL: baseURL, secret: secret)
+        configuration.restart = .closure("restart the in-process server") { [self] in
+            await stopServing()
+            try await start()
+            return baseURL
+        }
+        configuration.rotateEpoch = .closure("rotate the in-process server's epoch") { [self] in
+            await stopServing()
+            _ = try await withDirectoryRetry { try AdminCommands.rotateEpoch(arguments: ["--data", self.directory.path], environment: [:]) }
+            try await start()
+            return baseURL
+        }
+        configuration.headerTimeout = .seconds(settings.headerTimeoutSeconds)
+        configuration.bodyTimeout = .seconds(settings.bodyTimeoutSeconds)
+        return configuration
+    }
+
+    private func start() async throws {
+        let app = try await withDirectoryRetry {
+            try OutpostApplication(settings: self.settings, environment: ["OUTPOST_JWT_SECRET": self.secret], mutation: self.mutation)
+        }
+        let server = HTTPServer(configuration: ServerApp.httpConfiguration(settings), router: app.router)
+        let port = try server.start()
+        running.withLock { $0 = Running(app: app, server: server, port: port) }
+    }
+
+    /// Stops the engine and closes the store; the data directory's lock goes with the
+    /// application.
+    private func stopServing() async {
+        guard let current = running.withLock({ state -> Running? in
+            defer { state = nil }
+            return state
+        }) else { return }
+        await current.server.shutdown(grace: .seconds(1))
+        await current.app.close()
+    }
+
+    /// Retries while the previous application still holds the directory's lock (it is
+    /// released when the last reference to it goes).
+    private func withDirectoryRetry<T>(_ body: () throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            do {
+                return try body()
+            } catch let error as DataDirectory.Unavailable where attempt < 100 {
+                _ = error
+                attempt += 1
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+    }
+
+    /// Stops the server and removes its data.
+    func stop() async {
+        await stopServing()
+        directory.remove()
+    }
+}
