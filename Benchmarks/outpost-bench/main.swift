@@ -8,7 +8,8 @@ let usage = """
     areas:
       http     the HTTP engine: /healthz under wrk next to nginx, and 10,000 idle connections
       json     OutpostCore's JSON parser and writer next to Foundation
-      push, pull, client, media   (not written yet)
+      media    media upload and download next to sha256sum and cp, with the server's RSS
+      push, pull, client   (not written yet)
 
     `outpost-bench <area> --help` lists an area's options.
     """
@@ -20,7 +21,9 @@ do {
         try await HTTPBench.run(arguments: Array(arguments.dropFirst()))
     case "json":
         try await JSONBench.run(arguments: Array(arguments.dropFirst()))
-    case "push", "pull", "client", "media":
+    case "media":
+        try await MediaBench.run(arguments: Array(arguments.dropFirst()))
+    case "push", "pull", "client":
         FileHandle.standardError.write(Data("outpost-bench \(arguments[0]): not written yet\n".utf8))
         exit(64)
     case "-h", "--help", "help":

@@ -1,0 +1,569 @@
+// `outpost-bench media`: media upload and download through the release `outpost-server`
+// (PROTOCOL.md section 6), beside the machine's own ceilings measured in the same run.
+//
+// 1. Writes a file of random bytes (256 MiB by default) in a temporary directory, which
+//    also holds the server's data directory: the same disk.
+// 2. Ceilings: `sha256sum` of the file (the upload must hash every byte twice: each
+//    chunk's Content-Digest, then the whole file at finalize) and `cp` of the file, also
+//    with the copy fsynced (the server fsyncs the file it publishes). Best of two each.
+// 3. Starts `outpost-server serve --port 0` on that data directory, then:
+//    upload: init + every chunk (PUT with Content-Digest, several keep-alive connections)
+//    + finalize, timed from the init request to the finalize answer. The client's
+//    digests (the file's SHA-256 and each chunk's) are computed before the clock starts,
+//    as an app computes them when it captures the file.
+//    download: GET of the whole file, read and discarded, best of three; then one more
+//    GET whose bytes are hashed and compared with the file.
+// 4. Samples the server's VmRSS and VmHWM from /proc every 5 ms during both.
+//
+// Goals (docs/benchmarks.md): upload >= 0.5 x sha256sum's MB/s, download >= 1 GB/s over
+// loopback, server RSS growth < 64 MB. MB is 10^6 bytes throughout.
+import Foundation
+import Glibc
+import OutpostCore
+import OutpostCrypto
+import OutpostServer
+import Synchronization
+
+enum MediaBench {
+    struct Options {
+        var megabytes = 256
+        var connections = 4
+        var server: String?
+        var directory: String?
+    }
+
+    static let help = """
+        usage: outpost-bench media [--size-mb 256] [--connections 4] [--server PATH] [--dir DIR]
+          --size-mb      the file's size in MiB
+          --connections  keep-alive connections the chunks are spread over
+          --server       the outpost-server binary (default: the one next to outpost-bench)
+          --dir          where the file and the data directory go (default: a new directory in $TMPDIR)
+        """
+
+    static func run(arguments: [String]) async throws {
+        var o = Options()
+        var i = 0
+        func value() throws -> String {
+            i += 1
+            guard i < arguments.count else { throw HTTPBench.BenchError("\(arguments[i - 1]) needs a value\n\(help)") }
+            return arguments[i]
+        }
+        func positive() throws -> Int {
+            let text = try value()
+            guard let n = Int(text), n > 0 else { throw HTTPBench.BenchError("\(arguments[i - 1]) needs a positive number, not \(text)") }
+            return n
+        }
+        while i < arguments.count {
+            switch arguments[i] {
+            case "--size-mb": o.megabytes = try positive()
+            case "--connections": o.connections = try positive()
+            case "--server": o.server = try value()
+            case "--dir": o.directory = try value()
+            case "-h", "--help":
+                print(help)
+                return
+            default: throw HTTPBench.BenchError("unknown option \(arguments[i])\n\(help)")
+            }
+            i += 1
+        }
+        try await bench(o)
+    }
+
+    // MARK: The run
+
+    static func bench(_ o: Options) async throws {
+        let serverPath = try HTTPBench.locateServer(o.server)
+        let work: String
+        if let dir = o.directory {
+            work = dir + "/outpost-media-bench-\(getpid())"
+            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        } else {
+            work = try HTTPBench.makeTemporaryDirectory()
+        }
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let size = Int64(o.megabytes) << 20
+        let filePath = work + "/media.bin"
+        let data = work + "/data"
+        print("outpost-bench media: a \(o.megabytes) MiB file, \(o.connections) upload connections; file and data directory in \(work)")
+        print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores; server: \(serverPath); MB = 10^6 bytes")
+
+        try writeRandomFile(filePath, size: size)
+
+        // Ceilings, in the same run and on the same disk.
+        let sha256sum = try best(of: 2) { try timeCommand("/usr/bin/env", ["sha256sum", filePath]) }
+        let copyPath = work + "/copy.bin"
+        let cp = try best(of: 2) {
+            defer { unlink(copyPath) }
+            return try timeCommand("/usr/bin/env", ["cp", filePath, copyPath])
+        }
+        let cpSync = try best(of: 2) {
+            defer { unlink(copyPath) }
+            let start = ContinuousClock.now
+            _ = try timeCommand("/usr/bin/env", ["cp", filePath, copyPath])
+            let fd = open(copyPath, O_RDONLY)
+            guard fd >= 0, fsync(fd) == 0 else { throw HTTPBench.BenchError("fsync of the copy failed: errno \(errno)") }
+            close(fd)
+            return seconds(ContinuousClock.now - start)
+        }
+
+        // The client's digests, before the clock (an app has them from capture time).
+        let server = try HTTPBench.ServerChild.start(path: serverPath, data: data, eventLoops: 0)
+        defer { server.stop() }
+        let secret = try JWTSecret.load(environmentValue: ProcessInfo.processInfo.environment["OUTPOST_JWT_SECRET"], dataDirectory: data)
+        let token = JWTAuthority(secret: secret).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 3600, spaces: ["bench"], scope: .write))
+        let chunkSize = try readChunkSize(port: server.port)
+        let hashStart = ContinuousClock.now
+        let (fileSHA, chunkDigests) = try digests(filePath, size: size, chunkSize: chunkSize)
+        let clientHashing = seconds(ContinuousClock.now - hashStart)
+
+        let sampler = MemorySampler(pid: server.pid)
+        let baseline = MemorySampler.read(pid: server.pid)
+
+        // Upload.
+        sampler.begin()
+        let cpuBeforeUpload = MemorySampler.cpu(pid: server.pid)
+        let uploadStart = ContinuousClock.now
+        let uploadId = try initUpload(port: server.port, token: token, size: size, sha256: fileSHA)
+        try await sendChunks(port: server.port, token: token, uploadId: uploadId, filePath: filePath, size: size,
+                             chunkSize: chunkSize, digests: chunkDigests, connections: o.connections)
+        let chunksDone = ContinuousClock.now
+        try finalize(port: server.port, token: token, uploadId: uploadId)
+        let uploadEnd = ContinuousClock.now
+        let uploadPeak = sampler.end()
+        let uploadSeconds = seconds(uploadEnd - uploadStart)
+        let uploadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeUpload
+
+        // Download.
+        sampler.begin()
+        let cpuBeforeDownload = MemorySampler.cpu(pid: server.pid)
+        var downloadSeconds = Double.infinity
+        for _ in 0..<3 {
+            downloadSeconds = min(downloadSeconds, try await download(port: server.port, token: token, mediaId: fileSHA, size: size, verify: false).seconds)
+        }
+        let downloadPeak = sampler.end()
+        let downloadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeDownload
+        let verified = try await download(port: server.port, token: token, mediaId: fileSHA, size: size, verify: true)
+        guard verified.sha256 == fileSHA else { throw HTTPBench.BenchError("the downloaded file's SHA-256 is \(verified.sha256 ?? "-"), not \(fileSHA)") }
+
+        // In-process SHA-256 (libcrypto), for reference: the server hashes with it.
+        let libcrypto = try best(of: 2) { try hashSeconds(filePath, size: size) }
+
+        // Report.
+        func mbps(_ seconds: Double) -> Double { Double(size) / seconds / 1e6 }
+        func ratio(_ a: Double, _ b: Double) -> String { String(format: "%.2f", a / b) }
+        func f(_ v: Double) -> String { String(format: "%.0f", v) }
+        func mb(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1e6) }
+        let upload = mbps(uploadSeconds), download = mbps(downloadSeconds)
+        print("")
+        print(pad("", 34) + pad("MB/s", 10) + "notes")
+        print(pad("sha256sum (upload ceiling)", 34) + pad(f(mbps(sha256sum)), 10) + "coreutils, one core")
+        print(pad("SHA-256 in process (libcrypto)", 34) + pad(f(mbps(libcrypto)), 10) + "what the server hashes with")
+        print(pad("cp (disk ceiling)", 34) + pad(f(mbps(cp)), 10) + "page cache, no fsync")
+        print(pad("cp + fsync of the copy", 34) + pad(f(mbps(cpSync)), 10) + "the server fsyncs what it publishes")
+        print(pad("upload (init+chunks+finalize)", 34) + pad(f(upload), 10)
+              + "x\(ratio(upload, mbps(sha256sum))) of sha256sum (goal >= 0.5: \(upload >= 0.5 * mbps(sha256sum) ? "met" : "MISSED")); "
+              + "chunks \(String(format: "%.2f", seconds(chunksDone - uploadStart))) s, finalize \(String(format: "%.2f", seconds(uploadEnd - chunksDone))) s")
+        print(pad("download (GET, best of 3)", 34) + pad(f(download), 10)
+              + "goal >= 1000: \(download >= 1000 ? "met" : "MISSED"); x\(ratio(download, mbps(cp))) of cp")
+        print("server CPU: upload \(uploadCPU.text), three downloads \(downloadCPU.text); load average \(loadAverage())")
+        print("client digests before the upload (not timed): \(String(format: "%.2f", clientHashing)) s")
+        let growth = max(uploadPeak.rss, downloadPeak.rss) - baseline.rss
+        print("server RSS: \(mb(baseline.rss)) before; peak \(mb(uploadPeak.rss)) during upload, \(mb(downloadPeak.rss)) during download; "
+              + "VmHWM \(mb(max(uploadPeak.hwm, downloadPeak.hwm))); growth \(mb(growth)) (goal < 64 MB: \(growth < 64_000_000 ? "met" : "MISSED"))")
+    }
+
+    // MARK: Files and hashes
+
+    /// Random bytes (SplitMix64; the file must not compress or dedupe), written in 8 MiB blocks.
+    static func writeRandomFile(_ path: String, size: Int64) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw HTTPBench.BenchError("cannot create \(path): errno \(errno)") }
+        defer { close(fd) }
+        var state = UInt64(truncatingIfNeeded: Int(bitPattern: UInt(UInt32(truncatingIfNeeded: time(nil))))) | 1
+        var block = [UInt64](repeating: 0, count: (8 << 20) / 8)
+        var written: Int64 = 0
+        while written < size {
+            for i in block.indices {
+                state &+= 0x9E37_79B9_7F4A_7C15
+                var z = state
+                z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+                z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+                block[i] = z ^ (z >> 31)
+            }
+            let n = Int(min(Int64(block.count * 8), size - written))
+            let w = block.withUnsafeBytes { write(fd, $0.baseAddress, n) }
+            guard w == n else { throw HTTPBench.BenchError("write \(path): errno \(errno)") }
+            written += Int64(n)
+        }
+    }
+
+    /// The file's SHA-256 and each chunk's, read once.
+    static func digests(_ path: String, size: Int64, chunkSize: Int) throws -> (String, [String]) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(path)") }
+        defer { close(fd) }
+        var whole = SHA256()
+        var chunks: [String] = []
+        var buffer = [UInt8](repeating: 0, count: chunkSize)
+        var offset: Int64 = 0
+        while offset < size {
+            let n = Int(min(Int64(chunkSize), size - offset))
+            try preadFully(fd, &buffer, count: n, offset: offset)
+            let piece = buffer[0..<n]
+            whole.update(piece)
+            chunks.append("sha-256=:\(Base64.encode(SHA256.hash(piece))):")
+            offset += Int64(n)
+        }
+        return (Hex.encode(whole.finalize()), chunks)
+    }
+
+    static func hashSeconds(_ path: String, size: Int64) throws -> Double {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(path)") }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        let start = ContinuousClock.now
+        var hasher = SHA256()
+        var offset: Int64 = 0
+        while offset < size {
+            let n = Int(min(Int64(buffer.count), size - offset))
+            try preadFully(fd, &buffer, count: n, offset: offset)
+            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            offset += Int64(n)
+        }
+        _ = hasher.finalize()
+        return seconds(ContinuousClock.now - start)
+    }
+
+    static func preadFully(_ fd: Int32, _ buffer: inout [UInt8], count: Int, offset: Int64) throws {
+        var done = 0
+        while done < count {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, count - done, off_t(offset) + off_t(done)) }
+            guard n > 0 else { throw HTTPBench.BenchError("pread: errno \(errno)") }
+            done += n
+        }
+    }
+
+    // MARK: Protocol steps
+
+    static func readChunkSize(port: Int) throws -> Int {
+        let connection = try BenchConnection(port: port)
+        let response = try connection.request("GET", "/v1/info", headers: [])
+        guard response.status == 200, let info = try? ServerInfo.decode(response.body) else {
+            throw HTTPBench.BenchError("/v1/info answered \(response.status)")
+        }
+        return info.limits.chunkSize
+    }
+
+    static func initUpload(port: Int, token: String, size: Int64, sha256: String) throws -> String {
+        let connection = try BenchConnection(port: port)
+        let body = UploadRequest(size: size, sha256: sha256, contentType: "video/mp4", filename: "bench.mp4").encoded()
+        let response = try connection.request("POST", "/v1/spaces/bench/media/uploads",
+                                              headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: body)
+        guard response.status == 201, let state = try? UploadState.decode(response.body) else {
+            throw HTTPBench.BenchError("init answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
+        }
+        return state.uploadId
+    }
+
+    /// Every chunk, spread over `connections` keep-alive connections (each takes the next
+    /// index not yet taken), each on a thread of its own.
+    static func sendChunks(port: Int, token: String, uploadId: String, filePath: String, size: Int64, chunkSize: Int,
+                           digests: [String], connections: Int) async throws {
+        let cursor = ChunkCursor()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<connections {
+                group.addTask {
+                    try await onThread {
+                        let fd = open(filePath, O_RDONLY | O_CLOEXEC)
+                        guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(filePath)") }
+                        defer { close(fd) }
+                        let connection = try BenchConnection(port: port)
+                        var buffer = [UInt8](repeating: 0, count: chunkSize)
+                        while true {
+                            let index = cursor.take()
+                            guard index < digests.count else { return }
+                            let offset = Int64(index) * Int64(chunkSize)
+                            let n = Int(min(Int64(chunkSize), size - offset))
+                            try preadFully(fd, &buffer, count: n, offset: offset)
+                            let response = try connection.request(
+                                "PUT", "/v1/spaces/bench/media/uploads/\(uploadId)/chunks/\(index)",
+                                headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/octet-stream"),
+                                          ("Content-Digest", digests[index])],
+                                body: buffer, bodyCount: n)
+                            guard response.status == 200 else {
+                                throw HTTPBench.BenchError("chunk \(index) answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
+                            }
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    static func finalize(port: Int, token: String, uploadId: String) throws {
+        let connection = try BenchConnection(port: port)
+        let response = try connection.request("POST", "/v1/spaces/bench/media/uploads/\(uploadId)/finalize",
+                                              headers: [("Authorization", "Bearer \(token)")], body: [])
+        guard response.status == 200 else {
+            throw HTTPBench.BenchError("finalize answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
+        }
+    }
+
+    /// One GET of the whole file; the body is read into a 1 MiB buffer and dropped, or
+    /// hashed when `verify`.
+    static func download(port: Int, token: String, mediaId: String, size: Int64, verify: Bool) async throws -> (seconds: Double, sha256: String?) {
+        try await onThread {
+            let connection = try BenchConnection(port: port)
+            let start = ContinuousClock.now
+            var hasher = SHA256()
+            let received = try connection.download("/v1/spaces/bench/media/\(mediaId)", headers: [("Authorization", "Bearer \(token)")]) { piece in
+                if verify { hasher.update(piece) }
+            }
+            let elapsed = seconds(ContinuousClock.now - start)
+            guard received == size else { throw HTTPBench.BenchError("download got \(received) of \(size) bytes") }
+            return (elapsed, verify ? Hex.encode(hasher.finalize()) : nil)
+        }
+    }
+
+    // MARK: Helpers
+
+    static func seconds(_ d: Duration) -> Double {
+        Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+
+    static func best(of rounds: Int, _ body: () throws -> Double) throws -> Double {
+        var best = Double.infinity
+        for _ in 0..<rounds { best = min(best, try body()) }
+        return best
+    }
+
+    /// Runs a command to completion (output discarded) and returns its wall time.
+    static func timeCommand(_ path: String, _ arguments: [String]) throws -> Double {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = arguments
+        p.standardOutput = FileHandle.nullDevice
+        let start = ContinuousClock.now
+        try p.run()
+        p.waitUntilExit()
+        let elapsed = seconds(ContinuousClock.now - start)
+        guard p.terminationStatus == 0 else { throw HTTPBench.BenchError("\(arguments.joined(separator: " ")) exited \(p.terminationStatus)") }
+        return elapsed
+    }
+
+    /// The 1-minute load average: other work on the machine skews every figure.
+    static func loadAverage() -> String {
+        (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").first.map(String.init) ?? "?"
+    }
+
+    static func pad(_ s: String, _ n: Int) -> String { s.padding(toLength: max(n, s.count + 1), withPad: " ", startingAt: 0) }
+
+    /// Runs blocking socket work on a thread of its own, not on the concurrency pool.
+    static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+            let thread = Thread { continuation.resume(with: Result { try body() }) }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+    }
+}
+
+/// Hands out chunk indexes to the upload threads, each once.
+final class ChunkCursor: Sendable {
+    private let next = Atomic<Int>(0)
+    func take() -> Int { next.wrappingAdd(1, ordering: .relaxed).oldValue }
+}
+
+/// Samples a process's VmRSS and VmHWM every 5 ms between `begin` and `end`.
+final class MemorySampler: Sendable {
+    struct Sample: Sendable {
+        var rss = 0
+        var hwm = 0
+    }
+
+    let pid: Int32
+    private let peak = Mutex(Sample())
+    private let running = Atomic<Bool>(false)
+    private let stopped = Mutex<CheckedContinuation<Void, Never>?>(nil)
+
+    init(pid: Int32) { self.pid = pid }
+
+    /// VmRSS and VmHWM from /proc/PID/status, in bytes.
+    static func read(pid: Int32) -> Sample {
+        var sample = Sample()
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return sample }
+        for line in text.split(separator: "\n") {
+            let kb = { line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 0 }
+            if line.hasPrefix("VmRSS:") { sample.rss = kb() * 1024 }
+            if line.hasPrefix("VmHWM:") { sample.hwm = kb() * 1024 }
+        }
+        return sample
+    }
+
+    /// CPU time the process has used, user and system, from /proc/PID/stat, in seconds.
+    struct CPU {
+        var user = 0.0
+        var system = 0.0
+        var total: Double { user + system }
+        static func - (a: CPU, b: CPU) -> CPU { CPU(user: a.user - b.user, system: a.system - b.system) }
+        var text: String { String(format: "%.2f s (user %.2f, system %.2f)", total, user, system) }
+    }
+
+    static func cpu(pid: Int32) -> CPU {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return CPU() }
+        // Fields after the command name: state is field 3; utime and stime are 14 and 15.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return CPU() }
+        let tick = Double(sysconf(Int32(_SC_CLK_TCK)))
+        return CPU(user: user / tick, system: system / tick)
+    }
+
+    /// Starts sampling on a thread of its own.
+    func begin() {
+        peak.withLock { $0 = MemorySampler.read(pid: pid) }
+        running.store(true, ordering: .sequentiallyConsistent)
+        let thread = Thread { [self] in
+            while running.load(ordering: .sequentiallyConsistent) {
+                let s = MemorySampler.read(pid: pid)
+                peak.withLock { p in
+                    p.rss = max(p.rss, s.rss)
+                    p.hwm = max(p.hwm, s.hwm)
+                }
+                usleep(5000)
+            }
+        }
+        thread.start()
+    }
+
+    /// Stops sampling (after one last sample) and returns the peaks seen.
+    func end() -> Sample {
+        running.store(false, ordering: .sequentiallyConsistent)
+        let last = MemorySampler.read(pid: pid)
+        return peak.withLock { p in
+            p.rss = max(p.rss, last.rss)
+            p.hwm = max(p.hwm, last.hwm)
+            return p
+        }
+    }
+}
+
+/// A blocking HTTP/1.1 keep-alive connection for the benchmark: requests with a body from
+/// a buffer, answers with `Content-Length`.
+final class BenchConnection {
+    let fd: Int32
+    private var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    private var start = 0
+    private var end = 0
+
+    struct Response {
+        var status: Int
+        var body: [UInt8]
+    }
+
+    init(port: Int) throws {
+        fd = try HTTPBench.connectTo(port: port)
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    deinit { close(fd) }
+
+    private func sendAll(_ base: UnsafeRawPointer, _ count: Int) throws {
+        var sent = 0
+        while sent < count {
+            let n = send(fd, base + sent, count - sent, Int32(MSG_NOSIGNAL))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw HTTPBench.BenchError("send: errno \(errno)")
+            }
+            sent += n
+        }
+    }
+
+    private func head(_ method: String, _ target: String, _ headers: [(String, String)], bodyCount: Int?) -> [UInt8] {
+        var text = "\(method) \(target) HTTP/1.1\r\nHost: bench\r\n"
+        for (name, value) in headers { text += "\(name): \(value)\r\n" }
+        if let bodyCount { text += "Content-Length: \(bodyCount)\r\n" }
+        return Array((text + "\r\n").utf8)
+    }
+
+    func request(_ method: String, _ target: String, headers: [(String, String)], body: [UInt8]? = nil, bodyCount: Int? = nil) throws -> Response {
+        let count = bodyCount ?? body?.count
+        let h = head(method, target, headers, bodyCount: count)
+        try h.withUnsafeBytes { try sendAll($0.baseAddress!, $0.count) }
+        if let body, let count, count > 0 { try body.withUnsafeBytes { try sendAll($0.baseAddress!, count) } }
+        let (status, length) = try readHead()
+        var out: [UInt8] = []
+        out.reserveCapacity(length)
+        try readBody(length) { out.append(contentsOf: $0) }
+        return Response(status: status, body: out)
+    }
+
+    /// GET whose body is handed to `sink` piece by piece; returns the body's length.
+    func download(_ target: String, headers: [(String, String)], sink: (UnsafeRawBufferPointer) -> Void) throws -> Int64 {
+        let h = head("GET", target, headers, bodyCount: nil)
+        try h.withUnsafeBytes { try sendAll($0.baseAddress!, $0.count) }
+        let (status, length) = try readHead()
+        guard status == 200 else { throw HTTPBench.BenchError("GET \(target) answered \(status)") }
+        try readBody(length, sink)
+        return Int64(length)
+    }
+
+    private func fill() throws {
+        if start == end { start = 0; end = 0 }
+        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress! + end, $0.count - end, 0) }
+        guard n > 0 else { throw HTTPBench.BenchError("recv: \(n == 0 ? "connection closed" : "errno \(errno)")") }
+        end += n
+    }
+
+    private func readHead() throws -> (status: Int, length: Int) {
+        while true {
+            if let range = findHeadEnd() {
+                let text = String(decoding: buffer[start..<range], as: UTF8.self)
+                start = range + 4
+                let lines = text.split(separator: "\r\n")
+                guard let statusLine = lines.first, statusLine.count >= 12, let status = Int(statusLine.dropFirst(9).prefix(3)) else {
+                    throw HTTPBench.BenchError("bad status line")
+                }
+                var length = 0
+                for line in lines.dropFirst() where line.lowercased().hasPrefix("content-length:") {
+                    length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+                }
+                if status == 100 { continue }
+                return (status, length)
+            }
+            if start > 0 {
+                buffer.withUnsafeMutableBytes { raw in
+                    raw.baseAddress!.copyMemory(from: raw.baseAddress! + start, byteCount: end - start)
+                }
+                end -= start
+                start = 0
+            }
+            try fill()
+        }
+    }
+
+    private func findHeadEnd() -> Int? {
+        guard end - start >= 4 else { return nil }
+        var i = start
+        while i + 3 < end {
+            if buffer[i] == 13 && buffer[i + 1] == 10 && buffer[i + 2] == 13 && buffer[i + 3] == 10 { return i }
+            i += 1
+        }
+        return nil
+    }
+
+    private func readBody(_ length: Int, _ sink: (UnsafeRawBufferPointer) -> Void) throws {
+        var left = length
+        while left > 0 {
+            if start == end { try fill() }
+            let n = min(left, end - start)
+            buffer.withUnsafeBytes { sink(UnsafeRawBufferPointer(rebasing: $0[start..<(start + n)])) }
+            start += n
+            left -= n
+        }
+    }
+}
