@@ -79,7 +79,24 @@ public final class CheckContext: Sendable {
         let connection = try await connect()
         defer { connection.close() }
         try await connection.send(requestBytes(method, path, headers: headers, body: body, token: token))
-        return try await connection.response(isHead: method == "HEAD", timeout: timeout ?? configuration.responseTimeout)
+        let response = try await connection.response(isHead: method == "HEAD", timeout: timeout ?? configuration.responseTimeout)
+        try Self.checkGeneralRules(response, "\(method) \(path)")
+        return response
+    }
+
+    /// Rules of section 2 every answer must keep, whatever the check: a 5xx is a bug
+    /// (except 503 with Retry-After, and the engine's 501/505), and an HTTP/1.1 body is
+    /// delimited by Content-Length or chunked encoding.
+    static func checkGeneralRules(_ response: RawResponse, _ what: String) throws {
+        if response.status >= 500 && ![501, 503, 505].contains(response.status) {
+            throw CheckFailure("\(what): \(response.summary): a 5xx is a server bug (section 2): \(response.bodyPreview)")
+        }
+        if response.status == 503 && response.header("Retry-After") == nil {
+            throw CheckFailure("\(what): 503 without Retry-After")
+        }
+        if response.framing == .untilClose && response.version == "HTTP/1.1" {
+            throw CheckFailure("\(what): the \(response.status) answer has neither Content-Length nor chunked encoding")
+        }
     }
 
     /// `GET path`.

@@ -346,6 +346,11 @@ enum MediaChecks {
             let space = c.newSpace()
             _ = try await upload(c, space, file)
             try expectError(try await initResponse(c, space, File.random(10), token: c.readToken(space)), 403, "forbidden", "POST media/uploads with a read token")
+            let open = try await begin(c, space, File.random(10))
+            try expectError(try await c.get(uploadsPath(space, "/\(open.uploadId)"), token: c.readToken(space)), 403, "forbidden", "GET of an upload with a read token")
+            let bytes = SecureRandom.bytes(10)
+            try expectError(try await putChunk(c, space, open.uploadId, "0", bytes, digest: digest(bytes), token: c.readToken(space)), 403, "forbidden",
+                            "PUT chunk with a read token")
             try expectStatus(try await c.get(mediaPath(space, file.sha256), token: c.readToken(space)), 200, "GET media with a read token")
             let other = c.newSpace()
             try expectError(try await c.get(mediaPath(space, file.sha256), token: c.readToken(other)), 403, "forbidden", "GET media with a token for another space")

@@ -259,7 +259,9 @@ enum PullChecks {
             _ = try await fill(c, space, ids: ids(2))
             for other in PushChecks.otherEpochs(info.epoch) {
                 for cursor in ["\(other).0", "\(other).1"] {
-                    let details = try expectError(try await c.pullResponse(space, [("since", cursor)]), 409, "epoch_changed", "pull since \(cursor) (epoch is \(info.epoch))")
+                    let response = try await c.pullResponse(space, [("since", cursor)])
+                    let details = try expectError(response, 409, "epoch_changed", "pull since \(cursor) (epoch is \(info.epoch))")
+                    try expect(try response.json()["changes"] == nil, "the epoch_changed answer carries changes; nothing else may be in it")
                     try expect(details["epoch"]?.stringValue == info.epoch.rawValue, "epoch_changed details.epoch is \(details["epoch"]?.description ?? "absent"), expected \(info.epoch)")
                 }
             }

@@ -13,6 +13,18 @@ public struct RawResponse: Sendable {
     public var headers: [(name: String, value: String)]
     /// The body as framed on the wire (still gzip when `Content-Encoding: gzip`).
     public var body: [UInt8]
+    /// How the body was delimited.
+    public var framing: Framing = .none
+
+    /// How a response body is delimited (RFC 9112 section 6.3).
+    public enum Framing: Sendable, Equatable {
+        /// No body by definition (HEAD, 1xx, 204, 304).
+        case none
+        case contentLength
+        case chunked
+        /// Neither: the body ran to the end of the connection.
+        case untilClose
+    }
 
     /// The first value of header `name` (case-insensitive), or nil.
     public func header(_ name: String) -> String? {
@@ -146,9 +158,11 @@ struct ResponseParser {
         if let te = response.header("Transfer-Encoding") {
             guard te.lowercased().split(separator: ",").last?.trimmedOWS == "chunked" else {
                 response.body = try readToEnd(&source)
+                response.framing = .untilClose
                 return response
             }
             response.body = try readChunked(&source)
+            response.framing = .chunked
             return response
         }
         if let lengthText = response.header("Content-Length") {
@@ -163,9 +177,11 @@ struct ResponseParser {
             }
             response.body = Array(source.buffer[..<length])
             source.buffer.removeFirst(length)
+            response.framing = .contentLength
             return response
         }
         response.body = try readToEnd(&source)
+        response.framing = .untilClose
         return response
     }
 
