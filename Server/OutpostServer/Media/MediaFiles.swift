@@ -120,7 +120,12 @@ struct MediaFiles: Sendable {
         var fd = open(part, O_RDWR | O_CLOEXEC)
         if fd < 0 {
             guard errno == ENOENT else { throw MediaIOError("open", part) }
-            if access(final, F_OK) == 0 { return .alreadyPublished }
+            var published = stat()
+            if stat(final, &published) == 0 {
+                // Published under this hash by a finalize that stopped before its row; the
+                // size must be this upload's too, or the row would describe another file.
+                return Int64(published.st_size) == size ? .alreadyPublished : .damagedChunks(Array(digests.indices))
+            }
             if size > 0 { return .damagedChunks(Array(digests.indices)) }
             // An empty file has no chunk that would have created its file.
             fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
