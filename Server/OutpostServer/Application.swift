@@ -14,6 +14,7 @@ public final class OutpostApplication: Sendable {
     public let authorizer: Authorizer
     public let sync: SyncService
     public let operations: OperationsService
+    /// Media uploads and downloads (PROTOCOL.md section 6; docs/media.md).
     public let media: MediaService
     public let router: Router
     private let sweeper: Task<Void, Never>

@@ -11,9 +11,13 @@ import Synchronization
 /// every lookup is scoped by the space of the path: an upload or file of another space
 /// answers exactly like one that does not exist.
 public final class MediaService: Sendable {
+    /// Where the metadata and the bytes live.
     public let store: MediaStore
+    /// The limits of section 3: `chunkSize` for new uploads, `maxMediaBytes`.
     public let limits: Limits
+    /// Checks tokens before bodies are read.
     public let authorizer: Authorizer
+    /// Where the media counters go.
     public let metrics: Metrics
     /// How long an upload lives after its last chunk (or its creation, or its finalize).
     let uploadExpiryMs: Int64
@@ -29,12 +33,15 @@ public final class MediaService: Sendable {
     /// Most indexes listed in `upload_incomplete`'s `details.missing`.
     static let maxMissingListed = 10_000
 
+    /// A service on `store`. `uploadExpiryHours`: how long an upload lives after its last
+    /// chunk; `clock`: the time in ms since 1970 (tests pass one they move).
     public convenience init(store: MediaStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, uploadExpiryHours: Int,
                             clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.init(store: store, limits: limits, authorizer: authorizer, metrics: metrics, uploadExpiryHours: uploadExpiryHours,
                   clock: clock, mutation: nil)
     }
 
+    /// The same with a deliberate bug switched on, for the conformance suite's mutation test.
     @_spi(Mutants)
     public init(store: MediaStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, uploadExpiryHours: Int,
                 clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }, mutation: ServerMutation?) {
