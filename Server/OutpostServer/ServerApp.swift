@@ -92,6 +92,12 @@ public enum ServerApp {
 
         let signal = await signals.next()
         Log.info("shutting down", ["signal": signal == SIGTERM ? "SIGTERM" : "SIGINT"])
+        // A second signal while draining means "now": exit without waiting for the grace.
+        Task.detached {
+            let again = await signals.next()
+            Log.error("second signal during shutdown; exiting at once", ["signal": again == SIGTERM ? "SIGTERM" : "SIGINT"])
+            exit(1)
+        }
         app.operations.beginDraining()
         await server.shutdown(grace: configuration.shutdownGrace)
         await app.close()
