@@ -181,6 +181,9 @@ final class LoopRunner {
     private(set) var now = Instant.now()
     var dateCache = DateCache()
     var requestIDs = RequestIDGenerator()
+    /// The completion hook as of this wake-up: read once per epoll round instead of
+    /// twice per request, so the loops do not contend on its lock.
+    private(set) var hook: CompletionHook?
     /// Scratch space for reads; connections keep only bytes they have not parsed.
     var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
 
@@ -202,6 +205,7 @@ final class LoopRunner {
         while running {
             let n = epoll_wait(loop.epollFD, events, Int32(maxEvents), waitTimeoutMillis())
             now = Instant.now()
+            hook = shared.completionHook()
             if n < 0 {
                 if errno == EINTR { continue }
                 fatalError("epoll_wait failed: \(String(cString: strerror(errno)))")
@@ -365,10 +369,8 @@ final class LoopRunner {
     }
 
     func report(_ log: HTTPRequestLog) {
-        shared.completionHook()?.call(log)
+        hook?.call(log)
     }
 
-    var hasCompletionHook: Bool {
-        shared.completionHook() != nil
-    }
+    var hasCompletionHook: Bool { hook != nil }
 }
