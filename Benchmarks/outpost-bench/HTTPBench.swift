@@ -89,6 +89,7 @@ enum HTTPBench {
         print("outpost-bench http: \(wrkCommand), keep-alive, GET /healthz (outpost) vs a 15-byte static file (nginx)")
         print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores; server: \(serverPath)")
 
+        let loadBefore = loadAverage()
         var outpostRuns: [WrkResult] = []
         var nginxRuns: [WrkResult] = []
         do {
@@ -113,7 +114,16 @@ enum HTTPBench {
             }
         }
 
+        // The best round of each side (the one least disturbed by other work).
         let best = outpostRuns.max { $0.requestsPerSecond < $1.requestsPerSecond }!
+        if o.rounds > 1 {
+            print("rounds (requests/s, p99):")
+            print("  outpost-server: " + outpostRuns.map { String(format: "%.0f, %.2f ms", $0.requestsPerSecond, $0.p99Milliseconds) }.joined(separator: "; "))
+            if !nginxRuns.isEmpty {
+                print("  nginx:          " + nginxRuns.map { String(format: "%.0f, %.2f ms", $0.requestsPerSecond, $0.p99Milliseconds) }.joined(separator: "; "))
+            }
+        }
+        print("load average (1 min) before and after: \(loadBefore), \(loadAverage())")
         print("")
         print(pad("", 16) + pad("requests/s", 14) + pad("p50", 12) + pad("p99", 12) + "errors")
         print(row("outpost-server", best))
@@ -178,6 +188,11 @@ enum HTTPBench {
         }
         print("file: \(megabytes) MiB with .file (sendfile) to curl over loopback: \(String(format: "%.2f", bytesPerSecond / 1e9)) GB/s; this process's RSS \(formatMB(before)) before, \(formatMB(after)) after")
         print("  goal (later) >= 1 GB/s: \(bytesPerSecond >= 1e9 ? "met" : "MISSED")")
+    }
+
+    /// The 1-minute load average: other work on the machine skews latency figures.
+    static func loadAverage() -> String {
+        (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8)).map { String($0.split(separator: " ").first ?? "?") } ?? "?"
     }
 
     static func row(_ name: String, _ r: WrkResult) -> String {
