@@ -1,0 +1,211 @@
+import Foundation
+import OutpostCore
+import OutpostCrypto
+import OutpostHTTP
+import OutpostTestSupport
+import Synchronization
+@_spi(Mutants) @testable import OutpostServer
+
+/// Runs blocking socket code on a thread of its own, so a test waiting in recv(2) never
+/// holds one of the concurrency pool's few threads that the in-process server needs.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+        let thread = Thread { continuation.resume(with: Result { try body() }) }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+}
+
+/// A clock in ms since 1970 that only moves when a test moves it.
+final class MediaTestClock: Sendable {
+    private let value: Atomic<Int64>
+    init(_ start: Int64) { value = Atomic(start) }
+    var now: Int64 { value.load(ordering: .relaxed) }
+    func advance(hours: Double) { value.add(Int64(hours * 3_600_000), ordering: .relaxed) }
+}
+
+/// Deterministic test bytes (SplitMix64), different for each seed.
+func mediaBytes(_ count: Int, seed: UInt64) -> [UInt8] {
+    var state = seed &* 0x9E37_79B9_7F4A_7C15 &+ 1
+    var out = [UInt8]()
+    out.reserveCapacity(count + 8)
+    while out.count < count {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        z ^= z >> 31
+        withUnsafeBytes(of: z.littleEndian) { out.append(contentsOf: $0) }
+    }
+    return Array(out.prefix(count))
+}
+
+/// Bytes as a short comparable text (count and SHA-256), so a failed comparison of two
+/// files prints two lines instead of megabytes.
+func summary(_ bytes: [UInt8]) -> String {
+    "\(bytes.count) bytes, sha256 \(SHA256.hex(bytes))"
+}
+
+/// `sha-256=:<base64>:` for `bytes`.
+func contentDigest(_ bytes: [UInt8]) -> String {
+    "sha-256=:\(Base64.encode(SHA256.hash(bytes))):"
+}
+
+/// `bytes` cut into chunks of `size` (the last holds the rest).
+func chunked(_ bytes: [UInt8], _ size: Int) -> [[UInt8]] {
+    stride(from: 0, to: bytes.count, by: size).map { Array(bytes[$0..<min($0 + size, bytes.count)]) }
+}
+
+/// The error envelope's code, or nil when the body is not one.
+func mediaErrorCode(_ response: TestResponse) -> String? {
+    (try? ErrorEnvelope.decode(response.body))?.code
+}
+
+/// The error envelope's details.
+func mediaErrorDetails(_ response: TestResponse) -> JSONObject? {
+    (try? ErrorEnvelope.decode(response.body))?.details
+}
+
+/// Speaks section 6 to a server on `port` over fresh connections (one per request).
+struct MediaClient: Sendable {
+    let port: Int
+    let token: String
+
+    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil, token: String? = nil) async throws -> TestResponse {
+        let port = self.port
+        var all = headers
+        all.append(("Authorization", "Bearer \(token ?? self.token)"))
+        let fields = all
+        return try await offPool { try httpRequest(port: port, method, path, headers: fields, body: body) }
+    }
+
+    func begin(_ space: String, size: Int, sha256: String, contentType: String = "image/jpeg", filename: String? = nil, token: String? = nil) async throws -> TestResponse {
+        let body = UploadRequest(size: Int64(size), sha256: sha256, contentType: contentType, filename: filename).encoded()
+        return try await send("POST", "/v1/spaces/\(space)/media/uploads", headers: [("Content-Type", "application/json")], body: body, token: token)
+    }
+
+    func begin(_ space: String, file: [UInt8], contentType: String = "image/jpeg", token: String? = nil) async throws -> TestResponse {
+        try await begin(space, size: file.count, sha256: SHA256.hex(file), contentType: contentType, token: token)
+    }
+
+    func chunk(_ space: String, _ uploadId: String, _ index: Int, _ bytes: [UInt8], digest: String? = nil, token: String? = nil) async throws -> TestResponse {
+        try await chunk(space, uploadId, String(index), bytes, digest: digest, token: token)
+    }
+
+    func chunk(_ space: String, _ uploadId: String, _ index: String, _ bytes: [UInt8], digest: String? = nil, omitDigest: Bool = false, token: String? = nil) async throws -> TestResponse {
+        var headers = [("Content-Type", "application/octet-stream")]
+        if !omitDigest { headers.append(("Content-Digest", digest ?? contentDigest(bytes))) }
+        return try await send("PUT", "/v1/spaces/\(space)/media/uploads/\(uploadId)/chunks/\(index)", headers: headers, body: bytes, token: token)
+    }
+
+    func state(_ space: String, _ uploadId: String, token: String? = nil) async throws -> TestResponse {
+        try await send("GET", "/v1/spaces/\(space)/media/uploads/\(uploadId)", token: token)
+    }
+
+    func finalize(_ space: String, _ uploadId: String, token: String? = nil) async throws -> TestResponse {
+        try await send("POST", "/v1/spaces/\(space)/media/uploads/\(uploadId)/finalize", token: token)
+    }
+
+    func abort(_ space: String, _ uploadId: String, token: String? = nil) async throws -> TestResponse {
+        try await send("DELETE", "/v1/spaces/\(space)/media/uploads/\(uploadId)", token: token)
+    }
+
+    func download(_ space: String, _ mediaId: String, method: String = "GET", headers: [(String, String)] = [], token: String? = nil) async throws -> TestResponse {
+        try await send(method, "/v1/spaces/\(space)/media/\(mediaId)", headers: headers, token: token)
+    }
+
+    /// Init, every chunk, finalize; returns the open upload and the final answer.
+    @discardableResult
+    func upload(_ space: String, _ file: [UInt8], contentType: String = "image/jpeg") async throws -> (upload: UploadState, complete: UploadComplete) {
+        let started = try await begin(space, file: file, contentType: contentType)
+        guard started.status == 201 else { throw MediaTestFailure("init answered \(started.status): \(started.text)") }
+        let upload = try UploadState.decode(started.body)
+        for (index, piece) in chunked(file, upload.chunkSize).enumerated() {
+            let r = try await chunk(space, upload.uploadId, index, piece)
+            guard r.status == 200 else { throw MediaTestFailure("chunk \(index) answered \(r.status): \(r.text)") }
+        }
+        let done = try await finalize(space, upload.uploadId)
+        guard done.status == 200 else { throw MediaTestFailure("finalize answered \(done.status): \(done.text)") }
+        return (upload, try UploadComplete.decode(done.body))
+    }
+}
+
+struct MediaTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A media service over a real socket on 127.0.0.1:0, on a real SQLite file and data
+/// directory in a temporary directory, with a clock the test moves.
+final class MediaFixture: Sendable {
+    static let secret = "media-test-secret"
+    /// Small chunks keep the tests quick; 3 chunks make a 9,000-byte file.
+    static let limits: Limits = {
+        var l = Limits()
+        l.chunkSize = 4096
+        l.maxMediaBytes = 1 << 20
+        return l
+    }()
+
+    let directory: TemporaryDirectory
+    let data: DataDirectory
+    let store: MediaStore
+    let service: MediaService
+    let metrics = Metrics()
+    let clock = MediaTestClock(1_800_000_000_000)
+    let http: HTTPServer
+    let port: Int
+    let authority = JWTAuthority(secret: Array(MediaFixture.secret.utf8))
+
+    init(limits: Limits = MediaFixture.limits, mutation: ServerMutation? = nil) throws {
+        directory = try TemporaryDirectory(prefix: "outpost-media-test")
+        data = try DataDirectory(path: directory.appending("data"))
+        store = try MediaStore(configuration: .init(databasePath: data.storePath, mediaDirectory: data.mediaPath))
+        let clock = self.clock
+        service = MediaService(store: store, limits: limits, authorizer: Authorizer(authority: authority), metrics: metrics,
+                               uploadExpiryHours: 24, clock: { clock.now }, mutation: mutation)
+        var router = Router()
+        service.register(&router)
+        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.eventLoopCount = 2
+        http = HTTPServer(configuration: configuration, router: router)
+        port = try http.start()
+    }
+
+    func stop() async {
+        await http.shutdown(grace: .seconds(2))
+        await service.close()
+        directory.remove()
+    }
+
+    func token(_ spaces: [String], scope: Claims.Scope = .write) -> String {
+        authority.sign(Claims(sub: "tester", exp: Int64(Date().timeIntervalSince1970) + 3600, spaces: spaces, scope: scope))
+    }
+
+    /// A client with a write token for `spaces`.
+    func client(_ spaces: [String] = ["sp"], scope: Claims.Scope = .write) -> MediaClient {
+        MediaClient(port: port, token: token(spaces, scope: scope))
+    }
+
+    /// The names in `DATA/media/uploads`.
+    func uploadFiles() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: data.mediaPath + "/uploads")) ?? []).sorted()
+    }
+
+    /// The published file's path for `space` and `sha256`.
+    func publishedPath(_ space: String, _ sha256: String) -> String {
+        data.mediaPath + "/spaces/\(space)/\(sha256.prefix(2))/\(sha256)"
+    }
+}
+
+/// Runs `body` against a fresh fixture and always stops it.
+func withMediaServer(limits: Limits = MediaFixture.limits, mutation: ServerMutation? = nil, _ body: (MediaFixture) async throws -> Void) async throws {
+    let fixture = try MediaFixture(limits: limits, mutation: mutation)
+    do {
+        try await body(fixture)
+    } catch {
+        await fixture.stop()
+        throw error
+    }
+    await fixture.stop()
+}
