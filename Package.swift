@@ -107,7 +107,7 @@ let package = Package(
             dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression"],
             path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
+            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
             swiftSettings: swiftSettings),
     ]
 )
