@@ -250,7 +250,7 @@ final class Connection {
             case .end:
                 endRequest()
             case .error(let error):
-                respondAndClose(Connection.httpError(for: error))
+                respondAndClose(httpError(for: error))
             }
         }
         if inputStart == input.count {
@@ -262,11 +262,11 @@ final class Connection {
         }
     }
 
-    private static func httpError(for error: HTTPParserError) -> HTTPError {
+    private func httpError(for error: HTTPParserError) -> HTTPError {
         switch error.kind {
         case .badRequest: .badRequest(error.message)
-        case .uriTooLong: .uriTooLong(limit: 8 * 1024)
-        case .headersTooLarge: .headersTooLarge(limit: 16 * 1024)
+        case .uriTooLong: .uriTooLong(limit: configuration.maxRequestLineBytes)
+        case .headersTooLarge: .headersTooLarge(limit: configuration.maxHeaderBytes)
         case .notImplemented: .notImplemented(error.message)
         case .versionNotSupported: .versionNotSupported()
         }

@@ -271,6 +271,7 @@ struct ServerTests {
             let r = try await s.exchange(request("GET", "/" + String(repeating: "a", count: 9000)))
             #expect(r.status == 414)
             #expect(r.errorCode == "uri_too_long")
+            #expect(r.text.contains(#""limit":8192"#))
             #expect(r.header("Connection") == "close")
         }
     }
@@ -280,6 +281,7 @@ struct ServerTests {
             let headers = (0..<40).map { ("X-Filler-\($0)", String(repeating: "v", count: 500)) }
             let r = try await s.exchange(request("GET", "/healthz", headers: headers))
             #expect(r.status == 431)
+            #expect(r.text.contains(#""limit":16384"#))
             #expect(r.header("Connection") == "close")
         }
     }
