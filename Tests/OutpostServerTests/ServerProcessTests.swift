@@ -1,0 +1,177 @@
+import Foundation
+import Synchronization
+import Testing
+import OutpostCore
+import OutpostTestSupport
+@testable import OutpostServer
+
+/// The `outpost-server` executable as operators and the conformance suite drive it
+/// (PROTOCOL.md section 8), over real sockets and a real SQLite file.
+@Suite(.serialized) struct ServerProcessTests {
+    func push(_ server: ServerProcess, _ token: String, _ space: String, _ changes: [Change], client: TestHTTPClient? = nil) throws -> TestResponse {
+        let body = PushRequest(clientId: "proc-test", changes: changes).encoded()
+        let headers = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
+        if let client { return try client.request("POST", "/v1/spaces/\(space)/push", headers: headers, body: body) }
+        return try httpRequest(port: server.port, "POST", "/v1/spaces/\(space)/push", headers: headers, body: body)
+    }
+
+    func pullAll(_ server: ServerProcess, _ token: String, _ space: String) throws -> (Epoch, [RecordState]) {
+        var records: [RecordState] = []
+        var since = ""
+        var epoch: Epoch?
+        while true {
+            let r = try httpRequest(port: server.port, "GET", "/v1/spaces/\(space)/pull?limit=5000\(since)", headers: [("Authorization", "Bearer \(token)")])
+            let page = try PullPage.decode(r.body)
+            epoch = page.epoch
+            records += page.changes
+            since = "&since=\(page.next.text)"
+            if !page.hasMore { return (epoch!, records) }
+        }
+    }
+
+    @Test func serveAnswersAndTheTokenCommandSignsForIt() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: dir.appending("data"))
+                defer { server.stop() }
+                let health = try httpRequest(port: server.port, "GET", "/healthz")
+                #expect(health.status == 200)
+                #expect(try httpRequest(port: server.port, "GET", "/readyz").status == 200)
+                #expect(try httpRequest(port: server.port, "GET", "/v1/info").status == 200)
+                let token = try server.token(spaces: ["sp"], scope: "write")
+                #expect(token.split(separator: ".").count == 3)
+                #expect(try push(server, token, "sp", [put("c1", "a")]).status == 200)
+                let read = try server.token(spaces: ["sp"], scope: "read")
+                #expect(try push(server, read, "sp", [put("c2", "b")]).status == 403)
+                #expect(server.stop() == 0)
+            }
+        }
+    }
+
+    @Test func theSecretFileIsCreatedOwnerOnlyAndReused() async throws {
+        try await withTemporaryDirectory { dir in
+            let data = dir.appending("data")
+            let first = try AdminCommands.token(arguments: ["--data", data, "--sub", "u", "--space", "s"], environment: [:])
+            let path = (data as NSString).appendingPathComponent(JWTSecret.fileName)
+            let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+            let secret = try JWTSecret.load(environmentValue: nil, dataDirectory: data)
+            #expect(try JWTAuthority(secret: secret).verify(first, now: Int64(Date().timeIntervalSince1970)).spaces == ["s"])
+            // A readable-by-others secret is refused rather than trusted.
+            chmod(path, 0o644)
+            #expect(throws: (any Error).self) { try JWTSecret.load(environmentValue: nil, dataDirectory: data) }
+            #expect(throws: AdminCommands.Usage.self) { try AdminCommands.token(arguments: ["--data", data, "--space", "s"], environment: [:]) }
+            #expect(throws: AdminCommands.Usage.self) { try AdminCommands.token(arguments: ["--data", data, "--sub", "u", "--space", "../x"], environment: ["OUTPOST_JWT_SECRET": "k"]) }
+        }
+    }
+
+    @Test func aKilledServerLosesNoAcknowledgedChangeAndReusesNoSeq() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: dir.appending("data"))
+                defer { server.kill9() }
+                let token = try server.token(spaces: ["storm"], scope: "write")
+                let port = server.port
+                // Four writers push until the server dies; every acknowledged version is kept.
+                let acknowledged = ThreadSafeList<(String, Int64)>()
+                let group = DispatchGroup()
+                for w in 0..<4 {
+                    group.enter()
+                    Thread.detachNewThread {
+                        defer { group.leave() }
+                        guard let client = try? TestHTTPClient(port: port, timeout: 10) else { return }
+                        for b in 0..<100_000 {
+                            let changes = (0..<20).map { put("w\(w)-\(b)-\($0)", "w\(w)-\(b)-\($0)") }
+                            guard let r = try? push(server, token, "storm", changes, client: client), r.status == 200,
+                                  let response = try? PushResponse.decode(r.body) else { return }
+                            for result in response.results where result.status == .applied {
+                                acknowledged.append((result.changeId, result.version!.seq))
+                            }
+                        }
+                    }
+                }
+                while acknowledged.count < 2_000 { usleep(2_000) }
+                server.kill9()
+                group.wait()
+                let acked = acknowledged.all
+                #expect(acked.count >= 2_000)
+
+                try server.restart()
+                let (epoch, records) = try pullAll(server, token, "storm")
+                let stored = Dictionary(uniqueKeysWithValues: records.map { ($0.id, $0.version.seq) })
+                var missing = 0
+                for (changeId, seq) in acked where stored[changeId] != seq { missing += 1 }
+                #expect(missing == 0, "acknowledged changes lost after kill -9: \(missing)")
+                #expect(Set(records.map(\.version.seq)).count == records.count)
+                // New writes continue after every seq handed out before the crash.
+                let maxSeq = records.map(\.version.seq).max() ?? 0
+                let after = try PushResponse.decode(try push(server, token, "storm", [put("after-crash", "after-crash")]).body)
+                #expect(after.results[0].version!.seq > maxSeq)
+                #expect(after.epoch == epoch)
+                // A replay of an acknowledged change answers its original version.
+                let (id, seq) = acked[acked.count / 2]
+                let replay = try PushResponse.decode(try push(server, token, "storm", [put(id, id)]).body).results[0]
+                #expect(replay == .applied(id, version: Version(epoch: epoch, seq: seq), replayed: true))
+            }
+        }
+    }
+
+    @Test func rotateEpochIsRefusedWhileServingAndGivesALaterEpoch() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let data = dir.appending("data")
+                let server = try ServerProcess(dataDirectory: data)
+                defer { server.stop() }
+                let token = try server.token(spaces: ["sp"], scope: "write")
+                _ = try push(server, token, "sp", [put("c1", "a")])
+                let (before, _) = try pullAll(server, token, "sp")
+                let refused = try ServerProcess.run(["rotate-epoch", "--data", data])
+                #expect(refused.status != 0)
+                #expect(server.stop() == 0)
+                let rotated = try ServerProcess.run(["rotate-epoch", "--data", data])
+                #expect(rotated.status == 0)
+                let after = try #require(Epoch(rotated.output.trimmingCharacters(in: .whitespacesAndNewlines)))
+                #expect(before < after)
+                try server.restart()
+                // The old cursor names a history that is gone.
+                let old = try httpRequest(port: server.port, "GET", "/v1/spaces/sp/pull?since=\(before.rawValue).1", headers: [("Authorization", "Bearer \(token)")])
+                #expect(old.status == 409)
+                #expect(try ErrorEnvelope.decode(old.body).code == "epoch_changed")
+                // The records are still there, under the new epoch, and a base of the old one is refused.
+                let (epoch, records) = try pullAll(server, token, "sp")
+                #expect(epoch == after && records.map(\.id) == ["a"])
+                let stale = try PushResponse.decode(try push(server, token, "sp", [put("c2", "a", base: Version(epoch: before, seq: 1))]).body)
+                #expect(stale.results[0].error?.code == "epoch_mismatch")
+            }
+        }
+    }
+
+    @Test func aSecondServerOnTheSameDataDirectoryIsRefused() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let data = dir.appending("data")
+                let server = try ServerProcess(dataDirectory: data)
+                defer { server.stop() }
+                #expect(throws: (any Error).self) { _ = try ServerProcess(dataDirectory: data, timeout: 10) }
+                #expect(try httpRequest(port: server.port, "GET", "/healthz").status == 200)
+            }
+        }
+    }
+
+    @Test func serveHelpListsEverySetting() throws {
+        let (status, output) = try ServerProcess.run(["serve", "--help"])
+        #expect(status == 0)
+        for option in Settings.options { #expect(output.contains(option.flag) && output.contains(option.env)) }
+        #expect(output.contains("OUTPOST_JWT_SECRET"))
+        let bad = try ServerProcess.run(["serve", "--max-changes-per-push", "zero"])
+        #expect(bad.status == 64)
+    }
+}
+
+/// An append-only list shared by threads.
+final class ThreadSafeList<Element: Sendable>: Sendable {
+    private let items = Mutex<[Element]>([])
+    func append(_ e: Element) { items.withLock { $0.append(e) } }
+    var count: Int { items.withLock { $0.count } }
+    var all: [Element] { items.withLock { $0 } }
+}
