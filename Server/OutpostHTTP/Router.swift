@@ -66,7 +66,7 @@ public struct Router: Sendable {
         var routes: [HTTPMethod: Route] = [:]
     }
 
-    private var root = Node()
+    var root = Node()
     /// Routes without parameters by exact path: most hot routes (`/healthz`, `/v1/info`)
     /// are matched with one hash lookup instead of a split and a tree walk.
     private var literalRoutes: [String: [HTTPMethod: Route]] = [:]
