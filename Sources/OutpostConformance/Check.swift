@@ -16,6 +16,7 @@ public struct Check: Sendable, Identifiable {
     public let waitsOnServerTimeout: Bool
     let body: @Sendable (CheckContext) async throws -> Void
 
+    /// The name.
     public var id: String { name }
 
     /// What a check needs from the operator.
@@ -48,6 +49,7 @@ public struct Check: Sendable, Identifiable {
 
 /// A check's verdict that the server broke a rule: what was expected and what came.
 public struct CheckFailure: Error, CustomStringConvertible, Sendable {
+    /// Expected versus got, in one or two sentences.
     public let description: String
 
     /// A failure with `message`.
@@ -58,6 +60,7 @@ public struct CheckFailure: Error, CustomStringConvertible, Sendable {
 
 /// Thrown by a check that cannot run here (the reason is printed with `SKIP`).
 public struct CheckSkipped: Error, CustomStringConvertible, Sendable {
+    /// Why the check did not run.
     public let description: String
 
     /// A skip with `reason`.
@@ -68,15 +71,21 @@ public struct CheckSkipped: Error, CustomStringConvertible, Sendable {
 
 /// The outcome of one check.
 public struct CheckResult: Sendable {
+    /// Passed, failed or skipped.
     public enum Outcome: Sendable, Equatable {
         /// Passed; the note (e.g. a measured latency) may be empty.
         case passed(note: String)
+        /// The server broke the rule: expected versus got.
         case failed(reason: String)
+        /// Not run: a missing requirement or a request to skip.
         case skipped(reason: String)
     }
 
+    /// The check's name.
     public let name: String
+    /// Its PROTOCOL.md section.
     public let section: String
+    /// What happened.
     public let outcome: Outcome
     /// How long it ran.
     public let duration: Duration
@@ -90,8 +99,11 @@ public struct CheckResult: Sendable {
         }
     }
 
+    /// The check passed.
     public var passed: Bool { if case .passed = outcome { true } else { false } }
+    /// The check failed.
     public var failed: Bool { if case .failed = outcome { true } else { false } }
+    /// The check did not run.
     public var skipped: Bool { if case .skipped = outcome { true } else { false } }
 
     static func oneLine(_ text: String) -> String {
@@ -101,10 +113,14 @@ public struct CheckResult: Sendable {
 
 /// The results of a run, in the order the checks ran.
 public struct Report: Sendable {
+    /// One result per check considered.
     public let results: [CheckResult]
 
+    /// How many passed.
     public var passedCount: Int { results.filter(\.passed).count }
+    /// How many failed.
     public var failedCount: Int { results.filter(\.failed).count }
+    /// How many were skipped.
     public var skippedCount: Int { results.filter(\.skipped).count }
     /// Names of the checks that failed.
     public var failedNames: [String] { results.filter(\.failed).map(\.name) }

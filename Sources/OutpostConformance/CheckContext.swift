@@ -125,8 +125,11 @@ public final class CheckContext: Sendable {
 
     /// A push's answer, checked for shape: 200, one result per change, in order.
     public struct PushReply: Sendable {
+        /// The answer as received.
         public let response: RawResponse
+        /// The epoch the answer names.
         public let epoch: Epoch
+        /// One result per change, in request order.
         public let results: [PushResult]
         /// The raw JSON of each result.
         public let rawResults: [JSONValue]
@@ -137,8 +140,9 @@ public final class CheckContext: Sendable {
         "/v1/spaces/\(space)/\(rest)"
     }
 
-    /// `POST /v1/spaces/{space}/push` with `changes`; fails unless the answer is a 200 push
-    /// answer with one result per change, named in request order (section 4).
+    /// `POST /v1/spaces/{space}/push` with `changes` (a write token for the space unless
+    /// `token` is given); fails unless the answer is a 200 push answer with one result per
+    /// change, named in request order (section 4).
     @discardableResult
     public func push(_ space: String, _ changes: [JSONValue], token: String? = nil, clientId: String = "conformance-client",
                      extra: [(String, JSONValue)] = []) async throws -> PushReply {
@@ -172,7 +176,9 @@ public final class CheckContext: Sendable {
 
     /// A pull page, checked for shape, with the exact byte length of its `changes` array.
     public struct PullReply: Sendable {
+        /// The answer as received.
         public let response: RawResponse
+        /// The page, decoded.
         public let page: PullPage
         /// Bytes of the encoded `changes` array exactly as the server sent it.
         public let changesByteCount: Int

@@ -102,7 +102,9 @@ public enum Conformance {
 
     /// `only` or `skip` named checks that do not exist.
     public struct UnknownChecks: Error, CustomStringConvertible {
+        /// The names that match no check.
         public let names: [String]
+        /// The names, for people.
         public var description: String { "unknown check name(s): \(names.joined(separator: ", ")) (see --list)" }
     }
 

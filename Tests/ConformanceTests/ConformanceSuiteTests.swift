@@ -17,15 +17,19 @@ import Testing
             configuration.headerTimeout = .seconds(1)
             configuration.bodyTimeout = .seconds(1)
             configuration.restart = .closure("restart the outpost-server child") {
-                try child.restart()
-                return child.baseURL.absoluteString
+                try await blocking {
+                    try child.restart()
+                    return child.baseURL.absoluteString
+                }
             }
             configuration.rotateEpoch = .closure("stop the child, outpost-server rotate-epoch, start it") {
-                child.stop()
-                let (status, output) = try ServerProcess.run(["rotate-epoch", "--data", directory.path])
-                guard status == 0 else { throw ProcessFailure("rotate-epoch exited \(status): \(output)") }
-                try child.restart()
-                return child.baseURL.absoluteString
+                try await blocking {
+                    child.stop()
+                    let (status, output) = try ServerProcess.run(["rotate-epoch", "--data", directory.path])
+                    guard status == 0 else { throw ProcessFailure("rotate-epoch exited \(status): \(output)") }
+                    try child.restart()
+                    return child.baseURL.absoluteString
+                }
             }
             let report = try await Conformance.run(configuration)
             for result in report.results where !result.passed {
@@ -95,26 +99,30 @@ import Testing
         let lines: [String]
     }
 
-    /// Runs the built `outpost-conformance` (off the cooperative pool: it blocks).
+    /// Runs the built `outpost-conformance`.
     func runTool(_ arguments: [String]) async throws -> ToolRun {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue(label: "outpost-conformance-tool").async {
-                do {
-                    let process = Process()
-                    process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-conformance"))
-                    process.arguments = arguments
-                    let out = Pipe()
-                    process.standardOutput = out
-                    process.standardError = FileHandle.nullDevice
-                    try process.run()
-                    let data = out.fileHandleForReading.readDataToEndOfFile()
-                    process.waitUntilExit()
-                    let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
-                    continuation.resume(returning: ToolRun(status: process.terminationStatus, lines: lines))
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }
+        try await blocking {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-conformance"))
+            process.arguments = arguments
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+            return ToolRun(status: process.terminationStatus, lines: lines)
+        }
+    }
+}
+
+/// Runs blocking work (waiting for a child process) on a dispatch queue instead of a
+/// thread of the cooperative pool, which the in-process servers of other tests need.
+func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue(label: "conformance-tests.blocking").async {
+            continuation.resume(with: Result { try body() })
         }
     }
 }

@@ -33,6 +33,9 @@ final class InProcessServer: Sendable {
         settings.limits = Limits(maxRequestBytes: 1 << 20, maxChangesPerPush: 100, maxRecordBytes: 64 << 10, pageBytes: 256 << 10,
                                  maxPageLimit: 300, chunkSize: 64 << 10, maxMediaBytes: 16 << 20)
         settings.accessLog = false
+        // Restarts here are graceful, so no check needs power-loss durability; without an
+        // fsync per commit the mutants run several times faster.
+        settings.synchronous = "normal"
         settings.eventLoops = 2
         settings.shutdownGraceSeconds = 1
         settings.headerTimeoutSeconds = 1

@@ -279,6 +279,32 @@ enum HTTPChecks {
             let pulled = try await c.pull(space)
             try expect(pulled.page.changes.isEmpty, "a request with a bad Content-Length was applied")
         },
+        Check("http-transfer-encoding-with-content-length", section: "2", "a request with both Transfer-Encoding and Content-Length is refused 400, or answered and the connection then closed (RFC 9112 section 6.1: no request smuggling)") { c in
+            let space = c.newSpace()
+            let body = pushBody(c)
+            let chunked = Array((String(body.count, radix: 16) + "\r\n").utf8) + body + Array("\r\n0\r\n\r\n".utf8)
+            let smuggled = c.requestBytes("GET", "/healthz", headers: [("X-Request-ID", "smuggled")])
+            let bytes = c.requestBytes("POST", CheckContext.spacePath(space, "push"),
+                                       headers: [("Content-Type", "application/json"), ("Content-Length", "3"), ("Transfer-Encoding", "chunked")],
+                                       body: chunked, token: c.writeToken(space)) + smuggled
+            let (response, closed) = try await exchange(c, bytes, closeWithin: .seconds(3))
+            try expect(response.status == 400 || response.status == 200, "Transfer-Encoding with Content-Length: expected 400 (or the push answered), got \(response.summary)")
+            if response.status == 400 { try expectError(response, 400, "bad_request", "Transfer-Encoding with Content-Length") }
+            try expect(closed, "after a request with both Transfer-Encoding and Content-Length the server kept the connection open (a request could be smuggled behind it)")
+        },
+        Check("http-malformed-chunked-body-400", section: "2", "a chunked body with a bad chunk-size line or missing CRLF is 400 bad_request, then the connection is closed") { c in
+            let space = c.newSpace()
+            let body = pushBody(c)
+            let cases: [([UInt8], String)] = [
+                (Array("zz\r\nabc\r\n0\r\n\r\n".utf8), "a chunk size that is not hex"),
+                (Array((String(body.count, radix: 16) + "\r\n").utf8) + body + Array("XX0\r\n\r\n".utf8), "chunk data not followed by CRLF"),
+            ]
+            for (wire, what) in cases {
+                let bytes = c.requestBytes("POST", CheckContext.spacePath(space, "push"),
+                                           headers: [("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")], body: wire, token: c.writeToken(space))
+                try await expectErrorAndClose(c, bytes, status: 400, code: "bad_request", "chunked body with \(what)")
+            }
+        },
         Check("http-unknown-transfer-encoding-501", section: "2", "an unsupported Transfer-Encoding is 501") { c in
             let space = c.newSpace()
             let bytes = c.requestBytes("POST", CheckContext.spacePath(space, "push"),

@@ -88,6 +88,17 @@ enum LifecycleChecks {
             try expect(reply.page.changes.map(\.id) == ["due"], "expected the due record, got \(reply.page.changes.map(\.id))")
             try expect(arrived - start < .seconds(3), "a pull with records due and wait=30000 took \(milliseconds(arrived - start)) ms")
         },
+        Check("long-poll-errors-answer-at-once", section: "5", "a pull with wait whose cursor is refused (epoch_changed, cursor_ahead, invalid_cursor) is answered at once") { c in
+            let space = c.newSpace()
+            let info = try await c.info()
+            let cases = [("\(PushChecks.otherEpochs(info.epoch)[0]).1", 409, "epoch_changed"), ("\(info.epoch).50", 409, "cursor_ahead"), ("nonsense", 400, "invalid_cursor")]
+            for (cursor, status, code) in cases {
+                let start = ContinuousClock.now
+                let response = try await c.pullResponse(space, [("since", cursor), ("wait", "6000")], timeout: .seconds(15))
+                try expectError(response, status, code, "pull since \(cursor) with wait=6000")
+                try expect(ContinuousClock.now - start < .seconds(3), "pull since \(cursor) with wait=6000 held the refusal for \(milliseconds(ContinuousClock.now - start)) ms")
+            }
+        },
         Check("long-poll-filtered-by-collections", section: "5", "a long poll with collections is answered with records of those collections only, and is woken by one") { c in
             let space = c.newSpace()
             let info = try await c.info()

@@ -14,6 +14,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
 
     /// A failure to read a base URL.
     public struct Invalid: Error, CustomStringConvertible {
+        /// What is wrong with the URL.
         public let description: String
     }
 
@@ -63,5 +64,6 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     /// The request target for a protocol path such as `/v1/info`.
     public func target(_ path: String) -> String { pathPrefix + path }
 
+    /// The base URL.
     public var description: String { "http://\(hostHeader)\(pathPrefix)" }
 }

@@ -98,20 +98,6 @@ public final class RawConnection: Sendable {
         }
     }
 
-    /// Waits until at least one byte (or the close) arrives; true when bytes did.
-    public func awaitBytes(timeout: Duration) async throws -> Bool {
-        try await offload {
-            try self.withSource(timeout: timeout) { source in
-                if !source.buffer.isEmpty { return true }
-                do {
-                    return try source.readMore()
-                } catch let error as ConnectionError where error.timedOut {
-                    return false
-                }
-            }
-        }
-    }
-
     /// Shuts the connection down in both directions (the server sees the close; a call
     /// waiting on it returns). Safe from any task, also while another call is waiting.
     public func close() {

@@ -20,7 +20,9 @@ public struct RawResponse: Sendable {
     public enum Framing: Sendable, Equatable {
         /// No body by definition (HEAD, 1xx, 204, 304).
         case none
+        /// `Content-Length`.
         case contentLength
+        /// `Transfer-Encoding: chunked`.
         case chunked
         /// Neither: the body ran to the end of the connection.
         case untilClose
@@ -87,6 +89,7 @@ public struct RawResponse: Sendable {
 
 /// A malformed or missing response, a timeout, or a socket failure.
 public struct ConnectionError: Error, CustomStringConvertible, Sendable {
+    /// What went wrong.
     public let description: String
     /// The connection was closed by the server (EOF or reset) before the expected bytes.
     public let closed: Bool

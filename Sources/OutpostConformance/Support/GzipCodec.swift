@@ -9,6 +9,7 @@
 public enum GzipCodec {
     /// A gzip stream that is not valid, or inflates past the cap.
     public struct Failure: Error, CustomStringConvertible {
+        /// What is wrong.
         public let description: String
         init(_ description: String) { self.description = description }
     }

@@ -15,12 +15,15 @@ public struct TokenSigner: Sendable {
 
     /// The claims of an Outpost token; nil fields are left out of the payload.
     public struct Claims: Sendable {
+        /// The user id; nil leaves `sub` out.
         public var sub: String? = "conformance"
         /// Expiry in seconds since 1970; nil leaves `exp` out.
         public var exp: Int64?
+        /// Space names (`*` suffix: prefix; `"*"`: all); nil leaves `spaces` out.
         public var spaces: [String]?
         /// `"read"` or `"write"`; nil leaves `scope` out (the server then assumes read).
         public var scope: String?
+        /// Admin flag; nil leaves `admin` out.
         public var admin: Bool?
 
         /// Claims valid for `lifetime` seconds from now.
