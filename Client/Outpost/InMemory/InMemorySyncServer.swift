@@ -87,6 +87,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         var kind: RequestKind
         var device: String?
         var remaining: Int?
+        var skip: Int
     }
 
     private struct State: Sendable {
@@ -189,10 +190,10 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
 
     // MARK: Faults
 
-    /// Arms `fault` for the next `times` requests of `kind` (nil: until `clearFaults()`),
-    /// from every device or only `device`.
-    public func inject(_ fault: Fault, on kind: RequestKind, times: Int? = 1, device: String? = nil) {
-        state.withLock { $0.faults.append(ArmedFault(fault: fault, kind: kind, device: device, remaining: times)) }
+    /// Arms `fault` for `times` requests of `kind` (nil: until `clearFaults()`), from every
+    /// device or only `device`, after letting `skip` such requests through.
+    public func inject(_ fault: Fault, on kind: RequestKind, times: Int? = 1, device: String? = nil, skip: Int = 0) {
+        state.withLock { $0.faults.append(ArmedFault(fault: fault, kind: kind, device: device, remaining: times, skip: skip)) }
     }
 
     /// Disarms every fault.
@@ -206,6 +207,10 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             var taken: [Fault] = []
             for i in s.faults.indices where s.faults[i].kind == kind || s.faults[i].kind == .any {
                 if let d = s.faults[i].device, d != device { continue }
+                if s.faults[i].skip > 0 {
+                    s.faults[i].skip -= 1
+                    continue
+                }
                 taken.append(s.faults[i].fault)
                 if let r = s.faults[i].remaining { s.faults[i].remaining = r - 1 }
             }

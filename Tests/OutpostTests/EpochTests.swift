@@ -1,0 +1,284 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Testing
+@testable import Outpost
+
+/// PROTOCOL.md section 5, "How a client treats a new epoch", and seed 003's "Epochs go one
+/// way" and "Two requests before a new epoch counts".
+@Suite("Epochs")
+struct EpochTests {
+    /// Everything a device shows, for "nothing changed" checks.
+    private func snapshot(_ store: OutpostStore) async throws -> (records: [StoredRecord], status: SyncStatus, queue: [QueuedChange]) {
+        (try await store.records(includeDeleted: true), try await store.status(), try await store.pendingChanges())
+    }
+
+    private func assertUnchanged(_ store: OutpostStore, since before: (records: [StoredRecord], status: SyncStatus, queue: [QueuedChange])) async throws {
+        let after = try await snapshot(store)
+        #expect(after.records == before.records)
+        #expect(after.status.epoch == before.status.epoch)
+        #expect(after.status.cursor == before.status.cursor)
+        #expect(after.status.retiredEpochs == before.status.retiredEpochs)
+        #expect(after.queue.map(\.changeId) == before.queue.map(\.changeId))
+    }
+
+    /// Another deployment whose epoch sorts after `world`'s (its clock is a day ahead).
+    private func otherDeployment(_ world: World, records: Int) async throws -> InMemorySyncServer.Snapshot {
+        let other = InMemorySyncServer(clock: world.clock.reading(offset: 86_400_000), seed: 99)
+        let writer = try OutpostStore.inMemory(configuration: world.configuration("staging"), transport: other.transport(device: "staging"))
+        for i in 0..<records { try await writer.put(todo("staging \(i)"), in: "todos", id: "s\(i)") }
+        try await writer.sync()
+        #expect(world.server.epoch < other.epoch)
+        return other.snapshot()
+    }
+
+    @Test func aServerRestartedWithAnEmptyDataDirectoryGetsBackWhatDevicesHold() async throws {
+        let world = World()
+        let a = try world.device("a"), b = try world.device("b")
+        for i in 1...3 { try await a.put(todo("a\(i)"), in: "todos", id: "r\(i)") }
+        try await a.sync()
+        for i in 4...5 { try await b.put(todo("b\(i)"), in: "todos", id: "r\(i)") }
+        try await b.sync()
+        try await a.sync()
+        try await b.delete(from: "todos", id: "r5")
+        try await b.sync()
+        try await a.sync()
+        let oldEpoch = world.server.epoch
+        // Offline edits on both sides.
+        world.clock.advance(1_000)
+        try await a.put(todo("a1 edited"), in: "todos", id: "r1")
+        try await b.put(todo("b6 new"), in: "todos", id: "r6")
+
+        world.clock.advance(1_000)
+        world.server.restartEmpty()
+        #expect(world.server.records(space: "team").isEmpty)
+
+        let reportA = try await a.sync()
+        #expect(reportA.epochChanged)
+        #expect(reportA.epoch == world.server.epoch)
+        #expect(reportA.reoffered >= 3)
+        #expect(try await a.rejectedChanges().isEmpty, "pending changes were re-based, not rejected")
+        #expect(try await a.status().retiredEpochs == [oldEpoch])
+        try await b.sync()
+        try await a.sync()
+
+        let expected: [String: JSONObject?] = ["r1": todo("a1 edited"), "r2": todo("a2"), "r3": todo("a3"), "r4": todo("b4"), "r5": nil, "r6": todo("b6 new")]
+        for (id, data) in expected {
+            #expect(world.serverData("todos", id) == data, "server \(id)")
+            #expect(try await a.data("todos", id) == data, "a \(id)")
+            #expect(try await b.data("todos", id) == data, "b \(id)")
+        }
+        #expect(world.server.record(space: "team", collection: "todos", id: "r5")?.deleted == true, "the tombstone came back too")
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(try await b.pendingChanges().isEmpty)
+    }
+
+    @Test func aServerRestoredFromACopyThenRotatedGetsBackTheNewerCopies() async throws {
+        let world = World()
+        let a = try world.device("a"), b = try world.device("b"), c = try world.device("c")
+        try await a.put(todo("one"), in: "todos", id: "r1")
+        try await a.put(todo("two"), in: "todos", id: "r2")
+        try await a.sync()
+        let backup = world.server.snapshot()
+        world.clock.advance(60_000)
+        try await a.put(todo("one, edited after the backup"), in: "todos", id: "r1")
+        try await a.put(todo("three, created after the backup"), in: "todos", id: "r3")
+        try await a.sync()
+        try await b.sync()
+        world.clock.advance(60_000)
+        world.server.restore(backup)  // the copy, then rotate-epoch
+        #expect(world.serverData("todos", "r1") == todo("one"))
+        #expect(world.serverData("todos", "r3") == nil)
+
+        let report = try await b.sync()
+        #expect(report.epochChanged)
+        #expect(report.reoffered == 2, "r1 is newer on the device by the server's updatedAt; r3 is missing")
+        #expect(world.serverData("todos", "r1") == todo("one, edited after the backup"))
+        #expect(world.serverData("todos", "r3") == todo("three, created after the backup"))
+        try await a.sync()
+        try await c.sync()
+        for store in [a, b, c] {
+            #expect(try await store.data("todos", "r1") == todo("one, edited after the backup"))
+            #expect(try await store.data("todos", "r2") == todo("two"))
+            #expect(try await store.data("todos", "r3") == todo("three, created after the backup"))
+            #expect(try await store.pendingChanges().isEmpty)
+        }
+    }
+
+    @Test func aPendingChangeIsKeptAndReBasedOnTheNewHistory() async throws {
+        let world = World()
+        let a = try world.device("a", resolver: .serverWins)
+        try await a.put(todo("v1"), in: "todos", id: "r1")
+        try await a.sync()
+        try await a.put(todo("offline edit"), in: "todos", id: "r1")
+        world.server.rotateEpoch()
+        let report = try await a.sync()
+        #expect(report.epochChanged)
+        #expect(report.conflicts == 0, "the change was re-based on the new history's version")
+        #expect(try await a.rejectedChanges().isEmpty)
+        #expect(world.serverData("todos", "r1") == todo("offline edit"))
+        let record = try #require(try await a.record(in: "todos", id: "r1"))
+        #expect(record.version?.epoch == world.server.epoch)
+    }
+
+    @Test func oneAnswerFromAnotherDeploymentDoesNotCount() async throws {
+        let world = World()
+        let a = try world.device("a")
+        try await a.put(todo("mine"), in: "todos", id: "r1")
+        try await a.sync()
+        let staging = try await otherDeployment(world, records: 3)
+        let before = try await snapshot(a)
+        world.server.inject(.staleHistory(staging), on: .pull, device: "a")
+        await #expect(throws: OutpostError.epochDisagreement(first: staging.epoch.rawValue, second: world.server.epoch.rawValue)) {
+            try await a.sync()
+        }
+        try await assertUnchanged(a, since: before)
+        #expect(try await a.status().lastError?.contains("epoch") == true)
+        let next = try await a.sync()
+        #expect(!next.epochChanged)
+        try await assertUnchanged(a, since: before)
+    }
+
+    @Test func aNewStoresFirstPageFromAnotherDeploymentDoesNotCount() async throws {
+        let world = World()
+        let writer = try world.device("writer")
+        try await writer.put(todo("real"), in: "todos", id: "r1")
+        try await writer.sync()
+        let staging = try await otherDeployment(world, records: 2)
+        let fresh = try world.device("fresh")
+        world.server.inject(.staleHistory(staging), on: .pull, device: "fresh")
+        await #expect(throws: OutpostError.self) { try await fresh.sync() }
+        #expect(try await fresh.status().epoch == nil)
+        #expect(try await fresh.records().isEmpty, "nothing of the first page was applied")
+        try await fresh.sync()
+        #expect(try await fresh.status().epoch == world.server.epoch)
+        #expect(try await fresh.records().map(\.id) == ["r1"])
+    }
+
+    @Test func epochsOnlyGoForward() async throws {
+        let world = World()
+        let a = try world.device("a")
+        try await a.put(todo("v1"), in: "todos", id: "r1")
+        try await a.sync()
+        let earlier = world.server.snapshot()
+        world.server.rotateEpoch()
+        world.clock.advance(1_000)
+        try await a.put(todo("v2"), in: "todos", id: "r1")
+        try await a.sync()
+        #expect(try await a.status().epoch == world.server.epoch)
+        let before = try await snapshot(a)
+        // A lagging replica still in the earlier epoch answers both requests of a sync.
+        world.server.inject(.staleHistory(earlier), on: .pull, times: 2, device: "a")
+        await #expect(throws: OutpostError.self) { try await a.sync() }
+        try await assertUnchanged(a, since: before)
+        #expect(try await a.data("todos", "r1") == todo("v2"), "not rolled back")
+    }
+
+    @Test func theEpochsAStoreLeftAreRefusedEvenWithoutAnEpochToCompareWith() async throws {
+        let world = World()
+        let a = try world.device("a")
+        try await a.put(todo("v1"), in: "todos", id: "r1")
+        try await a.sync()
+        let first = world.server.snapshot()
+        world.server.rotateEpoch()
+        try await a.put(todo("v2"), in: "todos", id: "r1")
+        try await a.sync()
+        try await a.leaveEpoch()
+        #expect(try await a.status().epoch == nil)
+        #expect(try await a.status().retiredEpochs == [first.epoch, world.server.epoch])
+        // Both requests of the next sync come from the first history, which the store left.
+        world.server.inject(.staleHistory(first), on: .pull, times: 2, device: "a")
+        await #expect(throws: OutpostError.epochRefused(epoch: first.epoch.rawValue, current: nil, reason: "the store left this epoch before")) {
+            try await a.sync()
+        }
+        #expect(try await a.data("todos", "r1") == todo("v2"))
+        // A new epoch the store never left is followed.
+        world.server.rotateEpoch()
+        let report = try await a.sync()
+        #expect(report.epoch == world.server.epoch)
+        #expect(try await a.data("todos", "r1") == todo("v2"))
+    }
+
+    @Test func theLast32EpochsAreRemembered() async throws {
+        let world = World()
+        let a = try world.device("a")
+        try await a.put(todo("v"), in: "todos", id: "r1")
+        try await a.sync()
+        var epochs = [world.server.epoch]
+        var snapshots = [world.server.snapshot()]
+        for _ in 0..<33 {
+            world.server.rotateEpoch()
+            try await a.sync()
+            epochs.append(world.server.epoch)
+            snapshots.append(world.server.snapshot())
+        }
+        let retired = try await a.status().retiredEpochs
+        #expect(retired.count == 32)
+        #expect(retired == Array(epochs[1..<33]), "the oldest one left was forgotten")
+        try await a.leaveEpoch()
+        #expect(try await a.status().retiredEpochs == Array(epochs[2...33]), "leaving the current one pushed out the oldest")
+        // The oldest epoch still remembered is refused...
+        world.server.inject(.staleHistory(snapshots[2]), on: .pull, times: 2, device: "a")
+        await #expect(throws: OutpostError.self) { try await a.sync() }
+        #expect(try await a.status().epoch == nil)
+        // ...while the one before it, forgotten, is followed once both requests report it.
+        world.server.inject(.staleHistory(snapshots[1]), on: .pull, times: 2, device: "a")
+        try await a.sync()
+        #expect(try await a.status().epoch == epochs[1])
+    }
+
+    @Test func aServerWhoseHistoryWentBackWithoutANewEpochChangesNothing() async throws {
+        let world = World()
+        let a = try world.device("a")
+        try await a.put(todo("v1"), in: "todos", id: "r1")
+        try await a.sync()
+        let backup = world.server.snapshot()
+        try await a.put(todo("v2"), in: "todos", id: "r1")
+        try await a.put(todo("x"), in: "todos", id: "r2")
+        try await a.sync()
+        world.server.restoreKeepingEpoch(backup)  // the operator forgot rotate-epoch
+        let before = try await snapshot(a)
+        await #expect(throws: OutpostError.self) { try await a.sync() }
+        try await assertUnchanged(a, since: before)
+        #expect(try await a.status().lastError?.contains("cursor") == true)
+    }
+
+    @Test func aClientKilledInTheMiddleOfARePullResumesIt() async throws {
+        try await withTemporaryDirectory { dir in
+            let world = World()
+            let path = dir.appending("a.sqlite")
+            let small: (inout OutpostStore.Configuration) -> Void = { $0.pageLimit = 2 }
+            var a = try world.device("a", path: path, configure: small)
+            for i in 0..<9 { try await a.put(todo("r\(i)"), in: "todos", id: "r\(i)") }
+            try await a.sync()
+            let backup = world.server.snapshot()
+            world.clock.advance(10_000)
+            try await a.put(todo("r0 after backup"), in: "todos", id: "r0")
+            try await a.put(todo("r9 after backup"), in: "todos", id: "r9")
+            try await a.sync()
+            world.clock.advance(10_000)
+            world.server.restore(backup)
+            // The re-pull dies after two of its pages: the cursor's 409, then pages 1 and 2.
+            let pullsBefore = world.server.pullRequests
+            world.server.inject(.hang, on: .pull, device: "a", skip: 3)
+            let sync = Task { [a] in try await a.sync() }
+            while world.server.pullRequests < pullsBefore + 4 { await Task.yield() }
+            await a.close()
+            sync.cancel()
+            _ = await sync.result
+            a = try world.device("a", path: path, configure: small)
+            let status = try await a.status()
+            #expect(status.epoch == world.server.epoch)
+            #expect(status.rebasing, "the re-pull's state survived")
+            #expect(try await a.records().count == 10, "nothing was deleted on the way")
+            try await a.sync()
+            #expect(try await a.status().rebasing == false)
+            for i in 0..<10 {
+                let want = i == 0 ? todo("r0 after backup") : i == 9 ? todo("r9 after backup") : todo("r\(i)")
+                #expect(world.serverData("todos", "r\(i)") == want, "server r\(i)")
+                #expect(try await a.data("todos", "r\(i)") == want, "device r\(i)")
+            }
+            await a.close()
+        }
+    }
+}
