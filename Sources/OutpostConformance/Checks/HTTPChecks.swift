@@ -194,17 +194,21 @@ enum HTTPChecks {
             let refused = try await c.pullResponse(space, headers: [("Accept-Encoding", "identity")])
             try expect(refused.header("Content-Encoding")?.lowercased() != "gzip", "Accept-Encoding: identity got a gzip body")
         },
-        Check("http-uri-too-long-414", section: "2", "a request line over 8 KiB is 414") { c in
-            let target = "/v1/info?pad=" + String(repeating: "a", count: 9 * 1024)
-            let (response, _) = try await exchange(c, Array("GET \(c.endpoint.target(target)) HTTP/1.1\r\nHost: \(c.endpoint.hostHeader)\r\n\r\n".utf8))
+        Check("http-uri-too-long-414", section: "2", "a request line over 8 KiB is 414; one of 7 KiB is served") { c in
+            let long = "/v1/info?pad=" + String(repeating: "a", count: 9 * 1024)
+            let (response, _) = try await exchange(c, Array("GET \(c.endpoint.target(long)) HTTP/1.1\r\nHost: \(c.endpoint.hostHeader)\r\n\r\n".utf8))
             try expect(response.status == 414, "a 9 KiB request line: expected 414, got \(response.summary)")
             try expectCommonHeaders(response, "414")
+            let fits = "/v1/info?pad=" + String(repeating: "a", count: 7 * 1024)
+            try expectStatus(try await c.get(fits), 200, "a 7 KiB request line")
         },
-        Check("http-headers-too-large-431", section: "2", "header fields over 16 KiB in all are 431") { c in
+        Check("http-headers-too-large-431", section: "2", "header fields over 16 KiB in all are 431; 14 KiB of them are served") { c in
             let headers = (0..<20).map { ("X-Filler-\($0)", String(repeating: "h", count: 1000)) }
             let (response, _) = try await exchange(c, c.requestBytes("GET", "/healthz", headers: headers))
             try expect(response.status == 431, "20 KB of header fields: expected 431, got \(response.summary)")
             try expectCommonHeaders(response, "431")
+            let fitting = (0..<14).map { ("X-Filler-\($0)", String(repeating: "h", count: 1000)) }
+            try expectStatus(try await c.get("/healthz", headers: fitting), 200, "14 KB of header fields")
         },
         Check("http-header-timeout-408", section: "2", "a request head not complete within the header timeout is 408, then the connection is closed", waitsOnServerTimeout: true) { c in
             let connection = try await c.connect()

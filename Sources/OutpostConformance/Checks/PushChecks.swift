@@ -300,7 +300,8 @@ enum PushChecks {
         },
         Check("push-replay-returns-original-version", section: "4", "a change applied before is not applied again: the original version with replayed: true, however the record changed since") { c in
             let space = c.newSpace()
-            let original = ChangeJSON.put(c.unique("chg"), id: "r1", data: ["v": 1], base: nil)
+            let changeId = c.unique("chg")
+            let original = ChangeJSON.put(changeId, id: "r1", data: ["v": 1], base: nil, clientTime: 1_764_430_000_000)
             let v1 = try expectApplied(try await c.push(space, [original]).results[0], "first push")
             let v2 = try expectApplied(try await c.push(space, [ChangeJSON.put(c.unique("chg"), id: "r1", data: ["v": 2], base: v1.text)]).results[0], "a later update")
             let replay = try await c.push(space, [original])
@@ -308,6 +309,10 @@ enum PushChecks {
             try expect(result.status == .applied && result.version == v1 && result.replayed,
                        "resending the applied change: expected applied \(v1) with replayed: true, got \(describe(result))")
             try expect(replay.rawResults[0]["replayed"]?.boolValue == true, "replayed must be the JSON value true")
+            // clientTime is not part of a change's content (section 4's fingerprint).
+            let retimed = try await c.push(space, [ChangeJSON.put(changeId, id: "r1", data: ["v": 1], base: nil, clientTime: 1_764_430_999_999)])
+            try expect(retimed.results[0].status == .applied && retimed.results[0].version == v1 && retimed.results[0].replayed,
+                       "resending the applied change with another clientTime: expected applied \(v1) replayed, got \(describe(retimed.results[0]))")
             let stored = try await PushChecks.current(c, space, id: "r1")
             try expect(stored?.version == v2 && stored?.data == ["v": 2], "the replay changed the record to \(stored.map { "\($0.version) \($0.data?.description ?? "deleted")" } ?? "nothing"); expected it to stay at \(v2)")
         },
