@@ -27,9 +27,9 @@ import OutpostSQLite
 /// fails with `OutpostError.storeInUse`.
 public actor OutpostStore {
     /// The configuration the store was opened with.
-    public let configuration: Configuration
+    public nonisolated let configuration: Configuration
     /// This installation's client id (kept in the file).
-    public let clientId: String
+    public nonisolated let clientId: String
     /// The space.
     public nonisolated var space: String { configuration.space }
 
