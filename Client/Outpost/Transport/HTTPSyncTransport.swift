@@ -1,0 +1,244 @@
+import Foundation
+import OutpostCore
+import Synchronization
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The transport to a real Outpost server, on URLSession (FoundationNetworking on Linux).
+///
+/// - Auth: `Authorization: Bearer <token>` from a provider the app supplies; on `401` it is
+///   asked once more with `refresh: true` and the request is sent again once.
+/// - Answers are read into memory up to `maxResponseBytes`; a larger one is cut off there
+///   and reported as `answerTooLarge` (for a page, the store then asks for fewer records).
+/// - Failures are told apart as `SyncTransport` requires: a connection that was never made
+///   (refused, no route, DNS, offline, a token that could not be had) is `notSent`;
+///   timeouts, resets and lost connections are `noAnswer`; a body that is not the
+///   protocol's (a proxy's HTML 504, a cut-off JSON) is `badAnswer`; a protocol error
+///   envelope is `refused` with its status.
+///
+/// ```swift
+/// let transport = HTTPSyncTransport(baseURL: URL(string: "https://sync.example.com")!) { refresh in
+///     try await session.accessToken(forceRefresh: refresh)
+/// }
+/// ```
+public final class HTTPSyncTransport: SyncTransport, Sendable {
+    /// Settings.
+    public struct Options: Sendable {
+        /// The largest answer read. Default 16 MiB.
+        public var maxResponseBytes = 16 << 20
+        /// How long a request may take (a long poll gets its wait on top). Default 30 s.
+        public var timeout: Duration = .seconds(30)
+        /// The defaults.
+        public init() {}
+    }
+
+    /// Where the server is (`/v1/...` is appended).
+    public let baseURL: URL
+    /// Settings.
+    public let options: Options
+    private let token: @Sendable (_ refresh: Bool) async throws -> String?
+    private let session: URLSession
+    private let delegate: SessionDelegate
+
+    /// A transport to `baseURL`. `token` gives the bearer token (nil: send none); it is
+    /// called with `refresh: true` after a `401`, once per request.
+    public init(baseURL: URL, options: Options = Options(), token: @escaping @Sendable (_ refresh: Bool) async throws -> String?) {
+        self.baseURL = baseURL
+        self.options = options
+        self.token = token
+        let delegate = SessionDelegate(maxBytes: options.maxResponseBytes)
+        self.delegate = delegate
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.httpShouldSetCookies = false
+        configuration.timeoutIntervalForResource = 600
+        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    /// A transport with a fixed token (or none).
+    public convenience init(baseURL: URL, token: String?, options: Options = Options()) {
+        self.init(baseURL: baseURL, options: options) { _ in token }
+    }
+
+    deinit {
+        session.invalidateAndCancel()
+    }
+
+    /// The largest answer read.
+    public var maxResponseBytes: Int { options.maxResponseBytes }
+
+    // MARK: SyncTransport
+
+    /// `GET /v1/info`.
+    public func serverInfo() async throws -> ServerInfo {
+        let (status, body) = try await send("GET", path: "/v1/info", authorized: false)
+        return try Self.decode(status, body, as: ServerInfo.self)
+    }
+
+    /// `POST /v1/spaces/{space}/push`.
+    public func push(_ request: PushRequest, space: String) async throws -> PushResponse {
+        let (status, body) = try await send("POST", path: "/v1/spaces/\(Self.escape(space))/push", body: request.encoded())
+        return try Self.decode(status, body, as: PushResponse.self)
+    }
+
+    /// `GET /v1/spaces/{space}/pull`.
+    public func pull(_ query: PullQuery, space: String) async throws -> PulledPage {
+        let items = query.queryItems.map { "\(Self.escape($0.0))=\(Self.escape($0.1))" }.joined(separator: "&")
+        let path = "/v1/spaces/\(Self.escape(space))/pull" + (items.isEmpty ? "" : "?" + items)
+        let (status, body) = try await send("GET", path: path, extraWaitMs: query.waitMs)
+        guard status == 200 else { throw Self.failure(status, body) }
+        return try PulledPage.decode(body, status: status)
+    }
+
+    // MARK: Requests
+
+    private static func decode<T: JSONWireType>(_ status: Int, _ body: [UInt8], as type: T.Type) throws -> T {
+        guard (200..<300).contains(status) else { throw failure(status, body) }
+        do { return try T.decode(body) } catch {
+            throw TransportError.badAnswer(status: status, "the answer is not a valid \(T.self): \(error)")
+        }
+    }
+
+    /// A non-2xx answer: the protocol's error envelope, or something else (a proxy's page).
+    private static func failure(_ status: Int, _ body: [UInt8]) -> TransportError {
+        if let envelope = try? ErrorEnvelope.decode(body) { return .refused(status: status, envelope) }
+        let snippet = String(decoding: body.prefix(200), as: UTF8.self)
+        return .badAnswer(status: status, snippet.isEmpty ? "HTTP \(status) without a body" : snippet)
+    }
+
+    private static func escape(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+
+    /// Sends one request (again once with a refreshed token after a 401).
+    private func send(_ method: String, path: String, body: [UInt8]? = nil, authorized: Bool = true, extraWaitMs: Int = 0) async throws -> (Int, [UInt8]) {
+        guard let url = URL(string: baseURL.absoluteString.trimmingSuffix("/") + path) else {
+            throw TransportError.notSent("invalid URL \(baseURL.absoluteString)\(path)")
+        }
+        var refresh = false
+        while true {
+            var request = URLRequest(url: url)
+            request.httpMethod = method
+            request.timeoutInterval = Double(options.timeout.milliseconds + Int64(extraWaitMs)) / 1000
+            request.setValue("application/json", forHTTPHeaderField: "Accept")
+            if authorized {
+                let bearer: String?
+                do { bearer = try await token(refresh) } catch {
+                    throw TransportError.notSent("no token: \(error)")
+                }
+                if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
+            }
+            if let body {
+                request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+                request.httpBody = Data(body)
+            }
+            let (status, answer) = try await perform(request)
+            if status == 401 && authorized && !refresh {
+                refresh = true
+                continue
+            }
+            return (status, answer)
+        }
+    }
+
+    private func perform(_ request: URLRequest) async throws -> (Int, [UInt8]) {
+        let task = session.dataTask(with: request)
+        let id = task.taskIdentifier
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Int, [UInt8]), any Error>) in
+                delegate.register(id, continuation)
+                task.resume()
+            }
+        } onCancel: {
+            task.cancel()
+        }
+    }
+}
+
+/// URLSession's delegate: collects each task's answer up to the cap and resumes its waiter.
+private final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
+    struct Pending {
+        var continuation: CheckedContinuation<(Int, [UInt8]), any Error>
+        var status = 0
+        var body: [UInt8] = []
+        var tooLarge = false
+    }
+
+    private let tasks = Mutex<[Int: Pending]>([:])
+    private let maxBytes: Int
+
+    init(maxBytes: Int) {
+        self.maxBytes = maxBytes
+    }
+
+    func register(_ id: Int, _ continuation: CheckedContinuation<(Int, [UInt8]), any Error>) {
+        tasks.withLock { $0[id] = Pending(continuation: continuation) }
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let cap = maxBytes
+        let tooLarge = tasks.withLock { tasks -> Bool in
+            tasks[dataTask.taskIdentifier]?.status = status
+            if response.expectedContentLength > Int64(cap) {
+                tasks[dataTask.taskIdentifier]?.tooLarge = true
+                return true
+            }
+            return false
+        }
+        completionHandler(tooLarge ? .cancel : .allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        let cap = maxBytes
+        let overflow = tasks.withLock { tasks -> Bool in
+            guard var pending = tasks[dataTask.taskIdentifier] else { return false }
+            if pending.body.count + data.count > cap {
+                pending.tooLarge = true
+                tasks[dataTask.taskIdentifier] = pending
+                return true
+            }
+            pending.body.append(contentsOf: data)
+            tasks[dataTask.taskIdentifier] = pending
+            return false
+        }
+        if overflow { dataTask.cancel() }
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        guard let pending = tasks.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
+        if pending.tooLarge {
+            pending.continuation.resume(throwing: TransportError.answerTooLarge(limit: maxBytes))
+        } else if let error {
+            pending.continuation.resume(throwing: Self.classify(error))
+        } else {
+            pending.continuation.resume(returning: (pending.status, pending.body))
+        }
+    }
+
+    /// `notSent` only for failures that happen before a request can leave.
+    static func classify(_ error: any Error) -> TransportError {
+        let code = (error as? URLError)?.code.rawValue ?? (error as NSError).code
+        switch code {
+        case NSURLErrorCannotConnectToHost, NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed, NSURLErrorNotConnectedToInternet,
+             NSURLErrorBadURL, NSURLErrorUnsupportedURL, NSURLErrorSecureConnectionFailed, NSURLErrorServerCertificateUntrusted,
+             NSURLErrorServerCertificateHasBadDate, NSURLErrorServerCertificateHasUnknownRoot, NSURLErrorServerCertificateNotYetValid,
+             NSURLErrorClientCertificateRejected, NSURLErrorClientCertificateRequired, NSURLErrorAppTransportSecurityRequiresSecureConnection,
+             NSURLErrorInternationalRoamingOff, NSURLErrorDataNotAllowed:
+            return .notSent(error.localizedDescription)
+        default:
+            return .noAnswer(error.localizedDescription)
+        }
+    }
+}
+
+extension String {
+    fileprivate func trimmingSuffix(_ suffix: String) -> String {
+        hasSuffix(suffix) ? String(dropLast(suffix.count)) : self
+    }
+}
