@@ -56,7 +56,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
-            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto"],
+            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "CLinux"],
             path: "Server/OutpostServer", swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",

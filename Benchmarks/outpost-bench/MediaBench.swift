@@ -474,7 +474,7 @@ final class BenchConnection {
     private func sendAll(_ base: UnsafeRawPointer, _ count: Int) throws {
         var sent = 0
         while sent < count {
-            let n = send(fd, base + sent, count - sent, Int32(MSG_NOSIGNAL))
+            let n = Glibc.send(fd, base + sent, count - sent, Int32(MSG_NOSIGNAL))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw HTTPBench.BenchError("send: errno \(errno)")
@@ -491,10 +491,20 @@ final class BenchConnection {
     }
 
     func request(_ method: String, _ target: String, headers: [(String, String)], body: [UInt8]? = nil, bodyCount: Int? = nil) throws -> Response {
+        try send(method, target, headers: headers, body: body, bodyCount: bodyCount)
+        return try readResponse()
+    }
+
+    /// Sends a request without waiting for its answer (for pulls held open by a long poll).
+    func send(_ method: String, _ target: String, headers: [(String, String)], body: [UInt8]? = nil, bodyCount: Int? = nil) throws {
         let count = bodyCount ?? body?.count
         let h = head(method, target, headers, bodyCount: count)
         try h.withUnsafeBytes { try sendAll($0.baseAddress!, $0.count) }
         if let body, let count, count > 0 { try body.withUnsafeBytes { try sendAll($0.baseAddress!, count) } }
+    }
+
+    /// Reads the next answer on this connection.
+    func readResponse() throws -> Response {
         let (status, length) = try readHead()
         var out: [UInt8] = []
         out.reserveCapacity(length)

@@ -9,7 +9,9 @@ let usage = """
       http     the HTTP engine: /healthz under wrk next to nginx, and 10,000 idle connections
       json     OutpostCore's JSON parser and writer next to Foundation
       media    media upload and download next to sha256sum and cp, with the server's RSS
-      push, pull, client   (not written yet)
+      push     push throughput from 8 clients in batches of 100 and 500, beside raw SQLite
+      pull     pull throughput, page time at 10,000 vs 1,000,000 records, long-poll wake-up
+      client   (not written yet)
 
     `outpost-bench <area> --help` lists an area's options.
     """
@@ -23,7 +25,9 @@ do {
         try await JSONBench.run(arguments: Array(arguments.dropFirst()))
     case "media":
         try await MediaBench.run(arguments: Array(arguments.dropFirst()))
-    case "push", "pull", "client":
+    case "push", "pull":
+        try await SyncBench.run(area: arguments[0], arguments: Array(arguments.dropFirst()))
+    case "client":
         FileHandle.standardError.write(Data("outpost-bench \(arguments[0]): not written yet\n".utf8))
         exit(64)
     case "-h", "--help", "help":

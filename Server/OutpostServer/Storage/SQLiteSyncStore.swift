@@ -36,6 +36,9 @@ public final class SQLiteSyncStore: SyncStore {
     public let notifier: CommitNotifier
     private let writer: WorkerThread<WriteJob>
     private let readers: [WorkerThread<ReadJob>]
+    /// Copies the WAL back into the database off the commit path (see `init`).
+    private let checkpointer: WorkerThread<CheckpointRequest>
+    private let checkpointTimer: Task<Void, Never>
     private let nextReader = Atomic<Int>(0)
     private let configuration: Configuration
 
@@ -65,11 +68,14 @@ public final class SQLiteSyncStore: SyncStore {
         let notifierRef = notifier
         let mutation = configuration.mutation
         writer = try WorkerThread<WriteJob>(
-            name: "outpost-sqlite-writer", maxBatch: maxBatch,
+            name: "sqlite-writer", maxBatch: maxBatch,
             setup: {
                 let db = try Connection(path: path)
                 try db.enableWAL(synchronous: synchronous)
-                try db.execute("PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY")
+                // No automatic checkpoints in the committing thread: a checkpoint writes
+                // and fsyncs the database file, and would stall every push queued behind
+                // it. The checkpointer thread does that work instead.
+                try db.execute("PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; PRAGMA wal_autocheckpoint=0")
                 return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef, mutation: mutation)
             },
             handle: { writer, jobs in writer.handle(jobs) },
@@ -77,7 +83,7 @@ public final class SQLiteSyncStore: SyncStore {
         var readers: [WorkerThread<ReadJob>] = []
         for i in 0..<max(1, configuration.readers) {
             readers.append(try WorkerThread<ReadJob>(
-                name: "outpost-sqlite-reader-\(i)",
+                name: "sqlite-reader-\(i)",
                 setup: {
                     let db = try Connection(path: path, flags: [.readOnly])
                     try db.execute("PRAGMA cache_size=-32768; PRAGMA mmap_size=268435456")
@@ -87,11 +93,29 @@ public final class SQLiteSyncStore: SyncStore {
                 teardown: { reader in reader.db.close() }))
         }
         self.readers = readers
+        checkpointer = try WorkerThread<CheckpointRequest>(
+            name: "sqlite-checkpoint",
+            setup: {
+                let db = try Connection(path: path)
+                try db.enableWAL(synchronous: synchronous)
+                return db
+            },
+            // PASSIVE never blocks the writer or readers; it copies what it can.
+            handle: { db, _ in _ = try? db.execute("PRAGMA wal_checkpoint(PASSIVE)") },
+            teardown: { db in db.close() })
+        let checkpointer = self.checkpointer
+        checkpointTimer = Task.detached(priority: .utility) {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                checkpointer.submit(CheckpointRequest())
+            }
+        }
     }
 
     // MARK: Schema
 
-    static func migrate(_ db: Connection) throws {
+    /// Creates or upgrades the schema. Public so a benchmark can build the same tables for its ceiling.
+    public static func migrate(_ db: Connection) throws {
         try db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
         let version = try db.scalarText("SELECT value FROM meta WHERE key = 'schema_version'").flatMap { Int($0) } ?? 0
         guard version <= schemaVersion else {
@@ -211,9 +235,11 @@ public final class SQLiteSyncStore: SyncStore {
     }
 
     public func close() async {
-        let writer = self.writer, readers = self.readers
+        checkpointTimer.cancel()
+        let writer = self.writer, readers = self.readers, checkpointer = self.checkpointer
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             Thread.detachNewThread {
+                checkpointer.stop()
                 writer.stop()
                 for r in readers { r.stop() }
                 c.resume()
@@ -253,6 +279,8 @@ enum WriteJob: Sendable {
     case other(@Sendable (Connection) -> Void)
 }
 
+struct CheckpointRequest: Sendable {}
+
 struct ReadJob: Sendable {
     let run: @Sendable (SQLiteReader) -> Void
 }
@@ -275,7 +303,11 @@ final class SQLiteWriter {
         self.mutation = mutation
     }
 
-    func close() { db.close() }
+    func close() {
+        // Fold the WAL into the database before the last connection goes.
+        _ = try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+    }
 
     func handle(_ jobs: [WriteJob]) {
         var pushes: [PushJob] = []
@@ -357,6 +389,14 @@ final class SQLiteWriter {
               seq = excluded.seq, deleted = excluded.deleted, data = excluded.data,
               updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time
             """)
+        let insertNew = try db.cached("""
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(space_id, collection, id) DO NOTHING
+            """)
+        let updateAtBase = try db.cached("""
+            UPDATE records SET seq = ?4, deleted = ?5, data = ?6, updated_at = ?7, updated_by = ?8, client_time = ?9
+            WHERE space_id = ?1 AND collection = ?2 AND id = ?3 AND seq = ?10
+            """)
         let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
 
         let ordered = mutation == .applyOutOfOrder ? Array(job.items.reversed()) : job.items
@@ -390,56 +430,48 @@ final class SQLiteWriter {
                 continue
             }
 
-            // 3. Optimistic concurrency on the record's current version.
-            try findRecord.bind(int: space.id, at: 1)
-            try findRecord.bind(text: change.collection, at: 2)
-            try findRecord.bind(text: change.id, at: 3)
-            var current: RecordState?
-            var currentSeq: Int64?
-            if try findRecord.step() {
-                let seq = findRecord.int64(0)
-                currentSeq = seq
-                if !change.force {
-                    current = try Self.recordState(findRecord, collection: change.collection, id: change.id, epoch: epoch, seq: seq)
-                }
-            }
-            findRecord.reset()
-            if !change.force && mutation != .ignoreBaseVersion {
-                let matches: Bool
-                switch (change.baseVersion, currentSeq) {
-                case (nil, nil): matches = true
-                case (let base?, let seq?): matches = base.seq == seq
-                default: matches = false
-                }
-                if !matches {
-                    if mutation == .staleCurrentOnConflict, var stale = current, stale.version.seq > 1 {
-                        stale.version = Version(epoch: epoch, seq: stale.version.seq - 1)
-                        current = stale
-                    }
-                    results.append(.conflict(change.changeId, current: current))
-                    continue
-                }
-            }
-
-            // 4. Write: next seq, record, idempotency row — all in this transaction.
+            // 3. Write, guarded by the base check in the statement itself: a new record
+            //    (null base) is inserted only when no row — live or tombstone — exists;
+            //    an update applies only while the row is still at the base's seq. The
+            //    common case costs one B-tree descent; only a miss reads the current row.
             guard space.head < Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
-            space.head += 1
-            let seq = space.head
-            try upsert.bind(int: space.id, at: 1)
-            try upsert.bind(text: change.collection, at: 2)
-            try upsert.bind(text: change.id, at: 3)
-            try upsert.bind(int: seq, at: 4)
-            try upsert.bind(int: change.op == .delete ? 1 : 0, at: 5)
+            let seq = space.head + 1
+            let guarded = !change.force && mutation != .ignoreBaseVersion
+            let write = !guarded ? upsert : (change.baseVersion == nil ? insertNew : updateAtBase)
+            try write.bind(int: space.id, at: 1)
+            try write.bind(text: change.collection, at: 2)
+            try write.bind(text: change.id, at: 3)
+            try write.bind(int: seq, at: 4)
+            try write.bind(int: change.op == .delete ? 1 : 0, at: 5)
             if change.op == .put, let data = prepared.dataJSON {
-                try upsert.bind(blob: data, at: 6)
+                try write.bind(blob: data, at: 6)
             } else {
-                try upsert.bindNull(at: 6)
+                try write.bindNull(at: 6)
             }
-            try upsert.bind(int: job.now, at: 7)
-            try upsert.bind(text: job.clientId, at: 8)
-            if let t = change.clientTime { try upsert.bind(int: t, at: 9) } else { try upsert.bindNull(at: 9) }
-            while try upsert.step() {}
-            upsert.reset()
+            try write.bind(int: job.now, at: 7)
+            try write.bind(text: job.clientId, at: 8)
+            if let t = change.clientTime { try write.bind(int: t, at: 9) } else { try write.bindNull(at: 9) }
+            if let base = change.baseVersion, write === updateAtBase { try write.bind(int: base.seq, at: 10) }
+            while try write.step() {}
+            write.reset()
+            if db.changes == 0 {
+                // The base did not match: a conflict with the record as it is now.
+                try findRecord.bind(int: space.id, at: 1)
+                try findRecord.bind(text: change.collection, at: 2)
+                try findRecord.bind(text: change.id, at: 3)
+                var current: RecordState?
+                if try findRecord.step() {
+                    current = try Self.recordState(findRecord, collection: change.collection, id: change.id, epoch: epoch, seq: findRecord.int64(0))
+                }
+                findRecord.reset()
+                if mutation == .staleCurrentOnConflict, var stale = current, stale.version.seq > 1 {
+                    stale.version = Version(epoch: epoch, seq: stale.version.seq - 1)
+                    current = stale
+                }
+                results.append(.conflict(change.changeId, current: current))
+                continue
+            }
+            space.head = seq
 
             if remembers {
             try remember.bind(int: space.id, at: 1)

@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 import Synchronization
 
@@ -34,6 +35,8 @@ final class WorkerThread<Job: Sendable>: Sendable {
         let ready = DispatchSemaphore(value: 0)
         let setupError = Mutex<(any Error)?>(nil)
         let thread = Thread { [self] in
+            // Foundation does not name the OS thread on Linux; perf and top -H show this.
+            outpost_set_thread_name(String(name.prefix(15)))
             let resource: Resource
             do {
                 resource = try setup()

@@ -1,0 +1,364 @@
+// `outpost-bench push` and `outpost-bench pull`: the sync service through the release
+// `outpost-server` (PROTOCOL.md sections 4 and 5), each figure beside its ceiling from
+// the same run on the same machine.
+//
+// push: 8 keep-alive clients push batches of 100 and of 500 new records (~200 bytes of
+//   data each). Ceiling: raw SQLite on the same disk doing the same statements per change
+//   (idempotency lookup, record lookup, record upsert, idempotency insert) in one
+//   transaction per batch, WAL with synchronous=FULL like the server's default.
+// pull: a space of 1,000,000 records of ~200 bytes pulled from the start in pages of
+//   1,000. Ceiling: raw SQLite reading the same rows by the same index in pages of 1,000.
+//   Then one page's time in a space of 10,000 and of 1,000,000 records, and the wake-up
+//   latency of 2,000 long-poll pulls held open when one change is committed.
+//
+// Goals (issue 3): push >= 0.4 x ceiling and >= 150,000 changes/s; pull >= 400,000
+// records/s; page time at 1,000,000 within 1.5 x of 10,000; long-poll wake-up p99 < 50 ms.
+import Foundation
+import Glibc
+import OutpostCore
+import OutpostSQLite
+import OutpostServer
+import Synchronization
+
+enum SyncBench {
+    static let secret = "outpost-bench-secret"
+
+    static func run(area: String, arguments: [String]) async throws {
+        var serverPath: String?
+        var records = 1_000_000
+        var waiters = 2_000
+        var i = 0
+        while i < arguments.count {
+            switch arguments[i] {
+            case "--server" where i + 1 < arguments.count: serverPath = arguments[i + 1]; i += 1
+            case "--records" where i + 1 < arguments.count: records = Int(arguments[i + 1]) ?? records; i += 1
+            case "--waiters" where i + 1 < arguments.count: waiters = Int(arguments[i + 1]) ?? waiters; i += 1
+            case "-h", "--help":
+                print("usage: outpost-bench \(area) [--server PATH] [--records 1000000] [--waiters 2000]")
+                return
+            default: throw HTTPBench.BenchError("unknown option \(arguments[i])")
+            }
+            i += 1
+        }
+        HTTPBench.raiseOpenFileLimit()
+        let work = try HTTPBench.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        setenv("OUTPOST_JWT_SECRET", secret, 1)
+        let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0)
+        defer { server.stop() }
+        let token = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        print("outpost-bench \(area): server pid \(server.pid) on port \(server.port), load average \(HTTPBench.loadAverage())")
+        if area == "push" {
+            try push(server: server, token: token, work: work)
+        } else {
+            try pull(server: server, token: token, work: work, records: records, waiters: waiters)
+        }
+    }
+
+    // MARK: Push
+
+    static func push(server: HTTPBench.ServerChild, token: String, work: String) throws {
+        print("\n                          changes/s   ceiling (raw SQLite)   ratio   p50 / p99 per push")
+        for batch in [100, 500] {
+            let total = 400_000
+            let clients = 8
+            let perClient = total / batch / clients
+            let bodies = (0..<clients).map { c in
+                (0..<perClient).map { r in pushBody(space: "push\(batch)", prefix: "b\(batch)-c\(c)-r\(r)", count: batch) }
+            }
+            let result = try drive(port: server.port, token: token, space: "push\(batch)", bodies: bodies)
+            let ceiling = try rawSQLiteCeiling(path: work + "/ceiling-\(batch).sqlite", batch: batch, total: total)
+            let rate = Double(result.applied) / result.seconds
+            print("batches of \(batch):".padding(toLength: 22, withPad: " ", startingAt: 0)
+                  + String(format: "%11.0f %14.0f %16.2f   %.1f / %.1f ms", rate, ceiling, rate / ceiling, result.p50 * 1000, result.p99 * 1000)
+                  + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
+        }
+        print("\ngoals: >= 0.4 x the ceiling and >= 150,000 changes/s")
+    }
+
+    /// A push of `count` new records with ~200 bytes of data each.
+    static func pushBody(space: String, prefix: String, count: Int) -> [UInt8] {
+        var out = Array(#"{"clientId":"bench","changes":["#.utf8)
+        for i in 0..<count {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out += Array(#"{"changeId":"\#(prefix)-\#(i)","collection":"items","id":"\#(prefix)-\#(i)","op":"put","baseVersion":null,"clientTime":1764430000000,"data":{"name":"Item \#(i) of \#(prefix)","sku":"SKU-\#(i * 7919 % 100000)","quantity":\#(i % 97),"location":"Aisle \#(i % 40), shelf \#(i % 7)","notes":"checked by the night shift; box slightly damaged","tags":["fragile","inventory"]}}"#.utf8)
+        }
+        out += Array("]}".utf8)
+        return out
+    }
+
+    struct DriveResult {
+        var applied = 0
+        var seconds = 0.0
+        var p50 = 0.0
+        var p99 = 0.0
+    }
+
+    /// Sends every client's bodies on its own keep-alive connection, all clients at once.
+    static func drive(port: Int, token: String, space: String, bodies: [[[UInt8]]]) throws -> DriveResult {
+        let applied = Atomic<Int>(0)
+        let latencies = Mutex<[Double]>([])
+        let failure = Mutex<String?>(nil)
+        let group = DispatchGroup()
+        let start = Date()
+        for clientBodies in bodies {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                do {
+                    let connection = try BenchConnection(port: port)
+                    var mine: [Double] = []
+                    for body in clientBodies {
+                        let t0 = Date()
+                        let (status, response) = try connection.exchange(method: "POST", path: "/v1/spaces/\(space)/push", token: token, body: body)
+                        guard status == 200 else { throw HTTPBench.BenchError("push answered \(status): \(String(decoding: response.prefix(300), as: UTF8.self))") }
+                        mine.append(Date().timeIntervalSince(t0))
+                        applied.add(count(#""status":"applied""#, in: response), ordering: .relaxed)
+                    }
+                    latencies.withLock { $0 += mine }
+                } catch {
+                    failure.withLock { $0 = "\(error)" }
+                }
+            }
+        }
+        group.wait()
+        let seconds = Date().timeIntervalSince(start)
+        if let f = failure.withLock({ $0 }) { throw HTTPBench.BenchError(f) }
+        let sorted = latencies.withLock { $0 }.sorted()
+        return DriveResult(applied: applied.load(ordering: .relaxed), seconds: seconds,
+                           p50: sorted[sorted.count / 2], p99: sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
+    }
+
+    /// Occurrences of `needle` in `haystack`.
+    static func count(_ needle: String, in haystack: [UInt8]) -> Int {
+        let n = Array(needle.utf8)
+        guard let first = n.first, haystack.count >= n.count else { return 0 }
+        var found = 0
+        haystack.withUnsafeBufferPointer { h in
+            var i = 0
+            let last = h.count - n.count
+            outer: while i <= last {
+                if h[i] == first {
+                    var j = 1
+                    while j < n.count {
+                        if h[i + j] != n[j] { i += 1; continue outer }
+                        j += 1
+                    }
+                    found += 1
+                    i += n.count
+                } else {
+                    i += 1
+                }
+            }
+        }
+        return found
+    }
+
+    /// Raw SQLite on the same schema, the same statements per change as the server's store,
+    /// one transaction per batch, WAL + synchronous=FULL. Returns changes/s.
+    static func rawSQLiteCeiling(path: String, batch: Int, total: Int) throws -> Double {
+        let db = try Connection(path: path)
+        try db.enableWAL(synchronous: .full)
+        try SQLiteSyncStore.migrate(db)
+        try db.run("INSERT INTO spaces(name, head_seq) VALUES ('bench', 0)")
+        let findApplied = try db.prepare("SELECT fingerprint, epoch, seq FROM applied_changes WHERE space_id = ? AND change_id = ?")
+        let findRecord = try db.prepare("SELECT seq, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        let upsert = try db.prepare("""
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
+            VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?)
+            ON CONFLICT(space_id, collection, id) DO UPDATE SET seq = excluded.seq, deleted = excluded.deleted, data = excluded.data,
+              updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time
+            """)
+        let remember = try db.prepare("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
+        let data = Array(#"{"name":"Item 1 of b100-c0-r0","sku":"SKU-7919","quantity":1,"location":"Aisle 1, shelf 1","notes":"checked by the night shift; box slightly damaged","tags":["fragile","inventory"]}"#.utf8)
+        let fingerprint = [UInt8](repeating: 7, count: 32)
+        var seq: Int64 = 0
+        let start = Date()
+        for b in 0..<(total / batch) {
+            try db.transaction {
+                for i in 0..<batch {
+                    let id = "ceiling-\(b)-\(i)"
+                    try findApplied.bind([.integer(1), .text(id)])
+                    _ = try findApplied.step()
+                    findApplied.reset()
+                    try findRecord.bind([.integer(1), .text("items"), .text(id)])
+                    _ = try findRecord.step()
+                    findRecord.reset()
+                    seq += 1
+                    try upsert.bind([.integer(1), .text("items"), .text(id), .integer(seq), .blob(data), .integer(1), .text("bench"), .integer(1)])
+                    _ = try upsert.step()
+                    upsert.reset()
+                    try remember.bind([.integer(1), .text(id), .blob(fingerprint), .text("EPOCH"), .integer(seq), .integer(1)])
+                    _ = try remember.step()
+                    remember.reset()
+                }
+                try db.run("UPDATE spaces SET head_seq = ? WHERE space_id = 1", [.integer(seq)])
+            }
+        }
+        let seconds = Date().timeIntervalSince(start)
+        db.close()
+        return Double(total) / seconds
+    }
+
+    // MARK: Pull
+
+    static func pull(server: HTTPBench.ServerChild, token: String, work: String, records: Int, waiters: Int) throws {
+        // Fill a big space and a small one through the push route.
+        let fillStart = Date()
+        for (space, count) in [("big", records), ("small", 10_000)] {
+            let batch = 500
+            let clients = 8
+            let perClient = (count + batch * clients - 1) / (batch * clients)
+            let bodies = (0..<clients).map { c in (0..<perClient).map { r in pushBody(space: space, prefix: "\(space)-\(c)-\(r)", count: batch) } }
+            _ = try drive(port: server.port, token: token, space: space, bodies: bodies)
+        }
+        print(String(format: "filled spaces of %d and 10,000 records in %.1f s", records, Date().timeIntervalSince(fillStart)))
+
+        // Pull the big space from the start in pages of 1,000.
+        let connection = try BenchConnection(port: server.port)
+        var pulled = 0
+        var bytes = 0
+        var since = ""
+        var pageTimes: [Double] = []
+        let start = Date()
+        while true {
+            let t0 = Date()
+            let (status, body) = try connection.exchange(method: "GET", path: "/v1/spaces/big/pull?limit=1000\(since)", token: token, body: nil)
+            guard status == 200 else { throw HTTPBench.BenchError("pull answered \(status)") }
+            pageTimes.append(Date().timeIntervalSince(t0))
+            bytes += body.count
+            pulled += count(#""collection":"#, in: body)
+            guard let next = field("next", in: body) else { throw HTTPBench.BenchError("page without next") }
+            since = "&since=\(next)"
+            if count(#""hasMore":true"#, in: body) == 0 { break }
+        }
+        let seconds = Date().timeIntervalSince(start)
+        let ceiling = try rawReadCeiling(path: work + "/data/outpost.sqlite", space: "big")
+        let rate = Double(pulled) / seconds
+        print("\n                          records/s      MB/s   ceiling (raw SQLite)   ratio")
+        print(String(format: "pull, pages of 1,000     %10.0f %9.1f %16.0f %12.2f", rate, Double(bytes) / seconds / 1e6, ceiling, rate / ceiling))
+        if pulled != records { print("  (pulled \(pulled) of \(records)!)") }
+
+        // One page's time at 10,000 and at 1,000,000 records: a page from the middle, many times.
+        func pageTime(_ space: String, middle: String) throws -> Double {
+            var times: [Double] = []
+            for _ in 0..<200 {
+                let t0 = Date()
+                let (status, _) = try connection.exchange(method: "GET", path: "/v1/spaces/\(space)/pull?limit=1000&since=\(middle)", token: token, body: nil)
+                guard status == 200 else { throw HTTPBench.BenchError("pull answered \(status)") }
+                times.append(Date().timeIntervalSince(t0))
+            }
+            return times.sorted()[times.count / 2]
+        }
+        let epoch = try epochOf(connection: connection)
+        let small = try pageTime("small", middle: "\(epoch).5000")
+        let big = try pageTime("big", middle: "\(epoch).\(records / 2)")
+        print(String(format: "one page of 1,000 (median of 200): %.2f ms at 10,000 records, %.2f ms at %d: %.2f x (goal <= 1.5)", small * 1000, big * 1000, records, big / small))
+
+        try longPoll(port: server.port, token: token, waiters: waiters, epoch: epoch)
+        print("goals: >= 400,000 records/s; long-poll wake-up p99 < 50 ms")
+    }
+
+    static func epochOf(connection: BenchConnection) throws -> String {
+        let (_, body) = try connection.exchange(method: "GET", path: "/v1/info", token: nil, body: nil)
+        guard let epoch = field("epoch", in: body) else { throw HTTPBench.BenchError("no epoch in /v1/info") }
+        return epoch
+    }
+
+    /// The string value of `"name":"..."` in a JSON body (first occurrence).
+    static func field(_ name: String, in body: [UInt8]) -> String? {
+        let key = Array("\"\(name)\":\"".utf8)
+        guard let r = body.firstRange(of: key) else { return nil }
+        let rest = body[r.upperBound...]
+        guard let end = rest.firstIndex(of: UInt8(ascii: "\"")) else { return nil }
+        return String(decoding: rest[..<end], as: UTF8.self)
+    }
+
+    /// Raw SQLite reading the same rows by the same index, pages of 1,000. Records/s.
+    static func rawReadCeiling(path: String, space: String) throws -> Double {
+        let db = try Connection(path: path, flags: [.readOnly])
+        defer { db.close() }
+        guard let spaceID = try db.scalarInt("SELECT space_id FROM spaces WHERE name = ?", [.text(space)]) else { return 0 }
+        let stmt = try db.prepare("SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND seq > ? ORDER BY seq LIMIT 1001")
+        var after: Int64 = 0
+        var rows = 0
+        var touched = 0
+        let start = Date()
+        while true {
+            try stmt.bind([.integer(spaceID), .integer(after)])
+            var n = 0
+            while try stmt.step() {
+                if n == 1000 { break }
+                after = stmt.int64(0)
+                touched &+= stmt.text(1).utf8.count &+ stmt.text(2).utf8.count &+ stmt.withBytes(4) { $0.count } &+ stmt.text(6).utf8.count
+                n += 1
+            }
+            stmt.reset()
+            rows += n
+            if n < 1000 { break }
+        }
+        let seconds = Date().timeIntervalSince(start)
+        _ = touched
+        return Double(rows) / seconds
+    }
+
+    /// `waiters` pulls held open with `wait=60000`; one push; the time from sending the push
+    /// to each pull's full answer. Five rounds.
+    static func longPoll(port: Int, token: String, waiters: Int, epoch: String) throws {
+        var lat: [Double] = []
+        let control = try BenchConnection(port: port)
+        var connections: [BenchConnection] = []
+        for _ in 0..<waiters { connections.append(try BenchConnection(port: port)) }
+        for round in 0..<5 {
+            let (_, headBody) = try control.exchange(method: "GET", path: "/v1/spaces/poll/pull?limit=1", token: token, body: nil)
+            var since = field("next", in: headBody) ?? "\(epoch).0"
+            // Move to the end of the space.
+            while true {
+                let (_, b) = try control.exchange(method: "GET", path: "/v1/spaces/poll/pull?limit=5000&since=\(since)", token: token, body: nil)
+                since = field("next", in: b) ?? since
+                if count(#""hasMore":true"#, in: b) == 0 { break }
+            }
+            for c in connections { try c.send(method: "GET", path: "/v1/spaces/poll/pull?wait=60000&since=\(since)", token: token, body: nil) }
+            // Give every pull time to reach the server and start waiting.
+            usleep(useconds_t(300_000 + waiters * 200))
+            let t0 = Date()
+            let (status, _) = try control.exchange(method: "POST", path: "/v1/spaces/poll/push", token: token, body: pushBody(space: "poll", prefix: "poll-\(round)", count: 1))
+            guard status == 200 else { throw HTTPBench.BenchError("push answered \(status)") }
+            // Read every answer; poll() over all sockets.
+            var pending = Set(0..<connections.count)
+            var fds = connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+            while !pending.isEmpty {
+                guard poll(&fds, nfds_t(fds.count), 10_000) > 0 else { throw HTTPBench.BenchError("\(pending.count) long polls not answered within 10 s") }
+                for i in pending where fds[i].revents != 0 {
+                    let r = try connections[i].readResponse()
+                    guard r.status == 200 else { throw HTTPBench.BenchError("long poll answered \(r.status)") }
+                    lat.append(Date().timeIntervalSince(t0))
+                    pending.remove(i)
+                    fds[i].events = 0
+                    fds[i].revents = 0
+                }
+            }
+        }
+        lat.sort()
+        print(String(format: "long-poll wake-up, %d waiting pulls x 5 commits: p50 %.1f ms, p99 %.1f ms, max %.1f ms", waiters, lat[lat.count / 2] * 1000, lat[lat.count * 99 / 100] * 1000, lat.last! * 1000))
+    }
+}
+
+extension BenchConnection {
+    /// A request with an optional bearer token and JSON body: (status, body).
+    func exchange(method: String, path: String, token: String?, body: [UInt8]?) throws -> (Int, [UInt8]) {
+        let r = try request(method, path, headers: Self.headers(token: token, json: body != nil), body: body)
+        return (r.status, r.body)
+    }
+
+    func send(method: String, path: String, token: String?, body: [UInt8]?) throws {
+        try send(method, path, headers: Self.headers(token: token, json: body != nil), body: body)
+    }
+
+    static func headers(token: String?, json: Bool) -> [(String, String)] {
+        var h: [(String, String)] = []
+        if let token { h.append(("Authorization", "Bearer \(token)")) }
+        if json { h.append(("Content-Type", "application/json")) }
+        return h
+    }
+}
