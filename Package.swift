@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "Outpost", targets: ["Outpost"]),
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
+        .executable(name: "outpost", targets: ["outpost"]),
         .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
     ],
     targets: [
@@ -66,6 +67,8 @@ let package = Package(
         .target(
             name: "Outpost", dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto"], path: "Client/Outpost",
             swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "outpost", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),
 
         // MARK: Conformance suite (checks any server over HTTP: never depends on Server/)
         .target(

@@ -54,6 +54,20 @@ public actor OutpostStore {
         try self.init(databasePath: path, lock: lock, configuration: configuration, transport: transport)
     }
 
+    /// The space a store file belongs to, read without opening the store; nil when the file
+    /// does not exist or was never opened as a store.
+    public static func space(ofStoreAt path: String) throws -> String? {
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        do {
+            let connection = try Connection(path: path, flags: [.readOnly])
+            defer { connection.close() }
+            guard try connection.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'meta'") == 1 else { return nil }
+            return try connection.scalarText("SELECT value FROM meta WHERE key = 'space'")
+        } catch let e as SQLiteError {
+            throw OutpostError.storage(e.description)
+        }
+    }
+
     /// A store in memory, for tests and previews: nothing is written to disk.
     public static func inMemory(configuration: Configuration, transport: (any SyncTransport)? = nil) throws -> OutpostStore {
         try OutpostStore(databasePath: ":memory:", lock: nil, configuration: configuration, transport: transport)

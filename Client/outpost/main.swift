@@ -1,0 +1,217 @@
+// outpost: the command-line client, built on the Outpost SDK, for scripts, operators and
+// automated checks. Every command works on a local store file; only `sync` talks to the
+// server. Output is JSON (one object, or one object per line for lists).
+//
+// Exit status: 0 success; 2 a sync failed (nothing local is lost); 3 `get` found no live
+// record; 1 any other failure; 64 a usage error.
+import Foundation
+import Outpost
+import OutpostCore
+
+let usage = """
+    usage: outpost [--store FILE] [--server URL] [--space NAME] [--token TOKEN]
+                   [--resolve server-wins|client-wins|last-write-wins] COMMAND
+      (or the environment variables OUTPOST_STORE, OUTPOST_SERVER, OUTPOST_SPACE, OUTPOST_TOKEN)
+
+    commands:
+      put COLLECTION ID JSON   save locally, no network; print the record as JSON
+      delete COLLECTION ID     delete locally (tombstone)
+      get COLLECTION ID        print the record's data as JSON; exit 3 when absent or deleted
+      list [COLLECTION]        one JSON object per line: collection, id, data, version, pending
+      sync                     one sync; print a JSON report; exit 2 when it failed
+      pending                  one JSON line per queued change: changeId, collection, id, op, state
+      status                   JSON: epoch, cursor, pending, lastSyncAt, lastError
+
+    The store file defaults to ./outpost.sqlite; --space is needed when it is created.
+    The default resolver is last-write-wins with a 5-minute drift limit.
+    """
+
+struct UsageError: Error { let message: String }
+
+struct Options {
+    var store = "outpost.sqlite"
+    var server: String?
+    var space: String?
+    var token: String?
+    var resolve = "last-write-wins"
+    var command: [String] = []
+}
+
+func parse(_ arguments: [String], environment: [String: String]) throws -> Options {
+    var o = Options()
+    if let v = environment["OUTPOST_STORE"], !v.isEmpty { o.store = v }
+    if let v = environment["OUTPOST_SERVER"], !v.isEmpty { o.server = v }
+    if let v = environment["OUTPOST_SPACE"], !v.isEmpty { o.space = v }
+    if let v = environment["OUTPOST_TOKEN"], !v.isEmpty { o.token = v }
+    var i = 0
+    func value(_ flag: String) throws -> String {
+        i += 1
+        guard i < arguments.count else { throw UsageError(message: "\(flag) needs a value") }
+        return arguments[i]
+    }
+    while i < arguments.count {
+        let arg = arguments[i]
+        if !o.command.isEmpty {
+            o.command.append(arg)
+        } else {
+            switch arg {
+            case "--store": o.store = try value(arg)
+            case "--server": o.server = try value(arg)
+            case "--space": o.space = try value(arg)
+            case "--token": o.token = try value(arg)
+            case "--resolve": o.resolve = try value(arg)
+            case "-h", "--help", "help": throw UsageError(message: "")
+            default:
+                if arg.hasPrefix("--") { throw UsageError(message: "unknown option \(arg)") }
+                o.command.append(arg)
+            }
+        }
+        i += 1
+    }
+    guard !o.command.isEmpty else { throw UsageError(message: "no command") }
+    return o
+}
+
+func json(_ value: JSONValue) -> String { value.description }
+
+func recordJSON(_ r: StoredRecord) -> JSONValue {
+    [
+        "collection": .string(r.collection), "id": .string(r.id),
+        "data": r.data.map { .object($0) } ?? .null,
+        "version": r.version.map { .string($0.text) } ?? .null,
+        "pending": .bool(r.pending),
+    ]
+}
+
+func openStore(_ o: Options, needsSync: Bool) throws -> OutpostStore {
+    let space: String
+    if let s = o.space {
+        space = s
+    } else if let stored = try OutpostStore.space(ofStoreAt: o.store) {
+        space = stored
+    } else {
+        throw UsageError(message: "--space (or OUTPOST_SPACE) is needed to create \(o.store)")
+    }
+    var configuration = OutpostStore.Configuration(space: space)
+    switch o.resolve {
+    case "server-wins": configuration.resolver = .serverWins
+    case "client-wins": configuration.resolver = .clientWins
+    case "last-write-wins": configuration.resolver = .lastWriteWins(maxClockDrift: .seconds(300))
+    default: throw UsageError(message: "--resolve must be server-wins, client-wins or last-write-wins")
+    }
+    var transport: HTTPSyncTransport?
+    if let server = o.server {
+        guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https" else {
+            throw UsageError(message: "--server must be an http or https URL")
+        }
+        transport = HTTPSyncTransport(baseURL: url, token: o.token)
+    } else if needsSync {
+        throw UsageError(message: "--server (or OUTPOST_SERVER) is needed to sync")
+    }
+    return try OutpostStore(path: o.store, configuration: configuration, transport: transport)
+}
+
+func run(_ o: Options) async throws -> Int32 {
+    let command = o.command[0]
+    let args = Array(o.command.dropFirst())
+    func expect(_ count: ClosedRange<Int>) throws {
+        guard count.contains(args.count) else { throw UsageError(message: "wrong number of arguments for \(command)") }
+    }
+    switch command {
+    case "put":
+        try expect(3...3)
+        let value: JSONValue
+        do { value = try JSONParser.parse(args[2]) } catch { throw UsageError(message: "JSON: \(error)") }
+        guard case .object(let object) = value else { throw UsageError(message: "JSON must be an object") }
+        let store = try openStore(o, needsSync: false)
+        let record = try await store.put(object, in: args[0], id: args[1])
+        print(json(recordJSON(record)))
+        await store.close()
+    case "delete":
+        try expect(2...2)
+        let store = try openStore(o, needsSync: false)
+        let deleted = try await store.delete(from: args[0], id: args[1])
+        print(json(["deleted": .bool(deleted)]))
+        await store.close()
+    case "get":
+        try expect(2...2)
+        let store = try openStore(o, needsSync: false)
+        let record = try await store.record(in: args[0], id: args[1])
+        await store.close()
+        guard let record, let data = record.data, !record.deleted else { return 3 }
+        print(json(.object(data)))
+    case "list":
+        try expect(0...1)
+        let store = try openStore(o, needsSync: false)
+        for r in try await store.records(in: args.first) { print(json(recordJSON(r))) }
+        await store.close()
+    case "sync":
+        try expect(0...0)
+        let store = try openStore(o, needsSync: true)
+        defer { Task { await store.close() } }
+        do {
+            let r = try await store.sync()
+            print(json([
+                "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
+                "conflicts": .number(JSONNumber(r.conflicts)), "rejected": .number(JSONNumber(r.rejected)),
+                "quarantined": .number(JSONNumber(r.quarantined)),
+                "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
+            ]))
+            await store.close()
+            return 0
+        } catch let error as OutpostError {
+            let pending = (try? await store.status().pending) ?? 0
+            print(json([
+                "error": ["code": .string(error.code), "message": .string(error.description)],
+                "pending": .number(JSONNumber(pending)),
+            ]))
+            FileHandle.standardError.write(Data("outpost: sync failed: \(error)\n".utf8))
+            await store.close()
+            return 2
+        }
+    case "pending":
+        try expect(0...0)
+        let store = try openStore(o, needsSync: false)
+        let changes = try await store.pendingChanges() + store.rejectedChanges()
+        for c in changes.sorted(by: { $0.clientTime < $1.clientTime }) {
+            var line: JSONObject = [
+                "changeId": .string(c.changeId), "collection": .string(c.collection), "id": .string(c.id),
+                "op": .string(c.op.rawValue), "state": .string(c.state.rawValue),
+            ]
+            if c.state == .rejected {
+                line["error"] = ["code": .string(c.errorCode ?? "rejected"), "message": .string(c.lastError ?? "")]
+            }
+            print(json(.object(line)))
+        }
+        await store.close()
+    case "status":
+        try expect(0...0)
+        let store = try openStore(o, needsSync: false)
+        let s = try await store.status()
+        print(json([
+            "epoch": s.epoch.map { .string($0.rawValue) } ?? .null,
+            "cursor": s.cursor.map { .string($0.text) } ?? .null,
+            "pending": .number(JSONNumber(s.pending)),
+            "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber($0)) } ?? .null,
+            "lastError": s.lastError.map { .string($0) } ?? .null,
+        ]))
+        await store.close()
+    default:
+        throw UsageError(message: "unknown command \(command)")
+    }
+    return 0
+}
+
+let status: Int32
+do {
+    let options = try parse(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment)
+    status = try await run(options)
+} catch let error as UsageError {
+    if !error.message.isEmpty { FileHandle.standardError.write(Data("outpost: \(error.message)\n".utf8)) }
+    FileHandle.standardError.write(Data((usage + "\n").utf8))
+    status = error.message.isEmpty ? 0 : 64
+} catch {
+    FileHandle.standardError.write(Data("outpost: \(error)\n".utf8))
+    status = 1
+}
+exit(status)
