@@ -1,0 +1,163 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Testing
+@testable import Outpost
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `outpost` command-line client, run as a child process.
+@Suite("outpost command-line client", .serialized)
+struct CLITests {
+    struct Run {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        var lines: [JSONValue] { stdout.split(separator: "\n").compactMap { try? JSONParser.parse(String($0)) } }
+        var json: JSONValue? { try? JSONParser.parse(stdout.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    static func outpost(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost"))
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for key in ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN"] { env[key] = nil }
+        for (k, v) in environment { env[k] = v }
+        process.environment = env
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    @Test func localCommandsSyncAndExitStatuses() async throws {
+        let world = try RealWorld()
+        let store = world.dir.appending("cli.sqlite")
+        let base = ["--store", store, "--space", "team"]
+        let put = try Self.outpost(base + ["put", "todos", "t1", #"{"title":"Buy milk","done":false}"#])
+        #expect(put.status == 0)
+        #expect(put.json?["version"] == .null)
+        #expect(put.json?["pending"] == .bool(true))
+        #expect(try Self.outpost(base + ["put", "todos", "t2", #"{"title":"Walk"}"#]).status == 0)
+        #expect(try Self.outpost(base + ["put", "todos", "t3", "[1]"]).status == 64, "JSON must be an object")
+        let pending = try Self.outpost(["--store", store, "pending"])
+        #expect(pending.lines.count == 2)
+        #expect(pending.lines.allSatisfy { $0["state"] == "pending" && $0["op"] == "put" && $0["changeId"]?.stringValue != nil })
+        // Sync through the environment variables.
+        let env = ["OUTPOST_STORE": store, "OUTPOST_SERVER": world.server.baseURL.absoluteString, "OUTPOST_TOKEN": world.token]
+        let sync = try Self.outpost(["sync"], environment: env)
+        #expect(sync.status == 0)
+        #expect(sync.json?["pushed"] == 2)
+        #expect(sync.json?["pending"] == 0)
+        #expect(sync.json?["epoch"]?.stringValue != nil)
+        let list = try Self.outpost(["list", "todos"], environment: env)
+        #expect(list.lines.map { $0["id"] } == ["t1", "t2"])
+        #expect(list.lines.allSatisfy { $0["pending"] == false && $0["version"]?.stringValue != nil })
+        let get = try Self.outpost(["get", "todos", "t1"], environment: env)
+        #expect(get.json == ["title": "Buy milk", "done": false])
+        #expect(try Self.outpost(["delete", "todos", "t1"], environment: env).status == 0)
+        #expect(try Self.outpost(["get", "todos", "t1"], environment: env).status == 3, "deleted")
+        #expect(try Self.outpost(["get", "todos", "nope"], environment: env).status == 3, "absent")
+        let status = try Self.outpost(["status"], environment: env)
+        #expect(status.json?["pending"] == 1)
+        #expect(status.json?["lastError"] == .null)
+        #expect(status.json?["cursor"]?.stringValue != nil)
+        // A failed sync: exit 2, nothing lost.
+        world.server.stop()
+        let failed = try Self.outpost(["sync"], environment: env)
+        #expect(failed.status == 2)
+        #expect(failed.json?["error"]?["code"] == "not_sent")
+        #expect(try Self.outpost(["pending"], environment: env).lines.map { $0["op"] } == ["delete"])
+        #expect(try Self.outpost(["status"], environment: env).json?["lastError"]?.stringValue != nil)
+        #expect(try Self.outpost(["frobnicate"], environment: env).status == 64)
+        #expect(try Self.outpost(["--resolve", "coin-flip", "list"], environment: env).status == 64)
+        #expect(!(try Self.outpost(["--help"]).stderr.contains("upload")), "media upload is not offered before the media issue")
+    }
+
+    @Test func rejectedChangesAreListedWithTheirError() async throws {
+        let world = try RealWorld(arguments: ["--max-record-bytes", "100"])
+        let store = world.dir.appending("cli.sqlite")
+        let args = ["--store", store, "--space", "team", "--server", world.server.baseURL.absoluteString, "--token", world.token]
+        _ = try Self.outpost(args + ["put", "todos", "big", "{\"title\":\"\(String(repeating: "x", count: 200))\"}"])
+        let sync = try Self.outpost(args + ["sync"])
+        #expect(sync.status == 0)
+        #expect(sync.json?["rejected"] == 1)
+        let pending = try Self.outpost(args + ["pending"])
+        #expect(pending.lines.first?["state"] == "rejected")
+        #expect(pending.lines.first?["error"]?["code"] == "record_too_large")
+    }
+
+    @Test func aSecondProcessCannotOpenAStoreThatIsOpen() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appending("held.sqlite")
+            let held = try OutpostStore(path: path, configuration: .init(space: "team"))
+            let other = try Self.outpost(["--store", path, "list"])
+            #expect(other.status == 1)
+            #expect(other.stderr.contains("already open"))
+            await held.close()
+            #expect(try Self.outpost(["--store", path, "list"]).status == 0)
+        }
+    }
+
+    /// Starts `outpost sync` and SIGKILLs it after `delay`; returns whether it was killed
+    /// before it finished.
+    static func killedSync(_ arguments: [String], after delay: Duration) async throws -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost"))
+        process.arguments = arguments + ["sync"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        try await Task.sleep(for: delay)
+        let killed = process.isRunning
+        if killed { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        return killed
+    }
+
+    @Test func aClientKilledInTheMiddleOfASyncLosesNothingAndAppliesNothingTwice() async throws {
+        let world = try RealWorld()
+        let path = world.dir.appending("big.sqlite")
+        let count = 6_000
+        do {
+            var c = OutpostStore.Configuration(space: "team")
+            c.durability = .normal
+            let store = try OutpostStore(path: path, configuration: c)
+            for i in 0..<count { try await store.put(["n": .number(JSONNumber(i)), "text": .string("record \(i)")], in: "items", id: "i\(i)") }
+            await store.close()
+        }
+        let args = ["--store", path, "--server", world.server.baseURL.absoluteString, "--token", world.token]
+        var kills = 0
+        for delay in [40, 80, 120, 160, 200, 300, 400] {
+            if try await Self.killedSync(args, after: .milliseconds(delay)) { kills += 1 }
+            // After every kill the file opens and holds every record.
+            let list = try Self.outpost(["--store", path, "list", "items"])
+            #expect(list.lines.count == count)
+        }
+        #expect(kills > 0, "at least one sync was killed while running")
+        let finish = try Self.outpost(args + ["sync"])
+        #expect(finish.status == 0, "\(finish.stdout) \(finish.stderr)")
+        #expect(try Self.outpost(["--store", path, "pending"]).lines.isEmpty)
+        let server = try await world.serverRecords()
+        #expect(server.count == count)
+        let maxSeq = server.values.map(\.version.seq).max() ?? 0
+        #expect(maxSeq == Int64(count), "every change applied exactly once (replays do not take a seq)")
+        #expect(server["i4321"]?.data == ["n": 4321, "text": "record 4321"])
+
+        // And a device killed while pulling it all resumes from its last page.
+        let reader = world.dir.appending("reader.sqlite")
+        let readerArgs = ["--store", reader, "--space", "team", "--server", world.server.baseURL.absoluteString, "--token", world.token]
+        _ = try Self.outpost(readerArgs + ["status"])
+        for delay in [60, 120, 240] { _ = try await Self.killedSync(readerArgs, after: .milliseconds(delay)) }
+        #expect(try Self.outpost(readerArgs + ["sync"]).status == 0)
+        let pulled = try Self.outpost(readerArgs + ["list", "items"]).lines
+        #expect(pulled.count == count)
+        #expect(pulled.allSatisfy { $0["pending"] == false })
+    }
+}
