@@ -27,14 +27,16 @@ enum SyncBench {
         var serverPath: String?
         var records = 1_000_000
         var waiters = 2_000
+        var batches = [100, 500]
         var i = 0
         while i < arguments.count {
             switch arguments[i] {
             case "--server" where i + 1 < arguments.count: serverPath = arguments[i + 1]; i += 1
             case "--records" where i + 1 < arguments.count: records = Int(arguments[i + 1]) ?? records; i += 1
             case "--waiters" where i + 1 < arguments.count: waiters = Int(arguments[i + 1]) ?? waiters; i += 1
+            case "--batches" where i + 1 < arguments.count: batches = arguments[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "-h", "--help":
-                print("usage: outpost-bench \(area) [--server PATH] [--records 1000000] [--waiters 2000]")
+                print("usage: outpost-bench \(area) [--server PATH] [--batches 100,500] [--records 1000000] [--waiters 2000]")
                 return
             default: throw HTTPBench.BenchError("unknown option \(arguments[i])")
             }
@@ -49,7 +51,7 @@ enum SyncBench {
         let token = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
         print("outpost-bench \(area): server pid \(server.pid) on port \(server.port), load average \(HTTPBench.loadAverage())")
         if area == "push" {
-            try push(server: server, token: token, work: work)
+            try push(server: server, token: token, work: work, batches: batches)
         } else {
             try pull(server: server, token: token, work: work, records: records, waiters: waiters)
         }
@@ -57,20 +59,23 @@ enum SyncBench {
 
     // MARK: Push
 
-    static func push(server: HTTPBench.ServerChild, token: String, work: String) throws {
+    static func push(server: HTTPBench.ServerChild, token: String, work: String, batches: [Int]) throws {
         print("\n                          changes/s   ceiling (raw SQLite)   ratio   p50 / p99 per push")
-        for batch in [100, 500] {
+        for batch in batches {
             let total = 400_000
             let clients = 8
             let perClient = total / batch / clients
             let bodies = (0..<clients).map { c in
                 (0..<perClient).map { r in pushBody(space: "push\(batch)", prefix: "b\(batch)-c\(c)-r\(r)", count: batch) }
             }
+            let cpuBefore = MemorySampler.cpu(pid: server.pid).total
             let result = try drive(port: server.port, token: token, space: "push\(batch)", bodies: bodies)
+            let serverCPU = MemorySampler.cpu(pid: server.pid).total - cpuBefore
             let ceiling = try rawSQLiteCeiling(path: work + "/ceiling-\(batch).sqlite", batch: batch, total: total)
             let rate = Double(result.applied) / result.seconds
             print("batches of \(batch):".padding(toLength: 22, withPad: " ", startingAt: 0)
                   + String(format: "%11.0f %14.0f %16.2f   %.1f / %.1f ms", rate, ceiling, rate / ceiling, result.p50 * 1000, result.p99 * 1000)
+                  + String(format: "   server CPU %.1f us/change", serverCPU / Double(max(result.applied, 1)) * 1e6)
                   + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
         }
         print("\ngoals: >= 0.4 x the ceiling and >= 150,000 changes/s")

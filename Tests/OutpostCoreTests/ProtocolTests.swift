@@ -180,6 +180,18 @@ import Testing
         var d = a
         d.force = true
         #expect(a.fingerprintMaterial() != d.fingerprintMaterial())
+        // The hand-written material is exactly the canonical JSON of the six fields.
+        for change in [a, c, d, Change(changeId: "x", collection: "t\"q", id: "é\n", op: .delete, data: nil, baseVersion: Version("E.4"))] {
+            let object: JSONObject = [
+                "baseVersion": change.baseVersion.map { .string($0.text) } ?? .null,
+                "collection": .string(change.collection),
+                "data": change.data.map { .object($0) } ?? .null,
+                "force": .bool(change.force),
+                "id": .string(change.id),
+                "op": .string(change.op.rawValue),
+            ]
+            #expect(change.fingerprintMaterial() == JSONValue.object(object).encoded(canonical: true))
+        }
     }
 }
 
@@ -202,6 +214,7 @@ extension PushDecodeError {
             .rejected("e", .recordTooLarge, "too big"),
         ])
         #expect(try PushResponse.decode(r.encoded()) == r)
+        #expect(r.encoded() == r.json.encoded())
     }
 
     @Test func pullPageAndTombstone() throws {

@@ -4,6 +4,8 @@ import OutpostCore
 /// The CPU work (JSON encoding, SHA-256) happens in the handler, on the concurrency pool,
 /// so the store's single writer spends its time on SQL only.
 public struct PreparedChange: Sendable {
+    /// The change; its `data` may be nil even for a put (the handler drops the parsed tree
+    /// once `dataJSON` holds the encoded form).
     public var change: Change
     /// SHA-256 of `change.fingerprintMaterial()` (PROTOCOL.md section 4, idempotency).
     public var fingerprint: [UInt8]

@@ -37,9 +37,10 @@ extension HTTPError {
 }
 
 /// Parses a JSON request body, mapping a parse failure to `400 invalid_json`.
-func parseJSONBody(_ body: [UInt8]) throws(HTTPError) -> JSONValue {
+/// `maxDepth` counts from the body's root.
+func parseJSONBody(_ body: [UInt8], maxDepth: Int = 64) throws(HTTPError) -> JSONValue {
     do {
-        return try JSONParser.parse(body)
+        return try JSONParser(maxDepth: maxDepth).parse(body)
     } catch {
         throw .invalidJSON(error)
     }

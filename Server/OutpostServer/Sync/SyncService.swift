@@ -53,7 +53,8 @@ public final class SyncService: Sendable {
     /// `POST /v1/spaces/{space}/push`.
     public func push(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
-        let value = try parseJSONBody(request.body)
+        // Records nest at most 64 levels; `data` sits three levels below the body's root.
+        let value = try parseJSONBody(request.body, maxDepth: 64 + 3)
         let decoded: (clientId: String, changes: [DecodedChange])
         do {
             decoded = try PushRequest.decodeForServer(value, maxChanges: mutation == .ignoreMaxChangesPerPush ? Int.max : limits.maxChangesPerPush)
@@ -77,17 +78,17 @@ public final class SyncService: Sendable {
         switch decoded {
         case .invalid(let changeId, let message):
             return .rejected(.rejected(changeId, .invalidChange, message))
-        case .valid(let change):
-            var dataJSON: [UInt8]?
-            if let data = change.data {
-                var bytes: [UInt8] = []
-                JSONWriter.append(data, to: &bytes)
-                guard bytes.count <= limits.maxRecordBytes else {
-                    return .rejected(.rejected(change.changeId, .recordTooLarge, "data is \(bytes.count) bytes encoded; the limit is \(limits.maxRecordBytes)"))
-                }
-                dataJSON = bytes
+        case .valid(var change):
+            // Stored in canonical form (keys sorted): the same bytes feed the fingerprint.
+            // JSON objects are unordered (RFC 8259 section 4); key order is not kept.
+            let dataJSON = change.canonicalData()
+            if let bytes = dataJSON, bytes.count > limits.maxRecordBytes {
+                return .rejected(.rejected(change.changeId, .recordTooLarge, "data is \(bytes.count) bytes encoded; the limit is \(limits.maxRecordBytes)"))
             }
-            let fingerprint = SHA256.hash(change.fingerprintMaterial())
+            let fingerprint = SHA256.hash(change.fingerprintMaterial(canonicalData: dataJSON))
+            // The store needs the encoded bytes only; dropping the parsed tree here frees
+            // it on this thread, not on the store's single writer.
+            change.data = nil
             return .change(PreparedChange(change: change, fingerprint: fingerprint, dataJSON: dataJSON))
         }
     }

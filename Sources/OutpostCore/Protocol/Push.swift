@@ -51,15 +51,36 @@ public struct Change: Hashable, Sendable {
     /// baseVersion and force. Semantically equal changes have equal fingerprints however
     /// their keys were ordered on the wire; `clientTime` is not part of the content.
     public func fingerprintMaterial() -> [UInt8] {
-        let material: JSONObject = [
-            "baseVersion": baseVersion.map { .string($0.text) } ?? .null,
-            "collection": .string(collection),
-            "data": data.map { .object($0) } ?? .null,
-            "force": .bool(force),
-            "id": .string(id),
-            "op": .string(op.rawValue),
-        ]
-        return JSONValue.object(material).encoded(canonical: true)
+        fingerprintMaterial(canonicalData: canonicalData())
+    }
+
+    /// `data` in canonical JSON (keys sorted by their UTF-8 bytes, no whitespace), or nil
+    /// for a delete. The server stores this form, so one encoding serves both storage and
+    /// the fingerprint.
+    public func canonicalData() -> [UInt8]? {
+        guard let data else { return nil }
+        var out: [UInt8] = []
+        JSONWriter.append(data, to: &out, canonical: true)
+        return out
+    }
+
+    /// The fingerprint material around an already canonical `data` encoding: the same
+    /// bytes as the canonical JSON of the six fields, written without building an object.
+    public func fingerprintMaterial(canonicalData: [UInt8]?) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity((canonicalData?.count ?? 0) + collection.utf8.count + id.utf8.count + 96)
+        out.append(contentsOf: #"{"baseVersion":"#.utf8)
+        if let baseVersion { JSONWriter.appendString(baseVersion.text, to: &out) } else { out.append(contentsOf: "null".utf8) }
+        out.append(contentsOf: #","collection":"#.utf8)
+        JSONWriter.appendString(collection, to: &out)
+        out.append(contentsOf: #","data":"#.utf8)
+        if let canonicalData { out.append(contentsOf: canonicalData) } else { out.append(contentsOf: "null".utf8) }
+        out.append(contentsOf: force ? #","force":true,"id":"#.utf8 : #","force":false,"id":"#.utf8)
+        JSONWriter.appendString(id, to: &out)
+        out.append(contentsOf: #","op":"#.utf8)
+        JSONWriter.appendString(op.rawValue, to: &out)
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 }
 
@@ -287,5 +308,35 @@ public struct PushResponse: Hashable, Sendable, JSONWireType {
 
     public var json: JSONValue {
         .object(["epoch": .string(epoch.rawValue), "results": .array(results.map(\.json))])
+    }
+
+    /// The compact encoding, written straight into bytes: a push answer has one result per
+    /// change (up to `maxChangesPerPush`), and building a `JSONValue` tree for each would
+    /// cost more than the rest of the answer. Equal to `json.encoded()`.
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(32 + results.count * 96)
+        out.append(contentsOf: #"{"epoch":"#.utf8)
+        JSONWriter.appendString(epoch.rawValue, to: &out)
+        out.append(contentsOf: #","results":["#.utf8)
+        for (i, r) in results.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            switch r.status {
+            case .applied:
+                out.append(contentsOf: #"{"changeId":"#.utf8)
+                JSONWriter.appendString(r.changeId, to: &out)
+                out.append(contentsOf: #","status":"applied""#.utf8)
+                if let version = r.version {
+                    out.append(contentsOf: #","version":"#.utf8)
+                    JSONWriter.appendString(version.text, to: &out)
+                }
+                if r.replayed { out.append(contentsOf: #","replayed":true"#.utf8) }
+                out.append(UInt8(ascii: "}"))
+            case .conflict, .rejected:
+                JSONWriter.append(r.json, to: &out)
+            }
+        }
+        out.append(contentsOf: "]}".utf8)
+        return out
     }
 }
