@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "Outpost", targets: ["Outpost"]),
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
+        .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
         .executable(name: "outpost", targets: ["outpost"]),
         .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
     ],

@@ -1,6 +1,9 @@
 import Dispatch
 import Foundation
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Something the suite asks the operator's environment to do to the server: restart it
 /// on the same data, or stop it, give its store a new epoch and start it again.
@@ -29,26 +32,50 @@ public struct ServerHook: Sendable, CustomStringConvertible {
     private static func runShell(_ command: String) async throws {
         let outcome: Result<(Int32, String), any Error> = await withCheckedContinuation { continuation in
             DispatchQueue(label: "outpost-conformance.hook").async {
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: "/bin/sh")
-                process.arguments = ["-c", command]
-                let errors = Pipe()
-                process.standardError = errors
-                process.standardOutput = FileHandle.nullDevice
-                do {
-                    try process.run()
-                    let data = errors.fileHandleForReading.readDataToEndOfFile()
-                    process.waitUntilExit()
-                    continuation.resume(returning: .success((process.terminationStatus, String(decoding: data, as: UTF8.self))))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
+                continuation.resume(returning: Result { try spawnAndWait(command) })
             }
         }
         let (status, errorText) = try outcome.get()
         guard status == 0 else {
             throw CheckFailure("command `\(command)` exited \(status): \(errorText.trimmingCharacters(in: .whitespacesAndNewlines).suffix(400))")
         }
+    }
+
+    /// Runs `/bin/sh -c command` and waits for it with `waitpid`; returns its exit status
+    /// (128 + the signal when killed) and standard error.
+    ///
+    /// Not Foundation's `Process`: a restart command leaves the server running in the
+    /// background, that server inherits what the shell had open, and `Process` (on Linux)
+    /// notices the shell's exit only when all of those are closed, so it would wait for
+    /// the server to stop. Standard error goes to a file for the same reason.
+    private static func spawnAndWait(_ command: String) throws -> (Int32, String) {
+        let errorPath = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-conformance-hook-\(UUID().uuidString)").path
+        defer { unlink(errorPath) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, errorPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let arguments: [UnsafeMutablePointer<CChar>?] = ["/bin/sh", "-c", command].map { (text: String) in strdup(text) } + [nil]
+        let environment: [UnsafeMutablePointer<CChar>?] = ProcessInfo.processInfo.environment.map { (pair: (key: String, value: String)) in
+            strdup(pair.key + "=" + pair.value)
+        } + [nil]
+        defer {
+            for p in arguments { free(p) }
+            for p in environment { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, "/bin/sh", &actions, nil, arguments, environment)
+        guard rc == 0 else { throw CheckFailure("cannot run /bin/sh for `\(command)`: \(String(cString: strerror(rc)))") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 {
+            guard errno == EINTR else { throw CheckFailure("waitpid for `\(command)` failed: \(String(cString: strerror(errno)))") }
+        }
+        let signal = status & 0x7F
+        let exitStatus = signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+        let errorText = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
+        return (exitStatus, errorText)
     }
 }
 
