@@ -53,6 +53,10 @@ import OutpostTestSupport
                 changes.append(put("c\(i)", "r\(i)", ["blob": .string(String(repeating: "x", count: 100_000))], collection: i % 3 == 0 ? "notes" : "todos"))
             }
             #expect(try await s.push("sp", changes).status == 200)
+            // Values beyond 64 bits are clamped like any large value.
+            let huge = try await s.pull("sp", query: "limit=99999999999999999999&maxBytes=99999999999999999999")
+            #expect(huge.status == 200)
+            #expect(try PullPage.decode(huge.body).changes.count == 30)
             // limit
             let p1 = try PullPage.decode(try await s.pull("sp", query: "limit=7").body)
             #expect(p1.changes.count == 7 && p1.hasMore && p1.next.seq == 7)

@@ -127,7 +127,9 @@ public final class SyncService: Sendable {
         }
         func integer(_ name: String, min: Int, max: Int? = nil) throws(HTTPError) -> Int? {
             guard let text = head.query(name) else { return nil }
-            guard let v = Int(text), v >= min else { throw .invalidQuery(name, "must be an integer of at least \(min)") }
+            // Digits too many for 64 bits are still an integer: clamped like any large value.
+            let isDigits = !text.isEmpty && text.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+            guard let v = Int(text) ?? (isDigits ? Int.max : nil), v >= min else { throw .invalidQuery(name, "must be an integer of at least \(min)") }
             if let max, v > max { throw .invalidQuery(name, "must be at most \(max)") }
             return v
         }
