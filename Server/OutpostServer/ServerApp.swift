@@ -6,7 +6,8 @@ import Synchronization
 /// The `outpost-server` executable's commands (PROTOCOL.md section 8), kept here so the
 /// executable's `main.swift` stays one line and tests can run them in-process.
 public enum ServerApp {
-    /// Dispatches `serve`, `token` and `rotate-epoch`; returns the process exit code.
+    /// Dispatches `serve`, `token`, `rotate-epoch`, `backup`, `restore`, `check` and
+    /// `healthcheck`; returns the process exit code.
     public static func main(arguments: [String], environment: [String: String]) async -> Int32 {
         let rest = Array(arguments.dropFirst())
         switch arguments.first {
@@ -16,11 +17,34 @@ public enum ServerApp {
             return runAdmin { print(try AdminCommands.token(arguments: rest, environment: environment)) }
         case "rotate-epoch":
             return runAdmin { print(try AdminCommands.rotateEpoch(arguments: rest, environment: environment)) }
+        case "backup":
+            return BackupCommand.main(arguments: rest, environment: environment)
+        case "restore":
+            return RestoreCommand.main(arguments: rest, environment: environment)
+        case "check":
+            return CheckCommand.main(arguments: rest, environment: environment)
+        case "healthcheck":
+            return HealthCheckCommand.main(arguments: rest, environment: environment)
         default:
-            printError("usage: outpost-server serve [options] | token --data DIR --sub USER --space SPACE ... | rotate-epoch --data DIR")
+            printError(usage)
             return 64
         }
     }
+
+    /// The text printed for an unknown command.
+    public static let usage = """
+        usage: outpost-server COMMAND [options]
+          serve [options]                       serve HTTP (serve --help lists every option)
+          token --data DIR --sub USER --space SPACE ... [--scope read|write] [--admin] [--ttl SECONDS]
+          rotate-epoch --data DIR               give the store a new epoch (server stopped)
+          backup --data DIR --out PATH [--include-secret]
+                                                a consistent copy, also while the server runs
+          restore --from PATH --data DIR [--force]
+                                                put a backup in place, with a new epoch (server stopped)
+          check --data DIR                      integrity of the store and every media file (exit 1 when damaged)
+          healthcheck [--url URL] [--timeout SECONDS]
+                                                exit 0 when GET /readyz answers 2xx
+        """
 
     private static func runAdmin(_ body: () throws -> Void) -> Int32 {
         do {
@@ -73,6 +97,9 @@ public enum ServerApp {
             printError("outpost-server serve: \(error)")
             return 1
         }
+        // A PostgreSQL store whose epoch an operator rotated stops serving; shut down so
+        // the supervisor starts this instance again on the new epoch (docs/scaling.md).
+        app.onEpochChange { kill(getpid(), SIGTERM) }
         let configuration = httpConfiguration(settings)
         let server = HTTPServer(configuration: configuration, router: app.router)
         server.onRequestComplete = { log in app.record(log) }

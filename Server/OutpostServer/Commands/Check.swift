@@ -1,0 +1,224 @@
+import Foundation
+import OutpostCore
+import OutpostSQLite
+
+/// `outpost-server check --data DIR`: checks a data directory's store and every media file,
+/// read-only, with the server stopped or running (docs/operating.md, "Checking").
+///
+/// Damage (exit 1, one line each):
+/// - the store cannot be opened or read, or `PRAGMA integrity_check` reports anything;
+/// - `meta.schema_version` / `media_schema_version` missing or newer than this server's;
+/// - `meta.epoch` missing or not an epoch;
+/// - a space whose records carry a seq above its head (the next push would reuse a seq),
+///   or records of a space that does not exist;
+/// - a `media` row whose file is missing, has another size, or whose SHA-256 is not its
+///   name;
+/// - a media file without a row whose SHA-256 is not its name: a finalize of that hash would
+///   adopt it (finalize takes a published file of the right size as its own).
+///
+/// Warnings (exit 0): a whole media file without a row (a finalize killed between its rename
+/// and its commit leaves one; a later finalize of the same file adopts it), files that
+/// cannot be media in `media/spaces/`. With a server running, a file published during the
+/// check may show as such an orphan.
+///
+/// The store has no foreign keys, so `PRAGMA foreign_key_check` has nothing to check; the
+/// relations it would cover (records to spaces) are checked by the queries above.
+public enum CheckCommand {
+    /// What `check` found.
+    public struct Report: Sendable, Equatable {
+        /// Damage: each line names the file or table and what is wrong.
+        public var problems: [String] = []
+        /// Things worth a look that are not damage.
+        public var warnings: [String] = []
+        /// What was checked and found sound.
+        public var checked: [String] = []
+
+        /// True when nothing is damaged.
+        public var isSound: Bool { problems.isEmpty }
+
+        /// The report as `check` prints it: `ok`, `warning` and `DAMAGED` lines, then a verdict.
+        public var text: String {
+            var lines = checked.map { "ok       " + $0 }
+            lines += warnings.map { "warning  " + $0 }
+            lines += problems.map { "DAMAGED  " + $0 }
+            lines.append(isSound
+                ? "sound" + (warnings.isEmpty ? "" : " (\(warnings.count) warning\(warnings.count == 1 ? "" : "s"))")
+                : "damaged: \(problems.count) problem\(problems.count == 1 ? "" : "s")")
+            return lines.joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// Parses the command line, checks, prints the report; 0 when sound, 1 when damaged.
+    public static func main(arguments: [String], environment: [String: String]) -> Int32 {
+        runOperatorCommand {
+            let options = try OperatorArguments(arguments, valued: ["--data"], switches: [])
+            let data = options.values["--data"] ?? environment["OUTPOST_DATA"] ?? "./outpost-data"
+            let report = try run(dataDirectory: data)
+            FileHandle.standardOutput.write(Data(report.text.utf8))
+            return report.isSound ? 0 : 1
+        }
+    }
+
+    /// Checks the data directory at `dataDirectory`. Throws a usage error when it is not a
+    /// directory; everything else it finds is in the report.
+    public static func run(dataDirectory: String) throws -> Report {
+        guard OperatorFiles.isDirectory(dataDirectory) else { throw AdminCommands.Usage("\(dataDirectory) is not a directory") }
+        var report = Report()
+        let storePath = OperatorFiles.join(dataDirectory, "outpost.sqlite")
+        var rows: [MediaRow]?
+        if OperatorFiles.isRegularFile(storePath) {
+            rows = checkStore(storePath, &report)
+        } else {
+            report.problems.append("store \(storePath) is missing")
+        }
+        checkMedia(OperatorFiles.join(dataDirectory, "media"), rows: rows, &report)
+        return report
+    }
+
+    struct MediaRow {
+        let space: String
+        let id: String
+        let size: Int64
+    }
+
+    /// Checks the store; returns its media rows, or nil when it could not be read.
+    private static func checkStore(_ path: String, _ report: inout Report) -> [MediaRow]? {
+        do {
+            let db = try Connection(path: path, flags: [.readOnly], busyTimeoutMs: 30_000)
+            defer { db.close() }
+            // One read transaction: every query below sees the same commit.
+            try db.execute("BEGIN DEFERRED")
+            defer { _ = try? db.execute("COMMIT") }
+            let integrity = try db.integrityCheck()
+            if integrity == ["ok"] {
+                report.checked.append("store \(path): PRAGMA integrity_check ok")
+            } else {
+                for line in integrity.prefix(50) { report.problems.append("store \(path): integrity_check: \(line)") }
+                if integrity.count > 50 { report.problems.append("store \(path): integrity_check: \(integrity.count - 50) more lines") }
+            }
+            let meta = try StoreMeta(db)
+            var header: [String] = []
+            switch meta.schemaVersion {
+            case nil: report.problems.append("store: meta.schema_version is missing")
+            case let v? where v > SQLiteSyncStore.schemaVersion:
+                report.problems.append("store: schema version \(v) is newer than this server's (\(SQLiteSyncStore.schemaVersion)); check with a newer outpost-server")
+            case let v?: header.append("schema \(v)")
+            }
+            switch meta.mediaSchemaVersion {
+            case nil: report.problems.append("store: meta.media_schema_version is missing")
+            case let v? where v > MediaStore.schemaVersion:
+                report.problems.append("store: media schema version \(v) is newer than this server's (\(MediaStore.schemaVersion))")
+            case let v?: header.append("media schema \(v)")
+            }
+            if let epoch = meta.epoch {
+                header.append("epoch \(epoch)")
+            } else {
+                report.problems.append("store: meta.epoch is \(meta.epochText.map { "\"\($0)\", not an epoch" } ?? "missing")")
+            }
+            if !header.isEmpty { report.checked.append("store: " + header.joined(separator: ", ")) }
+            guard meta.schemaVersion != nil else { return nil }
+
+            let ahead = try db.query("""
+                SELECT s.name, s.head_seq, max(r.seq) FROM records r JOIN spaces s ON s.space_id = r.space_id
+                GROUP BY r.space_id HAVING max(r.seq) > s.head_seq
+                """) { ($0.text(0), $0.int64(1), $0.int64(2)) }
+            for (space, head, top) in ahead {
+                report.problems.append("space \(space): a record has seq \(top) above the space's head \(head); the next push would reuse a seq")
+            }
+            let strays = try db.scalarInt("SELECT count(*) FROM records WHERE space_id NOT IN (SELECT space_id FROM spaces)") ?? 0
+            if strays > 0 { report.problems.append("store: \(strays) records belong to no space") }
+            let spaces = try db.scalarInt("SELECT count(*) FROM spaces") ?? 0
+            let records = try db.scalarInt("SELECT count(*) FROM records") ?? 0
+            if ahead.isEmpty && strays == 0 {
+                report.checked.append("\(records) records in \(spaces) spaces; every space's head covers its records' seqs")
+            }
+            guard meta.hasMediaTables else {
+                if meta.mediaSchemaVersion != nil { report.problems.append("store: the media tables are missing") }
+                return nil
+            }
+            return try db.query("SELECT space, media_id, size FROM media ORDER BY space, media_id") {
+                MediaRow(space: $0.text(0), id: $0.text(1), size: $0.int64(2))
+            }
+        } catch {
+            report.problems.append("store \(path) cannot be read: \(error)")
+            return nil
+        }
+    }
+
+    /// Checks every media row's file and every file under `media/spaces`.
+    private static func checkMedia(_ mediaPath: String, rows: [MediaRow]?, _ report: inout Report) {
+        let spacesPath = OperatorFiles.join(mediaPath, "spaces")
+        var expected: [String: MediaRow] = [:]
+        var bytes: Int64 = 0
+        var sound = 0
+        for row in rows ?? [] {
+            guard let space = SpaceName(row.space), let id = MediaID(row.id) else {
+                report.problems.append("media row (space \"\(row.space)\", id \"\(row.id)\") cannot name a file")
+                continue
+            }
+            let path = OperatorFiles.join(spacesPath, space.rawValue, id.prefix, id.rawValue)
+            expected[path] = row
+            guard OperatorFiles.isRegularFile(path) else {
+                report.problems.append("media file \(path) is missing (space \(row.space), \(row.size) bytes)")
+                continue
+            }
+            do {
+                let found = try OperatorFiles.hash(path: path)
+                if found.size != row.size {
+                    report.problems.append("media file \(path) has \(found.size) bytes, its row says \(row.size)")
+                } else if found.sha256 != row.id {
+                    report.problems.append("media file \(path) is damaged: its SHA-256 is \(found.sha256), not its name")
+                } else {
+                    sound += 1
+                    bytes += found.size
+                }
+            } catch {
+                report.problems.append("media file \(path) cannot be read: \(error)")
+            }
+        }
+        if let rows, sound == rows.count {
+            report.checked.append("\(sound) media files (\(bytes) bytes): each present, its size as recorded, its SHA-256 its name")
+        }
+
+        // Files without a row.
+        for space in OperatorFiles.list(spacesPath) {
+            let spaceDirectory = OperatorFiles.join(spacesPath, space)
+            guard OperatorFiles.isDirectory(spaceDirectory), SpaceName(space) != nil else {
+                report.warnings.append("unexpected entry \(spaceDirectory) (not a space's media directory)")
+                continue
+            }
+            for prefix in OperatorFiles.list(spaceDirectory) {
+                let prefixDirectory = OperatorFiles.join(spaceDirectory, prefix)
+                guard OperatorFiles.isDirectory(prefixDirectory) else {
+                    report.warnings.append("unexpected entry \(prefixDirectory)")
+                    continue
+                }
+                for name in OperatorFiles.list(prefixDirectory) {
+                    let path = OperatorFiles.join(prefixDirectory, name)
+                    if expected[path] != nil { continue }
+                    guard let id = MediaID(name), id.prefix == prefix, OperatorFiles.isRegularFile(path) else {
+                        report.warnings.append("unexpected entry \(path) (not a media file)")
+                        continue
+                    }
+                    do {
+                        let found = try OperatorFiles.hash(path: path)
+                        if found.sha256 != name {
+                            report.problems.append("media file \(path) is damaged: its SHA-256 is \(found.sha256), not its name\(rows == nil ? "" : " (it has no row; a finalize of that hash would adopt it)")")
+                        } else if rows != nil {
+                            report.warnings.append("media file \(path) has no row (left by a finalize stopped before its commit, or published during this check); a finalize of the same file adopts it")
+                        }
+                    } catch {
+                        report.problems.append("media file \(path) cannot be read: \(error)")
+                    }
+                }
+            }
+        }
+        if rows == nil {
+            report.warnings.append("the store could not be read, so media files were checked against their names only")
+        }
+        let uploads = OperatorFiles.list(OperatorFiles.join(mediaPath, "uploads")).count
+        if uploads > 0 {
+            report.checked.append("\(uploads) open upload files (not checked: finalize checks every chunk and the whole file)")
+        }
+    }
+}

@@ -1,0 +1,472 @@
+import Foundation
+import Synchronization
+import Testing
+import OutpostCore
+import OutpostCrypto
+import OutpostSQLite
+import OutpostTestSupport
+@testable import OutpostServer
+
+/// An acknowledged change and the moment (monotonic ns) its answer arrived.
+struct Ack: Sendable {
+    let id: String
+    let seq: Int64
+    let at: UInt64
+}
+
+/// A flag one thread sets and others poll.
+final class StopFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .relaxed) }
+    func set() { value.store(true, ordering: .relaxed) }
+}
+
+/// `outpost-server backup`, `restore`, `check` and `healthcheck` as an operator runs them:
+/// child processes on real data directories, with a real server under load.
+@Suite(.serialized) struct OperatorCommandTests {
+    /// What a finished `outpost-server` command printed.
+    struct CommandResult: CustomStringConvertible {
+        let status: Int32
+        let stdout: String
+        let stderr: String
+        var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+    }
+
+    /// Runs `outpost-server ARGS` to completion, keeping both outputs (through files, so
+    /// neither pipe can fill up while the other is read).
+    static func run(_ arguments: [String], in dir: TemporaryDirectory) throws -> CommandResult {
+        let id = UUID().uuidString
+        let outPath = dir.appending("cmd-\(id).out"), errPath = dir.appending("cmd-\(id).err")
+        _ = FileManager.default.createFile(atPath: outPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
+        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-server"))
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["OUTPOST_JWT_SECRET"] = nil
+        env["OUTPOST_DATA"] = nil
+        process.environment = env
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        process.waitUntilExit()
+        try out.close()
+        try err.close()
+        defer {
+            try? FileManager.default.removeItem(atPath: outPath)
+            try? FileManager.default.removeItem(atPath: errPath)
+        }
+        return CommandResult(
+            status: process.terminationStatus,
+            stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+            stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+    }
+
+    static func push(_ port: Int, _ token: String, _ space: String, _ changes: [Change], client: TestHTTPClient? = nil) throws -> TestResponse {
+        let body = PushRequest(clientId: "ops-test", changes: changes).encoded()
+        let headers = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
+        if let client { return try client.request("POST", "/v1/spaces/\(space)/push", headers: headers, body: body) }
+        return try httpRequest(port: port, "POST", "/v1/spaces/\(space)/push", headers: headers, body: body)
+    }
+
+    static func pullAll(_ port: Int, _ token: String, _ space: String) throws -> (Epoch, [RecordState]) {
+        var records: [RecordState] = []
+        var since = ""
+        while true {
+            let r = try httpRequest(port: port, "GET", "/v1/spaces/\(space)/pull?limit=5000\(since)", headers: [("Authorization", "Bearer \(token)")])
+            guard r.status == 200 else { throw ProcessFailure("pull answered \(r.status): \(r.text)") }
+            let page = try PullPage.decode(r.body)
+            records += page.changes
+            since = "&since=\(page.next.text)"
+            if !page.hasMore { return (page.epoch, records) }
+        }
+    }
+
+    /// Init, every chunk, finalize over blocking requests; returns the media id.
+    static func upload(_ port: Int, _ token: String, _ space: String, _ file: [UInt8], finalize: Bool = true) throws -> (uploadId: String, mediaId: String) {
+        let auth = ("Authorization", "Bearer \(token)")
+        let body = UploadRequest(size: Int64(file.count), sha256: SHA256.hex(file), contentType: "image/png").encoded()
+        let started = try httpRequest(port: port, "POST", "/v1/spaces/\(space)/media/uploads", headers: [auth, ("Content-Type", "application/json")], body: body)
+        guard started.status == 201 else { throw ProcessFailure("init answered \(started.status): \(started.text)") }
+        let state = try UploadState.decode(started.body)
+        let chunks = chunked(file, state.chunkSize)
+        for (index, piece) in chunks.enumerated() where finalize || index == 0 {
+            let r = try httpRequest(port: port, "PUT", "/v1/spaces/\(space)/media/uploads/\(state.uploadId)/chunks/\(index)",
+                                    headers: [auth, ("Content-Type", "application/octet-stream"), ("Content-Digest", contentDigest(piece))], body: piece)
+            guard r.status == 200 else { throw ProcessFailure("chunk \(index) answered \(r.status): \(r.text)") }
+        }
+        guard finalize else { return (state.uploadId, state.sha256) }
+        let done = try httpRequest(port: port, "POST", "/v1/spaces/\(space)/media/uploads/\(state.uploadId)/finalize", headers: [auth])
+        guard done.status == 200 else { throw ProcessFailure("finalize answered \(done.status): \(done.text)") }
+        return (state.uploadId, try UploadComplete.decode(done.body).media.mediaId)
+    }
+
+    static func mediaPath(_ data: String, _ space: String, _ id: String) -> String {
+        "\(data)/media/spaces/\(space)/\(id.prefix(2))/\(id)"
+    }
+
+    static func flipByte(_ path: String, at offset: Int) throws {
+        var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+        bytes[offset] ^= 0x01
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+    }
+
+    static func monotonicNanos() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    // MARK: Backup under load, restore, serve
+
+    @Test func aBackupTakenDuringAPushLoadRestoresEveryChangeAcknowledgedBeforeItUnderANewEpoch() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            try await blocking {
+                let data = dir.appending("data")
+                let server = try ServerProcess(dataDirectory: data, arguments: ["--chunk-size", "4096"])
+                defer { server.stop() }
+                let token = try server.token(spaces: ["load", "pics"], scope: "write")
+                let port = server.port
+                // A published file (5 chunks) and an open upload, before the load.
+                let picture = mediaBytes(18_000, seed: 7)
+                let (_, mediaId) = try Self.upload(port, token, "pics", picture)
+                let (openUpload, _) = try Self.upload(port, token, "pics", mediaBytes(9_000, seed: 8), finalize: false)
+
+                let first = try PushResponse.decode(try Self.push(port, token, "load", [put("first", "first")]).body)
+                let oldEpoch = first.epoch
+                let acks = ThreadSafeList<Ack>()
+                // 1 KiB records: the store grows to megabytes, so the copy takes a while.
+                let filler = String(repeating: "outpost ", count: 128)
+                acks.append(Ack(id: "first", seq: first.results[0].version!.seq, at: Self.monotonicNanos()))
+
+                // Four pushers until told to stop; each acknowledged change with the moment
+                // its answer arrived (the commit happened before that).
+                let stop = StopFlag()
+                let group = DispatchGroup()
+                for w in 0..<4 {
+                    group.enter()
+                    Thread.detachNewThread {
+                        defer { group.leave() }
+                        guard let client = try? TestHTTPClient(port: port, timeout: 30) else { return }
+                        var batch = 0
+                        while !stop.isSet {
+                            let changes = (0..<10).map { put("w\(w)-\(batch)-\($0)", "w\(w)-\(batch)-\($0)", ["text": .string(filler)]) }
+                            batch += 1
+                            guard let r = try? Self.push(port, token, "load", changes, client: client), r.status == 200,
+                                  let response = try? PushResponse.decode(r.body) else { return }
+                            let at = Self.monotonicNanos()
+                            for result in response.results where result.status == .applied {
+                                acks.append(Ack(id: result.changeId, seq: result.version!.seq, at: at))
+                            }
+                        }
+                    }
+                }
+                while acks.count < 5_000 { usleep(2_000) }
+                let backupPath = dir.appending("backups/first")
+                let backupBegan = Self.monotonicNanos()
+                let backup = try Self.run(["backup", "--data", data, "--out", backupPath], in: dir)
+                let backupEnded = Self.monotonicNanos()
+                let countAfterBackup = acks.count
+                // The load goes on after the backup, too: it never stopped the server.
+                let deadline = Date().addingTimeInterval(60)
+                while acks.count < countAfterBackup + 200 && Date() < deadline { usleep(2_000) }
+                stop.set()
+                group.wait()
+                #expect(backup.status == 0, "\(backup)")
+                #expect(acks.count >= countAfterBackup + 200, "pushes kept being acknowledged during and after the backup")
+                let before = acks.all.filter { $0.at < backupBegan }
+                let during = acks.all.filter { $0.at >= backupBegan && $0.at <= backupEnded }
+                print("backup under load: \(before.count) changes acknowledged before it began, \(during.count) while it ran (\((backupEnded - backupBegan) / 1_000_000) ms), \(acks.count) in all")
+                #expect(before.count >= 5_000)
+                #expect(server.stop() == 0)
+
+                // The manifest describes the snapshot: the epoch, the file, no open upload.
+                let manifest = try BackupManifest.read(backup: backupPath)
+                #expect(manifest.epoch == oldEpoch.rawValue)
+                #expect(manifest.media == [BackupManifest.MediaFile(space: "pics", sha256: mediaId, size: Int64(picture.count))])
+                #expect(manifest.openUploadsLeftOut == 1)
+                #expect(!manifest.includesSecret && !FileManager.default.fileExists(atPath: backupPath + "/jwt-secret"))
+                #expect(manifest.counts.records >= Int64(before.count))
+                let storeMode = try FileManager.default.attributesOfItem(atPath: backupPath + "/outpost.sqlite")[.posixPermissions] as? Int
+                #expect(storeMode == 0o600)
+                #expect(try Self.run(["check", "--data", data], in: dir).status == 0)
+
+                // Restore into a fresh directory: a new, later epoch, printed alone.
+                let restoredData = dir.appending("restored")
+                let restore = try Self.run(["restore", "--from", backupPath, "--data", restoredData], in: dir)
+                #expect(restore.status == 0, "\(restore)")
+                let newEpoch = try #require(Epoch(restore.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), "\(restore)")
+                #expect(oldEpoch < newEpoch)
+                let check = try Self.run(["check", "--data", restoredData], in: dir)
+                #expect(check.status == 0, "\(check)")
+
+                // A server on the restored directory serves every change acknowledged before
+                // the backup began, at the seq it was acknowledged with, under the new epoch.
+                let restored = try ServerProcess(dataDirectory: restoredData, arguments: ["--chunk-size", "4096"])
+                defer { restored.stop() }
+                let info = try JSONParser.parse(try httpRequest(port: restored.port, "GET", "/v1/info").body)
+                #expect(info["epoch"]?.stringValue == newEpoch.rawValue)
+                let (epoch, records) = try Self.pullAll(restored.port, token, "load")
+                #expect(epoch == newEpoch)
+                let stored = Dictionary(uniqueKeysWithValues: records.map { ($0.id, $0.version.seq) })
+                let missing = before.filter { stored[$0.id] != $0.seq }
+                #expect(missing.isEmpty, "\(missing.count) changes acknowledged before the backup are missing, e.g. \(missing.prefix(3).map(\.id))")
+                // A snapshot, not a mix: its records are exactly the first N seqs.
+                let seqs = records.map(\.version.seq).sorted()
+                #expect(seqs == Array(1...Int64(seqs.count)))
+                // Devices holding the old history are told so.
+                let old = try httpRequest(port: restored.port, "GET", "/v1/spaces/load/pull?since=\(oldEpoch.rawValue).1", headers: [("Authorization", "Bearer \(token)")])
+                #expect(old.status == 409 && errorCode(old) == "epoch_changed")
+                // Writes continue after the restored head.
+                let next = try PushResponse.decode(try Self.push(restored.port, token, "load", [put("after-restore", "after-restore")]).body)
+                #expect(next.epoch == newEpoch && next.results[0].version!.seq == Int64(seqs.count) + 1)
+                // The media file is back and downloadable; the open upload is not.
+                let download = try httpRequest(port: restored.port, "GET", "/v1/spaces/pics/media/\(mediaId)", headers: [("Authorization", "Bearer \(token)")])
+                #expect(download.status == 200 && download.body == picture)
+                let upload = try httpRequest(port: restored.port, "GET", "/v1/spaces/pics/media/uploads/\(openUpload)", headers: [("Authorization", "Bearer \(token)")])
+                #expect(upload.status == 404 && errorCode(upload) == "upload_not_found")
+            }
+        }
+    }
+
+    @Test func restoreIsRefusedOnARunningServerAndOverAStoreWithoutForceAndStaysAheadOfTheReplacedEpoch() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            try await blocking {
+                let data = dir.appending("data")
+                let server = try ServerProcess(dataDirectory: data)
+                defer { server.stop() }
+                let token = try server.token(spaces: ["sp"], scope: "write")
+                #expect(try Self.push(server.port, token, "sp", [put("c1", "a"), put("c2", "b")]).status == 200)
+                let backupPath = dir.appending("bk")
+                let backup = try Self.run(["backup", "--data", data, "--out", backupPath], in: dir)
+                #expect(backup.status == 0, "\(backup)")
+                let backupEpoch = try #require(Epoch(try BackupManifest.read(backup: backupPath).epoch))
+                // Backing up into an existing path is a usage error; nothing is touched.
+                #expect(try Self.run(["backup", "--data", data, "--out", backupPath], in: dir).status == 64)
+
+                // The running server holds the directory's lock: restore fails and says why.
+                let refused = try Self.run(["restore", "--from", backupPath, "--data", data, "--force"], in: dir)
+                #expect(refused.status == 1 && refused.stderr.contains("in use"), "\(refused)")
+                #expect(try httpRequest(port: server.port, "GET", "/readyz").status == 200)
+                #expect(server.stop() == 0)
+
+                // Over an existing store: only with --force.
+                let noForce = try Self.run(["restore", "--from", backupPath, "--data", data], in: dir)
+                #expect(noForce.status == 1 && noForce.stderr.contains("--force"), "\(noForce)")
+
+                // The store being replaced has an epoch later than any the clock would make
+                // (a clock that went backwards, or a history from the future): the restored
+                // epoch must still sort after it, and after the backup's.
+                let future = Epoch("ZZZZZZZZZZ0000000000000000")!
+                do {
+                    let db = try Connection(path: data + "/outpost.sqlite")
+                    defer { db.close() }
+                    try db.run("UPDATE meta SET value = ? WHERE key = 'epoch'", [.text(future.rawValue)])
+                }
+                let forced = try Self.run(["restore", "--from", backupPath, "--data", data, "--force"], in: dir)
+                #expect(forced.status == 0, "\(forced)")
+                let newEpoch = try #require(Epoch(forced.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+                #expect(future < newEpoch && backupEpoch < newEpoch)
+                do {
+                    let db = try Connection(path: data + "/outpost.sqlite", flags: [.readOnly])
+                    defer { db.close() }
+                    let retired = try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? ""
+                    #expect(retired.contains(future.rawValue) && retired.contains(backupEpoch.rawValue))
+                }
+                try server.restart()
+                let (epoch, records) = try Self.pullAll(server.port, token, "sp")
+                #expect(epoch == newEpoch && records.map(\.id).sorted() == ["a", "b"])
+            }
+        }
+    }
+
+    @Test func aDamagedBackupIsRefusedBeforeTheDirectoryIsTouched() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            try await blocking {
+                let data = dir.appending("data")
+                let server = try ServerProcess(dataDirectory: data)
+                let token = try server.token(spaces: ["pics"], scope: "write")
+                let file = mediaBytes(3_000, seed: 3)
+                let (_, mediaId) = try Self.upload(server.port, token, "pics", file)
+                #expect(server.stop() == 0)
+                let backupPath = dir.appending("bk")
+                #expect(try Self.run(["backup", "--data", data, "--out", backupPath, "--include-secret"], in: dir).status == 1,
+                        "no jwt-secret file: the server was given OUTPOST_JWT_SECRET")
+                #expect(!FileManager.default.fileExists(atPath: backupPath), "a failed backup leaves nothing at PATH")
+                #expect(try Self.run(["backup", "--data", data, "--out", backupPath], in: dir).status == 0)
+
+                // A flipped byte in the backup's copy of the media file.
+                let copy = Self.mediaPath(backupPath, "pics", mediaId)
+                try Self.flipByte(copy, at: 100)
+                let target = dir.appending("target")
+                let damagedMedia = try Self.run(["restore", "--from", backupPath, "--data", target], in: dir)
+                #expect(damagedMedia.status == 1 && damagedMedia.stderr.contains(mediaId), "\(damagedMedia)")
+                #expect(!FileManager.default.fileExists(atPath: target + "/outpost.sqlite"))
+                try Self.flipByte(copy, at: 100)
+
+                // A flipped byte in the backup's store.
+                try Self.flipByte(backupPath + "/outpost.sqlite", at: 5_000)
+                let damagedStore = try Self.run(["restore", "--from", backupPath, "--data", target], in: dir)
+                #expect(damagedStore.status == 1 && damagedStore.stderr.contains("damaged"), "\(damagedStore)")
+                #expect(!FileManager.default.fileExists(atPath: target + "/outpost.sqlite"))
+                #expect(try Self.run(["restore", "--from", dir.appending("nothing-here"), "--data", target], in: dir).status == 1)
+                #expect(try Self.run(["restore", "--data", target], in: dir).status == 64)
+            }
+        }
+    }
+
+    @Test func backupIncludesTheSecretFileOnlyWhenAskedAndRestoreKeepsAnExistingOne() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            let data = dir.appending("data")
+            // A store and a secret file, as a server without OUTPOST_JWT_SECRET leaves them.
+            let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.accessLog = false; return s }(), environment: [:])
+            await app.close()
+            let secret = try String(contentsOfFile: data + "/jwt-secret", encoding: .utf8)
+            let manifest = try BackupCommand.run(dataDirectory: data, output: dir.appending("bk"), includeSecret: true)
+            #expect(manifest.includesSecret)
+            #expect(try String(contentsOfFile: dir.appending("bk/jwt-secret"), encoding: .utf8) == secret)
+
+            let fresh = dir.appending("fresh")
+            let report = try RestoreCommand.run(backup: dir.appending("bk"), dataDirectory: fresh)
+            #expect(report.restoredSecret && report.replacedEpoch == nil)
+            #expect(try String(contentsOfFile: fresh + "/jwt-secret", encoding: .utf8) == secret)
+            let mode = try FileManager.default.attributesOfItem(atPath: fresh + "/jwt-secret")[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+
+            // A directory with its own secret keeps it.
+            let own = dir.appending("own")
+            try FileManager.default.createDirectory(atPath: own, withIntermediateDirectories: true)
+            _ = FileManager.default.createFile(atPath: own + "/jwt-secret", contents: Data("their-own".utf8), attributes: [.posixPermissions: 0o600])
+            let second = try RestoreCommand.run(backup: dir.appending("bk"), dataDirectory: own)
+            #expect(!second.restoredSecret)
+            #expect(try String(contentsOfFile: own + "/jwt-secret", encoding: .utf8) == "their-own")
+            #expect(report.backupEpoch < report.epoch && second.backupEpoch < second.epoch)
+        }
+    }
+
+    // MARK: check
+
+    @Test func checkFindsAFlippedByteAMissingFileADamagedOrphanAndATruncatedStore() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            try await blocking {
+                let data = dir.appending("data")
+                let server = try ServerProcess(dataDirectory: data, arguments: ["--chunk-size", "4096"])
+                defer { server.stop() }
+                let token = try server.token(spaces: ["pics", "notes"], scope: "write")
+                let file = mediaBytes(10_000, seed: 11)
+                let (_, mediaId) = try Self.upload(server.port, token, "pics", file)
+                for b in 0..<20 {
+                    let changes = (0..<50).map { put("n\(b)-\($0)", "n\(b)-\($0)", ["text": .string(String(repeating: "x", count: 200))]) }
+                    #expect(try Self.push(server.port, token, "notes", changes).status == 200)
+                }
+                // Read-only and lock-free: it runs beside the server.
+                let running = try Self.run(["check", "--data", data], in: dir)
+                #expect(running.status == 0, "\(running)")
+                #expect(server.stop() == 0)
+
+                let sound = try Self.run(["check", "--data", data], in: dir)
+                #expect(sound.status == 0, "\(sound)")
+                #expect(sound.stdout.contains("integrity_check ok") && sound.stdout.hasSuffix("sound\n"))
+
+                // One flipped byte in the published file.
+                let path = Self.mediaPath(data, "pics", mediaId)
+                try Self.flipByte(path, at: 4_321)
+                let flipped = try Self.run(["check", "--data", data], in: dir)
+                #expect(flipped.status == 1, "\(flipped)")
+                #expect(flipped.stdout.contains("DAMAGED  media file \(path) is damaged"), "\(flipped)")
+                #expect(flipped.stdout.contains("damaged: 1 problem"))
+                try Self.flipByte(path, at: 4_321)
+
+                // The file gone.
+                try FileManager.default.moveItem(atPath: path, toPath: dir.appending("aside"))
+                let gone = try Self.run(["check", "--data", data], in: dir)
+                #expect(gone.status == 1 && gone.stdout.contains("\(path) is missing"), "\(gone)")
+                try FileManager.default.moveItem(atPath: dir.appending("aside"), toPath: path)
+
+                // A whole file without a row is a warning; a damaged one is damage (a finalize
+                // of that hash would adopt it).
+                let orphan = mediaBytes(500, seed: 12)
+                let orphanPath = Self.mediaPath(data, "pics", SHA256.hex(orphan))
+                try FileManager.default.createDirectory(atPath: (orphanPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try Data(orphan).write(to: URL(fileURLWithPath: orphanPath))
+                let warned = try Self.run(["check", "--data", data], in: dir)
+                #expect(warned.status == 0 && warned.stdout.contains("warning  media file \(orphanPath) has no row"), "\(warned)")
+                try Self.flipByte(orphanPath, at: 0)
+                let badOrphan = try Self.run(["check", "--data", data], in: dir)
+                #expect(badOrphan.status == 1 && badOrphan.stdout.contains("DAMAGED  media file \(orphanPath)"), "\(badOrphan)")
+                try FileManager.default.removeItem(atPath: orphanPath)
+
+                // A truncated store (a copy of the directory, the store cut in half).
+                let cut = dir.appending("cut")
+                try FileManager.default.copyItem(atPath: data, toPath: cut)
+                let store = cut + "/outpost.sqlite"
+                let size = try #require(try FileManager.default.attributesOfItem(atPath: store)[.size] as? Int)
+                #expect(size > 64 * 1024)
+                #expect(truncate(store, off_t(size / 2)) == 0)
+                let truncated = try Self.run(["check", "--data", cut], in: dir)
+                #expect(truncated.status == 1, "\(truncated)")
+                #expect(truncated.stdout.contains("DAMAGED  store \(store)"), "\(truncated)")
+                #expect(truncated.stdout.contains("integrity_check") || truncated.stdout.contains("malformed"), "\(truncated)")
+
+                // And the original is still sound; usage mistakes are 64.
+                #expect(try Self.run(["check", "--data", data], in: dir).status == 0)
+                #expect(try Self.run(["check", "--data", dir.appending("no-such-dir")], in: dir).status == 64)
+                #expect(try Self.run(["check", "--data", data, "--bogus"], in: dir).status == 64)
+            }
+        }
+    }
+
+    @Test func checkReportsStoreInvariantsInProcess() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            let data = dir.appending("data")
+            let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.accessLog = false; return s }(), environment: ["OUTPOST_JWT_SECRET": "k"])
+            _ = try await app.store.push(space: "sp", clientId: "c", items: [prepared("c1", id: "a", base: nil), prepared("c2", id: "b", base: nil)], now: 1)
+            await app.close()
+            #expect(try CheckCommand.run(dataDirectory: data).isSound)
+            do {
+                let db = try Connection(path: data + "/outpost.sqlite")
+                defer { db.close() }
+                // A head below a record's seq: the next push would hand that seq out again.
+                try db.run("UPDATE spaces SET head_seq = 1")
+                try db.run("UPDATE meta SET value = 'not an epoch!' WHERE key = 'epoch'")
+            }
+            let report = try CheckCommand.run(dataDirectory: data)
+            #expect(!report.isSound)
+            #expect(report.problems.contains { $0.contains("space sp: a record has seq 2 above the space's head 1") }, "\(report.problems)")
+            #expect(report.problems.contains { $0.contains("meta.epoch") }, "\(report.problems)")
+            #expect(throws: AdminCommands.Usage.self) { try CheckCommand.run(dataDirectory: dir.appending("absent")) }
+        }
+    }
+
+    // MARK: healthcheck
+
+    @Test func healthcheckExitsZeroOnlyWhileTheServerIsReady() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: dir.appending("data"))
+                let url = "http://127.0.0.1:\(server.port)/readyz"
+                let ready = try Self.run(["healthcheck", "--url", url], in: dir)
+                #expect(ready.status == 0 && ready.stdout.contains(": 200"), "\(ready)")
+                let missing = try Self.run(["healthcheck", "--url", "http://127.0.0.1:\(server.port)/no-such-path"], in: dir)
+                #expect(missing.status == 1 && missing.stdout.contains(": 404"), "\(missing)")
+                #expect(server.stop() == 0)
+                let down = try Self.run(["healthcheck", "--url", url, "--timeout", "2"], in: dir)
+                #expect(down.status == 1 && down.stderr.contains("cannot connect"), "\(down)")
+                #expect(try Self.run(["healthcheck", "--url", "https://127.0.0.1/readyz"], in: dir).status == 64)
+            }
+        }
+        #expect(HealthCheckCommand.defaultURL(environment: [:]) == "http://127.0.0.1:8080/readyz")
+        #expect(HealthCheckCommand.defaultURL(environment: ["OUTPOST_HOST": "0.0.0.0", "OUTPOST_PORT": "9000"]) == "http://127.0.0.1:9000/readyz")
+        #expect(HealthCheckCommand.defaultURL(environment: ["OUTPOST_HOST": "::"]) == "http://[::1]:8080/readyz")
+        #expect(HealthCheckCommand.defaultURL(environment: ["OUTPOST_HOST": "10.0.0.5"]) == "http://10.0.0.5:8080/readyz")
+    }
+
+    @Test func unknownCommandsAndOptionsAreUsageErrors() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            let none = try Self.run(["frobnicate"], in: dir)
+            #expect(none.status == 64)
+            for command in ["backup", "restore", "check", "healthcheck"] { #expect(none.stderr.contains(command)) }
+            #expect(try Self.run(["backup", "--data", dir.path], in: dir).status == 64, "--out is required")
+            #expect(try Self.run(["backup", "--data", dir.appending("nothing"), "--out", dir.appending("b")], in: dir).status == 64)
+            #expect(try Self.run(["restore", "--from"], in: dir).status == 64)
+        }
+    }
+}
