@@ -2,7 +2,7 @@
 // Outpost: a self-hosted sync server and a Swift client SDK for offline-first apps.
 //
 // Layers (arrows point one way; see docs/architecture.md):
-//   C system libraries  <- OutpostSQLite, OutpostCrypto, OutpostCompression
+//   C system libraries  <- OutpostSQLite, OutpostPostgres, OutpostCrypto, OutpostCompression
 //   OutpostCore (wire types, no I/O) <- everything
 //   OutpostHTTP (engine, knows bytes and HTTP only) <- OutpostServer <- outpost-server
 //   Outpost (client SDK) <- outpost (CLI); never depends on the server.
@@ -37,6 +37,9 @@ let package = Package(
         .systemLibrary(
             name: "CZlib", path: "Sources/CZlib",
             providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(
+            name: "CLibPQ", path: "Sources/CLibPQ",
+            providers: [.apt(["libpq-dev"]), .brew(["libpq"])]),
         // epoll, eventfd, sendfile, accept4: Linux calls the Glibc module does not import.
         .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
 
@@ -49,6 +52,9 @@ let package = Package(
             name: "OutpostCrypto", dependencies: ["CCrypto"], path: "Sources/OutpostCrypto",
             swiftSettings: swiftSettings),
         .target(
+            name: "OutpostPostgres", dependencies: ["CLibPQ"], path: "Sources/OutpostPostgres",
+            swiftSettings: swiftSettings),
+        .target(
             name: "OutpostCompression", dependencies: ["CZlib"], path: "Sources/OutpostCompression",
             swiftSettings: swiftSettings),
 
@@ -58,7 +64,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
-            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "CLinux"],
+            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "CLinux"],
             path: "Server/OutpostServer", swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
@@ -111,7 +117,7 @@ let package = Package(
             dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression"],
             path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
+            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostPostgres", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
             swiftSettings: swiftSettings),
     ]
 )

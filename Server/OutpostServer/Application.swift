@@ -2,6 +2,7 @@ import Foundation
 import OutpostCore
 import OutpostHTTP
 import OutpostSQLite
+import Synchronization
 
 /// One Outpost server: settings, data directory, store, services and routes, wired
 /// together. `outpost-server serve` builds one and hands its router to the HTTP engine;
@@ -9,7 +10,8 @@ import OutpostSQLite
 public final class OutpostApplication: Sendable {
     public let settings: Settings
     public let dataDirectory: DataDirectory
-    public let store: SQLiteSyncStore
+    /// The sync store: `SQLiteSyncStore`, or `PostgresSyncStore` with `--store postgres://…`.
+    public let store: any SyncStore
     public let metrics: Metrics
     public let authorizer: Authorizer
     public let sync: SyncService
@@ -18,6 +20,7 @@ public final class OutpostApplication: Sendable {
     public let media: MediaService
     public let router: Router
     private let sweeper: Task<Void, Never>
+    private let epochChangeHandler = EpochChangeHook()
 
     /// Opens the data directory (taking its lock) and the store, and builds the routes.
     public convenience init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
@@ -29,10 +32,22 @@ public final class OutpostApplication: Sendable {
     public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment, mutation: ServerMutation?) throws {
         self.settings = settings
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
-        var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
-        storeConfiguration.synchronous = settings.synchronous == "normal" ? .normal : .full
-        storeConfiguration.mutation = mutation
-        store = try SQLiteSyncStore(configuration: storeConfiguration)
+        let synchronous: Connection.Synchronous = settings.synchronous == "normal" ? .normal : .full
+        if let url = settings.postgresURL {
+            // Instances behind one load balancer must verify each other's tokens.
+            guard let secret = environment["OUTPOST_JWT_SECRET"], !secret.isEmpty else {
+                throw Settings.Invalid(description: "--store postgres://… needs OUTPOST_JWT_SECRET: every instance on the database must sign and verify tokens with the same secret")
+            }
+            var configuration = PostgresSyncStore.Configuration(url: url)
+            let handler = epochChangeHandler
+            configuration.onEpochChange = { _ in handler.run() }
+            store = try PostgresSyncStore(configuration: configuration)
+        } else {
+            var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
+            storeConfiguration.synchronous = synchronous
+            storeConfiguration.mutation = mutation
+            store = try SQLiteSyncStore(configuration: storeConfiguration)
+        }
 
         let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
         let previous = (environment["OUTPOST_JWT_PREVIOUS_SECRETS"] ?? "").split(separator: ",").map { Array($0.utf8) }
@@ -46,8 +61,10 @@ public final class OutpostApplication: Sendable {
         sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, mutation: mutation)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
                                        metricsRequireAdmin: settings.metricsRequireAdmin)
-        var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath, mediaDirectory: dataDirectory.mediaPath)
-        mediaConfiguration.synchronous = storeConfiguration.synchronous
+        var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
+                                                          mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
+        mediaConfiguration.synchronous = synchronous
+        mediaConfiguration.postgresURL = settings.postgresURL
         media = MediaService(store: try MediaStore(configuration: mediaConfiguration), limits: settings.limits, authorizer: authorizer,
                              metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours, mutation: mutation)
         var router = Router()
@@ -104,10 +121,30 @@ public final class OutpostApplication: Sendable {
         ])
     }
 
+    /// Sets what happens when the PostgreSQL store sees its epoch rotated by an operator
+    /// (the store already refuses requests by then): `outpost-server serve` shuts down so
+    /// that its supervisor starts it again on the new epoch.
+    public func onEpochChange(_ handler: @escaping @Sendable () -> Void) {
+        epochChangeHandler.set(handler)
+    }
+
     /// Stops background work and closes the store.
     public func close() async {
         sweeper.cancel()
         await media.close()
         await store.close()
+    }
+}
+
+/// The action `OutpostApplication.onEpochChange` sets, read by the store's thread.
+final class EpochChangeHook: Sendable {
+    private let handler = Mutex<(@Sendable () -> Void)?>(nil)
+
+    func set(_ action: @escaping @Sendable () -> Void) {
+        handler.withLock { $0 = action }
+    }
+
+    func run() {
+        handler.withLock { $0 }?()
     }
 }

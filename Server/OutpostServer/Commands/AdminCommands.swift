@@ -55,8 +55,28 @@ public enum AdminCommands {
 
     /// `outpost-server rotate-epoch --data DIR`: gives the store a new, later epoch and
     /// returns it. Refused while a server owns the directory.
+    ///
+    /// `outpost-server rotate-epoch --store postgres://…` (or `OUTPOST_STORE`) rotates a
+    /// PostgreSQL store's epoch; running instances notice and shut down, to be started
+    /// again on the new epoch (docs/scaling.md).
     public static func rotateEpoch(arguments: [String], environment: [String: String]) throws -> Epoch {
-        let data = try dataArgument(arguments, environment)
+        var store = environment["OUTPOST_STORE"]
+        var rest: [String] = []
+        var i = 0
+        while i < arguments.count {
+            if arguments[i] == "--store" {
+                guard i + 1 < arguments.count else { throw Usage("--store needs a value") }
+                store = arguments[i + 1]
+                i += 2
+            } else {
+                rest.append(arguments[i])
+                i += 1
+            }
+        }
+        if let store, Settings.isPostgresURL(store) {
+            return try PostgresSyncStore.rotateEpoch(url: store)
+        }
+        let data = try dataArgument(rest, environment)
         let directory = try DataDirectory(path: data)
         guard FileManager.default.fileExists(atPath: directory.storePath) else {
             throw Usage("no store at \(directory.storePath)")

@@ -229,7 +229,7 @@ public final class MediaService: Sendable {
             throw HTTPError(HTTPStatus(code: 422), .digestMismatch, "the chunk's SHA-256 is not the one Content-Digest declares; nothing was kept",
                             details: ["sha256": .string(Base64.encode(digest))])
         }
-        return try await locks.withShared(id) {
+        return try await locks.withShared(id) { try await storeCall { try await store.withUploadLock(id, exclusive: false) {
             let now = clock()
             guard let (found, recorded) = try await storeCall({ try await store.upload(id, chunk: index) }) else { throw Self.uploadNotFound() }
             let upload = try liveUpload(found, in: space, now: now)
@@ -252,7 +252,7 @@ public final class MediaService: Sendable {
                 try await store.recordChunk(id, index: index, digest: digest, now: now, expiresAt: now + uploadExpiryMs)
             }) else { throw Self.uploadNotFound() }
             return HTTPResponse(json: ChunkReceipt(index: index, received: received).encoded())
-        }
+        } } }
     }
 
     // MARK: 3. Upload state
@@ -289,7 +289,7 @@ public final class MediaService: Sendable {
     func finalize(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
         let id = try Self.uploadID(request.pathParameters)
-        return try await locks.withExclusive(id) {
+        return try await locks.withExclusive(id) { try await storeCall { try await store.withUploadLock(id, exclusive: true) {
             let upload = try liveUpload(try await storeCall { try await store.upload(id) }, in: space, now: clock())
             if upload.state == .complete { return try await completeAnswer(upload) }
             let digests = try await storeCall { try await store.chunkDigests(id) }
@@ -318,7 +318,7 @@ public final class MediaService: Sendable {
                 try await storeCall { try await store.forgetChunks(id, damaged) }
                 throw Self.incomplete(damaged)
             }
-        }
+        } } }
     }
 
     static func incomplete(_ missing: [Int]) -> HTTPError {
@@ -333,14 +333,14 @@ public final class MediaService: Sendable {
     func abort(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
         let id = try Self.uploadID(request.pathParameters)
-        return try await locks.withExclusive(id) {
+        return try await locks.withExclusive(id) { try await storeCall { try await store.withUploadLock(id, exclusive: true) {
             _ = try liveUpload(try await storeCall { try await store.upload(id) }, in: space, now: clock())
             try await storeCall {
                 try await store.deleteUpload(id)
                 try await store.removeFile(id)
             }
             return HTTPResponse(status: .noContent)
-        }
+        } } }
     }
 
     // MARK: 6. Download
@@ -425,8 +425,13 @@ public final class MediaService: Sendable {
                     continue
                 }
                 defer { locks.releaseExclusive(id) }
-                if try await store.deleteUpload(id, expiredAt: now) {
+                // Another instance may be using it (a shared media directory): skip it too.
+                let removed = try await store.tryUploadLock(id) { () async throws -> Bool in
+                    guard try await store.deleteUpload(id, expiredAt: now) else { return false }
                     try await store.removeFile(id)
+                    return true
+                }
+                if removed == true {
                     result.expired += 1
                 } else {
                     skipped.insert(id)
@@ -439,8 +444,11 @@ public final class MediaService: Sendable {
             for id in onDisk where !known.contains(id) {
                 guard locks.tryExclusive(id) else { continue }
                 defer { locks.releaseExclusive(id) }
-                try await store.removeFile(id)
-                result.orphans += 1
+                let removed = try await store.tryUploadLock(id) { () async throws -> Bool in
+                    try await store.removeFile(id)
+                    return true
+                }
+                if removed == true { result.orphans += 1 }
             }
         }
         if result.expired > 0 { metrics.increment("outpost_media_uploads_expired_total", by: Double(result.expired)) }

@@ -7,6 +7,12 @@ public struct Settings: Sendable {
     public var host = "127.0.0.1"
     public var port = 8080
     public var dataDirectory = "./outpost-data"
+    /// `sqlite` (default: the embedded store in the data directory) or a `postgres://` /
+    /// `postgresql://` URL: several instances share one history (docs/scaling.md).
+    public var store = "sqlite"
+    /// Where media bytes live; nil means `DATA/media`. Instances on one PostgreSQL
+    /// database must all name the same shared directory (docs/scaling.md).
+    public var mediaDirectory: String?
     /// The limits of PROTOCOL.md section 3.
     public var limits = Limits()
     /// How long applied change ids are remembered, in days (the protocol asks for at least 7).
@@ -64,6 +70,16 @@ public struct Settings: Sendable {
                 guard s.port <= 65535 else { throw Invalid(description: "--port must be at most 65535") }
             },
             Option(flag: "--data", env: "OUTPOST_DATA", help: "data directory: the SQLite store, media files, the JWT secret (default ./outpost-data)") { s, v in s.dataDirectory = v },
+            Option(flag: "--store", env: "OUTPOST_STORE", help: "sqlite (default) or a postgres://user:password@host:port/db URL shared by several instances (needs OUTPOST_JWT_SECRET)") { s, v in
+                guard v == "sqlite" || Settings.isPostgresURL(v) else {
+                    throw Invalid(description: "--store must be sqlite or a postgres:// or postgresql:// URL")
+                }
+                s.store = v
+            },
+            Option(flag: "--media-dir", env: "OUTPOST_MEDIA_DIR", help: "media directory (default DATA/media); with --store postgres://… every instance must use the same shared directory") { s, v in
+                guard !v.isEmpty else { throw Invalid(description: "--media-dir must not be empty") }
+                s.mediaDirectory = v
+            },
         ]
         let limitHelp: [String: String] = [
             "maxRequestBytes": "largest request body in bytes, after gzip decompression (default 8388608)",
@@ -152,6 +168,14 @@ public struct Settings: Sendable {
         try s.validate()
         return s
     }
+
+    /// True for a `postgres://` or `postgresql://` URL.
+    public static func isPostgresURL(_ text: String) -> Bool {
+        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+    }
+
+    /// The PostgreSQL URL of `store`, or nil for the embedded SQLite store.
+    public var postgresURL: String? { Settings.isPostgresURL(store) ? store : nil }
 
     /// Checks the limits against each other.
     public func validate() throws {

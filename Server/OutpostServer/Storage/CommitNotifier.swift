@@ -49,6 +49,19 @@ public final class CommitNotifier: Sendable {
         for c in woken { c.resume(returning: true) }
     }
 
+    /// Wakes every waiting pull (each reads again and waits on if nothing is due). For a
+    /// notifier fed from outside the process, after a gap in which commits may have been
+    /// missed (`PostgresSyncStore`'s listener reconnecting).
+    public func wakeAll() {
+        let woken: [CheckedContinuation<Bool, Never>] = state.withLock { s in
+            let all = s.waiters.values.flatMap { $0.values.map(\.continuation) }
+            s.waiters.removeAll()
+            s.count = 0
+            return all
+        }
+        for c in woken { c.resume(returning: true) }
+    }
+
     /// Forgets what is known of `space`'s head (after an epoch change the seq may restart).
     public func reset() {
         state.withLock { $0.heads.removeAll() }

@@ -91,6 +91,9 @@ public protocol SyncStore: Sendable {
     /// The current epoch.
     var epoch: Epoch { get }
 
+    /// Wakes this process's long polls (and counts them for `/metrics`).
+    var notifier: CommitNotifier { get }
+
     /// Applies a push and returns one result per item, in order.
     func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult]
 

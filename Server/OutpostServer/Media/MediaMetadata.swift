@@ -1,0 +1,54 @@
+/// Where media metadata lives — uploads, chunk receipts, published files — and how
+/// instances keep chunk writes and finalize of one upload apart. `MediaStore` holds one:
+/// `SQLiteMediaMetadata` (the embedded default, one process) or `PostgresMediaMetadata`
+/// (several instances on one database, bytes in a shared directory). The bytes themselves
+/// are always files under the media directory (`MediaFiles`), whichever holds the rows.
+///
+/// Rules every implementation keeps (docs/media.md):
+/// - `begin` is atomic: two inits of one file in a space never both create an upload.
+/// - A chunk counts as received only once `recordChunk` committed its receipt, and
+///   `recordChunk` refuses an upload that is no longer open or has expired.
+/// - `publish` commits the media row and the upload's completion together, durably.
+/// - `withUploadLock` excludes, across every process that shares the metadata, an
+///   exclusive holder from any other holder of the same upload; `MediaService` takes it
+///   inside its own in-process `UploadLocks`.
+protocol MediaMetadata: Sendable {
+    /// The largest chunk size of an open upload when the store opened.
+    var largestOpenChunkSize: Int { get }
+
+    /// The published file `id` of `space`, if any.
+    func media(space: SpaceName, id: MediaID) async throws -> MediaRecord?
+    /// An upload, whatever its space or expiry (the caller checks both).
+    func upload(_ id: UploadID) async throws -> UploadRecord?
+    /// An upload and the recorded digest of its chunk `index`, if held.
+    func upload(_ id: UploadID, chunk index: Int) async throws -> (UploadRecord, [UInt8]?)?
+    /// The indexes of the chunks held, ascending.
+    func receivedChunks(_ id: UploadID) async throws -> [Int]
+    /// The digests of the chunks held, by index.
+    func chunkDigests(_ id: UploadID) async throws -> [Int: [UInt8]]
+    /// Uploads (open or complete) whose time ran out at `now`, oldest first.
+    func expiredUploads(now: Int64, limit: Int) async throws -> [UploadID]
+    /// Of `ids`, those that have an upload row.
+    func existingUploads(_ ids: [UploadID]) async throws -> Set<UploadID>
+
+    /// Step 1 of section 6, atomically (see `MediaStore.begin`).
+    func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, make: @escaping @Sendable () -> UploadRecord) async throws -> MediaStore.BeginOutcome
+    /// Records a chunk's receipt; the number of distinct chunks held, or nil when the
+    /// upload is no longer open or expired at `now`.
+    func recordChunk(_ id: UploadID, index: Int, digest: [UInt8], now: Int64, expiresAt: Int64) async throws -> Int?
+    /// Forgets chunk receipts.
+    func forgetChunks(_ id: UploadID, _ indexes: [Int]) async throws
+    /// The media row and the upload marked complete, in one durable commit.
+    func publish(_ upload: UploadRecord, now: Int64, expiresAt: Int64) async throws -> MediaRecord
+    /// Deletes an upload's rows; with `expiredAt`, only when it is expired then.
+    func deleteUpload(_ id: UploadID, expiredAt: Int64?) async throws -> Bool
+
+    /// Runs `body` holding the upload's cross-process lock, shared or exclusive.
+    func withUploadLock<T: Sendable>(_ id: UploadID, exclusive: Bool, _ body: () async throws -> T) async throws -> T
+    /// Runs `body` holding the upload's lock exclusively when nobody else holds it; nil
+    /// (without running `body`) otherwise.
+    func tryUploadLock<T: Sendable>(_ id: UploadID, _ body: () async throws -> T) async throws -> T?
+
+    /// Lets queued work finish, then closes the connections.
+    func close() async
+}

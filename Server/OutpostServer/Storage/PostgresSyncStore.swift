@@ -1,0 +1,581 @@
+import CLinux
+import Foundation
+import OutpostCore
+import OutpostPostgres
+import Synchronization
+
+/// The store for several `outpost-server` instances sharing one history: PostgreSQL
+/// through libpq (docs/scaling.md).
+///
+/// Threads (libpq blocks, so none of it runs on Swift's cooperative pool; see
+/// `WorkerThread`): one writer thread per instance owns a connection and applies pushes
+/// with group commit (every push queued while a commit is in progress goes into the next
+/// transaction together, one `outpost_push` call per push); a few reader threads each own
+/// a connection and serve pages; one listener thread owns a connection that `LISTEN`s on
+/// `outpost_commits` and `outpost_epoch`. Each connection stays on its thread.
+///
+/// **Seq allocation and what a puller sees.** Each space's seq lives in its `spaces` row
+/// and is allocated by `outpost_push` (see `PostgresSchema`) inside the writing
+/// transaction, under that row's lock (`SELECT … FOR UPDATE`), and stored in the same
+/// transaction, with the idempotency rows. The lock is held until the transaction ends,
+/// on whichever instance it runs. So:
+/// 1. no two transactions hold seqs of one space at once: a second writer, here or on
+///    another instance, waits for the first to commit or roll back, and then reads the
+///    head the first left (a rollback leaves the old head, and its seqs were never seen);
+/// 2. hence the commits of a space happen in seq order: when a transaction holding seqs
+///    up to n commits, every smaller seq of the space is already committed (PostgreSQL
+///    makes a commit visible before it releases the transaction's locks);
+/// 3. a page is one statement, hence one snapshot: it reads the head and the records
+///    after the cursor together, and a snapshot that contains seq n contains every seq
+///    below n. A record whose seq was allocated before a later one can therefore never be
+///    committed after it, and no puller skips it.
+/// `PostgresSyncStoreTests.aPullerNeverSkipsASeqCommittedLate` holds a transaction with
+/// the smaller seq open on one connection while another instance pushes, and checks this.
+/// The price: the commits of one space are serialized across all instances (different
+/// spaces commit in parallel); group commit amortizes it, as SQLite's single writer does.
+///
+/// **Long polls across instances.** `outpost_push` calls `pg_notify('outpost_commits',
+/// '<space> <head>')`, delivered to every listening connection when the transaction
+/// commits. Each instance's listener feeds its `CommitNotifier`; the writer of the
+/// instance that committed also tells its own notifier at once. After the listener loses
+/// its connection it reconnects and wakes every waiting pull once (they read again), since
+/// notifications sent meanwhile are lost.
+///
+/// **Epoch.** The epoch lives in `meta` and is read at start. Every push checks it inside
+/// its transaction (`outpost_push` raises `OP001` when it changed) and every page reads it
+/// in its snapshot. `rotate-epoch --store postgres://…` changes it and notifies
+/// `outpost_epoch`. An instance that sees a changed epoch stops taking writes and reads
+/// (503 `unavailable`), reports `isWritable() == false`, and calls `onEpochChange`, which
+/// `outpost-server` uses to shut down so that its supervisor starts it again on the new
+/// epoch: an instance never serves two epochs.
+///
+/// Durability: PostgreSQL's (`synchronous_commit` on by default): `applied` is answered
+/// after the commit returned.
+public final class PostgresSyncStore: SyncStore {
+    /// Settings of the store.
+    public struct Configuration: Sendable {
+        /// `postgres://user:password@host:port/database?…` (libpq URL).
+        public var url: String
+        /// Reader threads (each with its own connection).
+        public var readers: Int = 2
+        /// Most pushes combined into one transaction.
+        public var maxPushesPerCommit: Int = 64
+        /// Called once, off the request path, when the database's epoch is no longer this
+        /// store's (an operator rotated it).
+        public var onEpochChange: (@Sendable (Epoch?) -> Void)?
+
+        /// A configuration with the defaults.
+        public init(url: String) { self.url = url }
+    }
+
+    public let epoch: Epoch
+    /// Wakes long polls of this instance.
+    public let notifier: CommitNotifier
+    private let writer: WorkerThread<PostgresWriteJob>
+    private let readers: [WorkerThread<PostgresReadJob>]
+    private let listener: PostgresListener
+    private let nextReader = Atomic<Int>(0)
+    /// Set once the database's epoch is seen to differ from `epoch`.
+    private let stale: StaleEpoch
+
+    /// Connects, applies migrations (under the advisory lock) and reads the epoch (a new
+    /// database gets one), then starts the threads.
+    public init(configuration: Configuration, notifier: CommitNotifier = CommitNotifier()) throws {
+        self.notifier = notifier
+        let url = configuration.url
+        let setup = try PostgresConnection(url: url)
+        let epoch = try PostgresSchema.migrate(setup)
+        setup.close()
+        self.epoch = epoch
+        let stale = StaleEpoch(handler: configuration.onEpochChange)
+        self.stale = stale
+
+        let notifierRef = notifier
+        writer = try WorkerThread<PostgresWriteJob>(
+            name: "pg-writer", maxBatch: max(1, configuration.maxPushesPerCommit),
+            setup: { PostgresWriter(db: try Self.open(url), epoch: epoch, notifier: notifierRef, stale: stale) },
+            handle: { writer, jobs in writer.handle(jobs) },
+            teardown: { writer in writer.db.close() })
+        var readers: [WorkerThread<PostgresReadJob>] = []
+        for i in 0..<max(1, configuration.readers) {
+            readers.append(try WorkerThread<PostgresReadJob>(
+                name: "pg-reader-\(i)",
+                setup: { PostgresReader(db: try Self.open(url), epoch: epoch, stale: stale) },
+                handle: { reader, jobs in
+                    for job in jobs {
+                        do {
+                            try reader.db.reconnectIfNeeded()
+                        } catch {
+                            job.run(nil, error)
+                            continue
+                        }
+                        job.run(reader, nil)
+                    }
+                },
+                teardown: { reader in reader.db.close() }))
+        }
+        self.readers = readers
+        listener = try PostgresListener(url: url, epoch: epoch, notifier: notifier, stale: stale)
+    }
+
+    /// A connection with the session settings every thread uses.
+    static func open(_ url: String) throws -> PostgresConnection {
+        let db = try PostgresConnection(url: url)
+        try db.execute("SET application_name = 'outpost-server'; SET client_min_messages = warning")
+        return db
+    }
+
+    /// Gives the database at `url` a new epoch (see `PostgresSchema.rotateEpoch`).
+    public static func rotateEpoch(url: String) throws -> Epoch {
+        try PostgresSchema.rotateEpoch(url: url)
+    }
+
+    // MARK: SyncStore
+
+    public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
+        try stale.check()
+        return try await withCheckedThrowingContinuation { continuation in
+            let job = PostgresWriteJob.push(PostgresPushJob(space: space, clientId: clientId, items: items, now: now) { continuation.resume(with: $0) })
+            if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+        }
+    }
+
+    public func page(_ request: PageRequest) async throws -> PageData {
+        try stale.check()
+        return try await read { try $0.page(request) }
+    }
+
+    public func head(space: String) async throws -> Int64 {
+        try await read { reader in
+            let rows = try reader.db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(space)])
+            return rows.count == 0 ? 0 : rows.int64(0, 0)
+        }
+    }
+
+    public func waitForCommit(space: String, afterSeq: Int64, deadline: ContinuousClock.Instant) async -> Bool {
+        await notifier.wait(space: space, afterSeq: afterSeq, deadline: deadline)
+    }
+
+    public func sweepChangeIDs(appliedBefore cutoff: Int64) async throws -> Int {
+        var total = 0
+        while true {
+            // In slices, so no transaction holds many row locks for long.
+            let deleted: Int = try await read { reader in
+                try reader.db.run("""
+                    DELETE FROM applied_changes WHERE ctid = ANY(ARRAY(
+                      SELECT ctid FROM applied_changes WHERE applied_at < $1 LIMIT 5000))
+                    """, [.int(cutoff)])
+            }
+            total += deleted
+            if deleted < 5000 { return total }
+        }
+    }
+
+    public func isWritable() async -> Bool {
+        guard !stale.isStale else { return false }
+        return (try? await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Bool, any Error>) in
+            let job = PostgresWriteJob.other { db in
+                continuation.resume(with: Result {
+                    // A hot standby, or a primary that lost its connection, cannot write.
+                    try !db.query("SELECT pg_is_in_recovery()").bool(0, 0)
+                })
+            }
+            if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+        }) ?? false
+    }
+
+    public func close() async {
+        let writer = self.writer, readers = self.readers, listener = self.listener
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                listener.stop()
+                writer.stop()
+                for r in readers { r.stop() }
+                c.resume()
+            }
+        }
+    }
+
+    private func read<T: Sendable>(_ body: @escaping @Sendable (PostgresReader) throws -> T) async throws -> T {
+        let index = nextReader.wrappingAdd(1, ordering: .relaxed).oldValue % readers.count
+        return try await withCheckedThrowingContinuation { continuation in
+            let job = PostgresReadJob { reader, error in
+                if let error { continuation.resume(throwing: error); return }
+                continuation.resume(with: Result { try body(reader!) })
+            }
+            if !readers[index].submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+        }
+    }
+}
+
+/// Whether the database's epoch moved away from the store's, shared by its threads.
+final class StaleEpoch: Sendable {
+    private let state = Mutex<(stale: Bool, reported: Bool)>((false, false))
+    private let handler: (@Sendable (Epoch?) -> Void)?
+
+    init(handler: (@Sendable (Epoch?) -> Void)?) {
+        self.handler = handler
+    }
+
+    var isStale: Bool { state.withLock { $0.stale } }
+
+    /// Throws once the epoch changed: this instance no longer serves.
+    func check() throws {
+        if isStale { throw StoreError("the database's epoch was rotated; this server is shutting down to restart on the new epoch") }
+    }
+
+    /// Records that the database now has `epoch`; the handler runs once, on its own thread.
+    func mark(_ epoch: Epoch?) {
+        let first = state.withLock { s -> Bool in
+            s.stale = true
+            defer { s.reported = true }
+            return !s.reported
+        }
+        guard first else { return }
+        Log.error("the database's epoch changed; this server stops serving", ["epoch": epoch?.rawValue ?? "-"])
+        if let handler { Thread.detachNewThread { handler(epoch) } }
+    }
+}
+
+// MARK: - Jobs
+
+struct PostgresPushJob: Sendable {
+    let space: String
+    let clientId: String
+    let items: [PushItem]
+    let now: Int64
+    let completion: @Sendable (Result<[PushResult], any Error>) -> Void
+}
+
+enum PostgresWriteJob: Sendable {
+    case push(PostgresPushJob)
+    case other(@Sendable (PostgresConnection) -> Void)
+}
+
+struct PostgresReadJob: Sendable {
+    /// Called with the reader, or with the error that kept it from connecting.
+    let run: @Sendable (PostgresReader?, (any Error)?) -> Void
+}
+
+// MARK: - Writer
+
+/// Owned by the writer thread; never touched elsewhere.
+final class PostgresWriter {
+    let db: PostgresConnection
+    let epoch: Epoch
+    let notifier: CommitNotifier
+    let stale: StaleEpoch
+
+    static let pushSQL = "SELECT * FROM outpost_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+
+    init(db: PostgresConnection, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch) {
+        self.db = db
+        self.epoch = epoch
+        self.notifier = notifier
+        self.stale = stale
+    }
+
+    func handle(_ jobs: [PostgresWriteJob]) {
+        var pushes: [PostgresPushJob] = []
+        for job in jobs {
+            switch job {
+            case .push(let p):
+                pushes.append(p)
+            case .other(let body):
+                commit(pushes)
+                pushes.removeAll()
+                _ = try? db.reconnectIfNeeded()
+                body(db)
+            }
+        }
+        commit(pushes)
+    }
+
+    /// Applies several pushes in one transaction (group commit). No completion runs before
+    /// the commit has returned. A push whose call fails is answered with its error and the
+    /// others are tried again without it; a deadlock or serialization failure retries the
+    /// whole group; a lost connection fails every push of the group (its commit may or may
+    /// not have happened: the client's retry is safe, replays answer it).
+    private func commit(_ all: [PostgresPushJob]) {
+        var jobs = all
+        var attempts = 0
+        while !jobs.isEmpty {
+            attempts += 1
+            var results: [[PushResult]] = []
+            var heads: [String: Int64] = [:]
+            var failedIndex: Int?
+            do {
+                try db.reconnectIfNeeded()
+                try db.execute("BEGIN")
+                let spaces = Set(jobs.map(\.space))
+                if spaces.count > 1 {
+                    try db.query("SELECT outpost_lock_spaces($1)", [.textArray(spaces.sorted())])
+                }
+                for (index, job) in jobs.enumerated() {
+                    do {
+                        let (answer, head) = try apply(job)
+                        results.append(answer)
+                        if let head { heads[job.space] = max(heads[job.space] ?? 0, head) }
+                    } catch let error as PostgresError where !error.isRetryable && !error.connectionLost && error.sqlState != "OP001" {
+                        failedIndex = index
+                        throw error
+                    }
+                }
+                try db.execute("COMMIT")
+            } catch {
+                if db.isInTransaction { try? db.execute("ROLLBACK") }
+                if let pg = error as? PostgresError, pg.sqlState == "OP001" {
+                    stale.mark(nil)
+                    for job in jobs { job.completion(.failure(StoreError("the database's epoch was rotated; this server no longer serves"))) }
+                    return
+                }
+                if let pg = error as? PostgresError, pg.isRetryable, attempts < 5 { continue }
+                if let failedIndex {
+                    Log.error("push failed in the store", ["error": "\(error)"])
+                    jobs[failedIndex].completion(.failure(error))
+                    jobs.remove(at: failedIndex)
+                    continue
+                }
+                for job in jobs { job.completion(.failure(error)) }
+                return
+            }
+            for (job, answer) in zip(jobs, results) { job.completion(.success(answer)) }
+            for (space, head) in heads { notifier.committed(space: space, head: head) }
+            return
+        }
+    }
+
+    /// Runs `outpost_push` for one push; returns the results in the push's order and the
+    /// space's head after it when something was applied.
+    private func apply(_ job: PostgresPushJob) throws -> ([PushResult], Int64?) {
+        var changes: [PreparedChange] = []
+        changes.reserveCapacity(job.items.count)
+        for item in job.items { if case .change(let c) = item { changes.append(c) } }
+        var applied: [PushResult] = []
+        var head: Int64?
+        if !changes.isEmpty {
+            let rows = try db.query(Self.pushSQL, [
+                .text(job.space), .text(epoch.rawValue), .text(job.clientId), .int(job.now),
+                .textArray(changes.map { $0.change.changeId }),
+                .bytesArray(changes.map { $0.fingerprint }),
+                .textArray(changes.map { $0.change.collection }),
+                .textArray(changes.map { $0.change.id }),
+                .boolArray(changes.map { $0.change.op == .delete }),
+                .bytesArray(changes.map { $0.change.op == .put ? ($0.dataJSON ?? Array("{}".utf8)) : nil }),
+                .intArray(changes.map { $0.change.clientTime }),
+                .intArray(changes.map { $0.change.baseVersion?.seq }),
+                .boolArray(changes.map { $0.change.baseVersion.map { $0.epoch == epoch } ?? true }),
+                .boolArray(changes.map { $0.change.force }),
+            ])
+            guard rows.count == changes.count else {
+                throw StoreError("outpost_push returned \(rows.count) rows for \(changes.count) changes")
+            }
+            applied.reserveCapacity(changes.count)
+            for (row, prepared) in changes.enumerated() {
+                let change = prepared.change
+                switch rows.text(row, 0) {
+                case "a":
+                    applied.append(.applied(change.changeId, version: Version(epoch: epoch, seq: rows.int64(row, 1))))
+                    head = rows.int64(row, 3)
+                case "r":
+                    if let e = Epoch(rows.text(row, 2)) {
+                        applied.append(.applied(change.changeId, version: Version(epoch: e, seq: rows.int64(row, 1)), replayed: true))
+                    } else {
+                        applied.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
+                    }
+                case "u":
+                    applied.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
+                case "e":
+                    let base = change.baseVersion.map { $0.epoch.rawValue } ?? "-"
+                    applied.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base), the current epoch is \(epoch); pull first"))
+                case "c":
+                    var current: RecordState?
+                    if !rows.isNull(row, 4) {
+                        let deleted = rows.bool(row, 5)
+                        var data: JSONObject?
+                        if !deleted {
+                            guard case .object(let o) = try JSONParser.parse(rows.bytes(row, 6)) else {
+                                throw StoreError("stored data of \(change.collection)/\(change.id) is not an object")
+                            }
+                            data = o
+                        }
+                        current = RecordState(collection: change.collection, id: change.id, version: Version(epoch: epoch, seq: rows.int64(row, 4)),
+                                              deleted: deleted, data: data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8),
+                                              clientTime: rows.optionalInt64(row, 9))
+                    }
+                    applied.append(.conflict(change.changeId, current: current))
+                case let other:
+                    throw StoreError("outpost_push returned an unknown status \"\(other)\"")
+                }
+            }
+        }
+        // Put the handler's rejections back in their places.
+        var results: [PushResult] = []
+        results.reserveCapacity(job.items.count)
+        var next = applied.makeIterator()
+        for item in job.items {
+            switch item {
+            case .change: results.append(next.next()!)
+            case .rejected(let result): results.append(result)
+            }
+        }
+        return (results, head)
+    }
+}
+
+// MARK: - Readers
+
+/// Owned by one reader thread.
+final class PostgresReader {
+    let db: PostgresConnection
+    let epoch: Epoch
+    let stale: StaleEpoch
+
+    init(db: PostgresConnection, epoch: Epoch, stale: StaleEpoch) {
+        self.db = db
+        self.epoch = epoch
+        self.stale = stale
+    }
+
+    /// One statement, so one snapshot: the space's head, the database's epoch and the
+    /// records after the cursor are read together (the visibility argument on
+    /// `PostgresSyncStore` needs exactly this).
+    static func pageSQL(filtered: Bool) -> String {
+        """
+        SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
+               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time
+        FROM spaces s LEFT JOIN LATERAL (
+            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time FROM records
+            WHERE space_id = s.space_id AND seq > $2\(filtered ? " AND collection = ANY($4)" : "")
+            ORDER BY seq LIMIT $3) r ON true
+        WHERE s.name = $1
+        ORDER BY r.seq
+        """
+    }
+
+    func page(_ request: PageRequest) throws -> PageData {
+        let filtered = request.collections.map { !$0.isEmpty } ?? false
+        var parameters: [PostgresValue] = [.text(request.space), .int(request.afterSeq), .int(Int64(request.limit) + 1)]
+        if filtered { parameters.append(.textArray(request.collections!)) }
+        let rows = try db.query(Self.pageSQL(filtered: filtered), parameters)
+        guard rows.count > 0 else {
+            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
+        }
+        guard rows.text(0, 1) == epoch.rawValue else {
+            stale.mark(Epoch(rows.text(0, 1)))
+            try stale.check()
+            throw StoreError("epoch changed")
+        }
+        let head = rows.int64(0, 0)
+        var out: [UInt8] = []
+        out.reserveCapacity(min(request.maxBytes, 1 << 20))
+        out.append(UInt8(ascii: "["))
+        var count = 0
+        var lastSeq: Int64?
+        var hasMore = false
+        for row in 0..<rows.count where !rows.isNull(row, 2) {
+            if count == request.limit { hasMore = true; break }
+            let mark = out.count
+            if count > 0 { out.append(UInt8(ascii: ",")) }
+            let seq = rows.int64(row, 2)
+            let deleted = rows.bool(row, 5)
+            rows.withBytes(row, 6) { data in
+                RecordJSON.append(
+                    to: &out, collection: rows.text(row, 3), id: rows.text(row, 4), epoch: epoch, seq: seq, deleted: deleted,
+                    data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9))
+            }
+            // The byte budget counts the whole encoded array; the first record always fits.
+            if count > 0 && out.count + 1 > request.maxBytes {
+                out.removeSubrange(mark...)
+                hasMore = true
+                break
+            }
+            count += 1
+            lastSeq = seq
+        }
+        out.append(UInt8(ascii: "]"))
+        return PageData(epoch: epoch, changesJSON: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: head)
+    }
+}
+
+// MARK: - Listener
+
+/// The thread that `LISTEN`s for commits and epoch changes of every instance and wakes
+/// this instance's long polls. It owns its connection; `stop` ends it within one poll
+/// interval.
+final class PostgresListener: Sendable {
+    private let running = Atomic<Bool>(true)
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// Connects (so a bad URL fails at start) and starts listening.
+    init(url: String, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch) throws {
+        let first = try Self.connect(url)
+        let box = ConnectionBox(first)
+        let thread = Thread { [self] in
+            outpost_set_thread_name("pg-listener")
+            var db: PostgresConnection? = box.take()
+            while self.running.load(ordering: .relaxed) {
+                do {
+                    if db == nil {
+                        db = try Self.connect(url)
+                        // Notifications sent while disconnected are lost: let every
+                        // waiting pull read again.
+                        notifier.wakeAll()
+                    }
+                    for n in try db!.waitForNotifications(timeoutMs: 200) {
+                        if n.channel == "outpost_commits" {
+                            let parts = n.payload.split(separator: " ")
+                            if parts.count == 2, let head = Int64(parts[1]) { notifier.committed(space: String(parts[0]), head: head) }
+                        } else if n.channel == "outpost_epoch", n.payload != epoch.rawValue {
+                            stale.mark(Epoch(n.payload))
+                        }
+                    }
+                } catch {
+                    Log.error("PostgreSQL listener lost its connection; reconnecting", ["error": "\(error)"])
+                    db?.close()
+                    db = nil
+                    usleep(500_000)
+                }
+            }
+            db?.close()
+            self.finished.signal()
+        }
+        thread.name = "pg-listener"
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    private static func connect(_ url: String) throws -> PostgresConnection {
+        let db = try PostgresSyncStore.open(url)
+        try db.execute("LISTEN outpost_commits; LISTEN outpost_epoch")
+        return db
+    }
+
+    /// Stops the thread and waits for it. Blocks: call it off the cooperative pool.
+    func stop() {
+        guard running.exchange(false, ordering: .relaxed) else { return }
+        finished.wait()
+    }
+}
+
+/// Hands a connection made on one thread to the thread that will own it, exactly once.
+///
+/// `@unchecked Sendable`: the connection is stored before the thread starts (`Thread.start`
+/// is a happens-before edge), and `take` runs once, on that thread, under the mutex; after
+/// it the box is empty and the connection belongs to that thread alone.
+final class ConnectionBox: @unchecked Sendable {
+    private let slot: Mutex<Void>
+    private var connection: PostgresConnection?
+
+    init(_ connection: PostgresConnection) {
+        self.connection = connection
+        self.slot = Mutex(())
+    }
+
+    func take() -> PostgresConnection? {
+        slot.withLock { _ in
+            defer { connection = nil }
+            return connection
+        }
+    }
+}
