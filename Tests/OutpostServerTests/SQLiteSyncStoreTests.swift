@@ -3,22 +3,56 @@ import Testing
 import OutpostCore
 import OutpostCrypto
 @testable import OutpostServer
+import OutpostTestSupport
 
-/// A store on a real SQLite file in a temporary directory.
+/// The two storage backends the contract tests run against.
+enum StoreKind: String, CaseIterable, Sendable, CustomStringConvertible {
+    case sqlite
+    case postgres
+
+    var description: String { rawValue }
+}
+
+/// A store on a real SQLite file in a temporary directory, or on a fresh database of the
+/// test run's PostgreSQL cluster (`PostgresCluster.shared`).
 final class StoreFixture {
+    let kind: StoreKind
     let directory: URL
     var path: String { directory.appendingPathComponent("outpost.sqlite").path }
-    var store: SQLiteSyncStore!
+    /// The PostgreSQL database's URL (postgres only).
+    let url: String?
+    var store: (any SyncStore)!
 
-    init() throws {
+    init(_ kind: StoreKind = .sqlite) throws {
+        self.kind = kind
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        store = try SQLiteSyncStore(configuration: .init(path: path))
+        url = kind == .postgres ? try PostgresCluster.shared.createDatabase() : nil
+        store = try open()
+    }
+
+    func open() throws -> any SyncStore {
+        switch kind {
+        case .sqlite: return try SQLiteSyncStore(configuration: .init(path: path))
+        case .postgres: return try PostgresSyncStore(configuration: .init(url: url!))
+        }
     }
 
     func reopen() async throws {
         await store.close()
-        store = try SQLiteSyncStore(configuration: .init(path: path))
+        store = try open()
+    }
+
+    /// Closes the store, gives it a new epoch as `rotate-epoch` does, and opens it again.
+    func rotateEpoch() async throws -> Epoch {
+        await store.close()
+        let epoch: Epoch
+        switch kind {
+        case .sqlite: epoch = try SQLiteSyncStore.rotateEpoch(path: path)
+        case .postgres: epoch = try PostgresSyncStore.rotateEpoch(url: url!)
+        }
+        store = try open()
+        return epoch
     }
 
     func cleanUp() async {
@@ -28,8 +62,8 @@ final class StoreFixture {
 }
 
 /// Runs `body` with a fresh store and always removes it afterwards.
-func withStore(_ body: (StoreFixture) async throws -> Void) async throws {
-    let f = try StoreFixture()
+func withStore(_ kind: StoreKind = .sqlite, _ body: (StoreFixture) async throws -> Void) async throws {
+    let f = try StoreFixture(kind)
     do {
         try await body(f)
     } catch {
@@ -50,9 +84,10 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
     return try items.map { try RecordState(json: $0) }
 }
 
-@Suite struct SQLiteSyncStoreTests {
-    @Test func createThenConflictOnNullBaseAndTombstonesCount() async throws {
-        try await withStore { f in
+/// The store contract (PROTOCOL.md sections 1, 4, 5), run against both backends.
+@Suite struct SyncStoreContractTests {
+    @Test(arguments: StoreKind.allCases) func createThenConflictOnNullBaseAndTombstonesCount(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let e = s.epoch
             var r = try await s.push(space: "sp", clientId: "phone", items: [prepared("c1", id: "a", base: nil)], now: 100)
@@ -77,8 +112,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func changesApplyInOrderEachOnItsOwn() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func changesApplyInOrderEachOnItsOwn(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let e = s.epoch
             let r = try await s.push(space: "sp", clientId: "p", items: [
@@ -95,8 +130,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func forceSkipsTheBaseCheck() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func forceSkipsTheBaseCheck(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             _ = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
             let r = try await s.push(space: "sp", clientId: "p", items: [prepared("c2", id: "a", data: ["t": "f"], base: nil, force: true)], now: 2)
@@ -104,8 +139,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func replaysAnswerTheOriginalResultAndReusedIDsAreRejected() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func replaysAnswerTheOriginalResultAndReusedIDsAreRejected(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let e = s.epoch
             _ = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
@@ -129,8 +164,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func conflictsAndRejectionsAreNotRemembered() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func conflictsAndRejectionsAreNotRemembered(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let e = s.epoch
             _ = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
@@ -142,15 +177,15 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func aBaseFromAnotherEpochIsAnEpochMismatch() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func aBaseFromAnotherEpochIsAnEpochMismatch(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let r = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: Version("OLDEPOCH.4"))], now: 1)
             #expect(r[0].error?.code == "epoch_mismatch")
         }
     }
 
-    @Test func pagesAreInSeqOrderWithEachRecordOnceAtItsNewestVersion() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func pagesAreInSeqOrderWithEachRecordOnceAtItsNewestVersion(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let e = s.epoch
             _ = try await s.push(space: "sp", clientId: "p", items: [
@@ -181,8 +216,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func theByteBudgetHoldsButAPageAlwaysHasOneRecord() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func theByteBudgetHoldsButAPageAlwaysHasOneRecord(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let big = JSONObject([("blob", .string(String(repeating: "x", count: 10_000)))])
             var items: [PushItem] = []
@@ -205,8 +240,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func seqsSurviveAReopenAndAreNeverHandedOutTwice() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func seqsSurviveAReopenAndAreNeverHandedOutTwice(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let e = f.store.epoch
             _ = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil), prepared("c2", id: "b", base: nil)], now: 1)
             try await f.reopen()
@@ -216,8 +251,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func concurrentPushesGetUniqueVersionsAndOneWriterWinsARecord() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func concurrentPushesGetUniqueVersionsAndOneWriterWinsARecord(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let versions = try await withThrowingTaskGroup(of: [PushResult].self) { group in
                 for client in 0..<8 {
@@ -255,8 +290,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func waitersAreWokenByACommitAndTimeOutOtherwise() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func waitersAreWokenByACommitAndTimeOutOtherwise(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             let timedOut = await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .milliseconds(50))
             #expect(!timedOut)
@@ -275,8 +310,8 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func sweepForgetsOldChangeIDs() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func sweepForgetsOldChangeIDs(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let s = f.store!
             _ = try await s.push(space: "sp", clientId: "p", items: [prepared("old", id: "a", base: nil)], now: 1_000)
             _ = try await s.push(space: "sp", clientId: "p", items: [prepared("new", id: "b", base: nil)], now: 5_000)
@@ -288,15 +323,14 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
         }
     }
 
-    @Test func rotateEpochMakesALaterEpochAndIsWritable() async throws {
-        try await withStore { f in
+    @Test(arguments: StoreKind.allCases) func rotateEpochMakesALaterEpochAndIsWritable(kind: StoreKind) async throws {
+        try await withStore(kind) { f in
             let before = f.store.epoch
             #expect(await f.store.isWritable())
-            await f.store.close()
-            let after = try SQLiteSyncStore.rotateEpoch(path: f.path)
+            let after = try await f.rotateEpoch()
             #expect(before < after)
-            f.store = try SQLiteSyncStore(configuration: .init(path: f.path))
             #expect(f.store.epoch == after)
+            #expect(await f.store.isWritable())
         }
     }
 }
