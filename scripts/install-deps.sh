@@ -5,10 +5,12 @@
 set -euo pipefail
 purpose="${1:-run}"
 
-packages=(libsqlite3-dev libssl-dev zlib1g-dev)
+packages=(libsqlite3-dev libssl-dev zlib1g-dev libpq-dev)
 if [ "$purpose" = "test" ]; then
   # gzip and procps (ps) are used by tests; nginx-light and wrk by the benchmarks.
-  packages+=(gzip procps)
+  # postgresql: the PostgreSQL store's tests start a throwaway cluster (initdb, postgres)
+  # as the postgres user it creates; util-linux has runuser.
+  packages+=(gzip procps postgresql util-linux)
 fi
 
 missing=()
