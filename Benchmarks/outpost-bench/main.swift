@@ -11,7 +11,7 @@ let usage = """
       media    media upload and download next to sha256sum and cp, with the server's RSS
       push     push throughput from 8 clients in batches of 100 and 500, beside raw SQLite
       pull     pull throughput, page time at 10,000 vs 1,000,000 records, long-poll wake-up
-      client   (not written yet)
+      client   the client SDK: local save latency, initial sync, write-to-other-device latency
 
     `outpost-bench <area> --help` lists an area's options.
     """
@@ -28,8 +28,7 @@ do {
     case "push", "pull":
         try await SyncBench.run(area: arguments[0], arguments: Array(arguments.dropFirst()))
     case "client":
-        FileHandle.standardError.write(Data("outpost-bench \(arguments[0]): not written yet\n".utf8))
-        exit(64)
+        try await ClientBench.run(arguments: Array(arguments.dropFirst()))
     case "-h", "--help", "help":
         print(usage)
     default:

@@ -139,8 +139,12 @@ final class LocalDatabase {
     /// The schema version this SDK writes; `migrate` brings older files up to it.
     static let schemaVersion = 1
 
+    /// The commit durability in force on the connection.
+    private(set) var durability: OutpostStore.Durability
+
     init(path: String, durability: OutpostStore.Durability) throws {
         db = try Connection(path: path)
+        self.durability = durability
         if path != ":memory:" {
             try db.enableWAL(synchronous: durability == .full ? .full : .normal)
         }
@@ -149,6 +153,14 @@ final class LocalDatabase {
     }
 
     func close() { db.close() }
+
+    /// Sets the durability of the next commits (outside a transaction). In WAL mode a
+    /// `FULL` commit syncs the log with every `NORMAL` commit before it, so order is kept.
+    func use(_ wanted: OutpostStore.Durability) throws {
+        guard wanted != durability, !db.isInTransaction else { return }
+        try db.execute("PRAGMA synchronous=\(wanted == .full ? "FULL" : "NORMAL")")
+        durability = wanted
+    }
 
     // MARK: Schema
 

@@ -127,9 +127,17 @@ public actor OutpostStore {
     }
 
     /// Runs `body` in one transaction, mapping SQLite failures to `OutpostError.storage`.
-    func write<T>(_ body: (LocalDatabase) throws -> T) throws -> T {
+    ///
+    /// Durability: local edits, and marking changes in flight, commit with the configured
+    /// durability (FULL by default). The sync's own bookkeeping (pulled pages with their
+    /// cursor, push answers, retry times) passes `.normal`: a power loss can only take back
+    /// such a commit whole (WAL), and the next sync pulls that page again or learns the
+    /// answer again under the same changeId, so nothing is lost and an fsync per page is
+    /// saved.
+    func write<T>(durability: Durability? = nil, _ body: (LocalDatabase) throws -> T) throws -> T {
         let d = try db()
         do {
+            try d.use(durability ?? configuration.durability)
             return try d.db.transaction { try body(d) }
         } catch let e as SQLiteError {
             throw OutpostError.storage(e.description)

@@ -32,6 +32,8 @@ extension OutpostStore {
         var pageLimit = max(1, min(configuration.pageLimit, limits.maxPageLimit))
         let maxBytes = max(1, min(limits.pageBytes, transport.maxResponseBytes - 65_536))
         var firstRequestOfSwitch = true
+        var prefetch: Prefetch?
+        defer { prefetch?.task.cancel() }
         while true {
             let d = try db()
             let epoch = try d.meta("epoch").flatMap(Epoch.init)
@@ -55,7 +57,7 @@ extension OutpostStore {
                     throw OutpostError.epochRefused(epoch: first.epoch.rawValue, current: nil, reason: "the store left this epoch before")
                 }
                 var keys: [RecordKey] = []
-                try write { d in
+                try write(durability: .normal) { d in
                     try d.setMeta("epoch", first.epoch.rawValue)
                     if try d.recordCount() > 0 {
                         try d.markAllForEpochCheck()
@@ -72,7 +74,19 @@ extension OutpostStore {
 
             let page: PulledPage
             do {
-                page = try await fetch(transport, since: cursor, limit: &pageLimit, maxBytes: maxBytes)
+                if let ahead = prefetch, ahead.since == cursor {
+                    prefetch = nil
+                    // The fetch is a detached task: cancelling this sync must reach it.
+                    (page, pageLimit) = try await withTaskCancellationHandler {
+                        try await ahead.task.value
+                    } onCancel: {
+                        ahead.task.cancel()
+                    }
+                } else {
+                    prefetch?.task.cancel()
+                    prefetch = nil
+                    page = try await fetch(transport, since: cursor, limit: &pageLimit, maxBytes: maxBytes)
+                }
             } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.epochChanged.rawValue {
                 guard let reported = envelope.details?["epoch"]?.stringValue.flatMap(Epoch.init) else {
                     throw OutpostError.protocolViolation("epoch_changed without details.epoch")
@@ -92,8 +106,16 @@ extension OutpostStore {
                 try await switchEpoch(from: epoch, to: page.epoch, transport, limit: &pageLimit, maxBytes: maxBytes, report: &report)
                 continue
             }
+            if page.hasMore {
+                // Fetch the next page while this one is applied (the cursor it asks from is
+                // where this page ends; it is used only if the cursor gets there).
+                let space = configuration.space, since = page.next, limit = pageLimit
+                prefetch = Prefetch(since: since, task: Task.detached {
+                    try await Self.fetchPage(transport, space: space, since: since, limit: limit, maxBytes: maxBytes)
+                })
+            }
             var keys: [RecordKey] = []
-            try write { d in
+            try write(durability: .normal) { d in
                 try apply(page, d, report: &report, keys: &keys)
                 if !page.hasMore, try d.meta("rebasing") != nil { try finishRebase(epoch, d, report: &report, keys: &keys) }
             }
@@ -115,7 +137,7 @@ extension OutpostStore {
             throw OutpostError.epochRefused(epoch: reported.rawValue, current: current.rawValue, reason: "the store left this epoch before")
         }
         var keys: [RecordKey] = []
-        try write { d in
+        try write(durability: .normal) { d in
             try d.retire(current, keep: Self.retiredEpochLimit)
             try d.setMeta("epoch", reported.rawValue)
             try d.setMeta("cursor", nil)
@@ -130,17 +152,32 @@ extension OutpostStore {
 
     /// One pull request; halves `limit` while the answer is larger than the transport reads.
     func fetch(_ transport: any SyncTransport, since: Version?, limit: inout Int, maxBytes: Int, waitMs: Int = 0) async throws -> PulledPage {
+        let (page, used) = try await Self.fetchPage(transport, space: configuration.space, since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+        limit = used
+        return page
+    }
+
+    /// `fetch` off the actor (for a page fetched while the previous one is applied);
+    /// returns the page and the limit that worked.
+    nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, since: Version?, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PulledPage, Int) {
+        var limit = limit
         while true {
             do {
                 let query = PullQuery(since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
-                return try await transport.pull(query, space: configuration.space)
+                return (try await transport.pull(query, space: space), limit)
             } catch TransportError.answerTooLarge(let cap) {
                 guard limit > 1 else { throw OutpostError.transport(.answerTooLarge(limit: cap)) }
                 limit = max(1, limit / 2)
             } catch {
-                throw Self.transportFailure(error)
+                throw transportFailure(error)
             }
         }
+    }
+
+    /// A page being fetched while the store applies the one before it.
+    struct Prefetch {
+        let since: Version
+        let task: Task<(PulledPage, Int), any Error>
     }
 
     /// Applies a page and moves the cursor past it (inside the caller's transaction).
@@ -330,7 +367,7 @@ extension OutpostStore {
               try current.meta("rebasing") == nil else { return .needsSync }
         var report = SyncReport()
         var keys: [RecordKey] = []
-        try write { d in try apply(page, d, report: &report, keys: &keys) }
+        try write(durability: .normal) { d in try apply(page, d, report: &report, keys: &keys) }
         notify(StoreEvent(origin: .remote, keys: keys))
         if page.hasMore { return .needsSync }
         return page.records.isEmpty ? .unchanged : .changed

@@ -78,7 +78,7 @@ extension OutpostStore {
         for entry in candidates {
             let size = try entry.change().json.encoded().count
             if size + overhead > limits.maxRequestBytes {
-                try write { d in
+                try write(durability: .normal) { d in
                     try rejectLocally(entry, code: ErrorCode.payloadTooLarge.rawValue,
                                       message: "the change is \(size) bytes encoded; the server takes requests of at most \(limits.maxRequestBytes)", d)
                 }
@@ -100,6 +100,8 @@ extension OutpostStore {
     /// Sends one request and settles what its answer settles.
     func send(_ batch: [QueueEntry], _ transport: any SyncTransport, report: inout SyncReport) async throws -> BatchOutcome {
         let changes = try batch.map { try $0.change() }
+        // Durable before the request leaves: a change the server may apply must never come
+        // back as "pending" after a power loss (it could then be merged with a later edit).
         try write { d in
             for var e in batch {
                 e.state = .inFlight
@@ -117,7 +119,7 @@ extension OutpostStore {
             if case .refused(413, let envelope) = t,
                envelope.code == ErrorCode.tooManyChanges.rawValue || envelope.code == ErrorCode.payloadTooLarge.rawValue {
                 // Not applied: put the changes back as they were and send smaller requests.
-                try write { d in
+                try write(durability: .normal) { d in
                     for e in batch {
                         if batch.count == 1 && envelope.code == ErrorCode.payloadTooLarge.rawValue {
                             try rejectLocally(e, code: envelope.code, message: envelope.message, d)
@@ -143,7 +145,7 @@ extension OutpostStore {
             return .failed(.protocolViolation(message))
         }
         var keys: [RecordKey] = []
-        try write { d in
+        try write(durability: .normal) { d in
             for (entry, result) in zip(batch, response.results) {
                 var sentEntry = entry
                 sentEntry.attempts += 1
@@ -174,7 +176,7 @@ extension OutpostStore {
     /// been applied). Each waits for its jittered backoff.
     private func scheduleRetry(_ batch: [QueueEntry], mayHaveApplied: Bool, message: String) throws {
         let time = now()
-        try write { d in
+        try write(durability: .normal) { d in
             for var e in batch {
                 e.attempts += 1
                 e.state = mayHaveApplied || e.state == .inDoubt ? .inDoubt : .failed

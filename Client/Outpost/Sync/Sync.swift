@@ -29,7 +29,7 @@ extension OutpostStore {
                 if let failure = try await pushPhase(transport, report: &report) { pushFailure = pushFailure ?? failure }
             }
             if let pushFailure { throw pushFailure }
-            try write { d in
+            try write(durability: .normal) { d in
                 try d.setMeta("last_sync_at", String(now()))
                 try d.setMeta("last_error", nil)
             }

@@ -196,15 +196,19 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable 
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         let cap = maxBytes
+        // Mutated in place through the dictionary's subscript: copying `Pending` out and
+        // back would copy the body so far at every chunk.
         let overflow = tasks.withLock { tasks -> Bool in
-            guard var pending = tasks[dataTask.taskIdentifier] else { return false }
-            if pending.body.count + data.count > cap {
-                pending.tooLarge = true
-                tasks[dataTask.taskIdentifier] = pending
+            let id = dataTask.taskIdentifier
+            guard let count = tasks[id]?.body.count else { return false }
+            if count + data.count > cap {
+                tasks[id]?.tooLarge = true
                 return true
             }
-            pending.body.append(contentsOf: data)
-            tasks[dataTask.taskIdentifier] = pending
+            if count == 0, case let expected = dataTask.response?.expectedContentLength ?? -1, expected > 0 {
+                tasks[id]?.body.reserveCapacity(Int(min(expected, Int64(cap))))
+            }
+            tasks[id]?.body.append(contentsOf: data)
             return false
         }
         if overflow { dataTask.cancel() }

@@ -109,9 +109,19 @@ public struct PulledPage: Sendable, Hashable {
     /// must be right, else `TransportError.badAnswer`; each element of `changes` that is
     /// not a valid record becomes `.undecodable` instead of failing the page.
     public static func decode(_ bytes: [UInt8], status: Int = 200) throws(TransportError) -> PulledPage {
+        // Records' data may nest 64 levels: page, changes, record, then data. Parsing with
+        // that depth bounds every record without measuring each one; a page with a deeper
+        // record is parsed again without the bound, and the deep record alone is quarantined.
         let value: JSONValue
-        do { value = try JSONParser(maxDepth: JSONParser.depthCeiling).parse(bytes) } catch {
-            throw .badAnswer(status: status, "the page is not JSON (\(error))")
+        var bounded = true
+        do {
+            value = try JSONParser(maxDepth: 3 + 64).parse(bytes)
+        } catch {
+            guard case .tooDeep = error.reason else { throw .badAnswer(status: status, "the page is not JSON (\(error))") }
+            do { value = try JSONParser(maxDepth: JSONParser.depthCeiling).parse(bytes) } catch {
+                throw .badAnswer(status: status, "the page is not JSON (\(error))")
+            }
+            bounded = false
         }
         guard case .object(let o) = value else { throw .badAnswer(status: status, "the page is not a JSON object") }
         guard case .string(let e)? = o["epoch"], let epoch = Epoch(e) else { throw .badAnswer(status: status, "the page has no valid epoch") }
@@ -120,7 +130,7 @@ public struct PulledPage: Sendable, Hashable {
         guard case .bool(let hasMore)? = o["hasMore"] else { throw .badAnswer(status: status, "the page has no hasMore") }
         var records: [PulledRecord] = []
         records.reserveCapacity(items.count)
-        for item in items { records.append(PulledRecord(item)) }
+        for item in items { records.append(PulledRecord(item, checkDepth: !bounded)) }
         return PulledPage(epoch: epoch, records: records, next: next, hasMore: hasMore, byteCount: bytes.count)
     }
 }
@@ -133,13 +143,14 @@ public enum PulledRecord: Sendable, Hashable {
     case undecodable(UndecodableRecord)
 
     /// Decodes one element: valid names, a version, data a JSON object nested at most 64
-    /// levels deep (the depth records may have).
-    public init(_ value: JSONValue) {
+    /// levels deep (the depth records may have; `checkDepth: false` when the caller's parse
+    /// already bounded it).
+    public init(_ value: JSONValue, checkDepth: Bool = true) {
         do {
             let state = try RecordState(json: value)
             guard Names.isValidCollection(state.collection) else { throw WireError(field: "collection", message: "is not a collection name") }
             guard Names.isValidRecordID(state.id) else { throw WireError(field: "id", message: "is not a record id") }
-            if let data = state.data, JSONValue.object(data).depth > 64 { throw WireError(field: "data", message: "is nested deeper than 64 levels") }
+            if checkDepth, let data = state.data, JSONValue.object(data).depth > 64 { throw WireError(field: "data", message: "is nested deeper than 64 levels") }
             self = .record(state)
         } catch {
             self = .undecodable(UndecodableRecord(

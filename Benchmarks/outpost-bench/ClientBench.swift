@@ -1,0 +1,302 @@
+// `outpost-bench client`: the client SDK (Client/Outpost) against the release
+// `outpost-server` on this machine, each figure beside its ceiling from the same run.
+//
+// 1. Local save latency: `OutpostStore.put` of a ~200-byte record into a store file (WAL,
+//    the default durability FULL, then NORMAL), one at a time. Ceiling: a raw SQLite
+//    INSERT of the same bytes into a table in a file with the same settings, one
+//    transaction each. A save writes the record and its queue entry in one transaction.
+// 2. Initial sync: a space of 100,000 records of ~200 bytes of data, pulled into a new
+//    store from the start, with the SDK's default page size. Reported in records/s with the
+//    process's peak memory during the sync (VmHWM, reset before it). Ceilings: the same
+//    pages fetched and decoded by HTTPSyncTransport without storing them, and raw SQLite
+//    inserting 100,000 rows of the same size in transactions of one page each.
+//    Goal: at least 100,000 records/s (five times PowerSync's published 20,000 ops/s).
+// 3. Write-to-other-device latency: two stores, each with a SyncScheduler holding a long
+//    poll; the time from the first device's save to the second device's observer hearing
+//    the record. Ceiling: the bare protocol over the same transport (a push of one change
+//    while a long-poll pull waits; the time until the pull returns). Goal: p99 < 100 ms.
+import Foundation
+import Glibc
+import Outpost
+import OutpostCore
+import OutpostServer
+import OutpostSQLite
+
+enum ClientBench {
+    static let secret = "outpost-bench-client-secret"
+
+    static func run(arguments: [String]) async throws {
+        var serverPath: String?
+        var records = 100_000
+        var saves = 2_000
+        var rounds = 200
+        var pageLimit: Int?
+        var i = 0
+        while i < arguments.count {
+            switch arguments[i] {
+            case "--server" where i + 1 < arguments.count: serverPath = arguments[i + 1]; i += 1
+            case "--records" where i + 1 < arguments.count: records = Int(arguments[i + 1]) ?? records; i += 1
+            case "--saves" where i + 1 < arguments.count: saves = Int(arguments[i + 1]) ?? saves; i += 1
+            case "--rounds" where i + 1 < arguments.count: rounds = Int(arguments[i + 1]) ?? rounds; i += 1
+            case "--page-limit" where i + 1 < arguments.count: pageLimit = Int(arguments[i + 1]); i += 1
+            case "-h", "--help":
+                print("usage: outpost-bench client [--server PATH] [--records 100000] [--saves 2000] [--rounds 200] [--page-limit N]")
+                return
+            default: throw HTTPBench.BenchError("unknown option \(arguments[i])")
+            }
+            i += 1
+        }
+        let work = try HTTPBench.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        print("outpost-bench client: load average \(HTTPBench.loadAverage())")
+
+        try await localSaves(work: work, count: saves)
+
+        setenv("OUTPOST_JWT_SECRET", secret, 1)
+        let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0)
+        defer { server.stop() }
+        let token = JWTAuthority(secret: Array(secret.utf8)).sign(
+            Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        let url = URL(string: "http://127.0.0.1:\(server.port)")!
+        print("server pid \(server.pid) on port \(server.port)")
+
+        try await initialSync(url: url, token: token, work: work, records: records, pageLimit: pageLimit)
+        try await writeToOtherDevice(url: url, token: token, work: work, rounds: rounds)
+    }
+
+    // MARK: Helpers
+
+    struct Todo: Codable {
+        var title: String
+        var done: Bool
+        var priority: Int
+        var notes: String
+    }
+
+    /// About 200 bytes of JSON.
+    static func record(_ n: Int) -> JSONObject {
+        [
+            "title": .string("Inspect pump station \(n) on the north loop"),
+            "done": .bool(n % 3 == 0), "priority": .number(JSONNumber(n % 5)),
+            "notes": .string("Check the seals, the pressure gauge and the valve at the outlet; photo of meter \(n)."),
+            "site": .string("NL-\(n % 97)"),
+        ]
+    }
+
+    static func percentile(_ sorted: [Double], _ p: Double) -> Double {
+        guard !sorted.isEmpty else { return 0 }
+        return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * p + 0.5))]
+    }
+
+    static func ms(_ d: Duration) -> Double {
+        let (s, a) = d.components
+        return Double(s) * 1000 + Double(a) / 1e15
+    }
+
+    /// Resets the peak resident size (VmHWM) of this process.
+    static func resetPeakMemory() {
+        if let fd = fopen("/proc/self/clear_refs", "w") {
+            fputs("5", fd)
+            fclose(fd)
+        }
+    }
+
+    /// VmHWM and VmRSS of this process, in bytes.
+    static func memory() -> (peak: Int, now: Int) {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return (0, 0) }
+        func field(_ name: String) -> Int {
+            for line in text.split(separator: "\n") where line.hasPrefix(name) {
+                return (line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 0) * 1024
+            }
+            return 0
+        }
+        return (field("VmHWM:"), field("VmRSS:"))
+    }
+
+    // MARK: 1. Local saves
+
+    static func localSaves(work: String, count: Int) async throws {
+        print("\n1. local save latency, \(count) saves of ~200 bytes, one at a time")
+        print("                           p50        p99        raw SQLite insert p50 / p99 (ceiling)")
+        for (durability, name, pragma) in [(OutpostStore.Durability.full, "FULL", Connection.Synchronous.full), (.normal, "NORMAL", .normal)] {
+            var configuration = OutpostStore.Configuration(space: "bench")
+            configuration.durability = durability
+            let path = work + "/saves-\(name).sqlite"
+            let store = try OutpostStore(path: path, configuration: configuration)
+            var latencies: [Double] = []
+            latencies.reserveCapacity(count)
+            let clock = ContinuousClock()
+            for n in 0..<count {
+                let data = record(n)
+                let t = clock.measure { }
+                _ = t
+                let start = clock.now
+                try await store.put(data, in: "todos", id: "t\(n)")
+                latencies.append(ms(clock.now - start))
+            }
+            await store.close()
+            latencies.sort()
+
+            let raw = try Connection(path: work + "/raw-\(name).sqlite")
+            try raw.enableWAL(synchronous: pragma)
+            try raw.execute("CREATE TABLE t(id TEXT PRIMARY KEY, data BLOB) WITHOUT ROWID")
+            var rawLatencies: [Double] = []
+            for n in 0..<count {
+                var bytes: [UInt8] = []
+                JSONWriter.append(record(n), to: &bytes)
+                let start = clock.now
+                try raw.run("INSERT INTO t(id, data) VALUES (?, ?)", [.text("t\(n)"), .blob(bytes)])
+                rawLatencies.append(ms(clock.now - start))
+            }
+            raw.close()
+            rawLatencies.sort()
+            let p50 = percentile(latencies, 0.5), p99 = percentile(latencies, 0.99)
+            let r50 = percentile(rawLatencies, 0.5), r99 = percentile(rawLatencies, 0.99)
+            print("save, synchronous=\(name)".padding(toLength: 24, withPad: " ", startingAt: 0)
+                  + String(format: "%8.3f ms %8.3f ms      %.3f / %.3f ms   (%.1f× / %.1f× the ceiling)", p50, p99, r50, r99, p50 / r50, p99 / r99))
+        }
+    }
+
+    // MARK: 2. Initial sync
+
+    static func initialSync(url: URL, token: String, work: String, records: Int, pageLimit requested: Int?) async throws {
+        let transport = HTTPSyncTransport(baseURL: url, token: token)
+        let limits = try await transport.serverInfo().limits
+        // Seed the space through the protocol, in pushes of the server's largest size.
+        var n = 0
+        var bytes = 0
+        while n < records {
+            var changes: [Change] = []
+            while changes.count < limits.maxChangesPerPush && n < records {
+                let data = record(n)
+                bytes += JSONValue.object(data).encoded().count
+                changes.append(Change(changeId: "seed-\(n)", collection: "todos", id: String(format: "t%07d", n), op: .put, data: data, baseVersion: nil))
+                n += 1
+            }
+            let answer = try await transport.push(PushRequest(clientId: "seeder", changes: changes), space: "bench")
+            guard answer.results.allSatisfy({ $0.status == .applied }) else { throw HTTPBench.BenchError("seeding failed") }
+        }
+        var configuration = OutpostStore.Configuration(space: "bench")
+        if let requested { configuration.pageLimit = requested }
+        let pageLimit = configuration.pageLimit
+        print("\n2. initial sync of \(records) records (\(bytes / records) bytes of data each, pages of \(pageLimit)) from a local server")
+
+        // Ceiling 1: the transport alone (HTTP, decoding), nothing stored.
+        let clock = ContinuousClock()
+        var start = clock.now
+        var since: Version?
+        var fetched = 0
+        while true {
+            let page = try await transport.pull(PullQuery(since: since, limit: pageLimit, maxBytes: limits.pageBytes), space: "bench")
+            fetched += page.records.count
+            since = page.next
+            if !page.hasMore { break }
+        }
+        let transportSeconds = ms(clock.now - start) / 1000
+
+        // Ceiling 2: raw SQLite inserts of the same bytes, a transaction per page, with the
+        // durability the store uses for pulled pages (NORMAL: see OutpostStore.write).
+        let raw = try Connection(path: work + "/raw-sync.sqlite")
+        try raw.enableWAL(synchronous: .normal)
+        try raw.execute("CREATE TABLE t(collection TEXT, id TEXT, data BLOB, version TEXT, PRIMARY KEY(collection, id)) WITHOUT ROWID")
+        let blobs = (0..<records).map { n -> [UInt8] in
+            var b: [UInt8] = []
+            JSONWriter.append(record(n), to: &b)
+            return b
+        }
+        start = clock.now
+        var row = 0
+        while row < records {
+            try raw.transaction {
+                let stmt = try raw.cached("INSERT INTO t(collection, id, data, version) VALUES (?, ?, ?, ?)")
+                for r in row..<min(records, row + pageLimit) {
+                    try stmt.bind([.text("todos"), .text(String(format: "t%07d", r)), .blob(blobs[r]), .text("E.\(r + 1)")])
+                    while try stmt.step() {}
+                }
+            }
+            row += pageLimit
+        }
+        let rawSeconds = ms(clock.now - start) / 1000
+        raw.close()
+
+        // The SDK: a new store pulling everything.
+        let store = try OutpostStore(path: work + "/initial.sqlite", configuration: configuration, transport: transport)
+        let before = memory()
+        resetPeakMemory()
+        start = clock.now
+        let report = try await store.sync()
+        let seconds = ms(clock.now - start) / 1000
+        let after = memory()
+        let held = try await store.records(in: "todos").count
+        await store.close()
+        guard report.pulled == records, held == records, fetched == records else {
+            throw HTTPBench.BenchError("pulled \(report.pulled), holds \(held), fetched \(fetched) of \(records)")
+        }
+        print("                            records/s     seconds")
+        print(String(format: "SDK initial sync        %12.0f %10.2f   peak memory %.1f MB (%.1f MB before, %.1f MB after)",
+                     Double(records) / seconds, seconds, Double(after.peak) / 1e6, Double(before.now) / 1e6, Double(after.now) / 1e6))
+        print(String(format: "ceiling: transport only %12.0f %10.2f   (HTTP + decoding, nothing stored)", Double(records) / transportSeconds, transportSeconds))
+        print(String(format: "ceiling: raw SQLite     %12.0f %10.2f   (inserts of the same bytes, one transaction per page)", Double(records) / rawSeconds, rawSeconds))
+        print(String(format: "goal ≥ 100,000 records/s: %@", Double(records) / seconds >= 100_000 ? "met" : "NOT met"))
+    }
+
+    // MARK: 3. Write to another device
+
+    static func writeToOtherDevice(url: URL, token: String, work: String, rounds: Int) async throws {
+        print("\n3. write-to-other-device latency through long poll, \(rounds) rounds")
+        var configuration = OutpostStore.Configuration(space: "latency")
+        let a = try OutpostStore(path: work + "/a.sqlite", configuration: configuration, transport: HTTPSyncTransport(baseURL: url, token: token))
+        configuration.clientId = "device-b"
+        let b = try OutpostStore(path: work + "/b.sqlite", configuration: configuration, transport: HTTPSyncTransport(baseURL: url, token: token))
+        try await a.sync()
+        try await b.sync()
+        var options = SyncScheduler.Options()
+        options.interval = .seconds(3600)
+        options.longPoll = .seconds(25)
+        let schedulerA = SyncScheduler(store: a, options: options)
+        let schedulerB = SyncScheduler(store: b, options: options)
+        await schedulerA.start()
+        await schedulerB.start()
+        var heard = await b.observe(collection: "todos").makeAsyncIterator()
+        try await Task.sleep(for: .milliseconds(300))
+        let clock = ContinuousClock()
+        var latencies: [Double] = []
+        for n in 0..<rounds {
+            let start = clock.now
+            try await a.put(record(n), in: "todos", id: "l\(n)")
+            while let event = await heard.next() {
+                if event.keys.contains(where: { $0.id == "l\(n)" }) { break }
+            }
+            latencies.append(ms(clock.now - start))
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        await schedulerA.stop()
+        await schedulerB.stop()
+        await a.close()
+        await b.close()
+
+        // Ceiling: the protocol alone on the same transport.
+        let transport = HTTPSyncTransport(baseURL: url, token: token)
+        var cursor = try await transport.pull(PullQuery(limit: 1), space: "ceiling").next
+        var bare: [Double] = []
+        for n in 0..<rounds {
+            let since = cursor
+            let poll = Task { try await transport.pull(PullQuery(since: since, limit: 100, waitMs: 25_000), space: "ceiling") }
+            try await Task.sleep(for: .milliseconds(20))
+            let start = clock.now
+            _ = try await transport.push(PushRequest(clientId: "ceiling", changes: [
+                Change(changeId: "c-\(n)-\(UUID().uuidString)", collection: "todos", id: "c\(n)", op: .put, data: record(n), baseVersion: nil),
+            ]), space: "ceiling")
+            let page = try await poll.value
+            bare.append(ms(clock.now - start))
+            cursor = page.next
+        }
+        latencies.sort()
+        bare.sort()
+        print("                            p50        p99")
+        print(String(format: "SDK save → other device %8.1f ms %8.1f ms   (schedulers: push + pull on one side, long poll on the other)",
+                     percentile(latencies, 0.5), percentile(latencies, 0.99)))
+        print(String(format: "ceiling: push → long poll %6.1f ms %8.1f ms   (bare protocol, same transport)", percentile(bare, 0.5), percentile(bare, 0.99)))
+        print(String(format: "goal p99 < 100 ms: %@", percentile(latencies, 0.99) < 100 ? "met" : "NOT met"))
+    }
+}
