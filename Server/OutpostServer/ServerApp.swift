@@ -36,12 +36,12 @@ public enum ServerApp {
         usage: outpost-server COMMAND [options]
           serve [options]                       serve HTTP (serve --help lists every option)
           token --data DIR --sub USER --space SPACE ... [--scope read|write] [--admin] [--ttl SECONDS]
-          rotate-epoch --data DIR               give the store a new epoch (server stopped)
-          backup --data DIR --out PATH [--include-secret]
+          rotate-epoch --data DIR | --store URL give the store a new epoch (SQLite: server stopped)
+          backup --data DIR [--media-dir DIR] --out PATH [--include-secret]
                                                 a consistent copy, also while the server runs
-          restore --from PATH --data DIR [--force]
+          restore --from PATH --data DIR [--media-dir DIR] [--force]
                                                 put a backup in place, with a new epoch (server stopped)
-          check --data DIR                      integrity of the store and every media file (exit 1 when damaged)
+          check --data DIR [--media-dir DIR]    integrity of the store and every media file (exit 1 when damaged)
           healthcheck [--url URL] [--timeout SECONDS]
                                                 exit 0 when GET /readyz answers 2xx
         """

@@ -34,7 +34,7 @@ final class StopFlag: Sendable {
 
     /// Runs `outpost-server ARGS` to completion, keeping both outputs (through files, so
     /// neither pipe can fill up while the other is read).
-    static func run(_ arguments: [String], in dir: TemporaryDirectory) throws -> CommandResult {
+    static func run(_ arguments: [String], in dir: TemporaryDirectory, environment: [String: String] = [:]) throws -> CommandResult {
         let id = UUID().uuidString
         let outPath = dir.appending("cmd-\(id).out"), errPath = dir.appending("cmd-\(id).err")
         _ = FileManager.default.createFile(atPath: outPath, contents: nil)
@@ -45,8 +45,8 @@ final class StopFlag: Sendable {
         process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-server"))
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
-        env["OUTPOST_JWT_SECRET"] = nil
-        env["OUTPOST_DATA"] = nil
+        for key in env.keys where key.hasPrefix("OUTPOST_") { env[key] = nil }
+        for (key, value) in environment { env[key] = value }
         process.environment = env
         process.standardOutput = out
         process.standardError = err
@@ -467,6 +467,40 @@ final class StopFlag: Sendable {
             #expect(try Self.run(["backup", "--data", dir.path], in: dir).status == 64, "--out is required")
             #expect(try Self.run(["backup", "--data", dir.appending("nothing"), "--out", dir.appending("b")], in: dir).status == 64)
             #expect(try Self.run(["restore", "--from"], in: dir).status == 64)
+            // A PostgreSQL store is backed up with PostgreSQL's tools, and said so.
+            let postgres = try Self.run(["backup", "--data", dir.path, "--out", dir.appending("b")], in: dir, environment: ["OUTPOST_STORE": "postgres://u@localhost/outpost"])
+            #expect(postgres.status == 64 && postgres.stderr.contains("pg_dump"), "\(postgres)")
+            #expect(try Self.run(["check", "--data", dir.path, "--store", "postgresql://h/db"], in: dir).status == 64)
+        }
+    }
+
+    @Test func aMediaDirectoryOutsideTheDataDirectoryIsBackedUpRestoredAndChecked() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
+            let data = dir.appending("data"), media = dir.appending("shared-media")
+            let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.mediaDirectory = media; s.accessLog = false; return s }(),
+                                             environment: ["OUTPOST_JWT_SECRET": "k"])
+            await app.close()
+            // A published file and its row, as finalize leaves them.
+            let file = mediaBytes(2_000, seed: 21)
+            let id = SHA256.hex(file)
+            let path = "\(media)/spaces/sp/\(id.prefix(2))/\(id)"
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try Data(file).write(to: URL(fileURLWithPath: path))
+            do {
+                let db = try Connection(path: data + "/outpost.sqlite")
+                defer { db.close() }
+                try db.run("INSERT INTO media(space, media_id, size, content_type, filename, created_at) VALUES ('sp', ?, ?, 'image/png', NULL, 1)",
+                           [.text(id), .integer(Int64(file.count))])
+            }
+            #expect(try CheckCommand.run(dataDirectory: data, mediaDirectory: media).isSound)
+            #expect(!(try CheckCommand.run(dataDirectory: data).isSound), "without the media directory the file is missing")
+            let manifest = try BackupCommand.run(dataDirectory: data, output: dir.appending("bk"), mediaDirectory: media)
+            #expect(manifest.media.map(\.sha256) == [id])
+            #expect(FileManager.default.contents(atPath: dir.appending("bk/media/spaces/sp/\(id.prefix(2))/\(id)")) == Data(file))
+            let restoredMedia = dir.appending("restored-media")
+            _ = try RestoreCommand.run(backup: dir.appending("bk"), dataDirectory: dir.appending("restored"), mediaDirectory: restoredMedia)
+            #expect(FileManager.default.contents(atPath: restoredMedia + "/spaces/sp/\(id.prefix(2))/\(id)") == Data(file))
+            #expect(try CheckCommand.run(dataDirectory: dir.appending("restored"), mediaDirectory: restoredMedia).isSound)
         }
     }
 }

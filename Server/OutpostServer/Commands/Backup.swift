@@ -95,7 +95,7 @@ public struct BackupManifest: Codable, Sendable, Equatable {
     }
 }
 
-/// `outpost-server backup --data DIR --out PATH [--include-secret]`: a consistent copy of
+/// `outpost-server backup --data DIR [--media-dir DIR] --out PATH [--include-secret]`: a consistent copy of
 /// a data directory, taken while a server runs on it (docs/operating.md, "Backup").
 ///
 /// - The store is copied with SQLite's online backup API in one step: one read transaction
@@ -116,10 +116,10 @@ public enum BackupCommand {
     /// Parses the command line and runs the backup; prints a one-line summary.
     public static func main(arguments: [String], environment: [String: String]) -> Int32 {
         runOperatorCommand {
-            let options = try OperatorArguments(arguments, valued: ["--data", "--out"], switches: ["--include-secret"])
-            let data = options.values["--data"] ?? environment["OUTPOST_DATA"] ?? "./outpost-data"
+            let options = try OperatorArguments(arguments, valued: ["--data", "--media-dir", "--store", "--out"], switches: ["--include-secret"])
+            let (data, media) = try options.directories(environment, command: "backup")
             let out = try options.required("--out", "PATH")
-            let manifest = try run(dataDirectory: data, output: out, includeSecret: options.switches.contains("--include-secret"))
+            let manifest = try run(dataDirectory: data, output: out, includeSecret: options.switches.contains("--include-secret"), mediaDirectory: media)
             print("backup \(out): epoch \(manifest.epoch), \(manifest.counts.records) records in \(manifest.counts.spaces) spaces, "
                 + "\(manifest.counts.media) media files (\(manifest.counts.mediaBytes) bytes)"
                 + (manifest.openUploadsLeftOut > 0 ? ", \(manifest.openUploadsLeftOut) open uploads left out" : "")
@@ -128,8 +128,9 @@ public enum BackupCommand {
         }
     }
 
-    /// Backs up `dataDirectory` into the new directory `output` and returns its manifest.
-    public static func run(dataDirectory: String, output: String, includeSecret: Bool = false) throws -> BackupManifest {
+    /// Backs up `dataDirectory` (with its media in `mediaDirectory`, by default
+    /// `DATA/media`) into the new directory `output` and returns its manifest.
+    public static func run(dataDirectory: String, output: String, includeSecret: Bool = false, mediaDirectory: String? = nil) throws -> BackupManifest {
         let storePath = OperatorFiles.join(dataDirectory, "outpost.sqlite")
         guard OperatorFiles.isRegularFile(storePath) else { throw AdminCommands.Usage("no store at \(storePath)") }
         guard !OperatorFiles.exists(output) else { throw AdminCommands.Usage("\(output) already exists; back up into a new path") }
@@ -138,7 +139,8 @@ public enum BackupCommand {
         let staging = OperatorFiles.join(parent, ".\((output as NSString).lastPathComponent).partial-\(UUID().uuidString.prefix(8))")
         guard mkdir(staging, 0o700) == 0 else { throw OperatorFiles.ioError("mkdir", staging) }
         do {
-            let manifest = try fill(staging, from: dataDirectory, storePath: storePath, includeSecret: includeSecret)
+            let manifest = try fill(staging, from: dataDirectory, media: mediaDirectory ?? OperatorFiles.join(dataDirectory, "media"),
+                                    storePath: storePath, includeSecret: includeSecret)
             try OperatorFiles.sync(staging)
             try OperatorFiles.rename(staging, output)
             try OperatorFiles.sync(parent)
@@ -149,7 +151,7 @@ public enum BackupCommand {
         }
     }
 
-    private static func fill(_ staging: String, from dataDirectory: String, storePath: String, includeSecret: Bool) throws -> BackupManifest {
+    private static func fill(_ staging: String, from dataDirectory: String, media mediaDirectory: String, storePath: String, includeSecret: Bool) throws -> BackupManifest {
         // 1. The store, as of one commit.
         let copyPath = OperatorFiles.join(staging, "outpost.sqlite")
         let createdAt = Int64(Date().timeIntervalSince1970 * 1000)
@@ -215,7 +217,7 @@ public enum BackupCommand {
         try OperatorFiles.sync(copyPath)
 
         // 3. The media files the snapshot names, each checked against its name and row.
-        try copyMedia(manifest.media, from: OperatorFiles.join(dataDirectory, "media"), to: OperatorFiles.join(staging, "media"), what: "the data directory \(dataDirectory)")
+        try copyMedia(manifest.media, from: mediaDirectory, to: OperatorFiles.join(staging, "media"), what: "the media directory \(mediaDirectory)")
 
         // 4. The secret, only when asked for.
         if includeSecret {

@@ -2,7 +2,7 @@ import Foundation
 import OutpostCore
 import OutpostSQLite
 
-/// `outpost-server check --data DIR`: checks a data directory's store and every media file,
+/// `outpost-server check --data DIR [--media-dir DIR]`: checks a data directory's store and every media file,
 /// read-only, with the server stopped or running (docs/operating.md, "Checking").
 ///
 /// Damage (exit 1, one line each):
@@ -51,17 +51,18 @@ public enum CheckCommand {
     /// Parses the command line, checks, prints the report; 0 when sound, 1 when damaged.
     public static func main(arguments: [String], environment: [String: String]) -> Int32 {
         runOperatorCommand {
-            let options = try OperatorArguments(arguments, valued: ["--data"], switches: [])
-            let data = options.values["--data"] ?? environment["OUTPOST_DATA"] ?? "./outpost-data"
-            let report = try run(dataDirectory: data)
+            let options = try OperatorArguments(arguments, valued: ["--data", "--media-dir", "--store"], switches: [])
+            let (data, media) = try options.directories(environment, command: "check")
+            let report = try run(dataDirectory: data, mediaDirectory: media)
             FileHandle.standardOutput.write(Data(report.text.utf8))
             return report.isSound ? 0 : 1
         }
     }
 
-    /// Checks the data directory at `dataDirectory`. Throws a usage error when it is not a
-    /// directory; everything else it finds is in the report.
-    public static func run(dataDirectory: String) throws -> Report {
+    /// Checks the data directory at `dataDirectory` (its media in `mediaDirectory`, by
+    /// default `DATA/media`). Throws a usage error when it is not a directory; everything
+    /// else it finds is in the report.
+    public static func run(dataDirectory: String, mediaDirectory: String? = nil) throws -> Report {
         guard OperatorFiles.isDirectory(dataDirectory) else { throw AdminCommands.Usage("\(dataDirectory) is not a directory") }
         var report = Report()
         let storePath = OperatorFiles.join(dataDirectory, "outpost.sqlite")
@@ -71,7 +72,7 @@ public enum CheckCommand {
         } else {
             report.problems.append("store \(storePath) is missing")
         }
-        checkMedia(OperatorFiles.join(dataDirectory, "media"), rows: rows, &report)
+        checkMedia(mediaDirectory ?? OperatorFiles.join(dataDirectory, "media"), rows: rows, &report)
         return report
     }
 

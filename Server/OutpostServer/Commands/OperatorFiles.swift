@@ -202,6 +202,20 @@ struct OperatorArguments {
         }
     }
 
+    /// The data directory and media directory the command works on: `--data` (or
+    /// `OUTPOST_DATA`) and `--media-dir` (or `OUTPOST_MEDIA_DIR`, else `DATA/media`), as
+    /// `serve` reads them. A PostgreSQL store (`--store`/`OUTPOST_STORE` with a
+    /// `postgres://` URL) is refused: these commands cover the embedded SQLite store, and a
+    /// PostgreSQL database is backed up with PostgreSQL's own tools (docs/operating.md).
+    func directories(_ environment: [String: String], command: String) throws -> (data: String, media: String) {
+        if let store = values["--store"] ?? environment["OUTPOST_STORE"], Settings.isPostgresURL(store) {
+            throw AdminCommands.Usage("\(command) works on the embedded SQLite store; with a PostgreSQL store use pg_dump and copy the media directory (docs/operating.md, \"PostgreSQL\")")
+        }
+        let data = values["--data"] ?? environment["OUTPOST_DATA"] ?? "./outpost-data"
+        let media = values["--media-dir"] ?? environment["OUTPOST_MEDIA_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? OperatorFiles.join(data, "media")
+        return (data, media)
+    }
+
     /// The value of `flag`, or a usage error naming it.
     func required(_ flag: String, _ what: String) throws -> String {
         guard let value = values[flag] else { throw AdminCommands.Usage("\(flag) \(what) is required") }

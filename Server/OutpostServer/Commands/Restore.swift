@@ -2,7 +2,7 @@ import Foundation
 import OutpostCore
 import OutpostSQLite
 
-/// `outpost-server restore --from PATH --data DIR [--force]`: puts a backup made by
+/// `outpost-server restore --from PATH --data DIR [--media-dir DIR] [--force]`: puts a backup made by
 /// `outpost-server backup` into a data directory and gives the store a new epoch
 /// (docs/operating.md, "Restore").
 ///
@@ -37,10 +37,10 @@ public enum RestoreCommand {
     /// output, like `rotate-epoch`) and a summary on standard error.
     public static func main(arguments: [String], environment: [String: String]) -> Int32 {
         runOperatorCommand {
-            let options = try OperatorArguments(arguments, valued: ["--from", "--data"], switches: ["--force"])
+            let options = try OperatorArguments(arguments, valued: ["--from", "--data", "--media-dir", "--store"], switches: ["--force"])
             let from = try options.required("--from", "PATH")
-            let data = options.values["--data"] ?? environment["OUTPOST_DATA"] ?? "./outpost-data"
-            let report = try run(backup: from, dataDirectory: data, force: options.switches.contains("--force"))
+            let (data, media) = try options.directories(environment, command: "restore")
+            let report = try run(backup: from, dataDirectory: data, force: options.switches.contains("--force"), mediaDirectory: media)
             print(report.epoch.rawValue)
             var summary = "restored \(from) into \(data): \(report.manifest.counts.records) records in \(report.manifest.counts.spaces) spaces, "
                 + "\(report.manifest.counts.media) media files; epoch \(report.backupEpoch)"
@@ -52,8 +52,9 @@ public enum RestoreCommand {
         }
     }
 
-    /// Restores the backup at `backup` into `dataDirectory`; returns what it did.
-    public static func run(backup: String, dataDirectory: String, force: Bool = false) throws -> Report {
+    /// Restores the backup at `backup` into `dataDirectory` (its media into
+    /// `mediaDirectory`, by default `DATA/media`); returns what it did.
+    public static func run(backup: String, dataDirectory: String, force: Bool = false, mediaDirectory: String? = nil) throws -> Report {
         let manifest = try BackupManifest.read(backup: backup)
         guard let backupEpoch = Epoch(manifest.epoch) else { throw OperatorError("the backup's manifest names an invalid epoch \"\(manifest.epoch)\"") }
         let backupStore = OperatorFiles.join(backup, manifest.store.path)
@@ -69,7 +70,7 @@ public enum RestoreCommand {
             throw OperatorError("cannot restore into \(dataDirectory): \(error)")
         }
         let storePath = directory.storePath
-        let mediaPath = directory.mediaPath
+        let mediaPath = mediaDirectory ?? directory.mediaPath
         let hasStore = OperatorFiles.exists(storePath)
         let hasMedia = !OperatorFiles.list(OperatorFiles.join(mediaPath, "spaces")).isEmpty
         if (hasStore || hasMedia) && !force {
