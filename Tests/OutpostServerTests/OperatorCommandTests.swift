@@ -159,7 +159,13 @@ final class StopFlag: Sendable {
                         }
                     }
                 }
-                while acks.count < 5_000 { usleep(2_000) }
+                let loaded = Date().addingTimeInterval(120)
+                while acks.count < 5_000 && Date() < loaded { usleep(2_000) }
+                guard acks.count >= 5_000 else {
+                    stop.set()
+                    group.wait()
+                    throw ProcessFailure("the pushers stopped after \(acks.count) acknowledged changes")
+                }
                 let backupPath = dir.appending("backups/first")
                 let backupBegan = Self.monotonicNanos()
                 let backup = try Self.run(["backup", "--data", data, "--out", backupPath], in: dir)

@@ -29,8 +29,9 @@ public struct BackupManifest: Codable, Sendable, Equatable {
     public var createdAt: Int64
     /// The store's epoch at the snapshot. A restore gives the store a later one.
     public var epoch: String
-    /// `meta.schema_version` and `meta.media_schema_version` of the snapshot.
+    /// `meta.schema_version` of the snapshot.
     public var schemaVersion: Int
+    /// `meta.media_schema_version` of the snapshot.
     public var mediaSchemaVersion: Int
     /// The store file of the backup.
     public var store: StoreFile
@@ -45,24 +46,33 @@ public struct BackupManifest: Codable, Sendable, Equatable {
 
     /// The backup's store file.
     public struct StoreFile: Codable, Sendable, Equatable {
+        /// Relative to the backup: always `outpost.sqlite`.
         public var path: String
+        /// Bytes.
         public var size: Int64
+        /// SHA-256 of the file, lowercase hex; restore compares it before using the file.
         public var sha256: String
     }
 
     /// Counts of the snapshot.
     public struct Counts: Codable, Sendable, Equatable {
+        /// Spaces that hold records.
         public var spaces: Int64
         /// Records, tombstones included.
         public var records: Int64
+        /// Media files (one per space and SHA-256).
         public var media: Int64
+        /// Their bytes in all.
         public var mediaBytes: Int64
     }
 
     /// One media file: `media/spaces/<space>/<aa>/<sha256>`.
     public struct MediaFile: Codable, Sendable, Equatable {
+        /// The space that holds it.
         public var space: String
+        /// Its SHA-256, lowercase hex: its media id and its file name.
         public var sha256: String
+        /// Bytes.
         public var size: Int64
 
         /// Its path relative to the media directory (`media/` of a backup or a data directory).

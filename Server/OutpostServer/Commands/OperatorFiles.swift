@@ -8,7 +8,9 @@ import OutpostCrypto
 /// A failure of an operator command (`backup`, `restore`, `check`) that is not a mistake
 /// on the command line: the executable prints it and exits 1.
 public struct OperatorError: Error, CustomStringConvertible, Sendable {
+    /// What failed, for the operator.
     public let description: String
+    /// An error with `description` as its message.
     public init(_ description: String) { self.description = description }
 }
 
