@@ -41,9 +41,9 @@ public final class TestHTTPClient {
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard rc == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw Failure(description: "connect to port \(port): errno \(e)")
+            // No close(fd) here: `self` is fully initialized, so deinit runs and closes it.
+            // Closing it twice could close a descriptor another thread has been given since.
+            throw Failure(description: "connect to port \(port): errno \(errno)")
         }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
