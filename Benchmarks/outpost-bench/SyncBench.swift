@@ -28,6 +28,8 @@ enum SyncBench {
         var records = 1_000_000
         var waiters = 2_000
         var batches = [100, 500]
+        var store: String?
+        var instances = [1, 3]
         var i = 0
         while i < arguments.count {
             switch arguments[i] {
@@ -35,8 +37,10 @@ enum SyncBench {
             case "--records" where i + 1 < arguments.count: records = Int(arguments[i + 1]) ?? records; i += 1
             case "--waiters" where i + 1 < arguments.count: waiters = Int(arguments[i + 1]) ?? waiters; i += 1
             case "--batches" where i + 1 < arguments.count: batches = arguments[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
+            case "--store" where i + 1 < arguments.count: store = arguments[i + 1]; i += 1
+            case "--instances" where i + 1 < arguments.count: instances = arguments[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "-h", "--help":
-                print("usage: outpost-bench \(area) [--server PATH] [--batches 100,500] [--records 1000000] [--waiters 2000]")
+                print("usage: outpost-bench \(area) [--server PATH] [--batches 100,500] [--records 1000000] [--waiters 2000] [--store postgres://… [--instances 1,3]]")
                 return
             default: throw HTTPBench.BenchError("unknown option \(arguments[i])")
             }
@@ -51,7 +55,13 @@ enum SyncBench {
         let token = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
         print("outpost-bench \(area): server pid \(server.pid) on port \(server.port), load average \(HTTPBench.loadAverage())")
         if area == "push" {
-            try push(server: server, token: token, work: work, batches: batches)
+            let sqliteRates = try push(server: server, token: token, work: work, batches: batches)
+            if let store {
+                // The PostgreSQL figures of the same run, beside the SQLite ones (ScalingBench).
+                server.stop()
+                try ScalingBench.push(serverPath: try HTTPBench.locateServer(serverPath), url: store, instances: instances, batches: batches,
+                                      token: token, work: work, sqliteRates: sqliteRates)
+            }
         } else {
             try pull(server: server, token: token, work: work, records: records, waiters: waiters)
         }
@@ -59,7 +69,10 @@ enum SyncBench {
 
     // MARK: Push
 
-    static func push(server: HTTPBench.ServerChild, token: String, work: String, batches: [Int]) throws {
+    /// Prints the push figures; returns changes/s by batch size.
+    @discardableResult
+    static func push(server: HTTPBench.ServerChild, token: String, work: String, batches: [Int]) throws -> [Int: Double] {
+        var rates: [Int: Double] = [:]
         print("\n                          changes/s   ceiling (raw SQLite)   ratio   p50 / p99 per push")
         for batch in batches {
             let total = 400_000
@@ -73,12 +86,14 @@ enum SyncBench {
             let serverCPU = MemorySampler.cpu(pid: server.pid).total - cpuBefore
             let ceiling = try rawSQLiteCeiling(path: work + "/ceiling-\(batch).sqlite", batch: batch, total: total)
             let rate = Double(result.applied) / result.seconds
+            rates[batch] = rate
             print("batches of \(batch):".padding(toLength: 22, withPad: " ", startingAt: 0)
                   + String(format: "%11.0f %14.0f %16.2f   %.1f / %.1f ms", rate, ceiling, rate / ceiling, result.p50 * 1000, result.p99 * 1000)
                   + String(format: "   server CPU %.1f us/change", serverCPU / Double(max(result.applied, 1)) * 1e6)
                   + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
         }
         print("\ngoals: >= 0.4 x the ceiling and >= 150,000 changes/s")
+        return rates
     }
 
     /// A push of `count` new records with ~200 bytes of data each.

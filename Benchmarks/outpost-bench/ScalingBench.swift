@@ -1,0 +1,136 @@
+// `outpost-bench push --store postgres://… --instances 1,3`: the push figures of the
+// PostgreSQL store with one and with several `outpost-server` instances on one database,
+// printed after (and beside) the SQLite figures of the same run (docs/benchmarks.md,
+// "Scaling"). The same 8 keep-alive clients push the same batches as `push` does; with N
+// instances the clients are spread round-robin over them, as a load balancer would.
+//
+// Each configuration pushes into spaces named after the run, so a database used before
+// (or by the previous configuration) does not turn the writes into replays.
+import Foundation
+import Glibc
+import Synchronization
+
+enum ScalingBench {
+    /// One `outpost-server serve --store URL` child, stopped by its PID.
+    final class Instance {
+        let process: Process
+        let port: Int
+        var pid: Int32 { process.processIdentifier }
+
+        init(path: String, data: String, arguments: [String]) throws {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: path)
+            p.arguments = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"] + arguments
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.standardError
+            try p.run()
+            let line: String
+            do {
+                line = try HTTPBench.readLine(out.fileHandleForReading.fileDescriptor, timeout: 60)
+            } catch {
+                kill(p.processIdentifier, SIGKILL)
+                p.waitUntilExit()
+                throw error
+            }
+            guard line.hasPrefix("listening on http://"), let port = line.split(separator: ":").last.flatMap({ Int($0) }) else {
+                kill(p.processIdentifier, SIGKILL)
+                p.waitUntilExit()
+                throw HTTPBench.BenchError("outpost-server said \"\(line)\"")
+            }
+            process = p
+            self.port = port
+        }
+
+        /// SIGTERM to its PID, then wait (SIGKILL after 15 s).
+        func stop() {
+            guard process.isRunning else { return }
+            kill(pid, SIGTERM)
+            let deadline = Date().addingTimeInterval(15)
+            while process.isRunning && Date() < deadline { usleep(10_000) }
+            if process.isRunning { kill(pid, SIGKILL) }
+            process.waitUntilExit()
+        }
+    }
+
+    /// Runs the push figures for every instance count and prints them beside
+    /// `sqliteRates` (changes/s by batch size, from the same run).
+    static func push(serverPath: String, url: String, instances: [Int], batches: [Int], token: String, work: String,
+                     sqliteRates: [Int: Double]) throws {
+        let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        print("\nPostgreSQL store (\(redacted(url))), 8 clients spread round-robin over the instances")
+        print("                          changes/s   vs SQLite   p50 / p99 per push   instances' CPU")
+        for count in instances {
+            let media = work + "/pg-media-\(count)"
+            try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)
+            var servers: [Instance] = []
+            defer { for s in servers { s.stop() } }
+            for i in 0..<count {
+                servers.append(try Instance(path: serverPath, data: work + "/pg-instance-\(count)-\(i)",
+                                            arguments: ["--store", url, "--media-dir", media]))
+            }
+            for batch in batches {
+                let total = 400_000
+                let clients = 8
+                let perClient = total / batch / clients
+                let space = "pg\(run)-\(count)-\(batch)"
+                let bodies = (0..<clients).map { c in
+                    (0..<perClient).map { r in SyncBench.pushBody(space: space, prefix: "b\(batch)-c\(c)-r\(r)", count: batch) }
+                }
+                let cpuBefore = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +)
+                let result = try drive(ports: servers.map(\.port), token: token, space: space, bodies: bodies)
+                let cpu = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +) - cpuBefore
+                let rate = Double(result.applied) / result.seconds
+                let versus = sqliteRates[batch].map { String(format: "%9.2f x", rate / $0) } ?? "        -  "
+                print("\(count) instance\(count == 1 ? ", " : "s,")batches of \(batch):".padding(toLength: 26, withPad: " ", startingAt: 0)
+                      + String(format: "%9.0f %@   %6.1f / %6.1f ms", rate, versus, result.p50 * 1000, result.p99 * 1000)
+                      + String(format: "   %.1f us/change", cpu / Double(max(result.applied, 1)) * 1e6)
+                      + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
+            }
+        }
+        print("load average after: \(HTTPBench.loadAverage())")
+    }
+
+    /// Client `c` sends all its bodies to `ports[c % ports.count]` on one keep-alive
+    /// connection; all clients at once.
+    static func drive(ports: [Int], token: String, space: String, bodies: [[[UInt8]]]) throws -> SyncBench.DriveResult {
+        let applied = Atomic<Int>(0)
+        let latencies = Mutex<[Double]>([])
+        let failure = Mutex<String?>(nil)
+        let group = DispatchGroup()
+        let start = Date()
+        for (c, clientBodies) in bodies.enumerated() {
+            group.enter()
+            let port = ports[c % ports.count]
+            Thread.detachNewThread {
+                defer { group.leave() }
+                do {
+                    let connection = try BenchConnection(port: port)
+                    var mine: [Double] = []
+                    for body in clientBodies {
+                        let t0 = Date()
+                        let (status, response) = try connection.exchange(method: "POST", path: "/v1/spaces/\(space)/push", token: token, body: body)
+                        guard status == 200 else { throw HTTPBench.BenchError("push answered \(status): \(String(decoding: response.prefix(300), as: UTF8.self))") }
+                        mine.append(Date().timeIntervalSince(t0))
+                        applied.add(SyncBench.count(#""status":"applied""#, in: response), ordering: .relaxed)
+                    }
+                    latencies.withLock { $0 += mine }
+                } catch {
+                    failure.withLock { $0 = "\(error)" }
+                }
+            }
+        }
+        group.wait()
+        let seconds = Date().timeIntervalSince(start)
+        if let f = failure.withLock({ $0 }) { throw HTTPBench.BenchError(f) }
+        let sorted = latencies.withLock { $0 }.sorted()
+        return SyncBench.DriveResult(applied: applied.load(ordering: .relaxed), seconds: seconds,
+                                     p50: sorted[sorted.count / 2], p99: sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
+    }
+
+    /// The URL with its password hidden.
+    static func redacted(_ url: String) -> String {
+        guard let at = url.firstIndex(of: "@"), let scheme = url.range(of: "://"), let colon = url[scheme.upperBound..<at].firstIndex(of: ":") else { return url }
+        return String(url[..<colon]) + ":***" + String(url[at...])
+    }
+}
