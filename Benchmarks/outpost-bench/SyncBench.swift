@@ -236,6 +236,7 @@ enum SyncBench {
 
         // Pull the big space from the start in pages of 1,000.
         let connection = try BenchConnection(port: server.port)
+        let cpuBefore = MemorySampler.cpu(pid: server.pid)
         var pulled = 0
         var bytes = 0
         var since = ""
@@ -250,13 +251,16 @@ enum SyncBench {
             pulled += count(#""collection":"#, in: body)
             guard let next = field("next", in: body) else { throw HTTPBench.BenchError("page without next") }
             since = "&since=\(next)"
-            if count(#""hasMore":true"#, in: body) == 0 { break }
+            // `hasMore` is the envelope's last field.
+            if !String(decoding: body.suffix(20), as: UTF8.self).contains(#""hasMore":true"#) { break }
         }
         let seconds = Date().timeIntervalSince(start)
+        let serverCPU = (MemorySampler.cpu(pid: server.pid) - cpuBefore).total
         let ceiling = try rawReadCeiling(path: work + "/data/outpost.sqlite", space: "big")
         let rate = Double(pulled) / seconds
         print("\n                          records/s      MB/s   ceiling (raw SQLite)   ratio")
         print(String(format: "pull, pages of 1,000     %10.0f %9.1f %16.0f %12.2f", rate, Double(bytes) / seconds / 1e6, ceiling, rate / ceiling))
+        print(String(format: "  server CPU %.2f us per record", serverCPU / Double(max(pulled, 1)) * 1e6))
         if pulled != records { print("  (pulled \(pulled) of \(records)!)") }
 
         // One page's time at 10,000 and at 1,000,000 records: a page from the middle, many times.
@@ -285,13 +289,21 @@ enum SyncBench {
         return epoch
     }
 
-    /// The string value of `"name":"..."` in a JSON body (first occurrence).
+    /// The string value of `"name":"..."` in a JSON body. Searched from the end: the
+    /// envelope's fields follow the records, and a page is hundreds of kilobytes.
     static func field(_ name: String, in body: [UInt8]) -> String? {
         let key = Array("\"\(name)\":\"".utf8)
-        guard let r = body.firstRange(of: key) else { return nil }
-        let rest = body[r.upperBound...]
-        guard let end = rest.firstIndex(of: UInt8(ascii: "\"")) else { return nil }
-        return String(decoding: rest[..<end], as: UTF8.self)
+        guard body.count >= key.count else { return nil }
+        var i = body.count - key.count
+        while i >= 0 {
+            if body[i] == key[0] && body[i..<(i + key.count)].elementsEqual(key) {
+                var end = i + key.count
+                while end < body.count && body[end] != UInt8(ascii: "\"") { end += 1 }
+                return String(decoding: body[(i + key.count)..<end], as: UTF8.self)
+            }
+            i -= 1
+        }
+        return nil
     }
 
     /// Raw SQLite reading the same rows by the same index, pages of 1,000. Records/s.

@@ -30,6 +30,12 @@ public final class CommitNotifier: Sendable {
     /// How many pulls are waiting now.
     public var waitingCount: Int { state.withLock { $0.count } }
 
+    /// The newest head this process has seen committed in `space`, or nil when it has
+    /// seen none since it started.
+    public func knownHead(space: String) -> Int64? {
+        state.withLock { $0.heads[space] }
+    }
+
     /// Records a commit that made `space`'s head `head`, and wakes its waiters that wait
     /// for anything after a smaller seq.
     public func committed(space: String, head: Int64) {

@@ -339,8 +339,9 @@ final class PostgresWriter {
                 for job in jobs { job.completion(.failure(error)) }
                 return
             }
-            for (job, answer) in zip(jobs, results) { job.completion(.success(answer)) }
+            // Heads first: a pull sent after a push's answer must know that head (PageCoalescer).
             for (space, head) in heads { notifier.committed(space: space, head: head) }
+            for (job, answer) in zip(jobs, results) { job.completion(.success(answer)) }
             return
         }
     }

@@ -356,8 +356,11 @@ final class SQLiteWriter {
             for job in jobs { job.completion(.failure(error)) }
             return
         }
-        for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome) }
+        // The notifier learns the new heads before any push is answered, so a pull sent
+        // after a push's answer never shares a page read older than that push (see
+        // PageCoalescer).
         for space in touched { notifier.committed(space: space, head: spaces[space]!.head) }
+        for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome) }
     }
 
     private func spaceEntry(_ name: String) throws -> (id: Int64, head: Int64) {

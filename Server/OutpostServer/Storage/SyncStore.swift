@@ -91,7 +91,9 @@ public protocol SyncStore: Sendable {
     /// The current epoch.
     var epoch: Epoch { get }
 
-    /// Wakes this process's long polls (and counts them for `/metrics`).
+    /// Wakes this process's long polls (and counts them for `/metrics`); knows the newest
+    /// head committed per space. Implementations tell it about a commit before they answer
+    /// the push that made it (`PageCoalescer` relies on that).
     var notifier: CommitNotifier { get }
 
     /// Applies a push and returns one result per item, in order.

@@ -14,6 +14,8 @@ public final class SyncService: Sendable {
     let clock: @Sendable () -> Int64
     /// A deliberate bug for the conformance suite's mutation test; nil in production.
     let mutation: ServerMutation?
+    /// One page read for many identical pulls woken by the same commit.
+    let coalescer = PageCoalescer()
 
     public convenience init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
                             clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
@@ -159,7 +161,13 @@ public final class SyncService: Sendable {
         }
         let pageRequest = PageRequest(space: space, afterSeq: since.seq, limit: limits.pageLimit(requested: query.limit),
                                       maxBytes: limits.pageByteBudget(requested: query.maxBytes), collections: query.collections)
-        var page = try await storeCall { try await self.store.page(pageRequest) }
+        let store = self.store
+        func readPage() async throws -> PageData {
+            try await storeCall {
+                try await self.coalescer.page(pageRequest, knownHead: store.notifier.knownHead(space: space)) { try await store.page(pageRequest) }
+            }
+        }
+        var page = try await readPage()
         if mutation == .acceptCursorAhead && since.seq > page.head { since = Version(epoch: epoch, seq: page.head) }
         guard since.seq <= page.head else {
             throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
@@ -172,7 +180,7 @@ public final class SyncService: Sendable {
             while page.count == 0, ContinuousClock.now < deadline, !Task.isCancelled {
                 guard await store.waitForCommit(space: space, afterSeq: page.head, deadline: deadline) else { break }
                 metrics.increment("outpost_long_polls_woken_total")
-                page = try await storeCall { try await self.store.page(pageRequest) }
+                page = try await readPage()
             }
         }
         metrics.increment("outpost_pull_pages_total")

@@ -1,0 +1,42 @@
+import Synchronization
+
+/// Shares one page read among identical pulls that are served at the same moment.
+///
+/// A commit wakes every long poll of its space at once; two thousand waiters with the same
+/// cursor would otherwise read the same page two thousand times through a few reader
+/// threads, and the last of them would answer long after the commit. Pulls share a read
+/// only when everything that shapes the page is equal *and* the space's newest committed
+/// head known to this process is the same: a read that started after head H was known
+/// includes H, so a pull never gets a page older than a commit it could have seen (in
+/// particular, one sent after its own push's answer; stores update the head before
+/// answering a push). With no known head nothing is shared.
+final class PageCoalescer: Sendable {
+    struct Key: Hashable {
+        let space: String
+        let afterSeq: Int64
+        let limit: Int
+        let maxBytes: Int
+        let collections: [String]?
+        let head: Int64
+    }
+
+    private let inflight = Mutex<[Key: Task<PageData, any Error>]>([:])
+
+    /// The page for `request`, read by `read` or by an identical read already running.
+    func page(_ request: PageRequest, knownHead: Int64?, read: @escaping @Sendable () async throws -> PageData) async throws -> PageData {
+        guard let knownHead else { return try await read() }
+        let key = Key(space: request.space, afterSeq: request.afterSeq, limit: request.limit, maxBytes: request.maxBytes,
+                      collections: request.collections, head: knownHead)
+        let (task, owner) = inflight.withLock { running -> (Task<PageData, any Error>, Bool) in
+            if let task = running[key] { return (task, false) }
+            let task = Task { try await read() }
+            running[key] = task
+            return (task, true)
+        }
+        if owner {
+            defer { inflight.withLock { _ = $0.removeValue(forKey: key) } }
+            return try await task.value
+        }
+        return try await task.value
+    }
+}
