@@ -155,6 +155,25 @@ struct EpochTests {
         #expect(try await fresh.records().map(\.id) == ["r1"])
     }
 
+    @Test func aNewStoreWhoseFirstTwoAnswersNameDifferentEpochsAppliesNothing() async throws {
+        // A server that answers a foreign cursor with a page of its own (instead of 409).
+        let world = World()
+        let writer = try world.device("writer")
+        try await writer.put(todo("real"), in: "todos", id: "r1")
+        try await writer.sync()
+        let real = world.server.epoch.rawValue
+        let other = String(repeating: "Z", count: real.count)
+        let fresh = try world.device("fresh")
+        world.server.inject(.rewritePage({ bytes in
+            Array(String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: real, with: other).utf8)
+        }), on: .pull, device: "fresh", skip: 1)
+        await #expect(throws: OutpostError.epochDisagreement(first: real, second: other)) { try await fresh.sync() }
+        #expect(try await fresh.status().epoch == nil)
+        #expect(try await fresh.records().isEmpty)
+        try await fresh.sync()
+        #expect(try await fresh.status().epoch == world.server.epoch)
+    }
+
     @Test func epochsOnlyGoForward() async throws {
         let world = World()
         let a = try world.device("a")
@@ -165,13 +184,20 @@ struct EpochTests {
         world.clock.advance(1_000)
         try await a.put(todo("v2"), in: "todos", id: "r1")
         try await a.sync()
-        #expect(try await a.status().epoch == world.server.epoch)
-        let before = try await snapshot(a)
-        // A lagging replica still in the earlier epoch answers both requests of a sync.
-        world.server.inject(.staleHistory(earlier), on: .pull, times: 2, device: "a")
-        await #expect(throws: OutpostError.self) { try await a.sync() }
-        try await assertUnchanged(a, since: before)
-        #expect(try await a.data("todos", "r1") == todo("v2"), "not rolled back")
+        // A device that joined after the rotation: the earlier epoch is not one it left,
+        // so only the order of epochs keeps it from going back.
+        let b = try world.device("b")
+        try await b.sync()
+        #expect(try await b.status().epoch == world.server.epoch)
+        #expect(try await b.status().retiredEpochs.isEmpty)
+        for store in [a, b] {
+            let before = try await snapshot(store)
+            // A lagging replica still in the earlier epoch answers both requests of a sync.
+            world.server.inject(.staleHistory(earlier), on: .pull, times: 2, device: store.clientId)
+            await #expect(throws: OutpostError.self) { try await store.sync() }
+            try await assertUnchanged(store, since: before)
+            #expect(try await store.data("todos", "r1") == todo("v2"), "not rolled back")
+        }
     }
 
     @Test func theEpochsAStoreLeftAreRefusedEvenWithoutAnEpochToCompareWith() async throws {

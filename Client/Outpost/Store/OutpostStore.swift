@@ -269,16 +269,20 @@ public actor OutpostStore {
     }
 
     /// Tries every quarantined record again (after an app update taught it the new shape):
-    /// those that now decode and pass their validator are applied like pulled records (never
-    /// over a newer version); the others stay. Returns how many left the quarantine.
+    /// those of the current epoch that now decode and pass their validator are applied like
+    /// pulled records (never over a newer version); the others stay. Returns how many left
+    /// the quarantine.
     @discardableResult
     public func retryQuarantined() throws -> Int {
         var keys: [RecordKey] = []
         let released: Int = try write { d in
             var released = 0
+            let epoch = try d.meta("epoch").flatMap(Epoch.init)
             for q in try d.quarantined() {
                 guard let value = try? JSONParser(maxDepth: JSONParser.depthCeiling).parse(q.raw),
                       case .record(let state) = PulledRecord(value) else { continue }
+                // A version of a history the store has left is never applied.
+                guard state.version.epoch == epoch else { continue }
                 if let check = configuration.validators[state.collection], let data = state.data, !state.deleted {
                     guard (try? check(data)) != nil else { continue }
                 }

@@ -9,6 +9,8 @@ import FoundationNetworking
 ///
 /// - Auth: `Authorization: Bearer <token>` from a provider the app supplies; on `401` it is
 ///   asked once more with `refresh: true` and the request is sent again once.
+/// - Bodies over `gzipRequestsAbove` go gzip-compressed; answers are gzip-decoded by
+///   URLSession.
 /// - Answers are read into memory up to `maxResponseBytes`; a larger one is cut off there
 ///   and reported as `answerTooLarge` (for a page, the store then asks for fewer records).
 /// - Failures are told apart as `SyncTransport` requires: a connection that was never made
@@ -29,6 +31,10 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
         public var maxResponseBytes = 16 << 20
         /// How long a request may take (a long poll gets its wait on top). Default 30 s.
         public var timeout: Duration = .seconds(30)
+        /// Request bodies larger than this many bytes are sent gzip-compressed
+        /// (`Content-Encoding: gzip`, PROTOCOL.md section 2); nil never compresses.
+        /// Default 16 KiB. A server that answers `415` gets plain bodies from then on.
+        public var gzipRequestsAbove: Int? = 16 * 1024
         /// The defaults.
         public init() {}
     }
@@ -40,6 +46,8 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
     private let token: @Sendable (_ refresh: Bool) async throws -> String?
     private let session: URLSession
     private let delegate: SessionDelegate
+    /// Set when the server refused a gzip body (415): plain bodies from then on.
+    private let plainBodies = Mutex(false)
 
     /// A transport to `baseURL`. `token` gives the bearer token (nil: send none); it is
     /// called with `refresh: true` after a `401`, once per request.
@@ -120,6 +128,7 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
             throw TransportError.notSent("invalid URL \(baseURL.absoluteString)\(path)")
         }
         var refresh = false
+        var compress = body != nil && options.gzipRequestsAbove.map { body!.count > $0 } == true && !plainBodies.withLock { $0 }
         while true {
             var request = URLRequest(url: url)
             request.httpMethod = method
@@ -134,11 +143,22 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
             }
             if let body {
                 request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-                request.httpBody = Data(body)
+                if compress {
+                    request.setValue("gzip", forHTTPHeaderField: "Content-Encoding")
+                    request.httpBody = Data(Gzip.compress(body))
+                } else {
+                    request.httpBody = Data(body)
+                }
             }
             let (status, answer) = try await perform(request)
             if status == 401 && authorized && !refresh {
                 refresh = true
+                continue
+            }
+            if status == 415 && compress {
+                // Refused before it was read (unsupported encoding): send it plain.
+                plainBodies.withLock { $0 = true }
+                compress = false
                 continue
             }
             return (status, answer)

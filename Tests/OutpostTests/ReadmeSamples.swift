@@ -1,0 +1,77 @@
+import Foundation
+import Outpost
+import OutpostTestSupport
+import Testing
+
+// The README's "Using the SDK" section shows the code between the `readme:` markers of
+// this file, verbatim; `readmeShowsTheseSamples` keeps the two equal, and the tests below
+// run every sample.
+enum ReadmeSamples {
+    // readme:begin two-devices
+    struct Todo: Codable, Sendable, Equatable {
+        var title: String
+        var done = false
+    }
+
+    /// Two devices, one server: the phone saves offline and syncs; the laptop receives it.
+    static func twoDevices() async throws -> [Todo] {
+        let server = InMemorySyncServer()  // in tests and previews; HTTPSyncTransport in the app
+        let phone = try OutpostStore.inMemory(configuration: .init(space: "team"), transport: server.transport(device: "phone"))
+        let laptop = try OutpostStore.inMemory(configuration: .init(space: "team"), transport: server.transport(device: "laptop"))
+
+        try await phone.save(Todo(title: "Buy milk"), in: "todos", id: "t1")  // local only, never waits
+        try await phone.sync()  // pushes the queue, then pulls to the end
+        try await laptop.sync()
+        return try await laptop.all(Todo.self, in: "todos")
+    }
+    // readme:end two-devices
+
+    // readme:begin app
+    /// In an app: a store file, a real server, and a scheduler that syncs after every edit,
+    /// on an interval, and holds a long poll open for other devices' writes.
+    static func app(server: URL, token: String, file: String) async throws -> SyncScheduler {
+        var configuration = OutpostStore.Configuration(space: "team")
+        configuration.resolver = .lastWriteWins(maxClockDrift: .seconds(300))  // the default
+        configuration.validate(Todo.self, in: "todos")  // undecodable records go to quarantine
+        let store = try OutpostStore(path: file, configuration: configuration,
+                                     transport: HTTPSyncTransport(baseURL: server) { refresh in token })
+        let scheduler = SyncScheduler(store: store)
+        await scheduler.start()
+        try await store.save(Todo(title: "Call the plumber"), in: "todos", id: UUID().uuidString)
+        return scheduler
+    }
+    // readme:end app
+}
+
+@Suite("README samples")
+struct ReadmeSampleTests {
+    @Test func theTwoDeviceSampleRuns() async throws {
+        #expect(try await ReadmeSamples.twoDevices() == [ReadmeSamples.Todo(title: "Buy milk")])
+    }
+
+    @Test func theAppSampleRunsAgainstARealServer() async throws {
+        let world = try RealWorld()
+        let scheduler = try await ReadmeSamples.app(server: world.server.baseURL, token: world.token, file: world.dir.appending("app.sqlite"))
+        for await event in scheduler.events {
+            if case .synced(let report) = event, report.pushed == 1 { break }
+        }
+        await scheduler.stop()
+        await scheduler.store.close()
+        #expect(try await world.serverRecords().values.first?.data?["title"] == "Call the plumber")
+    }
+
+    /// The code blocks of README.md's "Using the SDK" section, and the marked regions here.
+    @Test func readmeShowsTheseSamples() throws {
+        let here = URL(fileURLWithPath: #filePath)
+        let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let source = try String(contentsOf: here, encoding: .utf8)
+        for name in ["two-devices", "app"] {
+            let begin = "    // readme:begin \(name)\n", end = "    // readme:end \(name)\n"
+            let region = try #require(source.range(of: begin).flatMap { b in source.range(of: end, range: b.upperBound..<source.endIndex).map { b.upperBound..<$0.lowerBound } })
+            let sample = source[region].split(separator: "\n", omittingEmptySubsequences: false)
+                .map { $0.hasPrefix("    ") ? String($0.dropFirst(4)) : String($0) }.joined(separator: "\n")
+            #expect(readme.contains("```swift\n" + sample + "```"), "README.md shows the \(name) sample as it is in ReadmeSamples.swift")
+        }
+    }
+}
