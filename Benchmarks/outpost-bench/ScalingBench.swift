@@ -1,11 +1,13 @@
 // `outpost-bench push --store postgres://… --instances 1,3`: the push figures of the
 // PostgreSQL store with one and with several `outpost-server` instances on one database,
 // printed after (and beside) the SQLite figures of the same run (docs/benchmarks.md,
-// "Scaling"). The same 8 keep-alive clients push the same batches as `push` does; with N
+// "Scaling"). The same 8 keep-alive clients push the same batches as `push` does (200,000
+// changes per figure, into one space, then into one space per client); with N
 // instances the clients are spread round-robin over them, as a load balancer would.
 //
-// Each configuration pushes into spaces named after the run, so a database used before
-// (or by the previous configuration) does not turn the writes into replays.
+// Each configuration pushes into spaces named after the run, so the previous configuration
+// does not turn the writes into replays. Give it an empty database (`createdb`) per run:
+// instances refuse a media directory other than the one the database first saw.
 import Foundation
 import Glibc
 import Synchronization
@@ -59,33 +61,39 @@ enum ScalingBench {
                      sqliteRates: [Int: Double]) throws {
         let run = String(UInt32.random(in: 0...UInt32.max), radix: 36)
         print("\nPostgreSQL store (\(redacted(url))), 8 clients spread round-robin over the instances")
-        print("                          changes/s   vs SQLite   p50 / p99 per push   instances' CPU")
+        print("instances, spaces, batch:         changes/s   vs SQLite   p50 / p99 per push   instances' CPU")
+        // One media directory shared by every instance of every configuration, as in production.
+        let media = work + "/pg-media"
+        try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)
         for count in instances {
-            let media = work + "/pg-media-\(count)"
-            try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)
             var servers: [Instance] = []
             defer { for s in servers { s.stop() } }
             for i in 0..<count {
                 servers.append(try Instance(path: serverPath, data: work + "/pg-instance-\(count)-\(i)",
                                             arguments: ["--store", url, "--media-dir", media]))
             }
-            for batch in batches {
-                let total = 400_000
-                let clients = 8
-                let perClient = total / batch / clients
-                let space = "pg\(run)-\(count)-\(batch)"
-                let bodies = (0..<clients).map { c in
-                    (0..<perClient).map { r in SyncBench.pushBody(space: space, prefix: "b\(batch)-c\(c)-r\(r)", count: batch) }
+            // One hot space (every commit of it is serialized across instances: the price of
+            // the visibility rule), then one space per client (commits run in parallel).
+            for perClientSpace in [false, true] {
+                for batch in batches {
+                    let total = 200_000
+                    let clients = 8
+                    let perClient = total / batch / clients
+                    let space = "pg\(run)-\(count)-\(batch)"
+                    let bodies = (0..<clients).map { c in
+                        (0..<perClient).map { r in SyncBench.pushBody(space: space, prefix: "b\(batch)-c\(c)-r\(r)", count: batch) }
+                    }
+                    let cpuBefore = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +)
+                    let result = try drive(ports: servers.map(\.port), token: token, space: space, bodies: bodies, perClientSpace: perClientSpace)
+                    let cpu = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +) - cpuBefore
+                    let rate = Double(result.applied) / result.seconds
+                    let versus = sqliteRates[batch].map { String(format: "%9.2f x", rate / $0) } ?? "        -  "
+                    let label = "\(count) inst., \(perClientSpace ? "8 spaces" : "1 space "), \(batch):"
+                    print(label.padding(toLength: 30, withPad: " ", startingAt: 0)
+                          + String(format: "%9.0f %@   %6.1f / %6.1f ms", rate, versus, result.p50 * 1000, result.p99 * 1000)
+                          + String(format: "   %.1f us/change", cpu / Double(max(result.applied, 1)) * 1e6)
+                          + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
                 }
-                let cpuBefore = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +)
-                let result = try drive(ports: servers.map(\.port), token: token, space: space, bodies: bodies)
-                let cpu = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +) - cpuBefore
-                let rate = Double(result.applied) / result.seconds
-                let versus = sqliteRates[batch].map { String(format: "%9.2f x", rate / $0) } ?? "        -  "
-                print("\(count) instance\(count == 1 ? ", " : "s,")batches of \(batch):".padding(toLength: 26, withPad: " ", startingAt: 0)
-                      + String(format: "%9.0f %@   %6.1f / %6.1f ms", rate, versus, result.p50 * 1000, result.p99 * 1000)
-                      + String(format: "   %.1f us/change", cpu / Double(max(result.applied, 1)) * 1e6)
-                      + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
             }
         }
         print("load average after: \(HTTPBench.loadAverage())")
@@ -93,7 +101,7 @@ enum ScalingBench {
 
     /// Client `c` sends all its bodies to `ports[c % ports.count]` on one keep-alive
     /// connection; all clients at once.
-    static func drive(ports: [Int], token: String, space: String, bodies: [[[UInt8]]]) throws -> SyncBench.DriveResult {
+    static func drive(ports: [Int], token: String, space: String, bodies: [[[UInt8]]], perClientSpace: Bool) throws -> SyncBench.DriveResult {
         let applied = Atomic<Int>(0)
         let latencies = Mutex<[Double]>([])
         let failure = Mutex<String?>(nil)
@@ -102,6 +110,7 @@ enum ScalingBench {
         for (c, clientBodies) in bodies.enumerated() {
             group.enter()
             let port = ports[c % ports.count]
+            let path = "/v1/spaces/\(space)\(perClientSpace ? "-c\(c)" : "")/push"
             Thread.detachNewThread {
                 defer { group.leave() }
                 do {
@@ -109,7 +118,7 @@ enum ScalingBench {
                     var mine: [Double] = []
                     for body in clientBodies {
                         let t0 = Date()
-                        let (status, response) = try connection.exchange(method: "POST", path: "/v1/spaces/\(space)/push", token: token, body: body)
+                        let (status, response) = try connection.exchange(method: "POST", path: path, token: token, body: body)
                         guard status == 200 else { throw HTTPBench.BenchError("push answered \(status): \(String(decoding: response.prefix(300), as: UTF8.self))") }
                         mine.append(Date().timeIntervalSince(t0))
                         applied.add(SyncBench.count(#""status":"applied""#, in: response), ordering: .relaxed)

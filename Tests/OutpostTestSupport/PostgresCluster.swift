@@ -73,7 +73,10 @@ public final class PostgresCluster: Sendable {
     public init(durable: Bool = false, timeout: Double = 60) throws {
         bin = try Self.binaryDirectory()
         asPostgresUser = getuid() == 0
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-pg-\(UUID().uuidString.prefix(8))").path
+        // As root the server runs as `postgres`, which must be able to reach the directory:
+        // /tmp, whatever TMPDIR says.
+        let base = asPostgresUser ? URL(fileURLWithPath: "/tmp") : FileManager.default.temporaryDirectory
+        let dir = base.appendingPathComponent("outpost-pg-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         directory = dir
         if asPostgresUser {

@@ -316,8 +316,11 @@ final class PostgresWriter {
                         let (answer, head) = try apply(job)
                         results.append(answer)
                         if let head { heads[job.space] = max(heads[job.space] ?? 0, head) }
-                    } catch let error as PostgresError where !error.isRetryable && !error.connectionLost && error.sqlState != "OP001" {
-                        failedIndex = index
+                    } catch {
+                        // A failure of this push alone (not of the transaction or the
+                        // connection): answer it, and run the others again without it.
+                        let pg = error as? PostgresError
+                        if !(pg?.isRetryable ?? false) && !(pg?.connectionLost ?? false) && pg?.sqlState != "OP001" { failedIndex = index }
                         throw error
                     }
                 }
