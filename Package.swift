@@ -88,7 +88,7 @@ let package = Package(
         // MARK: Benchmarks
         .executableTarget(
             name: "outpost-bench",
-            dependencies: ["OutpostCore", "OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "Outpost"],
+            dependencies: ["OutpostCore", "OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "CLinux", "Outpost"],
             path: "Benchmarks/outpost-bench", swiftSettings: swiftSettings),
 
         // MARK: Tests

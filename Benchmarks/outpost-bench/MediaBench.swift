@@ -454,7 +454,7 @@ final class MemorySampler: Sendable {
 /// a buffer, answers with `Content-Length`.
 final class BenchConnection {
     let fd: Int32
-    private var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    private var buffer: [UInt8]
     private var start = 0
     private var end = 0
 
@@ -463,7 +463,9 @@ final class BenchConnection {
         var body: [UInt8]
     }
 
-    init(port: Int) throws {
+    /// `bufferSize` bounds one read; thousands of idle long-poll connections want it small.
+    init(port: Int, bufferSize: Int = 1 << 20) throws {
+        buffer = [UInt8](repeating: 0, count: bufferSize)
         fd = try HTTPBench.connectTo(port: port)
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))

@@ -103,6 +103,9 @@ public enum ServerApp {
         let configuration = httpConfiguration(settings)
         let server = HTTPServer(configuration: configuration, router: app.router)
         server.onRequestComplete = { log in app.record(log) }
+        app.metrics.gauge("outpost_http_open_connections", help: "Open client connections (idle, in a request, or held by a long poll).") {
+            Double(server.openConnections)
+        }
         let port: Int
         do {
             port = try server.start()

@@ -247,6 +247,11 @@ import OutpostTestSupport
             #expect(r.text.contains(#"outpost_changes_total{result="applied"} 1"#))
             #expect(r.text.contains("outpost_http_requests_total{route=\"/v1/spaces/{space}/push\",status=\"200\"} 1"))
             #expect(r.text.contains("# TYPE outpost_http_request_duration_seconds histogram"))
+            #expect(r.text.contains("outpost_http_open_connections "))
+            // Histogram buckets are cumulative and end with +Inf = count.
+            let buckets = r.text.split(separator: "\n").filter { $0.hasPrefix("outpost_http_request_duration_seconds_bucket{route=\"/v1/spaces/{space}/push\"") }
+            let counts = buckets.compactMap { Int($0.split(separator: " ").last!) }
+            #expect(counts == counts.sorted() && counts.last == 1)
         }
         try await withServer(configure: { $0.metricsRequireAdmin = false }, { s in
             let r = try await s.request("GET", "/metrics", token: nil)

@@ -28,6 +28,8 @@ final class TestServer: Sendable {
         http = HTTPServer(configuration: configuration, router: app.router)
         let app = self.app
         http.onRequestComplete = { app.record($0) }
+        let http = self.http
+        app.metrics.gauge("outpost_http_open_connections", help: "Open client connections.") { Double(http.openConnections) }
         port = try http.start()
     }
 

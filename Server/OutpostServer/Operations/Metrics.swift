@@ -3,9 +3,13 @@ import Synchronization
 
 /// Prometheus metrics in the text exposition format 0.0.4 (PROTOCOL.md section 7).
 ///
-/// Label sets are small and fixed (route patterns, status codes), so a dictionary per
-/// family behind one mutex is enough; a scrape renders everything in one pass.
+/// Every request updates several series from event-loop threads and handler tasks at
+/// once, so updates must not serialize on one lock: each series keeps its value in
+/// atomics (a histogram, its own small lock), and the registry's lock is held only to
+/// find or create a series. Hot paths resolve their series once (`counter(_:_:)`) and
+/// then update it without any lookup.
 public final class Metrics: Sendable {
+    /// A metric's label set, in the order given.
     public struct Labels: Hashable, Sendable {
         let pairs: [(String, String)]
         public init(_ pairs: [(String, String)]) { self.pairs = pairs }
@@ -26,25 +30,56 @@ public final class Metrics: Sendable {
 
     enum Kind: String { case counter, gauge, histogram }
 
-    struct Histogram {
-        var buckets: [Int]
-        var sum: Double = 0
-        var count = 0
+    /// A counter or gauge series: one atomic integer. Every counter Outpost keeps counts
+    /// whole things (requests, changes, bytes).
+    public final class Counter: Sendable {
+        let value = Atomic<Int>(0)
+        /// Adds `amount`.
+        public func add(_ amount: Int = 1) { value.add(amount, ordering: .relaxed) }
+        /// Sets the value (gauges).
+        public func set(_ amount: Int) { value.store(amount, ordering: .relaxed) }
+    }
+
+    /// A histogram series.
+    final class Histogram: Sendable {
+        struct State {
+            var buckets: [Int]
+            var sum = 0.0
+            var count = 0
+        }
+        let bounds: [Double]
+        let state: Mutex<State>
+        init(bounds: [Double]) {
+            self.bounds = bounds
+            state = Mutex(State(buckets: Array(repeating: 0, count: bounds.count)))
+        }
+        func observe(_ value: Double) {
+            // The bucket index is found outside the lock; the lock guards three stores.
+            let index = bounds.firstIndex { value <= $0 }
+            state.withLock { s in
+                if let index { s.buckets[index] += 1 }
+                s.sum += value
+                s.count += 1
+            }
+        }
     }
 
     struct Family {
         let name: String
         let help: String
         let kind: Kind
-        var values: [Labels: Double] = [:]
+        let bounds: [Double]
+        var counters: [Labels: Counter] = [:]
         var histograms: [Labels: Histogram] = [:]
-        var bounds: [Double] = []
     }
 
-    private let families = Mutex<[String: Family]>([:])
-    private let order = Mutex<[String]>([])
-    /// Gauges read at scrape time (open connections, waiting pulls).
-    private let collectors = Mutex<[(name: String, help: String, read: @Sendable () -> Double)]>([])
+    private struct Registry {
+        var families: [String: Family] = [:]
+        var order: [String] = []
+        var collectors: [(name: String, help: String, read: @Sendable () -> Double)] = []
+    }
+
+    private let registry = Mutex(Registry())
 
     /// Latency buckets in seconds, from 0.5 ms to 10 s.
     public static let latencyBuckets: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
@@ -54,72 +89,89 @@ public final class Metrics: Sendable {
     /// Declares a metric family (idempotent).
     public func declare(_ name: String, help: String, kind: String, buckets: [Double] = []) {
         guard let k = Kind(rawValue: kind) else { preconditionFailure("unknown metric kind \(kind)") }
-        families.withLock { f in
-            guard f[name] == nil else { return }
-            var family = Family(name: name, help: help, kind: k)
-            family.bounds = buckets
-            f[name] = family
-            order.withLock { $0.append(name) }
+        registry.withLock { r in
+            guard r.families[name] == nil else { return }
+            r.families[name] = Family(name: name, help: help, kind: k, bounds: buckets.sorted())
+            r.order.append(name)
+        }
+    }
+
+    /// The counter or gauge series `name{labels}`, created on first use. Keep it to
+    /// update it without a lookup. A name that was never declared gets a detached series
+    /// that is never rendered (a programming error that must not crash a server).
+    public func counter(_ name: String, _ labels: Labels = .none) -> Counter {
+        registry.withLock { r in
+            guard r.families[name] != nil else { return Counter() }
+            if let c = r.families[name]!.counters[labels] { return c }
+            let c = Counter()
+            r.families[name]!.counters[labels] = c
+            return c
+        }
+    }
+
+    func histogram(_ name: String, _ labels: Labels) -> Histogram? {
+        registry.withLock { r in
+            guard let family = r.families[name], family.kind == .histogram else { return nil }
+            if let h = family.histograms[labels] { return h }
+            let h = Histogram(bounds: family.bounds)
+            r.families[name]!.histograms[labels] = h
+            return h
         }
     }
 
     /// Adds `amount` to a counter.
     public func increment(_ name: String, _ labels: Labels = .none, by amount: Double = 1) {
-        families.withLock { f in f[name]?.values[labels, default: 0] += amount }
+        counter(name, labels).add(Int(amount))
     }
 
     /// Sets a gauge.
     public func set(_ name: String, _ labels: Labels = .none, to value: Double) {
-        families.withLock { f in f[name]?.values[labels] = value }
+        counter(name, labels).set(Int(value))
     }
 
     /// Records one observation in a histogram.
     public func observe(_ name: String, _ labels: Labels = .none, _ value: Double) {
-        families.withLock { f in
-            guard var family = f[name] else { return }
-            var h = family.histograms[labels] ?? Histogram(buckets: Array(repeating: 0, count: family.bounds.count))
-            for (i, bound) in family.bounds.enumerated() where value <= bound { h.buckets[i] += 1 }
-            h.sum += value
-            h.count += 1
-            family.histograms[labels] = h
-            f[name] = family
-        }
+        histogram(name, labels)?.observe(value)
     }
 
     /// A gauge whose value is read when metrics are scraped.
     public func gauge(_ name: String, help: String, read: @escaping @Sendable () -> Double) {
-        collectors.withLock { $0.append((name, help, read)) }
+        registry.withLock { $0.collectors.append((name, help, read)) }
     }
 
     /// The current value of a counter or gauge (for tests and the benchmark).
     public func value(_ name: String, _ labels: Labels = .none) -> Double {
-        families.withLock { $0[name]?.values[labels] ?? 0 }
+        let counter: Counter? = registry.withLock { $0.families[name]?.counters[labels] }
+        return Double(counter?.value.load(ordering: .relaxed) ?? 0)
     }
 
     /// Renders every metric in the Prometheus text format.
     public func render() -> String {
+        let (families, order, collectors) = registry.withLock { ($0.families, $0.order, $0.collectors) }
         var out = ""
-        let snapshot = families.withLock { $0 }
-        for name in order.withLock({ $0 }) {
-            guard let family = snapshot[name] else { continue }
+        for name in order {
+            guard let family = families[name] else { continue }
             out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
             switch family.kind {
             case .counter, .gauge:
-                for (labels, value) in family.values.sorted(by: { $0.key.render() < $1.key.render() }) {
-                    out += "\(name)\(labels.render()) \(Self.format(value))\n"
+                for (labels, counter) in family.counters.sorted(by: { $0.key.render() < $1.key.render() }) {
+                    out += "\(name)\(labels.render()) \(counter.value.load(ordering: .relaxed))\n"
                 }
             case .histogram:
-                for (labels, h) in family.histograms.sorted(by: { $0.key.render() < $1.key.render() }) {
+                for (labels, histogram) in family.histograms.sorted(by: { $0.key.render() < $1.key.render() }) {
+                    let s = histogram.state.withLock { $0 }
+                    var cumulative = 0
                     for (i, bound) in family.bounds.enumerated() {
-                        out += "\(name)_bucket\(labels.render(extra: ("le", Self.format(bound)))) \(h.buckets[i])\n"
+                        cumulative += s.buckets[i]
+                        out += "\(name)_bucket\(labels.render(extra: ("le", Self.format(bound)))) \(cumulative)\n"
                     }
-                    out += "\(name)_bucket\(labels.render(extra: ("le", "+Inf"))) \(h.count)\n"
-                    out += "\(name)_sum\(labels.render()) \(Self.format(h.sum))\n"
-                    out += "\(name)_count\(labels.render()) \(h.count)\n"
+                    out += "\(name)_bucket\(labels.render(extra: ("le", "+Inf"))) \(s.count)\n"
+                    out += "\(name)_sum\(labels.render()) \(Self.format(s.sum))\n"
+                    out += "\(name)_count\(labels.render()) \(s.count)\n"
                 }
             }
         }
-        for c in collectors.withLock({ $0 }) {
+        for c in collectors {
             out += "# HELP \(c.name) \(c.help)\n# TYPE \(c.name) gauge\n\(c.name) \(Self.format(c.read()))\n"
         }
         return out

@@ -16,6 +16,8 @@ public final class SyncService: Sendable {
     let mutation: ServerMutation?
     /// One page read for many identical pulls woken by the same commit.
     let coalescer = PageCoalescer()
+    /// Series updated on every pull, resolved once.
+    let pullPages, pullRecords, pullBytes, longPollsWoken: Metrics.Counter
 
     public convenience init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
                             clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
@@ -37,6 +39,10 @@ public final class SyncService: Sendable {
         metrics.declare("outpost_pull_records_total", help: "Records served in pull pages.", kind: "counter")
         metrics.declare("outpost_pull_bytes_total", help: "Encoded bytes of records served in pull pages.", kind: "counter")
         metrics.declare("outpost_long_polls_woken_total", help: "Long-poll pulls woken by a commit.", kind: "counter")
+        pullPages = metrics.counter("outpost_pull_pages_total")
+        pullRecords = metrics.counter("outpost_pull_records_total")
+        pullBytes = metrics.counter("outpost_pull_bytes_total")
+        longPollsWoken = metrics.counter("outpost_long_polls_woken_total")
     }
 
     /// The space named in the path: `404` when it cannot be a space name.
@@ -179,13 +185,13 @@ public final class SyncService: Sendable {
             // a commit to another collection, so it reads again and waits on if need be.
             while page.count == 0, ContinuousClock.now < deadline, !Task.isCancelled {
                 guard await store.waitForCommit(space: space, afterSeq: page.head, deadline: deadline) else { break }
-                metrics.increment("outpost_long_polls_woken_total")
+                longPollsWoken.add()
                 page = try await readPage()
             }
         }
-        metrics.increment("outpost_pull_pages_total")
-        metrics.increment("outpost_pull_records_total", by: Double(page.count))
-        metrics.increment("outpost_pull_bytes_total", by: Double(page.changesJSON.count))
+        pullPages.add()
+        pullRecords.add(page.count)
+        pullBytes.add(page.changesJSON.count)
         let next = page.lastSeq.map { Version(epoch: epoch, seq: $0) } ?? since
         return HTTPResponse(json: Self.encodePage(page, next: next))
     }
