@@ -246,4 +246,35 @@ import OutpostTestSupport
         #expect(page.count == 1 && page.epoch == rotated)
         await again.close()
     }
+
+    /// PostgreSQL closes every connection of the store (a restart, a failover, an
+    /// administrator's pg_terminate_backend): pushes and pages go on over new connections,
+    /// the listener reconnects and wakes the waiting pulls (they read again), and long
+    /// polls are woken across instances again afterwards.
+    @Test func theStoreReconnectsAfterItsConnectionsAreClosed() async throws {
+        let url = try PostgresCluster.shared.createDatabase()
+        let a = try PostgresSyncStore(configuration: .init(url: url))
+        let b = try PostgresSyncStore(configuration: .init(url: url))
+        _ = try await a.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
+        let waiting = Task { await a.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
+        while a.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        let admin = try PostgresConnection(url: url)
+        let killed = try admin.query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        admin.close()
+        #expect(killed.int64(0, 0) >= 8)
+        // The listener's new connection wakes the pull, which would read again.
+        #expect(await waiting.value)
+        let r = try await a.push(space: "sp", clientId: "p", items: [prepared("c2", id: "b", base: nil)], now: 2)
+        #expect(r == [.applied("c2", version: Version(epoch: a.epoch, seq: 2))])
+        let page = try await b.page(PageRequest(space: "sp", afterSeq: 0, limit: 10, maxBytes: 1 << 20, collections: nil))
+        #expect(page.count == 2)
+        // Long polls across instances work again once the listeners are back.
+        try await Task.sleep(for: .milliseconds(800))
+        let again = Task { await b.waitForCommit(space: "sp", afterSeq: 2, deadline: .now + .seconds(30)) }
+        while b.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        _ = try await a.push(space: "sp", clientId: "p", items: [prepared("c3", id: "c", base: nil)], now: 3)
+        #expect(await again.value)
+        await a.close()
+        await b.close()
+    }
 }

@@ -201,7 +201,16 @@ public final class PostgresSyncStore: SyncStore {
         return try await withCheckedThrowingContinuation { continuation in
             let job = PostgresReadJob { reader, error in
                 if let error { continuation.resume(throwing: error); return }
-                continuation.resume(with: Result { try body(reader!) })
+                continuation.resume(with: Result {
+                    do {
+                        return try body(reader!)
+                    } catch let error as PostgresError where error.connectionLost {
+                        // Reads (and the idempotent sweep) are safe to run again on a new
+                        // connection after the old one was closed under them.
+                        try reader!.db.reconnectIfNeeded()
+                        return try body(reader!)
+                    }
+                })
             }
             if !readers[index].submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }
@@ -306,7 +315,15 @@ final class PostgresWriter {
             var failedIndex: Int?
             do {
                 try db.reconnectIfNeeded()
-                try db.execute("BEGIN")
+                do {
+                    try db.execute("BEGIN")
+                } catch {
+                    // The server closed the connection while it was idle (a restart, a
+                    // failover, an administrator): nothing was sent, so connect again.
+                    guard error.connectionLost && attempts < 5 else { throw error }
+                    Log.error("PostgreSQL writer connection lost; reconnecting", ["error": "\(error)"])
+                    continue
+                }
                 let spaces = Set(jobs.map(\.space))
                 if spaces.count > 1 {
                     try db.query("SELECT outpost_lock_spaces($1)", [.textArray(spaces.sorted())])
