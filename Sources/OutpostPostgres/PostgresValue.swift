@@ -4,31 +4,54 @@
 /// Integers are always `bigint` (`int8`): the schema uses `bigint` for every integer
 /// column. Arrays are one-dimensional; their elements may be null.
 public enum PostgresValue: Sendable, Equatable {
+    /// SQL NULL (its type is inferred by the server).
     case null
+    /// A `bigint`.
     case int(Int64)
+    /// A `text` value, UTF-8.
     case text(String)
+    /// A `bytea` value.
     case bytes([UInt8])
+    /// A `boolean`.
     case bool(Bool)
+    /// A `bigint[]`; nil elements are NULL.
     case intArray([Int64?])
+    /// A `text[]`; nil elements are NULL.
     case textArray([String?])
+    /// A `bytea[]`; nil elements are NULL.
     case bytesArray([[UInt8]?])
+    /// A `boolean[]`.
     case boolArray([Bool])
 
     /// Type OIDs (`pg_type.oid`), fixed since PostgreSQL 7.
     public enum OID {
+        /// The OID of `bool`.
         public static let bool: UInt32 = 16
+        /// The OID of `bytea`.
         public static let bytea: UInt32 = 17
+        /// The OID of `char`.
         public static let char: UInt32 = 18
+        /// The OID of `name`.
         public static let name: UInt32 = 19
+        /// The OID of `int8`.
         public static let int8: UInt32 = 20
+        /// The OID of `int2`.
         public static let int2: UInt32 = 21
+        /// The OID of `int4`.
         public static let int4: UInt32 = 23
+        /// The OID of `text`.
         public static let text: UInt32 = 25
+        /// The OID of `oid`.
         public static let oid: UInt32 = 26
+        /// The OID of `bool[]`.
         public static let boolArray: UInt32 = 1000
+        /// The OID of `bytea[]`.
         public static let byteaArray: UInt32 = 1001
+        /// The OID of `text[]`.
         public static let textArray: UInt32 = 1009
+        /// The OID of `int8[]`.
         public static let int8Array: UInt32 = 1016
+        /// The OID of `varchar`.
         public static let varchar: UInt32 = 1043
     }
 

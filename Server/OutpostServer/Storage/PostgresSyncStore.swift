@@ -68,6 +68,8 @@ public final class PostgresSyncStore: SyncStore {
         public init(url: String) { self.url = url }
     }
 
+    /// The epoch read from the database at start; the store stops serving when the
+    /// database's changes (see "Epoch" above).
     public let epoch: Epoch
     /// Wakes long polls of this instance.
     public let notifier: CommitNotifier
