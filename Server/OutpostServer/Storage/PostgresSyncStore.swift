@@ -8,9 +8,12 @@ import Synchronization
 /// through libpq (docs/scaling.md).
 ///
 /// Threads (libpq blocks, so none of it runs on Swift's cooperative pool; see
-/// `WorkerThread`): one writer thread per instance owns a connection and applies pushes
-/// with group commit (every push queued while a commit is in progress goes into the next
-/// transaction together, one `outpost_push` call per push); a few reader threads each own
+/// `WorkerThread`): a few writer threads each own a connection and apply pushes with group
+/// commit (every push queued while a commit is in progress goes into the next transaction
+/// together, one `outpost_push` call per push); a space's pushes always go to the same
+/// writer, so one instance never makes its own writers wait for each other's locks, and
+/// different spaces commit in parallel, in this instance as across instances; a few reader
+/// threads each own
 /// a connection and serve pages; one listener thread owns a connection that `LISTEN`s on
 /// `outpost_commits` and `outpost_epoch`. Each connection stays on its thread.
 ///
@@ -58,6 +61,8 @@ public final class PostgresSyncStore: SyncStore {
         public var url: String
         /// Reader threads (each with its own connection).
         public var readers: Int = 2
+        /// Writer threads (each with its own connection); a space always uses the same one.
+        public var writers: Int = 2
         /// Most pushes combined into one transaction.
         public var maxPushesPerCommit: Int = 64
         /// Called once, off the request path, when the database's epoch is no longer this
@@ -73,7 +78,7 @@ public final class PostgresSyncStore: SyncStore {
     public let epoch: Epoch
     /// Wakes long polls of this instance.
     public let notifier: CommitNotifier
-    private let writer: WorkerThread<PostgresWriteJob>
+    private let writers: [WorkerThread<PostgresWriteJob>]
     private let readers: [WorkerThread<PostgresReadJob>]
     private let listener: PostgresListener
     private let nextReader = Atomic<Int>(0)
@@ -93,11 +98,15 @@ public final class PostgresSyncStore: SyncStore {
         self.stale = stale
 
         let notifierRef = notifier
-        writer = try WorkerThread<PostgresWriteJob>(
-            name: "pg-writer", maxBatch: max(1, configuration.maxPushesPerCommit),
-            setup: { PostgresWriter(db: try Self.open(url), epoch: epoch, notifier: notifierRef, stale: stale) },
-            handle: { writer, jobs in writer.handle(jobs) },
-            teardown: { writer in writer.db.close() })
+        var writers: [WorkerThread<PostgresWriteJob>] = []
+        for i in 0..<max(1, configuration.writers) {
+            writers.append(try WorkerThread<PostgresWriteJob>(
+                name: "pg-writer-\(i)", maxBatch: max(1, configuration.maxPushesPerCommit),
+                setup: { PostgresWriter(db: try Self.open(url), epoch: epoch, notifier: notifierRef, stale: stale) },
+                handle: { writer, jobs in writer.handle(jobs) },
+                teardown: { writer in writer.db.close() }))
+        }
+        self.writers = writers
         var readers: [WorkerThread<PostgresReadJob>] = []
         for i in 0..<max(1, configuration.readers) {
             readers.append(try WorkerThread<PostgresReadJob>(
@@ -138,7 +147,7 @@ public final class PostgresSyncStore: SyncStore {
         try stale.check()
         return try await withCheckedThrowingContinuation { continuation in
             let job = PostgresWriteJob.push(PostgresPushJob(space: space, clientId: clientId, items: items, now: now) { continuation.resume(with: $0) })
-            if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+            if !writer(for: space).submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }
     }
 
@@ -182,20 +191,28 @@ public final class PostgresSyncStore: SyncStore {
                     try !db.query("SELECT pg_is_in_recovery()").bool(0, 0)
                 })
             }
-            if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
+            if !writers[0].submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }) ?? false
     }
 
     public func close() async {
-        let writer = self.writer, readers = self.readers, listener = self.listener
+        let writers = self.writers, readers = self.readers, listener = self.listener
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             Thread.detachNewThread {
                 listener.stop()
-                writer.stop()
+                for w in writers { w.stop() }
                 for r in readers { r.stop() }
                 c.resume()
             }
         }
+    }
+
+    /// The writer of `space`: the same for every push of the space in this process (FNV-1a
+    /// of its name, so the choice does not depend on the process's hash seed).
+    private func writer(for space: String) -> WorkerThread<PostgresWriteJob> {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in space.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+        return writers[Int(hash % UInt64(writers.count))]
     }
 
     private func read<T: Sendable>(_ body: @escaping @Sendable (PostgresReader) throws -> T) async throws -> T {
