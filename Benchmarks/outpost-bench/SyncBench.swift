@@ -182,15 +182,13 @@ enum SyncBench {
         try db.enableWAL(synchronous: .full)
         try SQLiteSyncStore.migrate(db)
         try db.run("INSERT INTO spaces(name, head_seq) VALUES ('bench', 0)")
-        let findApplied = try db.prepare("SELECT fingerprint, epoch, seq FROM applied_changes WHERE space_id = ? AND change_id = ?")
-        let findRecord = try db.prepare("SELECT seq, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND collection = ? AND id = ?")
-        let upsert = try db.prepare("""
+        // The statements the store runs for a new change: the idempotency row first (one
+        // descent when the id is new), then the guarded insert of the record.
+        let remember = try db.prepare("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(space_id, change_id) DO NOTHING")
+        let insertNew = try db.prepare("""
             INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
-            VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?)
-            ON CONFLICT(space_id, collection, id) DO UPDATE SET seq = excluded.seq, deleted = excluded.deleted, data = excluded.data,
-              updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time
+            VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT(space_id, collection, id) DO NOTHING
             """)
-        let remember = try db.prepare("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
         let data = Array(#"{"name":"Item 1 of b100-c0-r0","sku":"SKU-7919","quantity":1,"location":"Aisle 1, shelf 1","notes":"checked by the night shift; box slightly damaged","tags":["fragile","inventory"]}"#.utf8)
         let fingerprint = [UInt8](repeating: 7, count: 32)
         var seq: Int64 = 0
@@ -199,19 +197,13 @@ enum SyncBench {
             try db.transaction {
                 for i in 0..<batch {
                     let id = "ceiling-\(b)-\(i)"
-                    try findApplied.bind([.integer(1), .text(id)])
-                    _ = try findApplied.step()
-                    findApplied.reset()
-                    try findRecord.bind([.integer(1), .text("items"), .text(id)])
-                    _ = try findRecord.step()
-                    findRecord.reset()
                     seq += 1
-                    try upsert.bind([.integer(1), .text("items"), .text(id), .integer(seq), .blob(data), .integer(1), .text("bench"), .integer(1)])
-                    _ = try upsert.step()
-                    upsert.reset()
                     try remember.bind([.integer(1), .text(id), .blob(fingerprint), .text("EPOCH"), .integer(seq), .integer(1)])
                     _ = try remember.step()
                     remember.reset()
+                    try insertNew.bind([.integer(1), .text("items"), .text(id), .integer(seq), .blob(data), .integer(1), .text("bench"), .integer(1)])
+                    _ = try insertNew.step()
+                    insertNew.reset()
                 }
                 try db.run("UPDATE spaces SET head_seq = ? WHERE space_id = 1", [.integer(seq)])
             }

@@ -400,7 +400,8 @@ final class SQLiteWriter {
             UPDATE records SET seq = ?4, deleted = ?5, data = ?6, updated_at = ?7, updated_by = ?8, client_time = ?9
             WHERE space_id = ?1 AND collection = ?2 AND id = ?3 AND seq = ?10
             """)
-        let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
+        let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(space_id, change_id) DO NOTHING")
+        let forget = try db.cached("DELETE FROM applied_changes WHERE space_id = ? AND change_id = ?")
 
         let ordered = mutation == .applyOutOfOrder ? Array(job.items.reversed()) : job.items
         for item in ordered {
@@ -410,26 +411,45 @@ final class SQLiteWriter {
             }
             let change = prepared.change
             // 1. Idempotency: an applied change ID answers with its original result.
+            //    The common case — a change never seen — costs one B-tree descent: the
+            //    idempotency row is inserted first (with the seq this change will get) and
+            //    only a collision reads the row that was there. A conflict below removes
+            //    the row again, since conflicts are not remembered.
             let remembers = mutation != .forgetIdempotency
-            try findApplied.bind(int: space.id, at: 1)
-            try findApplied.bind(text: change.changeId, at: 2)
-            if remembers, try findApplied.step() {
-                let fingerprint = findApplied.blob(0)
-                let epochText = findApplied.text(1)
-                let seq = findApplied.int64(2)
-                findApplied.reset()
-                if fingerprint == prepared.fingerprint, let e = Epoch(epochText) {
-                    results.append(.applied(change.changeId, version: Version(epoch: e, seq: seq), replayed: true))
-                } else {
-                    results.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
+            let seq = space.head + 1
+            let foreignBase = !change.force && (change.baseVersion.map { $0.epoch != epoch } ?? false)
+            func replayResult() throws -> PushResult? {
+                try findApplied.bind(int: space.id, at: 1)
+                try findApplied.bind(text: change.changeId, at: 2)
+                defer { findApplied.reset() }
+                guard try findApplied.step() else { return nil }
+                if findApplied.blob(0) == prepared.fingerprint, let e = Epoch(findApplied.text(1)) {
+                    return .applied(change.changeId, version: Version(epoch: e, seq: findApplied.int64(2)), replayed: true)
                 }
-                continue
+                return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
             }
-            findApplied.reset()
+            if remembers {
+                if foreignBase {
+                    if let replay = try replayResult() { results.append(replay); continue }
+                } else {
+                    try remember.bind(int: space.id, at: 1)
+                    try remember.bind(text: change.changeId, at: 2)
+                    try remember.bind(blob: prepared.fingerprint, at: 3)
+                    try remember.bind(text: epoch.rawValue, at: 4)
+                    try remember.bind(int: seq, at: 5)
+                    try remember.bind(int: job.now, at: 6)
+                    while try remember.step() {}
+                    remember.reset()
+                    if db.changes == 0, let replay = try replayResult() {
+                        results.append(replay)
+                        continue
+                    }
+                }
+            }
 
             // 2. A base version from another history cannot be judged: pull first.
-            if !change.force, let base = change.baseVersion, base.epoch != epoch {
-                results.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base.epoch), the current epoch is \(epoch); pull first"))
+            if foreignBase {
+                results.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(change.baseVersion!.epoch), the current epoch is \(epoch); pull first"))
                 continue
             }
 
@@ -437,8 +457,7 @@ final class SQLiteWriter {
             //    (null base) is inserted only when no row — live or tombstone — exists;
             //    an update applies only while the row is still at the base's seq. The
             //    common case costs one B-tree descent; only a miss reads the current row.
-            guard space.head < Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
-            let seq = space.head + 1
+            guard seq <= Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
             let guarded = !change.force && mutation != .ignoreBaseVersion
             let write = !guarded ? upsert : (change.baseVersion == nil ? insertNew : updateAtBase)
             try write.bind(int: space.id, at: 1)
@@ -459,6 +478,12 @@ final class SQLiteWriter {
             write.reset()
             if db.changes == 0 {
                 // The base did not match: a conflict with the record as it is now.
+                if remembers {
+                    try forget.bind(int: space.id, at: 1)
+                    try forget.bind(text: change.changeId, at: 2)
+                    while try forget.step() {}
+                    forget.reset()
+                }
                 try findRecord.bind(int: space.id, at: 1)
                 try findRecord.bind(text: change.collection, at: 2)
                 try findRecord.bind(text: change.id, at: 3)
@@ -475,18 +500,6 @@ final class SQLiteWriter {
                 continue
             }
             space.head = seq
-
-            if remembers {
-            try remember.bind(int: space.id, at: 1)
-            try remember.bind(text: change.changeId, at: 2)
-            try remember.bind(blob: prepared.fingerprint, at: 3)
-            try remember.bind(text: epoch.rawValue, at: 4)
-            try remember.bind(int: seq, at: 5)
-            try remember.bind(int: job.now, at: 6)
-            while try remember.step() {}
-            remember.reset()
-            }
-
             spaces[job.space] = space
             results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq)))
         }
