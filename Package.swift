@@ -24,7 +24,6 @@ let package = Package(
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
         .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
         .executable(name: "outpost", targets: ["outpost"]),
-        .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
     ],
     targets: [
         // MARK: C at the edge
