@@ -29,8 +29,10 @@ build:
 release:
 	swift build -c release
 
+## Every benchmark area, one after the other (each prints its figures beside its ceiling).
 bench: deps
-	swift run -c release outpost-bench all
+	swift build -c release
+	for area in http json push pull client media; do .build/release/outpost-bench $$area || exit 1; done
 
 clean:
 	rm -rf .build
