@@ -323,19 +323,19 @@ final class LocalDatabase {
 
     /// Inserts a pulled record the store has no row for. Returns false (and writes nothing)
     /// when a row exists: the caller then takes the general path.
-    func insertIfAbsent(_ state: RecordState, data: [UInt8]?) throws -> Bool {
+    func insertIfAbsent(_ record: PreparedRecord) throws -> Bool {
         let stmt = try db.cached("""
             INSERT INTO records(collection, id, data, deleted, pending, version, updated_at, updated_by, client_time)
             VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT(collection, id) DO NOTHING
             """)
-        try stmt.bind(text: state.collection, at: 1)
-        try stmt.bind(text: state.id, at: 2)
-        if let data { try stmt.bind(blob: data, at: 3) } else { try stmt.bindNull(at: 3) }
-        try stmt.bind(int: data == nil ? 1 : 0, at: 4)
-        try stmt.bind(text: state.version.text, at: 5)
-        try stmt.bind(int: state.updatedAt, at: 6)
-        try stmt.bind(text: state.updatedBy, at: 7)
-        if let t = state.clientTime { try stmt.bind(int: t, at: 8) } else { try stmt.bindNull(at: 8) }
+        try stmt.bind(text: record.key.collection, at: 1)
+        try stmt.bind(text: record.key.id, at: 2)
+        if let data = record.body.data { try stmt.bind(blob: data, at: 3) } else { try stmt.bindNull(at: 3) }
+        try stmt.bind(int: record.body.deleted ? 1 : 0, at: 4)
+        try stmt.bind(text: record.version.text, at: 5)
+        try stmt.bind(int: record.updatedAt, at: 6)
+        try stmt.bind(text: record.updatedBy, at: 7)
+        if let t = record.clientTime { try stmt.bind(int: t, at: 8) } else { try stmt.bindNull(at: 8) }
         while try stmt.step() {}
         stmt.reset()
         return db.changes == 1

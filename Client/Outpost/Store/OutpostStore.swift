@@ -287,7 +287,8 @@ public actor OutpostStore {
                     guard (try? check(data)) != nil else { continue }
                 }
                 var ignored = SyncReport()
-                if try applyPulled(state, d, sentKeys: try d.keysWithSentChanges(), report: &ignored) { keys.append(RecordKey(collection: state.collection, id: state.id)) }
+                let record = PreparedRecord(state)
+                if try applyPulled(record, d, sentKeys: try d.keysWithSentChanges(), report: &ignored) { keys.append(record.key) }
                 try d.deleteQuarantined(q.number)
                 released += 1
             }

@@ -43,7 +43,7 @@ extension OutpostStore {
                 // The first epoch the store hears of: the first page and the next request
                 // must both report it before anything is applied.
                 let first = try await fetch(transport, since: nil, limit: &pageLimit, maxBytes: maxBytes)
-                let second: PulledPage
+                let second: PreparedPage
                 do {
                     second = try await fetch(transport, since: first.next, limit: &pageLimit, maxBytes: maxBytes)
                 } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.epochChanged.rawValue {
@@ -72,7 +72,7 @@ extension OutpostStore {
                 continue
             }
 
-            let page: PulledPage
+            let page: PreparedPage
             do {
                 if let ahead = prefetch, ahead.since == cursor {
                     prefetch = nil
@@ -109,9 +109,9 @@ extension OutpostStore {
             if page.hasMore {
                 // Fetch the next page while this one is applied (the cursor it asks from is
                 // where this page ends; it is used only if the cursor gets there).
-                let space = configuration.space, since = page.next, limit = pageLimit
+                let space = configuration.space, validators = configuration.validators, since = page.next, limit = pageLimit
                 prefetch = Prefetch(since: since, task: Task.detached {
-                    try await Self.fetchPage(transport, space: space, since: since, limit: limit, maxBytes: maxBytes)
+                    try await Self.fetchPage(transport, space: space, validators: validators, since: since, limit: limit, maxBytes: maxBytes)
                 })
             }
             var keys: [RecordKey] = []
@@ -151,20 +151,25 @@ extension OutpostStore {
     }
 
     /// One pull request; halves `limit` while the answer is larger than the transport reads.
-    func fetch(_ transport: any SyncTransport, since: Version?, limit: inout Int, maxBytes: Int, waitMs: Int = 0) async throws -> PulledPage {
-        let (page, used) = try await Self.fetchPage(transport, space: configuration.space, since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+    func fetch(_ transport: any SyncTransport, since: Version?, limit: inout Int, maxBytes: Int, waitMs: Int = 0) async throws -> PreparedPage {
+        let (page, used) = try await Self.fetchPage(transport, space: configuration.space, validators: configuration.validators,
+                                                    since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
         limit = used
         return page
     }
 
-    /// `fetch` off the actor (for a page fetched while the previous one is applied);
-    /// returns the page and the limit that worked.
-    nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, since: Version?, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PulledPage, Int) {
+    /// `fetch` off the actor (for a page fetched while the previous one is applied):
+    /// returns the page, prepared, and the limit that worked. Preparing (encoding each
+    /// record's data for storage, running the validators, freeing the decoded JSON) happens
+    /// here too, so the actor's work on a page is SQLite alone.
+    nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, validators: [String: @Sendable (JSONObject) throws -> Void],
+                                      since: Version?, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PreparedPage, Int) {
         var limit = limit
         while true {
             do {
                 let query = PullQuery(since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
-                return (try await transport.pull(query, space: space), limit)
+                let page = try await transport.pull(query, space: space)
+                return (PreparedPage(page, validators: validators), limit)
             } catch TransportError.answerTooLarge(let cap) {
                 guard limit > 1 else { throw OutpostError.transport(.answerTooLarge(limit: cap)) }
                 limit = max(1, limit / 2)
@@ -177,43 +182,33 @@ extension OutpostStore {
     /// A page being fetched while the store applies the one before it.
     struct Prefetch {
         let since: Version
-        let task: Task<(PulledPage, Int), any Error>
+        let task: Task<(PreparedPage, Int), any Error>
     }
 
     /// Applies a page and moves the cursor past it (inside the caller's transaction).
-    func apply(_ page: PulledPage, _ d: LocalDatabase, report: inout SyncReport, keys: inout [RecordKey]) throws {
+    func apply(_ page: PreparedPage, _ d: LocalDatabase, report: inout SyncReport, keys: inout [RecordKey]) throws {
         let sentKeys = try d.keysWithSentChanges()
         let time = now()
-        for item in page.records {
+        for item in page.items {
             switch item {
-            case .undecodable(let bad):
+            case .quarantine(let bad):
                 try d.quarantine(bad, at: time)
                 report.quarantined += 1
-            case .record(let state):
-                if let check = configuration.validators[state.collection], let data = state.data, !state.deleted {
-                    do { try check(data) } catch {
-                        try d.quarantine(UndecodableRecord(raw: state.json.encoded(), collection: state.collection, id: state.id,
-                                                           version: state.version.text, reason: "the app cannot decode it: \(error)"), at: time)
-                        report.quarantined += 1
-                        continue
-                    }
-                }
-                if try applyPulled(state, d, sentKeys: sentKeys, report: &report) {
-                    keys.append(RecordKey(collection: state.collection, id: state.id))
-                }
+            case .record(let record):
+                if try applyPulled(record, d, sentKeys: sentKeys, report: &report) { keys.append(record.key) }
             }
         }
         try d.setMeta("cursor", page.next.text)
     }
 
     /// Applies one pulled record. Returns true when what the app sees changed.
-    func applyPulled(_ state: RecordState, _ d: LocalDatabase, sentKeys: Set<RecordKey>, report: inout SyncReport) throws -> Bool {
-        let key = RecordKey(collection: state.collection, id: state.id)
-        let incoming = ServerCopy(state)
-        if !sentKeys.contains(key), try d.insertIfAbsent(state, data: incoming.body.data) {
+    func applyPulled(_ record: PreparedRecord, _ d: LocalDatabase, sentKeys: Set<RecordKey>, report: inout SyncReport) throws -> Bool {
+        let key = record.key
+        if !sentKeys.contains(key), try d.insertIfAbsent(record) {
             report.pulled += 1
             return true
         }
+        let incoming = record.serverCopy
         guard var row = try d.record(key) else { return false }
         let before = row.view
 
@@ -231,10 +226,10 @@ extension OutpostStore {
         if row.epochCheck {
             // First sight of the record in a new history.
             row.epochCheck = false
-            if !row.pending, let device = row.server, device.version.epoch != state.version.epoch,
-               let deviceTime = device.updatedAt, deviceTime > state.updatedAt, !device.body.sameContent(as: incoming.body) {
+            if !row.pending, let device = row.server, device.version.epoch != record.version.epoch,
+               let deviceTime = device.updatedAt, deviceTime > record.updatedAt, !device.body.sameContent(as: incoming.body) {
                 // The device's copy is newer than the new history's: offer it again on top.
-                try offerAgain(device.body, base: state.version, originUpdatedAt: deviceTime, key, d)
+                try offerAgain(device.body, base: record.version, originUpdatedAt: deviceTime, key, d)
                 row.view = device.body
                 row.pending = true
                 row.server = incoming
@@ -354,7 +349,7 @@ extension OutpostStore {
         var limit = max(1, min(configuration.pageLimit, limits.maxPageLimit))
         let maxBytes = max(1, min(limits.pageBytes, transport.maxResponseBytes - 65_536))
         let waitMs = Int(min(max(timeout.milliseconds, 0), Int64(PullQuery.maxWaitMs)))
-        let page: PulledPage
+        let page: PreparedPage
         do {
             page = try await fetch(transport, since: cursor, limit: &limit, maxBytes: maxBytes, waitMs: waitMs)
         } catch OutpostError.transport(.refused(409, _)) {
@@ -363,13 +358,16 @@ extension OutpostStore {
         await acquireSyncGate()
         defer { releaseSyncGate() }
         let current = try db()
-        guard page.epoch == epoch, try current.meta("epoch") == epoch.rawValue, try current.meta("cursor") == cursor.text,
-              try current.meta("rebasing") == nil else { return .needsSync }
+        guard page.epoch == epoch, try current.meta("epoch") == epoch.rawValue, try current.meta("rebasing") == nil else { return .needsSync }
+        if let moved = try current.meta("cursor").flatMap(Version.init), moved != cursor {
+            // A sync ran meanwhile: when it got as far as this page, nothing is new.
+            return moved.epoch == epoch && moved.seq >= page.next.seq ? .unchanged : .needsSync
+        }
         var report = SyncReport()
         var keys: [RecordKey] = []
         try write(durability: .normal) { d in try apply(page, d, report: &report, keys: &keys) }
         notify(StoreEvent(origin: .remote, keys: keys))
         if page.hasMore { return .needsSync }
-        return page.records.isEmpty ? .unchanged : .changed
+        return page.items.isEmpty ? .unchanged : .changed
     }
 }

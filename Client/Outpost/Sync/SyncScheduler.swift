@@ -43,7 +43,7 @@ public actor SyncScheduler {
     /// Everything it does, as it happens (the newest 256 are kept for a slow reader).
     public nonisolated let events: AsyncStream<Event>
     private let continuation: AsyncStream<Event>.Continuation
-    private let wake = AsyncSignal()
+    private nonisolated let wake = AsyncSignal()
     private var loop: Task<Void, Never>?
     private var edits: Task<Void, Never>?
 
@@ -60,11 +60,12 @@ public actor SyncScheduler {
         let store = self.store, options = self.options, wake = self.wake, continuation = self.continuation
         if options.syncAfterLocalEdits {
             let local = await store.observeAll()
-            edits = Task {
-                for await event in local where event.origin == .local { wake.signal() }
+            edits = Task { [weak self] in
+                for await event in local where event.origin == .local { self?.demand() }
             }
         }
-        loop = Task { await Self.run(store: store, options: options, wake: wake, events: continuation) }
+        let inbox = self.inbox
+        loop = Task { await Self.run(store: store, options: options, wake: wake, inbox: inbox, events: continuation) }
     }
 
     /// Stops: a long poll or a sleep ends at once; a sync in progress finishes first.
@@ -78,18 +79,58 @@ public actor SyncScheduler {
 
     /// Asks for a sync now (or right after the one in progress).
     public nonisolated func syncNow() {
+        demand()
+    }
+
+    /// What woke the loop, besides time: a demand (a local edit or `syncNow()`), or the end
+    /// of the long poll with its outcome.
+    private struct Inbox: Sendable {
+        var demanded = false
+        var poll: Result<OutpostStore.WaitResult, OutpostError>?
+    }
+
+    /// A reference to the inbox, so the loop and the long-poll task share it.
+    private final class Mailbox: Sendable {
+        let box = Mutex(Inbox())
+        func withLock<T>(_ body: (inout Inbox) -> T) -> T { box.withLock { body(&$0) } }
+    }
+
+    private nonisolated let inbox = Mailbox()
+
+    /// Asks for a sync now (or right after the one in progress).
+    private nonisolated func demand() {
+        inbox.withLock { $0.demanded = true }
         wake.signal()
     }
 
-    private enum Wait: Sendable {
-        case woken, timedOut, poll(OutpostStore.WaitResult), pollFailed(OutpostError)
-    }
-
-    private static func run(store: OutpostStore, options: Options, wake: AsyncSignal, events: AsyncStream<Event>.Continuation) async {
+    private static func run(store: OutpostStore, options: Options, wake: AsyncSignal, inbox: Mailbox, events: AsyncStream<Event>.Continuation) async {
         var rng = Randomness(seed: nil)
         var failures = 0
         var nextSync = ContinuousClock.now
+        // The long poll runs beside everything else: a local edit syncs at once instead of
+        // waiting for the poll to be cancelled, and the poll's page is applied only if the
+        // store's cursor has not moved meanwhile.
+        var poll: Task<Void, Never>?
+        defer { poll?.cancel() }
         while !Task.isCancelled {
+            let (demanded, polled) = inbox.withLock { box -> (Bool, Result<OutpostStore.WaitResult, OutpostError>?) in
+                defer { box = Inbox() }
+                return (box.demanded, box.poll)
+            }
+            if demanded { nextSync = ContinuousClock.now }
+            if let polled {
+                poll = nil
+                switch polled {
+                case .success(.changed): events.yield(.remoteChanges)
+                case .success(.unchanged): break
+                case .success(.needsSync): nextSync = ContinuousClock.now
+                case .failure(let failure):
+                    if failure == .closed { return }
+                    failures += 1
+                    events.yield(.failed(failure))
+                    nextSync = ContinuousClock.now + .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng))
+                }
+            }
             if ContinuousClock.now >= nextSync {
                 do {
                     let report = try await store.sync()
@@ -109,43 +150,22 @@ public actor SyncScheduler {
                 }
                 continue
             }
-            let remaining = nextSync - ContinuousClock.now
-            let longPoll = failures == 0 ? options.longPoll : nil
-            let outcome = await withTaskGroup(of: Wait.self) { group -> Wait in
-                group.addTask {
-                    await wake.wait()
-                    return .woken
-                }
-                if let longPoll {
-                    group.addTask {
-                        do { return .poll(try await store.waitForChanges(timeout: min(longPoll, remaining))) } catch {
-                            return .pollFailed(error as? OutpostError ?? .storage("\(error)"))
-                        }
+            if poll == nil, failures == 0, let longPoll = options.longPoll {
+                poll = Task {
+                    let outcome: Result<OutpostStore.WaitResult, OutpostError>
+                    do { outcome = .success(try await store.waitForChanges(timeout: longPoll)) } catch {
+                        outcome = .failure(error as? OutpostError ?? .storage("\(error)"))
                     }
-                } else {
-                    group.addTask {
-                        try? await Task.sleep(for: remaining)
-                        return .timedOut
-                    }
+                    inbox.withLock { $0.poll = outcome }
+                    wake.signal()
                 }
-                let first = await group.next() ?? .timedOut
-                group.cancelAll()
-                return first
             }
-            switch outcome {
-            case .woken:
-                nextSync = ContinuousClock.now
-            case .timedOut, .poll(.unchanged):
-                break
-            case .poll(.changed):
-                events.yield(.remoteChanges)
-            case .poll(.needsSync):
-                nextSync = ContinuousClock.now
-            case .pollFailed(let failure):
-                if failure == .closed { return }
-                failures += 1
-                events.yield(.failed(failure))
-                nextSync = ContinuousClock.now + .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng))
+            let remaining = nextSync - ContinuousClock.now
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await wake.wait() }
+                group.addTask { try? await Task.sleep(for: remaining) }
+                _ = await group.next()
+                group.cancelAll()
             }
         }
     }

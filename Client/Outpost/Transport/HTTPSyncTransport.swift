@@ -9,8 +9,8 @@ import FoundationNetworking
 ///
 /// - Auth: `Authorization: Bearer <token>` from a provider the app supplies; on `401` it is
 ///   asked once more with `refresh: true` and the request is sent again once.
-/// - Bodies over `gzipRequestsAbove` go gzip-compressed; answers are gzip-decoded by
-///   URLSession.
+/// - Bodies over `gzipRequestsAbove` go gzip-compressed; answers come gzip-compressed
+///   (decoded by URLSession) except from a loopback server.
 /// - Answers are read into memory up to `maxResponseBytes`; a larger one is cut off there
 ///   and reported as `answerTooLarge` (for a page, the store then asks for fewer records).
 /// - Failures are told apart as `SyncTransport` requires: a connection that was never made
@@ -31,6 +31,10 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
         public var maxResponseBytes = 16 << 20
         /// How long a request may take (a long poll gets its wait on top). Default 30 s.
         public var timeout: Duration = .seconds(30)
+        /// Whether answers may come gzip-compressed (`Accept-Encoding: gzip`). nil, the
+        /// default, asks for them except from a loopback server (`localhost`, 127.0.0.0/8,
+        /// `::1`), where compressing costs both sides CPU and saves nothing.
+        public var compressedAnswers: Bool?
         /// Request bodies larger than this many bytes are sent gzip-compressed
         /// (`Content-Encoding: gzip`, PROTOCOL.md section 2); nil never compresses.
         /// Default 16 KiB. A server that answers `415` gets plain bodies from then on.
@@ -63,6 +67,13 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
         configuration.httpShouldSetCookies = false
         configuration.timeoutIntervalForResource = 600
         session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    /// Whether answers are asked for gzip-compressed (see `Options.compressedAnswers`).
+    private var compressedAnswers: Bool {
+        if let explicit = options.compressedAnswers { return explicit }
+        let host = (baseURL.host ?? "").lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return !(host == "localhost" || host.hasPrefix("127.") || host == "::1")
     }
 
     /// A transport with a fixed token (or none).
@@ -134,6 +145,7 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
             request.httpMethod = method
             request.timeoutInterval = Double(options.timeout.milliseconds + Int64(extraWaitMs)) / 1000
             request.setValue("application/json", forHTTPHeaderField: "Accept")
+            if !compressedAnswers { request.setValue("identity", forHTTPHeaderField: "Accept-Encoding") }
             if authorized {
                 let bearer: String?
                 do { bearer = try await token(refresh) } catch {

@@ -1,0 +1,65 @@
+import OutpostCore
+
+/// A pulled record ready for storage: its data already encoded as the compact JSON bytes
+/// the store keeps.
+struct PreparedRecord: Sendable {
+    let key: RecordKey
+    let version: Version
+    let body: Body
+    let updatedAt: Int64
+    let updatedBy: String
+    let clientTime: Int64?
+
+    init(_ state: RecordState) {
+        key = RecordKey(collection: state.collection, id: state.id)
+        version = state.version
+        body = Body(state)
+        updatedAt = state.updatedAt
+        updatedBy = state.updatedBy
+        clientTime = state.clientTime
+    }
+
+    var serverCopy: ServerCopy {
+        ServerCopy(version: version, body: body, updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, changeId: nil)
+    }
+}
+
+/// One element of a prepared page.
+enum PreparedItem: Sendable {
+    case record(PreparedRecord)
+    /// Undecodable, or refused by the collection's validator.
+    case quarantine(UndecodableRecord)
+}
+
+/// A pull page after decoding, encoding and validation, made where the page was fetched.
+struct PreparedPage: Sendable {
+    let epoch: Epoch
+    let next: Version
+    let hasMore: Bool
+    let items: [PreparedItem]
+
+    init(_ page: PulledPage, validators: [String: @Sendable (JSONObject) throws -> Void]) {
+        epoch = page.epoch
+        next = page.next
+        hasMore = page.hasMore
+        var items: [PreparedItem] = []
+        items.reserveCapacity(page.records.count)
+        for element in page.records {
+            switch element {
+            case .undecodable(let bad):
+                items.append(.quarantine(bad))
+            case .record(let state):
+                if let check = validators[state.collection], let data = state.data, !state.deleted {
+                    do { try check(data) } catch {
+                        items.append(.quarantine(UndecodableRecord(
+                            raw: state.json.encoded(), collection: state.collection, id: state.id,
+                            version: state.version.text, reason: "the app cannot decode it: \(error)")))
+                        continue
+                    }
+                }
+                items.append(.record(PreparedRecord(state)))
+            }
+        }
+        self.items = items
+    }
+}
