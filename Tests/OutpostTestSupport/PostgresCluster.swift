@@ -16,8 +16,8 @@ import Glibc
 /// as the `postgres` user through `runuser`, in a directory that user owns.
 ///
 /// The server runs under a small shell watchdog that stops it (SIGINT, a fast shutdown)
-/// as soon as the process that started it is gone, so a test run that crashes or is killed
-/// leaves no server behind.
+/// and removes the directory as soon as the process that started it is gone, so a test
+/// run that crashes or is killed leaves no server and no files behind.
 public final class PostgresCluster: Sendable {
     /// The directory holding the cluster (`data/`), its socket and its log.
     public let directory: String
@@ -107,6 +107,7 @@ public final class PostgresCluster: Sendable {
             while [ -d "/proc/$4" ] && kill -0 "$pg" 2>/dev/null; do sleep 0.5; done
             kill -INT "$pg" 2>/dev/null
             wait "$pg"
+            rm -rf "$2"
             """
         let process = Process()
         let arguments = ["-c", script, "sh", bin, dir, String(port), String(getpid())]
