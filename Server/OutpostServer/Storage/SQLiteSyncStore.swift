@@ -28,8 +28,23 @@ public final class SQLiteSyncStore: SyncStore {
         public var maxPushesPerCommit: Int = 64
         /// A deliberate bug for the conformance suite's mutation test; nil in production.
         @_spi(Mutants) public var mutation: ServerMutation?
+        /// Makes the epoch of a store that has none (a new data directory). The default is
+        /// `SQLiteSyncStore.systemEpoch` (the wall clock and the system's random source); the
+        /// simulation (`outpost-sim`) passes a virtual clock and a seeded source so that a run
+        /// replays exactly from its seed.
+        public var makeEpoch: EpochMaker = SQLiteSyncStore.systemEpoch
 
         public init(path: String) { self.path = path }
+    }
+
+    /// Makes a new epoch that sorts after `previous` (PROTOCOL.md section 1).
+    public typealias EpochMaker = @Sendable (_ previous: Epoch?) -> Epoch
+
+    /// `Epoch.generate` from the wall clock and the system's random source: time first, so a
+    /// new epoch sorts after every epoch made before it.
+    public static let systemEpoch: EpochMaker = { previous in
+        var rng = SystemRandomNumberGenerator()
+        return Epoch.generate(nowMs: Int64(Date().timeIntervalSince1970 * 1000), after: previous, using: &rng)
     }
 
     public let epoch: Epoch
@@ -58,7 +73,7 @@ public final class SQLiteSyncStore: SyncStore {
             // The mutant may hand out a seq twice, which the unique index would refuse.
             try setup.execute("DROP INDEX IF EXISTS records_seq; CREATE INDEX IF NOT EXISTS records_seq_mutant ON records(space_id, seq)")
         }
-        let epoch = try Self.ensureEpoch(setup)
+        let epoch = try Self.ensureEpoch(setup, makeEpoch: configuration.makeEpoch)
         setup.close()
         self.epoch = epoch
 
@@ -155,22 +170,21 @@ public final class SQLiteSyncStore: SyncStore {
         }
     }
 
-    static func ensureEpoch(_ db: Connection) throws -> Epoch {
+    static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
         if let text = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'") {
             guard let epoch = Epoch(text) else { throw StoreError("the store's epoch \"\(text)\" is not valid") }
             return epoch
         }
-        return try rotateEpoch(db)
+        return try rotateEpoch(db, makeEpoch: makeEpoch)
     }
 
     /// Gives the store at `db` a new epoch, later than its current one, and returns it.
     /// The caller makes sure no server has the store open.
     @discardableResult
-    static func rotateEpoch(_ db: Connection) throws -> Epoch {
+    static func rotateEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
         try db.transaction {
             let previous = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'").flatMap(Epoch.init)
-            var rng = SystemRandomNumberGenerator()
-            let epoch = Epoch.generate(nowMs: Int64(Date().timeIntervalSince1970 * 1000), after: previous, using: &rng)
+            let epoch = makeEpoch(previous)
             try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('epoch', ?)", [.text(epoch.rawValue)])
             if let previous {
                 let retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "")
@@ -181,13 +195,13 @@ public final class SQLiteSyncStore: SyncStore {
         }
     }
 
-    /// Opens the store file at `path`, gives it a new epoch and closes it.
-    public static func rotateEpoch(path: String) throws -> Epoch {
+    /// Opens the store file at `path`, gives it a new epoch (made by `makeEpoch`) and closes it.
+    public static func rotateEpoch(path: String, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
         let db = try Connection(path: path)
         defer { db.close() }
         try db.enableWAL(synchronous: .full)
         try migrate(db)
-        return try rotateEpoch(db)
+        return try rotateEpoch(db, makeEpoch: makeEpoch)
     }
 
     // MARK: SyncStore
