@@ -24,6 +24,7 @@ let package = Package(
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
         .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
         .executable(name: "outpost", targets: ["outpost"]),
+        .executable(name: "outpost-sim", targets: ["outpost-sim"]),
     ],
     targets: [
         // MARK: C at the edge
@@ -84,6 +85,15 @@ let package = Package(
             name: "outpost-conformance", dependencies: ["OutpostConformance"], path: "Sources/outpost-conformance",
             swiftSettings: swiftSettings),
 
+        // MARK: Simulation (the integrity harness: real client stores and the real server in process)
+        .target(
+            name: "OutpostSimulation",
+            dependencies: ["Outpost", "OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostSQLite"],
+            path: "Sources/OutpostSimulation", swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "outpost-sim", dependencies: ["OutpostSimulation", "OutpostServer"], path: "Sources/outpost-sim",
+            swiftSettings: swiftSettings),
+
         // MARK: Benchmarks
         .executableTarget(
             name: "outpost-bench",
@@ -115,6 +125,10 @@ let package = Package(
             name: "ConformanceTests",
             dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression"],
             path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SimulationTests",
+            dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore"],
+            path: "Tests/SimulationTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostPostgres", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
             swiftSettings: swiftSettings),

@@ -1,0 +1,470 @@
+import Foundation
+import Outpost
+import OutpostCore
+@_spi(Mutants) import OutpostServer
+
+/// The outcome of one run.
+public struct RunResult: Sendable {
+    /// What was run.
+    public let configuration: RunConfiguration
+    /// The invariants it broke (empty: it passed).
+    public let violations: [Violation]
+    /// Outcomes the protocol allows on purpose (counted, never failures).
+    public let limits: [LimitOutcome]
+    /// The step log: every step, every fault, every answer that mattered.
+    public let log: [String]
+    /// Requests the devices sent.
+    public let requests: Int
+    /// Faults injected.
+    public let faults: Int
+
+    /// True when no invariant broke.
+    public var passed: Bool { violations.isEmpty }
+}
+
+/// The integrity harness: a seeded simulation of several devices (real `OutpostStore`s on
+/// real SQLite files) and the real server (`SyncService` on `SQLiteSyncStore`) in process,
+/// joined by a simulated network that loses, duplicates, delays and cuts requests and
+/// answers. Random steps (edits, deletes, syncs, crashes, faults), then the network heals
+/// and every device syncs until nothing changes, then the invariants are checked
+/// (docs/simulation.md).
+///
+/// ```swift
+/// let result = await Simulation.run(.forSeed(42), scratch: "/dev/shm")
+/// if !result.passed { print(result.violations, result.log) }
+/// ```
+public enum Simulation {
+    /// The server's limits in a run: small, so that pushes are split, pages are cut and
+    /// oversized records are rejected.
+    public static let limits: Limits = {
+        var limits = Limits()
+        limits.maxRequestBytes = 16_384
+        limits.maxChangesPerPush = 4
+        limits.maxRecordBytes = 2_048
+        return limits
+    }()
+
+    /// Where runs keep their files by default: tmpfs when there is one (the files are real
+    /// SQLite files either way).
+    public static var defaultScratch: String {
+        FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
+    }
+
+    /// Runs one seed. The files live in a directory under `scratch`, removed afterwards.
+    public static func run(_ configuration: RunConfiguration, scratch: String = defaultScratch) async -> RunResult {
+        let run = Run(configuration, scratch: scratch)
+        await run.execute()
+        return run.result()
+    }
+
+    /// The shortest prefix of a failing run that still fails (the steps of a seed do not
+    /// depend on how many there are), for a minimal reproduction.
+    public static func shortestFailure(_ configuration: RunConfiguration, scratch: String = defaultScratch) async -> RunResult? {
+        for steps in 0...configuration.steps {
+            var shorter = configuration
+            shorter.steps = steps
+            let result = await run(shorter, scratch: scratch)
+            if !result.passed { return result }
+        }
+        return nil
+    }
+}
+
+/// One device of a run, owned by the run's task.
+private final class DeviceHandle {
+    let index: Int
+    let path: String
+    let offset = ClockOffset()
+    var store: OutpostStore?
+    var incarnation: UInt64 = 0
+
+    init(index: Int, path: String) {
+        self.index = index
+        self.path = path
+    }
+}
+
+private enum Action {
+    case put, delete, sync, poll, resetSync, discardRejected
+    case crash, armCrash, skew
+    case restart, restartEmpty, backup, restore, down
+}
+
+/// One run: its generator, clock, server, devices and world.
+private final class Run {
+    let configuration: RunConfiguration
+    let directory: String
+    var rng: SimRandom
+    let clock = VirtualClock(start: 1_800_000_000_000)
+    let world: RunWorld
+    var server: SimServer?
+    var devices: [DeviceHandle] = []
+    var backups: [(path: String, epoch: Epoch)] = []
+    var downSteps = 0
+
+    static let keys: [Key] = [Key("todos", "k0"), Key("todos", "k1"), Key("todos", "k2"), Key("todos", "k3"), Key("notes", "n0"), Key("notes", "n1")]
+
+    init(_ configuration: RunConfiguration, scratch: String) {
+        self.configuration = configuration
+        let directory = scratch + "/outpost-sim-\(getpid())-\(configuration.seed)-\(UUID().uuidString.prefix(8))"
+        self.directory = directory
+        rng = SimRandom(seed: configuration.seed ^ 0x5EED_0F_0D_7A15)
+        let networkSeed = rng.derive()
+        let runtimes = (0..<configuration.devices).map { DeviceRuntime(path: "\(directory)/d\($0).sqlite") }
+        world = RunWorld(
+            state: WorldState(rng: SimRandom(seed: networkSeed), oracle: Oracle(devices: configuration.devices, resolver: configuration.resolver),
+                              networkFaults: configuration.faults.network, devices: runtimes),
+            clock: clock, limits: Simulation.limits, token: SimServer.token)
+    }
+
+    func result() -> RunResult {
+        world.state.withLock { s in
+            RunResult(configuration: configuration, violations: s.oracle.violations, limits: s.oracle.limits, log: s.log,
+                      requests: s.requests, faults: s.faultsInjected)
+        }
+    }
+
+    func log(_ line: String) { world.log(line) }
+
+    func fail(_ invariant: Invariant, _ message: String) {
+        world.state.withLock { $0.oracle.fail(invariant, message) }
+    }
+
+    // MARK: The run
+
+    func execute() async {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let server = try SimServer(directory: directory + "/server", limits: Simulation.limits, clock: clock, seed: rng.derive(),
+                                       mutation: configuration.mutation)
+            self.server = server
+            try server.open()
+            let epoch = server.epoch
+            world.state.withLock { s in
+                s.service = server.service
+                s.oracle.serverEpoch(epoch)
+            }
+            log("run \(configuration)")
+            log("   0 server starts in epoch \(epoch)")
+            for i in 0..<configuration.devices {
+                let device = DeviceHandle(index: i, path: "\(directory)/d\(i).sqlite")
+                devices.append(device)
+                try open(device)
+            }
+            for step in 1...max(1, configuration.steps) where configuration.steps > 0 {
+                world.state.withLock { $0.oracle.step = step }
+                try await self.step(step)
+            }
+            world.state.withLock { $0.oracle.step = configuration.steps + 1 }
+            try await heal()
+            try await finalCheck()
+        } catch {
+            fail(.harness, "the run stopped: \(error)")
+        }
+        world.state.withLock { $0.finished = true }
+        for device in devices { await device.store?.close() }
+        await server?.close()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    // MARK: Devices
+
+    func resolver(for device: Int) -> ConflictResolver {
+        switch configuration.resolver {
+        case .serverWins: return .serverWins
+        case .clientWins: return .clientWins
+        case .lastWriteWins: return .lastWriteWins(maxClockDrift: .seconds(300))
+        case .custom:
+            let world = self.world
+            if configuration.brokenResolver { return .custom { world.brokenResolve(device: device, $0) } }
+            return .custom { world.merge(device: device, $0) }
+        }
+    }
+
+    func open(_ device: DeviceHandle) throws {
+        var c = OutpostStore.Configuration(space: SimServer.space)
+        c.clientId = "d\(device.index)"
+        c.resolver = resolver(for: device.index)
+        let clock = self.clock, offset = device.offset
+        c.clock = { clock.now + offset.ms }
+        c.randomSeed = configuration.seed &* 1_000_003 &+ UInt64(device.index) &* 7919 &+ device.incarnation &* 104_729 &+ 1
+        c.pageLimit = 3
+        c.validators["notes"] = { object in
+            if isBad(object) { throw ValidationFailure() }
+        }
+        device.store = try OutpostStore(path: device.path, configuration: c, transport: SimulatedTransport(world: world, device: device.index))
+        device.incarnation += 1
+    }
+
+    /// The process dies and the store is opened again from its files: the files as they
+    /// were at the instant of the crash (a snapshot taken while a push was being sent), or
+    /// as they are now (a crash between two steps, or between two pages of a pull).
+    func crashAndReopen(_ device: DeviceHandle) async throws {
+        let snapshot = world.state.withLock { s -> FileSnapshot? in
+            let snapshot = s.devices[device.index].snapshot
+            s.devices[device.index].snapshot = nil
+            s.devices[device.index].dead = false
+            return snapshot
+        } ?? FileSnapshot(path: device.path)
+        await device.store?.close()
+        device.store = nil
+        try snapshot.restore(path: device.path)
+        try open(device)
+    }
+
+    /// Checks a device after it acted.
+    func check(_ device: DeviceHandle) async throws {
+        guard let store = device.store else { return }
+        let records = try await store.records(includeDeleted: true)
+        let pending = try await store.pendingChanges()
+        let rejected = try await store.rejectedChanges()
+        let epoch = try await store.status().epoch
+        world.state.withLock { $0.oracle.checkDevice(device.index, records: records, pending: pending, rejected: rejected, epoch: epoch) }
+    }
+
+    // MARK: Steps
+
+    func chooseAction() -> Action {
+        let f = configuration.faults
+        let hasBackup = !backups.isEmpty
+        return rng.weighted([
+            (.put, 30), (.delete, 8), (.sync, 30), (.poll, 2), (.resetSync, 1), (.discardRejected, 1),
+            (.crash, f.crash ? 3 : 0), (.armCrash, f.crash ? 4 : 0), (.skew, f.skew ? 3 : 0),
+            (.restart, f.server ? 2 : 0), (.restartEmpty, f.server ? 0.8 : 0), (.backup, f.server ? 2 : 0),
+            (.restore, f.server && hasBackup ? 1.2 : 0), (.down, f.server && downSteps == 0 ? 1.5 : 0),
+        ])
+    }
+
+    func step(_ step: Int) async throws {
+        let delta = rng.weighted([(Int64(1), 0.7), (2, 0.25), (3, 0.05)])
+        switch delta {
+        case 1: clock.advance(rng.int(in: 100...5_000))
+        case 2: clock.advance(rng.int(in: 5_000...120_000))
+        default: clock.advance(rng.int(in: 120_000...1_200_000))
+        }
+        if downSteps > 0 {
+            downSteps -= 1
+            if downSteps == 0 {
+                world.state.withLock { $0.down = false }
+                log(String(format: "%4d", step) + " server is up again")
+            }
+        }
+        if configuration.faults.network {
+            let held = world.state.withLock { $0.held.count }
+            if held > 0 && rng.chance(0.2) { await world.deliverHeld(at: rng.below(held)) }
+        }
+        let action = chooseAction()
+        let device = devices[rng.below(devices.count)]
+        let d = "d\(device.index)"
+        let prefix = String(format: "%4d", step) + " "
+        guard let store = device.store else { return }
+        switch action {
+        case .put:
+            let key = Run.keys[rng.below(Run.keys.count)]
+            let t = "\(d).\(step)"
+            var data: JSONObject = ["t": .string(t), "n": .number(JSONNumber(step))]
+            var note = ""
+            let variant = rng.unit()
+            if variant < 0.03 {
+                data["pad"] = .string(String(repeating: "x", count: 3_000))
+                note = " (over the server's record limit)"
+            } else if variant < 0.04 {
+                data["pad"] = .string(String(repeating: "y", count: 20_000))
+                note = " (over the server's request limit)"
+            } else if key.collection == "notes" && variant < 0.12 {
+                data["bad"] = .bool(true)
+                note = " (a shape the validator refuses)"
+            }
+            let view = try await store.record(in: key.collection, id: key.id)
+            world.state.withLock { s in _ = s.oracle.localEdit(device: device.index, key: key, data: data, view: view) }
+            try await store.put(data, in: key.collection, id: key.id)
+            log(prefix + "\(d) put \(key) \(t)\(note)")
+            try await check(device)
+        case .delete:
+            let key = Run.keys[rng.below(Run.keys.count)]
+            let view = try await store.record(in: key.collection, id: key.id)
+            guard let view, !view.deleted else {
+                log(prefix + "\(d) delete \(key): nothing to delete")
+                return
+            }
+            let write = world.state.withLock { s in s.oracle.localEdit(device: device.index, key: key, data: nil, view: view) }
+            try await store.delete(from: key.collection, id: key.id)
+            if try await store.record(in: key.collection, id: key.id) == nil {
+                world.state.withLock { $0.oracle.latest[device.index][key]?.fate = .cancelled }
+                log(prefix + "\(d) delete \(key) (cancels a create never sent)")
+            } else {
+                if let entry = try await store.pendingChanges().last(where: { $0.collection == key.collection && $0.id == key.id && $0.op == .delete }) {
+                    world.state.withLock { $0.oracle.nameChange(entry.changeId, write: write) }
+                }
+                log(prefix + "\(d) delete \(key)")
+            }
+            try await check(device)
+        case .sync:
+            log(prefix + "\(d) sync")
+            await sync(device)
+            try await afterNetwork(device)
+        case .poll:
+            log(prefix + "\(d) waitForChanges")
+            do { log("      → \(try await store.waitForChanges(timeout: .zero))") } catch { log("      → failed: \(error)") }
+            try await afterNetwork(device)
+        case .resetSync:
+            try await store.resetSync()
+            log(prefix + "\(d) resetSync")
+        case .discardRejected:
+            let rejected = try await store.rejectedChanges()
+            guard !rejected.isEmpty else {
+                log(prefix + "\(d) discard a rejected change: none")
+                return
+            }
+            let change = rejected[rng.below(rejected.count)]
+            try await store.discardRejectedChange(change.changeId)
+            world.state.withLock { $0.oracle.discarded(device: device.index, changeId: change.changeId) }
+            log(prefix + "\(d) discards rejected \(change.collection)/\(change.id) \(change.changeId)")
+            try await check(device)
+        case .crash:
+            log(prefix + "\(d) crashes and reopens its store")
+            try await crashAndReopen(device)
+            try await check(device)
+        case .armCrash:
+            world.state.withLock { $0.devices[device.index].crashArmed = true }
+            log(prefix + "\(d) will crash at its next request")
+        case .skew:
+            let year: Int64 = 365 * 86_400_000
+            let offset = rng.pick([year, -year, 600_000, -600_000, 0])
+            device.offset.ms = offset
+            log(prefix + "\(d) clock offset \(offset / 1000) s")
+        case .restart:
+            try await restartServer(prefix, "restarts keeping its data") { try await $0.restart() }
+        case .restartEmpty:
+            try await restartServer(prefix, "restarts with its data directory lost") { try await $0.restartEmpty() }
+        case .backup:
+            guard let server else { return }
+            let path = "\(directory)/backup-\(backups.count).sqlite"
+            let epoch = try server.backup(to: path)
+            backups.append((path, epoch))
+            log(prefix + "server backed up (backup \(backups.count - 1), epoch \(epoch))")
+        case .restore:
+            guard let server else { return }
+            let index = rng.below(backups.count)
+            let backup = backups[index]
+            world.state.withLock { s in
+                s.service = nil
+                s.held.removeAll()
+            }
+            let epoch = try await server.restore(from: backup.path)
+            let rows = try server.rows()
+            world.state.withLock { s in
+                s.service = server.service
+                s.oracle.serverRestored(epoch: epoch, backupEpoch: backup.epoch, rows: rows)
+            }
+            log(prefix + "server restored from backup \(index) (epoch \(backup.epoch)), rotate-epoch: \(epoch)")
+        case .down:
+            downSteps = 1 + rng.below(4)
+            world.state.withLock { $0.down = true }
+            log(prefix + "server down for \(downSteps) step(s)")
+        }
+    }
+
+    func restartServer(_ prefix: String, _ what: String, _ body: (SimServer) async throws -> Void) async throws {
+        guard let server else { return }
+        let before = server.epoch
+        world.state.withLock { s in
+            s.service = nil
+            s.held.removeAll()  // connections die with the process
+        }
+        try await body(server)
+        let epoch = server.epoch
+        world.state.withLock { s in
+            s.service = server.service
+            if epoch != before { s.oracle.serverEpoch(epoch) }
+        }
+        log(prefix + "server \(what)" + (epoch != before ? ", epoch \(epoch)" : ""))
+    }
+
+    func sync(_ device: DeviceHandle) async {
+        guard let store = device.store else { return }
+        do {
+            let r = try await store.sync()
+            var parts: [String] = []
+            if r.pushed > 0 { parts.append("pushed \(r.pushed)") }
+            if r.pulled > 0 { parts.append("pulled \(r.pulled)") }
+            if r.conflicts > 0 { parts.append("conflicts \(r.conflicts)") }
+            if r.rejected > 0 { parts.append("rejected \(r.rejected)") }
+            if r.quarantined > 0 { parts.append("quarantined \(r.quarantined)") }
+            if r.reoffered > 0 { parts.append("re-offered \(r.reoffered)") }
+            if r.epochChanged { parts.append("new epoch \(r.epoch?.rawValue ?? "?")") }
+            if r.pending > 0 { parts.append("\(r.pending) pending") }
+            log("      → ok" + (parts.isEmpty ? "" : ": " + parts.joined(separator: ", ")))
+        } catch {
+            log("      → failed: \(error)")
+        }
+    }
+
+    /// After a device used the network: a crash in the middle reopens its store; then the checks.
+    func afterNetwork(_ device: DeviceHandle) async throws {
+        let crashed = world.state.withLock { $0.devices[device.index].dead }
+        if crashed {
+            log("      d\(device.index) reopens its store from disk")
+            try await crashAndReopen(device)
+        }
+        try await check(device)
+    }
+
+    // MARK: Healing
+
+    func heal() async throws {
+        log("---- the network heals: no more faults; every device syncs until nothing changes")
+        let held = world.state.withLock { s -> Int in
+            s.healed = true
+            s.down = false
+            for i in s.devices.indices { s.devices[i].crashArmed = false }
+            return s.held.count
+        }
+        downSteps = 0
+        for _ in 0..<held { await world.deliverHeld(at: 0) }
+        for device in devices where world.state.withLock({ $0.devices[device.index].dead }) {
+            try await crashAndReopen(device)
+        }
+        for round in 1...12 {
+            clock.advance(360_000)  // every retry time has come (backoff is at most 5 minutes)
+            var changed = false
+            for device in devices {
+                guard let store = device.store else { continue }
+                do {
+                    let r = try await store.sync()
+                    if r.pushed + r.pulled + r.conflicts + r.rejected + r.reoffered + r.quarantined + r.pending > 0 || r.epochChanged {
+                        changed = true
+                        log("  heal \(round) d\(device.index): pushed \(r.pushed), pulled \(r.pulled), conflicts \(r.conflicts), rejected \(r.rejected), re-offered \(r.reoffered), pending \(r.pending)\(r.epochChanged ? ", new epoch" : "")")
+                    }
+                } catch {
+                    changed = true
+                    log("  heal \(round) d\(device.index): failed: \(error)")
+                }
+                try await check(device)
+            }
+            if !changed { return }
+        }
+        fail(.convergence, "the devices still change after 12 rounds of syncing on a healed network")
+    }
+
+    func finalCheck() async throws {
+        guard let server else { return }
+        let rows = try server.rows()
+        var finals: [DeviceFinal] = []
+        for device in devices {
+            guard let store = device.store else { continue }
+            finals.append(DeviceFinal(
+                records: try await store.records(includeDeleted: true), pending: try await store.pendingChanges(),
+                rejected: try await store.rejectedChanges(), quarantined: try await store.quarantinedRecords(),
+                epoch: try await store.status().epoch))
+        }
+        let epoch = server.epoch
+        world.state.withLock { $0.oracle.finalCheck(serverEpoch: epoch, server: rows, devices: finals) }
+        log("---- end: server epoch \(epoch), \(rows.count) records")
+    }
+}
+
+/// The simulation's validator refused a record (another app version wrote it).
+struct ValidationFailure: Error, CustomStringConvertible {
+    var description: String { "the record has a shape this app version does not read" }
+}
