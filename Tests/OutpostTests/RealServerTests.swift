@@ -7,9 +7,7 @@ import Testing
 
 /// A real `outpost-server` child (on port 0) behind a `FaultyProxy`, so the devices keep
 /// one URL across restarts, and faults happen on real sockets.
-final class RealWorld: @unchecked Sendable {
-    // @unchecked: `server` is replaced only by `restartEmpty`/`restore`, which the owning
-    // test calls from its one task; everything else is immutable after `init`.
+final class RealWorld {
     let dir: TemporaryDirectory
     var server: ServerProcess
     let proxy: FaultyProxy

@@ -73,6 +73,10 @@ extension OutpostStore {
             self.jitter = jitter
         }
 
+        /// The longest delay the policy draws, in ms. A stored retry time further ahead than
+        /// this from now was computed before the device's clock was set back.
+        var longestDelayMs: Int64 { max(max(1, initial.milliseconds), maximum.milliseconds) }
+
         /// The delay after the `attempt`-th failure (1-based), in ms.
         func delayMs(attempt: Int, using rng: inout Randomness) -> Int64 {
             let base = max(1, initial.milliseconds)

@@ -45,6 +45,7 @@ public struct RecordKey: Sendable, Hashable, CustomStringConvertible {
         self.id = id
     }
 
+    /// `collection/id`.
     public var description: String { "\(collection)/\(id)" }
 }
 

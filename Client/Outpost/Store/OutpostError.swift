@@ -37,6 +37,7 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The local database failed.
     case storage(String)
 
+    /// A sentence for people.
     public var description: String {
         switch self {
         case .storeInUse(let path): "the store \(path) is already open (one store per file)"

@@ -312,10 +312,12 @@ public actor OutpostStore {
     }
 
     /// The earliest `nextAttemptAt` of a failed or in-doubt change, if any (schedulers
-    /// sync again then; pending changes go with the next sync anyway).
+    /// sync again then; pending changes go with the next sync anyway). A retry time stored
+    /// before the device's clock was set back counts as now.
     public func nextRetryAt() throws -> Int64? {
-        try read { d in
-            try d.entries(in: [.failed, .inDoubt]).map(\.nextAttemptAt).min()
+        let time = now()
+        return try read { d in
+            try d.entries(in: [.failed, .inDoubt]).map { isDue($0.nextAttemptAt, now: time) ? min($0.nextAttemptAt, time) : $0.nextAttemptAt }.min()
         }
     }
 

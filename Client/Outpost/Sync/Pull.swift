@@ -237,6 +237,7 @@ extension OutpostStore {
                 try d.write(row)
                 return false
             }
+            if row.pending { try rebasePending(key, madeOn: row.server, onto: incoming, d) }
             row.server = incoming
             try d.write(row)
             if !row.pending { report.pulled += 1 }
@@ -290,12 +291,35 @@ extension OutpostStore {
             }
         }
         for var e in try d.entries(in: [.pending, .failed]) {
-            let base = try d.record(e.key)?.server.flatMap { $0.version.epoch == epoch ? $0.version : nil }
-            e.baseVersion = base
+            // A base of another history left now belongs to a record the new history lacks
+            // (the others were re-based when their record arrived): the change is a create.
+            if let base = e.baseVersion, base.epoch != epoch { e.baseVersion = nil }
             e.nextAttemptAt = 0
             try d.update(e)
         }
         try d.setMeta("rebasing", nil)
+    }
+
+    /// Re-bases the pending changes of `key` on the new history's copy `incoming` when the
+    /// edits knew as much: they were made on the device's copy `madeOn` of the old history,
+    /// and that copy holds what `incoming` holds, or is newer by the server's `updatedAt`
+    /// (the rule by which copies are offered again). A copy newer than anything the edits saw
+    /// is a concurrent write: the change goes as a create instead, the server answers with a
+    /// conflict, and the resolver decides, as it would within one history. (Re-basing it there
+    /// blindly made an offline edit overwrite, without the resolver, a write another device
+    /// made after the restore: found by outpost-sim, seeds 92 and 227.)
+    private func rebasePending(_ key: RecordKey, madeOn known: ServerCopy?, onto incoming: ServerCopy, _ d: LocalDatabase) throws {
+        for var e in try d.entries(for: key) where e.state == .pending || e.state == .failed {
+            // A create stays a create; a base already in the new history stays.
+            guard let base = e.baseVersion, base.epoch != incoming.version.epoch else { continue }
+            var knewAsMuch = false
+            if let known, known.version == base {
+                knewAsMuch = known.body.sameContent(as: incoming.body)
+                    || (known.updatedAt ?? .max) > (incoming.updatedAt ?? .max)
+            }
+            e.baseVersion = knewAsMuch ? incoming.version : nil
+            try d.update(e)
+        }
     }
 
     /// Pulls the current history again from its start at the next sync (a refresh: every

@@ -56,15 +56,23 @@ extension OutpostStore {
     }
 
     /// The changes to send now, in queue order: per record the first unsettled one, when it
-    /// is not in flight and its retry time has come.
+    /// is not in flight and its retry time has come (see `isDue`).
     func sendable(_ d: LocalDatabase, now: Int64) throws -> [QueueEntry] {
         var seen = Set<RecordKey>()
         var out: [QueueEntry] = []
         for e in try d.entries(in: [.pending, .inFlight, .inDoubt, .failed]) {
             guard seen.insert(e.key).inserted else { continue }
-            if e.state != .inFlight && e.nextAttemptAt <= now { out.append(e) }
+            if e.state != .inFlight && isDue(e.nextAttemptAt, now: now) { out.append(e) }
         }
         return out
+    }
+
+    /// True when a change stored with retry time `time` is due at `now`. A retry time further
+    /// ahead than the longest backoff was stored before the device's clock was set back (the
+    /// user fixed a clock a year ahead, or it drifted): it is due now, else the queue would
+    /// wait until the clock caught up, a year later. (Found by outpost-sim, seed 356.)
+    func isDue(_ time: Int64, now: Int64) -> Bool {
+        time <= now || time > now &+ configuration.backoff.longestDelayMs
     }
 
     /// Splits `candidates` into requests the server takes. A change too large for any

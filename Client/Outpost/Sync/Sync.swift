@@ -26,7 +26,13 @@ extension OutpostStore {
             try await pullPhase(transport, report: &report)
             let epochAfter = try read { try $0.meta("epoch") }
             if report.epochChanged || report.reoffered > 0 || epochAfter != epochBefore {
+                let pushed = report.pushed
                 if let failure = try await pushPhase(transport, report: &report) { pushFailure = pushFailure ?? failure }
+                // What that phase wrote comes back with the server's `updatedAt` (a push answer
+                // has none), which the next change of history orders copies by: a pending edit
+                // made on such a copy would otherwise be re-based over a later write without
+                // the resolver. (Found by outpost-sim, seed 275.)
+                if report.pushed > pushed && pushFailure == nil { try await pullPhase(transport, report: &report) }
             }
             if let pushFailure { throw pushFailure }
             try write(durability: .normal) { d in

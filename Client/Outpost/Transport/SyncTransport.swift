@@ -72,6 +72,7 @@ public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// A sentence for people.
     public var description: String {
         switch self {
         case .notSent(let m): "request not sent: \(m)"
