@@ -21,8 +21,12 @@ let usage = """
       sync                     one sync; print a JSON report; exit 2 when it failed
       pending                  one JSON line per queued change: changeId, collection, id, op, state
       status                   JSON: epoch, cursor, pending, lastSyncAt, lastError
+      upload FILE [--content-type TYPE]
+                               upload a media file (resuming an interrupted upload of the same
+                               file); print the media as JSON; exit 2 when it failed and can resume
 
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
+    upload guesses the content type from the file's extension (application/octet-stream otherwise).
     The default resolver is last-write-wins with a 5-minute drift limit.
     """
 
@@ -196,10 +200,86 @@ func run(_ o: Options) async throws -> Int32 {
             "lastError": s.lastError.map { .string($0) } ?? .null,
         ]))
         await store.close()
+    case "upload":
+        return try await upload(o, args)
     default:
         throw UsageError(message: "unknown command \(command)")
     }
     return 0
+}
+
+/// `upload FILE [--content-type TYPE]`: the media JSON on stdout; what happened (resumed,
+/// started over) on stderr. Exit 0 done, 2 failed but resumable (run it again), 1 failed
+/// for good.
+func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
+    var file: String?
+    var contentType: String?
+    var i = 0
+    while i < args.count {
+        if args[i] == "--content-type" {
+            guard i + 1 < args.count else { throw UsageError(message: "--content-type needs a value") }
+            contentType = args[i + 1]
+            i += 2
+        } else if file == nil && !args[i].hasPrefix("--") {
+            file = args[i]
+            i += 1
+        } else {
+            throw UsageError(message: "usage: upload FILE [--content-type TYPE]")
+        }
+    }
+    guard let file else { throw UsageError(message: "upload needs a FILE") }
+    let url = URL(fileURLWithPath: file)
+    let type = contentType ?? guessContentType(url.pathExtension)
+    guard UploadRequest.isValidContentType(type) else { throw UsageError(message: "--content-type must be a media type such as image/jpeg") }
+    guard let server = o.server.flatMap(URL.init(string:)) else { throw UsageError(message: "--server (or OUTPOST_SERVER) is needed to upload") }
+    let store = try openStore(o, needsSync: true)
+    let uploader = MediaUploader(store: store, transport: HTTPMediaTransport(baseURL: server, token: o.token))
+    do {
+        let run = try await uploader.start(file: url, contentType: type, filename: url.lastPathComponent)
+        var restarts = 0
+        var told = false
+        for await p in run.progress {
+            if p.restarts > restarts {
+                restarts = p.restarts
+                FileHandle.standardError.write(Data("outpost: \(file) changed during its upload; starting over with its new content\n".utf8))
+            }
+            if !told && p.phase == .uploading && p.bytesSent > 0 && p.bytesSent < p.totalBytes {
+                told = true
+                FileHandle.standardError.write(Data("outpost: resuming \(file): \(p.bytesSent) of \(p.totalBytes) bytes already on the server\n".utf8))
+            }
+            if p.phase == .uploading { told = true }
+        }
+        let media = try await run.media
+        print(json(media.json))
+        await store.close()
+        return 0
+    } catch let error as MediaError {
+        print(json(["error": ["code": .string(error.code), "message": .string(error.description)]]))
+        FileHandle.standardError.write(Data("outpost: upload failed: \(error)\n".utf8))
+        await store.close()
+        return error.isPermanent ? 1 : 2
+    }
+}
+
+/// A media type from a file extension; `application/octet-stream` when unknown.
+func guessContentType(_ pathExtension: String) -> String {
+    switch pathExtension.lowercased() {
+    case "jpg", "jpeg": "image/jpeg"
+    case "png": "image/png"
+    case "gif": "image/gif"
+    case "heic": "image/heic"
+    case "webp": "image/webp"
+    case "mp4", "m4v": "video/mp4"
+    case "mov": "video/quicktime"
+    case "m4a": "audio/mp4"
+    case "mp3": "audio/mpeg"
+    case "wav": "audio/wav"
+    case "pdf": "application/pdf"
+    case "json": "application/json"
+    case "txt": "text/plain"
+    case "csv": "text/csv"
+    default: "application/octet-stream"
+    }
 }
 
 let status: Int32

@@ -137,7 +137,7 @@ final class LocalDatabase {
     let db: Connection
 
     /// The schema version this SDK writes; `migrate` brings older files up to it.
-    static let schemaVersion = 1
+    static let schemaVersion = 2
 
     /// The commit durability in force on the connection.
     private(set) var durability: OutpostStore.Durability
@@ -230,6 +230,13 @@ final class LocalDatabase {
                         epoch TEXT NOT NULL);
                     """)
                 try setMeta("schema_version", "1")
+            }
+        }
+        if version < 2 {
+            // Uploads kept until the server holds their file (Media/UploadRows.swift).
+            try db.transaction {
+                try db.execute(Self.mediaUploadsSchema)
+                try setMeta("schema_version", "2")
             }
         }
     }

@@ -47,7 +47,8 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
     public let baseURL: URL
     /// Settings.
     public let options: Options
-    private let token: @Sendable (_ refresh: Bool) async throws -> String?
+    /// The token provider (shared with `HTTPMediaTransport(sharing:)`).
+    let token: @Sendable (_ refresh: Bool) async throws -> String?
     private let session: URLSession
     private let delegate: SessionDelegate
     /// Set when the server refused a gzip body (415): plain bodies from then on.

@@ -1,0 +1,235 @@
+import OutpostCore
+import OutpostSQLite
+
+/// One row of `media_uploads`: an upload the store keeps until the server holds the file.
+struct UploadRow: Sendable, Hashable {
+    var number: Int64
+    /// The file's absolute path; one row per path.
+    var path: String
+    /// The file as it was hashed.
+    var identity: FileIdentity
+    var sha256: String
+    var contentType: String
+    var filename: String?
+    /// Set once an init answered.
+    var uploadId: String?
+    var chunkSize: Int?
+    /// The chunks the server acknowledged, one bit per index.
+    var received: [UInt8]
+    var state: PendingUpload.State
+    var attempts: Int
+    var nextAttemptAt: Int64
+    var lastError: String?
+    var errorCode: String?
+    var createdAt: Int64
+
+    var size: Int64 { identity.size }
+
+    var chunkCount: Int { chunkSize.map { UploadState.chunkCount(size: size, chunkSize: $0) } ?? 0 }
+
+    func has(_ index: Int) -> Bool {
+        let byte = index >> 3
+        return byte < received.count && received[byte] & (1 << UInt8(index & 7)) != 0
+    }
+
+    mutating func mark(_ index: Int) {
+        let byte = index >> 3
+        if received.count <= byte { received += [UInt8](repeating: 0, count: byte + 1 - received.count) }
+        received[byte] |= 1 << UInt8(index & 7)
+    }
+
+    mutating func setReceived(_ indexes: [Int]) {
+        received = []
+        for i in indexes where i >= 0 { mark(i) }
+    }
+
+    var acknowledged: Int { (0..<chunkCount).count(where: has) }
+
+    /// Bytes of the acknowledged chunks.
+    var bytesAcknowledged: Int64 {
+        guard let chunkSize else { return 0 }
+        var total: Int64 = 0
+        for i in 0..<chunkCount where has(i) { total += min(Int64(chunkSize), size - Int64(i) * Int64(chunkSize)) }
+        return total
+    }
+
+    /// Forgets the server side (a new init follows).
+    mutating func forgetServerUpload() {
+        uploadId = nil
+        chunkSize = nil
+        received = []
+    }
+
+    var pending: PendingUpload {
+        PendingUpload(path: path, mediaId: sha256, size: size, contentType: contentType, filename: filename, uploadId: uploadId,
+                      chunkSize: chunkSize, chunksAcknowledged: acknowledged, chunkCount: chunkCount, state: state, attempts: attempts,
+                      nextAttemptAt: nextAttemptAt, lastError: lastError, errorCode: errorCode)
+    }
+}
+
+extension LocalDatabase {
+    /// Schema version 2: uploads kept until the server holds their file (`MediaUploader`).
+    static let mediaUploadsSchema = """
+        CREATE TABLE media_uploads(
+            number INTEGER PRIMARY KEY AUTOINCREMENT,
+            path TEXT NOT NULL UNIQUE,
+            size INTEGER NOT NULL,
+            modified_ns INTEGER NOT NULL,
+            device INTEGER NOT NULL,
+            inode INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            content_type TEXT NOT NULL,
+            filename TEXT,
+            upload_id TEXT,
+            chunk_size INTEGER,
+            received BLOB NOT NULL DEFAULT x'',
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            error_code TEXT,
+            created_at INTEGER NOT NULL);
+        """
+
+    private static let uploadColumns = "number, path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size, received, state, attempts, next_attempt_at, last_error, error_code, created_at"
+
+    private static func readUpload(_ s: Statement) -> UploadRow {
+        UploadRow(
+            number: s.int64(0), path: s.text(1),
+            identity: FileIdentity(size: s.int64(2), modifiedNs: s.int64(3), device: UInt64(bitPattern: s.int64(4)), inode: UInt64(bitPattern: s.int64(5))),
+            sha256: s.text(6), contentType: s.text(7), filename: s.optionalText(8), uploadId: s.optionalText(9),
+            chunkSize: s.optionalInt64(10).map(Int.init), received: s.optionalBlob(11) ?? [],
+            state: PendingUpload.State(rawValue: s.text(12)) ?? .waiting, attempts: s.int(13), nextAttemptAt: s.int64(14),
+            lastError: s.optionalText(15), errorCode: s.optionalText(16), createdAt: s.int64(17))
+    }
+
+    func upload(path: String) throws -> UploadRow? {
+        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE path = ?", [.text(path)], Self.readUpload)
+    }
+
+    func upload(number: Int64) throws -> UploadRow? {
+        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE number = ?", [.integer(number)], Self.readUpload)
+    }
+
+    func uploads() throws -> [UploadRow] {
+        try db.query("SELECT \(Self.uploadColumns) FROM media_uploads ORDER BY number", [], Self.readUpload)
+    }
+
+    /// Inserts `row` (a new number) or, when `row.number` names a row, rewrites it.
+    @discardableResult
+    func save(_ row: UploadRow, insert: Bool) throws -> Int64 {
+        let values: [SQLiteValue] = [
+            .text(row.path), .integer(row.identity.size), .integer(row.identity.modifiedNs),
+            .integer(Int64(bitPattern: row.identity.device)), .integer(Int64(bitPattern: row.identity.inode)),
+            .text(row.sha256), .text(row.contentType), row.filename.map { .text($0) } ?? .null, row.uploadId.map { .text($0) } ?? .null,
+            row.chunkSize.map { .integer(Int64($0)) } ?? .null, .blob(row.received), .text(row.state.rawValue),
+            .integer(Int64(row.attempts)), .integer(row.nextAttemptAt), row.lastError.map { .text($0) } ?? .null,
+            row.errorCode.map { .text($0) } ?? .null, .integer(row.createdAt),
+        ]
+        if insert {
+            try db.run("""
+                INSERT INTO media_uploads(path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size,
+                                          received, state, attempts, next_attempt_at, last_error, error_code, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, values)
+            return db.lastInsertRowID
+        }
+        try db.run("""
+            UPDATE media_uploads SET path = ?, size = ?, modified_ns = ?, device = ?, inode = ?, sha256 = ?, content_type = ?, filename = ?,
+                   upload_id = ?, chunk_size = ?, received = ?, state = ?, attempts = ?, next_attempt_at = ?, last_error = ?, error_code = ?,
+                   created_at = ?
+            WHERE number = ?
+            """, values + [.integer(row.number)])
+        return row.number
+    }
+
+    func deleteUpload(number: Int64) throws {
+        try db.run("DELETE FROM media_uploads WHERE number = ?", [.integer(number)])
+    }
+}
+
+extension OutpostStore {
+    // The media uploader's bookkeeping. Creating an upload commits with the configured
+    // durability (like a save: a file the app handed over is not forgotten); progress
+    // (acknowledged chunks, attempts) commits with NORMAL, since a lost acknowledgement is
+    // only asked of the server again.
+
+    func uploadRow(path: String) throws -> UploadRow? {
+        try read { try $0.upload(path: path) }
+    }
+
+    func uploadRows() throws -> [UploadRow] {
+        try read { try $0.uploads() }
+    }
+
+    /// Stores a freshly hashed upload for `row.path`, replacing any row of that path.
+    /// Returns the row with its number.
+    func replaceUploadRow(_ row: UploadRow) throws -> UploadRow {
+        try write { d in
+            var row = row
+            if let old = try d.upload(path: row.path) { try d.deleteUpload(number: old.number) }
+            row.number = try d.save(row, insert: true)
+            return row
+        }
+    }
+
+    /// Applies `change` to the row `number` and stores it; nil when the row is gone.
+    @discardableResult
+    func updateUploadRow(_ number: Int64, durability: Durability = .normal, _ change: @Sendable (inout UploadRow) -> Void) throws -> UploadRow? {
+        try write(durability: durability) { d in
+            guard var row = try d.upload(number: number) else { return nil }
+            change(&row)
+            try d.save(row, insert: false)
+            return row
+        }
+    }
+
+    /// Records an acknowledged chunk (and that the upload moves: its failures are forgotten).
+    @discardableResult
+    func acknowledgeChunk(_ number: Int64, index: Int) throws -> UploadRow? {
+        try updateUploadRow(number) { row in
+            row.mark(index)
+            row.attempts = 0
+            row.nextAttemptAt = 0
+            row.lastError = nil
+            row.errorCode = nil
+        }
+    }
+
+    /// Records a failed attempt: permanent ones mark the row failed; others count an attempt
+    /// and store its retry time (the store's jittered backoff). Returns the delay in ms.
+    @discardableResult
+    func recordUploadFailure(_ number: Int64, _ error: MediaError) throws -> Int64 {
+        let attempts = (try read { try $0.upload(number: number) })?.attempts ?? 0
+        let delay = error.isPermanent ? 0 : configuration.backoff.delayMs(attempt: attempts + 1, using: &rng)
+        let time = now()
+        try updateUploadRow(number) { row in
+            row.lastError = error.description
+            row.errorCode = error.code
+            if error.isPermanent {
+                row.state = .failed
+            } else {
+                row.attempts += 1
+                row.nextAttemptAt = time + delay
+            }
+        }
+        return delay
+    }
+
+    func deleteUploadRow(_ number: Int64) throws {
+        try write(durability: .normal) { try $0.deleteUpload(number: number) }
+    }
+
+    /// The backoff of a failure that is not an upload's (a download piece), in ms.
+    func mediaBackoffMs(attempt: Int) -> Int64 {
+        configuration.backoff.delayMs(attempt: attempt, using: &rng)
+    }
+
+    /// Whether a stored retry time has come (or was stored before the clock was set back).
+    func uploadIsDue(_ time: Int64) -> Bool {
+        isDue(time, now: now())
+    }
+
+    /// The store's clock, for upload rows.
+    func mediaNow() -> Int64 { now() }
+}
