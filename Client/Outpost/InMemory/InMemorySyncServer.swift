@@ -74,7 +74,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         var records: [RecordKey: StoredState] = [:]
         /// Every write in seq order; an entry is stale when its record has a later seq.
         var log: [(seq: Int64, key: RecordKey)] = []
-        var applied: [String: (fingerprint: [UInt8], version: Version)] = [:]
+        var applied: [String: (fingerprint: [UInt8], version: Version, updatedAt: Int64)] = [:]
     }
 
     fileprivate struct History: Sendable {
@@ -328,7 +328,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         }
         let fingerprint = Digest.sha256(change.fingerprintMaterial())
         if let known = space.applied[change.changeId] {
-            if known.fingerprint == fingerprint { return .applied(change.changeId, version: known.version, replayed: true) }
+            if known.fingerprint == fingerprint { return .applied(change.changeId, version: known.version, replayed: true, updatedAt: known.updatedAt) }
             return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
         }
         if !change.force, let base = change.baseVersion, base.epoch != epoch {
@@ -353,8 +353,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
                                          updatedAt: now, updatedBy: clientId, clientTime: change.clientTime)
         space.log.append((seq, key))
         let version = Version(epoch: epoch, seq: seq)
-        space.applied[change.changeId] = (fingerprint, version)
-        return .applied(change.changeId, version: version)
+        space.applied[change.changeId] = (fingerprint, version, now)
+        return .applied(change.changeId, version: version, updatedAt: now)
     }
 
     static func recordState(_ key: RecordKey, _ s: StoredState, epoch: Epoch) -> RecordState {

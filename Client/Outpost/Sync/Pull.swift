@@ -304,10 +304,12 @@ extension OutpostStore {
     /// edits knew as much: they were made on the device's copy `madeOn` of the old history,
     /// and that copy holds what `incoming` holds, or is newer by the server's `updatedAt`
     /// (the rule by which copies are offered again). A copy newer than anything the edits saw
-    /// is a concurrent write: the change goes as a create instead, the server answers with a
-    /// conflict, and the resolver decides, as it would within one history. (Re-basing it there
-    /// blindly made an offline edit overwrite, without the resolver, a write another device
-    /// made after the restore: found by outpost-sim, seeds 92 and 227.)
+    /// — or one that cannot be ordered, because the device's copy came from a push answer
+    /// without `updatedAt` — is a concurrent write: the change goes as a create instead, the
+    /// server answers with a conflict, and the resolver decides, as it would within one
+    /// history. (Re-basing it there blindly made an offline edit overwrite, without the
+    /// resolver, a write another device made after the restore: found by outpost-sim, seeds
+    /// 92, 227 and, for a copy known from a push answer only, 10 and 285.)
     private func rebasePending(_ key: RecordKey, madeOn known: ServerCopy?, onto incoming: ServerCopy, _ d: LocalDatabase) throws {
         for var e in try d.entries(for: key) where e.state == .pending || e.state == .failed {
             // A create stays a create; a base already in the new history stays.
@@ -315,7 +317,7 @@ extension OutpostStore {
             var knewAsMuch = false
             if let known, known.version == base {
                 knewAsMuch = known.body.sameContent(as: incoming.body)
-                    || (known.updatedAt ?? .max) > (incoming.updatedAt ?? .max)
+                    || (known.updatedAt ?? .min) > (incoming.updatedAt ?? .max)
             }
             e.baseVersion = knewAsMuch ? incoming.version : nil
             try d.update(e)

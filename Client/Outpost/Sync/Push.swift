@@ -161,7 +161,7 @@ extension OutpostStore {
                 switch result.status {
                 case .applied:
                     guard let version = result.version else { continue }
-                    changed = try settleApplied(sentEntry, version: version, epoch: response.epoch, d)
+                    changed = try settleApplied(sentEntry, version: version, updatedAt: result.updatedAt, epoch: response.epoch, d)
                     report.pushed += 1
                 case .conflict:
                     changed = try settleConflict(sentEntry, current: result.current, epoch: response.epoch, d)
@@ -197,9 +197,10 @@ extension OutpostStore {
 
     // MARK: Settling
 
-    /// `applied`: the change is durable on the server at `version`.
-    /// Returns true when what the app sees changed.
-    func settleApplied(_ entry: QueueEntry, version: Version, epoch: Epoch, _ d: LocalDatabase) throws -> Bool {
+    /// `applied`: the change is durable on the server at `version`, committed at `updatedAt`
+    /// when the server says (an epoch switch orders copies by it; otherwise the next pull
+    /// fills it in). Returns true when what the app sees changed.
+    func settleApplied(_ entry: QueueEntry, version: Version, updatedAt: Int64?, epoch: Epoch, _ d: LocalDatabase) throws -> Bool {
         let key = entry.key
         try d.deleteEntry(position: entry.position)
         guard var row = try d.record(key) else { return false }
@@ -223,7 +224,7 @@ extension OutpostStore {
                 try d.clearAside(key)
             }
         } else {
-            var newest = ServerCopy(version: version, body: entry.body, updatedAt: nil, updatedBy: clientId, clientTime: entry.clientTime, changeId: entry.changeId)
+            var newest = ServerCopy(version: version, body: entry.body, updatedAt: updatedAt, updatedBy: clientId, clientTime: entry.clientTime, changeId: entry.changeId)
             if let stored = row.server, stored.isNewer(than: newest) { newest = stored }
             if let aside = try d.aside(key) {
                 if aside.isNewer(than: newest) { newest = aside }

@@ -415,7 +415,8 @@ final class PostgresWriter {
                 let change = prepared.change
                 switch rows.text(row, 0) {
                 case "a":
-                    applied.append(.applied(change.changeId, version: Version(epoch: epoch, seq: rows.int64(row, 1))))
+                    // A replay below carries no updatedAt (outpost_push does not return applied_at); it is optional.
+                    applied.append(.applied(change.changeId, version: Version(epoch: epoch, seq: rows.int64(row, 1)), updatedAt: job.now))
                     head = rows.int64(row, 3)
                 case "r":
                     if let e = Epoch(rows.text(row, 2)) {

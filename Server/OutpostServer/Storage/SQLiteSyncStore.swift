@@ -397,7 +397,7 @@ final class SQLiteWriter {
         var space = try spaceEntry(job.space)
         var results: [PushResult] = []
         results.reserveCapacity(job.items.count)
-        let findApplied = try db.cached("SELECT fingerprint, epoch, seq FROM applied_changes WHERE space_id = ? AND change_id = ?")
+        let findApplied = try db.cached("SELECT fingerprint, epoch, seq, applied_at FROM applied_changes WHERE space_id = ? AND change_id = ?")
         let findRecord = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND collection = ? AND id = ?")
         let upsert = try db.cached("""
             INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
@@ -438,7 +438,8 @@ final class SQLiteWriter {
                 defer { findApplied.reset() }
                 guard try findApplied.step() else { return nil }
                 if findApplied.blob(0) == prepared.fingerprint, let e = Epoch(findApplied.text(1)) {
-                    return .applied(change.changeId, version: Version(epoch: e, seq: findApplied.int64(2)), replayed: true)
+                    // applied_at is the push's time, which is the record's updatedAt at that version.
+                    return .applied(change.changeId, version: Version(epoch: e, seq: findApplied.int64(2)), replayed: true, updatedAt: findApplied.int64(3))
                 }
                 return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
             }
@@ -515,7 +516,7 @@ final class SQLiteWriter {
             }
             space.head = seq
             spaces[job.space] = space
-            results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq)))
+            results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq), updatedAt: job.now))
         }
         return mutation == .applyOutOfOrder ? results.reversed() : results
     }

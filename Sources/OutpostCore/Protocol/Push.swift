@@ -212,6 +212,10 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
     public var version: Version?
     /// True when this answer repeats the original one of an already applied change.
     public var replayed: Bool
+    /// For `applied`: the server's commit time of `version` (ms since 1970), the record's
+    /// `updatedAt` at that version (the original's for a replay). Optional on the wire: a
+    /// server may leave it out, and a client then learns it from the next pull.
+    public var updatedAt: Int64?
     /// The record as it is now, for `conflict` (nil when the record does not exist).
     public var current: RecordState?
     /// The reason, for `rejected`.
@@ -229,17 +233,19 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
         }
     }
 
-    public init(changeId: String, status: PushStatus, version: Version? = nil, replayed: Bool = false, current: RecordState? = nil, error: RejectReason? = nil) {
+    public init(changeId: String, status: PushStatus, version: Version? = nil, replayed: Bool = false, current: RecordState? = nil, error: RejectReason? = nil,
+                updatedAt: Int64? = nil) {
         self.changeId = changeId
         self.status = status
         self.version = version
         self.replayed = replayed
+        self.updatedAt = updatedAt
         self.current = current
         self.error = error
     }
 
-    public static func applied(_ changeId: String, version: Version, replayed: Bool = false) -> PushResult {
-        PushResult(changeId: changeId, status: .applied, version: version, replayed: replayed)
+    public static func applied(_ changeId: String, version: Version, replayed: Bool = false, updatedAt: Int64? = nil) -> PushResult {
+        PushResult(changeId: changeId, status: .applied, version: version, replayed: replayed, updatedAt: updatedAt)
     }
 
     public static func conflict(_ changeId: String, current: RecordState?) -> PushResult {
@@ -264,6 +270,7 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
             version = parsed
         }
         replayed = try r.optionalBool("replayed") ?? false
+        updatedAt = try r.optionalInt64("updatedAt")
         if let c = r.object["current"], !c.isNull {
             current = try RecordState(json: c, path: r.fieldPath("current"))
         }
@@ -279,6 +286,7 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
         var o: JSONObject = ["changeId": .string(changeId), "status": .string(status.rawValue)]
         if let version { o["version"] = .string(version.text) }
         if replayed { o["replayed"] = .bool(true) }
+        if let updatedAt { o["updatedAt"] = .number(JSONNumber(updatedAt)) }
         if status == .conflict { o["current"] = current?.json ?? .null }
         if let error { o["error"] = .object(["code": .string(error.code), "message": .string(error.message)]) }
         return .object(o)
@@ -331,6 +339,10 @@ public struct PushResponse: Hashable, Sendable, JSONWireType {
                     JSONWriter.appendString(version.text, to: &out)
                 }
                 if r.replayed { out.append(contentsOf: #","replayed":true"#.utf8) }
+                if let updatedAt = r.updatedAt {
+                    out.append(contentsOf: #","updatedAt":"#.utf8)
+                    out.append(contentsOf: String(updatedAt).utf8)
+                }
                 out.append(UInt8(ascii: "}"))
             case .conflict, .rejected:
                 JSONWriter.append(r.json, to: &out)
