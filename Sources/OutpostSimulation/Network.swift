@@ -232,9 +232,21 @@ extension RunWorld {
     /// Delivers a push to the server; the oracle learns what the server applied.
     private func deliver(_ service: SyncService, _ body: [UInt8], _ request: PushRequest, device: Int) async -> (Int, [UInt8]) {
         let (status, bytes) = await SimServer.push(service, body: body, token: token, limits: limits)
-        if status == 200, let response = try? PushResponse.decode(bytes) {
-            let time = clock.now
-            state.withLock { $0.oracle.serverApplied(device: device, request: request, response: response, time: time) }
+        let time = clock.now
+        state.withLock { s in
+            guard status == 200, let response = try? PushResponse.decode(bytes) else {
+                s.log.append("      d\(device) → push of \(request.changes.count): HTTP \(status)")
+                return
+            }
+            for (change, result) in zip(request.changes, response.results) {
+                let content = change.op == .delete ? "delete" : "put \(tag(of: change.data) ?? "?")"
+                var outcome = result.status.rawValue
+                if let v = result.version { outcome += " \(v)" + (result.replayed ? " (replayed)" : "") }
+                if let c = result.current { outcome += " with \(c.version) \(c.deleted ? "deleted" : tag(of: c.data) ?? "?")" }
+                if let e = result.error { outcome += " \(e.code)" }
+                s.log.append("      d\(device) → \(change.collection)/\(change.id) \(content) on \(change.baseVersion?.text ?? "nothing") [\(change.changeId.suffix(6))]: \(outcome)")
+            }
+            s.oracle.serverApplied(device: device, request: request, response: response, time: time)
         }
         return (status, bytes)
     }

@@ -110,6 +110,8 @@ struct Oracle {
         let deleted: Bool
         var know: Set<Int>
         let origin: String
+        /// The app showed a tombstone when the edit was made.
+        var madeOnTombstone = false
     }
 
     struct State {
@@ -165,6 +167,8 @@ struct Oracle {
     var knowledge: [[Key: Set<Int>]]
     var latest: [[Key: Local]]
     var newestDelete: [[Key: Int]]
+    /// The write of the last tombstone each device held as its server copy of a record.
+    var lastTombstone: [[Key: Int]]
     var maxVersion: [[Key: Version]]
     var deviceEpoch: [Epoch?]
     var acks: [Ack] = []
@@ -179,6 +183,7 @@ struct Oracle {
         knowledge = Array(repeating: [:], count: devices)
         latest = Array(repeating: [:], count: devices)
         newestDelete = Array(repeating: [:], count: devices)
+        lastTombstone = Array(repeating: [:], count: devices)
         maxVersion = Array(repeating: [:], count: devices)
         deviceEpoch = Array(repeating: nil, count: devices)
         events = Array(repeating: StepEvents(), count: devices)
@@ -228,6 +233,10 @@ struct Oracle {
     mutating func localEdit(device: Int, key: Key, data: JSONObject?, view: StoredRecord?) -> Int {
         let know = seen(device: device, view: view)
         let id = newWrite(key: key, device: device, data: data, deleted: data == nil, know: know, origin: "d\(device) step \(step)")
+        // Made on a tombstone: the view showed one, or showed a pending edit made on one.
+        var onTombstone = view?.deleted == true
+        if let view, view.pending, !view.deleted, let t = tag(of: view.data), let w = tagToWrite[t], w != id { onTombstone = writes[w].madeOnTombstone }
+        writes[id].madeOnTombstone = onTombstone
         latest[device][key] = Local(write: id, fate: .pending)
         return id
     }
@@ -264,6 +273,10 @@ struct Oracle {
         } else if let version = maxVersion[device][key], let s = states[version], s.deleted {
             // A tombstone offered again to a new history: the device's copy.
             found = s.write
+        } else if let w = lastTombstone[device][key] {
+            // A tombstone offered again on top of the new history's copy, which the device
+            // now holds as its server copy.
+            found = w
         } else {
             found = newestDelete[device][key]
         }
@@ -314,6 +327,11 @@ struct Oracle {
             }
             var know = writes[w].know
             know.insert(w)
+            // A tombstone is a tombstone: an edit made on a deleted record knows the deletion it
+            // is written over, whichever delete made it (histories can only be compared by content).
+            if writes[w].madeOnTombstone, let below = chains[version.epoch]?[key]?.last, let p = states[below], p.deleted {
+                know.formUnion(p.know)
+            }
             states[version] = State(version: version, key: key, write: w, updatedAt: time, deleted: change.op == .delete,
                                     know: know, restored: false, bad: isBad(change.data))
             chains[version.epoch, default: [:]][key, default: []].append(version)
@@ -338,7 +356,9 @@ struct Oracle {
                 if s.write != w || s.key != key {
                     fail(.acknowledgedWrite, "d\(device) read \"applied at \(version)\" for \(describe(w)) of \(key), but \(version) holds \(describe(s.write)) of \(s.key)")
                 }
-                acks.append(Ack(device: device, key: key, version: version, write: w, step: step))
+                if !acks.contains(where: { $0.device == device && $0.version == version }) {
+                    acks.append(Ack(device: device, key: key, version: version, write: w, step: step))
+                }
                 events[device].acked.insert(w)
             case .conflict:
                 events[device].conflicted[key] = result.current
@@ -389,17 +409,20 @@ struct Oracle {
                 fail(.noRegression, "d\(device) shows \(key) at \(version) as \(record.deleted ? "deleted" : tag(of: record.data) ?? "?"), but the server committed \(describe(state: version))")
             }
             knowledge[device][key] = s.know
+            if s.deleted { lastTombstone[device][key] = s.write }
         }
         let byKey = Dictionary(grouping: records, by: { Key($0.collection, $0.id) })
         for (key, local) in latest[device] where local.fate == .pending {
             let write = writes[local.write]
+            // Acknowledged: from here the acknowledged-write invariant follows it (its content
+            // may still be queued, offered again to a new history).
+            if events[device].acked.contains(local.write) {
+                latest[device][key]!.fate = .settled
+                continue
+            }
             if pending.contains(where: { carries(write, $0) }) { continue }
             if rejected.contains(where: { carries(write, $0) }) {
                 latest[device][key]!.fate = .rejected
-                continue
-            }
-            if events[device].acked.contains(local.write) {
-                latest[device][key]!.fate = .settled
                 continue
             }
             if let current = events[device].conflicted[key] {

@@ -279,7 +279,6 @@ private final class Run {
             world.state.withLock { s in _ = s.oracle.localEdit(device: device.index, key: key, data: data, view: view) }
             try await store.put(data, in: key.collection, id: key.id)
             log(prefix + "\(d) put \(key) \(t)\(note)")
-            try await check(device)
         case .delete:
             let key = Run.keys[rng.below(Run.keys.count)]
             let view = try await store.record(in: key.collection, id: key.id)
@@ -298,7 +297,6 @@ private final class Run {
                 }
                 log(prefix + "\(d) delete \(key)")
             }
-            try await check(device)
         case .sync:
             log(prefix + "\(d) sync")
             await sync(device)

@@ -1,0 +1,28 @@
+import Testing
+@testable import OutpostSimulation
+
+/// Every seed on which the harness found a bug, replayed on every run of the suite
+/// (docs/simulation.md, "Bugs found"). A seed names a run of the step generator as it is in
+/// `Simulation.swift`: a change to how steps are drawn must re-derive these seeds (the
+/// scenario tests in `Tests/OutpostTests/SimulationFindingsTests.swift` do not depend on it).
+@Suite("Simulation regressions")
+struct RegressionTests {
+    static let seeds: [(seed: UInt64, bug: String)] = [
+        (92, "a pending edit re-based over a write made after a data loss, without the resolver"),
+        (227, "a pending edit re-based over a write made after a restore, without the resolver"),
+        (356, "a retry time stored before the clock was set back a year held the queue for a year"),
+        (334, "the same, with two changes held"),
+        (359, "the same, with three changes held"),
+        (275, "a copy known from a push answer (no updatedAt) let a pending edit be re-based blindly"),
+        (10, "the same, after the pull that follows the push was lost"),
+        (285, "the same, with the client-wins resolver"),
+    ]
+
+    @Test(arguments: seeds.map(\.seed))
+    func seedStaysFixed(seed: UInt64) async {
+        let result = await Simulation.run(.forSeed(seed))
+        let bug = Self.seeds.first { $0.seed == seed }!.bug
+        let passed = result.passed
+        #expect(passed, "seed \(seed) (\(bug)):\n\(result.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(result.configuration.reproduction)")
+    }
+}
