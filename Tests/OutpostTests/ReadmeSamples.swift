@@ -41,6 +41,35 @@ enum ReadmeSamples {
         return scheduler
     }
     // readme:end app
+
+    // readme:begin media
+    struct Photo: Codable, Sendable, Equatable {
+        var caption: String
+        var image: MediaReference  // records point at media by its id; the bytes never enter a record
+    }
+
+    /// Upload first, then save a record that points at the file; another device syncs the
+    /// record and downloads the file, checked against its SHA-256.
+    static func photo(server: URL, token: String, file: URL, directory: URL) async throws -> Data {
+        let transport = HTTPSyncTransport(baseURL: server) { refresh in token }
+        let phone = try OutpostStore(path: directory.appendingPathComponent("phone.sqlite").path,
+                                     configuration: .init(space: "team"), transport: transport)
+        let uploader = MediaUploader(store: phone, transport: HTTPMediaTransport(sharing: transport))
+        let media = try await uploader.upload(file: file, contentType: "image/jpeg")  // resumes if interrupted
+        try await phone.save(Photo(caption: "Shed roof", image: MediaReference(media)), in: "photos", id: "p1")
+        try await phone.sync()
+
+        let laptop = try OutpostStore(path: directory.appendingPathComponent("laptop.sqlite").path,
+                                      configuration: .init(space: "team"), transport: transport)
+        try await laptop.sync()
+        let photo = try await laptop.get(Photo.self, from: "photos", id: "p1")!
+        let copy = directory.appendingPathComponent("roof.jpg")
+        try await MediaUploader(store: laptop, transport: HTTPMediaTransport(sharing: transport)).download(photo.image, to: copy)
+        await phone.close()
+        await laptop.close()
+        return try Data(contentsOf: copy)
+    }
+    // readme:end media
 }
 
 @Suite("README samples")
@@ -60,13 +89,23 @@ struct ReadmeSampleTests {
         #expect(try await world.serverRecords().values.first?.data?["title"] == "Call the plumber")
     }
 
+    @Test func theMediaSampleRunsAgainstARealServer() async throws {
+        let world = try RealWorld()
+        let file = world.dir.url.appendingPathComponent("roof.source.jpg")
+        let bytes = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
+        try bytes.write(to: file)
+        let directory = world.dir.url.appendingPathComponent("sample")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        #expect(try await ReadmeSamples.photo(server: world.server.baseURL, token: world.token, file: file, directory: directory) == bytes)
+    }
+
     /// The code blocks of README.md's "Using the SDK" section, and the marked regions here.
     @Test func readmeShowsTheseSamples() throws {
         let here = URL(fileURLWithPath: #filePath)
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
         let source = try String(contentsOf: here, encoding: .utf8)
-        for name in ["two-devices", "app"] {
+        for name in ["two-devices", "app", "media"] {
             let begin = "    // readme:begin \(name)\n", end = "    // readme:end \(name)\n"
             let region = try #require(source.range(of: begin).flatMap { b in source.range(of: end, range: b.upperBound..<source.endIndex).map { b.upperBound..<$0.lowerBound } })
             let sample = source[region].split(separator: "\n", omittingEmptySubsequences: false)
