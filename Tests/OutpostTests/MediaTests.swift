@@ -291,6 +291,48 @@ struct MediaTests {
         #expect(try await uploader.pendingUploads().isEmpty)
     }
 
+    @Test func aFileTouchedBetweenRunsKeepsItsUploadAndOneRewrittenStartsOver() async throws {
+        let world = try MediaWorld()
+        let store = try world.store("phone")
+        let uploader = world.uploader(store, attempts: 1)
+        let (url, data) = try world.file("d.bin", size: 4 * MediaWorld.chunkSize, seed: 12)
+        world.proxy.on("/chunks/2", .cutRequest(afterBodyBytes: 10))
+        await #expect(throws: MediaError.self) { try await uploader.upload(file: url, contentType: "application/octet-stream") }
+        let first = try #require(try await uploader.pendingUploads().first?.uploadId)
+
+        // Touched (a new mtime, the same bytes): hashed again, and the server's upload holds.
+        try await blocking { try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: 120)], ofItemAtPath: url.path) }
+        world.clock.advance(10)
+        var mark = world.proxy.log.count
+        let touched = try await uploader.upload(file: url, contentType: "application/octet-stream")
+        #expect(touched.mediaId == sha256Hex(data))
+        #expect(world.proxy.chunkPuts(since: mark) == [2, 3])
+        #expect(world.proxy.log.dropFirst(mark).first.map { $0.method == "GET" && $0.path.hasSuffix(first) } == true)
+
+        // Rewritten between runs: the old upload is aborted and the new bytes start over.
+        let (other, _) = try world.file("e.bin", size: 4 * MediaWorld.chunkSize, seed: 13)
+        world.proxy.on("/chunks/1", .cutRequest(afterBodyBytes: 10))
+        await #expect(throws: MediaError.self) { try await uploader.upload(file: other, contentType: "application/octet-stream") }
+        let abandoned = try #require(try await uploader.pendingUploads().first?.uploadId)
+        let rewritten = mediaBytes(4 * MediaWorld.chunkSize, seed: 14)
+        try await blocking { try rewritten.write(to: other) }
+        world.clock.advance(10)
+        mark = world.proxy.log.count
+        let run = try await uploader.start(file: other, contentType: "application/octet-stream")
+        let progress = collect(run)
+        #expect(try await run.media.mediaId == sha256Hex(rewritten))
+        #expect(await progress.value.last?.restarts == 1, "the upload says it started over")
+        #expect(world.proxy.log.dropFirst(mark).contains { $0.method == "DELETE" && $0.path.hasSuffix(abandoned) })
+        #expect(world.proxy.chunkPuts(since: mark) == [0, 1, 2, 3])
+        do {
+            _ = try await world.direct.upload(abandoned, space: world.space)
+            Issue.record("the abandoned upload should be gone")
+        } catch let error as TransportError {
+            #expect(error.errorCode == "upload_not_found")
+        }
+        await store.close()
+    }
+
     @Test func aDownloadWhoseBytesDoNotMatchItsIdFailsAndLeavesNothing() async throws {
         let world = try MediaWorld()
         let store = try world.store("phone")

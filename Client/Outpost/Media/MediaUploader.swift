@@ -101,6 +101,8 @@ public actor MediaUploader {
             let hub = ProgressHub()
             do {
                 _ = try await prepare(path: path, contentType: contentType, filename: filename, hub: hub, restarts: 0, forceHash: false)
+                // A server upload of an earlier content is left to expire: enqueue never
+                // touches the network.
             } catch is FileChanged {
                 throw MediaError.fileChanged(path: path)
             }
@@ -218,12 +220,14 @@ public actor MediaUploader {
     /// One call's work on `path`: hash when needed, send, and start over (new hash) when
     /// the file changed under the upload.
     private nonisolated func perform(path: String, contentType: String, filename: String?, hub: ProgressHub) async throws -> MediaInfo {
-        var restarts = 0
+        var restarts = 0  // new contents found (reported in the progress)
+        var changes = 0  // changes seen under this call's upload (bounded)
+        var replaced = 0
         var forceHash = false
         while true {
-            let row: UploadRow
+            let prepared: Prepared
             do {
-                row = try await prepare(path: path, contentType: contentType, filename: filename, hub: hub, restarts: restarts, forceHash: forceHash)
+                prepared = try await prepare(path: path, contentType: contentType, filename: filename, hub: hub, restarts: restarts, forceHash: forceHash)
             } catch let error as MediaError {
                 // The file is gone or unreadable: the stored upload (if any) says so.
                 if let existing = try await store.uploadRow(path: path) { try await store.recordUploadFailure(existing.number, error) }
@@ -231,19 +235,37 @@ public actor MediaUploader {
             } catch is FileChanged {
                 throw try await gaveUp(path)
             }
+            if prepared.newContent { restarts += 1 }
+            if let old = prepared.abandoned {
+                // That upload will never be finalized: free the server's bytes now.
+                try? await transport.abort(old, space: space)
+            }
             do {
-                return try await send(row, hub: hub, restarts: restarts)
+                return try await send(prepared.row, hub: hub, restarts: restarts)
             } catch is FileChanged {
-                restarts += 1
+                changes += 1
                 forceHash = true
-                if restarts > options.maxRestarts { throw try await gaveUp(path) }
-                // The old upload will never be finalized: free the server's bytes now.
-                if let current = try await store.uploadRow(path: path), let id = current.uploadId {
-                    try? await transport.abort(id, space: space)
-                }
+                if changes > options.maxRestarts { throw try await gaveUp(path) }
+            } catch is UploadRowReplaced {
+                // Another call (an `enqueue` of the path) stored a newer hash: continue with it.
+                replaced += 1
+                forceHash = false
+                if replaced > options.maxRestarts { throw try await gaveUp(path) }
             }
         }
     }
+
+    /// What `prepare` found.
+    private struct Prepared {
+        var row: UploadRow
+        /// A server upload of the path's earlier content, replaced by this one.
+        var abandoned: String?
+        /// The path held other bytes when its upload was stored before (the upload starts over).
+        var newContent: Bool
+    }
+
+    /// The row an upload run works on was replaced or removed by another call.
+    private struct UploadRowReplaced: Error {}
 
     private nonisolated func gaveUp(_ path: String) async throws -> MediaError {
         let error = MediaError.fileChanged(path: path)
@@ -255,17 +277,20 @@ public actor MediaUploader {
     /// is unchanged (same size, mtime and inode as when it was hashed), else a new one
     /// with the file hashed again. A new hash equal to the stored one keeps the server
     /// upload the store knew.
-    private nonisolated func prepare(path: String, contentType: String, filename: String?, hub: ProgressHub, restarts: Int, forceHash: Bool) async throws -> UploadRow {
+    private nonisolated func prepare(path: String, contentType: String, filename: String?, hub: ProgressHub, restarts: Int, forceHash: Bool) async throws -> Prepared {
         let existing = try await store.uploadRow(path: path)
         let identity = try await MediaFiles.run(on: DispatchQueue(label: "outpost.media.stat")) { try MediaFiles.identity(of: path) }
         if !forceHash, let row = existing, row.state == .waiting, row.identity == identity {
             hub.yield(MediaProgress(phase: .hashing, bytesHashed: row.size, bytesSent: row.bytesAcknowledged, totalBytes: row.size, restarts: restarts))
-            guard row.uploadId == nil, row.contentType != contentType || row.filename != filename else { return row }
+            guard row.uploadId == nil, row.contentType != contentType || row.filename != filename else {
+                return Prepared(row: row, abandoned: nil, newContent: false)
+            }
             // Not begun on the server yet: the latest content type and name count.
-            return try await store.updateUploadRow(row.number, durability: store.configuration.durability) {
+            let updated = try await store.updateUploadRow(row.number, durability: store.configuration.durability) {
                 $0.contentType = contentType
                 $0.filename = filename
-            } ?? row
+            }
+            return Prepared(row: updated ?? row, abandoned: nil, newContent: false)
         }
         let cancelled = CancelFlag()
         let (hashed, sha256) = try await withTaskCancellationHandler {
@@ -279,6 +304,7 @@ public actor MediaUploader {
         var row = UploadRow(number: 0, path: path, identity: hashed, sha256: sha256, contentType: contentType, filename: filename, uploadId: nil,
                             chunkSize: nil, received: [], state: .waiting, attempts: 0, nextAttemptAt: 0, lastError: nil, errorCode: nil,
                             createdAt: now)
+        var prepared = Prepared(row: row, abandoned: nil, newContent: false)
         if let old = existing, old.state == .waiting, old.sha256 == sha256, old.size == hashed.size {
             // The same bytes (the file was touched, or copied back): its server upload holds.
             row.uploadId = old.uploadId
@@ -289,8 +315,12 @@ public actor MediaUploader {
                 row.contentType = old.contentType
                 row.filename = old.filename
             }
+        } else if let old = existing, old.state == .waiting {
+            prepared.abandoned = old.uploadId
+            prepared.newContent = true
         }
-        return try await store.replaceUploadRow(row)
+        prepared.row = try await store.replaceUploadRow(row)
+        return prepared
     }
 
     /// What to do after a failed request.
@@ -336,13 +366,20 @@ public actor MediaUploader {
         func report(_ phase: MediaProgress.Phase) {
             hub.yield(MediaProgress(phase: phase, bytesHashed: row.size, bytesSent: row.bytesAcknowledged, totalBytes: row.size, restarts: restarts))
         }
+        // A row that is gone was discarded (`discardUpload` cancels this run first) or
+        // replaced by another call's newer hash of the file.
         func reload() async throws -> UploadRow {
-            guard let current = try await store.uploadRow(path: row.path), current.number == number else { throw CancellationError() }
+            guard let current = try await store.uploadRow(path: row.path), current.number == number else {
+                try Task.checkCancellation()
+                throw UploadRowReplaced()
+            }
             return current
         }
-        // A row that is gone was discarded (`discardUpload`, which cancels this run first).
         func update(_ change: @escaping @Sendable (inout UploadRow) -> Void) async throws -> UploadRow {
-            guard let updated = try await store.updateUploadRow(number, change) else { throw CancellationError() }
+            guard let updated = try await store.updateUploadRow(number, change) else {
+                try Task.checkCancellation()
+                throw UploadRowReplaced()
+            }
             return updated
         }
         var failures = 0
