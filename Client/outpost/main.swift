@@ -1,9 +1,10 @@
 // outpost: the command-line client, built on the Outpost SDK, for scripts, operators and
-// automated checks. Every command works on a local store file; only `sync` talks to the
-// server. Output is JSON (one object, or one object per line for lists).
+// automated checks. Every command works on a local store file; only `sync` and `upload`
+// talk to the server. Output is JSON (one object, or one object per line for lists).
 //
-// Exit status: 0 success; 2 a sync failed (nothing local is lost); 3 `get` found no live
-// record; 1 any other failure; 64 a usage error.
+// Exit status: 0 success; 2 a sync or an upload failed and can be run again (nothing local
+// is lost; an upload resumes); 3 `get` found no live record; 1 any other failure (an upload
+// the server refused for good among them); 64 a usage error.
 import Foundation
 import Outpost
 import OutpostCore
