@@ -9,8 +9,9 @@ import Glibc
 #endif
 
 /// A real `outpost-server` child with 64 KiB chunks, behind a `MediaProxy` that counts
-/// chunk PUTs and cuts, loses or holds requests on real sockets.
-final class MediaWorld {
+/// chunk PUTs and cuts, loses or holds requests on real sockets. Made with `make()`, which
+/// starts the child off the cooperative pool.
+final class MediaWorld: Sendable {
     static let chunkSize = 65_536
     let dir: TemporaryDirectory
     let server: ServerProcess
@@ -19,7 +20,12 @@ final class MediaWorld {
     let clock = ManualClock()
     let space = "team"
 
-    init() throws {
+    /// Starts the server (a child process whose first line is awaited) on a thread of its own.
+    static func make() async throws -> MediaWorld {
+        try await blocking { try MediaWorld() }
+    }
+
+    private init() throws {
         dir = try TemporaryDirectory(prefix: "outpost-media-client")
         server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--chunk-size", String(Self.chunkSize)])
         proxy = try MediaProxy(upstreamPort: server.port)
@@ -55,11 +61,11 @@ final class MediaWorld {
     /// The server itself, past the proxy.
     var direct: HTTPMediaTransport { HTTPMediaTransport(baseURL: server.baseURL, token: token) }
 
-    /// Writes `size` repeatable bytes to `name`.
-    func file(_ name: String, size: Int, seed: UInt64) throws -> (URL, Data) {
+    /// Writes `size` repeatable bytes to `name` (on a thread of its own).
+    func file(_ name: String, size: Int, seed: UInt64) async throws -> (URL, Data) {
         let data = mediaBytes(size, seed: seed)
         let url = dir.url.appendingPathComponent(name)
-        try data.write(to: url)
+        try await blocking { try data.write(to: url) }
         return (url, data)
     }
 
@@ -89,6 +95,11 @@ func mediaBytes(_ count: Int, seed: UInt64) -> Data {
 
 func sha256Hex(_ data: Data) -> String { hexString(StreamingSHA256.hash(data)) }
 
+/// A file's bytes, read on a thread of its own.
+func contents(of url: URL) async throws -> Data {
+    try await blocking { try Data(contentsOf: url) }
+}
+
 /// Collects an upload's progress values while it runs.
 func collect(_ upload: MediaUpload) -> Task<[MediaProgress], Never> {
     Task {
@@ -101,11 +112,11 @@ func collect(_ upload: MediaUpload) -> Task<[MediaProgress], Never> {
 @Suite("Media uploads against a real outpost-server", .serialized)
 struct MediaTests {
     @Test func anUploadSendsEveryChunkOnceReportsProgressAndDownloadsVerified() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = try world.store("phone")
         let uploader = world.uploader(store, concurrent: 3)
         let size = 5 * MediaWorld.chunkSize + 1234
-        let (url, data) = try world.file("photo.jpg", size: size, seed: 1)
+        let (url, data) = try await world.file("photo.jpg", size: size, seed: 1)
 
         let upload = try await uploader.start(file: url, contentType: "image/jpeg", filename: "photo.jpg")
         let progress = collect(upload)
@@ -127,24 +138,24 @@ struct MediaTests {
         // Downloaded in 100 000-byte ranges through the proxy, checked, renamed into place.
         let copy = world.dir.url.appendingPathComponent("copy.jpg")
         try await uploader.download(mediaId: media.mediaId, to: copy)
-        #expect(try Data(contentsOf: copy) == data)
+        #expect(try await contents(of: copy) == data)
         #expect(world.proxy.log.filter { $0.method == "GET" && $0.path.hasSuffix(media.mediaId) }.count == 4)
 
         // An empty file is a file too (no chunks).
-        let (empty, _) = try world.file("empty.txt", size: 0, seed: 0)
+        let (empty, _) = try await world.file("empty.txt", size: 0, seed: 0)
         let none = try await uploader.upload(file: empty, contentType: "text/plain")
         #expect(none.size == 0 && none.mediaId == sha256Hex(Data()))
         let emptyCopy = world.dir.url.appendingPathComponent("empty-copy.txt")
         try await uploader.download(MediaReference(none), to: emptyCopy)
-        #expect(try Data(contentsOf: emptyCopy).isEmpty)
+        #expect(try await contents(of: emptyCopy).isEmpty)
         await store.close()
     }
 
     @Test func aFileTheServerHasIsNotSentAgain() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = try world.store("phone")
         let uploader = world.uploader(store, concurrent: 2)
-        let (url, data) = try world.file("a.bin", size: 3 * MediaWorld.chunkSize, seed: 2)
+        let (url, data) = try await world.file("a.bin", size: 3 * MediaWorld.chunkSize, seed: 2)
         let first = try await uploader.upload(file: url, contentType: "application/octet-stream")
         #expect(world.proxy.chunkPuts().count == 3)
         let mark = world.proxy.log.count
@@ -152,7 +163,7 @@ struct MediaTests {
         #expect(again == first)
         // The same bytes under another name, from another device.
         let copy = world.dir.url.appendingPathComponent("copy.bin")
-        try data.write(to: copy)
+        try await blocking { try data.write(to: copy) }
         let other = try world.store("laptop")
         let fromLaptop = try await world.uploader(other).upload(file: copy, contentType: "application/octet-stream")
         #expect(fromLaptop.mediaId == first.mediaId)
@@ -163,12 +174,12 @@ struct MediaTests {
     }
 
     @Test func aConnectionCutMidChunkThenResumedSendsOnlyTheMissingChunks() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         // A backoff of a minute, and one attempt per call: the cut ends the call.
         let store = try world.store("phone", backoff: .init(initial: .seconds(60), maximum: .seconds(120)))
         let uploader = world.uploader(store, attempts: 1)
         let size = 5 * MediaWorld.chunkSize - 10
-        let (url, data) = try world.file("video.mp4", size: size, seed: 3)
+        let (url, data) = try await world.file("video.mp4", size: size, seed: 3)
         world.proxy.on("/chunks/2", .cutRequest(afterBodyBytes: 20_000))
 
         await #expect(throws: MediaError.self) { try await uploader.upload(file: url, contentType: "video/mp4") }
@@ -191,15 +202,15 @@ struct MediaTests {
         #expect(try await uploader.pendingUploads().isEmpty)
         let copy = world.dir.url.appendingPathComponent("copy.mp4")
         try await uploader.download(mediaId: media.mediaId, to: copy)
-        #expect(try Data(contentsOf: copy) == data)
+        #expect(try await contents(of: copy) == data)
         await store.close()
     }
 
     @Test func aChunkWhoseAnswerWasLostIsNotSentAgain() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = try world.store("phone")
         let uploader = world.uploader(store)
-        let (url, data) = try world.file("a.wav", size: 4 * MediaWorld.chunkSize, seed: 4)
+        let (url, data) = try await world.file("a.wav", size: 4 * MediaWorld.chunkSize, seed: 4)
         world.proxy.on("/chunks/1", .loseAnswer)
         let media = try await uploader.upload(file: url, contentType: "audio/wav")
         #expect(media.mediaId == sha256Hex(data))
@@ -213,10 +224,10 @@ struct MediaTests {
     /// is written), with the server holding chunk 3 (`forward`) or not.
     @Test(arguments: [true, false])
     func anUploaderResumedAfterACrashSendsOnlyTheRemainingChunks(serverGotTheHeldChunk: Bool) async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         var store = try world.store("phone")
         let size = 6 * MediaWorld.chunkSize - 1000
-        let (url, data) = try world.file("scan.pdf", size: size, seed: 5)
+        let (url, data) = try await world.file("scan.pdf", size: size, seed: 5)
         world.proxy.on("/chunks/3", .hold(forward: serverGotTheHeldChunk))
         let upload = try await world.uploader(store).start(file: url, contentType: "application/pdf")
         try await world.proxy.waitUntilHeld()
@@ -245,10 +256,10 @@ struct MediaTests {
     }
 
     @Test func anUploadTheServerForgotIsBegunAgain() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = try world.store("phone", backoff: .init(initial: .milliseconds(1), maximum: .milliseconds(1)))
         let uploader = world.uploader(store, attempts: 1)
-        let (url, data) = try world.file("b.bin", size: 4 * MediaWorld.chunkSize, seed: 6)
+        let (url, data) = try await world.file("b.bin", size: 4 * MediaWorld.chunkSize, seed: 6)
         world.proxy.on("/chunks/2", .cutRequest(afterBodyBytes: 100))
         await #expect(throws: MediaError.self) { try await uploader.upload(file: url, contentType: "application/octet-stream") }
         let old = try #require(try await uploader.pendingUploads().first?.uploadId)
@@ -267,10 +278,10 @@ struct MediaTests {
     }
 
     @Test func aFileChangedDuringItsUploadStartsOverWithItsNewHash() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = try world.store("phone")
         let uploader = world.uploader(store)
-        let (url, data) = try world.file("note.txt", size: 4 * MediaWorld.chunkSize, seed: 7)
+        let (url, data) = try await world.file("note.txt", size: 4 * MediaWorld.chunkSize, seed: 7)
         world.proxy.on("/chunks/2", .hold(forward: false))
         let upload = try await uploader.start(file: url, contentType: "text/plain")
         let progress = collect(upload)
@@ -292,10 +303,10 @@ struct MediaTests {
     }
 
     @Test func aFileTouchedBetweenRunsKeepsItsUploadAndOneRewrittenStartsOver() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = try world.store("phone")
         let uploader = world.uploader(store, attempts: 1)
-        let (url, data) = try world.file("d.bin", size: 4 * MediaWorld.chunkSize, seed: 12)
+        let (url, data) = try await world.file("d.bin", size: 4 * MediaWorld.chunkSize, seed: 12)
         world.proxy.on("/chunks/2", .cutRequest(afterBodyBytes: 10))
         await #expect(throws: MediaError.self) { try await uploader.upload(file: url, contentType: "application/octet-stream") }
         let first = try #require(try await uploader.pendingUploads().first?.uploadId)
@@ -310,7 +321,7 @@ struct MediaTests {
         #expect(world.proxy.log.dropFirst(mark).first.map { $0.method == "GET" && $0.path.hasSuffix(first) } == true)
 
         // Rewritten between runs: the old upload is aborted and the new bytes start over.
-        let (other, _) = try world.file("e.bin", size: 4 * MediaWorld.chunkSize, seed: 13)
+        let (other, _) = try await world.file("e.bin", size: 4 * MediaWorld.chunkSize, seed: 13)
         world.proxy.on("/chunks/1", .cutRequest(afterBodyBytes: 10))
         await #expect(throws: MediaError.self) { try await uploader.upload(file: other, contentType: "application/octet-stream") }
         let abandoned = try #require(try await uploader.pendingUploads().first?.uploadId)
@@ -334,10 +345,10 @@ struct MediaTests {
     }
 
     @Test func aDownloadWhoseBytesDoNotMatchItsIdFailsAndLeavesNothing() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = try world.store("phone")
         let uploader = world.uploader(store)
-        let (url, _) = try world.file("c.jpg", size: 150_000, seed: 9)
+        let (url, _) = try await world.file("c.jpg", size: 150_000, seed: 9)
         let media = try await uploader.upload(file: url, contentType: "image/jpeg")
         // Damage the stored file on the server (same length, one byte flipped).
         let stored = world.server.dataDirectory + "/media/spaces/team/\(media.mediaId.prefix(2))/\(media.mediaId)"
@@ -347,13 +358,13 @@ struct MediaTests {
             try bytes.write(to: URL(fileURLWithPath: stored))
         }
         let downloads = world.dir.url.appendingPathComponent("downloads")
-        try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+        try await blocking { try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true) }
         let destination = downloads.appendingPathComponent("c.jpg")
-        let damaged = sha256Hex(try Data(contentsOf: URL(fileURLWithPath: stored)))
+        let damaged = sha256Hex(try await contents(of: URL(fileURLWithPath: stored)))
         await #expect(throws: MediaError.downloadCorrupt(mediaId: media.mediaId, actual: damaged)) {
             try await uploader.download(mediaId: media.mediaId, to: destination)
         }
-        #expect(try FileManager.default.contentsOfDirectory(atPath: downloads.path).isEmpty, "no file, no temporary file")
+        #expect(try await blocking { try FileManager.default.contentsOfDirectory(atPath: downloads.path) }.isEmpty, "no file, no temporary file")
 
         let unknown = String(repeating: "ab", count: 32)
         await #expect(throws: MediaError.mediaNotFound(mediaId: unknown)) { try await uploader.download(mediaId: unknown, to: destination) }
@@ -450,7 +461,7 @@ actor FakeMediaServer: MediaTransport {
 
 @Suite("Media uploader: finalize answers")
 struct MediaFinalizeTests {
-    func setUp(_ dir: TemporaryDirectory) throws -> (OutpostStore, MediaUploader, FakeMediaServer, URL, Data) {
+    func setUp(_ dir: TemporaryDirectory) async throws -> (OutpostStore, MediaUploader, FakeMediaServer, URL, Data) {
         var c = OutpostStore.Configuration(space: "team")
         c.randomSeed = 3
         c.backoff = .init(initial: .milliseconds(1), maximum: .milliseconds(1))
@@ -461,13 +472,13 @@ struct MediaFinalizeTests {
         let uploader = MediaUploader(store: store, transport: server, options: o)
         let data = mediaBytes(18, seed: 11)  // 5 chunks of 4 bytes (the last of 2)
         let url = dir.url.appendingPathComponent("f.bin")
-        try data.write(to: url)
+        try await blocking { try data.write(to: url) }
         return (store, uploader, server, url, data)
     }
 
     @Test func chunksFinalizeFindsMissingAreSentAgain() async throws {
         try await withTemporaryDirectory { dir in
-            let (_, uploader, server, url, data) = try setUp(dir)
+            let (_, uploader, server, url, data) = try await setUp(dir)
             await server.configure(loseOnFinalize: [1, 3])
             let media = try await uploader.upload(file: url, contentType: "application/octet-stream")
             #expect(media.mediaId == sha256Hex(data))
@@ -477,7 +488,7 @@ struct MediaFinalizeTests {
 
     @Test func aChecksumMismatchFailsForGoodUntilTheFileIsUploadedAgain() async throws {
         try await withTemporaryDirectory { dir in
-            let (_, uploader, server, url, data) = try setUp(dir)
+            let (_, uploader, server, url, data) = try await setUp(dir)
             await server.configure(corruptOnJoin: true)
             do {
                 _ = try await uploader.upload(file: url, contentType: "application/octet-stream")
@@ -500,7 +511,7 @@ struct MediaFinalizeTests {
 
     @Test func enqueuedFilesHaveTheirReferenceAtOnceAndGoWithResume() async throws {
         try await withTemporaryDirectory { dir in
-            let (store, uploader, server, url, data) = try setUp(dir)
+            let (store, uploader, server, url, data) = try await setUp(dir)
             let reference = try await uploader.enqueue(file: url, contentType: "image/png", filename: "f.png")
             #expect(reference == MediaReference(mediaId: sha256Hex(data), contentType: "image/png", size: 18, filename: "f.png"))
             #expect(await server.puts.isEmpty, "enqueue never touches the network")
@@ -515,7 +526,7 @@ struct MediaFinalizeTests {
 
     @Test func invalidArgumentsAndMissingFilesAreRefused() async throws {
         try await withTemporaryDirectory { dir in
-            let (_, uploader, _, url, _) = try setUp(dir)
+            let (_, uploader, _, url, _) = try await setUp(dir)
             await #expect(throws: MediaError.self) { try await uploader.upload(file: url, contentType: "jpeg") }
             let missing = dir.url.appendingPathComponent("nope.bin")
             do {
@@ -566,11 +577,11 @@ struct MediaCLITests {
     }
 
     @Test func uploadPrintsTheMediaAndResumesAfterTheClientWasKilled() async throws {
-        let world = try MediaWorld()
+        let world = try await MediaWorld.make()
         let store = world.dir.appending("cli.sqlite")
         let base = ["--store", store, "--space", "team", "--server", world.proxy.url.absoluteString, "--token", world.token]
         let size = 6 * MediaWorld.chunkSize + 77
-        let (url, data) = try world.file("clip.mp4", size: size, seed: 21)
+        let (url, data) = try await world.file("clip.mp4", size: size, seed: 21)
 
         // Killed (SIGKILL) while chunk 3's request hangs.
         world.proxy.on("/chunks/3", .hold(forward: false))

@@ -50,7 +50,7 @@ enum ReadmeSamples {
 
     /// Upload first, then save a record that points at the file; another device syncs the
     /// record and downloads the file, checked against its SHA-256.
-    static func photo(server: URL, token: String, file: URL, directory: URL) async throws -> Data {
+    static func photo(server: URL, token: String, file: URL, directory: URL) async throws -> URL {
         let transport = HTTPSyncTransport(baseURL: server) { refresh in token }
         let phone = try OutpostStore(path: directory.appendingPathComponent("phone.sqlite").path,
                                      configuration: .init(space: "team"), transport: transport)
@@ -67,7 +67,7 @@ enum ReadmeSamples {
         try await MediaUploader(store: laptop, transport: HTTPMediaTransport(sharing: transport)).download(photo.image, to: copy)
         await phone.close()
         await laptop.close()
-        return try Data(contentsOf: copy)
+        return copy
     }
     // readme:end media
 }
@@ -90,13 +90,16 @@ struct ReadmeSampleTests {
     }
 
     @Test func theMediaSampleRunsAgainstARealServer() async throws {
-        let world = try RealWorld()
+        let world = try await MediaWorld.make()
         let file = world.dir.url.appendingPathComponent("roof.source.jpg")
-        let bytes = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
-        try bytes.write(to: file)
         let directory = world.dir.url.appendingPathComponent("sample")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        #expect(try await ReadmeSamples.photo(server: world.server.baseURL, token: world.token, file: file, directory: directory) == bytes)
+        let bytes = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) })
+        try await blocking {
+            try bytes.write(to: file)
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        }
+        let copy = try await ReadmeSamples.photo(server: world.server.baseURL, token: world.token, file: file, directory: directory)
+        #expect(try await blocking { try Data(contentsOf: copy) } == bytes)
     }
 
     /// The code blocks of README.md's "Using the SDK" section, and the marked regions here.
