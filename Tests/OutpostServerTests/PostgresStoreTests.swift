@@ -109,7 +109,7 @@ import OutpostTestSupport
         try raw.execute("COMMIT")
         raw.close()
         try await pusher.value
-        #expect(done.withLock { $0 } == [.applied("early", version: Version(epoch: epoch, seq: 3))])
+        #expect(done.withLock { $0 } == [.applied("early", version: Version(epoch: epoch, seq: 3), updatedAt: 3)])
         let after = try await a.page(PageRequest(space: "sp", afterSeq: 1, limit: 100, maxBytes: 1 << 20, collections: nil))
         #expect(try decodePage(after).map(\.id) == ["late", "early"])
         #expect(after.head == 3)
@@ -265,7 +265,7 @@ import OutpostTestSupport
         // The listener's new connection wakes the pull, which would read again.
         #expect(await waiting.value)
         let r = try await a.push(space: "sp", clientId: "p", items: [prepared("c2", id: "b", base: nil)], now: 2)
-        #expect(r == [.applied("c2", version: Version(epoch: a.epoch, seq: 2))])
+        #expect(r == [.applied("c2", version: Version(epoch: a.epoch, seq: 2), updatedAt: 2)])
         let page = try await b.page(PageRequest(space: "sp", afterSeq: 0, limit: 10, maxBytes: 1 << 20, collections: nil))
         #expect(page.count == 2)
         // Long polls across instances work again once the listeners are back.

@@ -11,6 +11,11 @@ enum StoreKind: String, CaseIterable, Sendable, CustomStringConvertible {
     case postgres
 
     var description: String { rawValue }
+
+    /// The `updatedAt` a replayed answer carries for a change first applied at `time`: the
+    /// SQLite store reads it from the change's idempotency row; `outpost_push` on PostgreSQL
+    /// does not return it (the field is optional).
+    func replayTime(_ time: Int64) -> Int64? { self == .sqlite ? time : nil }
 }
 
 /// A store on a real SQLite file in a temporary directory, or on a fresh database of the
@@ -91,7 +96,7 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             let s = f.store!
             let e = s.epoch
             var r = try await s.push(space: "sp", clientId: "phone", items: [prepared("c1", id: "a", base: nil)], now: 100)
-            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1))])
+            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1), updatedAt: 100)])
             // null base while the record exists: conflict with the current record.
             r = try await s.push(space: "sp", clientId: "laptop", items: [prepared("c2", id: "a", data: ["t": "y"], base: nil)], now: 101)
             #expect(r[0].status == .conflict)
@@ -101,14 +106,14 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             #expect(r[0].current?.clientTime == 7)
             // delete, then a null base still conflicts: a tombstone exists.
             r = try await s.push(space: "sp", clientId: "phone", items: [prepared("c3", id: "a", op: .delete, base: Version(epoch: e, seq: 1))], now: 102)
-            #expect(r == [.applied("c3", version: Version(epoch: e, seq: 2))])
+            #expect(r == [.applied("c3", version: Version(epoch: e, seq: 2), updatedAt: 102)])
             r = try await s.push(space: "sp", clientId: "phone", items: [prepared("c4", id: "a", base: nil)], now: 103)
             #expect(r[0].status == .conflict)
             #expect(r[0].current?.deleted == true)
             #expect(r[0].current?.data == nil)
             // Based on the tombstone's version, a put revives it.
             r = try await s.push(space: "sp", clientId: "phone", items: [prepared("c5", id: "a", base: Version(epoch: e, seq: 2))], now: 104)
-            #expect(r == [.applied("c5", version: Version(epoch: e, seq: 3))])
+            #expect(r == [.applied("c5", version: Version(epoch: e, seq: 3), updatedAt: 104)])
         }
     }
 
@@ -147,18 +152,18 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             _ = try await s.push(space: "sp", clientId: "q", items: [prepared("c2", id: "a", data: ["t": "later"], base: Version(epoch: e, seq: 1))], now: 2)
             // Same id, same content: the original answer, however the record changed since.
             var r = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 3)
-            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1), replayed: true)])
+            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1), replayed: true, updatedAt: kind.replayTime(1))])
             // Same id, other content.
             r = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", data: ["t": "other"], base: nil)], now: 4)
             #expect(r[0].status == .rejected)
             #expect(r[0].error?.code == "change_id_reused")
             // Twice in one push: the second is a replay.
             r = try await s.push(space: "sp", clientId: "p", items: [prepared("c9", id: "z", base: nil), prepared("c9", id: "z", base: nil)], now: 5)
-            #expect(r[0] == .applied("c9", version: Version(epoch: e, seq: 3)))
-            #expect(r[1] == .applied("c9", version: Version(epoch: e, seq: 3), replayed: true))
+            #expect(r[0] == .applied("c9", version: Version(epoch: e, seq: 3), updatedAt: 5))
+            #expect(r[1] == .applied("c9", version: Version(epoch: e, seq: 3), replayed: true, updatedAt: kind.replayTime(5)))
             // The same change id in another space is another change.
             r = try await s.push(space: "other", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 6)
-            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1))])
+            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1), updatedAt: 6)])
             // Nothing moved because of the replays.
             #expect(try await s.head(space: "sp") == 3)
         }
@@ -247,7 +252,7 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             try await f.reopen()
             #expect(f.store.epoch == e)
             let r = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c3", id: "c", base: nil), prepared("c1", id: "a", base: nil)], now: 2)
-            #expect(r == [.applied("c3", version: Version(epoch: e, seq: 3)), .applied("c1", version: Version(epoch: e, seq: 1), replayed: true)])
+            #expect(r == [.applied("c3", version: Version(epoch: e, seq: 3), updatedAt: 2), .applied("c1", version: Version(epoch: e, seq: 1), replayed: true, updatedAt: kind.replayTime(1))])
         }
     }
 

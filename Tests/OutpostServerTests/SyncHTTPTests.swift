@@ -184,7 +184,8 @@ import OutpostTestSupport
             #expect(conflict.current?.data == ["v": 2])
             #expect(conflict.current?.updatedBy == "laptop")
             let replay = try PushResponse.decode(try await s.push("sp", [put("c1", "a", ["v": 1])], clientId: "phone").body).results[0]
-            #expect(replay == .applied("c1", version: Version(epoch: s.epoch, seq: 1), replayed: true))
+            #expect(replay.status == .applied && replay.replayed && replay.version == Version(epoch: s.epoch, seq: 1))
+            #expect(replay.updatedAt != nil, "a replay names the original commit time")
             let reused = try PushResponse.decode(try await s.push("sp", [put("c1", "a", ["v": 9])]).body).results[0]
             #expect(reused.error?.code == "change_id_reused")
             let mismatch = try PushResponse.decode(try await s.push("sp", [put("c4", "a", base: Version("OTHER.2"))]).body).results[0]
