@@ -123,3 +123,67 @@ struct SimulationFindingsTests {
         #expect(decoded == response)
     }
 }
+
+/// Seed 797: a re-pull of a new history cut short and finished by a later sync; a record the
+/// new history lacks, edited meanwhile, then deleted.
+@Suite("Found by outpost-sim: re-pulls finished later")
+struct RePullFinishedLaterTests {
+    /// A world whose device `a` is left in the middle of re-pulling a restored history that
+    /// lacks `r1` (which `b` still holds from the old history).
+    private func midRePull() async throws -> (World, a: OutpostStore, b: OutpostStore) {
+        let world = World()
+        let a = try world.device("a") { c in
+            c.pageLimit = 1
+            c.limitsLifetime = .zero  // every phase reads /v1/info (a test can fail one of them)
+        }
+        let b = try world.device("b")
+        try await a.put(todo("two"), in: "todos", id: "r2")
+        try await a.put(todo("three"), in: "todos", id: "r3")
+        try await a.sync()
+        let backup = world.server.snapshot()
+        world.clock.advance(1_000)
+        try await a.put(todo("one"), in: "todos", id: "r1")
+        try await a.sync()
+        try await b.sync()
+        world.clock.advance(1_000)
+        world.server.restore(backup)  // r2 and r3, a new epoch; r1 lacking
+        // The pull with the cursor (epoch_changed), the first page from the start, then the
+        // second page's answer is lost: the re-pull stays unfinished.
+        world.server.inject(.loseAnswer, on: .pull, device: "a", skip: 2)
+        await #expect(throws: OutpostError.self) { try await a.sync() }
+        #expect(try await a.status().rebasing)
+        return (world, a, b)
+    }
+
+    /// What was re-based goes out in the sync that finishes the re-pull.
+    @Test func aRePullFinishedByALaterSyncPushesWhatItReBased() async throws {
+        let (world, a, _) = try await midRePull()
+        world.clock.advance(1_000)
+        try await a.put(todo("one, edited during the re-pull"), in: "todos", id: "r1")
+        let report = try await a.sync()
+        #expect(report.pushed >= 1)
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(world.serverData("todos", "r1") == todo("one, edited during the re-pull"))
+    }
+
+    /// A delete of a record an older history held reaches the server as a tombstone, so a
+    /// device still holding the record cannot bring it back by offering it again.
+    @Test func aDeleteOfARecordTheNewHistoryLacksIsNotCancelledOut() async throws {
+        let (world, a, b) = try await midRePull()
+        world.clock.advance(1_000)
+        try await a.put(todo("one, edited during the re-pull"), in: "todos", id: "r1")
+        // The re-pull finishes, but the push after it cannot start (its /v1/info fails), as
+        // if the process died there: the edit was never sent.
+        world.server.inject(.refuseConnection, on: .info, device: "a", skip: 1)
+        await #expect(throws: OutpostError.self) { try await a.sync() }
+        #expect(try await a.status().rebasing == false)
+        try await a.delete(from: "todos", id: "r1")
+        #expect(try await a.pendingChanges().map(\.op) == [.delete], "kept as a tombstone")
+        try await a.sync()
+        try await b.sync()  // b holds r1 from the old history; the new one has a's tombstone
+        try await a.sync()
+        #expect(world.server.record(space: "team", collection: "todos", id: "r1")?.deleted == true)
+        #expect(try await a.data("todos", "r1") == nil)
+        #expect(try await b.data("todos", "r1") == nil)
+    }
+}

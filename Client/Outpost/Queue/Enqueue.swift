@@ -11,7 +11,10 @@ import OutpostCore
 //   first), its base version (the last server version the edits started from), its
 //   attempts and its retry time.
 // - A put then a delete of a record the server never saw (no server version, never sent,
-//   an edit of the app) cancel out: nothing is queued and the local row goes away.
+//   an edit of the app, queued since the store last re-pulled a history) cancel out: nothing
+//   is queued and the local row goes away. A record an older history held may lack a server
+//   copy after a re-pull; its delete must reach the server as a tombstone, or another device
+//   that still holds it would offer it again. (Found by outpost-sim, seed 797.)
 // - An entry that was sent (in flight or in doubt) is never changed: the edit becomes a
 //   new entry behind it, which waits for the answer and is then sent against the version
 //   the answer names.
@@ -26,7 +29,9 @@ extension OutpostStore {
             var row = try d.record(key)
             let entries = try d.entries(for: key)
             if let last = entries.last, last.state == .pending || last.state == .failed {
-                if body.deleted, entries.count == 1, last.baseVersion == nil, last.attempts == 0, last.origin == .local, row?.server == nil {
+                let queuedSinceRePull = last.position > Int64(try d.meta("rebased_through") ?? "0") ?? 0
+                if body.deleted, entries.count == 1, last.baseVersion == nil, last.attempts == 0, last.origin == .local, row?.server == nil,
+                   queuedSinceRePull {
                     try d.deleteEntry(position: last.position)
                     try d.deleteRecord(key)
                     return nil

@@ -433,6 +433,11 @@ final class LocalDatabase {
         try stmt.bind(int: e.createdAt, at: 16)
     }
 
+    /// The highest position in the queue (0 when empty). Positions only grow (AUTOINCREMENT).
+    func lastQueuePosition() throws -> Int64 {
+        try db.scalarInt("SELECT max(position) FROM queue") ?? 0
+    }
+
     func deleteEntry(position: Int64) throws {
         try db.run("DELETE FROM queue WHERE position = ?", [.integer(position)])
     }

@@ -297,6 +297,10 @@ extension OutpostStore {
             e.nextAttemptAt = 0
             try d.update(e)
         }
+        // Changes queued until now may concern records an older history held (the new one
+        // may lack them, so their row has no server copy): a put then a delete of such a
+        // record must reach the server as a tombstone, never cancel out (see `enqueue`).
+        try d.setMeta("rebased_through", String(try d.lastQueuePosition()))
         try d.setMeta("rebasing", nil)
     }
 

@@ -23,9 +23,14 @@ extension OutpostStore {
             // server refused (403, a conflict storm...) does not stop the pull.
             if let failure = pushFailure, case .transport(let t) = failure, !t.isServerAnswer { throw failure }
             let epochBefore = try read { try $0.meta("epoch") }
+            let rebasingBefore = try read { try $0.meta("rebasing") } != nil
             try await pullPhase(transport, report: &report)
             let epochAfter = try read { try $0.meta("epoch") }
-            if report.epochChanged || report.reoffered > 0 || epochAfter != epochBefore {
+            // A re-pull that a failure or a crash cut short is finished by a later sync: what
+            // it re-based then goes out in that sync too (found by outpost-sim, seed 797).
+            let stillRePulling = try read { try $0.meta("rebasing") } != nil
+            let finishedRePull = rebasingBefore && !stillRePulling
+            if report.epochChanged || report.reoffered > 0 || epochAfter != epochBefore || finishedRePull {
                 let pushed = report.pushed
                 if let failure = try await pushPhase(transport, report: &report) { pushFailure = pushFailure ?? failure }
                 // What that phase wrote comes back with the server's `updatedAt` (a push answer
