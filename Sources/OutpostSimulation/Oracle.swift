@@ -492,7 +492,9 @@ struct Oracle {
             // Another history: a write committed in it after the acknowledged one, which the
             // final state descends from, replaced it by the protocol's order (section 5).
             let chain = (chains[serverEpoch]?[ack.key] ?? []).filter { $0.seq <= row.seq }.compactMap { states[$0] }
-            if let later = chain.first(where: { !$0.restored && $0.updatedAt > a.updatedAt && !$0.know.contains(ack.write) && f.know.contains($0.write) }) {
+            // (A restored copy keeps the time of its first commit, so a copy restored from a
+            // backup older than the acknowledged write never qualifies.)
+            if let later = chain.first(where: { $0.updatedAt > a.updatedAt && !$0.know.contains(ack.write) && f.know.contains($0.write) }) {
                 let firstCommit = states.values.filter { $0.write == later.write }.map(\.updatedAt).min() ?? later.updatedAt
                 let limit: KnownLimit = firstCommit < a.updatedAt && !later.deleted ? .reofferOrder : .dataLossOrder
                 if reported.insert("\(limit.rawValue) \(ack.key)").inserted {

@@ -16,6 +16,8 @@ struct RegressionTests {
         (275, "a copy known from a push answer (no updatedAt) let a pending edit be re-based blindly"),
         (10, "the same, after the pull that follows the push was lost"),
         (285, "the same, with the client-wins resolver"),
+        (797, "a re-pull finished by a later sync pushed nothing; a delete then cancelled out the record's tombstone"),
+        (943, "the same, with the custom resolver"),
     ]
 
     @Test(arguments: seeds.map(\.seed))
