@@ -127,7 +127,7 @@ let package = Package(
             path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulationTests",
-            dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore"],
+            dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore", "OutpostTestSupport"],
             path: "Tests/SimulationTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostPostgres", "OutpostTestSupport"], path: "Tests/OutpostServerTests",

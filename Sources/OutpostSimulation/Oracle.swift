@@ -484,6 +484,12 @@ struct Oracle {
             let finalVersion = Version(epoch: serverEpoch, seq: row.seq)
             guard let f = states[finalVersion] else { continue }
             if f.know.contains(ack.write) { continue }
+            // A device does not offer its copy again to a new history that holds the same
+            // content (Pull.applyPulled): a tombstone restored from a backup carries an
+            // acknowledged delete's effect.
+            let writes = self.writes
+            let sameContent = { (s: State) in s.deleted == f.deleted && (s.deleted || writes[s.write].tag == writes[f.write].tag) }
+            if sameContent(a) { continue }
             let text = "\(ack.key): d\(ack.device) read \"applied at \(ack.version)\" (\(describe(ack.write))) at step \(ack.step); the server ends at \(describe(state: finalVersion)), which never saw it"
             if ack.version.epoch == serverEpoch {
                 fail(.acknowledgedWrite, text)
@@ -499,6 +505,12 @@ struct Oracle {
                 let limit: KnownLimit = firstCommit < a.updatedAt && !later.deleted ? .reofferOrder : .dataLossOrder
                 if reported.insert("\(limit.rawValue) \(ack.key)").inserted {
                     limits.append(LimitOutcome(limit: limit, message: text + "; replaced by \(describe(state: later.version)), committed later in the new history"))
+                }
+            } else if let later = states.values.filter({ $0.updatedAt > a.updatedAt && !$0.know.contains(ack.write) && sameContent($0) }).min(by: { $0.updatedAt < $1.updatedAt }) {
+                // A write committed after it in a history since lost, whose content the final
+                // state holds (a device holding that content does not offer it again).
+                if reported.insert("\(KnownLimit.dataLossOrder.rawValue) \(ack.key)").inserted {
+                    limits.append(LimitOutcome(limit: .dataLossOrder, message: text + "; replaced by \(describe(state: later.version)), committed later, whose content the server holds"))
                 }
             } else {
                 fail(.acknowledgedWrite, text + "; no write committed after it in the new history accounts for that")

@@ -124,6 +124,7 @@ await Runner.run(first: firstSeed, count: seeds, jobs: jobs, scratch: scratch, c
         lastProgress = now
         let rate = Double(tally.runs) / seconds(now - start)
         print(String(format: "  %d/%d runs, %d failed, %.1f runs/s", tally.runs, seeds, tally.failed, rate))
+        fflush(nil)  // every output stream: progress shows when the output is a pipe
     }
 }
 let elapsed = seconds(ContinuousClock.now - start)

@@ -18,6 +18,7 @@ struct RegressionTests {
         (285, "the same, with the client-wins resolver"),
         (797, "a re-pull finished by a later sync pushed nothing; a delete then cancelled out the record's tombstone"),
         (943, "the same, with the custom resolver"),
+        (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 
     @Test(arguments: seeds.map(\.seed))

@@ -1,0 +1,41 @@
+import Foundation
+import Testing
+@testable import OutpostSimulation
+
+/// The slice of the harness CI runs on every build: every combination of resolver and fault
+/// set (the default rotation), 30 seeds each, 80 steps. `outpost-sim --seeds 100000` is the
+/// large run (docs/simulation.md).
+@Suite("Simulation CI slice")
+struct CISliceTests {
+    static let seeds = 24 * 30
+
+    @Test func everyCombinationOfResolverAndFaultsPasses() async {
+        let start = ContinuousClock.now
+        var tally = RunTally()
+        var failures: [RunResult] = []
+        await Runner.run(first: 0, count: Self.seeds, jobs: ProcessInfo.processInfo.activeProcessorCount,
+                         configuration: { .forSeed($0) }) { result in
+            tally.add(result)
+            if !result.passed { failures.append(result) }
+        }
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        print("simulation slice: \(tally.runs) runs in \(String(format: "%.1f", seconds)) s (\(String(format: "%.1f", Double(tally.runs) / seconds)) runs/s); "
+              + "known limits: \(KnownLimit.allCases.map { "\($0.rawValue) \(tally.limits[$0] ?? 0)" }.joined(separator: ", "))")
+        #expect(tally.runs == Self.seeds)
+        #expect(tally.byConfiguration.count == 24, "every resolver × fault set ran")
+        for failure in failures.prefix(3) {
+            Issue.record("\(failure.configuration):\n\(failure.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(failure.configuration.reproduction)")
+        }
+        #expect(failures.isEmpty, "\(failures.count) failed: \(failures.map(\.configuration.seed))")
+    }
+
+    @Test func aRunReplaysExactlyFromItsSeed() async {
+        let configuration = RunConfiguration.forSeed(23)  // custom resolver, every fault at once
+        let first = await Simulation.run(configuration)
+        let second = await Simulation.run(configuration)
+        #expect(first.log == second.log)
+        #expect(first.log.count > configuration.steps)
+        #expect(first.faults > 0)
+    }
+}

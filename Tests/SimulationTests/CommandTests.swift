@@ -1,0 +1,50 @@
+import Foundation
+import OutpostTestSupport
+import Testing
+
+/// `outpost-sim` itself: its output, its closing line, its exit status.
+@Suite("outpost-sim command")
+struct CommandTests {
+    /// Runs `outpost-sim` off the cooperative pool and returns its exit status and output.
+    private func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        try await blocking { try Self.runBlocking(arguments) }
+    }
+
+    private static func runBlocking(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-sim"))
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    @Test func aPassingRangePrintsRunsPerSecondAndItsClosingLine() async throws {
+        let (status, output) = try await run(["--first-seed", "100", "--seeds", "6", "--steps", "15"])
+        #expect(status == 0, "\(output)")
+        let lines = output.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasPrefix("outpost-sim: seeds 100..<106, 15 steps") == true, "\(output)")
+        #expect(lines.contains { $0.contains("runs/s") })
+        #expect(lines.last == "6 passed, 0 failed")
+    }
+
+    @Test func aFailingRunPrintsItsMinimalReproductionAndExitsNonZero() async throws {
+        let (status, output) = try await run(["--seed", "4", "--steps", "40", "--mutation", "ignoreBaseVersion"])
+        #expect(status == 1, "\(output)")
+        #expect(output.contains("FAIL seed 4"))
+        #expect(output.contains("minimal reproduction ("))
+        #expect(output.contains("outpost-sim --seed 4 --steps "))
+        #expect(output.contains("step log:"))
+        #expect(output.split(separator: "\n").last == "0 passed, 1 failed")
+    }
+
+    @Test func aUsageErrorExits64() async throws {
+        let (status, output) = try await run(["--devices", "9"])
+        #expect(status == 64)
+        #expect(output.contains("usage: outpost-sim"))
+    }
+}
