@@ -139,6 +139,41 @@ struct EpochTests {
         try await assertUnchanged(a, since: before)
     }
 
+    /// Seed 003's limits #30 and #31: a push answered by another deployment (staging, a
+    /// replica) behind the same URL settles nothing. Without the rule its `applied` would
+    /// count as the server accepting the write (the real server would never get it) and its
+    /// conflict would put the other deployment's copy in front of the real one.
+    @Test func aPushAnswerFromAnotherDeploymentSettlesNothing() async throws {
+        let world = World()
+        let a = try world.device("a"), b = try world.device("b")
+        try await a.put(todo("mine"), in: "todos", id: "r1")
+        try await a.sync()
+        let staging = try await otherDeployment(world, records: 2)  // holds s0 and s1
+        try await a.put(todo("new"), in: "todos", id: "r2")         // staging applies it
+        try await a.put(todo("clash"), in: "todos", id: "s0")       // staging answers conflict
+        world.server.inject(.staleHistory(staging), on: .push, device: "a")
+        let first = try await a.sync()
+        #expect(first.pushed == 0 && first.conflicts == 0 && first.rejected == 0, "\(first)")
+        #expect(!first.epochChanged)
+        #expect(try await a.status().epoch == world.server.epoch)
+        let queued = try await a.pendingChanges()
+        #expect(Set(queued.map(\.id)) == ["r2", "s0"], "both stay queued")
+        #expect(try await a.data("todos", "s0") == todo("clash"), "the other deployment's copy is not shown")
+        #expect(try await a.record(in: "todos", id: "r2")?.version == nil)
+
+        let second = try await a.sync()
+        #expect(second.pushed == 2 && second.conflicts == 0, "\(second)")
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(world.serverData("todos", "r2") == todo("new"))
+        #expect(world.serverData("todos", "s0") == todo("clash"))
+        for id in ["r2", "s0"] {
+            #expect(try await a.record(in: "todos", id: id)?.version?.epoch == world.server.epoch)
+        }
+        try await b.sync()
+        #expect(try await b.data("todos", "r2") == todo("new"))
+        #expect(try await b.data("todos", "s0") == todo("clash"))
+    }
+
     @Test func aNewStoresFirstPageFromAnotherDeploymentDoesNotCount() async throws {
         let world = World()
         let writer = try world.device("writer")

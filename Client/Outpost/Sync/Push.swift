@@ -154,9 +154,24 @@ extension OutpostStore {
         }
         var keys: [RecordKey] = []
         try write(durability: .normal) { d in
+            // An answer in a history the store does not follow settles nothing: another
+            // deployment behind the same URL (a replica, staging) may have sent it, and a new
+            // history counts only once two requests of a pull confirm it (PROTOCOL.md
+            // section 5). Its changes stay in doubt, due at once: the pull that follows moves
+            // the store to a confirmed new history and the same change IDs then learn what
+            // that history did with them. (Seed 003's limits #30 and #31.)
+            let followed = try d.meta("epoch").flatMap(Epoch.init)
+            let foreign = followed != nil && followed != response.epoch
             for (entry, result) in zip(batch, response.results) {
                 var sentEntry = entry
                 sentEntry.attempts += 1
+                if foreign && result.error?.code != ErrorCode.epochMismatch.rawValue {
+                    sentEntry.state = entry.state == .inDoubt || result.status == .applied ? .inDoubt : .failed
+                    sentEntry.nextAttemptAt = 0
+                    sentEntry.lastError = "an answer in epoch \(response.epoch), which the store does not follow (\(followed!)); settled by a later sync"
+                    try d.update(sentEntry)
+                    continue
+                }
                 let changed: Bool
                 switch result.status {
                 case .applied:
