@@ -174,6 +174,45 @@ struct EpochTests {
         #expect(try await b.data("todos", "s0") == todo("clash"))
     }
 
+    /// Seed 003's limits #26, #27, #28 and #32. A new store whose first sync reaches only
+    /// another deployment, for both of its requests, follows it (two requests are the
+    /// protocol's evidence), and the real server's earlier epoch is then refused. The way
+    /// back is an API, not moving the file aside: `leaveEpoch(discardingCopies: true)` drops
+    /// the other deployment's copies, so none reaches the real server, and keeps the app's
+    /// own edits, which then meet the real history like any edit.
+    @Test func aStoreThatFollowedAnotherDeploymentLeavesItWithoutCarryingItsRecords() async throws {
+        let world = World()
+        let writer = try world.device("writer")
+        try await writer.put(todo("real"), in: "todos", id: "r1")
+        try await writer.sync()
+        let staging = try await otherDeployment(world, records: 2)
+        let fresh = try world.device("fresh")
+        world.server.inject(.staleHistory(staging), on: .pull, times: 2, device: "fresh")
+        try await fresh.sync()
+        #expect(try await fresh.status().epoch == staging.epoch, "#26: both requests named it")
+        #expect(try await fresh.records().map(\.id) == ["s0", "s1"])
+        try await fresh.put(todo("edited on a staging copy"), in: "todos", id: "s0")
+        try await fresh.put(todo("mine"), in: "todos", id: "m1")
+
+        await #expect(throws: OutpostError.self, "#27: the real server's epoch sorts earlier") { try await fresh.sync() }
+        #expect(try await fresh.status().epoch == staging.epoch)
+        #expect(world.serverData("todos", "s0") == nil && world.serverData("todos", "s1") == nil)
+
+        try await fresh.leaveEpoch(discardingCopies: true)
+        #expect(try await fresh.records().map(\.id) == ["m1", "s0"], "only the app's own edits are left")
+        try await fresh.sync()
+        try await fresh.sync()
+        #expect(try await fresh.status().epoch == world.server.epoch)
+        #expect(try await fresh.status().retiredEpochs == [staging.epoch])
+        #expect(try await fresh.pendingChanges().isEmpty)
+        #expect(try await fresh.rejectedChanges().isEmpty)
+        #expect(world.serverData("todos", "s1") == nil, "a copy of the other deployment never reaches the real one")
+        #expect(world.serverData("todos", "s0") == todo("edited on a staging copy"), "#28: the edit does not park")
+        #expect(world.serverData("todos", "m1") == todo("mine"))
+        #expect(try await fresh.records().map(\.id) == ["m1", "r1", "s0"])
+        for record in try await fresh.records() { #expect(record.version?.epoch == world.server.epoch) }
+    }
+
     @Test func aNewStoresFirstPageFromAnotherDeploymentDoesNotCount() async throws {
         let world = World()
         let writer = try world.device("writer")

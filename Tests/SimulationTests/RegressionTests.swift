@@ -18,6 +18,8 @@ struct RegressionTests {
         (285, "the same, with the client-wins resolver"),
         (797, "a re-pull finished by a later sync pushed nothing; a delete then cancelled out the record's tombstone"),
         (943, "the same, with the custom resolver"),
+        (2612, "a pending edit on an acknowledged copy, whose record the restored history holds in a shape the app refuses, went as a create and lost the copy to the resolver"),
+        (3430, "an edit merged into the re-offer of an acknowledged copy the new history lacked; its rejection took the copy with it"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 

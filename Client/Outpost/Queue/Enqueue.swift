@@ -15,9 +15,10 @@ import OutpostCore
 //   is queued and the local row goes away. A record an older history held may lack a server
 //   copy after a re-pull; its delete must reach the server as a tombstone, or another device
 //   that still holds it would offer it again. (Found by outpost-sim, seed 797.)
-// - An entry that was sent (in flight or in doubt) is never changed: the edit becomes a
-//   new entry behind it, which waits for the answer and is then sent against the version
-//   the answer names.
+// - An entry that was sent (in flight or in doubt) is never changed, and neither is a copy
+//   queued to be offered again to a new history (it may be an acknowledged write the new
+//   history lost): the edit becomes a new entry behind it, which waits for its answer and is
+//   then sent against the version the answer names. (Found by outpost-sim, seed 3430.)
 
 extension OutpostStore {
     /// Writes the local edit `body` of `key` and its queue entry in one transaction.
@@ -28,7 +29,9 @@ extension OutpostStore {
         return try write { d in
             var row = try d.record(key)
             let entries = try d.entries(for: key)
-            if let last = entries.last, last.state == .pending || last.state == .failed {
+            // A copy queued to be offered again to a new history is not merged with an edit:
+            // the edit goes behind it, so an edit the server rejects leaves the copy.
+            if let last = entries.last, last.state == .pending || last.state == .failed, last.origin == .local {
                 let queuedSinceRePull = last.position > Int64(try d.meta("rebased_through") ?? "0") ?? 0
                 if body.deleted, entries.count == 1, last.baseVersion == nil, last.attempts == 0, last.origin == .local, row?.server == nil,
                    queuedSinceRePull {

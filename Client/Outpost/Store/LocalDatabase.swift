@@ -348,6 +348,25 @@ final class LocalDatabase {
         return db.changes == 1
     }
 
+    /// Drops what only a server's history put in the store: copies queued to be offered
+    /// again and not sent yet, copies kept aside, and records without an unsettled change.
+    /// A record with an unsettled change keeps the app's edit, without a server copy (its
+    /// changes become creates unless the next history holds the record). Returns the keys
+    /// whose record was dropped.
+    func discardServerCopies() throws -> [RecordKey] {
+        try db.run("DELETE FROM queue WHERE origin = 'reoffer' AND state IN ('pending', 'failed')")
+        try db.run("DELETE FROM aside")
+        let unsettled = "EXISTS (SELECT 1 FROM queue q WHERE q.collection = records.collection AND q.id = records.id AND q.state != 'rejected')"
+        let keys = try db.query("SELECT collection, id FROM records WHERE NOT \(unsettled)") { RecordKey(collection: $0.text(0), id: $0.text(1)) }
+        try db.run("DELETE FROM records WHERE NOT \(unsettled)")
+        try db.run("""
+            UPDATE records SET version = NULL, server_data = NULL, server_deleted = 0, updated_at = NULL, updated_by = NULL,
+                client_time = NULL, own_change_id = NULL, epoch_check = 0
+            """)
+        try db.run("UPDATE queue SET base_version = NULL WHERE state IN ('pending', 'failed')")
+        return keys
+    }
+
     func deleteRecord(_ key: RecordKey) throws {
         try db.run("DELETE FROM records WHERE collection = ? AND id = ?", [.text(key.collection), .text(key.id)])
     }

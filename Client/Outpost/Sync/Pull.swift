@@ -194,6 +194,7 @@ extension OutpostStore {
             case .quarantine(let bad):
                 try d.quarantine(bad, at: time)
                 report.quarantined += 1
+                try rebaseOnQuarantined(bad, d, sentKeys: sentKeys)
             case .record(let record):
                 if try applyPulled(record, d, sentKeys: sentKeys, report: &report) { keys.append(record.key) }
             }
@@ -281,6 +282,16 @@ extension OutpostStore {
                 row.view = device.body
                 row.pending = true
                 report.reoffered += 1
+            } else if let device = row.server, unsettled.first?.origin == .local,
+                      unsettled.allSatisfy({ $0.state == .pending || $0.state == .failed }) {
+                // Local edits not sent yet, on a copy the new history lacks: the copy goes
+                // first and the edits after it, so an edit the server rejects never takes the
+                // copy (an acknowledged write of the old history) with it. (Found by
+                // outpost-sim, seed 3430.)
+                for e in unsettled { try d.deleteEntry(position: e.position) }
+                try offerAgain(device.body, base: nil, originUpdatedAt: device.updatedAt, row.key, d)
+                for e in unsettled { _ = try d.insert(e) }
+                report.reoffered += 1
             }
             row.server = nil
             if row.pending {
@@ -315,17 +326,42 @@ extension OutpostStore {
     /// resolver, a write another device made after the restore: found by outpost-sim, seeds
     /// 92, 227 and, for a copy known from a push answer only, 10 and 285.)
     private func rebasePending(_ key: RecordKey, madeOn known: ServerCopy?, onto incoming: ServerCopy, _ d: LocalDatabase) throws {
+        try rebasePending(key, madeOn: known, onto: incoming.version, updatedAt: incoming.updatedAt, body: incoming.body, d)
+    }
+
+    /// `rebasePending` for a copy of the new history known by its version and time, and by
+    /// its content when the device could read it (`body`).
+    private func rebasePending(_ key: RecordKey, madeOn known: ServerCopy?, onto version: Version, updatedAt: Int64?, body: Body?, _ d: LocalDatabase) throws {
         for var e in try d.entries(for: key) where e.state == .pending || e.state == .failed {
             // A create stays a create; a base already in the new history stays.
-            guard let base = e.baseVersion, base.epoch != incoming.version.epoch else { continue }
+            guard let base = e.baseVersion, base.epoch != version.epoch else { continue }
             var knewAsMuch = false
             if let known, known.version == base {
-                knewAsMuch = known.body.sameContent(as: incoming.body)
-                    || (known.updatedAt ?? .min) > (incoming.updatedAt ?? .max)
+                knewAsMuch = body.map { known.body.sameContent(as: $0) } ?? false
+                    || (known.updatedAt ?? .min) > (updatedAt ?? .max)
             }
-            e.baseVersion = knewAsMuch ? incoming.version : nil
+            e.baseVersion = knewAsMuch ? version : nil
             try d.update(e)
         }
+    }
+
+    /// A record of a new history that the device cannot read (quarantined) still counts as
+    /// seen there: pending edits made on a device copy newer than it by the server's
+    /// `updatedAt` are re-based on it, as for a readable copy, instead of going as creates
+    /// at the end of the re-pull, where the conflict would hand the resolver a choice the
+    /// device already knew the answer to (an acknowledged write lost to a restored older
+    /// copy: found by outpost-sim, seed 2612). A record without pending edits is left to the
+    /// end of the re-pull, which offers the device's copy again.
+    private func rebaseOnQuarantined(_ bad: UndecodableRecord, _ d: LocalDatabase, sentKeys: Set<RecordKey>) throws {
+        guard let collection = bad.collection, let id = bad.id, let version = bad.version.flatMap(Version.init) else { return }
+        let key = RecordKey(collection: collection, id: id)
+        guard !sentKeys.contains(key), var row = try d.record(key), row.epochCheck, row.pending,
+              row.server.map({ $0.version.epoch != version.epoch }) ?? false else { return }
+        let updatedAt = (try? JSONParser().parse(bad.raw))?["updatedAt"]?.int64Value
+        try rebasePending(key, madeOn: row.server, onto: version, updatedAt: updatedAt, body: nil, d)
+        row.epochCheck = false
+        row.server = nil
+        try d.write(row)
     }
 
     /// Pulls the current history again from its start at the next sync (a refresh: every
@@ -341,17 +377,27 @@ extension OutpostStore {
 
     /// Leaves the current epoch: it is retired (never followed again), and the next sync
     /// follows the epoch two of its requests report, whatever its order, unless it is one of
-    /// the last 32 the store left. Pending changes are kept and re-based; what the device
-    /// holds that the new history lacks is offered again. The way out for a store that
-    /// followed another deployment's epoch.
-    public func leaveEpoch() async throws {
+    /// the last 32 the store left. Pending changes are kept and re-based. The way out for a
+    /// store that followed another deployment's epoch.
+    ///
+    /// - Parameter discardingCopies: false (the default): what the device holds that the
+    ///   next history lacks is offered to it again, as after a server's data loss. True:
+    ///   the copies the left history sent are dropped instead (records without an unsettled
+    ///   local change, copies kept aside, copies queued to be offered again and not sent
+    ///   yet), so records of another deployment (staging, another region) never reach the
+    ///   one the store follows next; the app's own unsettled edits are kept and re-based.
+    public func leaveEpoch(discardingCopies: Bool = false) async throws {
         await acquireSyncGate()
         defer { releaseSyncGate() }
+        var dropped: [RecordKey] = []
         try write { d in
             if let epoch = try d.meta("epoch").flatMap(Epoch.init) { try d.retire(epoch, keep: Self.retiredEpochLimit) }
             try d.setMeta("epoch", nil)
             try d.setMeta("cursor", nil)
+            try d.setMeta("rebasing", nil)
+            if discardingCopies { dropped = try d.discardServerCopies() }
         }
+        notify(StoreEvent(origin: .remote, keys: dropped))
     }
 
     // MARK: Long poll
