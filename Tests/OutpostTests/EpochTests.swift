@@ -213,6 +213,42 @@ struct EpochTests {
         for record in try await fresh.records() { #expect(record.version?.epoch == world.server.epoch) }
     }
 
+    /// Seed 003's limit #33: a server restored from a backup that holds the answer to a
+    /// change a device still has in doubt replays that answer, naming a version of the
+    /// history before the restore. The edit is not parked: it ends on the new history, and
+    /// nothing stays queued.
+    @Test func aReplayedAnswerFromBeforeARestoreDoesNotParkTheEdit() async throws {
+        let world = World()
+        let a = try world.device("a"), b = try world.device("b")
+        try await a.put(todo("one"), in: "todos", id: "r1")
+        try await a.sync()
+        world.clock.advance(1_000)
+        try await a.put(todo("two"), in: "todos", id: "r2")
+        world.server.inject(.loseAnswer, on: .push, device: "a")  // applied; the answer is lost
+        await #expect(throws: OutpostError.self) { try await a.sync() }
+        #expect(try await a.pendingChanges().map(\.state) == [.inDoubt])
+        let backup = world.server.snapshot()  // holds r2 and its change ID's answer
+        world.clock.advance(1_000)
+        try await b.put(todo("three"), in: "todos", id: "r3")
+        try await b.sync()
+        world.clock.advance(1_000)
+        world.server.restore(backup)  // the copy, then rotate-epoch
+
+        try await a.sync()
+        try await a.sync()
+        #expect(try await a.pendingChanges().isEmpty, "nothing parked")
+        #expect(try await a.rejectedChanges().isEmpty)
+        #expect(world.serverData("todos", "r2") == todo("two"))
+        #expect(try await a.record(in: "todos", id: "r2")?.version?.epoch == world.server.epoch)
+        try await b.sync()
+        try await a.sync()
+        for store in [a, b] {
+            #expect(try await store.data("todos", "r2") == todo("two"))
+            #expect(try await store.data("todos", "r3") == todo("three"), "b's copy was offered again")
+        }
+        #expect(world.serverData("todos", "r3") == todo("three"))
+    }
+
     @Test func aNewStoresFirstPageFromAnotherDeploymentDoesNotCount() async throws {
         let world = World()
         let writer = try world.device("writer")

@@ -20,6 +20,7 @@ struct RegressionTests {
         (943, "the same, with the custom resolver"),
         (2612, "a pending edit on an acknowledged copy, whose record the restored history holds in a shape the app refuses, went as a create and lost the copy to the resolver"),
         (3430, "an edit merged into the re-offer of an acknowledged copy the new history lacked; its rejection took the copy with it"),
+        (1064, "the fix for 3430 put a delete made on an older copy on top of the newer copy it never saw"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 

@@ -282,12 +282,15 @@ extension OutpostStore {
                 row.view = device.body
                 row.pending = true
                 report.reoffered += 1
-            } else if let device = row.server, unsettled.first?.origin == .local,
+            } else if let device = row.server, let first = unsettled.first, first.origin == .local,
+                      first.baseVersion == device.version,
                       unsettled.allSatisfy({ $0.state == .pending || $0.state == .failed }) {
-                // Local edits not sent yet, on a copy the new history lacks: the copy goes
-                // first and the edits after it, so an edit the server rejects never takes the
-                // copy (an acknowledged write of the old history) with it. (Found by
-                // outpost-sim, seed 3430.)
+                // Local edits not sent yet, made on a copy the new history lacks: the copy
+                // goes first and the edits after it (re-based on it when it is applied), so an
+                // edit the server rejects never takes the copy (an acknowledged write of the
+                // old history) with it. (Found by outpost-sim, seed 3430.) Edits made on an
+                // older copy than the device's did not see it and are not put on top of it
+                // (seed 1064): they go as creates and meet the resolver if the record exists.
                 for e in unsettled { try d.deleteEntry(position: e.position) }
                 try offerAgain(device.body, base: nil, originUpdatedAt: device.updatedAt, row.key, d)
                 for e in unsettled { _ = try d.insert(e) }
