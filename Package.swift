@@ -113,13 +113,13 @@ let package = Package(
             name: "OutpostSQLiteTests", dependencies: ["OutpostSQLite"], path: "Tests/OutpostSQLiteTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostCryptoTests", dependencies: ["OutpostCrypto"], path: "Tests/OutpostCryptoTests",
+            name: "OutpostCryptoTests", dependencies: ["OutpostCrypto", "OutpostCore"], path: "Tests/OutpostCryptoTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCompressionTests", dependencies: ["OutpostCompression"],
             path: "Tests/OutpostCompressionTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression"], path: "Tests/OutpostHTTPTests",
+            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression", "OutpostCore"], path: "Tests/OutpostHTTPTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ConformanceTests",

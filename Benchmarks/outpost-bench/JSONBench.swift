@@ -43,15 +43,8 @@ enum JSONBench {
 
     /// Deterministic text so every run measures the same bytes.
     struct Digits: RandomNumberGenerator {
-        var state: UInt64 = 0x0123_4567_89AB_CDEF
-        /// SplitMix64.
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
+        var source = SplitMix64(seed: 0x0123_4567_89AB_CDEF)
+        mutating func next() -> UInt64 { source.next() }
         mutating func hex(_ count: Int) -> String {
             String((0..<count).map { _ in "0123456789abcdef".randomElement(using: &self)! })
         }
@@ -103,7 +96,7 @@ enum JSONBench {
     static let epoch = "01JDQ7ZK3M8X4N2B6C9V0T5R1W"
 
     static func storedRecords(count: Int) -> [StoredRecord] {
-        var digits = Digits(state: 42)
+        var digits = Digits(source: SplitMix64(seed: 42))
         return (0..<count).map { n in
             StoredRecord(collection: n % 5 == 0 ? "projects" : "todos", id: digits.uuid(), seq: Int64(1000 + n),
                          deleted: n % 50 == 0, data: Array(recordData(&digits, n).utf8),

@@ -179,16 +179,12 @@ enum MediaBench {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw HTTPBench.BenchError("cannot create \(path): errno \(errno)") }
         defer { close(fd) }
-        var state = UInt64(truncatingIfNeeded: Int(bitPattern: UInt(UInt32(truncatingIfNeeded: time(nil))))) | 1
+        var random = SplitMix64(seed: UInt64(truncatingIfNeeded: Int(bitPattern: UInt(UInt32(truncatingIfNeeded: time(nil))))) | 1)
         var block = [UInt64](repeating: 0, count: (8 << 20) / 8)
         var written: Int64 = 0
         while written < size {
             for i in block.indices {
-                state &+= 0x9E37_79B9_7F4A_7C15
-                var z = state
-                z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-                z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-                block[i] = z ^ (z >> 31)
+                block[i] = random.next()
             }
             let n = Int(min(Int64(block.count * 8), size - written))
             let w = block.withUnsafeBytes { write(fd, $0.baseAddress, n) }

@@ -1,23 +1,22 @@
+import OutpostCore
 import Synchronization
 
-/// SplitMix64 (Steele, Lea, Flood 2014): the one seeded generator every choice of a
-/// simulation run is drawn from, so a run replays exactly from its seed.
+/// The one seeded generator every choice of a simulation run is drawn from (SplitMix64),
+/// so a run replays exactly from its seed, with the draws a run needs.
 public struct SimRandom: RandomNumberGenerator, Sendable {
+    private var source: SplitMix64
+
     /// The generator's state.
-    public private(set) var state: UInt64
+    public var state: UInt64 { source.state }
 
     /// A generator seeded with `seed`.
     public init(seed: UInt64) {
-        state = seed
+        source = SplitMix64(seed: seed)
     }
 
     /// The next 64 random bits.
     public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+        source.next()
     }
 
     /// A uniform integer in `0..<n` (`n` > 0).

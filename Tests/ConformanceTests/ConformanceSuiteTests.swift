@@ -106,27 +106,8 @@ import Testing
     /// Runs the built `outpost-conformance`.
     func runTool(_ arguments: [String]) async throws -> ToolRun {
         try await blocking {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-conformance"))
-            process.arguments = arguments
-            let out = Pipe()
-            process.standardOutput = out
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let data = out.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            let lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
-            return ToolRun(status: process.terminationStatus, lines: lines)
-        }
-    }
-}
-
-/// Runs blocking work (waiting for a child process) on a dispatch queue instead of a
-/// thread of the cooperative pool, which the in-process servers of other tests need.
-func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue(label: "conformance-tests.blocking").async {
-            continuation.resume(with: Result { try body() })
+            let (status, output) = try runToCompletion(BuildProducts.executable("outpost-conformance"), arguments)
+            return ToolRun(status: status, lines: output.split(separator: "\n").map(String.init))
         }
     }
 }

@@ -332,7 +332,7 @@ private let q = UInt8(ascii: "\"")
     @Test func mutatedInputNeverCrashesAndWhatParsesRoundTrips() throws {
         let text = #"{"changes":[{"id":"a1","data":{"t":"B\u00fcy m\"ilk","n":[1,2.5,-0,1e3],"ok":true,"z":null}}]}"#
         let original = Array(text.utf8)
-        var random = JSONTestRandom(seed: 0x5EED)
+        var random = SplitMix64(seed: 0x5EED)
         let alphabet = Array(#"{}[],:"\\u0aeE+-.19 tfn"#.utf8) + [0x00, 0x1F, 0x7F, 0x80, 0xC3, 0xED, 0xF4, 0xFF]
         var accepted = 0
         for _ in 0..<5000 {
@@ -354,15 +354,4 @@ private let q = UInt8(ascii: "\"")
     }
 }
 
-/// SplitMix64: a small, seeded generator so random tests replay exactly.
-struct JSONTestRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+

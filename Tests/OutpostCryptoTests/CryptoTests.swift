@@ -1,3 +1,4 @@
+import OutpostCore
 import Testing
 @testable import OutpostCrypto
 
@@ -11,7 +12,7 @@ import Testing
     }
 
     @Test func streamingEqualsOneShotAtEverySplit() {
-        var rng = SplitMix(seed: 7)
+        var rng = SplitMix64(seed: 7)
         let data = (0..<4099).map { _ in UInt8.random(in: 0...255, using: &rng) }
         let expected = SHA256.hash(data)
         for split in [0, 1, 63, 64, 65, 1000, 4098, 4099] {
@@ -109,15 +110,4 @@ import Testing
     }
 }
 
-/// A small deterministic generator for tests (SplitMix64).
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+

@@ -1,3 +1,4 @@
+import OutpostCore
 import Testing
 @testable import OutpostHTTP
 
@@ -57,7 +58,7 @@ func parse(_ input: [UInt8], pieces: [Int], limits: HTTPParserLimits = HTTPParse
 func wholeSplit(_ n: Int) -> [Int] { [n] }
 func byteSplit(_ n: Int) -> [Int] { [Int](repeating: 1, count: n) }
 func randomSplit(_ n: Int, seed: UInt64) -> [Int] {
-    var rng = SeededRandom(seed: seed)
+    var rng = SplitMix64(seed: seed)
     var pieces: [Int] = []
     var left = n
     while left > 0 {
@@ -232,7 +233,7 @@ struct ParserTests {
 
     /// A long random soup of valid requests, split at random, must parse identically.
     @Test func randomPipelineSoup() {
-        var rng = SeededRandom(seed: 42)
+        var rng = SplitMix64(seed: 42)
         var text = ""
         for i in 0..<60 {
             switch Int.random(in: 0..<3, using: &rng) {

@@ -111,19 +111,7 @@ import OutpostTestSupport
 
     /// Runs a tool and returns its standard output (and its status).
     static func tool(_ path: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        env["LC_ALL"] = "C"
-        process.environment = env
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try runToCompletion(path, arguments, environment: ["LC_ALL": "C"])
     }
 
     /// One line of `ldd`: the library's name and where it resolved (nil: not found).

@@ -26,18 +26,8 @@ final class MediaTestClock: Sendable {
 
 /// Deterministic test bytes (SplitMix64), different for each seed.
 func mediaBytes(_ count: Int, seed: UInt64) -> [UInt8] {
-    var state = seed &* 0x9E37_79B9_7F4A_7C15 &+ 1
-    var out = [UInt8]()
-    out.reserveCapacity(count + 8)
-    while out.count < count {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        z ^= z >> 31
-        withUnsafeBytes(of: z.littleEndian) { out.append(contentsOf: $0) }
-    }
-    return Array(out.prefix(count))
+    var random = SplitMix64(seed: seed &* 0x9E37_79B9_7F4A_7C15 &+ 1)
+    return random.bytes(count)
 }
 
 /// Bytes as a short comparable text (count and SHA-256), so a failed comparison of two

@@ -25,6 +25,26 @@ public enum BuildProducts {
     }
 }
 
+/// Runs the program at `path` with `arguments` to completion (blocking: call it inside
+/// `blocking {}` from async tests) and returns its exit status and standard output, with
+/// its standard error too when `standardError` is true (else it is discarded).
+/// `environment` is added to this process's.
+public func runToCompletion(_ path: String, _ arguments: [String], environment: [String: String] = [:], standardError: Bool = false) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    process.environment = env
+    let out = Pipe()
+    process.standardOutput = out
+    process.standardError = standardError ? out : FileHandle.nullDevice
+    try process.run()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
 /// An error of a child process the tests started.
 public struct ProcessFailure: Error, CustomStringConvertible {
     public let description: String
@@ -140,19 +160,7 @@ public final class ServerProcess: @unchecked Sendable {
 
     /// Runs `outpost-server ARGS` to completion and returns its standard output.
     public static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-server"))
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try runToCompletion(BuildProducts.executable("outpost-server"), arguments, environment: environment)
     }
 
     /// A token from `outpost-server token` signed with this server's secret.

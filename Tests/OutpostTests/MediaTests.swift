@@ -80,17 +80,8 @@ final class MediaWorld: Sendable {
 
 /// Repeatable bytes (SplitMix64).
 func mediaBytes(_ count: Int, seed: UInt64) -> Data {
-    var state = seed
-    var out = Data(capacity: count)
-    while out.count < count {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        z ^= z >> 31
-        withUnsafeBytes(of: z) { out.append(contentsOf: $0.prefix(count - out.count)) }
-    }
-    return out
+    var random = SplitMix64(seed: seed)
+    return Data(random.bytes(count))
 }
 
 func sha256Hex(_ data: Data) -> String { hexString(StreamingSHA256.hash(data)) }

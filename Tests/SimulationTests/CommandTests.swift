@@ -11,16 +11,7 @@ struct CommandTests {
     }
 
     private static func runBlocking(_ arguments: [String]) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-sim"))
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try runToCompletion(BuildProducts.executable("outpost-sim"), arguments, standardError: true)
     }
 
     @Test func aPassingRangePrintsRunsPerSecondAndItsClosingLine() async throws {

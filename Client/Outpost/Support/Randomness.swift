@@ -1,23 +1,18 @@
+import OutpostCore
+
 /// The random source of one store or server: SplitMix64 from a fixed seed when one is
 /// configured (tests and simulations replay exactly), the system's generator otherwise.
 struct Randomness: RandomNumberGenerator, Sendable {
-    private var seeded: UInt64?
+    private var seeded: SplitMix64?
     private var system = SystemRandomNumberGenerator()
 
     /// A source seeded with `seed`, or the system's when `seed` is nil.
     init(seed: UInt64?) {
-        seeded = seed
+        seeded = seed.map(SplitMix64.init(seed:))
     }
 
     mutating func next() -> UInt64 {
-        guard var state = seeded else { return system.next() }
-        // SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and every seed gives a full stream.
-        state &+= 0x9E37_79B9_7F4A_7C15
-        seeded = state
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+        seeded != nil ? seeded!.next() : system.next()
     }
 
     /// A uniform value in `0..<1`.
@@ -75,6 +70,7 @@ func bytewiseLess(_ a: String, _ b: String) -> Bool {
 }
 
 #if canImport(Glibc)
+import OutpostCore
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
