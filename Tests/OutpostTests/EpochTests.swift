@@ -22,6 +22,16 @@ struct EpochTests {
         #expect(after.queue.map(\.changeId) == before.queue.map(\.changeId))
     }
 
+    /// A server holding `r1` (written by a device "writer") and another deployment holding
+    /// `s0` and `s1`, whose epoch sorts after the server's.
+    private func realAndStaging() async throws -> (World, InMemorySyncServer.Snapshot) {
+        let world = World()
+        let writer = try world.device("writer")
+        try await writer.put(todo("real"), in: "todos", id: "r1")
+        try await writer.sync()
+        return (world, try await otherDeployment(world, records: 2))
+    }
+
     /// Another deployment whose epoch sorts after `world`'s (its clock is a day ahead).
     private func otherDeployment(_ world: World, records: Int) async throws -> InMemorySyncServer.Snapshot {
         let other = InMemorySyncServer(clock: world.clock.reading(offset: 86_400_000), seed: 99)
@@ -181,11 +191,7 @@ struct EpochTests {
     /// the other deployment's copies, so none reaches the real server, and keeps the app's
     /// own edits, which then meet the real history like any edit.
     @Test func aStoreThatFollowedAnotherDeploymentLeavesItWithoutCarryingItsRecords() async throws {
-        let world = World()
-        let writer = try world.device("writer")
-        try await writer.put(todo("real"), in: "todos", id: "r1")
-        try await writer.sync()
-        let staging = try await otherDeployment(world, records: 2)
+        let (world, staging) = try await realAndStaging()
         let fresh = try world.device("fresh")
         world.server.inject(.staleHistory(staging), on: .pull, times: 2, device: "fresh")
         try await fresh.sync()
@@ -250,11 +256,7 @@ struct EpochTests {
     }
 
     @Test func aNewStoresFirstPageFromAnotherDeploymentDoesNotCount() async throws {
-        let world = World()
-        let writer = try world.device("writer")
-        try await writer.put(todo("real"), in: "todos", id: "r1")
-        try await writer.sync()
-        let staging = try await otherDeployment(world, records: 2)
+        let (world, staging) = try await realAndStaging()
         let fresh = try world.device("fresh")
         world.server.inject(.staleHistory(staging), on: .pull, device: "fresh")
         await #expect(throws: OutpostError.self) { try await fresh.sync() }
