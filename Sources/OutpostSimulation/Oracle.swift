@@ -110,8 +110,15 @@ struct Oracle {
         let deleted: Bool
         var know: Set<Int>
         let origin: String
-        /// The app showed a tombstone when the edit was made.
-        var madeOnTombstone = false
+        /// What the app showed when the edit was made (deleted, or the tag of the data); for
+        /// an edit merged into a pending one, what that one was made on. Nil: no record.
+        var madeOn: Content?
+    }
+
+    /// A record's content as the app sees it.
+    struct Content: Equatable {
+        let deleted: Bool
+        let tag: String?
     }
 
     struct State {
@@ -220,7 +227,12 @@ struct Oracle {
     /// device's pending delete, or its server copy).
     func seen(device: Int, view: StoredRecord?) -> Set<Int> {
         guard let view else { return [] }
-        if !view.deleted, let t = tag(of: view.data), let w = tagToWrite[t] { return writes[w].know }
+        if !view.deleted, let t = tag(of: view.data), let w = tagToWrite[t] {
+            // A committed copy knows what its state knows: more than the write did when it
+            // was made, when it was written over a tombstone (see `serverApplied`).
+            if !view.pending, let v = view.version, let s = states[v], s.write == w { return s.know.union(writes[w].know) }
+            return writes[w].know
+        }
         if view.deleted, view.pending, let local = latest[device][Key(view.collection, view.id)], writes[local.write].deleted {
             return writes[local.write].know
         }
@@ -233,10 +245,14 @@ struct Oracle {
     mutating func localEdit(device: Int, key: Key, data: JSONObject?, view: StoredRecord?) -> Int {
         let know = seen(device: device, view: view)
         let id = newWrite(key: key, device: device, data: data, deleted: data == nil, know: know, origin: "d\(device) step \(step)")
-        // Made on a tombstone: the view showed one, or showed a pending edit made on one.
-        var onTombstone = view?.deleted == true
-        if let view, view.pending, !view.deleted, let t = tag(of: view.data), let w = tagToWrite[t], w != id { onTombstone = writes[w].madeOnTombstone }
-        writes[id].madeOnTombstone = onTombstone
+        // Made on what the view showed, or, on a pending edit (merged with it in the queue,
+        // keeping its base), on what that edit was made on.
+        var madeOn = view.map { Content(deleted: $0.deleted, tag: $0.deleted ? nil : tag(of: $0.data)) }
+        if let view, view.pending {
+            if !view.deleted, let t = tag(of: view.data), let w = tagToWrite[t], w != id { madeOn = writes[w].madeOn }
+            if view.deleted, let local = latest[device][key], local.write != id, writes[local.write].deleted { madeOn = writes[local.write].madeOn }
+        }
+        writes[id].madeOn = madeOn
         latest[device][key] = Local(write: id, fate: .pending)
         return id
     }
@@ -258,6 +274,7 @@ struct Oracle {
             fail(.harness, "d\(device)'s resolver saw \(key) at \(server), a version the server never committed")
         }
         let id = newWrite(key: key, device: device, data: data, deleted: false, know: know, origin: "d\(device) merge at step \(step)")
+        if let s = states[server] { writes[id].madeOn = Content(deleted: s.deleted, tag: s.deleted ? nil : writes[s.write].tag) }
         latest[device][key] = Local(write: id, fate: .pending)
     }
 
@@ -327,9 +344,11 @@ struct Oracle {
             }
             var know = writes[w].know
             know.insert(w)
-            // A tombstone is a tombstone: an edit made on a deleted record knows the deletion it
-            // is written over, whichever delete made it (histories can only be compared by content).
-            if writes[w].madeOnTombstone, let below = chains[version.epoch]?[key]?.last, let p = states[below], p.deleted {
+            // Histories can only be compared by content: an edit written over a state with the
+            // content it was made on (a tombstone is a tombstone, whichever delete made it; a
+            // copy re-applied in a new history after a resolver chose it) knows that state.
+            if let m = writes[w].madeOn, let below = chains[version.epoch]?[key]?.last, let p = states[below],
+               p.deleted == m.deleted, p.deleted || writes[p.write].tag == m.tag {
                 know.formUnion(p.know)
             }
             states[version] = State(version: version, key: key, write: w, updatedAt: time, deleted: change.op == .delete,
@@ -368,9 +387,15 @@ struct Oracle {
                         fail(.harness, "a conflict answer to d\(device) names \(key) at \(current.version), a version the server never committed")
                     }
                 }
-                // The resolver decides with the device's newest edit of the record.
+                // The resolver decides with the device's newest edit of the record; an edit it
+                // keeps goes again on `current`, as if made on it.
+                let shown = result.current.map { Content(deleted: $0.deleted, tag: $0.deleted ? nil : tag(of: $0.data)) }
                 writes[w].know.formUnion(seen)
-                if let local = latest[device][key] { writes[local.write].know.formUnion(seen) }
+                writes[w].madeOn = shown
+                if let local = latest[device][key] {
+                    writes[local.write].know.formUnion(seen)
+                    writes[local.write].madeOn = shown
+                }
             case .rejected:
                 guard result.error?.code != ErrorCode.epochMismatch.rawValue else { continue }
                 rejections.append(Rejection(device: device, changeId: change.changeId, write: w, step: step))

@@ -21,6 +21,9 @@ struct RegressionTests {
         (2612, "a pending edit on an acknowledged copy, whose record the restored history holds in a shape the app refuses, went as a create and lost the copy to the resolver"),
         (3430, "an edit merged into the re-offer of an acknowledged copy the new history lacked; its rejection took the copy with it"),
         (1064, "the fix for 3430 put a delete made on an older copy on top of the newer copy it never saw"),
+        (9368, "a pending edit re-based onto an older restored copy; its rejection took the device's newer acknowledged copy (a delete) with it"),
+        (7377, "harness: a copy written over a tombstone knows the deletion below it; a device that showed that copy knows it too"),
+        (7773, "harness: an edit a client-wins conflict kept goes again on the conflict's current copy, as if made on it"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 

@@ -227,16 +227,25 @@ extension OutpostStore {
         if row.epochCheck {
             // First sight of the record in a new history.
             row.epochCheck = false
-            if !row.pending, let device = row.server, device.version.epoch != record.version.epoch,
+            if let device = row.server, device.version.epoch != record.version.epoch,
                let deviceTime = device.updatedAt, deviceTime > record.updatedAt, !device.body.sameContent(as: incoming.body) {
-                // The device's copy is newer than the new history's: offer it again on top.
-                try offerAgain(device.body, base: record.version, originUpdatedAt: deviceTime, key, d)
-                row.view = device.body
-                row.pending = true
-                row.server = incoming
-                report.reoffered += 1
-                try d.write(row)
-                return false
+                // The device's copy is newer than the new history's: offer it again on top,
+                // ahead of local edits made on it and not sent yet (seed 9368).
+                if !row.pending {
+                    try offerAgain(device.body, base: record.version, originUpdatedAt: deviceTime, key, d)
+                    row.view = device.body
+                    row.pending = true
+                    row.server = incoming
+                    report.reoffered += 1
+                    try d.write(row)
+                    return false
+                }
+                if try offerAheadOfUnsentEdits(device, base: record.version, key, d) {
+                    row.server = incoming
+                    report.reoffered += 1
+                    try d.write(row)
+                    return false
+                }
             }
             if row.pending { try rebasePending(key, madeOn: row.server, onto: incoming, d) }
             row.server = incoming
@@ -262,6 +271,23 @@ extension OutpostStore {
         return incoming.body != before
     }
 
+    /// When every unsettled change of `key` is a local edit not sent yet, made on the device's
+    /// copy `device` of an older history: queues that copy, offered again on `base`, ahead of
+    /// them (they are re-based on it when it is applied) and returns true. So an edit the
+    /// server rejects never takes the copy, an acknowledged write of the old history, with
+    /// it. (Found by outpost-sim, seeds 3430 and 9368.) Edits made on an older copy than the
+    /// device's did not see it and are not put on top of it (seed 1064): they meet the
+    /// resolver if the record exists.
+    private func offerAheadOfUnsentEdits(_ device: ServerCopy, base: Version?, _ key: RecordKey, _ d: LocalDatabase) throws -> Bool {
+        let unsettled = try d.entries(for: key)
+        guard let first = unsettled.first, first.origin == .local, first.baseVersion == device.version,
+              unsettled.allSatisfy({ $0.state == .pending || $0.state == .failed }) else { return false }
+        for e in unsettled { try d.deleteEntry(position: e.position) }
+        try offerAgain(device.body, base: base, originUpdatedAt: device.updatedAt, key, d)
+        for e in unsettled { _ = try d.insert(e) }
+        return true
+    }
+
     /// Queues a copy offered again to a new history.
     private func offerAgain(_ body: Body, base: Version?, originUpdatedAt: Int64?, _ key: RecordKey, _ d: LocalDatabase) throws {
         let time = now()
@@ -282,18 +308,7 @@ extension OutpostStore {
                 row.view = device.body
                 row.pending = true
                 report.reoffered += 1
-            } else if let device = row.server, let first = unsettled.first, first.origin == .local,
-                      first.baseVersion == device.version,
-                      unsettled.allSatisfy({ $0.state == .pending || $0.state == .failed }) {
-                // Local edits not sent yet, made on a copy the new history lacks: the copy
-                // goes first and the edits after it (re-based on it when it is applied), so an
-                // edit the server rejects never takes the copy (an acknowledged write of the
-                // old history) with it. (Found by outpost-sim, seed 3430.) Edits made on an
-                // older copy than the device's did not see it and are not put on top of it
-                // (seed 1064): they go as creates and meet the resolver if the record exists.
-                for e in unsettled { try d.deleteEntry(position: e.position) }
-                try offerAgain(device.body, base: nil, originUpdatedAt: device.updatedAt, row.key, d)
-                for e in unsettled { _ = try d.insert(e) }
+            } else if let device = row.server, try offerAheadOfUnsentEdits(device, base: nil, row.key, d) {
                 report.reoffered += 1
             }
             row.server = nil
