@@ -70,7 +70,6 @@ func bytewiseLess(_ a: String, _ b: String) -> Bool {
 }
 
 #if canImport(Glibc)
-import OutpostCore
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
