@@ -58,19 +58,7 @@ final class MediaProxy: Sendable {
 
     init(upstreamPort: Int) throws {
         state = Mutex(State(upstreamPort: upstreamPort))
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard bound == 0, listen(fd, 64) == 0 else { throw POSIXError(.EADDRINUSE) }
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        port = Int(UInt16(bigEndian: addr.sin_port))
-        listener = fd
+        (listener, port) = try ProxySocket.listen()
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 
@@ -155,21 +143,15 @@ final class MediaProxy: Sendable {
 
     private func handle(_ client: Int32) {
         defer { close(client) }
-        guard let (head, rest) = readHead(client) else { return }
+        guard let (head, rest) = ProxySocket.readHead(client) else { return }
         let lines = head.split(separator: "\r\n", omittingEmptySubsequences: false).map(String.init)
         let requestLine = lines.first ?? ""
         let parts = requestLine.split(separator: " ")
         guard parts.count >= 2 else { return }
         let behavior = behavior(for: requestLine)
         state.withLock { $0.log.append(Request(method: String(parts[0]), path: String(parts[1]), behavior: behavior)) }
-        let length = lines.compactMap { line -> Int? in
-            let kv = line.split(separator: ":", maxSplits: 1)
-            guard kv.count == 2, kv[0].lowercased() == "content-length" else { return nil }
-            return Int(kv[1].trimmingCharacters(in: .whitespaces))
-        }.first ?? 0
-        if head.lowercased().contains("expect: 100-continue") && rest.count < length {
-            writeAll(client, Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
-        }
+        let length = ProxySocket.contentLength(lines)
+        ProxySocket.continueIfExpected(client, head: head, received: rest.count, length: length)
         if case .cutRequest(let n) = behavior {
             var got = rest.count
             var chunk = [UInt8](repeating: 0, count: 4096)
@@ -181,18 +163,17 @@ final class MediaProxy: Sendable {
             shutdown(client, Int32(SHUT_RDWR))
             return
         }
-        guard let body = readBody(client, rest, length) else { return }
-        // One request per connection: ask the server to close, and drop Expect.
-        let kept = lines.dropFirst().filter { !$0.lowercased().hasPrefix("connection:") && !$0.lowercased().hasPrefix("expect:") && !$0.isEmpty }
-        let forwarded = ([requestLine] + kept).joined(separator: "\r\n") + "\r\nConnection: close\r\n\r\n"
+        guard let body = ProxySocket.readBody(client, rest, length) else { return }
+        let request = Array(ProxySocket.upstreamHead(lines).utf8) + body
+        let upstream = state.withLock { $0.upstreamPort }
         switch behavior {
         case .pass:
-            if let answer = forward(Array(forwarded.utf8) + body) { writeAll(client, answer) }
+            if let answer = ProxySocket.forward(request, port: upstream) { ProxySocket.writeAll(client, answer) }
         case .loseAnswer:
-            _ = forward(Array(forwarded.utf8) + body)
+            _ = ProxySocket.forward(request, port: upstream)
             shutdown(client, Int32(SHUT_RDWR))
         case .hold(let forwardFirst):
-            if forwardFirst { _ = forward(Array(forwarded.utf8) + body) }
+            if forwardFirst { _ = ProxySocket.forward(request, port: upstream) }
             let releases = state.withLock { s -> Int in
                 s.held += 1
                 return s.releases
@@ -202,60 +183,6 @@ final class MediaProxy: Sendable {
             state.withLock { $0.held -= 1 }
         case .cutRequest:
             break
-        }
-    }
-
-    private func readHead(_ fd: Int32) -> (String, [UInt8])? {
-        var buffer: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        let marker = Array("\r\n\r\n".utf8)
-        while true {
-            if buffer.count >= 4, let end = (0...(buffer.count - 4)).first(where: { buffer[$0..<($0 + 4)].elementsEqual(marker) }) {
-                return (String(decoding: buffer[..<end], as: UTF8.self), Array(buffer[(end + 4)...]))
-            }
-            let n = read(fd, &chunk, chunk.count)
-            if n <= 0 { return nil }
-            buffer += chunk[0..<n]
-        }
-    }
-
-    private func readBody(_ fd: Int32, _ start: [UInt8], _ length: Int) -> [UInt8]? {
-        var body = start
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while body.count < length {
-            let n = read(fd, &chunk, chunk.count)
-            if n <= 0 { return nil }
-            body += chunk[0..<n]
-        }
-        return body
-    }
-
-    private func forward(_ request: [UInt8]) -> [UInt8]? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = UInt16(state.withLock { $0.upstreamPort }).bigEndian
-        let ok = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard ok == 0 else { return nil }
-        writeAll(fd, request)
-        var answer: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = read(fd, &chunk, chunk.count)
-            if n <= 0 { break }
-            answer += chunk[0..<n]
-        }
-        return answer
-    }
-
-    private func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n <= 0 { return }
-            offset += n
         }
     }
 }
