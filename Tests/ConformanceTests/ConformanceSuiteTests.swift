@@ -13,31 +13,39 @@ import Testing
         try await withTemporaryDirectory(prefix: "outpost-conformance-child") { directory in
             let child = try ServerProcess(dataDirectory: directory.path, arguments: ["--header-timeout", "1", "--body-timeout", "1"])
             defer { child.stop() }
-            var configuration = Configuration(baseURL: child.baseURL.absoluteString, secret: child.secret)
-            configuration.headerTimeout = .seconds(1)
-            configuration.bodyTimeout = .seconds(1)
-            configuration.restart = .closure("restart the outpost-server child") {
-                try await blocking {
-                    try child.restart()
-                    return child.baseURL.absoluteString
-                }
-            }
-            configuration.rotateEpoch = .closure("stop the child, outpost-server rotate-epoch, start it") {
-                try await blocking {
-                    child.stop()
-                    let (status, output) = try ServerProcess.run(["rotate-epoch", "--data", directory.path])
-                    guard status == 0 else { throw ProcessFailure("rotate-epoch exited \(status): \(output)") }
-                    try child.restart()
-                    return child.baseURL.absoluteString
-                }
-            }
-            let report = try await Conformance.run(configuration)
-            for result in report.results where !result.passed {
-                Issue.record("\(result.line)")
-            }
-            #expect(report.skippedCount == 0)
-            #expect(report.results.count == Conformance.checks.count)
+            try await Self.runEveryCheck(against: child, rotateEpoch: ["rotate-epoch", "--data", directory.path])
         }
+    }
+
+    /// Runs every check against `child` (started with 1 s header and body timeouts),
+    /// restarting it for the restart checks and running `outpost-server ROTATE-ARGUMENTS`
+    /// between a stop and a start for the epoch checks; each failure is an issue. Shared by
+    /// the SQLite and PostgreSQL runs.
+    static func runEveryCheck(against child: ServerProcess, rotateEpoch arguments: [String]) async throws {
+        var configuration = Configuration(baseURL: child.baseURL.absoluteString, secret: child.secret)
+        configuration.headerTimeout = .seconds(1)
+        configuration.bodyTimeout = .seconds(1)
+        configuration.restart = .closure("restart the outpost-server child") {
+            try await blocking {
+                try child.restart()
+                return child.baseURL.absoluteString
+            }
+        }
+        configuration.rotateEpoch = .closure("stop the child, outpost-server \(arguments.joined(separator: " ")), start it") {
+            try await blocking {
+                child.stop()
+                let (status, output) = try ServerProcess.run(arguments)
+                guard status == 0 else { throw ProcessFailure("rotate-epoch exited \(status): \(output)") }
+                try child.restart()
+                return child.baseURL.absoluteString
+            }
+        }
+        let report = try await Conformance.run(configuration)
+        for result in report.results where !result.passed {
+            Issue.record("\(result.line)")
+        }
+        #expect(report.skippedCount == 0)
+        #expect(report.results.count == Conformance.checks.count)
     }
 
     /// `outpost-conformance --url --secret --only …` prints one line per check and the

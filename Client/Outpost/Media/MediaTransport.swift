@@ -311,25 +311,9 @@ private final class MediaSessionDelegate: NSObject, URLSessionDataDelegate, Send
         if pending.tooLarge {
             pending.continuation.resume(throwing: TransportError.answerTooLarge(limit: pending.cap))
         } else if let error {
-            pending.continuation.resume(throwing: Self.classify(error))
+            pending.continuation.resume(throwing: TransportError.classifying(error))
         } else {
             pending.continuation.resume(returning: HTTPMediaTransport.Answer(status: pending.status, headers: pending.headers, body: pending.body))
-        }
-    }
-
-    /// `notSent` only for failures that happen before a request can leave (as
-    /// `HTTPSyncTransport` classifies them).
-    static func classify(_ error: any Error) -> TransportError {
-        let code = (error as? URLError)?.code.rawValue ?? (error as NSError).code
-        switch code {
-        case NSURLErrorCannotConnectToHost, NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed, NSURLErrorNotConnectedToInternet,
-             NSURLErrorBadURL, NSURLErrorUnsupportedURL, NSURLErrorSecureConnectionFailed, NSURLErrorServerCertificateUntrusted,
-             NSURLErrorServerCertificateHasBadDate, NSURLErrorServerCertificateHasUnknownRoot, NSURLErrorServerCertificateNotYetValid,
-             NSURLErrorClientCertificateRejected, NSURLErrorClientCertificateRequired, NSURLErrorAppTransportSecurityRequiresSecureConnection,
-             NSURLErrorInternationalRoamingOff, NSURLErrorDataNotAllowed:
-            return .notSent(error.localizedDescription)
-        default:
-            return .noAnswer(error.localizedDescription)
         }
     }
 }

@@ -252,14 +252,17 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable 
         if pending.tooLarge {
             pending.continuation.resume(throwing: TransportError.answerTooLarge(limit: maxBytes))
         } else if let error {
-            pending.continuation.resume(throwing: Self.classify(error))
+            pending.continuation.resume(throwing: TransportError.classifying(error))
         } else {
             pending.continuation.resume(returning: (pending.status, pending.body))
         }
     }
+}
 
-    /// `notSent` only for failures that happen before a request can leave.
-    static func classify(_ error: any Error) -> TransportError {
+extension TransportError {
+    /// A URLSession failure as a transport error: `notSent` only for failures that happen
+    /// before a request can leave; anything else may have reached the server (`noAnswer`).
+    static func classifying(_ error: any Error) -> TransportError {
         let code = (error as? URLError)?.code.rawValue ?? (error as NSError).code
         switch code {
         case NSURLErrorCannotConnectToHost, NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed, NSURLErrorNotConnectedToInternet,
