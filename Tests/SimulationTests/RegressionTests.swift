@@ -24,6 +24,7 @@ struct RegressionTests {
         (9368, "a pending edit re-based onto an older restored copy; its rejection took the device's newer acknowledged copy (a delete) with it"),
         (7377, "harness: a copy written over a tombstone knows the deletion below it; a device that showed that copy knows it too"),
         (7773, "harness: an edit a client-wins conflict kept goes again on the conflict's current copy, as if made on it"),
+        (12380, "a queued re-offer was re-based by content onto a new history holding that content committed later; it replaced a newer acknowledged write"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 

@@ -354,7 +354,12 @@ extension OutpostStore {
             // A create stays a create; a base already in the new history stays.
             guard let base = e.baseVersion, base.epoch != version.epoch else { continue }
             var knewAsMuch = false
-            if let known, known.version == base {
+            if e.origin == .reoffer {
+                // A copy offered again is ordered by the server's time, never by content: the
+                // new history may hold the content it was put on top of, committed later.
+                // (Found by outpost-sim, seed 12380.)
+                knewAsMuch = (e.originUpdatedAt ?? .min) > (updatedAt ?? .max)
+            } else if let known, known.version == base {
                 knewAsMuch = body.map { known.body.sameContent(as: $0) } ?? false
                     || (known.updatedAt ?? .min) > (updatedAt ?? .max)
             }
