@@ -25,6 +25,13 @@ struct RegressionTests {
         (7377, "harness: a copy written over a tombstone knows the deletion below it; a device that showed that copy knows it too"),
         (7773, "harness: an edit a client-wins conflict kept goes again on the conflict's current copy, as if made on it"),
         (12380, "a queued re-offer was re-based by content onto a new history holding that content committed later; it replaced a newer acknowledged write"),
+        (20564, "an in-doubt change that a new history refused (epoch_mismatch) went as a create and lost to the resolver, instead of meeting the copy the re-pull kept aside"),
+        (27164, "the same, with an edit made on a newer acknowledged copy"),
+        (30404, "the same"),
+        (31702, "the same, with last-write-wins"),
+        (35684, "the same"),
+        (24407, "an edit queued behind an in-doubt create took the device's newer server copy as its base, which the app never showed"),
+        (34667, "harness: an acknowledged write replaced, in a lost history, by a later write that saw it, whose content the server holds"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 

@@ -48,10 +48,15 @@ extension OutpostStore {
                 merged.originUpdatedAt = nil
                 try d.update(merged)
             } else {
-                // Behind a sent entry the base is provisional: the answer sets it.
+                // Behind an unsettled entry the edit descends from that entry's content, so it
+                // takes the same base: provisional, the answer sets it (an applied answer its
+                // version; a rejection leaves the base the chain started from). The device's
+                // server copy may be newer than anything the app showed (a re-pull behind a
+                // create, seed 24407).
+                let base = entries.last.map { $0.baseVersion } ?? row?.server?.version
                 let entry = QueueEntry(
                     position: 0, changeId: changeId, key: key, op: body.deleted ? .delete : .put, data: body.data,
-                    baseVersion: row?.server?.version, clientTime: time, state: .pending, attempts: 0, nextAttemptAt: 0,
+                    baseVersion: base, clientTime: time, state: .pending, attempts: 0, nextAttemptAt: 0,
                     lastError: nil, errorCode: nil, origin: .local, originUpdatedAt: nil, createdAt: time)
                 try d.insert(entry)
             }

@@ -227,28 +227,11 @@ extension OutpostStore {
         if row.epochCheck {
             // First sight of the record in a new history.
             row.epochCheck = false
-            if let device = row.server, device.version.epoch != record.version.epoch,
-               let deviceTime = device.updatedAt, deviceTime > record.updatedAt, !device.body.sameContent(as: incoming.body) {
-                // The device's copy is newer than the new history's: offer it again on top,
-                // ahead of local edits made on it and not sent yet (seed 9368).
-                if !row.pending {
-                    try offerAgain(device.body, base: record.version, originUpdatedAt: deviceTime, key, d)
-                    row.view = device.body
-                    row.pending = true
-                    row.server = incoming
-                    report.reoffered += 1
-                    try d.write(row)
-                    return false
-                }
-                if try offerAheadOfUnsentEdits(device, base: record.version, key, d) {
-                    row.server = incoming
-                    report.reoffered += 1
-                    try d.write(row)
-                    return false
-                }
+            if try meetInNewHistory(&row, incoming, d) {
+                report.reoffered += 1
+                try d.write(row)
+                return false
             }
-            if row.pending { try rebasePending(key, madeOn: row.server, onto: incoming, d) }
-            row.server = incoming
             try d.write(row)
             if !row.pending { report.pulled += 1 }
             return (row.pending ? row.view : incoming.body) != before
@@ -269,6 +252,31 @@ extension OutpostStore {
         if row.pending { return false }
         report.pulled += 1
         return incoming.body != before
+    }
+
+    /// The device's row meets its record's copy `incoming` in a new history (at a re-pull, or
+    /// when the answer to an in-doubt change is known). A device copy newer by the server's
+    /// `updatedAt` is offered again on top, ahead of local edits made on it and not sent yet
+    /// (seed 9368); otherwise pending edits are re-based on `incoming` when they knew as much.
+    /// Returns true when the device's copy was offered again. The caller writes `row`.
+    func meetInNewHistory(_ row: inout RecordRow, _ incoming: ServerCopy, _ d: LocalDatabase) throws -> Bool {
+        if let device = row.server, device.version.epoch != incoming.version.epoch,
+           let deviceTime = device.updatedAt, deviceTime > (incoming.updatedAt ?? .max), !device.body.sameContent(as: incoming.body) {
+            if !row.pending {
+                try offerAgain(device.body, base: incoming.version, originUpdatedAt: deviceTime, row.key, d)
+                row.view = device.body
+                row.pending = true
+                row.server = incoming
+                return true
+            }
+            if try offerAheadOfUnsentEdits(device, base: incoming.version, row.key, d) {
+                row.server = incoming
+                return true
+            }
+        }
+        if row.pending { try rebasePending(row.key, madeOn: row.server, onto: incoming, d) }
+        row.server = incoming
+        return false
     }
 
     /// When every unsettled change of `key` is a local edit not sent yet, made on the device's

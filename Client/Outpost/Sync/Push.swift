@@ -360,12 +360,28 @@ extension OutpostStore {
             let rebasing = try d.meta("rebasing") != nil
             if previousState == .inDoubt && localEpoch == epoch && !rebasing {
                 // In doubt, and the current history says it never applied it: the same
-                // content, on what the store holds of this history, as a new change.
-                let row = try d.record(entry.key)
+                // content, as a new change, on what the store holds of this history.
                 e.changeId = Identifiers.changeID(nowMs: time, using: &rng)
-                e.baseVersion = row?.server.flatMap { $0.version.epoch == epoch ? $0.version : nil }
                 e.state = .pending
                 e.nextAttemptAt = 0
+                guard var row = try d.record(entry.key) else {
+                    e.baseVersion = nil
+                    try d.update(e)
+                    return (false, false)
+                }
+                if row.server?.version.epoch != epoch, let aside = try d.aside(entry.key), aside.version.epoch == epoch,
+                   try d.entries(for: entry.key).allSatisfy({ $0.position == e.position || ($0.state != .inDoubt && $0.state != .inFlight) }) {
+                    // The re-pull kept the new history's copy aside while the answer was
+                    // unknown: the change meets it now as a pending edit meets a re-pull
+                    // (its base still names the copy it was made on). Sending it as a create
+                    // instead handed an acknowledged write to the resolver (seed 20564).
+                    try d.update(e)
+                    try d.clearAside(entry.key)
+                    _ = try meetInNewHistory(&row, aside, d)
+                    try d.write(row)
+                    return (false, false)
+                }
+                e.baseVersion = row.server.flatMap { $0.version.epoch == epoch ? $0.version : nil }
             } else {
                 e.state = previousState == .inDoubt ? .inDoubt : .failed
             }
