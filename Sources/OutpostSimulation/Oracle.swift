@@ -351,6 +351,12 @@ struct Oracle {
                p.deleted == m.deleted, p.deleted || writes[p.write].tag == m.tag {
                 know.formUnion(p.know)
             }
+            // An edit made on a write it knows, written right over that write's state, knows
+            // what that state knew: the queue sends a record's edits as one chain on one base
+            // (seed 9599: a put and then a delete, re-based over a tombstone together).
+            if let below = chains[version.epoch]?[key]?.last, let p = states[below], know.contains(p.write) {
+                know.formUnion(p.know)
+            }
             states[version] = State(version: version, key: key, write: w, updatedAt: time, deleted: change.op == .delete,
                                     know: know, restored: false, bad: isBad(change.data))
             chains[version.epoch, default: [:]][key, default: []].append(version)

@@ -32,6 +32,8 @@ struct RegressionTests {
         (35684, "the same"),
         (24407, "an edit queued behind an in-doubt create took the device's newer server copy as its base, which the app never showed"),
         (34667, "harness: an acknowledged write replaced, in a lost history, by a later write that saw it, whose content the server holds"),
+        (12742, "an edit queued behind a change of the old history kept that history's base after the re-pull and was refused for ever"),
+        (9599, "harness: an edit made on the device's own pending edit knows what that edit's state knew once applied"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 

@@ -382,6 +382,14 @@ extension OutpostStore {
                     return (false, false)
                 }
                 e.baseVersion = row.server.flatMap { $0.version.epoch == epoch ? $0.version : nil }
+            } else if previousState != .inDoubt && localEpoch == epoch && !rebasing {
+                // Not sent before, and the store already follows the history that refused its
+                // base (it was queued behind a change of the old one): nothing re-bases it any
+                // more, so it goes as a create and meets the current copy through the resolver
+                // (seed 12742: it was refused for ever).
+                e.baseVersion = nil
+                e.state = .failed
+                e.nextAttemptAt = 0
             } else {
                 e.state = previousState == .inDoubt ? .inDoubt : .failed
             }
