@@ -34,6 +34,8 @@ struct RegressionTests {
         (34667, "harness: an acknowledged write replaced, in a lost history, by a later write that saw it, whose content the server holds"),
         (12742, "an edit queued behind a change of the old history kept that history's base after the re-pull and was refused for ever"),
         (9599, "harness: an edit made on the device's own pending edit knows what that edit's state knew once applied"),
+        (39551, "a change rejected after its record met a new history took the new history's older copy over the device's newer acknowledged one"),
+        (49820, "harness: an applied answer read in an epoch the device did not follow is not an acknowledgement"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
     ]
 

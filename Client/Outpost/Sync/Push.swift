@@ -421,11 +421,21 @@ extension OutpostStore {
         guard var row = try d.record(key) else { return false }
         guard try d.entries(for: key).isEmpty else { return false }
         let before = row.view
-        if let aside = try d.aside(key) {
-            if row.server.map({ aside.isNewer(than: $0) }) ?? true { row.server = aside }
-            try d.clearAside(key)
-        }
         row.pending = false
+        if let aside = try d.aside(key) {
+            try d.clearAside(key)
+            if let server = row.server, server.version.epoch != aside.version.epoch {
+                // The record met a new history while the change was unsettled: the device's
+                // copy meets it as at a re-pull, and is offered again when newer (seed 39551:
+                // an acknowledged write lost to an older restored copy).
+                if try meetInNewHistory(&row, aside, d) {
+                    try d.write(row)
+                    return row.view != before
+                }
+            } else if row.server.map({ aside.isNewer(than: $0) }) ?? true {
+                row.server = aside
+            }
+        }
         guard let server = row.server else {
             try d.deleteRecord(key)
             return true
