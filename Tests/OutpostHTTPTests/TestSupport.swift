@@ -330,8 +330,28 @@ func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async
 
 
 /// Open file descriptors of this process.
-func openFileDescriptorCount() -> Int {
-    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+/// The descriptors of this process that are TCP sockets with local port `port`: a server's
+/// listener and the connections it accepted, and nothing of the other tests running in the
+/// same process (their sockets have other ports), unlike a count of every descriptor.
+func socketDescriptorCount(localPort port: Int) -> Int {
+    let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+    var inodes = Set<Substring>()
+    for fd in fds {
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)"),
+              target.hasPrefix("socket:[") else { continue }
+        inodes.insert(Substring(target.dropFirst(8).dropLast()))
+    }
+    var count = 0
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+        for line in text.split(separator: "\n").dropFirst() {
+            let columns = line.split(separator: " ")
+            guard columns.count > 9, let colon = columns[1].lastIndex(of: ":"),
+                  Int(columns[1][columns[1].index(after: colon)...], radix: 16) == port else { continue }
+            if inodes.contains(columns[9]) { count += 1 }
+        }
+    }
+    return count
 }
 
 func json(_ text: String) -> [UInt8] { Array(text.utf8) }
