@@ -48,20 +48,7 @@ final class PostgresMediaMetadata: MediaMetadata {
             setup: { PostgresMediaWriter(db: try PostgresSyncStore.open(url)) },
             handle: { writer, jobs in writer.handle(jobs) },
             teardown: { writer in writer.db.close() })
-        reader = try WorkerThread<PostgresMediaReadJob>(
-            name: "pg-media-reader",
-            setup: { try PostgresSyncStore.open(url) },
-            handle: { db, jobs in
-                for job in jobs {
-                    do {
-                        try db.reconnectIfNeeded()
-                        job.run(db, nil)
-                    } catch {
-                        job.run(db, error)
-                    }
-                }
-            },
-            teardown: { db in db.close() })
+        reader = try PostgresMediaReadJob.thread(name: "pg-media-reader", url: url)
         locks = PostgresLockPool(url: url)
     }
 
@@ -275,6 +262,25 @@ enum PostgresMediaWriteJob: Sendable {
 
 struct PostgresMediaReadJob: Sendable {
     let run: @Sendable (PostgresConnection, (any Error)?) -> Void
+
+    /// A thread with its own connection to `url` that runs these jobs in order, each after
+    /// reconnecting if the connection was lost (the job gets the error when that fails).
+    static func thread(name: String, url: String) throws -> WorkerThread<PostgresMediaReadJob> {
+        try WorkerThread<PostgresMediaReadJob>(
+            name: name,
+            setup: { try PostgresSyncStore.open(url) },
+            handle: { db, jobs in
+                for job in jobs {
+                    do {
+                        try db.reconnectIfNeeded()
+                        job.run(db, nil)
+                    } catch {
+                        job.run(db, error)
+                    }
+                }
+            },
+            teardown: { db in db.close() })
+    }
 }
 
 // MARK: - Writer
@@ -365,20 +371,7 @@ final class PostgresLockPool: Sendable {
         let thread: WorkerThread<PostgresMediaReadJob>
 
         init(url: String) throws {
-            thread = try WorkerThread<PostgresMediaReadJob>(
-                name: "pg-media-lock",
-                setup: { try PostgresSyncStore.open(url) },
-                handle: { db, jobs in
-                    for job in jobs {
-                        do {
-                            try db.reconnectIfNeeded()
-                            job.run(db, nil)
-                        } catch {
-                            job.run(db, error)
-                        }
-                    }
-                },
-                teardown: { db in db.close() })
+            thread = try PostgresMediaReadJob.thread(name: "pg-media-lock", url: url)
         }
 
         func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
