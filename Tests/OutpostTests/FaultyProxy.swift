@@ -49,19 +49,11 @@ final class FaultyProxy: Sendable {
 
     func stop() {
         state.withLock { $0.stopped = true }
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        ProxySocket.closeListener(listener)
     }
 
     private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if state.withLock({ $0.stopped }) { return }
-                continue
-            }
-            Thread.detachNewThread { [self] in handle(client) }
-        }
+        ProxySocket.acceptLoop(listener, stopped: { state.withLock { $0.stopped } }) { [self] in handle($0) }
     }
 
     private func handle(_ client: Int32) {

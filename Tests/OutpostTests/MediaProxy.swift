@@ -107,22 +107,13 @@ final class MediaProxy: Sendable {
             $0.stopped = true
             $0.releases += 1
         }
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        ProxySocket.closeListener(listener)
     }
 
     private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if state.withLock({ $0.stopped }) { return }
-                continue
-            }
-            state.withLock { $0.active += 1 }
-            Thread.detachNewThread { [self] in
-                handle(client)
-                state.withLock { $0.active -= 1 }
-            }
+        ProxySocket.acceptLoop(listener, stopped: { state.withLock { $0.stopped } }, accepted: { state.withLock { $0.active += 1 } }) { [self] client in
+            handle(client)
+            state.withLock { $0.active -= 1 }
         }
     }
 

@@ -22,6 +22,26 @@ enum ProxySocket {
         return (fd, Int(UInt16(bigEndian: addr.sin_port)))
     }
 
+    /// Accepts connections on `listener` until it is closed and `stopped()` says so, and
+    /// serves each on a thread of its own (`accepted` runs first, on the accepting thread).
+    static func acceptLoop(_ listener: Int32, stopped: () -> Bool, accepted: () -> Void = {}, serve: @escaping @Sendable (Int32) -> Void) {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if stopped() { return }
+                continue
+            }
+            accepted()
+            Thread.detachNewThread { serve(client) }
+        }
+    }
+
+    /// Closes a listener, ending its `acceptLoop`.
+    static func closeListener(_ listener: Int32) {
+        shutdown(listener, Int32(SHUT_RDWR))
+        Glibc.close(listener)
+    }
+
     /// A request's head and what of its body came with it, or nil when the client went away.
     static func readHead(_ fd: Int32) -> (head: String, rest: [UInt8])? {
         var buffer: [UInt8] = []
