@@ -552,12 +552,12 @@ struct Oracle {
                 if reported.insert("\(limit.rawValue) \(ack.key)").inserted {
                     limits.append(LimitOutcome(limit: limit, message: text + "; replaced by \(describe(state: later.version)), committed later in the new history"))
                 }
-            } else if states.values.contains(where: { $0.updatedAt > a.updatedAt && $0.know.contains(ack.write) && $0.write != ack.write && sameContent($0) }) {
+            } else if states.values.contains(where: { committedAfter($0, a) && $0.know.contains(ack.write) && $0.write != ack.write && sameContent($0) }) {
                 // Replaced, in a history since lost, by a write that saw it, whose content the
                 // final state holds (seed 34667: a delete after it, the server ending on an
-                // older restored tombstone).
+                // older restored tombstone; seed 71962: the delete in the same push).
                 continue
-            } else if let later = states.values.filter({ $0.updatedAt > a.updatedAt && !$0.know.contains(ack.write) && sameContent($0) }).min(by: { $0.updatedAt < $1.updatedAt }) {
+            } else if let later = states.values.filter({ committedAfter($0, a) && !$0.know.contains(ack.write) && sameContent($0) }).min(by: { $0.updatedAt < $1.updatedAt }) {
                 // A write committed after it in a history since lost, whose content the final
                 // state holds (a device holding that content does not offer it again).
                 if reported.insert("\(KnownLimit.dataLossOrder.rawValue) \(ack.key)").inserted {
@@ -607,6 +607,12 @@ struct Oracle {
             fail(.rejectedVisible, "d\(r.device)'s rejected change \(r.changeId) (\(describe(r.write)), step \(r.step)) is no longer in rejectedChanges()")
         }
     }
+}
+
+/// True when `s` was committed after `a`: later in the same history (one push commits its
+/// changes at one time), or at a later time.
+private func committedAfter(_ s: Oracle.State, _ a: Oracle.State) -> Bool {
+    s.version.epoch == a.version.epoch ? s.version.seq > a.version.seq : s.updatedAt > a.updatedAt
 }
 
 /// One record of the server's store, read from its SQLite file.

@@ -37,6 +37,8 @@ struct RegressionTests {
         (39551, "a change rejected after its record met a new history took the new history's older copy over the device's newer acknowledged one"),
         (49820, "harness: an applied answer read in an epoch the device did not follow is not an acknowledgement"),
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
+        (56303, "an edit over the record limit, in doubt while its record met a new history that lacked it; its rejection took the device's acknowledged copy with it"),
+        (71962, "harness: an acknowledged write replaced by a delete committed in the same push, in a history since lost, whose content the server holds"),
     ]
 
     @Test(arguments: seeds.map(\.seed))

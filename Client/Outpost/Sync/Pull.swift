@@ -297,7 +297,7 @@ extension OutpostStore {
     }
 
     /// Queues a copy offered again to a new history.
-    private func offerAgain(_ body: Body, base: Version?, originUpdatedAt: Int64?, _ key: RecordKey, _ d: LocalDatabase) throws {
+    func offerAgain(_ body: Body, base: Version?, originUpdatedAt: Int64?, _ key: RecordKey, _ d: LocalDatabase) throws {
         let time = now()
         try d.insert(QueueEntry(
             position: 0, changeId: Identifiers.changeID(nowMs: time, using: &rng), key: key, op: body.deleted ? .delete : .put,
@@ -319,7 +319,10 @@ extension OutpostStore {
             } else if let device = row.server, try offerAheadOfUnsentEdits(device, base: nil, row.key, d) {
                 report.reoffered += 1
             }
-            row.server = nil
+            // A change in doubt keeps the device's copy of the old history: if the answer
+            // rejects the change, that copy is offered again (see `afterRejection`), so an
+            // acknowledged write never goes with the rejected edit (seed 56303).
+            if !unsettled.contains(where: { $0.state == .inDoubt || $0.state == .inFlight }) { row.server = nil }
             if row.pending {
                 try d.write(row)
             } else {
