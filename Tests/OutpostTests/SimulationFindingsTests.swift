@@ -122,6 +122,33 @@ struct SimulationFindingsTests {
         #expect(decoded.results[1].updatedAt == nil)
         #expect(decoded == response)
     }
+
+    /// Seed 56303: an edit over the record limit, in doubt while its record met a new history
+    /// that lacks it, was then rejected: the re-pull had dropped the device's copy (an
+    /// acknowledged write), and the rejection removed the record. The copy is kept while the
+    /// change is in doubt and offered again once it is rejected.
+    @Test func aRejectedInDoubtEditLeavesTheAcknowledgedCopyOfARecordTheNewHistoryLacks() async throws {
+        var limits = Limits()
+        limits.maxRecordBytes = 200
+        let world = World(limits: limits)
+        let a = try world.device("a", resolver: .serverWins)
+        try await a.put(todo("acknowledged"), in: "todos", id: "r1")
+        try await a.sync()
+        world.clock.advance(1_000)
+        world.server.restartEmpty()  // a new epoch that lacks r1
+        try await a.put(todo(String(repeating: "x", count: 400)), in: "todos", id: "r1")
+        world.server.inject(.loseAnswer, on: .push, device: "a")
+        try? await a.sync()  // the edit is in doubt; the re-pull meets the new history
+        #expect(world.serverData("todos", "r1") == nil)
+        for _ in 0..<4 {
+            world.clock.advance(120_000)  // past the in-doubt change's retry time
+            try await a.sync()
+        }
+        #expect(try await a.rejectedChanges().map(\.errorCode) == ["record_too_large"])
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(world.serverData("todos", "r1") == todo("acknowledged"), "the acknowledged copy is offered again")
+        #expect(try await a.data("todos", "r1") == todo("acknowledged"))
+    }
 }
 
 /// Seed 797: a re-pull of a new history cut short and finished by a later sync; a record the
