@@ -295,8 +295,14 @@ struct Oracle {
             // A tombstone offered again on top of the new history's copy, which the device
             // now holds as its server copy.
             found = w
-        } else {
-            found = newestDelete[device][key]
+        } else if let w = newestDelete[device][key] {
+            found = w
+        } else if let s = states.values.filter({ $0.key == key && $0.deleted && $0.version.epoch != serverEpochs.last })
+                    .max(by: { isOlder($0.version, than: $1.version) }) {
+            // A tombstone of an older history the device learned of while a change was in
+            // doubt (kept aside, never shown), offered again when the change was rejected
+            // (seed 28533): the newest one that history committed.
+            found = s.write
         }
         if let found { changeToWrite[change.changeId] = found }
         return found

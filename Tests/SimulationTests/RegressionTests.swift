@@ -39,6 +39,7 @@ struct RegressionTests {
         (586, "harness: a delete a device held was not offered again over the restored tombstone of an older delete, and the oracle wanted it"),
         (56303, "an edit over the record limit, in doubt while its record met a new history that lacked it; its rejection took the device's acknowledged copy with it"),
         (71962, "harness: an acknowledged write replaced by a delete committed in the same push, in a history since lost, whose content the server holds"),
+        (28533, "harness: a tombstone kept aside while a change was in doubt, offered again to a new history after the change was rejected (the fix for 56303)"),
     ]
 
     @Test(arguments: seeds.map(\.seed))
