@@ -40,6 +40,7 @@ struct RegressionTests {
         (56303, "an edit over the record limit, in doubt while its record met a new history that lacked it; its rejection took the device's acknowledged copy with it"),
         (71962, "harness: an acknowledged write replaced by a delete committed in the same push, in a history since lost, whose content the server holds"),
         (28533, "harness: a tombstone kept aside while a change was in doubt, offered again to a new history after the change was rejected (the fix for 56303)"),
+        (83108, "a record a restored history lacked, with a local edit not made on the device's copy: the re-pull dropped the copy, and the edit's rejection left the record gone"),
     ]
 
     @Test(arguments: seeds.map(\.seed))

@@ -315,14 +315,16 @@ extension OutpostStore {
                 try offerAgain(device.body, base: nil, originUpdatedAt: device.updatedAt, row.key, d)
                 row.view = device.body
                 row.pending = true
+                row.server = nil
                 report.reoffered += 1
             } else if let device = row.server, try offerAheadOfUnsentEdits(device, base: nil, row.key, d) {
+                row.server = nil
                 report.reoffered += 1
             }
-            // A change in doubt keeps the device's copy of the old history: if the answer
-            // rejects the change, that copy is offered again (see `afterRejection`), so an
-            // acknowledged write never goes with the rejected edit (seed 56303).
-            if !unsettled.contains(where: { $0.state == .inDoubt || $0.state == .inFlight }) { row.server = nil }
+            // Otherwise the record's unsettled changes (in doubt, or made on another copy) go
+            // as they are, and the device keeps its copy of the old history: if they are all
+            // rejected, that copy is offered again (see `afterRejection`), so a rejected edit
+            // never takes it with it (seeds 56303, 83108).
             if row.pending {
                 try d.write(row)
             } else {
