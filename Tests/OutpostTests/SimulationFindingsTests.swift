@@ -149,6 +149,39 @@ struct SimulationFindingsTests {
         #expect(world.serverData("todos", "r1") == todo("acknowledged"), "the acknowledged copy is offered again")
         #expect(try await a.data("todos", "r1") == todo("acknowledged"))
     }
+
+    /// Seed 83108: a record a restored history lacks, whose device copy (another device's
+    /// acknowledged write, pulled while a local edit made on an older copy waited) is newer
+    /// than what the edit was made on. The edit goes as it is; the re-pull dropped the copy,
+    /// so the edit's rejection left the record gone from the device and never offered. The
+    /// copy is kept while the edit is out and offered again once it is rejected.
+    @Test func aRejectedEditMadeOnAnOlderCopyLeavesTheNewerCopyOfARecordTheNewHistoryLacks() async throws {
+        var limits = Limits()
+        limits.maxRecordBytes = 200
+        let world = World(limits: limits)
+        let a = try world.device("a", resolver: .serverWins), b = try world.device("b", resolver: .serverWins)
+        try await a.put(todo("v1"), in: "todos", id: "r1")
+        try await a.sync()
+        try await b.sync()
+        world.clock.advance(1_000)
+        try await a.put(todo(String(repeating: "x", count: 400)), in: "todos", id: "r1")  // made on v1, not sent
+        try await b.put(todo("b's v2"), in: "todos", id: "r1")
+        try await b.sync()
+        world.server.inject(.refuseConnection, on: .push, device: "a")
+        await #expect(throws: OutpostError.self) { try await a.sync() }  // the edit waits for its retry time
+        try await a.sync()  // nothing due: a pulls b's v2 as its copy; its edit is still based on v1
+        #expect(try await a.record(in: "todos", id: "r1")?.version?.seq == 2)
+        world.clock.advance(1_000)
+        world.server.restartEmpty()  // a new epoch that lacks r1
+        for _ in 0..<4 {
+            world.clock.advance(120_000)
+            try? await a.sync()
+        }
+        #expect(try await a.rejectedChanges().map(\.errorCode) == ["record_too_large"])
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(world.serverData("todos", "r1") == todo("b's v2"), "the device's copy is offered again")
+        #expect(try await a.data("todos", "r1") == todo("b's v2"))
+    }
 }
 
 /// Seed 797: a re-pull of a new history cut short and finished by a later sync; a record the
