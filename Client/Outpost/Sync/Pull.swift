@@ -20,7 +20,9 @@ import OutpostCore
 // epoch is refused, the sync fails and changes nothing. Then the store pulls the new
 // history from its start ("rebasing", kept in the file so a crash resumes it): records are
 // compared with the device's copies, pending changes wait, and at the end
-// - records the new history lacks are offered again as creates (tombstones as deletes);
+// - records the new history lacks are offered again as creates (tombstones as deletes); one
+//   with unsettled changes that go as they are keeps the device's copy until they settle,
+//   and it is offered again if they are all rejected;
 // - records whose device copy is newer, by the server's own `updatedAt`, than the new
 //   history's are offered again on top of it;
 // - pending changes are re-based on what the new history holds.
