@@ -442,8 +442,8 @@ extension OutpostStore {
         }
         if !row.epochCheck, let current = try d.meta("epoch").flatMap(Epoch.init), server.version.epoch != current {
             // The copy is of a history the store left, which lacked the record (the re-pull
-            // kept it while the change was in doubt): it is offered again, as at the end of a
-            // re-pull (seed 56303: an acknowledged write went with a rejected edit).
+            // kept it while the record's changes were out): it is offered again, as at the end
+            // of a re-pull (seeds 56303, 83108: an acknowledged write went with a rejected edit).
             try offerAgain(server.body, base: nil, originUpdatedAt: server.updatedAt, key, d)
             row.view = server.body
             row.pending = true
