@@ -265,9 +265,7 @@ extension OutpostStore {
         if let device = row.server, device.version.epoch != incoming.version.epoch,
            let deviceTime = device.updatedAt, deviceTime > (incoming.updatedAt ?? .max), !device.body.sameContent(as: incoming.body) {
             if !row.pending {
-                try offerAgain(device.body, base: incoming.version, originUpdatedAt: deviceTime, row.key, d)
-                row.view = device.body
-                row.pending = true
+                try offerAgain(&row, device, base: incoming.version, d)
                 row.server = incoming
                 return true
             }
@@ -298,8 +296,16 @@ extension OutpostStore {
         return true
     }
 
+    /// Queues the row's copy `device` to be offered again on `base`; the app sees it, pending,
+    /// until it is settled.
+    func offerAgain(_ row: inout RecordRow, _ device: ServerCopy, base: Version?, _ d: LocalDatabase) throws {
+        try offerAgain(device.body, base: base, originUpdatedAt: device.updatedAt, row.key, d)
+        row.view = device.body
+        row.pending = true
+    }
+
     /// Queues a copy offered again to a new history.
-    func offerAgain(_ body: Body, base: Version?, originUpdatedAt: Int64?, _ key: RecordKey, _ d: LocalDatabase) throws {
+    private func offerAgain(_ body: Body, base: Version?, originUpdatedAt: Int64?, _ key: RecordKey, _ d: LocalDatabase) throws {
         let time = now()
         try d.insert(QueueEntry(
             position: 0, changeId: Identifiers.changeID(nowMs: time, using: &rng), key: key, op: body.deleted ? .delete : .put,
@@ -314,9 +320,7 @@ extension OutpostStore {
             row.epochCheck = false
             let unsettled = try d.entries(for: row.key)
             if unsettled.isEmpty, let device = row.server {
-                try offerAgain(device.body, base: nil, originUpdatedAt: device.updatedAt, row.key, d)
-                row.view = device.body
-                row.pending = true
+                try offerAgain(&row, device, base: nil, d)
                 row.server = nil
                 report.reoffered += 1
             } else if let device = row.server, try offerAheadOfUnsentEdits(device, base: nil, row.key, d) {

@@ -444,9 +444,7 @@ extension OutpostStore {
             // The copy is of a history the store left, which lacked the record (the re-pull
             // kept it while the record's changes were out): it is offered again, as at the end
             // of a re-pull (seeds 56303, 83108: an acknowledged write went with a rejected edit).
-            try offerAgain(server.body, base: nil, originUpdatedAt: server.updatedAt, key, d)
-            row.view = server.body
-            row.pending = true
+            try offerAgain(&row, server, base: nil, d)
             row.server = nil
             try d.write(row)
             return row.view != before
