@@ -182,6 +182,39 @@ struct SimulationFindingsTests {
         #expect(world.serverData("todos", "r1") == todo("b's v2"), "the device's copy is offered again")
         #expect(try await a.data("todos", "r1") == todo("b's v2"))
     }
+
+    /// Seed 95924: a restored history holds a record in a shape the app's validator refuses
+    /// (quarantined), older than the device's acknowledged delete of it; an edit made on that
+    /// tombstone was in doubt during the re-pull. When the new history said it never applied
+    /// the edit, it went as a create, met the restored copy in a conflict, and the resolver
+    /// kept that older copy: the acknowledged delete and the edit were lost. The edit now
+    /// meets the quarantined copy as an edit not sent would have at the re-pull: re-based on
+    /// it, since the device's copy is newer.
+    @Test func anInDoubtEditMeetsAQuarantinedCopyOfTheNewHistoryAsAtTheRePull() async throws {
+        let world = World()
+        let a = try world.device("a", resolver: .serverWins) { $0.validate(Todo.self, in: "todos") }
+        try await a.put(["title": 42], in: "todos", id: "r1")  // a shape the app no longer reads
+        try await a.sync()
+        let backup = world.server.snapshot()
+        world.clock.advance(1_000)
+        _ = try await a.delete(from: "todos", id: "r1")
+        try await a.sync()  // the delete is acknowledged
+        world.clock.advance(1_000)
+        try await a.put(todo("made on the tombstone"), in: "todos", id: "r1")
+        world.server.restore(backup)  // the refused shape again, older than the delete
+        world.server.inject(.loseAnswer, on: .push, device: "a")
+        try? await a.sync()  // the edit is in doubt; the re-pull quarantines the restored copy
+        #expect(try await a.quarantinedRecords().map(\.id) == ["r1"])
+        var conflicts = 0
+        for _ in 0..<3 {
+            world.clock.advance(120_000)  // past the in-doubt change's retry time
+            conflicts += try await a.sync().conflicts
+        }
+        #expect(conflicts == 0, "the device knew its copy is newer than the restored one")
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(world.serverData("todos", "r1") == todo("made on the tombstone"))
+        #expect(try await a.data("todos", "r1") == todo("made on the tombstone"))
+    }
 }
 
 /// Seed 797: a re-pull of a new history cut short and finished by a later sync; a record the

@@ -41,6 +41,7 @@ struct RegressionTests {
         (71962, "harness: an acknowledged write replaced by a delete committed in the same push, in a history since lost, whose content the server holds"),
         (28533, "harness: a tombstone kept aside while a change was in doubt, offered again to a new history after the change was rejected (the fix for 56303)"),
         (83108, "a record a restored history lacked, with a local edit not made on the device's copy: the re-pull dropped the copy, and the edit's rejection left the record gone"),
+        (95924, "an in-doubt edit made on an acknowledged tombstone, whose record the restored history holds in a shape the app refuses, went as a create once refused and lost the tombstone to the resolver"),
     ]
 
     @Test(arguments: seeds.map(\.seed))

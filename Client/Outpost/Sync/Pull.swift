@@ -368,7 +368,7 @@ extension OutpostStore {
 
     /// `rebasePending` for a copy of the new history known by its version and time, and by
     /// its content when the device could read it (`body`).
-    private func rebasePending(_ key: RecordKey, madeOn known: ServerCopy?, onto version: Version, updatedAt: Int64?, body: Body?, _ d: LocalDatabase) throws {
+    func rebasePending(_ key: RecordKey, madeOn known: ServerCopy?, onto version: Version, updatedAt: Int64?, body: Body?, _ d: LocalDatabase) throws {
         for var e in try d.entries(for: key) where e.state == .pending || e.state == .failed {
             // A create stays a create; a base already in the new history stays.
             guard let base = e.baseVersion, base.epoch != version.epoch else { continue }
@@ -393,17 +393,26 @@ extension OutpostStore {
     /// at the end of the re-pull, where the conflict would hand the resolver a choice the
     /// device already knew the answer to (an acknowledged write lost to a restored older
     /// copy: found by outpost-sim, seed 2612). A record without pending edits is left to the
-    /// end of the re-pull, which offers the device's copy again.
+    /// end of the re-pull, which offers the device's copy again. A record with a change in
+    /// doubt waits until the change is known not applied (the quarantine keeps the copy; see
+    /// `settleRejected`).
     private func rebaseOnQuarantined(_ bad: UndecodableRecord, _ d: LocalDatabase, sentKeys: Set<RecordKey>) throws {
         guard let collection = bad.collection, let id = bad.id, let version = bad.version.flatMap(Version.init) else { return }
         let key = RecordKey(collection: collection, id: id)
-        guard !sentKeys.contains(key), var row = try d.record(key), row.epochCheck, row.pending,
-              row.server.map({ $0.version.epoch != version.epoch }) ?? false else { return }
-        let updatedAt = (try? JSONParser().parse(bad.raw))?["updatedAt"]?.int64Value
-        try rebasePending(key, madeOn: row.server, onto: version, updatedAt: updatedAt, body: nil, d)
+        guard !sentKeys.contains(key), var row = try d.record(key), row.epochCheck else { return }
+        if try rebaseOnUnreadable(&row, version: version, raw: bad.raw, d) { try d.write(row) }
+    }
+
+    /// Re-bases the pending edits of `row`, which holds a copy of another history, on the
+    /// current history's copy at `version` that the device cannot read (`raw`, as it came).
+    /// Returns true when it did (the caller writes `row`).
+    func rebaseOnUnreadable(_ row: inout RecordRow, version: Version, raw: [UInt8], _ d: LocalDatabase) throws -> Bool {
+        guard row.pending, row.server.map({ $0.version.epoch != version.epoch }) ?? false else { return false }
+        let updatedAt = (try? JSONParser().parse(raw))?["updatedAt"]?.int64Value
+        try rebasePending(row.key, madeOn: row.server, onto: version, updatedAt: updatedAt, body: nil, d)
         row.epochCheck = false
         row.server = nil
-        try d.write(row)
+        return true
     }
 
     /// Pulls the current history again from its start at the next sync (a refresh: every

@@ -369,17 +369,29 @@ extension OutpostStore {
                     try d.update(e)
                     return (false, false)
                 }
-                if row.server?.version.epoch != epoch, let aside = try d.aside(entry.key), aside.version.epoch == epoch,
+                if row.server?.version.epoch != epoch,
                    try d.entries(for: entry.key).allSatisfy({ $0.position == e.position || ($0.state != .inDoubt && $0.state != .inFlight) }) {
-                    // The re-pull kept the new history's copy aside while the answer was
-                    // unknown: the change meets it now as a pending edit meets a re-pull
-                    // (its base still names the copy it was made on). Sending it as a create
-                    // instead handed an acknowledged write to the resolver (seed 20564).
-                    try d.update(e)
-                    try d.clearAside(entry.key)
-                    _ = try meetInNewHistory(&row, aside, d)
-                    try d.write(row)
-                    return (false, false)
+                    // The record's copy is still of the history the store left: the re-pull
+                    // met the record while the answer was unknown. The change meets what it
+                    // found now, as a pending edit meets a re-pull (its base still names the
+                    // copy it was made on). Sending it as a create instead handed an
+                    // acknowledged write to the resolver.
+                    if let aside = try d.aside(entry.key), aside.version.epoch == epoch {
+                        // A copy kept aside (seed 20564).
+                        try d.update(e)
+                        try d.clearAside(entry.key)
+                        _ = try meetInNewHistory(&row, aside, d)
+                        try d.write(row)
+                        return (false, false)
+                    }
+                    if let unreadable = try d.quarantinedCopy(entry.key, in: epoch) {
+                        // A copy the app cannot read, which the quarantine keeps (seed 95924).
+                        try d.update(e)
+                        if try rebaseOnUnreadable(&row, version: unreadable.version, raw: unreadable.raw, d) {
+                            try d.write(row)
+                            return (false, false)
+                        }
+                    }
                 }
                 e.baseVersion = row.server.flatMap { $0.version.epoch == epoch ? $0.version : nil }
             } else if previousState != .inDoubt && localEpoch == epoch && !rebasing {
