@@ -215,6 +215,70 @@ struct SimulationFindingsTests {
         #expect(world.serverData("todos", "r1") == todo("made on the tombstone"))
         #expect(try await a.data("todos", "r1") == todo("made on the tombstone"))
     }
+
+    /// The quarantine's side of seeds 3430 and 9368: an edit not sent, made on the device's
+    /// acknowledged copy, meets a restored history whose copy of the record is older and one
+    /// the app's validator refuses. When the server rejects the edit, the acknowledged copy
+    /// must not go with it: it is offered first, and the edit after it.
+    @Test func aRejectedEditOnACopyNewerThanAQuarantinedRestoredOneLeavesTheCopy() async throws {
+        var limits = Limits()
+        limits.maxRecordBytes = 200
+        let world = World(limits: limits)
+        let a = try world.device("a", resolver: .serverWins) { $0.validate(Todo.self, in: "todos") }
+        try await a.put(["title": 42], in: "todos", id: "r1")  // a shape the app no longer reads
+        try await a.sync()
+        let backup = world.server.snapshot()
+        world.clock.advance(1_000)
+        try await a.put(todo("acknowledged"), in: "todos", id: "r1")
+        try await a.sync()
+        world.clock.advance(1_000)
+        try await a.put(todo(String(repeating: "x", count: 400)), in: "todos", id: "r1")  // over the limit
+        world.server.restore(backup)  // the refused shape again, older than the acknowledged copy
+        for _ in 0..<3 {
+            world.clock.advance(120_000)
+            try await a.sync()
+        }
+        #expect(try await a.quarantinedRecords().compactMap(\.id) == ["r1", "r1"], "the first history's copy, and the restored one")
+        #expect(try await a.rejectedChanges().map(\.errorCode) == ["record_too_large"])
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(world.serverData("todos", "r1") == todo("acknowledged"), "the acknowledged copy is offered again")
+        #expect(try await a.data("todos", "r1") == todo("acknowledged"))
+    }
+
+    /// The same copy offered again ahead of the edit, applied with its answer lost, then the
+    /// server restored once more: the offer, sent again as a create, meets the restored copy
+    /// in a conflict. The conflict is the offer's, and the device's copy is newer: it goes
+    /// again on the restored copy, the edit behind it. (Handing the edit to the resolver
+    /// instead let server-wins keep the older copy over the acknowledged one and drop the
+    /// edit: found by outpost-sim, seed 83108, with the offer above.)
+    @Test func aCopyOfferedAheadOfAnEditWinsItsConflictWithAnOlderRestoredCopy() async throws {
+        let world = World()
+        let a = try world.device("a", resolver: .serverWins) { $0.validate(Todo.self, in: "todos") }
+        try await a.put(["title": 42], in: "todos", id: "r1")
+        try await a.sync()
+        let backup = world.server.snapshot()
+        world.clock.advance(1_000)
+        try await a.put(todo("acknowledged"), in: "todos", id: "r1")
+        try await a.sync()
+        world.clock.advance(1_000)
+        try await a.put(todo("made on the acknowledged copy"), in: "todos", id: "r1")
+        world.server.restore(backup)
+        // The edit is refused (epoch_mismatch); the re-pull queues the copy ahead of it; the
+        // push that follows applies the copy, and its answer is lost.
+        world.server.inject(.loseAnswer, on: .push, device: "a", skip: 1)
+        await #expect(throws: OutpostError.self) { try await a.sync() }
+        #expect(world.serverData("todos", "r1") == todo("acknowledged"), "the offer was applied; its answer lost")
+        world.server.restore(backup)  // the refused shape once more
+        var conflicts = 0
+        for _ in 0..<4 {
+            world.clock.advance(120_000)
+            conflicts += try await a.sync().conflicts
+        }
+        #expect(conflicts == 1, "the offer, sent again as a create, meets the restored copy")
+        #expect(try await a.pendingChanges().isEmpty)
+        #expect(world.serverData("todos", "r1") == todo("made on the acknowledged copy"))
+        #expect(try await a.data("todos", "r1") == todo("made on the acknowledged copy"))
+    }
 }
 
 /// Seed 797: a re-pull of a new history cut short and finished by a later sync; a record the

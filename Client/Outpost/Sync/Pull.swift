@@ -403,13 +403,19 @@ extension OutpostStore {
         if try rebaseOnUnreadable(&row, version: version, raw: bad.raw, d) { try d.write(row) }
     }
 
-    /// Re-bases the pending edits of `row`, which holds a copy of another history, on the
-    /// current history's copy at `version` that the device cannot read (`raw`, as it came).
-    /// Returns true when it did (the caller writes `row`).
+    /// The pending edits of `row`, which holds a copy of another history, meet the current
+    /// history's copy at `version` that the device cannot read (`raw`, as it came): a device
+    /// copy newer by the server's `updatedAt` goes first, offered again on it, when the edits
+    /// were made on that copy and not sent (so an edit the server rejects never takes it
+    /// along, as in `meetInNewHistory`); otherwise the edits are re-based on it when they knew
+    /// as much. Returns true when it did either (the caller writes `row`).
     func rebaseOnUnreadable(_ row: inout RecordRow, version: Version, raw: [UInt8], _ d: LocalDatabase) throws -> Bool {
-        guard row.pending, row.server.map({ $0.version.epoch != version.epoch }) ?? false else { return false }
+        guard row.pending, let device = row.server, device.version.epoch != version.epoch else { return false }
         let updatedAt = (try? JSONParser().parse(raw))?["updatedAt"]?.int64Value
-        try rebasePending(row.key, madeOn: row.server, onto: version, updatedAt: updatedAt, body: nil, d)
+        let newer = (device.updatedAt ?? .min) > (updatedAt ?? .max)
+        if !(try newer && offerAheadOfUnsentEdits(device, base: version, row.key, d)) {
+            try rebasePending(row.key, madeOn: device, onto: version, updatedAt: updatedAt, body: nil, d)
+        }
         row.epochCheck = false
         row.server = nil
         return true

@@ -282,13 +282,18 @@ extension OutpostStore {
         }
         if let s = server, s.changeId == nil, let stored = row.server, stored.version == s.version { server!.changeId = stored.changeId }
 
+        /// When a change that settles this conflict is due: at once after a first attempt.
+        func retryTime() -> Int64 {
+            time + (entry.attempts <= 1 ? 0 : configuration.backoff.delayMs(attempt: entry.attempts - 1, using: &rng))
+        }
+
         func replace(with body: Body, base: Version?, origin: ChangeOrigin, originUpdatedAt: Int64?, note: String) throws {
             for e in remaining { try d.deleteEntry(position: e.position) }
-            let delay: Int64 = entry.attempts <= 1 ? 0 : configuration.backoff.delayMs(attempt: entry.attempts - 1, using: &rng)
+            let due = retryTime()
             let resolved = QueueEntry(
                 position: remaining.first?.position ?? entry.position, changeId: Identifiers.changeID(nowMs: time, using: &rng), key: key,
                 op: body.deleted ? .delete : .put, data: body.data, baseVersion: base, clientTime: latest.clientTime,
-                state: .failed, attempts: entry.attempts, nextAttemptAt: time + delay, lastError: note, errorCode: "conflict",
+                state: .failed, attempts: entry.attempts, nextAttemptAt: due, lastError: note, errorCode: "conflict",
                 origin: origin, originUpdatedAt: originUpdatedAt, createdAt: latest.createdAt)
             try d.insert(resolved, keepPosition: true)
             row.view = body
@@ -322,6 +327,21 @@ extension OutpostStore {
             } else {
                 try adopt(serverCopy)
             }
+        } else if entry.origin == .reoffer, let mine = entry.originUpdatedAt, let theirs = serverCopy.updatedAt, mine > theirs,
+                  !entry.body.sameContent(as: serverCopy.body) {
+            // A copy offered again ahead of local edits made on it, newer than the current
+            // history's copy: it goes again on that copy, and the edits stay behind it
+            // (re-based on it once applied). Handing the edits to the resolver instead let
+            // it keep the older copy over the acknowledged one.
+            var again = entry
+            again.changeId = Identifiers.changeID(nowMs: time, using: &rng)
+            again.baseVersion = serverCopy.version
+            again.state = .failed
+            again.nextAttemptAt = retryTime()
+            again.lastError = "conflict with \(serverCopy.version); the device's copy is newer"
+            again.errorCode = "conflict"
+            try d.update(again)
+            row.server = serverCopy
         } else {
             let conflict = Conflict(
                 collection: key.collection, id: key.id,
