@@ -175,12 +175,29 @@ struct SimulationFindingsTests {
         world.server.restartEmpty()  // a new epoch that lacks r1
         for _ in 0..<4 {
             world.clock.advance(120_000)
-            try? await a.sync()
+            _ = try? await a.sync()
         }
         #expect(try await a.rejectedChanges().map(\.errorCode) == ["record_too_large"])
         #expect(try await a.pendingChanges().isEmpty)
         #expect(world.serverData("todos", "r1") == todo("b's v2"), "the device's copy is offered again")
         #expect(try await a.data("todos", "r1") == todo("b's v2"))
+    }
+
+    /// A world whose device `a` (server-wins, validating todos) wrote `r1` in a shape the
+    /// app no longer reads, then, after a backup of the server that holds it, `acknowledge`
+    /// wrote over it and had that acknowledged. Returns the backup to restore.
+    private func refusedShapeBackedUp(limits: Limits = Limits(), acknowledge: (OutpostStore) async throws -> Void)
+        async throws -> (World, a: OutpostStore, backup: InMemorySyncServer.Snapshot) {
+        let world = World(limits: limits)
+        let a = try world.device("a", resolver: .serverWins) { $0.validate(Todo.self, in: "todos") }
+        try await a.put(["title": 42], in: "todos", id: "r1")
+        try await a.sync()
+        let backup = world.server.snapshot()
+        world.clock.advance(1_000)
+        try await acknowledge(a)
+        try await a.sync()
+        world.clock.advance(1_000)
+        return (world, a, backup)
     }
 
     /// Seed 95924: a restored history holds a record in a shape the app's validator refuses
@@ -191,15 +208,7 @@ struct SimulationFindingsTests {
     /// meets the quarantined copy as an edit not sent would have at the re-pull: re-based on
     /// it, since the device's copy is newer.
     @Test func anInDoubtEditMeetsAQuarantinedCopyOfTheNewHistoryAsAtTheRePull() async throws {
-        let world = World()
-        let a = try world.device("a", resolver: .serverWins) { $0.validate(Todo.self, in: "todos") }
-        try await a.put(["title": 42], in: "todos", id: "r1")  // a shape the app no longer reads
-        try await a.sync()
-        let backup = world.server.snapshot()
-        world.clock.advance(1_000)
-        _ = try await a.delete(from: "todos", id: "r1")
-        try await a.sync()  // the delete is acknowledged
-        world.clock.advance(1_000)
+        let (world, a, backup) = try await refusedShapeBackedUp { _ = try await $0.delete(from: "todos", id: "r1") }
         try await a.put(todo("made on the tombstone"), in: "todos", id: "r1")
         world.server.restore(backup)  // the refused shape again, older than the delete
         world.server.inject(.loseAnswer, on: .push, device: "a")
@@ -223,15 +232,7 @@ struct SimulationFindingsTests {
     @Test func aRejectedEditOnACopyNewerThanAQuarantinedRestoredOneLeavesTheCopy() async throws {
         var limits = Limits()
         limits.maxRecordBytes = 200
-        let world = World(limits: limits)
-        let a = try world.device("a", resolver: .serverWins) { $0.validate(Todo.self, in: "todos") }
-        try await a.put(["title": 42], in: "todos", id: "r1")  // a shape the app no longer reads
-        try await a.sync()
-        let backup = world.server.snapshot()
-        world.clock.advance(1_000)
-        try await a.put(todo("acknowledged"), in: "todos", id: "r1")
-        try await a.sync()
-        world.clock.advance(1_000)
+        let (world, a, backup) = try await refusedShapeBackedUp(limits: limits) { try await $0.put(todo("acknowledged"), in: "todos", id: "r1") }
         try await a.put(todo(String(repeating: "x", count: 400)), in: "todos", id: "r1")  // over the limit
         world.server.restore(backup)  // the refused shape again, older than the acknowledged copy
         for _ in 0..<3 {
@@ -252,15 +253,7 @@ struct SimulationFindingsTests {
     /// instead let server-wins keep the older copy over the acknowledged one and drop the
     /// edit: found by outpost-sim, seed 83108, with the offer above.)
     @Test func aCopyOfferedAheadOfAnEditWinsItsConflictWithAnOlderRestoredCopy() async throws {
-        let world = World()
-        let a = try world.device("a", resolver: .serverWins) { $0.validate(Todo.self, in: "todos") }
-        try await a.put(["title": 42], in: "todos", id: "r1")
-        try await a.sync()
-        let backup = world.server.snapshot()
-        world.clock.advance(1_000)
-        try await a.put(todo("acknowledged"), in: "todos", id: "r1")
-        try await a.sync()
-        world.clock.advance(1_000)
+        let (world, a, backup) = try await refusedShapeBackedUp { try await $0.put(todo("acknowledged"), in: "todos", id: "r1") }
         try await a.put(todo("made on the acknowledged copy"), in: "todos", id: "r1")
         world.server.restore(backup)
         // The edit is refused (epoch_mismatch); the re-pull queues the copy ahead of it; the
