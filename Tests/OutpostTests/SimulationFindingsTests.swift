@@ -138,7 +138,7 @@ struct SimulationFindingsTests {
         world.server.restartEmpty()  // a new epoch that lacks r1
         try await a.put(todo(String(repeating: "x", count: 400)), in: "todos", id: "r1")
         world.server.inject(.loseAnswer, on: .push, device: "a")
-        try? await a.sync()  // the edit is in doubt; the re-pull meets the new history
+        _ = try? await a.sync()  // the edit is in doubt; the re-pull meets the new history
         #expect(world.serverData("todos", "r1") == nil)
         for _ in 0..<4 {
             world.clock.advance(120_000)  // past the in-doubt change's retry time
@@ -212,7 +212,7 @@ struct SimulationFindingsTests {
         try await a.put(todo("made on the tombstone"), in: "todos", id: "r1")
         world.server.restore(backup)  // the refused shape again, older than the delete
         world.server.inject(.loseAnswer, on: .push, device: "a")
-        try? await a.sync()  // the edit is in doubt; the re-pull quarantines the restored copy
+        _ = try? await a.sync()  // the edit is in doubt; the re-pull quarantines the restored copy
         #expect(try await a.quarantinedRecords().map(\.id) == ["r1"])
         var conflicts = 0
         for _ in 0..<3 {
