@@ -65,6 +65,14 @@ struct ServerCopy: Hashable, Sendable {
     }
 }
 
+/// True when a state committed at server time `a` is known to be later than one committed
+/// at `b`. Across histories this is how copies are ordered (the server's own `updatedAt`);
+/// an unknown time orders nothing.
+func committedLater(_ a: Int64?, than b: Int64?) -> Bool {
+    guard let a, let b else { return false }
+    return a > b
+}
+
 /// One row of `records`. Invariants: `pending` is true exactly when unsettled queue entries
 /// exist for the record; when it is false the view *is* the server copy (so a synced record
 /// stores its data once), and a row without pending changes always has a server copy.

@@ -263,7 +263,7 @@ extension OutpostStore {
     /// Returns true when the device's copy was offered again. The caller writes `row`.
     func meetInNewHistory(_ row: inout RecordRow, _ incoming: ServerCopy, _ d: LocalDatabase) throws -> Bool {
         if let device = row.server, device.version.epoch != incoming.version.epoch,
-           let deviceTime = device.updatedAt, deviceTime > (incoming.updatedAt ?? .max), !device.body.sameContent(as: incoming.body) {
+           committedLater(device.updatedAt, than: incoming.updatedAt), !device.body.sameContent(as: incoming.body) {
             if !row.pending {
                 try offerAgain(&row, device, base: incoming.version, d)
                 row.server = incoming
@@ -377,10 +377,10 @@ extension OutpostStore {
                 // A copy offered again is ordered by the server's time, never by content: the
                 // new history may hold the content it was put on top of, committed later.
                 // (Found by outpost-sim, seed 12380.)
-                knewAsMuch = (e.originUpdatedAt ?? .min) > (updatedAt ?? .max)
+                knewAsMuch = committedLater(e.originUpdatedAt, than: updatedAt)
             } else if let known, known.version == base {
                 knewAsMuch = body.map { known.body.sameContent(as: $0) } ?? false
-                    || (known.updatedAt ?? .min) > (updatedAt ?? .max)
+                    || committedLater(known.updatedAt, than: updatedAt)
             }
             e.baseVersion = knewAsMuch ? version : nil
             try d.update(e)
@@ -412,8 +412,7 @@ extension OutpostStore {
     func rebaseOnUnreadable(_ row: inout RecordRow, version: Version, raw: [UInt8], _ d: LocalDatabase) throws -> Bool {
         guard row.pending, let device = row.server, device.version.epoch != version.epoch else { return false }
         let updatedAt = (try? JSONParser().parse(raw))?["updatedAt"]?.int64Value
-        let newer = (device.updatedAt ?? .min) > (updatedAt ?? .max)
-        if !(try newer && offerAheadOfUnsentEdits(device, base: version, row.key, d)) {
+        if !(try committedLater(device.updatedAt, than: updatedAt) && offerAheadOfUnsentEdits(device, base: version, row.key, d)) {
             try rebasePending(row.key, madeOn: device, onto: version, updatedAt: updatedAt, body: nil, d)
         }
         row.epochCheck = false

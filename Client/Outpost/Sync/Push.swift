@@ -320,14 +320,14 @@ extension OutpostStore {
             try adopt(serverCopy)
         } else if latest.origin == .reoffer {
             // A copy offered again to a new history: the server's own updatedAt decides.
-            if let mine = latest.originUpdatedAt, let theirs = serverCopy.updatedAt, mine > theirs {
-                try replace(with: latest.body, base: serverCopy.version, origin: .reoffer, originUpdatedAt: mine,
+            if committedLater(latest.originUpdatedAt, than: serverCopy.updatedAt) {
+                try replace(with: latest.body, base: serverCopy.version, origin: .reoffer, originUpdatedAt: latest.originUpdatedAt,
                             note: "conflict with \(serverCopy.version); the device's copy is newer")
                 row.server = serverCopy
             } else {
                 try adopt(serverCopy)
             }
-        } else if entry.origin == .reoffer, let mine = entry.originUpdatedAt, let theirs = serverCopy.updatedAt, mine > theirs,
+        } else if entry.origin == .reoffer, committedLater(entry.originUpdatedAt, than: serverCopy.updatedAt),
                   !entry.body.sameContent(as: serverCopy.body) {
             // A copy offered again ahead of local edits made on it, newer than the current
             // history's copy: it goes again on that copy, and the edits stay behind it
