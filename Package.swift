@@ -54,6 +54,10 @@ let package = Package(
         .target(
             name: "OutpostPostgres", dependencies: ["CLibPQ"], path: "Sources/OutpostPostgres",
             swiftSettings: swiftSettings),
+        // Child processes through posix_spawn (tests, benchmarks, conformance hooks).
+        .target(
+            name: "OutpostSubprocess", dependencies: ["CLinux"], path: "Sources/OutpostSubprocess",
+            swiftSettings: swiftSettings),
         .target(
             name: "OutpostCompression", dependencies: ["CZlib"], path: "Sources/OutpostCompression",
             swiftSettings: swiftSettings),
@@ -79,7 +83,7 @@ let package = Package(
 
         // MARK: Conformance suite (checks any server over HTTP: never depends on Server/)
         .target(
-            name: "OutpostConformance", dependencies: ["OutpostCore", "OutpostCrypto"], path: "Sources/OutpostConformance",
+            name: "OutpostConformance", dependencies: ["OutpostCore", "OutpostCrypto", "OutpostSubprocess"], path: "Sources/OutpostConformance",
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-conformance", dependencies: ["OutpostConformance"], path: "Sources/outpost-conformance",
@@ -97,12 +101,13 @@ let package = Package(
         // MARK: Benchmarks
         .executableTarget(
             name: "outpost-bench",
-            dependencies: ["OutpostCore", "OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "CLinux", "Outpost"],
+            dependencies: ["OutpostCore", "OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "CLinux", "Outpost", "OutpostSubprocess"],
             path: "Benchmarks/outpost-bench", swiftSettings: swiftSettings),
 
         // MARK: Tests
         .target(
-            name: "OutpostTestSupport", path: "Tests/OutpostTestSupport", swiftSettings: swiftSettings),
+            name: "OutpostTestSupport", dependencies: ["OutpostSubprocess"], path: "Tests/OutpostTestSupport",
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
             swiftSettings: swiftSettings),
@@ -116,7 +121,7 @@ let package = Package(
             name: "OutpostCryptoTests", dependencies: ["OutpostCrypto", "OutpostCore"], path: "Tests/OutpostCryptoTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostCompressionTests", dependencies: ["OutpostCompression"],
+            name: "OutpostCompressionTests", dependencies: ["OutpostCompression", "OutpostSubprocess"],
             path: "Tests/OutpostCompressionTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression", "OutpostCore"], path: "Tests/OutpostHTTPTests",

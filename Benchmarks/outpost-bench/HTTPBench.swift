@@ -12,6 +12,7 @@
 // p99 < 5 ms; 10,000 idle connections with RSS < 300 MB. Every process started here is
 // stopped by its own PID.
 import Foundation
+import OutpostSubprocess
 import Glibc
 import OutpostHTTP
 
@@ -254,18 +255,9 @@ enum HTTPBench {
     // MARK: Processes
 
     static func runCommand(_ path: String, _ arguments: [String]) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: path)
-        p.arguments = arguments
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard p.terminationStatus == 0 else { throw BenchError("\(arguments.first ?? path) failed:\n\(text)") }
-        return text
+        let result = try Subprocess.run(path, arguments, errorToOutput: true)
+        guard result.status == 0 else { throw BenchError("\(arguments.first ?? path) failed:\n\(result.output)") }
+        return result.output
     }
 
     /// The release outpost-server next to this binary; built when missing.
@@ -287,58 +279,52 @@ enum HTTPBench {
 
     /// An `outpost-server serve --port 0` child.
     final class ServerChild {
-        let process: Process
+        let process: Subprocess
         let port: Int
-        var pid: Int32 { process.processIdentifier }
+        var pid: Int32 { process.pid }
 
-        private init(process: Process, port: Int) {
+        private init(process: Subprocess, port: Int) {
             self.process = process
             self.port = port
         }
 
         static func start(path: String, data: String, eventLoops: Int) throws -> ServerChild {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: path)
             var args = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"]
             if eventLoops > 0 { args += ["--event-loops", String(eventLoops)] }
-            p.arguments = args
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = FileHandle.standardError
-            try p.run()
-            let line: String
-            do {
-                line = try readLine(out.fileHandleForReading.fileDescriptor, timeout: 30)
-            } catch {
-                kill(p.processIdentifier, SIGKILL)
-                p.waitUntilExit()
-                throw error
-            }
-            guard line.hasPrefix("listening on http://"), let port = line.split(separator: ":").last.flatMap({ Int($0) }) else {
-                kill(p.processIdentifier, SIGKILL)
-                p.waitUntilExit()
-                throw BenchError("outpost-server said \"\(line)\"")
-            }
-            return ServerChild(process: p, port: port)
+            let (process, port) = try startServer(path: path, arguments: args, timeout: 30)
+            return ServerChild(process: process, port: port)
         }
 
         /// SIGTERM to its PID, then wait (SIGKILL after 15 s).
         func stop() {
-            guard process.isRunning else { return }
-            kill(pid, SIGTERM)
-            let deadline = Date().addingTimeInterval(15)
-            while process.isRunning && Date() < deadline { usleep(10_000) }
-            if process.isRunning { kill(pid, SIGKILL) }
-            process.waitUntilExit()
+            process.stop(grace: 15)
         }
+    }
+
+    /// Starts `outpost-server ARGS` (its log on this process's standard error) and waits
+    /// for its `listening on http://HOST:PORT` line; returns the child and the port.
+    static func startServer(path: String, arguments: [String], timeout: Double) throws -> (Subprocess, Int) {
+        let process = try Subprocess(path, arguments, output: .capture, error: .inherit)
+        let line: String
+        do {
+            line = try process.nextLine(timeout: timeout)
+        } catch {
+            process.stop(grace: 5)
+            throw BenchError("\(error)")
+        }
+        guard line.hasPrefix("listening on http://"), let port = line.split(separator: ":").last.flatMap({ Int($0) }) else {
+            process.stop(grace: 5)
+            throw BenchError("outpost-server said \"\(line)\"")
+        }
+        return (process, port)
     }
 
     /// nginx with a config of our own: one worker, daemon off, no access log, a static file.
     final class NginxChild {
-        let process: Process
+        let process: Subprocess
         let port: Int
 
-        private init(process: Process, port: Int) {
+        private init(process: Subprocess, port: Int) {
             self.process = process
             self.port = port
         }
@@ -380,12 +366,8 @@ enum HTTPBench {
                 """
             let configPath = directory + "/nginx.conf"
             try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
-            p.arguments = ["-p", directory, "-e", directory + "/error.log", "-c", configPath]
-            p.standardOutput = FileHandle.standardError
-            p.standardError = FileHandle.standardError
-            try p.run()
+            let p = try Subprocess("/usr/sbin/nginx", ["-p", directory, "-e", directory + "/error.log", "-c", configPath],
+                                   output: .standardError, error: .inherit)
             let child = NginxChild(process: p, port: port)
             // Ready when it accepts a connection.
             let deadline = Date().addingTimeInterval(10)
@@ -403,12 +385,7 @@ enum HTTPBench {
 
         /// SIGTERM to the master's PID (it stops its worker), then wait.
         func stop() {
-            guard process.isRunning else { return }
-            kill(process.processIdentifier, SIGTERM)
-            let deadline = Date().addingTimeInterval(10)
-            while process.isRunning && Date() < deadline { usleep(10_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+            process.stop(grace: 10)
         }
     }
 
@@ -488,21 +465,6 @@ enum HTTPBench {
     static func check(url: String) throws {
         let text = try runCommand("/usr/bin/env", ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url])
         guard text == "200" else { throw BenchError("\(url) answered \(text), not 200") }
-    }
-
-    /// Reads one line from `fd` within `timeout` seconds.
-    static func readLine(_ fd: Int32, timeout: Double) throws -> String {
-        var bytes: [UInt8] = []
-        let deadline = Date().addingTimeInterval(timeout)
-        while true {
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let left = Int32(max(0, deadline.timeIntervalSinceNow * 1000))
-            guard poll(&pfd, 1, left) > 0 else { throw BenchError("no line within \(timeout) s") }
-            var byte: UInt8 = 0
-            guard read(fd, &byte, 1) == 1 else { throw BenchError("the child closed its output: \(String(decoding: bytes, as: UTF8.self))") }
-            if byte == 0x0A { return String(decoding: bytes, as: UTF8.self) }
-            bytes.append(byte)
-        }
     }
 
     /// Resident memory of a process from /proc/PID/status (VmRSS), in bytes.

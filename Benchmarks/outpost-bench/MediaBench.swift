@@ -18,6 +18,7 @@
 // Goals (docs/benchmarks.md): upload >= 0.5 x sha256sum's MB/s, download >= 1 GB/s over
 // loopback, server RSS growth < 64 MB. MB is 10^6 bytes throughout.
 import Foundation
+import OutpostSubprocess
 import Glibc
 import OutpostCore
 import OutpostCrypto
@@ -337,15 +338,11 @@ enum MediaBench {
 
     /// Runs a command to completion (output discarded) and returns its wall time.
     static func timeCommand(_ path: String, _ arguments: [String]) throws -> Double {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: path)
-        p.arguments = arguments
-        p.standardOutput = FileHandle.nullDevice
         let start = ContinuousClock.now
-        try p.run()
-        p.waitUntilExit()
+        let p = try Subprocess(path, arguments, error: .inherit)
+        let ended = p.wait()
         let elapsed = seconds(ContinuousClock.now - start)
-        guard p.terminationStatus == 0 else { throw HTTPBench.BenchError("\(arguments.joined(separator: " ")) exited \(p.terminationStatus)") }
+        guard ended.status == 0 else { throw HTTPBench.BenchError("\(arguments.joined(separator: " ")) exited \(ended.status)") }
         return elapsed
     }
 

@@ -9,49 +9,26 @@
 // does not turn the writes into replays. Give it an empty database (`createdb`) per run:
 // instances refuse a media directory other than the one the database first saw.
 import Foundation
+import OutpostSubprocess
 import Glibc
 import Synchronization
 
 enum ScalingBench {
     /// One `outpost-server serve --store URL` child, stopped by its PID.
     final class Instance {
-        let process: Process
+        let process: Subprocess
         let port: Int
-        var pid: Int32 { process.processIdentifier }
+        var pid: Int32 { process.pid }
 
         init(path: String, data: String, arguments: [String]) throws {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: path)
-            p.arguments = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"] + arguments
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = FileHandle.standardError
-            try p.run()
-            let line: String
-            do {
-                line = try HTTPBench.readLine(out.fileHandleForReading.fileDescriptor, timeout: 60)
-            } catch {
-                kill(p.processIdentifier, SIGKILL)
-                p.waitUntilExit()
-                throw error
-            }
-            guard line.hasPrefix("listening on http://"), let port = line.split(separator: ":").last.flatMap({ Int($0) }) else {
-                kill(p.processIdentifier, SIGKILL)
-                p.waitUntilExit()
-                throw HTTPBench.BenchError("outpost-server said \"\(line)\"")
-            }
-            process = p
-            self.port = port
+            (process, port) = try HTTPBench.startServer(
+                path: path, arguments: ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"] + arguments,
+                timeout: 60)
         }
 
         /// SIGTERM to its PID, then wait (SIGKILL after 15 s).
         func stop() {
-            guard process.isRunning else { return }
-            kill(pid, SIGTERM)
-            let deadline = Date().addingTimeInterval(15)
-            while process.isRunning && Date() < deadline { usleep(10_000) }
-            if process.isRunning { kill(pid, SIGKILL) }
-            process.waitUntilExit()
+            process.stop(grace: 15)
         }
     }
 

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import OutpostSubprocess
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -41,41 +42,24 @@ public struct ServerHook: Sendable, CustomStringConvertible {
         }
     }
 
-    /// Runs `/bin/sh -c command` and waits for it with `waitpid`; returns its exit status
+    /// Runs `/bin/sh -c command`, waits for it to exit, and returns its exit status
     /// (128 + the signal when killed) and standard error.
     ///
-    /// Not Foundation's `Process`: a restart command leaves the server running in the
-    /// background, that server inherits what the shell had open, and `Process` (on Linux)
-    /// notices the shell's exit only when all of those are closed, so it would wait for
-    /// the server to stop. Standard error goes to a file for the same reason.
+    /// A restart command leaves the server running in the background, and that server
+    /// inherits the shell's standard error: so it goes to a file, and only the shell's exit
+    /// is waited for, never the end of its output.
     private static func spawnAndWait(_ command: String) throws -> (Int32, String) {
         let errorPath = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-conformance-hook-\(UUID().uuidString)").path
         defer { unlink(errorPath) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, errorPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        let arguments: [UnsafeMutablePointer<CChar>?] = ["/bin/sh", "-c", command].map { (text: String) in strdup(text) } + [nil]
-        let environment: [UnsafeMutablePointer<CChar>?] = ProcessInfo.processInfo.environment.map { (pair: (key: String, value: String)) in
-            strdup(pair.key + "=" + pair.value)
-        } + [nil]
-        defer {
-            for p in arguments { free(p) }
-            for p in environment { free(p) }
+        let shell: Subprocess
+        do {
+            shell = try Subprocess("/bin/sh", ["-c", command], error: .file(errorPath))
+        } catch {
+            throw CheckFailure("cannot run /bin/sh for `\(command)`: \(error)")
         }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, "/bin/sh", &actions, nil, arguments, environment)
-        guard rc == 0 else { throw CheckFailure("cannot run /bin/sh for `\(command)`: \(String(cString: strerror(rc)))") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 {
-            guard errno == EINTR else { throw CheckFailure("waitpid for `\(command)` failed: \(String(cString: strerror(errno)))") }
-        }
-        let signal = status & 0x7F
-        let exitStatus = signal == 0 ? (status >> 8) & 0xFF : 128 + signal
+        let status = shell.wait().status
         let errorText = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
-        return (exitStatus, errorText)
+        return (status, errorText)
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostSubprocess
 import Testing
 @testable import OutpostCompression
 
@@ -78,12 +79,8 @@ import Testing
         let file = dir.appendingPathComponent("a.txt")
         let text = Array(String(repeating: "system gzip ", count: 300).utf8)
         try Data(Gzip.compress(text)).write(to: file.appendingPathExtension("gz"))
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/gzip")
-        p.arguments = ["-d", "-k", file.appendingPathExtension("gz").path]
-        try p.run()
-        p.waitUntilExit()
-        #expect(p.terminationStatus == 0)
+        let result = try Subprocess.run("/bin/gzip", ["-d", "-k", file.appendingPathExtension("gz").path])
+        #expect(result.status == 0, "\(result.error)")
         #expect(Array(try Data(contentsOf: file)) == text)
     }
 }

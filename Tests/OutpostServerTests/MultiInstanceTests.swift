@@ -249,7 +249,7 @@ import OutpostTestSupport
     }
 
     static func storeArgument(_ server: ServerProcess) -> String? {
-        guard let i = server.process.arguments?.firstIndex(of: "--store") else { return nil }
-        return server.process.arguments?[i + 1]
+        guard let i = server.arguments.firstIndex(of: "--store") else { return nil }
+        return server.arguments[i + 1]
     }
 }

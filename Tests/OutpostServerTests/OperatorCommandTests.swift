@@ -32,36 +32,12 @@ final class StopFlag: Sendable {
         var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
     }
 
-    /// Runs `outpost-server ARGS` to completion, keeping both outputs (through files, so
-    /// neither pipe can fill up while the other is read).
+    /// Runs `outpost-server ARGS` to completion, keeping both outputs, with none of this
+    /// process's `OUTPOST_` variables.
     static func run(_ arguments: [String], in dir: TemporaryDirectory, environment: [String: String] = [:]) throws -> CommandResult {
-        let id = UUID().uuidString
-        let outPath = dir.appending("cmd-\(id).out"), errPath = dir.appending("cmd-\(id).err")
-        _ = FileManager.default.createFile(atPath: outPath, contents: nil)
-        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
-        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
-        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost-server"))
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        for key in env.keys where key.hasPrefix("OUTPOST_") { env[key] = nil }
-        for (key, value) in environment { env[key] = value }
-        process.environment = env
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        process.waitUntilExit()
-        try out.close()
-        try err.close()
-        defer {
-            try? FileManager.default.removeItem(atPath: outPath)
-            try? FileManager.default.removeItem(atPath: errPath)
-        }
-        return CommandResult(
-            status: process.terminationStatus,
-            stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
-            stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+        let env = Subprocess.environment(adding: environment) { $0.hasPrefix("OUTPOST_") }
+        let result = try Subprocess.run(BuildProducts.executable("outpost-server"), arguments, environment: env)
+        return CommandResult(status: result.status, stdout: result.output, stderr: result.error)
     }
 
     static func push(_ port: Int, _ token: String, _ space: String, _ changes: [Change], client: TestHTTPClient? = nil) throws -> TestResponse {

@@ -27,7 +27,7 @@ public final class PostgresCluster: Sendable {
     public let user = "outpost"
     /// The PID of the `postgres` server process.
     public let serverPID: Int32
-    private let watchdog: Process
+    private let watchdog: Subprocess
     private let bin: String
     private let asPostgresUser: Bool
     private let stopped = Mutex(false)
@@ -109,19 +109,10 @@ public final class PostgresCluster: Sendable {
             wait "$pg"
             rm -rf "$2"
             """
-        let process = Process()
         let arguments = ["-c", script, "sh", bin, dir, String(port), String(getpid())]
-        if asPostgresUser {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", "postgres", "--", "/bin/sh"] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = arguments
-        }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        let process = asPostgresUser
+            ? try Subprocess("/usr/sbin/runuser", ["-u", "postgres", "--", "/bin/sh"] + arguments)
+            : try Subprocess("/bin/sh", arguments)
         watchdog = process
 
         // Wait for the PID file and for the server to answer.
@@ -143,8 +134,7 @@ public final class PostgresCluster: Sendable {
         guard ready else {
             let log = (try? String(contentsOfFile: dir + "/server.log", encoding: .utf8)) ?? ""
             if pid != 0 { kill(pid, SIGKILL) }
-            if process.isRunning { process.terminate() }
-            process.waitUntilExit()
+            process.stop(grace: 10)
             try? FileManager.default.removeItem(atPath: dir)
             throw ProcessFailure("PostgreSQL did not start within \(timeout) s on port \(port): \(log.suffix(2000))")
         }
@@ -184,11 +174,9 @@ public final class PostgresCluster: Sendable {
         }
         guard first else { return }
         if serverPID > 0 { kill(serverPID, SIGINT) }
-        let deadline = Date().addingTimeInterval(30)
-        while watchdog.isRunning && Date() < deadline { usleep(50_000) }
-        if watchdog.isRunning, serverPID > 0 {
+        if watchdog.wait(timeout: 30) == nil, serverPID > 0 {
             kill(serverPID, SIGKILL)
-            watchdog.waitUntilExit()
+            watchdog.wait()
         }
         try? FileManager.default.removeItem(atPath: directory)
     }
@@ -218,23 +206,10 @@ public final class PostgresCluster: Sendable {
     /// Runs a program to completion (as `postgres` when asked) and returns its status and
     /// its standard output and error together.
     static func runTool(_ path: String, _ arguments: [String], asPostgresUser: Bool) throws -> (status: Int32, output: String) {
-        let process = Process()
-        if asPostgresUser {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", "postgres", "--", path] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: path)
-            process.arguments = arguments
-        }
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = FileHandle.nullDevice
         // Run from a directory every user can enter (runuser keeps the working directory).
-        process.currentDirectoryURL = URL(fileURLWithPath: "/")
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        let result = asPostgresUser
+            ? try Subprocess.run("/usr/sbin/runuser", ["-u", "postgres", "--", path] + arguments, workingDirectory: "/", errorToOutput: true)
+            : try Subprocess.run(path, arguments, workingDirectory: "/", errorToOutput: true)
+        return (result.status, result.output)
     }
 }

@@ -19,21 +19,9 @@ struct CLITests {
     }
 
     static func outpost(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost"))
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        for key in ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN"] { env[key] = nil }
-        for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+        let env = Subprocess.environment(adding: environment) { ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN"].contains($0) }
+        let result = try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: env)
+        return Run(status: result.status, stdout: result.output, stderr: result.error)
     }
 
     @Test func localCommandsSyncAndExitStatuses() async throws {
@@ -108,16 +96,11 @@ struct CLITests {
     /// Starts `outpost sync` and SIGKILLs it after `delay`; returns whether it was killed
     /// before it finished.
     static func killedSync(_ arguments: [String], after delay: Duration) async throws -> Bool {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost"))
-        process.arguments = arguments + ["sync"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try Subprocess(BuildProducts.executable("outpost"), arguments + ["sync"])
         try await Task.sleep(for: delay)
         let killed = process.isRunning
-        if killed { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        process.send(SIGKILL)
+        _ = await process.exited()
         return killed
     }
 

@@ -8,19 +8,9 @@ import Testing
 @Suite("gzip request bodies")
 struct GzipTests {
     static func gunzip(_ bytes: [UInt8]) throws -> [UInt8] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["gzip", "-dc"]
-        let input = Pipe(), output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-        let writer = Thread { input.fileHandleForWriting.write(Data(bytes)); try? input.fileHandleForWriting.close() }
-        writer.start()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
-        return Array(data)
+        let result = try Subprocess.run("gzip", ["-dc"], input: .bytes(bytes))
+        #expect(result.status == 0, "\(result.error)")
+        return result.outputBytes
     }
 
     @Test func gzipDecompressesWhatTheWriterWrites() throws {

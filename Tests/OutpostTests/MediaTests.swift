@@ -542,28 +542,16 @@ struct MediaCLITests {
         var json: JSONValue? { try? JSONParser.parse(stdout.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 
-    static func process(_ arguments: [String]) -> (Process, Pipe, Pipe) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: BuildProducts.executable("outpost"))
-        process.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        for key in ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN"] { env[key] = nil }
-        process.environment = env
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        return (process, out, err)
+    /// The environment of an `outpost` child: none of the CLI's own variables.
+    static var cliEnvironment: [String: String] {
+        Subprocess.environment { ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN"].contains($0) }
     }
 
     /// Runs `outpost ARGS` to completion on a thread of its own.
     static func outpost(_ arguments: [String]) async throws -> Run {
         try await blocking {
-            let (process, out, err) = process(arguments)
-            try process.run()
-            let stdout = out.fileHandleForReading.readDataToEndOfFile()
-            let stderr = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+            let result = try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: cliEnvironment)
+            return Run(status: result.status, stdout: result.output, stderr: result.error)
         }
     }
 
@@ -576,14 +564,13 @@ struct MediaCLITests {
 
         // Killed (SIGKILL) while chunk 3's request hangs.
         world.proxy.on("/chunks/3", .hold(forward: false))
-        let (child, _, _) = Self.process(base + ["upload", url.path])
-        try child.run()
+        let child = try Subprocess(BuildProducts.executable("outpost"), base + ["upload", url.path], environment: Self.cliEnvironment)
         try await world.proxy.waitUntilHeld()
-        kill(child.processIdentifier, SIGKILL)
-        try await blocking { child.waitUntilExit() }
+        child.send(SIGKILL)
+        let ended = await child.exited()
         try await world.proxy.waitUntilQuiet()
         world.proxy.releaseHeld()
-        #expect(child.terminationReason == .uncaughtSignal)
+        #expect(ended == .signaled(SIGKILL))
 
         let left = try OutpostStore(path: store, configuration: .init(space: "team"))
         let pending = try await MediaUploader(store: left, transport: world.direct).pendingUploads()
