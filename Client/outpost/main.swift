@@ -33,6 +33,9 @@ let usage = """
 
 struct UsageError: Error { let message: String }
 
+/// `--help`, `-h` or `help`, before or after the command: the usage on standard output, exit 0.
+struct HelpRequested: Error {}
+
 struct Options {
     var store = "outpost.sqlite"
     var server: String?
@@ -56,6 +59,7 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
     }
     while i < arguments.count {
         let arg = arguments[i]
+        if arg == "--help" || arg == "-h" || (arg == "help" && o.command.isEmpty) { throw HelpRequested() }
         if !o.command.isEmpty {
             o.command.append(arg)
         } else {
@@ -65,7 +69,6 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
             case "--space": o.space = try value(arg)
             case "--token": o.token = try value(arg)
             case "--resolve": o.resolve = try value(arg)
-            case "-h", "--help", "help": throw UsageError(message: "")
             default:
                 if arg.hasPrefix("--") { throw UsageError(message: "unknown option \(arg)") }
                 o.command.append(arg)
@@ -287,10 +290,13 @@ let status: Int32
 do {
     let options = try parse(Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment)
     status = try await run(options)
+} catch is HelpRequested {
+    print(usage)
+    status = 0
 } catch let error as UsageError {
-    if !error.message.isEmpty { FileHandle.standardError.write(Data("outpost: \(error.message)\n".utf8)) }
+    FileHandle.standardError.write(Data("outpost: \(error.message)\n".utf8))
     FileHandle.standardError.write(Data((usage + "\n").utf8))
-    status = error.message.isEmpty ? 0 : 64
+    status = 64
 } catch {
     FileHandle.standardError.write(Data("outpost: \(error)\n".utf8))
     status = 1

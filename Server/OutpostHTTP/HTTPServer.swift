@@ -53,14 +53,15 @@ public final class HTTPServer: Sendable {
             var listeners: [Int32] = []
             var loops: [EventLoop] = []
             do {
-                let first = try Socket.listen(family: family, address: address, backlog: configuration.backlog)
+                // The first listener binds alone: a port another process holds fails here.
+                let first = try Socket.listen(family: family, address: address, backlog: configuration.backlog, joining: false)
                 listeners.append(first)
                 let port = Socket.localPort(first)
-                // The other loops bind the same port (SO_REUSEPORT): the kernel spreads
+                // The other loops join the same port (SO_REUSEPORT): the kernel spreads
                 // connections across the listeners, with no shared accept lock.
                 let (_, sameAddress) = try Socket.resolve(host: configuration.host, port: port)
                 for _ in 1..<configuration.eventLoopCount {
-                    listeners.append(try Socket.listen(family: family, address: sameAddress, backlog: configuration.backlog))
+                    listeners.append(try Socket.listen(family: family, address: sameAddress, backlog: configuration.backlog, joining: true))
                 }
                 for _ in 0..<configuration.eventLoopCount { loops.append(try EventLoop()) }
                 for (index, (loop, fd)) in zip(loops, listeners).enumerated() {

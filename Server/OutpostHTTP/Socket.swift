@@ -31,14 +31,20 @@ enum Socket {
         return (info.pointee.ai_family, Array(bytes))
     }
 
-    /// A listening socket with `SO_REUSEADDR` and `SO_REUSEPORT` (each event loop binds
-    /// its own; the kernel spreads new connections across them).
-    static func listen(family: Int32, address: [UInt8], backlog: Int32) throws -> Int32 {
+    /// A listening socket with `SO_REUSEADDR` and `SO_REUSEPORT`, so that each event loop
+    /// has its own and the kernel spreads new connections across them.
+    ///
+    /// The first socket of a server (`joining: false`) binds *without* `SO_REUSEPORT` and
+    /// sets it only once bound: a bind without it fails with `EADDRINUSE` while any socket
+    /// holds the port, so a second server on a taken port fails to start instead of
+    /// silently taking half of the connections. The other loops' sockets (`joining: true`)
+    /// bind with it, into the port the first one holds.
+    static func listen(family: Int32, address: [UInt8], backlog: Int32, joining: Bool) throws -> Int32 {
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw HTTPServerError(operation: "socket", errno: errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size))
+        if joining { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size)) }
         let bound = address.withUnsafeBytes { raw in
             bind(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
         }
@@ -47,6 +53,7 @@ enum Socket {
             close(fd)
             throw HTTPServerError(operation: "bind", errno: e)
         }
+        if !joining { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size)) }
         guard Glibc.listen(fd, backlog) == 0 else {
             let e = errno
             close(fd)

@@ -10,6 +10,32 @@ public enum ServerApp {
     /// `healthcheck`; returns the process exit code.
     public static func main(arguments: [String], environment: [String: String]) async -> Int32 {
         let rest = Array(arguments.dropFirst())
+        // `--help` (or `-h`) answers on standard output with exit 0, for the executable and
+        // for each command; `help COMMAND` is the same as `COMMAND --help`.
+        switch arguments.first {
+        case nil:
+            printError(usage)
+            return 64
+        case "--help", "-h":
+            print(usage)
+            return 0
+        case "help":
+            guard let name = rest.first else {
+                print(usage)
+                return 0
+            }
+            guard let text = help(for: name) else {
+                printError("outpost-server: unknown command \(name)\n\(usage)")
+                return 64
+            }
+            print(text)
+            return 0
+        case let command?:
+            if rest.contains("--help") || rest.contains("-h"), let text = help(for: command) {
+                print(text)
+                return 0
+            }
+        }
         switch arguments.first {
         case "serve":
             return await serve(arguments: rest, environment: environment)
@@ -26,14 +52,14 @@ public enum ServerApp {
         case "healthcheck":
             return HealthCheckCommand.main(arguments: rest, environment: environment)
         default:
-            printError(usage)
+            printError("outpost-server: unknown command \(arguments[0])\n\(usage)")
             return 64
         }
     }
 
-    /// The text printed for an unknown command.
+    /// The text printed for `outpost-server --help`, and with an unknown command.
     public static let usage = """
-        usage: outpost-server COMMAND [options]
+        usage: outpost-server COMMAND [options]    (COMMAND --help, or help COMMAND, for its options)
           serve [options]                       serve HTTP (serve --help lists every option)
           token --data DIR --sub USER --space SPACE ... [--scope read|write] [--admin] [--ttl SECONDS]
           rotate-epoch --data DIR | --store URL give the store a new epoch (SQLite: server stopped)
@@ -45,6 +71,52 @@ public enum ServerApp {
           healthcheck [--url URL] [--timeout SECONDS]
                                                 exit 0 when GET /readyz answers 2xx
         """
+
+    /// The `--help` text of one command, or nil for a name that is not a command.
+    public static func help(for command: String) -> String? {
+        switch command {
+        case "serve": Settings.help
+        case "token": """
+            usage: outpost-server token [--data DIR] --sub USER --space SPACE [--space SPACE ...]
+                                        [--scope read|write] [--admin] [--ttl SECONDS]
+            Prints a token (HS256) signed with the data directory's secret.
+              --data DIR        the data directory whose jwt-secret signs (default $OUTPOST_DATA, else ./outpost-data;
+                                OUTPOST_JWT_SECRET, when set, is the secret instead)
+              --sub USER        the token's subject (required)
+              --space SPACE     a space it may use; repeat for more; NAME* is a prefix, * every space
+              --scope SCOPE     read or write (default read)
+              --admin           an admin token (operator endpoints under /v1/admin; no --space needed)
+              --ttl SECONDS     lifetime (default 86400)
+            """
+        case "rotate-epoch": """
+            usage: outpost-server rotate-epoch --data DIR | --store postgres://...
+            Gives the store a new, later epoch and prints it. Devices then re-pull and offer their
+            unsent edits again (docs/operating.md). SQLite: refused while a server runs on DIR.
+            PostgreSQL: running instances notice and shut down, to be started again.
+            """
+        case "backup": """
+            usage: outpost-server backup --data DIR [--media-dir DIR] --out PATH [--include-secret]
+            Writes a consistent copy of the store and the media to the new directory PATH, also
+            while the server runs. The JWT secret is left out unless --include-secret is given.
+            """
+        case "restore": """
+            usage: outpost-server restore --from PATH --data DIR [--media-dir DIR] [--force]
+            Puts a backup in place, with a new epoch, while no server runs on DIR. --force replaces
+            a data directory that already holds a store.
+            """
+        case "check": """
+            usage: outpost-server check --data DIR [--media-dir DIR]
+            Checks the store's invariants and every media file; prints what is wrong and exits 1
+            when anything is damaged, 0 when sound.
+            """
+        case "healthcheck": """
+            usage: outpost-server healthcheck [--url URL] [--timeout SECONDS]
+            Exits 0 when GET URL answers 2xx, 1 otherwise; for container health checks. URL defaults
+            to http://$OUTPOST_HOST:$OUTPOST_PORT/readyz (127.0.0.1 and 8080 when unset); timeout 5 s.
+            """
+        default: nil
+        }
+    }
 
     private static func runAdmin(_ body: () throws -> Void) -> Int32 {
         do {

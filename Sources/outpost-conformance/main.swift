@@ -3,7 +3,7 @@ import Foundation
 import OutpostConformance
 
 let usage = """
-    usage: outpost-conformance --url URL --secret SECRET [options]
+    usage: outpost-conformance --url URL [--secret SECRET | --secret-file PATH | --data DIR] [options]
 
     Checks the server at URL against the Outpost protocol, one line per check
     (PASS, FAIL with the reason, or SKIP with the reason), then "N passed, N failed".
@@ -13,6 +13,9 @@ let usage = """
       --secret SECRET                the server's HS256 token secret (OUTPOST_JWT_SECRET);
                                      or set OUTPOST_JWT_SECRET, or --secret-file PATH
       --secret-file PATH             read the secret from a file (trailing newline ignored)
+      --data DIR                     read the secret from DIR/jwt-secret, the file the server
+                                     made in its data directory (default $OUTPOST_DATA, else
+                                     ./outpost-data: where `make run` serves from)
       --only NAME[,NAME...]          run only these checks (repeatable)
       --skip NAME[,NAME...]          skip these checks (repeatable)
       --restart-command CMD          shell command that restarts the server on the same
@@ -35,6 +38,7 @@ func fail(_ message: String) -> Never {
 struct Options {
     var url: String?
     var secret = ProcessInfo.processInfo.environment["OUTPOST_JWT_SECRET"]
+    var data = ProcessInfo.processInfo.environment["OUTPOST_DATA"].flatMap { $0.isEmpty ? nil : $0 } ?? "./outpost-data"
     var only: [String] = []
     var skip: [String] = []
     var restart: String?
@@ -65,10 +69,8 @@ struct Options {
             switch argument {
             case "--url": options.url = value(argument)
             case "--secret": options.secret = value(argument)
-            case "--secret-file":
-                let path = value(argument)
-                guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { fail("cannot read \(path)") }
-                options.secret = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            case "--secret-file": options.secret = readSecret(value(argument))
+            case "--data": options.data = value(argument)
             case "--only": options.only += names(value(argument))
             case "--skip": options.skip += names(value(argument))
             case "--restart-command": options.restart = value(argument)
@@ -91,6 +93,12 @@ struct Options {
     }
 }
 
+/// The secret in the file at `path`, without its trailing newline.
+func readSecret(_ path: String) -> String {
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { fail("cannot read \(path)") }
+    return text.trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
 /// Writes a line to standard output at once (no buffering), so progress shows as it runs.
 func emit(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
@@ -107,7 +115,13 @@ if options.list {
     exit(0)
 }
 guard let url = options.url else { fail("--url is required\n\n\(usage)") }
-guard let secret = options.secret, !secret.isEmpty else { fail("--secret (or OUTPOST_JWT_SECRET, or --secret-file) is required") }
+// Without a secret given, the one the server made in its data directory.
+let secretFile = (options.data as NSString).appendingPathComponent("jwt-secret")
+let secret = options.secret.flatMap { $0.isEmpty ? nil : $0 }
+    ?? (FileManager.default.fileExists(atPath: secretFile) ? readSecret(secretFile) : nil)
+guard let secret else {
+    fail("no secret: \(secretFile) does not exist; give --data DIR (the server's data directory), --secret-file PATH, --secret SECRET or OUTPOST_JWT_SECRET")
+}
 
 var configuration = Configuration(baseURL: url, secret: secret)
 configuration.restart = options.restart.map(ServerHook.shell)

@@ -7,7 +7,7 @@ import OutpostTestSupport
 
 /// The `outpost-server` executable as operators and the conformance suite drive it
 /// (PROTOCOL.md section 8), over real sockets and a real SQLite file.
-@Suite(.serialized) struct ServerProcessTests {
+@Suite(.serialized, .serverLogs) struct ServerProcessTests {
     func push(_ server: ServerProcess, _ token: String, _ space: String, _ changes: [Change], client: TestHTTPClient? = nil) throws -> TestResponse {
         let body = PushRequest(clientId: "proc-test", changes: changes).encoded()
         let headers = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
@@ -44,6 +44,33 @@ import OutpostTestSupport
                 let read = try server.token(spaces: ["sp"], scope: "read")
                 #expect(try push(server, read, "sp", [put("c2", "b")]).status == 403)
                 #expect(server.stop() == 0)
+            }
+        }
+    }
+
+    /// Two servers on one port: the second fails to start, as for a port another program
+    /// holds, and every request still reaches the first (one epoch, one store). Each event
+    /// loop of a server has its own SO_REUSEPORT listener, and before the first listener
+    /// bound without it, the second server joined the port and took half the connections.
+    @Test func aSecondServerOnATakenPortFailsAndTheFirstKeepsEveryRequest() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let first = try ServerProcess(dataDirectory: dir.appending("first"), arguments: ["--event-loops", "2"])
+                defer { first.stop() }
+                let second = try Subprocess.run(
+                    BuildProducts.executable("outpost-server"),
+                    ["serve", "--host", "127.0.0.1", "--port", String(first.port), "--data", dir.appending("second"), "--event-loops", "2"],
+                    environment: Subprocess.environment(adding: ["OUTPOST_JWT_SECRET": first.secret]) { $0 == "OUTPOST_LOG_FILE" })
+                #expect(second.status != 0, "the second server started: \(second.output)")
+                #expect(!second.output.contains("listening on"), "\(second.output)")
+                #expect(second.error.contains("Address already in use"), "\(second.error)")
+                var epochs: Set<String> = []
+                for _ in 0..<20 {
+                    let info = try httpRequest(port: first.port, "GET", "/v1/info")
+                    #expect(info.status == 200)
+                    if case .object(let object)? = try? JSONParser.parse(info.body), let epoch = object["epoch"]?.stringValue { epochs.insert(epoch) }
+                }
+                #expect(epochs.count == 1, "\(epochs)")
             }
         }
     }

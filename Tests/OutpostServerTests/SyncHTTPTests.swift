@@ -147,8 +147,15 @@ import OutpostTestSupport
             #expect(try await s.pull("sp", query: "limit=abc", token: read).status == 422)
             #expect(try await s.pull("sp", query: "wait=60001", token: read).status == 422)
             #expect(try await s.pull("sp", query: "collections=a,,b", token: read).status == 422)
-            // Invalid space names are not found.
-            #expect(try await s.request("GET", "/v1/spaces/.hidden/pull", token: s.token(spaces: ["*"])).status == 404)
+            // An invalid space name is a 400 that says the rule, not a 404 (spaces need no creation).
+            for name in [".hidden", "-x"] {
+                let bad = try await s.request("GET", "/v1/spaces/\(name)/pull", token: s.token(spaces: ["*"]))
+                #expect(bad.status == 400 && errorCode(bad) == "invalid_space", "\(name): \(bad.status)")
+                let envelope = try ErrorEnvelope.decode(bad.body)
+                #expect(envelope.message.contains("is not a space name") && envelope.details?["space"] == .string(name), "\(envelope.message)")
+            }
+            let media = try await s.request("POST", "/v1/spaces/-x/media/uploads", token: s.token(spaces: ["*"]), body: Array("{}".utf8))
+            #expect(media.status == 400 && errorCode(media) == "invalid_space")
             // The store is exactly as it was.
             #expect(try await s.app.store.head(space: "sp") == 1)
             let page = try PullPage.decode(try await s.pull("sp").body)

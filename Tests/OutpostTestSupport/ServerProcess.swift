@@ -75,7 +75,8 @@ public final class ServerProcess: @unchecked Sendable {
 
     private static func launch(dataDirectory: String, secret: String, arguments: [String], environment: [String: String], port: Int,
                                log: String, timeout: Double) throws -> (Subprocess, URL, Int) {
-        var env = Subprocess.environment(adding: ["OUTPOST_JWT_SECRET": secret])
+        // Its log goes to its own file (its standard error), not to the tests' shared one.
+        var env = Subprocess.environment(adding: ["OUTPOST_JWT_SECRET": secret]) { $0 == "OUTPOST_LOG_FILE" }
         env["OUTPOST_ACCESS_LOG"] = env["OUTPOST_ACCESS_LOG"] ?? "false"
         for (k, v) in environment { env[k] = v }
         let process = try Subprocess(BuildProducts.executable("outpost-server"),

@@ -5,7 +5,7 @@ import Testing
 @testable import Outpost
 
 /// The SDK's own gzip writer, checked by the system's `gzip -d` and by a real server.
-@Suite("gzip request bodies")
+@Suite("gzip request bodies", .serverLogs)
 struct GzipTests {
     static func gunzip(_ bytes: [UInt8]) throws -> [UInt8] {
         let result = try Subprocess.run("gzip", ["-dc"], input: .bytes(bytes))

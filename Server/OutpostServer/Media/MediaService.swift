@@ -90,13 +90,13 @@ public final class MediaService: Sendable {
     /// The path's space, checked against the token: `404` for a name that cannot be a
     /// space, `401`/`403` from the authorizer.
     func authorize(_ head: HTTPRequestHead, _ parameters: [String: String], _ scope: Claims.Scope) throws(HTTPError) -> SpaceName {
-        guard let space = parameters["space"].flatMap(SpaceName.init) else { throw .invalidName("space") }
+        guard let space = parameters["space"].flatMap(SpaceName.init) else { throw .invalidSpace(parameters["space"]) }
         _ = try authorizer.authorize(head, space: space.rawValue, scope: scope)
         return space
     }
 
     static func space(_ parameters: [String: String]) throws(HTTPError) -> SpaceName {
-        guard let space = parameters["space"].flatMap(SpaceName.init) else { throw .invalidName("space") }
+        guard let space = parameters["space"].flatMap(SpaceName.init) else { throw .invalidSpace(parameters["space"]) }
         return space
     }
 

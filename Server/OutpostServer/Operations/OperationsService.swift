@@ -2,7 +2,8 @@ import Synchronization
 import OutpostCore
 import OutpostHTTP
 
-/// `GET /v1/info`, `/healthz`, `/readyz` and `/metrics` (PROTOCOL.md sections 3 and 7).
+/// `GET /v1/info`, `/healthz`, `/readyz`, `/metrics` and `/v1/admin/spaces` (PROTOCOL.md
+/// sections 3 and 7).
 public final class OperationsService: Sendable {
     let store: any SyncStore
     let metrics: Metrics
@@ -38,6 +39,9 @@ public final class OperationsService: Sendable {
             }
             return HTTPResponse(json: Array(#"{"status":"ready"}"#.utf8))
         })
+        router.add(.GET, "/v1/admin/spaces", bodyLimit: 0,
+                   preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
+                   handler: { [self] request in try await listSpaces(request.head) })
         router.add(.GET, "/metrics", bodyLimit: 0,
                    preBody: { [self] head, _ in if metricsRequireAdmin { _ = try authorizer.authorizeAdmin(head) } },
                    handler: { [self] _ in
@@ -45,5 +49,33 @@ public final class OperationsService: Sendable {
                        headers.add(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
                        return HTTPResponse(status: .ok, headers: headers, body: .bytes(Array(metrics.render().utf8)))
                    })
+    }
+
+    /// The most spaces one page of `GET /v1/admin/spaces` lists, and its default.
+    static let maxSpacesPerPage = 1000
+    static let defaultSpacesPerPage = 100
+
+    /// `GET /v1/admin/spaces?after=NAME&limit=N` (admin token): a page of spaces in name
+    /// order with their record counts, head and last write; `next` is the `after` of the
+    /// following page, null on the last one. An admin token lists spaces; it does not read
+    /// their records (a token names the spaces it may sync).
+    func listSpaces(_ head: HTTPRequestHead) async throws -> HTTPResponse {
+        let after = head.query("after") ?? ""
+        guard after.isEmpty || Names.isValidSpace(after) else { throw HTTPError.invalidQuery("after", "must be a space name") }
+        let limit = try head.integerQuery("limit", min: 1, max: Self.maxSpacesPerPage) ?? Self.defaultSpacesPerPage
+        // One more than asked tells whether another page follows.
+        let found = try await store.spaces(after: after, limit: limit + 1)
+        let page = found.prefix(limit)
+        let spaces: [JSONValue] = page.map { space in
+            .object([
+                "name": .string(space.name),
+                "records": .number(JSONNumber(space.records)),
+                "tombstones": .number(JSONNumber(space.tombstones)),
+                "head": .number(JSONNumber(space.head)),
+                "lastWriteAt": space.lastWriteAt.map { .number(JSONNumber($0)) } ?? .null,
+            ])
+        }
+        let next: JSONValue = found.count > limit ? .string(page.last!.name) : .null
+        return HTTPResponse(json: JSONValue.object(["spaces": .array(spaces), "next": next]).encoded())
     }
 }

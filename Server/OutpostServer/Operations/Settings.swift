@@ -193,6 +193,7 @@ public struct Settings: Sendable {
         }
         out += "  OUTPOST_JWT_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the HS256 secret for tokens; when unset, a random one is created in DATA/jwt-secret (mode 0600)\n"
         out += "  OUTPOST_JWT_PREVIOUS_SECRETS".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      comma-separated older secrets that still verify tokens while they are rotated out\n"
+        out += "  OUTPOST_LOG_FILE".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      append the JSON log lines to this file instead of standard error\n"
         return out
     }
 }

@@ -163,6 +163,16 @@ public final class PostgresSyncStore: SyncStore {
         }
     }
 
+    public func spaces(after: String, limit: Int) async throws -> [SpaceSummary] {
+        try await read { reader in
+            let rows = try reader.db.query(SpaceSummary.listingSQL { "$\($0)" }, [.text(after), .int(Int64(limit))])
+            return (0..<rows.count).map { i in
+                SpaceSummary(name: rows.text(i, 0), records: rows.int64(i, 2), tombstones: rows.int64(i, 3), head: rows.int64(i, 1),
+                             lastWriteAt: rows.optionalInt64(i, 4))
+            }
+        }
+    }
+
     public func waitForCommit(space: String, afterSeq: Int64, deadline: ContinuousClock.Instant) async -> Bool {
         await notifier.wait(space: space, afterSeq: afterSeq, deadline: deadline)
     }

@@ -240,6 +240,15 @@ public final class SQLiteSyncStore: SyncStore {
         }
     }
 
+    public func spaces(after: String, limit: Int) async throws -> [SpaceSummary] {
+        try await read { reader in
+            try reader.db.query(SpaceSummary.listingSQL { _ in "?" }, [.text(after), .integer(Int64(limit))]) { row in
+                SpaceSummary(name: row.text(0), records: row.int64(2), tombstones: row.int64(3), head: row.int64(1),
+                             lastWriteAt: row.isNull(4) ? nil : row.int64(4))
+            }
+        }
+    }
+
     public func isWritable() async -> Bool {
         (try? await write { db in
             try db.execute("BEGIN IMMEDIATE")

@@ -116,6 +116,46 @@ public protocol SyncStore: Sendable {
     /// True when the store is open and a write transaction can start.
     func isWritable() async -> Bool
 
+    /// At most `limit` spaces whose names sort after `after` (bytewise), in name order,
+    /// with their counts: the operator's list (`GET /v1/admin/spaces`).
+    func spaces(after: String, limit: Int) async throws -> [SpaceSummary]
+
     /// Closes the store: queued work finishes, then connections close.
     func close() async
+}
+
+/// One space as the operator's list shows it.
+public struct SpaceSummary: Sendable, Equatable {
+    public var name: String
+    /// Live records (tombstones not counted).
+    public var records: Int64
+    public var tombstones: Int64
+    /// The newest seq in the current epoch.
+    public var head: Int64
+    /// The server time (ms) of the newest write, nil for a space with no record.
+    public var lastWriteAt: Int64?
+
+    public init(name: String, records: Int64, tombstones: Int64, head: Int64, lastWriteAt: Int64?) {
+        self.name = name
+        self.records = records
+        self.tombstones = tombstones
+        self.head = head
+        self.lastWriteAt = lastWriteAt
+    }
+
+    /// The one query of the list, for both stores (they share the schema's tables and
+    /// columns): `placeholder(1)` is the name to start after, `placeholder(2)` the limit.
+    /// The page of spaces is chosen first, so only those spaces' records are counted.
+    static func listingSQL(placeholder: (Int) -> String) -> String {
+        """
+        SELECT s.name, s.head_seq,
+               count(r.id) FILTER (WHERE NOT r.deleted),
+               count(r.id) FILTER (WHERE r.deleted),
+               max(r.updated_at)
+          FROM (SELECT space_id, name, head_seq FROM spaces WHERE name > \(placeholder(1)) ORDER BY name LIMIT \(placeholder(2))) s
+          LEFT JOIN records r ON r.space_id = s.space_id
+         GROUP BY s.space_id, s.name, s.head_seq
+         ORDER BY s.name
+        """
+    }
 }

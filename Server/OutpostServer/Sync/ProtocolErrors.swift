@@ -30,9 +30,27 @@ extension HTTPError {
         return HTTPError(HTTPStatus(code: 401), .unauthorized, message, headers: headers)
     }
 
-    /// `404 not_found` for a path segment that cannot name anything.
-    static func invalidName(_ what: String) -> HTTPError {
-        HTTPError(HTTPStatus(code: 404), .notFound, "no such \(what)")
+    /// `400 invalid_space` for a path whose space name breaks the rule of PROTOCOL.md
+    /// section 1. Spaces need no creation, so this is a mistake in the name, not a space
+    /// that is missing; `details.space` is the name as given.
+    static func invalidSpace(_ name: String?) -> HTTPError {
+        let shown = String((name ?? "").prefix(80))
+        return HTTPError(HTTPStatus(code: 400), .invalidSpace,
+                         "\"\(shown)\" is not a space name: 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter or a digit (spaces need no creation)",
+                         details: ["space": .string(shown)])
+    }
+}
+
+extension HTTPRequestHead {
+    /// The integer query parameter `name` (nil when absent): `422 invalid_request` when it
+    /// is not an integer of at least `min`, or is over `max`. Digits too many for 64 bits
+    /// are still an integer, clamped like any large value.
+    func integerQuery(_ name: String, min: Int, max: Int? = nil) throws(HTTPError) -> Int? {
+        guard let text = query(name) else { return nil }
+        let isDigits = !text.isEmpty && text.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+        guard let v = Int(text) ?? (isDigits ? Int.max : nil), v >= min else { throw .invalidQuery(name, "must be an integer of at least \(min)") }
+        if let max, v > max { throw .invalidQuery(name, "must be at most \(max)") }
+        return v
     }
 }
 

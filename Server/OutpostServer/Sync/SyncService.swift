@@ -45,9 +45,9 @@ public final class SyncService: Sendable {
         longPollsWoken = metrics.counter("outpost_long_polls_woken_total")
     }
 
-    /// The space named in the path: `404` when it cannot be a space name.
+    /// The space named in the path: `400 invalid_space` when it cannot be a space name.
     static func space(_ parameters: [String: String]) throws(HTTPError) -> String {
-        guard let space = parameters["space"], Names.isValidSpace(space) else { throw .invalidName("space") }
+        guard let space = parameters["space"], Names.isValidSpace(space) else { throw .invalidSpace(parameters["space"]) }
         return space
     }
 
@@ -133,17 +133,9 @@ public final class SyncService: Sendable {
             }
             query.since = v
         }
-        func integer(_ name: String, min: Int, max: Int? = nil) throws(HTTPError) -> Int? {
-            guard let text = head.query(name) else { return nil }
-            // Digits too many for 64 bits are still an integer: clamped like any large value.
-            let isDigits = !text.isEmpty && text.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
-            guard let v = Int(text) ?? (isDigits ? Int.max : nil), v >= min else { throw .invalidQuery(name, "must be an integer of at least \(min)") }
-            if let max, v > max { throw .invalidQuery(name, "must be at most \(max)") }
-            return v
-        }
-        query.limit = try integer("limit", min: 1)
-        query.maxBytes = try integer("maxBytes", min: 1)
-        query.waitMs = try integer("wait", min: 0, max: PullQuery.maxWaitMs) ?? 0
+        query.limit = try head.integerQuery("limit", min: 1)
+        query.maxBytes = try head.integerQuery("maxBytes", min: 1)
+        query.waitMs = try head.integerQuery("wait", min: 0, max: PullQuery.maxWaitMs) ?? 0
         if let text = head.query("collections") {
             let names = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
             guard names.count <= 64, names.allSatisfy(Names.isValidCollection) else {

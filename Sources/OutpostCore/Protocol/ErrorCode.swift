@@ -8,6 +8,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case unauthorized
     case forbidden
     case notFound = "not_found"
+    /// `400`: the space name in the path breaks the naming rule (spaces need no creation,
+    /// so a well-formed name is never "not found").
+    case invalidSpace = "invalid_space"
     case methodNotAllowed = "method_not_allowed"
     case payloadTooLarge = "payload_too_large"
     case requestTimeout = "request_timeout"
