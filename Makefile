@@ -4,18 +4,34 @@ export PATH := $(PATH):/opt/swift/usr/bin
 DATA ?= ./outpost-data
 PORT ?= 8080
 HOST ?= 127.0.0.1
+PREFIX ?= /usr/local
+# Where `make test` keeps the logs of the servers the tests start (one directory a run).
+TEST_LOGS ?= $(CURDIR)/.build/test-logs
 
-.PHONY: run test build release deps deps-test bench clean
+.PHONY: run test build release install deps deps-test bench clean
 
-## Install what is needed and run the server on its embedded SQLite store.
+## Install what is needed, build the server and the command-line client, and run the
+## server on its embedded SQLite store (the first start prints what to do next).
 run: deps
 	swift build -c release --product outpost-server
+	swift build -c release --product outpost
 	.build/release/outpost-server serve --host $(HOST) --port $(PORT) --data $(DATA)
 
-## Install what is needed and run every test.
+## Install what is needed and run every test. The tests' server logs go to files, shown
+## only for a failing test (in its issues) and, when the run fails, by their paths here.
+## Every test is a Swift Testing test, so the empty XCTest pass is not run.
 test: deps-test
 	swift build --build-tests
-	swift test --skip-build
+	rm -rf $(TEST_LOGS) && mkdir -p $(TEST_LOGS)
+	OUTPOST_TEST_LOGS=$(TEST_LOGS) OUTPOST_LOG_FILE=$(TEST_LOGS)/in-process.log swift test --skip-build --disable-xctest \
+	  || { echo "the run failed; the servers' logs are in $(TEST_LOGS):"; ls -R $(TEST_LOGS) | head -50; \
+	       echo "--- the last lines of $(TEST_LOGS)/in-process.log:"; tail -n 40 $(TEST_LOGS)/in-process.log 2>/dev/null; exit 1; }
+
+## Build outpost-server and outpost (release) and put them in $(PREFIX)/bin.
+install: deps
+	swift build -c release --product outpost-server
+	swift build -c release --product outpost
+	install -m 0755 .build/release/outpost-server .build/release/outpost $(PREFIX)/bin/
 
 deps:
 	scripts/install-deps.sh run

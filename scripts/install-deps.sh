@@ -5,12 +5,15 @@
 set -euo pipefail
 purpose="${1:-run}"
 
+# The build packages: the one list of them (docs/deploying.md, the README and the image's
+# build stage name the same ones, and OperatorDocsTests holds them to this line).
 packages=(libsqlite3-dev libssl-dev zlib1g-dev libpq-dev)
 if [ "$purpose" = "test" ]; then
-  # gzip and procps (ps) are used by tests; nginx-light and wrk by the benchmarks.
-  # postgresql: the PostgreSQL store's tests start a throwaway cluster (initdb, postgres)
-  # as the postgres user it creates; util-linux has runuser.
-  packages+=(gzip procps postgresql util-linux)
+  # gzip and procps (ps) are used by tests, curl by the README's commands (a test runs
+  # them); the benchmarks' nginx-light and wrk are not needed. postgresql: the PostgreSQL store's tests
+  # start a throwaway cluster (initdb, postgres) as the postgres user it creates;
+  # util-linux has runuser.
+  packages+=(gzip procps curl postgresql util-linux)
 fi
 
 missing=()

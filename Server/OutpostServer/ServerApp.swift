@@ -158,6 +158,10 @@ public enum ServerApp {
             printError("outpost-server serve: \(error)")
             return 64
         }
+        // A store that does not exist yet: this is the data directory's first start.
+        let firstStart = settings.postgresURL == nil
+            ? !FileManager.default.fileExists(atPath: (settings.dataDirectory as NSString).appendingPathComponent("outpost.sqlite"))
+            : !FileManager.default.fileExists(atPath: settings.dataDirectory)
         // Signals are routed to a dispatch source before any thread starts, so SIGTERM
         // never takes the default action (immediate exit) while requests are in flight.
         let signals = SignalWaiter(signals: [SIGTERM, SIGINT])
@@ -189,7 +193,12 @@ public enum ServerApp {
         let host = settings.host.contains(":") ? "[\(settings.host)]" : settings.host
         // One line, written with a single write(2) so it is flushed before anything else:
         // scripts and tests wait for it (PROTOCOL.md section 8).
-        let line = Array("listening on http://\(host):\(port)\n".utf8)
+        var text = "listening on http://\(host):\(port)\n"
+        if firstStart {
+            text += firstStartNote(settings: settings, port: port, environment: environment,
+                                   executable: CommandLine.arguments.first ?? "outpost-server")
+        }
+        let line = Array(text.utf8)
         line.withUnsafeBytes { _ = Glibc.write(1, $0.baseAddress, $0.count) }
 
         let signal = await signals.next()
@@ -204,6 +213,35 @@ public enum ServerApp {
         await server.shutdown(grace: configuration.shutdownGrace)
         await app.close()
         return 0
+    }
+
+    /// What a newcomer does next, printed under the listening line on a data directory's
+    /// first start only: the exact token command for this directory, the URL of
+    /// `/v1/info`, and where the secret lives.
+    public static func firstStartNote(settings: Settings, port: Int, environment: [String: String], executable: String) -> String {
+        var host = settings.host
+        switch host {
+        case "0.0.0.0", "": host = "127.0.0.1"
+        case "::": host = "[::1]"
+        default: if host.contains(":") { host = "[\(host)]" }
+        }
+        let base = "http://\(host):\(port)"
+        let data = settings.dataDirectory
+        let quotedData = data.contains(" ") ? "'\(data)'" : data
+        let secretNote = (environment["OUTPOST_JWT_SECRET"] ?? "").isEmpty
+            ? "The token secret was created in \((data as NSString).appendingPathComponent(JWTSecret.fileName)) (mode 0600); keep it, and back it up with the store."
+            : "Tokens are signed with OUTPOST_JWT_SECRET; `token` needs the same variable set."
+        let storeNote = settings.postgresURL == nil ? "the store is \((data as NSString).appendingPathComponent("outpost.sqlite"))" : "the store is on PostgreSQL"
+        return """
+
+            First start of the data directory \(data) (\(storeNote)). Next:
+              curl \(base)/v1/info
+              TOKEN=$(\(executable) token --data \(quotedData) --sub me --space demo --scope write)
+              curl -H "Authorization: Bearer $TOKEN" '\(base)/v1/spaces/demo/pull'
+            \(secretNote)
+            `\(executable) --help` lists the commands; this note shows on the first start only.
+
+            """
     }
 
     private static func printError(_ message: String) {

@@ -93,6 +93,33 @@ final class StopFlag: Sendable {
 
     // MARK: Backup under load, restore, serve
 
+    /// Every executable and every command answers `--help` (and `-h`, and `help COMMAND`)
+    /// on standard output with exit 0; no command and an unknown one are usage errors (64).
+    @Test func everyCommandAnswersHelpWithExitZero() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-help") { dir in
+            for flag in ["--help", "-h"] {
+                let top = try Self.run([flag], in: dir)
+                #expect(top.status == 0 && top.stdout.hasPrefix("usage: outpost-server COMMAND"), "\(flag): \(top.status) \(top.stderr)")
+            }
+            for command in ["serve", "token", "rotate-epoch", "backup", "restore", "check", "healthcheck"] {
+                for arguments in [[command, "--help"], [command, "-h"], ["help", command], [command, "--data", dir.appending("d"), "--help"]] {
+                    let r = try Self.run(arguments, in: dir)
+                    #expect(r.status == 0, "\(arguments): exit \(r.status), \(r.stderr)")
+                    #expect(r.stdout.hasPrefix("usage: outpost-server \(command)"), "\(arguments): \(r.stdout.prefix(80))")
+                }
+            }
+            #expect(try Self.run([], in: dir).status == 64)
+            #expect(try Self.run(["frobnicate"], in: dir).status == 64)
+            #expect(try Self.run(["help", "frobnicate"], in: dir).status == 64)
+            // The other executables.
+            for (name, arguments) in [("outpost", ["--help"]), ("outpost", ["sync", "--help"]), ("outpost", ["help"]),
+                                      ("outpost-conformance", ["--help"]), ("outpost-sim", ["--help"])] {
+                let r = try Subprocess.run(BuildProducts.executable(name), arguments)
+                #expect(r.status == 0 && r.output.hasPrefix("usage: \(name)"), "\(name) \(arguments): \(r.status) \(r.error.prefix(200))")
+            }
+        }
+    }
+
     @Test func aBackupTakenDuringAPushLoadRestoresEveryChangeAcknowledgedBeforeItUnderANewEpoch() async throws {
         try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
             try await blocking {

@@ -14,7 +14,7 @@ import OutpostCore
 
     /// Every environment variable the server reads.
     static var knownVariables: Set<String> {
-        Set(Settings.options.map(\.env)).union(["OUTPOST_JWT_SECRET", "OUTPOST_JWT_PREVIOUS_SECRETS"])
+        Set(Settings.options.map(\.env)).union(["OUTPOST_JWT_SECRET", "OUTPOST_JWT_PREVIOUS_SECRETS", "OUTPOST_LOG_FILE"])
     }
 
     /// The default a setting's help text states (`(default 8080; …)` → `8080`), if it states one.
@@ -49,12 +49,37 @@ import OutpostCore
                 #expect(row.contains("`\(value)`"), "the row of \(option.env) does not give its default \(value)")
             }
         }
-        for name in ["OUTPOST_JWT_SECRET", "OUTPOST_JWT_PREVIOUS_SECRETS"] {
+        for name in ["OUTPOST_JWT_SECRET", "OUTPOST_JWT_PREVIOUS_SECRETS", "OUTPOST_LOG_FILE"] {
             #expect(rows.contains { $0.hasPrefix("| `\(name)` |") }, "docs/deploying.md has no table row for \(name)")
         }
-        #expect(rows.count == Settings.options.count + 2, "the settings table has rows for variables the server does not read")
+        #expect(rows.count == Settings.options.count + 3, "the settings table has rows for variables the server does not read")
         #expect(Self.documentedDefault("TCP port (default 8080; 0 picks a free one)") == "8080")
         #expect(Self.documentedDefault("full (default: an applied change survives)") == nil)
+    }
+
+    /// The build packages, from their one list in scripts/install-deps.sh.
+    static func buildPackages() throws -> [String] {
+        let script = try read("scripts/install-deps.sh")
+        let line = try #require(script.split(separator: "\n").first { $0.hasPrefix("packages=(") })
+        return line.dropFirst("packages=(".count).prefix { $0 != ")" }.split(separator: " ").map(String.init)
+    }
+
+    /// Every place that names the build packages names exactly the script's list: the
+    /// deploying guide, the README, and the image's build stage.
+    @Test func theBuildPackagesAreOneListNamedAlikeEverywhere() throws {
+        let packages = try Self.buildPackages()
+        #expect(packages.count >= 4 && packages.contains("libpq-dev"), "\(packages)")
+        let expected = packages.joined(separator: " ")
+        for file in ["docs/deploying.md", "README.md"] {
+            // Markdown wraps lines: compare the text with every run of whitespace as one space.
+            let text = try Self.read(file).split(whereSeparator: { $0 == " " || $0 == "\n" }).joined(separator: " ")
+            #expect(text.contains(expected), "\(file) does not name the build packages \(expected)")
+            for name in text.split(separator: " ").map({ $0.trimmingCharacters(in: CharacterSet(charactersIn: "`(),;.")) }) where name.hasSuffix("-dev") {
+                #expect(packages.contains(name), "\(file) names the build package \(name), which scripts/install-deps.sh does not install")
+            }
+        }
+        let dockerfile = try Self.read("docker/Dockerfile")
+        #expect(dockerfile.contains("install -y --no-install-recommends \(expected) "), "docker/Dockerfile's build stage does not install \(expected)")
     }
 
     @Test func noDocumentOrImageNamesAVariableTheServerDoesNotRead() throws {

@@ -75,6 +75,47 @@ import OutpostTestSupport
         }
     }
 
+    /// A newcomer's first start: under the listening line, the server says how to issue a
+    /// token for this data directory (a command that works as printed), where /v1/info is
+    /// and where the secret lives; a second start on the same directory prints only the
+    /// listening line.
+    @Test func theFirstStartSaysWhatToDoNextAndLaterStartsDoNot() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let data = dir.appending("data")
+                let server = BuildProducts.executable("outpost-server")
+                let environment = Subprocess.environment { $0.hasPrefix("OUTPOST_") }
+                func start() throws -> (Subprocess, Int) {
+                    let child = try Subprocess(server, ["serve", "--port", "0", "--data", data, "--access-log", "false"],
+                                               environment: environment, output: .capture, error: .file(TestLogs.newFile(named: "first-start")))
+                    let line = try child.nextLine(timeout: 30)
+                    let port = try #require(line.split(separator: ":").last.flatMap { Int($0) }, "\(line)")
+                    return (child, port)
+                }
+                let (first, port) = try start()
+                var note: [String] = []
+                while !(note.last ?? "").contains("first start only") { note.append(try first.nextLine(timeout: 30)) }
+                let text = note.joined(separator: "\n")
+                #expect(text.contains("curl http://127.0.0.1:\(port)/v1/info"), "\(text)")
+                #expect(text.contains(data + "/jwt-secret"), "\(text)")
+                // The token command as printed, run by a shell, signs a token this server takes.
+                let command = try #require(note.first { $0.contains("TOKEN=$(") }, "\(text)")
+                let script = command.trimmingCharacters(in: .whitespaces) + #"; printf %s "$TOKEN""#
+                let token = try Subprocess.run("/bin/sh", ["-c", script], environment: environment)
+                #expect(token.status == 0, "\(token.error)")
+                let pull = try httpRequest(port: port, "GET", "/v1/spaces/demo/pull", headers: [("Authorization", "Bearer \(token.output)")])
+                #expect(pull.status == 200, "\(String(decoding: pull.body, as: UTF8.self))")
+                #expect(first.stop(grace: 30) == .exited(0))
+
+                let (second, again) = try start()
+                #expect(try httpRequest(port: again, "GET", "/healthz").status == 200)
+                #expect(second.stop(grace: 30) == .exited(0))
+                second.waitForStreams()
+                #expect(second.outputText() == "listening on http://127.0.0.1:\(again)\n")
+            }
+        }
+    }
+
     @Test func theSecretFileIsCreatedOwnerOnlyAndReused() async throws {
         try await withTemporaryDirectory { dir in
             let data = dir.appending("data")
