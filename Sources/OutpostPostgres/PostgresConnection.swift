@@ -36,6 +36,10 @@ public final class PostgresConnection {
             PQfinish(conn)
             throw PostgresError(sqlState: nil, message: "cannot connect to \(redacted(url)): \(message)", connectionLost: true)
         }
+        // libpq prints server notices to standard error by default (a FATAL before a
+        // terminated connection among them), outside the server's JSON log. They are
+        // dropped: the error of the call that meets the failure carries its message.
+        PQsetNoticeProcessor(conn, { _, _ in }, nil)
         return conn
     }
 

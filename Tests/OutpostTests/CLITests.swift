@@ -65,7 +65,7 @@ struct CLITests {
         #expect(try Self.outpost(["status"], environment: env).json?["lastError"]?.stringValue != nil)
         #expect(try Self.outpost(["frobnicate"], environment: env).status == 64)
         #expect(try Self.outpost(["--resolve", "coin-flip", "list"], environment: env).status == 64)
-        #expect(try Self.outpost(["--help"]).stderr.contains("upload FILE"), "media upload is offered")
+        #expect(try Self.outpost(["--help"]).stdout.contains("upload FILE"), "media upload is offered")
     }
 
     @Test func rejectedChangesAreListedWithTheirError() async throws {

@@ -598,6 +598,6 @@ struct MediaCLITests {
         #expect(missing.status == 1 && missing.json?["error"]?["code"] == "file_unreadable")
         #expect(try await Self.outpost(base + ["upload"]).status == 64)
         #expect(try await Self.outpost(base + ["upload", url.path, "--content-type", "nonsense"]).status == 64)
-        #expect(try await Self.outpost(["--help"]).stderr.contains("upload FILE [--content-type TYPE]"))
+        #expect(try await Self.outpost(["--help"]).stdout.contains("upload FILE [--content-type TYPE]"))
     }
 }
