@@ -305,18 +305,11 @@ enum HTTPBench {
     /// for its `listening on http://HOST:PORT` line; returns the child and the port.
     static func startServer(path: String, arguments: [String], timeout: Double) throws -> (Subprocess, Int) {
         let process = try Subprocess(path, arguments, output: .capture, error: .inherit)
-        let line: String
         do {
-            line = try process.nextLine(timeout: timeout)
+            return (process, try process.listeningAddress(timeout: timeout).port)
         } catch {
-            process.stop(grace: 5)
             throw BenchError("\(error)")
         }
-        guard line.hasPrefix("listening on http://"), let port = line.split(separator: ":").last.flatMap({ Int($0) }) else {
-            process.stop(grace: 5)
-            throw BenchError("outpost-server said \"\(line)\"")
-        }
-        return (process, port)
     }
 
     /// nginx with a config of our own: one worker, daemon off, no access log, a static file.

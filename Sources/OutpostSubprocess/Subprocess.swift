@@ -328,6 +328,26 @@ public final class Subprocess: @unchecked Sendable {
         }
     }
 
+    /// For an `outpost-server serve` child whose standard output is captured: waits for its
+    /// first line, `listening on http://HOST:PORT` (PROTOCOL.md section 8), and returns the
+    /// URL and the port. Anything else, or no line within `timeout` seconds, stops the
+    /// child and throws with what it printed.
+    public func listeningAddress(timeout: Double) throws -> (url: String, port: Int) {
+        let line: String
+        do {
+            line = try nextLine(timeout: timeout)
+        } catch {
+            stop(grace: 5)
+            throw error
+        }
+        let prefix = "listening on "
+        guard line.hasPrefix(prefix + "http://"), let port = line.split(separator: ":").last.flatMap({ Int($0) }) else {
+            stop(grace: 5)
+            throw SubprocessError("\(commandLine.first ?? "the child") printed \"\(line)\" instead of listening on http://HOST:PORT")
+        }
+        return (String(line.dropFirst(prefix.count)), port)
+    }
+
     // MARK: Threads
 
     private func reap() {

@@ -44,8 +44,7 @@ import Testing
                                         environment: environment, workingDirectory: dir.path, output: .capture,
                                         error: .file(TestLogs.newFile(named: "readme-server")))
             defer { server.stop(grace: 30) }
-            let line = try server.nextLine(timeout: 30)
-            let port = try #require(line.split(separator: ":").last.flatMap { Int($0) }, "\(line)")
+            let port = try server.listeningAddress(timeout: 30).port
             for block in blocks {
                 let script = block.filter { !$0.hasPrefix("swift build") }
                     .map { $0.replacingOccurrences(of: "127.0.0.1:8080", with: "127.0.0.1:\(port)") }

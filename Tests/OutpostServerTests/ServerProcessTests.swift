@@ -88,9 +88,7 @@ import OutpostTestSupport
                 func start() throws -> (Subprocess, Int) {
                     let child = try Subprocess(server, ["serve", "--port", "0", "--data", data, "--access-log", "false"],
                                                environment: environment, output: .capture, error: .file(TestLogs.newFile(named: "first-start")))
-                    let line = try child.nextLine(timeout: 30)
-                    let port = try #require(line.split(separator: ":").last.flatMap { Int($0) }, "\(line)")
-                    return (child, port)
+                    return (child, try child.listeningAddress(timeout: 30).port)
                 }
                 let (first, port) = try start()
                 var note: [String] = []

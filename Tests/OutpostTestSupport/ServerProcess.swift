@@ -82,18 +82,12 @@ public final class ServerProcess: @unchecked Sendable {
         let process = try Subprocess(BuildProducts.executable("outpost-server"),
                                      ["serve", "--host", "127.0.0.1", "--port", String(port), "--data", dataDirectory] + arguments,
                                      environment: env, output: .capture, error: .file(log, append: true))
-        let line: String
         do {
-            line = try process.nextLine(timeout: timeout)
+            let (url, port) = try process.listeningAddress(timeout: timeout)
+            return (process, URL(string: url)!, port)
         } catch {
-            process.stop(grace: 5)
-            throw ProcessFailure("outpost-server did not print its listening line: \(error); its log: \(TestLogs.tail(of: log))")
+            throw ProcessFailure("outpost-server did not start: \(error); its log: \(TestLogs.tail(of: log))")
         }
-        guard line.hasPrefix("listening on "), let url = URL(string: String(line.dropFirst("listening on ".count))), let p = url.port else {
-            process.stop(grace: 5)
-            throw ProcessFailure("outpost-server printed \"\(line)\" instead of listening on ...; its log: \(TestLogs.tail(of: log))")
-        }
-        return (process, url, p)
     }
 
     /// The process id.

@@ -37,6 +37,17 @@ enum OperationsChecks {
                             "GET /v1/spaces/{space}/no-such-route")
             try expectError(try await c.send("POST", "/v2/info", body: []), 404, "not_found", "POST /v2/info")
         },
+        Check("invalid-space-name-400", section: "2", "a space name in a path that breaks the naming rule is 400 invalid_space with details.space, on push, pull and media alike") { c in
+            let token = c.writeToken(c.newSpace())
+            for name in ["-x", ".hidden", String(repeating: "s", count: 65)] {
+                let push = try await c.send("POST", "/v1/spaces/\(name)/push", body: Array(#"{"clientId":"cf","changes":[]}"#.utf8), token: token)
+                let details = try expectError(push, 400, "invalid_space", "POST /v1/spaces/\(name.prefix(12))…/push")
+                try expect(details["space"]?.stringValue == name, "POST …/push for \(name.prefix(12))…: details.space is \(details["space"]?.description ?? "absent")")
+                try expectError(try await c.get("/v1/spaces/\(name)/pull", token: token), 400, "invalid_space", "GET /v1/spaces/\(name.prefix(12))…/pull")
+                try expectError(try await c.send("POST", "/v1/spaces/\(name)/media/uploads", body: Array("{}".utf8), token: token), 400, "invalid_space",
+                                "POST /v1/spaces/\(name.prefix(12))…/media/uploads")
+            }
+        },
         Check("wrong-method-405-with-allow", section: "2", "a known path with another method is 405 method_not_allowed with Allow naming the methods") { c in
             let info = try await c.send("DELETE", "/v1/info")
             try expectError(info, 405, "method_not_allowed", "DELETE /v1/info")
