@@ -16,6 +16,7 @@ let usage = """
 
     commands:
       put COLLECTION ID JSON   save locally, no network; print the record as JSON
+                               (JSON may be - for standard input, or @FILE for a file's contents)
       delete COLLECTION ID     delete locally (tombstone)
       get COLLECTION ID        print the record's data as JSON; exit 3 when absent or deleted
       list [COLLECTION]        one JSON object per line: collection, id, data, version, pending
@@ -119,6 +120,37 @@ func openStore(_ o: Options, needsSync: Bool) throws -> OutpostStore {
     return try OutpostStore(path: o.store, configuration: configuration, transport: transport)
 }
 
+/// The most bytes `put` reads for `-` or `@FILE`: well above any server's record limit
+/// (the server refuses what is over its own `maxRecordBytes` when the change is sent).
+let maxJSONArgumentBytes = 64 << 20
+
+/// The bytes of `put`'s JSON argument: the argument itself, standard input for `-`, or a
+/// file's contents for `@FILE` (a command line holds at most 128 KiB per argument).
+func jsonArgument(_ argument: String) throws -> [UInt8] {
+    let handle: FileHandle
+    let source: String
+    if argument == "-" {
+        handle = FileHandle.standardInput
+        source = "standard input"
+    } else if argument.hasPrefix("@") {
+        let path = String(argument.dropFirst())
+        guard let file = FileHandle(forReadingAtPath: path) else { throw UsageError(message: "cannot read \(path)") }
+        handle = file
+        source = path
+    } else {
+        return Array(argument.utf8)
+    }
+    defer { if argument != "-" { try? handle.close() } }
+    var bytes: [UInt8] = []
+    while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
+        bytes += chunk
+        guard bytes.count <= maxJSONArgumentBytes else {
+            throw UsageError(message: "\(source) holds more than \(maxJSONArgumentBytes) bytes; a record is far smaller")
+        }
+    }
+    return bytes
+}
+
 func run(_ o: Options) async throws -> Int32 {
     let command = o.command[0]
     let args = Array(o.command.dropFirst())
@@ -129,7 +161,7 @@ func run(_ o: Options) async throws -> Int32 {
     case "put":
         try expect(3...3)
         let value: JSONValue
-        do { value = try JSONParser.parse(args[2]) } catch { throw UsageError(message: "JSON: \(error)") }
+        do { value = try JSONParser.parse(try jsonArgument(args[2])) } catch let usage as UsageError { throw usage } catch { throw UsageError(message: "JSON: \(error)") }
         guard case .object(let object) = value else { throw UsageError(message: "JSON must be an object") }
         let store = try openStore(o, needsSync: false)
         let record = try await store.put(object, in: args[0], id: args[1])

@@ -18,10 +18,38 @@ struct CLITests {
         var json: JSONValue? { try? JSONParser.parse(stdout.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 
-    static func outpost(_ arguments: [String], environment: [String: String] = [:]) throws -> Run {
+    static func outpost(_ arguments: [String], environment: [String: String] = [:], input: Subprocess.Input = .null) throws -> Run {
         let env = Subprocess.environment(adding: environment) { ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN"].contains($0) }
-        let result = try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: env)
+        let result = try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: env, input: input)
         return Run(status: result.status, stdout: result.output, stderr: result.error)
+    }
+
+    /// A record larger than one command-line argument may be (128 KiB) comes from standard
+    /// input (`-`) or a file (`@FILE`) and syncs; one over the server's maxRecordBytes is
+    /// rejected at sync with a message that names the limit.
+    @Test func putTakesLargeRecordsFromStandardInputAndFiles() async throws {
+        let world = try RealWorld()
+        let store = world.dir.appending("big.sqlite")
+        let base = ["--store", store, "--space", "team", "--server", world.server.baseURL.absoluteString, "--token", world.token]
+        let big = #"{"text":""# + String(repeating: "x", count: 200 * 1024) + #""}"#
+        let fromInput = try Self.outpost(base + ["put", "notes", "n1", "-"], input: .bytes(Array(big.utf8)))
+        #expect(fromInput.status == 0, "\(fromInput.stderr)")
+        let file = world.dir.appending("note.json")
+        try big.replacingOccurrences(of: "\"x", with: "\"y").write(toFile: file, atomically: true, encoding: .utf8)
+        let fromFile = try Self.outpost(base + ["put", "notes", "n2", "@" + file])
+        #expect(fromFile.status == 0, "\(fromFile.stderr)")
+        #expect(try Self.outpost(base + ["put", "notes", "n3", "@" + world.dir.appending("absent.json")]).status == 64)
+        let sync = try Self.outpost(base + ["sync"])
+        #expect(sync.status == 0 && sync.json?["pushed"] == 2, "\(sync.stdout) \(sync.stderr)")
+
+        let huge = #"{"text":""# + String(repeating: "z", count: 300 * 1024) + #""}"#
+        #expect(try Self.outpost(base + ["put", "notes", "n4", "-"], input: .bytes(Array(huge.utf8))).status == 0)
+        _ = try Self.outpost(base + ["sync"])
+        let pending = try Self.outpost(["--store", store, "pending"])
+        let rejected = try #require(pending.lines.first { $0["id"] == "n4" }, "\(pending.stdout)")
+        #expect(rejected["state"] == "rejected", "\(rejected)")
+        let reason = rejected.description
+        #expect(reason.contains("record_too_large") && reason.contains("262144"), "\(reason)")
     }
 
     @Test func localCommandsSyncAndExitStatuses() async throws {
