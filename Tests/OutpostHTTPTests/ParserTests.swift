@@ -177,8 +177,8 @@ struct ParserTests {
         ("chunk without CRLF", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n"),
         ("chunk size overflow", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFF\r\n"),
     ])
-    func malformedIs400(_ name: String, _ text: String) {
-        let events = parseEverySplit(text)
+    func malformedIs400(_ name: String, _ request: RawRequest) {
+        let events = parseEverySplit(request.text)
         #expect(events.last == .error(.badRequest), "\(name): \(events)")
     }
 

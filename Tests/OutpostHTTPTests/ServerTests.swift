@@ -302,7 +302,8 @@ struct ServerTests {
         "GET /v1/a%2Fb HTTP/1.1\r\nHost: t\r\n\r\n",
         "GET /a/../healthz HTTP/1.1\r\nHost: t\r\n\r\n",
     ])
-    func malformedIs400AndClose(_ raw: String) async throws {
+    func malformedIs400AndClose(_ malformed: RawRequest) async throws {
+        let raw = malformed.text
         try await withServer(routes: echoRoutes) { s in
             let (r, closed) = try await io {
                 let c = try TestClient.connect(port: s.port)

@@ -7,6 +7,14 @@ import Synchronization
 import Testing
 @testable import OutpostHTTP
 
+/// Raw request bytes as a test argument: shown escaped (`\r\n` as written), so a
+/// parameterized test's name does not spill headers over several lines of the output.
+struct RawRequest: ExpressibleByStringLiteral, CustomTestStringConvertible, Sendable {
+    let text: String
+    init(stringLiteral text: String) { self.text = text }
+    var testDescription: String { text.debugDescription }
+}
+
 struct TestFailure: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
