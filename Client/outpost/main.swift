@@ -20,7 +20,8 @@ let usage = """
       delete COLLECTION ID     delete locally (tombstone)
       get COLLECTION ID        print the record's data as JSON; exit 3 when absent or deleted
       list [COLLECTION]        one JSON object per line: collection, id, data, version, pending
-      sync                     one sync; print a JSON report; exit 2 when it failed
+      sync [--progress]        one sync; print a JSON report; exit 2 when it failed
+                               (--progress: "pulled N of about M records" lines on standard error)
       pending                  one JSON line per queued change: changeId, collection, id, op, state
       status                   JSON: epoch, cursor, pending, lastSyncAt, lastError
       upload FILE [--content-type TYPE]
@@ -186,27 +187,42 @@ func run(_ o: Options) async throws -> Int32 {
         for r in try await store.records(in: args.first) { print(json(recordJSON(r))) }
         await store.close()
     case "sync":
-        try expect(0...0)
+        guard args.isEmpty || args == ["--progress"] else { throw UsageError(message: "usage: sync [--progress]") }
         let store = try openStore(o, needsSync: true)
         defer { Task { await store.close() } }
+        // --progress: one line on standard error per page the pull applies.
+        var progressPrinter: Task<Void, Never>?
+        if args == ["--progress"] {
+            let activity = await store.syncActivity()
+            progressPrinter = Task {
+                for await step in activity {
+                    guard case .pulled(let p) = step else { continue }
+                    let total = p.approximateTotal.map { " of about \($0)" } ?? ""
+                    FileHandle.standardError.write(Data("pulled \(p.pulled)\(total) records\n".utf8))
+                }
+            }
+        }
         do {
             let r = try await store.sync()
+            // Closing ends the activity stream, so every progress line is out before the report.
+            await store.close()
+            await progressPrinter?.value
             print(json([
                 "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
                 "conflicts": .number(JSONNumber(r.conflicts)), "rejected": .number(JSONNumber(r.rejected)),
                 "quarantined": .number(JSONNumber(r.quarantined)),
                 "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
             ]))
-            await store.close()
             return 0
         } catch let error as OutpostError {
             let pending = (try? await store.status().pending) ?? 0
+            await store.close()
+            await progressPrinter?.value
             print(json([
                 "error": ["code": .string(error.code), "message": .string(error.description)],
                 "pending": .number(JSONNumber(pending)),
             ]))
             FileHandle.standardError.write(Data("outpost: sync failed: \(error)\n".utf8))
-            await store.close()
             return 2
         }
     case "pending":

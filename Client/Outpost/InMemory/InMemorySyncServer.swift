@@ -448,7 +448,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         out += records
         out += #","next":""#.utf8
         out += next.text.utf8
-        out += (hasMore ? #"","hasMore":true}"# : #"","hasMore":false}"#).utf8
+        out += (hasMore ? #"","hasMore":true,"head":"# : #"","hasMore":false,"head":"#).utf8
+        out += String(spaceHistory.head).utf8
+        out.append(UInt8(ascii: "}"))
         return out
     }
 }

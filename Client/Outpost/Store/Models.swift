@@ -139,6 +139,39 @@ public struct SyncReport: Sendable, Hashable {
     public init() {}
 }
 
+/// How far the pull of a sync has come: the records received so far in this sync, and
+/// about how many there are in all. `approximateTotal` comes from the space's head seq
+/// that each page carries (`PullPage.head`); it is an upper bound that tightens as pages
+/// arrive, and nil with a server that does not send it.
+public struct SyncProgress: Sendable, Hashable {
+    /// Records received by this sync's pull so far.
+    public let pulled: Int
+    /// About how many records this sync pulls in all (never fewer than `pulled`).
+    public let approximateTotal: Int?
+
+    public init(pulled: Int, approximateTotal: Int?) {
+        self.pulled = pulled
+        self.approximateTotal = approximateTotal.map { max($0, pulled) }
+    }
+
+    /// `pulled / approximateTotal`, from 0 to 1; nil without a total.
+    public var fraction: Double? {
+        approximateTotal.map { $0 == 0 ? 1 : Double(pulled) / Double($0) }
+    }
+}
+
+/// What a store's syncs are doing, as `OutpostStore.syncActivity()` tells it.
+public enum SyncActivity: Sendable, Hashable {
+    /// A sync began.
+    case started
+    /// A page of the pull was applied.
+    case pulled(SyncProgress)
+    /// The sync finished.
+    case finished(SyncReport)
+    /// The sync failed; nothing local was lost (`status().lastError` has the same text).
+    case failed(String)
+}
+
 /// The store's sync state.
 public struct SyncStatus: Sendable, Hashable {
     /// The client id this installation pushes with.

@@ -38,6 +38,9 @@ public actor OutpostStore {
     private var lock: StoreLock?
     var rng: Randomness
     private var observers: [UUID: Observer] = [:]
+    private var activityObservers: [UUID: AsyncStream<SyncActivity>.Continuation] = [:]
+    /// Records the running sync's pull has received so far (for `SyncProgress`).
+    var pulledThisSync = 0
     private var syncRunning = false
     private var syncWaiters: [CheckedContinuation<Void, Never>] = []
     var cachedLimits: (limits: Limits, fetchedAt: Int64)?
@@ -118,6 +121,8 @@ public actor OutpostStore {
         lock = nil
         for observer in observers.values { observer.continuation.finish() }
         observers.removeAll()
+        for continuation in activityObservers.values { continuation.finish() }
+        activityObservers.removeAll()
     }
 
     /// The database, or `closed`.
@@ -365,6 +370,30 @@ public actor OutpostStore {
         }
         continuation.onTermination = { _ in task.cancel() }
         return stream
+    }
+
+    /// What the store's syncs do from now on: each sync's start, a progress report after
+    /// every page its pull applies, and its end. Ends when the store closes.
+    public func syncActivity() -> AsyncStream<SyncActivity> {
+        let (stream, continuation) = AsyncStream<SyncActivity>.makeStream(bufferingPolicy: .bufferingNewest(256))
+        guard database != nil else {
+            continuation.finish()
+            return stream
+        }
+        let id = UUID()
+        activityObservers[id] = continuation
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.removeActivityObserver(id) }
+        }
+        return stream
+    }
+
+    private func removeActivityObserver(_ id: UUID) {
+        activityObservers[id] = nil
+    }
+
+    func announce(_ activity: SyncActivity) {
+        for continuation in activityObservers.values { continuation.yield(activity) }
     }
 
     private func addObserver(_ filter: Observer.Filter) -> AsyncStream<StoreEvent> {

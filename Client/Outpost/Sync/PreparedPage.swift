@@ -36,12 +36,15 @@ struct PreparedPage: Sendable {
     let epoch: Epoch
     let next: Version
     let hasMore: Bool
+    /// The space's newest seq when the page was read, if the server said.
+    let head: Int64?
     let items: [PreparedItem]
 
     init(_ page: PulledPage, validators: [String: @Sendable (JSONObject) throws -> Void]) {
         epoch = page.epoch
         next = page.next
         hasMore = page.hasMore
+        head = page.head
         var items: [PreparedItem] = []
         items.reserveCapacity(page.records.count)
         for element in page.records {

@@ -189,6 +189,10 @@ extension OutpostStore {
 
     /// Applies a page and moves the cursor past it (inside the caller's transaction).
     func apply(_ page: PreparedPage, _ d: LocalDatabase, report: inout SyncReport, keys: inout [RecordKey]) throws {
+        pulledThisSync += page.items.count
+        // At most `head - next.seq` records follow this page.
+        let total = page.head.map { pulledThisSync + Int(clamping: max(0, $0 - page.next.seq)) }
+        announce(.pulled(SyncProgress(pulled: pulledThisSync, approximateTotal: total)))
         let sentKeys = try d.keysWithSentChanges()
         let time = now()
         for item in page.items {

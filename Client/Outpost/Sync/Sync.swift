@@ -13,6 +13,8 @@ extension OutpostStore {
         await acquireSyncGate()
         defer { releaseSyncGate() }
         var report = SyncReport()
+        pulledThisSync = 0
+        announce(.started)
         do {
             _ = try db()
             var pushFailure: OutpostError?
@@ -46,10 +48,12 @@ extension OutpostStore {
             }
             report.epoch = try read { try $0.meta("epoch").flatMap(Epoch.init) }
             report.pending = try read { try $0.count(states: [.pending, .inFlight, .inDoubt, .failed]) }
+            announce(.finished(report))
             return report
         } catch {
             let failure = error as? OutpostError ?? .storage("\(error)")
             if failure != .closed { try? write { try $0.setMeta("last_error", failure.description) } }
+            announce(.failed(failure.description))
             throw failure
         }
     }

@@ -96,14 +96,17 @@ public struct PulledPage: Sendable, Hashable {
     public var hasMore: Bool
     /// The answer's size in bytes (0 when unknown).
     public var byteCount: Int
+    /// The space's newest seq when the page was read, if the server said (`PullPage.head`).
+    public var head: Int64?
 
     /// A page.
-    public init(epoch: Epoch, records: [PulledRecord], next: Version, hasMore: Bool, byteCount: Int = 0) {
+    public init(epoch: Epoch, records: [PulledRecord], next: Version, hasMore: Bool, byteCount: Int = 0, head: Int64? = nil) {
         self.epoch = epoch
         self.records = records
         self.next = next
         self.hasMore = hasMore
         self.byteCount = byteCount
+        self.head = head
     }
 
     /// Decodes a pull answer. The frame (`epoch`, `changes` as an array, `next`, `hasMore`)
@@ -132,7 +135,11 @@ public struct PulledPage: Sendable, Hashable {
         var records: [PulledRecord] = []
         records.reserveCapacity(items.count)
         for item in items { records.append(PulledRecord(item, checkDepth: !bounded)) }
-        return PulledPage(epoch: epoch, records: records, next: next, hasMore: hasMore, byteCount: bytes.count)
+        // `head` is optional (older servers leave it out); a value that is not a
+        // non-negative integer is ignored rather than failing the page.
+        var head: Int64?
+        if case .number(let number)? = o["head"], let value = number.int64Value, value >= 0 { head = value }
+        return PulledPage(epoch: epoch, records: records, next: next, hasMore: hasMore, byteCount: bytes.count, head: head)
     }
 }
 

@@ -188,7 +188,8 @@ public final class SyncService: Sendable {
         return HTTPResponse(json: Self.encodePage(page, next: next))
     }
 
-    /// `{"epoch":…,"changes":[…],"next":…,"hasMore":…}` around the store's encoded records.
+    /// `{"epoch":…,"changes":[…],"next":…,"hasMore":…,"head":…}` around the store's encoded
+    /// records; `head` is the space's newest seq in the snapshot the page was read from.
     static func encodePage(_ page: PageData, next: Version) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(page.changesJSON.count + 160)
@@ -198,7 +199,9 @@ public final class SyncService: Sendable {
         out.append(contentsOf: page.changesJSON)
         out.append(contentsOf: #","next":""#.utf8)
         out.append(contentsOf: next.text.utf8)
-        out.append(contentsOf: page.hasMore ? #"","hasMore":true}"#.utf8 : #"","hasMore":false}"#.utf8)
+        out.append(contentsOf: page.hasMore ? #"","hasMore":true,"head":"#.utf8 : #"","hasMore":false,"head":"#.utf8)
+        out.append(contentsOf: String(page.head).utf8)
+        out.append(UInt8(ascii: "}"))
         return out
     }
 

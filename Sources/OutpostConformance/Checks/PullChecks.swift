@@ -130,6 +130,25 @@ enum PullChecks {
             try expect(end.page.changes.isEmpty && end.page.next == versions[6] && !end.page.hasMore,
                        "pull at the end: expected no changes, next \(versions[6]) and hasMore false; got \(end.page.changes.count) record(s), next \(end.page.next), hasMore \(end.page.hasMore)")
         },
+        Check("pull-head", section: "5", "a page's head, when the server sends it, is the space's newest seq: at least next's seq, and equal to the last write's seq on every page") { c in
+            let space = c.newSpace()
+            let versions = try await fill(c, space, ids: ids(5))
+            let newest = versions.map(\.seq).max() ?? 0
+            var cursor: String?
+            for page in 1...5 {
+                var query = [("limit", "2")]
+                if let cursor { query.append(("since", cursor)) }
+                let reply = try await c.pull(space, query)
+                // head is optional: a server that leaves it out passes.
+                guard let head = reply.page.head else { return }
+                try expect(head >= reply.page.next.seq, "page \(page): head \(head) is below next \(reply.page.next)")
+                try expect(head == newest, "page \(page): head is \(head), expected the space's newest seq \(newest)")
+                if !reply.page.hasMore { break }
+                cursor = reply.page.next.text
+            }
+            let empty = try await c.pull(c.newSpace())
+            try expect(empty.page.head == nil || empty.page.head == 0, "an empty space's head is \(empty.page.head.map(String.init) ?? "absent"), expected 0")
+        },
         Check("pull-default-limit-1000", section: "5", "without limit a page holds at most 1000 records (or maxPageLimit when lower)") { c in
             let info = try await c.info()
             let expected = min(1000, info.limits.maxPageLimit)

@@ -7,12 +7,17 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
     public var next: Version
     /// True when records after `next` exist.
     public var hasMore: Bool
+    /// The space's newest seq in the snapshot the page was read from, when the server says
+    /// (an addition to version 1: older servers leave it out). At most `head - next.seq`
+    /// records follow, so a client can show how far a long pull has come.
+    public var head: Int64?
 
-    public init(epoch: Epoch, changes: [RecordState], next: Version, hasMore: Bool) {
+    public init(epoch: Epoch, changes: [RecordState], next: Version, hasMore: Bool, head: Int64? = nil) {
         self.epoch = epoch
         self.changes = changes
         self.next = next
         self.hasMore = hasMore
+        self.head = head
     }
 
     public init(json: JSONValue) throws(WireError) {
@@ -27,15 +32,19 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
         guard let n = Version(try r.string("next")) else { throw r.invalid("next", "is not a cursor") }
         next = n
         hasMore = try r.bool("hasMore")
+        head = try r.optionalInt64("head")
+        if let head, head < 0 { throw r.invalid("head", "is negative") }
     }
 
     public var json: JSONValue {
-        .object([
+        var object: JSONObject = [
             "epoch": .string(epoch.rawValue),
             "changes": .array(changes.map(\.json)),
             "next": .string(next.text),
             "hasMore": .bool(hasMore),
-        ])
+        ]
+        if let head { object["head"] = .number(JSONNumber(head)) }
+        return .object(object)
     }
 }
 

@@ -1,0 +1,105 @@
+import Observation
+import OutpostCore
+
+/// A store's sync state as an `@Observable` model, for SwiftUI views and anything else
+/// that uses Observation: the pending, rejected and quarantined counts, the last sync and
+/// its error, the phase, and the running pull's progress.
+///
+/// ```swift
+/// let model = SyncStatusModel(store: store)
+/// await model.start()
+/// // in a view: Text("\(model.pending) to send"); ProgressView(value: model.progress?.fraction ?? 0)
+/// ```
+///
+/// It follows the store from `start()` until `stop()` or the store closes, reading the
+/// store's `status()` after every sync and every change of its records.
+@MainActor @Observable
+public final class SyncStatusModel {
+    /// What the store's sync is doing.
+    public enum Phase: Sendable, Hashable {
+        /// No sync is running.
+        case idle
+        /// A sync is running.
+        case syncing
+        /// The store is pulling a new history of the server (after a restore, a data loss or
+        /// a rotated epoch); local edits wait for it and are offered again after.
+        case rePulling
+    }
+
+    /// Changes waiting to be sent, or sent and not yet answered.
+    public private(set) var pending = 0
+    /// Changes the server refused for good (`OutpostStore.rejectedChanges()`).
+    public private(set) var rejected = 0
+    /// Pulled records that could not be decoded (`OutpostStore.quarantinedRecords()`).
+    public private(set) var quarantined = 0
+    /// When the last sync succeeded (ms since 1970).
+    public private(set) var lastSyncAt: Int64?
+    /// The last sync's failure, nil after a success.
+    public private(set) var lastError: String?
+    /// The epoch the store follows.
+    public private(set) var epoch: Epoch?
+    /// What the sync is doing now.
+    public private(set) var phase: Phase = .idle
+    /// The running sync's pull progress; nil when no sync runs or it has pulled nothing yet.
+    public private(set) var progress: SyncProgress?
+
+    @ObservationIgnored private let store: OutpostStore
+    @ObservationIgnored private var tasks: [Task<Void, Never>] = []
+    @ObservationIgnored private var syncing = false
+
+    public init(store: OutpostStore) {
+        self.store = store
+    }
+
+    /// Reads the store's state now and follows it from here on.
+    public func start() async {
+        guard tasks.isEmpty else { return }
+        let activity = await store.syncActivity()
+        let events = await store.observeAll()
+        tasks.append(Task { [weak self] in
+            for await step in activity {
+                guard let self else { return }
+                await self.apply(step)
+            }
+        })
+        tasks.append(Task { [weak self] in
+            for await _ in events {
+                guard let self else { return }
+                await self.refresh()
+            }
+        })
+        await refresh()
+    }
+
+    /// Stops following the store.
+    public func stop() {
+        for task in tasks { task.cancel() }
+        tasks.removeAll()
+    }
+
+    private func apply(_ step: SyncActivity) async {
+        switch step {
+        case .started:
+            syncing = true
+            progress = nil
+        case .pulled(let p):
+            progress = p
+        case .finished, .failed:
+            syncing = false
+            progress = nil
+        }
+        await refresh()
+    }
+
+    private func refresh() async {
+        guard let status = try? await store.status() else { return }
+        if pending != status.pending { pending = status.pending }
+        if rejected != status.rejected { rejected = status.rejected }
+        if quarantined != status.quarantined { quarantined = status.quarantined }
+        if lastSyncAt != status.lastSyncAt { lastSyncAt = status.lastSyncAt }
+        if lastError != status.lastError { lastError = status.lastError }
+        if epoch != status.epoch { epoch = status.epoch }
+        let now: Phase = status.rebasing ? .rePulling : (syncing ? .syncing : .idle)
+        if phase != now { phase = now }
+    }
+}
