@@ -375,17 +375,11 @@ public actor OutpostStore {
     /// What the store's syncs do from now on: each sync's start, a progress report after
     /// every page its pull applies, and its end. Ends when the store closes.
     public func syncActivity() -> AsyncStream<SyncActivity> {
-        let (stream, continuation) = AsyncStream<SyncActivity>.makeStream(bufferingPolicy: .bufferingNewest(256))
-        guard database != nil else {
-            continuation.finish()
-            return stream
+        subscribe(.bufferingNewest(256)) { id, continuation in
+            activityObservers[id] = continuation
+        } remove: { store, id in
+            await store.removeActivityObserver(id)
         }
-        let id = UUID()
-        activityObservers[id] = continuation
-        continuation.onTermination = { [weak self] _ in
-            Task { await self?.removeActivityObserver(id) }
-        }
-        return stream
     }
 
     private func removeActivityObserver(_ id: UUID) {
@@ -397,21 +391,33 @@ public actor OutpostStore {
     }
 
     private func addObserver(_ filter: Observer.Filter) -> AsyncStream<StoreEvent> {
-        let (stream, continuation) = AsyncStream<StoreEvent>.makeStream(bufferingPolicy: .unbounded)
+        subscribe(.unbounded) { id, continuation in
+            observers[id] = Observer(filter: filter, continuation: continuation)
+        } remove: { store, id in
+            await store.removeObserver(id)
+        }
+    }
+
+    private func removeObserver(_ id: UUID) {
+        observers[id] = nil
+    }
+
+    /// A stream for a new subscriber: finished at once when the store is closed, else kept
+    /// by `register` under a new id until its consumer stops, when `remove` drops it.
+    private func subscribe<T: Sendable>(_ buffering: AsyncStream<T>.Continuation.BufferingPolicy,
+                                        register: (UUID, AsyncStream<T>.Continuation) -> Void,
+                                        remove: @escaping @Sendable (OutpostStore, UUID) async -> Void) -> AsyncStream<T> {
+        let (stream, continuation) = AsyncStream<T>.makeStream(bufferingPolicy: buffering)
         guard database != nil else {
             continuation.finish()
             return stream
         }
         let id = UUID()
-        observers[id] = Observer(filter: filter, continuation: continuation)
+        register(id, continuation)
         continuation.onTermination = { [weak self] _ in
-            Task { await self?.removeObserver(id) }
+            Task { if let self { await remove(self, id) } }
         }
         return stream
-    }
-
-    private func removeObserver(_ id: UUID) {
-        observers[id] = nil
     }
 
     func notify(_ event: StoreEvent) {
