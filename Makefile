@@ -23,7 +23,8 @@ run: deps
 test: deps-test
 	swift build --build-tests
 	rm -rf $(TEST_LOGS) && mkdir -p $(TEST_LOGS)
-	OUTPOST_TEST_LOGS=$(TEST_LOGS) OUTPOST_LOG_FILE=$(TEST_LOGS)/in-process.log swift test --skip-build --disable-xctest \
+	@echo "swift test --skip-build --disable-xctest   (server logs: $(TEST_LOGS))"
+	@OUTPOST_TEST_LOGS=$(TEST_LOGS) OUTPOST_LOG_FILE=$(TEST_LOGS)/in-process.log swift test --skip-build --disable-xctest \
 	  || { echo "the run failed; the servers' logs are in $(TEST_LOGS):"; ls -R $(TEST_LOGS) | head -50; \
 	       echo "--- the last lines of $(TEST_LOGS)/in-process.log:"; tail -n 40 $(TEST_LOGS)/in-process.log 2>/dev/null; exit 1; }
 
