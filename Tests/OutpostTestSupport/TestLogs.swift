@@ -46,9 +46,12 @@ extension Trait where Self == IssueHandlingTrait {
     /// test shows them and a passing one prints nothing.
     public static var serverLogs: Self {
         .compactMapIssues { issue in
-            guard let id = Test.current?.id, let logs = TestLogs.tails(for: id) else { return issue }
+            // A suite's trait also reaches its tests' issues: add the logs once.
+            let prefix = "server logs:\n"
+            guard !issue.comments.contains(where: { $0.rawValue.hasPrefix(prefix) }),
+                  let id = Test.current?.id, let logs = TestLogs.tails(for: id) else { return issue }
             var issue = issue
-            issue.comments.append(Comment(rawValue: "server logs:\n" + logs))
+            issue.comments.append(Comment(rawValue: prefix + logs))
             return issue
         }
     }
