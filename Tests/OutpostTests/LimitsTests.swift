@@ -6,6 +6,19 @@ import Testing
 /// client reads makes it ask for fewer records (seed 003, "Pages have a byte budget").
 @Suite("Limits: push splitting and page budgets")
 struct LimitsTests {
+    /// The in-memory server answers a bad space name as the real one does: `400
+    /// invalid_space` with the rule, not a 404.
+    @Test func theInMemoryServerRefusesABadSpaceNameWithTheRule() async throws {
+        let server = InMemorySyncServer()
+        do {
+            _ = try await server.push(PushRequest(clientId: "c", changes: []), space: "-x")
+            Issue.record("a push to space -x was answered")
+        } catch TransportError.refused(let status, let envelope) {
+            #expect(status == 400 && envelope.code == "invalid_space", "\(status) \(envelope.code)")
+            #expect(envelope.message.contains("is not a space name") && envelope.details?["space"] == "-x")
+        }
+    }
+
     @Test func pushesAreSplitToMaxChangesPerPush() async throws {
         var limits = Limits()
         limits.maxChangesPerPush = 3

@@ -264,7 +264,10 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         let faults = takeFaults(.push, device: device)
         state.withLock { $0.pushes += 1 }
         for fault in faults { try await Self.failEarly(fault) }
-        guard Names.isValidSpace(space) else { throw TransportError.refused(status: 404, ErrorEnvelope(code: "not_found", message: "no such space")) }
+        guard Names.isValidSpace(space) else {
+            throw TransportError.refused(status: 400, ErrorEnvelope(code: ErrorCode.invalidSpace.rawValue, message: Names.invalidSpaceMessage(space),
+                                                                     details: ["space": .string(String(space.prefix(80)))]))
+        }
         let body = request.encoded()
         guard body.count <= limits.maxRequestBytes else {
             throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.payloadTooLarge.rawValue, message: "the body is over \(limits.maxRequestBytes) bytes",

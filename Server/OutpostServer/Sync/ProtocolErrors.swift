@@ -35,9 +35,7 @@ extension HTTPError {
     /// that is missing; `details.space` is the name as given.
     static func invalidSpace(_ name: String?) -> HTTPError {
         let shown = String((name ?? "").prefix(80))
-        return HTTPError(HTTPStatus(code: 400), .invalidSpace,
-                         "\"\(shown)\" is not a space name: 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter or a digit (spaces need no creation)",
-                         details: ["space": .string(shown)])
+        return HTTPError(HTTPStatus(code: 400), .invalidSpace, Names.invalidSpaceMessage(shown), details: ["space": .string(shown)])
     }
 }
 

@@ -1,6 +1,12 @@
 /// Validation of the names PROTOCOL.md section 1 defines. Every check works on UTF-8 bytes
 /// and allocates nothing, because the server runs them for every change it receives.
 public enum Names {
+    /// Why `name` is not a space name, for the `400 invalid_space` answer (PROTOCOL.md
+    /// section 2); the name is cut to 80 characters.
+    public static func invalidSpaceMessage(_ name: String) -> String {
+        "\"\(name.prefix(80))\" is not a space name: 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter or a digit (spaces need no creation)"
+    }
+
     /// A space name: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`.
     public static func isValidSpace(_ name: String) -> Bool {
         let utf8 = name.utf8
