@@ -71,6 +71,27 @@ struct InDoubtTests {
         #expect(world.server.head(space: "team") == 20, "applied on the server, though nobody read the answer")
     }
 
+    /// After a lost answer, the next explicit sync sends the in-doubt change at once,
+    /// whatever its retry time: two syncs in a row settle it (the server replays its answer)
+    /// and show the other device's newer write.
+    @Test func anExplicitSyncSendsAnInDoubtChangeAtOnce() async throws {
+        let world = World()
+        let (phone, laptop) = try await synced(world, phoneResolver: .lastWriteWins())
+        try await phone.put(todo("phone"), in: "todos", id: "t1")
+        world.server.inject(.loseAnswer, on: .push, device: "phone")
+        await #expect(throws: OutpostError.self) { try await phone.sync() }
+        #expect(try await phone.queueStates() == [.inDoubt])
+        try await laptop.sync()
+        try await laptop.put(todo("laptop"), in: "todos", id: "t1")
+        try await laptop.sync()
+        let before = world.server.pushRequests
+        let report = try await phone.sync()
+        #expect(world.server.pushRequests == before + 1, "the in-doubt change was not sent again")
+        #expect(report.pushed == 1 && report.pending == 0)
+        #expect(try await phone.queueStates().isEmpty)
+        #expect(try await phone.data("todos", "t1") == todo("laptop"))
+    }
+
     @Test func aPulledVersionWaitsAsideAndTheNewerWins() async throws {
         // Order 1: another device writes after the in-doubt change was applied. The pulled
         // version is newer than the push's answer and wins once the answer is known.
@@ -82,9 +103,9 @@ struct InDoubtTests {
         try await laptop.sync()
         try await laptop.put(todo("laptop"), in: "todos", id: "t1")
         try await laptop.sync()
-        // Before the in-doubt change's retry time the phone syncs again: nothing to push, and
-        // the pull brings the laptop's version while the phone's change is still in doubt.
-        try await phone.sync()
+        // Before the in-doubt change's retry time the phone's scheduler syncs again: nothing
+        // is due, and the pull brings the laptop's version while the change is still in doubt.
+        try await phone.sync(dueOnly: true)
         #expect(try await phone.queueStates() == [.inDoubt])
         let held = try #require(try await phone.record(in: "todos", id: "t1"))
         #expect(held.data == todo("phone"), "a record with a change in doubt is not touched by a pull")
@@ -112,11 +133,11 @@ struct InDoubtTests {
         await #expect(throws: OutpostError.self) { try await phone.sync() }
         // A lagging replica serves the phone a page from before its write: cursor at 1,
         // so the laptop's version 2 comes again.
-        // It syncs before the in-doubt change's retry time: nothing is pushed, and the pull
-        // is kept aside.
+        // Its scheduler syncs before the in-doubt change's retry time: nothing is pushed, and
+        // the pull is kept aside.
         try await phone.resetSync()
         world.server.inject(.staleHistory(beforePhoneWrite), on: .pull, device: "phone")
-        try await phone.sync()
+        try await phone.sync(dueOnly: true)
         #expect(try await phone.queueStates() == [.inDoubt])
         #expect(try await phone.data("todos", "t1") == todo("phone, later"))
         // The retry's answer arrives; the replica still lags (its pull brings nothing new),

@@ -21,8 +21,9 @@ extension OutpostStore {
         case failed(OutpostError)
     }
 
-    /// Pushes what is due. Returns the failure that stopped it, if any.
-    func pushPhase(_ transport: any SyncTransport, report: inout SyncReport) async throws -> OutpostError? {
+    /// Pushes what is unsettled (with `dueOnly`, only what is due). Returns the failure that
+    /// stopped it, if any.
+    func pushPhase(_ transport: any SyncTransport, dueOnly: Bool, report: inout SyncReport) async throws -> OutpostError? {
         var batchCap = Int.max
         var sent = Set<String>()
         var rounds = 0
@@ -32,7 +33,7 @@ extension OutpostStore {
             let limits: Limits
             do { limits = try await self.limits(transport) } catch let e as OutpostError { return e }
             let time = now()
-            let candidates = try read { try sendable($0, now: time) }.filter { !sent.contains($0.changeId) }
+            let candidates = try read { try sendable($0, now: time, dueOnly: dueOnly) }.filter { !sent.contains($0.changeId) }
             if candidates.isEmpty { return nil }
             let batches = try makeBatches(candidates, limits: limits, cap: batchCap, report: &report)
             var shrunk = false
@@ -56,13 +57,13 @@ extension OutpostStore {
     }
 
     /// The changes to send now, in queue order: per record the first unsettled one, when it
-    /// is not in flight and its retry time has come (see `isDue`).
-    func sendable(_ d: LocalDatabase, now: Int64) throws -> [QueueEntry] {
+    /// is not in flight and (with `dueOnly`) its retry time has come (see `isDue`).
+    func sendable(_ d: LocalDatabase, now: Int64, dueOnly: Bool) throws -> [QueueEntry] {
         var seen = Set<RecordKey>()
         var out: [QueueEntry] = []
         for e in try d.entries(in: [.pending, .inFlight, .inDoubt, .failed]) {
             guard seen.insert(e.key).inserted else { continue }
-            if e.state != .inFlight && isDue(e.nextAttemptAt, now: now) { out.append(e) }
+            if e.state != .inFlight && (!dueOnly || isDue(e.nextAttemptAt, now: now)) { out.append(e) }
         }
         return out
     }

@@ -4,11 +4,21 @@ extension OutpostStore {
     /// One sync: pushes the queue, then pulls to the end of the server's history (and, when
     /// that brought a new epoch, pushes what it re-based or offered again).
     ///
+    /// An explicit sync sends every unsettled change at once, those in doubt or failed
+    /// included, whatever their retry time: the app or the user asked for it now. The
+    /// stored retry times pace only a `SyncScheduler`'s automatic syncs.
+    ///
     /// A second call waits for the first. On failure nothing local is lost: sent changes
-    /// whose answer was not read are in doubt, others wait for their retry time, and the
-    /// error is kept in `status().lastError`.
+    /// whose answer was not read are in doubt, others get a retry time, and the error is
+    /// kept in `status().lastError`.
     @discardableResult
     public func sync() async throws -> SyncReport {
+        try await sync(dueOnly: false)
+    }
+
+    /// One sync; with `dueOnly` (the scheduler's syncs), a change waits for its retry time.
+    @discardableResult
+    func sync(dueOnly: Bool) async throws -> SyncReport {
         guard let transport else { throw OutpostError.noTransport }
         await acquireSyncGate()
         defer { releaseSyncGate() }
@@ -19,7 +29,7 @@ extension OutpostStore {
             _ = try db()
             var pushFailure: OutpostError?
             if try read({ try $0.meta("rebasing") }) == nil {
-                pushFailure = try await pushPhase(transport, report: &report)
+                pushFailure = try await pushPhase(transport, dueOnly: dueOnly, report: &report)
             }
             // A push that failed on the network would fail the pull too; one that the
             // server refused (403, a conflict storm...) does not stop the pull.
@@ -34,7 +44,7 @@ extension OutpostStore {
             let finishedRePull = rebasingBefore && !stillRePulling
             if report.epochChanged || report.reoffered > 0 || epochAfter != epochBefore || finishedRePull {
                 let pushed = report.pushed
-                if let failure = try await pushPhase(transport, report: &report) { pushFailure = pushFailure ?? failure }
+                if let failure = try await pushPhase(transport, dueOnly: dueOnly, report: &report) { pushFailure = pushFailure ?? failure }
                 // What that phase wrote comes back with the server's `updatedAt` (a push answer
                 // has none), which the next change of history orders copies by: a pending edit
                 // made on such a copy would otherwise be re-based over a later write without

@@ -133,7 +133,7 @@ public actor SyncScheduler {
             }
             if ContinuousClock.now >= nextSync {
                 do {
-                    let report = try await store.sync()
+                    let report = try await store.sync(dueOnly: true)
                     failures = 0
                     events.yield(.synced(report))
                     nextSync = ContinuousClock.now + options.interval
