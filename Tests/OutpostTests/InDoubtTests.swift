@@ -76,14 +76,7 @@ struct InDoubtTests {
     /// and show the other device's newer write.
     @Test func anExplicitSyncSendsAnInDoubtChangeAtOnce() async throws {
         let world = World()
-        let (phone, laptop) = try await synced(world, phoneResolver: .lastWriteWins())
-        try await phone.put(todo("phone"), in: "todos", id: "t1")
-        world.server.inject(.loseAnswer, on: .push, device: "phone")
-        await #expect(throws: OutpostError.self) { try await phone.sync() }
-        #expect(try await phone.queueStates() == [.inDoubt])
-        try await laptop.sync()
-        try await laptop.put(todo("laptop"), in: "todos", id: "t1")
-        try await laptop.sync()
+        let phone = try await phoneInDoubtThenLaptopWrites(world)
         let before = world.server.pushRequests
         let report = try await phone.sync()
         #expect(world.server.pushRequests == before + 1, "the in-doubt change was not sent again")
@@ -92,17 +85,25 @@ struct InDoubtTests {
         #expect(try await phone.data("todos", "t1") == todo("laptop"))
     }
 
-    @Test func aPulledVersionWaitsAsideAndTheNewerWins() async throws {
-        // Order 1: another device writes after the in-doubt change was applied. The pulled
-        // version is newer than the push's answer and wins once the answer is known.
-        let world = World()
+    /// The phone's put is applied but its answer lost (in doubt); then the laptop writes
+    /// the same record. Returns the phone.
+    private func phoneInDoubtThenLaptopWrites(_ world: World) async throws -> OutpostStore {
         let (phone, laptop) = try await synced(world, phoneResolver: .lastWriteWins())
         try await phone.put(todo("phone"), in: "todos", id: "t1")
         world.server.inject(.loseAnswer, on: .push, device: "phone")
         await #expect(throws: OutpostError.self) { try await phone.sync() }
+        #expect(try await phone.queueStates() == [.inDoubt])
         try await laptop.sync()
         try await laptop.put(todo("laptop"), in: "todos", id: "t1")
         try await laptop.sync()
+        return phone
+    }
+
+    @Test func aPulledVersionWaitsAsideAndTheNewerWins() async throws {
+        // Order 1: another device writes after the in-doubt change was applied. The pulled
+        // version is newer than the push's answer and wins once the answer is known.
+        let world = World()
+        let phone = try await phoneInDoubtThenLaptopWrites(world)
         // Before the in-doubt change's retry time the phone's scheduler syncs again: nothing
         // is due, and the pull brings the laptop's version while the change is still in doubt.
         try await phone.sync(dueOnly: true)
