@@ -160,7 +160,7 @@ public enum ServerApp {
         }
         // A store that does not exist yet: this is the data directory's first start.
         let firstStart = settings.postgresURL == nil
-            ? !FileManager.default.fileExists(atPath: (settings.dataDirectory as NSString).appendingPathComponent("outpost.sqlite"))
+            ? !FileManager.default.fileExists(atPath: (settings.dataDirectory as NSString).appendingPathComponent(DataDirectory.storeFileName))
             : !FileManager.default.fileExists(atPath: settings.dataDirectory)
         // Signals are routed to a dispatch source before any thread starts, so SIGTERM
         // never takes the default action (immediate exit) while requests are in flight.
@@ -231,7 +231,7 @@ public enum ServerApp {
         let secretNote = (environment["OUTPOST_JWT_SECRET"] ?? "").isEmpty
             ? "The token secret was created in \((data as NSString).appendingPathComponent(JWTSecret.fileName)) (mode 0600); keep it, and back it up with the store."
             : "Tokens are signed with OUTPOST_JWT_SECRET; `token` needs the same variable set."
-        let storeNote = settings.postgresURL == nil ? "the store is \((data as NSString).appendingPathComponent("outpost.sqlite"))" : "the store is on PostgreSQL"
+        let storeNote = settings.postgresURL == nil ? "the store is \((data as NSString).appendingPathComponent(DataDirectory.storeFileName))" : "the store is on PostgreSQL"
         return """
 
             First start of the data directory \(data) (\(storeNote)). Next:

@@ -23,8 +23,10 @@ public final class DataDirectory: Sendable {
     public let path: String
     private let lockDescriptor: Int32
 
+    /// The store file's name inside the directory.
+    public static let storeFileName = "outpost.sqlite"
     /// The store file.
-    public var storePath: String { (path as NSString).appendingPathComponent("outpost.sqlite") }
+    public var storePath: String { (path as NSString).appendingPathComponent(Self.storeFileName) }
     /// The media directory.
     public var mediaPath: String { (path as NSString).appendingPathComponent("media") }
 
