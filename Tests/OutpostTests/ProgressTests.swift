@@ -65,6 +65,7 @@ struct ProgressTests {
     static func wait(for model: SyncStatusModel, _ what: String, timeout: Double = 10, _ condition: @escaping @MainActor (SyncStatusModel) -> Bool) async {
         let deadline = ContinuousClock.now + .seconds(timeout)
         while !condition(model) {
+            var timer: Task<Void, Never>?
             let changed = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let once = OnceFlag()
                 withObservationTracking {
@@ -73,11 +74,12 @@ struct ProgressTests {
                     if once.set() { continuation.resume(returning: true) }
                 }
                 // The deadline: a timer resumes the wait if nothing changes before it.
-                Task {
+                timer = Task {
                     try? await Task.sleep(until: deadline)
                     if once.set() { continuation.resume(returning: false) }
                 }
             }
+            timer?.cancel()
             if !changed && !condition(model) {
                 Issue.record("the status model never showed \(what) (pending \(model.pending), phase \(model.phase), lastError \(model.lastError ?? "nil"))")
                 return
