@@ -4,6 +4,25 @@ public enum ChangeOp: String, Sendable, Hashable, Codable {
     case delete
 }
 
+/// What a re-offered change knew (protocol 1.1, PROTOCOL.md section 4): the version at
+/// which its content was committed in a history the server no longer holds, and the time of
+/// that commit.
+public struct Lineage: Hashable, Sendable {
+    /// The version of the copy in the history it came from (an earlier epoch).
+    public var version: Version
+    /// The server's commit time of that version there (ms since 1970).
+    public var updatedAt: Int64
+
+    public init(version: Version, updatedAt: Int64) {
+        self.version = version
+        self.updatedAt = updatedAt
+    }
+
+    public var json: JSONValue {
+        .object(["version": .string(version.text), "updatedAt": .number(JSONNumber(updatedAt))])
+    }
+}
+
 /// One intended write from a client (PROTOCOL.md section 4).
 public struct Change: Hashable, Sendable {
     /// Unique for ever within the space; chosen when the change is queued.
@@ -19,8 +38,12 @@ public struct Change: Hashable, Sendable {
     public var force: Bool
     /// The device's time of the edit, in ms since 1970.
     public var clientTime: Int64?
+    /// Set on a re-offer (protocol 1.1): the copy of an earlier history this change carries
+    /// again. Nil for an edit.
+    public var lineage: Lineage?
 
-    public init(changeId: String, collection: String, id: String, op: ChangeOp, data: JSONObject?, baseVersion: Version?, force: Bool = false, clientTime: Int64? = nil) {
+    public init(changeId: String, collection: String, id: String, op: ChangeOp, data: JSONObject?, baseVersion: Version?, force: Bool = false, clientTime: Int64? = nil,
+                lineage: Lineage? = nil) {
         self.changeId = changeId
         self.collection = collection
         self.id = id
@@ -29,6 +52,7 @@ public struct Change: Hashable, Sendable {
         self.baseVersion = baseVersion
         self.force = force
         self.clientTime = clientTime
+        self.lineage = lineage
     }
 
     /// The JSON sent in a push.
@@ -43,6 +67,7 @@ public struct Change: Hashable, Sendable {
         o["baseVersion"] = baseVersion.map { .string($0.text) } ?? .null
         if force { o["force"] = .bool(true) }
         if let clientTime { o["clientTime"] = .number(JSONNumber(clientTime)) }
+        if let lineage { o["lineage"] = lineage.json }
         return .object(o)
     }
 
@@ -77,6 +102,14 @@ public struct Change: Hashable, Sendable {
         if let canonicalData { out.append(contentsOf: canonicalData) } else { out.append(contentsOf: "null".utf8) }
         out.append(contentsOf: force ? #","force":true,"id":"#.utf8 : #","force":false,"id":"#.utf8)
         JSONWriter.appendString(id, to: &out)
+        if let lineage {
+            // Only a re-offer has it, so the material of every other change is as in 1.0.
+            out.append(contentsOf: #","lineage":{"updatedAt":"#.utf8)
+            out.append(contentsOf: String(lineage.updatedAt).utf8)
+            out.append(contentsOf: #","version":"#.utf8)
+            JSONWriter.appendString(lineage.version.text, to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
         out.append(contentsOf: #","op":"#.utf8)
         JSONWriter.appendString(op.rawValue, to: &out)
         out.append(UInt8(ascii: "}"))
@@ -185,7 +218,17 @@ public struct PushRequest: Hashable, Sendable {
             guard let t = value.int64Value else { return invalid("clientTime must be an integer (ms since 1970)") }
             clientTime = t
         }
-        return .valid(Change(changeId: changeId, collection: collection, id: id, op: op, data: data, baseVersion: baseVersion, force: force, clientTime: clientTime))
+        var lineage: Lineage?
+        switch o["lineage"] {
+        case nil, .null?: break
+        case .object(let l)?:
+            guard case .string(let text)? = l["version"], let v = Version(text), v.seq > 0 else { return invalid("lineage.version is not a version") }
+            guard let t = l["updatedAt"]?.int64Value else { return invalid("lineage.updatedAt must be an integer (ms since 1970)") }
+            lineage = Lineage(version: v, updatedAt: t)
+        default: return invalid("lineage must be an object {version, updatedAt} or null")
+        }
+        return .valid(Change(changeId: changeId, collection: collection, id: id, op: op, data: data, baseVersion: baseVersion, force: force, clientTime: clientTime,
+                             lineage: lineage))
     }
 }
 

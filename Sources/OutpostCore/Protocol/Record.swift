@@ -13,8 +13,13 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
     public var updatedBy: String
     /// The device's time of the edit, as that push sent it.
     public var clientTime: Int64?
+    /// Protocol 1.1: the version of an earlier history this state descends from (the state
+    /// it was restored from, or the copy a re-offer carried, kept through the writes made
+    /// on it since). Nil when it descends from nothing earlier, or from a 1.0 server.
+    public var lineage: Version?
 
-    public init(collection: String, id: String, version: Version, deleted: Bool, data: JSONObject?, updatedAt: Int64, updatedBy: String, clientTime: Int64?) {
+    public init(collection: String, id: String, version: Version, deleted: Bool, data: JSONObject?, updatedAt: Int64, updatedBy: String, clientTime: Int64?,
+                lineage: Version? = nil) {
         self.collection = collection
         self.id = id
         self.version = version
@@ -23,6 +28,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
         self.updatedAt = updatedAt
         self.updatedBy = updatedBy
         self.clientTime = clientTime
+        self.lineage = lineage
     }
 
     public init(json: JSONValue) throws(WireError) {
@@ -42,6 +48,10 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
         updatedAt = try r.int64("updatedAt")
         updatedBy = try r.string("updatedBy")
         clientTime = try r.optionalInt64("clientTime")
+        if let text = try r.optionalString("lineage") {
+            guard let v = Version(text), v.seq > 0 else { throw r.invalid("lineage", "is not a version") }
+            lineage = v
+        }
     }
 
     public var json: JSONValue {
@@ -55,6 +65,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
         o["updatedAt"] = .number(JSONNumber(updatedAt))
         o["updatedBy"] = .string(updatedBy)
         if let clientTime { o["clientTime"] = .number(JSONNumber(clientTime)) }
+        if let lineage { o["lineage"] = .string(lineage.text) }
         return .object(o)
     }
 }
@@ -89,13 +100,19 @@ public struct ErrorEnvelope: Hashable, Sendable, JSONWireType, Error {
 
 /// `GET /v1/info` (PROTOCOL.md section 3).
 public struct ServerInfo: Hashable, Sendable, JSONWireType {
+    /// The major version (`protocol`): 1.
     public var protocolVersion: Int
+    /// The full version (`protocolVersion`, e.g. "1.1"); a 1.0 server leaves it out, and it
+    /// then reads as "1.0".
+    public var protocolRevision: String
     public var server: String
     public var epoch: Epoch
     public var limits: Limits
 
-    public init(protocolVersion: Int = OutpostProtocol.version, server: String = "outpost/\(OutpostProtocol.productVersion)", epoch: Epoch, limits: Limits) {
+    public init(protocolVersion: Int = OutpostProtocol.version, protocolRevision: String = OutpostProtocol.revision,
+                server: String = "outpost/\(OutpostProtocol.productVersion)", epoch: Epoch, limits: Limits) {
         self.protocolVersion = protocolVersion
+        self.protocolRevision = protocolRevision
         self.server = server
         self.epoch = epoch
         self.limits = limits
@@ -104,6 +121,7 @@ public struct ServerInfo: Hashable, Sendable, JSONWireType {
     public init(json: JSONValue) throws(WireError) {
         let r = try FieldReader(json)
         protocolVersion = try r.int("protocol")
+        protocolRevision = try r.optionalString("protocolVersion") ?? "\(protocolVersion).0"
         server = try r.string("server")
         guard let e = Epoch(try r.string("epoch")) else { throw r.invalid("epoch", "is not an epoch") }
         epoch = e
@@ -122,6 +140,7 @@ public struct ServerInfo: Hashable, Sendable, JSONWireType {
         for field in Limits.fields { l[field.name] = .number(JSONNumber(Int64(limits[keyPath: field.keyPath]))) }
         return .object([
             "protocol": .number(JSONNumber(Int64(protocolVersion))),
+            "protocolVersion": .string(protocolRevision),
             "server": .string(server),
             "epoch": .string(epoch.rawValue),
             "limits": .object(l),
