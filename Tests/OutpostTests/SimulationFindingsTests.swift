@@ -91,6 +91,7 @@ struct SimulationFindingsTests {
     @Test func aPushAnswerGivesTheCopyItsServerTime() async throws {
         let world = World()
         let a = try world.device("a", resolver: .serverWins), b = try world.device("b", resolver: .serverWins)
+        try await a.sync()  // a store pushes once it follows a history
         try await a.put(todo("a's"), in: "todos", id: "r1")
         world.server.inject(.loseAnswer, on: .pull, device: "a")
         await #expect(throws: OutpostError.self) { try await a.sync() }  // pushed, the pull after it lost

@@ -1,12 +1,12 @@
 import OutpostCore
 
-/// Two versions of one record that a push found in conflict (PROTOCOL.md section 4).
+/// Two versions of one record that a push found in conflict (PROTOCOL.md section 4), and
+/// the state the local edit was made on.
 ///
-/// Only real local edits reach a resolver: a conflict whose server version already holds
-/// what the local change wants settles without one, and records offered again to a new
-/// history are decided by the server's `updatedAt` (see `docs/client.md`). `server` is
-/// never older than the version the store holds: it is the newest of the conflict's
-/// `current`, the stored copy and a version a pull kept aside.
+/// A conflict whose server version already holds what the local change wants settles
+/// without a resolver. A copy offered again to a new history meets the resolver when the
+/// history's copy does not descend from it (see `docs/client.md`). `server` is never older
+/// than the version the store holds.
 public struct Conflict: Sendable, Hashable {
     /// The record's collection.
     public let collection: String
@@ -19,14 +19,35 @@ public struct Conflict: Sendable, Hashable {
     /// The changeId that wrote `server`, when this device wrote it (else nil: the server
     /// does not send changeIds with records).
     public let serverChangeId: String?
+    /// What the app showed when it made the local edit: the common ancestor of `local`
+    /// and `server`, for a three-way merge. Nil when the edit created the record, or when
+    /// the local side is a copy offered again to a new history.
+    public let base: ConflictBase?
 
     /// A conflict (for custom resolvers' tests).
-    public init(collection: String, id: String, local: LocalEdit, server: RecordState, serverChangeId: String? = nil) {
+    public init(collection: String, id: String, local: LocalEdit, server: RecordState, serverChangeId: String? = nil, base: ConflictBase? = nil) {
         self.collection = collection
         self.id = id
         self.local = local
         self.server = server
         self.serverChangeId = serverChangeId
+        self.base = base
+    }
+}
+
+/// The state a local edit was made on.
+public struct ConflictBase: Sendable, Hashable {
+    /// Its data; nil for a tombstone.
+    public let data: JSONObject?
+    /// True for a tombstone.
+    public let deleted: Bool
+    /// Its server version; nil when it was this device's own edit, not yet on the server.
+    public let version: Version?
+
+    public init(data: JSONObject?, deleted: Bool, version: Version?) {
+        self.data = data
+        self.deleted = deleted
+        self.version = version
     }
 }
 
@@ -71,7 +92,8 @@ public enum Resolution: Sendable, Hashable {
 ///
 /// ```swift
 /// var configuration = OutpostStore.Configuration(space: "team")
-/// configuration.resolver = .lastWriteWins(maxClockDrift: .seconds(300))   // the default
+/// configuration.resolver = .mergeFields(fallback: .lastWriteWins())   // the default
+/// configuration.resolver = .lastWriteWins(maxClockDrift: .seconds(300))
 /// configuration.resolver = .custom { conflict in
 ///     var merged = conflict.server.data ?? [:]
 ///     for (key, value) in conflict.local.data ?? [:] { merged[key] = value }
@@ -79,7 +101,8 @@ public enum Resolution: Sendable, Hashable {
 /// }
 /// ```
 public struct ConflictResolver: Sendable {
-    enum Kind: Sendable {
+    indirect enum Kind: Sendable {
+        case mergeFields(fallback: ConflictResolver)
         case serverWins
         case clientWins
         case lastWriteWins(driftMs: Int64)
@@ -107,6 +130,21 @@ public struct ConflictResolver: Sendable {
         ConflictResolver(kind: .lastWriteWins(driftMs: max(0, maxClockDrift.milliseconds)))
     }
 
+    /// A three-way merge, field by field, against the state the local edit was made on
+    /// (`Conflict.base`); the default resolver, because it loses the least:
+    ///
+    /// - a field changed only locally keeps the local value, one changed only on the server
+    ///   keeps the server's, and one changed on both sides to different values goes to
+    ///   `fallback`, which decides once for all such fields of the record;
+    /// - nested objects merge the same way, recursively; arrays are values;
+    /// - a delete against an edit, or a conflict without a base (a create, or a copy
+    ///   offered again to a new history), is decided by `fallback` as a whole.
+    ///
+    /// The default fallback is last-write-wins with its drift cap and tie-break.
+    public static func mergeFields(fallback: ConflictResolver = .lastWriteWins()) -> ConflictResolver {
+        ConflictResolver(kind: .mergeFields(fallback: fallback))
+    }
+
     /// The app decides. Called on the store's actor: keep it fast and free of I/O.
     public static func custom(_ resolve: @escaping @Sendable (Conflict) -> Resolution) -> ConflictResolver {
         ConflictResolver(kind: .custom(resolve))
@@ -115,6 +153,7 @@ public struct ConflictResolver: Sendable {
     /// The decision for `conflict` when the device's clock reads `now` (ms since 1970).
     public func resolve(_ conflict: Conflict, now: Int64) -> Resolution {
         switch kind {
+        case .mergeFields(let fallback): return Self.mergeFields(conflict, fallback: fallback, now: now)
         case .serverWins: return .keepServer
         case .clientWins: return .keepLocal
         case .custom(let body): return body(conflict)
@@ -142,5 +181,52 @@ public struct ConflictResolver: Sendable {
         // The same device wrote both and the server's changeId is unknown: the queued
         // edit was made after what this device pushed before, so it is the later one.
         return .keepLocal
+    }
+
+    static func mergeFields(_ conflict: Conflict, fallback: ConflictResolver, now: Int64) -> Resolution {
+        guard let base = conflict.base, !base.deleted, let baseData = base.data, !conflict.local.deleted, let localData = conflict.local.data,
+              !conflict.server.deleted, let serverData = conflict.server.data else {
+            return fallback.resolve(conflict, now: now)
+        }
+        // The fallback is asked once, and only when some field changed on both sides.
+        var decision: Resolution?
+        func localWinsBoth() -> Bool {
+            if decision == nil { decision = fallback.resolve(conflict, now: now) }
+            switch decision! {
+            case .keepLocal: return true
+            case .keepServer, .write, .delete: return false
+            }
+        }
+        func merge(_ b: JSONObject, _ l: JSONObject, _ s: JSONObject) -> JSONObject {
+            var out = JSONObject()
+            var keys = Set(l.keys)
+            keys.formUnion(s.keys)
+            keys.formUnion(b.keys)
+            for key in keys {
+                let lv = l[key], sv = s[key], bv = b[key]
+                let chosen: JSONValue?
+                if lv == sv {
+                    chosen = lv
+                } else if lv == bv {
+                    chosen = sv
+                } else if sv == bv {
+                    chosen = lv
+                } else if case .object(let lo)? = lv, case .object(let so)? = sv {
+                    let bo: JSONObject
+                    if case .object(let o)? = bv { bo = o } else { bo = [:] }
+                    chosen = .object(merge(bo, lo, so))
+                } else {
+                    chosen = localWinsBoth() ? lv : sv
+                }
+                if let chosen { out[key] = chosen }
+            }
+            return out
+        }
+        let merged = merge(baseData, localData, serverData)
+        if let decision, case .write = decision { return decision }
+        if let decision, case .delete = decision { return decision }
+        if merged == serverData { return .keepServer }
+        if merged == localData { return .keepLocal }
+        return .write(merged)
     }
 }

@@ -18,8 +18,9 @@ extension OutpostStore {
         /// The client id for a new file; nil makes a random `device-…` one. A file keeps the
         /// id it was created with (it is how the server and other devices name this one).
         public var clientId: String?
-        /// Decides conflicts. Default: last-write-wins with a 5-minute drift limit.
-        public var resolver: ConflictResolver = .lastWriteWins(maxClockDrift: .seconds(300))
+        /// Decides conflicts. Default: a three-way merge field by field, with last-write-wins
+        /// (5-minute drift limit) for a field changed on both sides.
+        public var resolver: ConflictResolver = .mergeFields(fallback: .lastWriteWins(maxClockDrift: .seconds(300)))
         /// Retry schedule of failed and in-doubt changes.
         public var backoff: BackoffPolicy = BackoffPolicy()
         /// Records asked for per pull page (clamped to the server's `maxPageLimit`; halved

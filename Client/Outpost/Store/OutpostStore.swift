@@ -44,6 +44,8 @@ public actor OutpostStore {
     private var syncRunning = false
     private var syncWaiters: [CheckedContinuation<Void, Never>] = []
     var cachedLimits: (limits: Limits, fetchedAt: Int64)?
+    /// Changes in the push request now awaiting its answer.
+    var inFlight: Set<String> = []
 
     /// How many epochs the store remembers having left (PROTOCOL.md section 5).
     public static let retiredEpochLimit = 32
@@ -99,8 +101,6 @@ public actor OutpostStore {
                 clientId = configuration.clientId ?? Identifiers.clientID(using: &rng)
                 try database.setMeta("client_id", clientId)
             }
-            // A change that was being sent when the process stopped may have been applied.
-            try database.markInFlightInDoubt()
         } catch let e as SQLiteError {
             database.close()
             throw OutpostError.storage(e.description)
@@ -179,9 +179,9 @@ public actor OutpostStore {
     public func put(_ data: JSONObject, in collection: String, id: String) throws -> StoredRecord {
         let key = try validatedKey(collection, id)
         guard JSONValue.object(data).depth <= 64 else { throw OutpostError.encoding("records nest at most 64 levels") }
-        let row = try enqueue(key, body: Body(data: encodeObject(data)))
+        guard let shown = try enqueue(key, body: Body(data: encodeObject(data))) else { throw OutpostError.storage("the saved record is not in the store") }
         notify(StoreEvent(origin: .local, keys: [key]))
-        return try storedRecord(row!)
+        return try storedRecord(shown)
     }
 
     /// Deletes the record (a tombstone: the delete syncs like any edit). Returns false when
@@ -189,7 +189,7 @@ public actor OutpostStore {
     @discardableResult
     public func delete(from collection: String, id: String) throws -> Bool {
         let key = try validatedKey(collection, id)
-        guard let row = try read({ try $0.record(key) }), !row.view.deleted else { return false }
+        guard let shown = try read({ try $0.shown(key) }), !shown.body.deleted else { return false }
         _ = try enqueue(key, body: .tombstone)
         notify(StoreEvent(origin: .local, keys: [key]))
         return true
@@ -218,49 +218,83 @@ public actor OutpostStore {
 
     /// The record (tombstones included), or nil when the store has never held it.
     public func record(in collection: String, id: String) throws -> StoredRecord? {
-        try read { try $0.record(RecordKey(collection: collection, id: id)) }.map(storedRecord)
+        try read { try $0.shown(RecordKey(collection: collection, id: id)) }.map(storedRecord)
     }
 
     /// The live records of `collection` (all collections when nil), ordered by collection
     /// and id; tombstones only with `includeDeleted`.
     public func records(in collection: String? = nil, includeDeleted: Bool = false) throws -> [StoredRecord] {
-        try read { try $0.records(collection: collection) }
-            .filter { includeDeleted || !$0.view.deleted }
+        try read { try $0.shown(collection: collection) }
+            .filter { includeDeleted || !$0.body.deleted }
             .map(storedRecord)
     }
 
-    func storedRecord(_ row: RecordRow) throws -> StoredRecord {
-        StoredRecord(collection: row.key.collection, id: row.key.id, data: try row.view.data.map(decodeObject),
-                     deleted: row.view.deleted, version: row.server?.version, pending: row.pending,
-                     updatedAt: row.server?.updatedAt, updatedBy: row.server?.updatedBy)
+    func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
+        StoredRecord(collection: shown.key.collection, id: shown.key.id, data: try shown.body.data.map(decodeObject),
+                     deleted: shown.body.deleted, version: shown.version, pending: shown.pending,
+                     updatedAt: shown.updatedAt, updatedBy: shown.updatedBy)
     }
 
     // MARK: - Queue, quarantine, status
 
     /// Changes not yet settled, in queue order (rejected ones excluded).
     public func pendingChanges() throws -> [QueuedChange] {
-        try read { try $0.entries(in: [.pending, .inFlight, .inDoubt, .failed]) }.map(queuedChange)
+        try changes(unsettled: true)
     }
 
     /// Changes the server rejected for good, with their reasons. They block nothing; the app
     /// shows them and may discard them (`discardRejectedChange`) or save again.
     public func rejectedChanges() throws -> [QueuedChange] {
-        try read { try $0.entries(in: [.rejected]) }.map(queuedChange)
+        try changes(unsettled: false)
     }
 
     /// Removes a rejected change. Returns false when no rejected change has that id.
     @discardableResult
     public func discardRejectedChange(_ changeId: String) throws -> Bool {
         try write { d in
-            guard let e = try d.entry(changeId: changeId), e.state == .rejected else { return false }
-            return try d.deleteEntry(changeId: changeId)
+            guard let key = try d.key(ofChange: changeId), let edit = try d.model(key)?.edit(changeId), Engine.isRejected(edit) else { return false }
+            try transition(key, .discard(changeId: changeId), d)
+            return true
         }
     }
 
-    func queuedChange(_ e: QueueEntry) throws -> QueuedChange {
-        QueuedChange(changeId: e.changeId, collection: e.key.collection, id: e.key.id, op: e.op, data: try e.data.map(decodeObject),
-                     baseVersion: e.baseVersion, state: e.state, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt,
-                     lastError: e.lastError, errorCode: e.errorCode, clientTime: e.clientTime)
+    /// The unsettled or the rejected edits as the app sees them, in queue order.
+    private func changes(unsettled: Bool) throws -> [QueuedChange] {
+        try read { d in
+            let context = try engineContext(d)
+            var out: [(Int64, QueuedChange)] = []
+            for key in try d.keysWithEdits(in: unsettled ? ["queued", "sent"] : ["rejected"]) {
+                guard let model = try d.model(key) else { continue }
+                for edit in model.edits where unsettled ? edit.delivery.isUnsettled : Engine.isRejected(edit) {
+                    out.append((edit.position ?? 0, try queuedChange(edit, model, context)))
+                }
+            }
+            return out.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+    }
+
+    func queuedChange(_ e: Edit, _ model: RecordModel, _ context: EngineContext) throws -> QueuedChange {
+        let state: ChangeState
+        var base: Version?
+        var code: String?
+        switch e.delivery {
+        case .queued:
+            state = e.attempts == 0 && e.lastError == nil ? .pending : .failed
+            if let epoch = context.phase.epoch { base = Engine.wireBase(model, e, epoch: epoch) }
+        case .sent(let sent):
+            state = inFlight.contains(e.changeId) ? .inFlight : .inDoubt
+            base = sent
+        case .acknowledged(let copy):
+            state = .pending
+            base = copy.version
+        case .rejected(let c, _):
+            state = .rejected
+            code = c
+            base = model.state(e.madeOn)?.version
+        }
+        return QueuedChange(changeId: e.changeId, collection: model.key.collection, id: model.key.id, op: e.body.deleted ? .delete : .put,
+                            data: try e.body.data.map(decodeObject), baseVersion: base, state: state, attempts: e.attempts,
+                            nextAttemptAt: e.nextAttemptAt, lastError: e.lastError, errorCode: code, clientTime: e.clientTime)
     }
 
     /// Pulled records that could not be decoded (or failed a validator), oldest first.
@@ -293,7 +327,7 @@ public actor OutpostStore {
                 }
                 var ignored = SyncReport()
                 let record = PreparedRecord(state)
-                if try applyPulled(record, d, sentKeys: try d.keysWithSentChanges(), report: &ignored) { keys.append(record.key) }
+                if try applyPulled(record, d, phase: try phase(d), report: &ignored, keys: &keys) { keys.append(record.key) }
                 try d.deleteQuarantined(q.number)
                 released += 1
             }
@@ -309,8 +343,8 @@ public actor OutpostStore {
             SyncStatus(
                 clientId: clientId, space: configuration.space, epoch: try d.meta("epoch").flatMap(Epoch.init),
                 cursor: try d.meta("cursor").flatMap(Version.init),
-                pending: try d.count(states: [.pending, .inFlight, .inDoubt, .failed]),
-                rejected: try d.count(states: [.rejected]), quarantined: try d.quarantineCount(),
+                pending: try d.count(deliveries: ["queued", "sent"]),
+                rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
                 lastSyncAt: try d.meta("last_sync_at").flatMap { Int64($0) }, lastError: try d.meta("last_error"),
                 retiredEpochs: try d.retiredEpochs(), rebasing: try d.meta("rebasing") != nil)
         }
@@ -322,7 +356,8 @@ public actor OutpostStore {
     public func nextRetryAt() throws -> Int64? {
         let time = now()
         return try read { d in
-            try d.entries(in: [.failed, .inDoubt]).map { isDue($0.nextAttemptAt, now: time) ? min($0.nextAttemptAt, time) : $0.nextAttemptAt }.min()
+            let times = try d.db.query("SELECT next_attempt_at FROM edits WHERE delivery = 'sent' OR (delivery = 'queued' AND (attempts > 0 OR last_error IS NOT NULL))") { $0.int64(0) }
+            return times.map { isDue($0, now: time) ? min($0, time) : $0 }.min()
         }
     }
 

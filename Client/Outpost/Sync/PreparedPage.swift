@@ -9,6 +9,7 @@ struct PreparedRecord: Sendable {
     let updatedAt: Int64
     let updatedBy: String
     let clientTime: Int64?
+    let lineage: Version?
 
     init(_ state: RecordState) {
         key = RecordKey(collection: state.collection, id: state.id)
@@ -17,10 +18,11 @@ struct PreparedRecord: Sendable {
         updatedAt = state.updatedAt
         updatedBy = state.updatedBy
         clientTime = state.clientTime
+        lineage = state.lineage
     }
 
-    var serverCopy: ServerCopy {
-        ServerCopy(version: version, body: body, updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, changeId: nil)
+    var copy: Copy {
+        Copy(version: version, body: body, updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage)
     }
 }
 

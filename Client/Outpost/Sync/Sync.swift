@@ -57,7 +57,7 @@ extension OutpostStore {
                 try d.setMeta("last_error", nil)
             }
             report.epoch = try read { try $0.meta("epoch").flatMap(Epoch.init) }
-            report.pending = try read { try $0.count(states: [.pending, .inFlight, .inDoubt, .failed]) }
+            report.pending = try read { try $0.count(deliveries: ["queued", "sent"]) }
             announce(.finished(report))
             return report
         } catch {

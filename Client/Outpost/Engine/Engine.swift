@@ -1,0 +1,442 @@
+import OutpostCore
+
+// The transition function of a record (docs/client.md has its table, which
+// EngineTableTests checks against this code).
+
+/// What happened to a record.
+enum RecordEvent: Hashable, Sendable {
+    /// The app saved `body` (a put, or a tombstone for a delete) at `time`.
+    case edit(Body, changeId: String, time: Int64)
+    /// A pull brought this copy of the followed history (during a re-pull, of the new one).
+    case pulled(Copy)
+    /// The head edit goes out in a push now.
+    case sending(changeId: String)
+    /// The server applied the change at this copy's version (a replay included). A
+    /// version of another epoch is a replay from a history the store left.
+    case applied(changeId: String, Copy)
+    /// The server did not apply the change: `current` is the record now (nil: it has none).
+    case conflict(changeId: String, current: Copy?)
+    /// The server refused the change for good.
+    case rejected(changeId: String, code: String, message: String)
+    /// The followed history never applied it: its base names another epoch
+    /// (`epoch_mismatch`). It goes again, as a new change, on what it was made on.
+    case notInHistory(changeId: String, message: String)
+    /// No answer was read. `mayHaveApplied` is false only when the request certainly never
+    /// reached the server; `sentBefore` says whether an earlier request carried the change.
+    case noAnswer(changeId: String, mayHaveApplied: Bool, sentBefore: Bool, retryAt: Int64, message: String)
+    /// An answer from an epoch the store does not follow: it settles nothing.
+    case foreignAnswer(changeId: String, message: String)
+    /// The store now pulls a new history from its start.
+    case historyConfirmed
+    /// The re-pull reached the end of the new history, which does not hold what the record
+    /// still has to meet.
+    case rePullFinished
+    /// The app discarded a rejected change.
+    case discard(changeId: String)
+    /// The app dropped what it knows of left histories (`leaveEpoch(discardingCopies:)`).
+    case dropCopies
+}
+
+/// What the store does after a transition, besides storing the new state.
+enum Effect: Hashable, Sendable {
+    /// What the app sees of the record changed: tell observers.
+    case show
+    /// A pulled copy the app now sees.
+    case pulledShown
+    /// The server applied a change.
+    case pushed
+    /// A conflict was settled (by adopting the server's copy or by the resolver).
+    case conflict
+    /// A change was rejected for good.
+    case rejected
+    /// A copy of a left history was queued to be offered again.
+    case reoffered
+    /// The store should sync again soon: something was queued that this sync may not send.
+    case syncAgain
+    /// Send this change now.
+    case send(Change)
+}
+
+/// What a transition needs besides the record: the phase, the resolver, the clock and a
+/// source of change ids (a seeded generator, so a transition is a function of its inputs).
+struct EngineContext {
+    var phase: Phase
+    var resolver: ConflictResolver
+    var now: Int64
+    var clientId: String
+    var backoff: (Int) -> Int64
+    var newChangeId: () -> String
+}
+
+enum Engine {
+    /// The one transition function: the record after `event`, and what the store then does.
+    static func reduce(_ record: RecordModel, _ event: RecordEvent, _ context: EngineContext) -> (RecordModel, [Effect]) {
+        var r = record
+        var effects: [Effect] = []
+        let viewBefore = record.view
+        switch event {
+        case .edit(let body, let changeId, let time):
+            edit(&r, body, changeId: changeId, time: time)
+        case .pulled(let copy):
+            if pulled(&r, copy, context) { effects.append(.reoffered) }
+            if !r.pending, r.view != viewBefore { effects.append(.pulledShown) }
+        case .sending(let changeId):
+            if let change = sending(&r, changeId, context) { effects.append(.send(change)) }
+        case .applied(let changeId, let copy):
+            if applied(&r, changeId, copy, context) { effects.append(.pushed) }
+            if meet(&r, context) { effects.append(.reoffered) }
+        case .conflict(let changeId, let current):
+            if conflict(&r, changeId, current, context) { effects.append(.conflict) }
+        case .rejected(let changeId, let code, let message):
+            if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
+                r.edits[i].delivery = .rejected(code: code, message: message)
+                r.edits[i].lastError = message
+                effects.append(.rejected)
+            }
+        case .notInHistory(let changeId, let message):
+            if notInHistory(&r, changeId, message, context) { effects.append(.syncAgain) }
+            if meet(&r, context) { effects.append(.reoffered) }
+        case .noAnswer(let changeId, let mayHaveApplied, let sentBefore, let retryAt, let message):
+            if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
+                if !mayHaveApplied && !sentBefore {
+                    // No request carrying it ever reached the server: not applied.
+                    r.edits[i].delivery = .queued
+                }
+                r.edits[i].nextAttemptAt = retryAt
+                r.edits[i].lastError = message
+            }
+        case .foreignAnswer(let changeId, let message):
+            if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
+                r.edits[i].nextAttemptAt = 0
+                r.edits[i].lastError = message
+                effects.append(.syncAgain)
+            }
+        case .historyConfirmed:
+            historyConfirmed(&r)
+        case .rePullFinished:
+            if meet(&r, context, historyLacksRecord: true) { effects.append(.reoffered) }
+        case .discard(let changeId):
+            discard(&r, changeId)
+        case .dropCopies:
+            r.server = nil
+            r.left = nil
+            r.edits.removeAll { $0.isReoffer && !isSent($0) }
+        }
+        normalize(&r)
+        if r.view != viewBefore { effects.append(.show) }
+        return (r, effects)
+    }
+
+    // MARK: Local edits
+
+    /// A new edit. The record's newest edit, when it is an app edit still queued, absorbs it
+    /// (put+put is the latest put, delete+put a put, put+delete a delete), keeping what it
+    /// was made on and its place. A create never sent that a delete undoes leaves nothing:
+    /// no server ever saw it, and no copy of it exists elsewhere.
+    static func edit(_ r: inout RecordModel, _ body: Body, changeId: String, time: Int64) {
+        if let last = r.edits.last, last.delivery == .queued, !last.isReoffer {
+            let i = r.edits.count - 1
+            let unsettled = r.edits.filter { $0.delivery.isUnsettled }.count
+            if body.deleted, last.madeOn == .nothing, unsettled == 1, last.attempts == 0, r.server == nil, r.left == nil {
+                r.edits.remove(at: i)
+                return
+            }
+            r.edits[i].changeId = changeId
+            r.edits[i].body = body
+            r.edits[i].clientTime = time
+            return
+        }
+        let shown = r.edits.last { if case .rejected = $0.delivery { return false } else { return true } }
+        let madeOn: MadeOn
+        if let shown {
+            madeOn = .edit(shown.changeId)
+        } else if let copy = r.server ?? r.left {
+            madeOn = .copy(copy)
+        } else {
+            madeOn = .nothing
+        }
+        r.edits.append(Edit(changeId: changeId, kind: .app, body: body, clientTime: time, createdAt: time, madeOn: madeOn))
+    }
+
+    // MARK: Pulls
+
+    /// A pulled copy replaces an older one of its history, never a newer one; the same
+    /// version fills in what an answer did not say. Returns true when a left copy was
+    /// queued to be offered again.
+    static func pulled(_ r: inout RecordModel, _ copy: Copy, _ context: EngineContext) -> Bool {
+        if let s = r.server, s.version.epoch == copy.version.epoch {
+            if s.version == copy.version {
+                var filled = s
+                filled.updatedAt = s.updatedAt ?? copy.updatedAt
+                filled.updatedBy = s.updatedBy ?? copy.updatedBy
+                filled.lineage = s.lineage ?? copy.lineage
+                if s.body == nil { filled.body = copy.body }
+                r.server = filled
+                return false
+            }
+            guard copy.version.seq > s.version.seq else { return false }
+        } else if let s = r.server {
+            // A copy of another history than the pulled one is a left copy.
+            keepLeft(&r, s)
+        }
+        r.server = copy
+        return meet(&r, context)
+    }
+
+    /// Keeps `copy` as the left copy when it is later than the one kept.
+    static func keepLeft(_ r: inout RecordModel, _ copy: Copy) {
+        if let l = r.left, !copy.isLater(than: l) { return }
+        r.left = copy
+    }
+
+    /// The left copy meets the followed history's copy: when that copy holds it, it is
+    /// done; otherwise (or when the history lacks the record) it is queued to be offered
+    /// again, on what the history holds. A copy the device cannot read is not offered.
+    /// Returns true when it queued a re-offer.
+    @discardableResult
+    static func meet(_ r: inout RecordModel, _ context: EngineContext, historyLacksRecord: Bool = false) -> Bool {
+        guard let left = r.left, let epoch = context.phase.epoch, left.version.epoch != epoch else { return false }
+        let current = r.server.flatMap { $0.version.epoch == epoch ? $0 : nil }
+        if current == nil && !historyLacksRecord {
+            // Met only once the history's copy is known: pulled, or known absent.
+            guard case .following = context.phase else { return false }
+        }
+        r.left = nil
+        if let current, current.holds(left) { return false }
+        guard let body = left.body else { return false }
+        if let i = r.edits.firstIndex(where: { $0.isReoffer && $0.delivery == .queued }) {
+            // One re-offer per record: the later copy.
+            if let carried = r.edits[i].carried, !left.isLater(than: carried) { return false }
+            r.edits.remove(at: i)
+        }
+        let lineage = Lineage(version: left.version, updatedAt: left.updatedAt ?? 0)
+        r.edits.append(Edit(changeId: context.newChangeId(), kind: .reoffer(lineage), body: body, clientTime: left.clientTime ?? lineage.updatedAt,
+                            createdAt: context.now, madeOn: current.map { .copy($0) } ?? .nothing))
+        return true
+    }
+
+    // MARK: Pushes
+
+    static func isSent(_ e: Edit) -> Bool {
+        if case .sent = e.delivery { return true }
+        return false
+    }
+
+    /// The head edit goes out: a queued one gets its wire base now; a sent one goes again
+    /// as it was. Returns the change to send.
+    static func sending(_ r: inout RecordModel, _ changeId: String, _ context: EngineContext) -> Change? {
+        guard let change = outgoing(r, context), change.changeId == changeId, let i = r.index(of: changeId) else { return nil }
+        r.edits[i].delivery = .sent(base: change.baseVersion)
+        r.edits[i].attempts += 1
+        return change
+    }
+
+    /// The change the next push sends for the record, if any: its head edit, with the base
+    /// it was sent with before, or else the one computed now. Nothing goes out of a store
+    /// that does not follow a history.
+    static func outgoing(_ r: RecordModel, _ context: EngineContext) -> Change? {
+        guard case .following(let epoch) = context.phase, let head = r.head else { return nil }
+        let base: Version?
+        switch head.delivery {
+        case .sent(let sentBase): base = sentBase
+        default: base = wireBase(r, head, epoch: epoch)
+        }
+        let lineage: Lineage?
+        if case .reoffer(let l) = head.kind { lineage = l } else { lineage = nil }
+        return Change(changeId: head.changeId, collection: r.key.collection, id: r.key.id, op: head.body.deleted ? .delete : .put,
+                      data: try? head.body.data.map(decodeObject), baseVersion: base, clientTime: head.clientTime, lineage: lineage)
+    }
+
+    /// The base a change is sent with: the version, in the followed history, of the state
+    /// the edit was made on. An edit made on a state that history does not hold goes as a
+    /// create: the server applies it where the history lacks the record, and otherwise
+    /// answers a conflict, so the resolver sees both.
+    static func wireBase(_ r: RecordModel, _ edit: Edit, epoch: Epoch) -> Version? {
+        guard let made = r.state(edit.madeOn) else { return nil }
+        if made.version.epoch == epoch { return made.version }
+        if let s = r.server, s.version.epoch == epoch, s.isState(made) { return s.version }
+        return nil
+    }
+
+    /// Returns true when the answer settled the edit.
+    static func applied(_ r: inout RecordModel, _ changeId: String, _ answer: Copy, _ context: EngineContext) -> Bool {
+        guard let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled else { return false }
+        let edit = r.edits[i]
+        var copy = answer
+        copy.body = edit.body
+        copy.changeId = changeId
+        copy.clientTime = edit.clientTime
+        copy.updatedBy = copy.updatedBy ?? context.clientId
+        if case .reoffer(let lineage) = edit.kind {
+            copy.lineage = lineage.version
+        } else if case .sent(let base?) = edit.delivery, let s = r.server, s.version == base {
+            copy.lineage = s.lineage
+        }
+        r.edits[i].delivery = .acknowledged(copy)
+        r.edits[i].lastError = nil
+        if let epoch = context.phase.epoch, copy.version.epoch != epoch {
+            // Applied in a history the store left (a replay): a left copy, which the
+            // followed history may lack.
+            keepLeft(&r, copy)
+        } else if r.server.map({ copy.isLater(than: $0) }) ?? true {
+            r.server = copy
+        }
+        return true
+    }
+
+    /// A conflict: the server's copy is adopted when it holds what the edits want (their
+    /// content, or for a re-offer a state descending from it); otherwise the resolver
+    /// decides between the newest edit and the newest copy, seeing the state the edits
+    /// were made on. Its decision replaces every unsettled edit of the record. Returns true
+    /// when the conflict was settled.
+    static func conflict(_ r: inout RecordModel, _ changeId: String, _ current: Copy?, _ context: EngineContext) -> Bool {
+        guard let head = r.head, head.changeId == changeId else { return false }
+        if let current, r.server.map({ current.isLater(than: $0) || current.version.epoch != $0.version.epoch }) ?? true {
+            if let s = r.server, s.version.epoch != current.version.epoch { keepLeft(&r, s) }
+            r.server = current
+        }
+        let unsettled = r.edits.filter { $0.delivery.isUnsettled }
+        let latest = unsettled.last!
+        var settled: [Edit] = r.edits.filter { !$0.delivery.isUnsettled }
+        // The resolved write counts the conflict as an attempt of the record, so a server that
+        // answers every push with a conflict meets a growing backoff.
+        func replace(with body: Body, madeOn: MadeOn) {
+            settled.append(Edit(changeId: context.newChangeId(), kind: .app, body: body, clientTime: latest.clientTime, createdAt: latest.createdAt,
+                                madeOn: madeOn, attempts: head.attempts + 1, nextAttemptAt: context.now + context.backoff(head.attempts + 1),
+                                lastError: "conflict; resolved"))
+        }
+        guard let server = r.server, current != nil else {
+            // The history has no such record: the edits go as a create.
+            replace(with: latest.body, madeOn: .nothing)
+            r.edits = settled
+            return true
+        }
+        if let body = server.body, latest.body.sameContent(as: body) {
+            r.edits = settled
+            return true
+        }
+        if unsettled.count == 1, let carried = head.carried, server.holds(carried) {
+            r.edits = settled
+            return true
+        }
+        guard let serverBody = server.body,
+              let local = try? LocalEdit(data: latest.body.data.map(decodeObject), deleted: latest.body.deleted, clientTime: latest.clientTime,
+                                         changeId: latest.changeId, clientId: context.clientId),
+              let serverState = try? server.recordState(r.key, fallbackTime: context.now) else {
+            // The server's copy cannot be read here: the edits go again on it.
+            replace(with: latest.body, madeOn: .copy(server))
+            r.edits = settled
+            return true
+        }
+        _ = serverBody
+        // The merge's base: what the app saw when it made the first of the edits (a
+        // re-offer carries a copy whose common ancestor with the server's is unknown).
+        let chainStart = unsettled.first { !$0.isReoffer } ?? head
+        var base: ConflictBase?
+        if !chainStart.isReoffer, let content = r.content(chainStart.madeOn), let data = try? content.data.map(decodeObject) {
+            let state = chainStart.madeOn == .nothing ? nil : r.state(chainStart.madeOn)
+            let ownEdit: Bool
+            if case .edit(let id) = chainStart.madeOn, let earlier = r.edit(id), earlier.delivery.isUnsettled || isRejected(earlier) { ownEdit = true } else { ownEdit = false }
+            base = ConflictBase(data: data, deleted: content.deleted, version: ownEdit ? nil : state?.version)
+        }
+        let conflict = Conflict(collection: r.key.collection, id: r.key.id, local: local, server: serverState,
+                                serverChangeId: server.changeId, base: base)
+        switch context.resolver.resolve(conflict, now: context.now) {
+        case .keepServer:
+            break
+        case .keepLocal:
+            replace(with: latest.body, madeOn: .copy(server))
+        case .write(let object):
+            replace(with: Body(data: encodeObject(object)), madeOn: .copy(server))
+        case .delete:
+            replace(with: .tombstone, madeOn: .copy(server))
+        }
+        r.edits = settled
+        return true
+    }
+
+    /// `epoch_mismatch`: the followed history never applied the change. An app edit goes
+    /// again as a new change (its base is computed again when sent); a re-offer's copy is a
+    /// left copy again, met anew. Returns true when something was queued.
+    static func notInHistory(_ r: inout RecordModel, _ changeId: String, _ message: String, _ context: EngineContext) -> Bool {
+        guard let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled else { return false }
+        if let carried = r.edits[i].carried {
+            r.edits.remove(at: i)
+            keepLeft(&r, carried)
+            return true
+        }
+        r.edits[i].changeId = context.newChangeId()
+        r.edits[i].delivery = .queued
+        r.edits[i].nextAttemptAt = 0
+        r.edits[i].lastError = message
+        return true
+    }
+
+    /// A new history: the record's copy becomes a left copy, to be met in it; a re-offer
+    /// not sent yet is a left copy again.
+    static func historyConfirmed(_ r: inout RecordModel) {
+        if let s = r.server {
+            keepLeft(&r, s)
+            r.server = nil
+        }
+        for e in r.edits where e.isReoffer && e.delivery == .queued {
+            keepLeft(&r, e.carried!)
+        }
+        r.edits.removeAll { $0.isReoffer && $0.delivery == .queued }
+    }
+
+    /// A discarded rejected change leaves the list; an edit made on it is made on what it
+    /// was made on (the same chain of states).
+    static func discard(_ r: inout RecordModel, _ changeId: String) {
+        guard let i = r.index(of: changeId), case .rejected = r.edits[i].delivery else { return }
+        let gone = r.edits.remove(at: i)
+        r.edits = r.edits.map { e in
+            guard e.madeOn == .edit(changeId) else { return e }
+            var copy = Edit(position: e.position, changeId: e.changeId, kind: e.kind, body: e.body, clientTime: e.clientTime, createdAt: e.createdAt,
+                            madeOn: gone.madeOn, delivery: e.delivery, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt, lastError: e.lastError)
+            copy.position = e.position
+            return copy
+        }
+    }
+
+    // MARK: Order
+
+    /// The edits in the order they go out: a sent edit first (its answer decides what the
+    /// others meet), then a re-offer (an edit the server rejects must never take the copy
+    /// with it), then the rest in the order they were made. Acknowledged edits stay only
+    /// while a later edit was made on them.
+    static func normalize(_ r: inout RecordModel) {
+        let referenced = Set(r.edits.compactMap { e -> String? in
+            guard e.delivery.isUnsettled || isRejected(e), case .edit(let id) = e.madeOn else { return nil }
+            return id
+        })
+        r.edits.removeAll { e in
+            if case .acknowledged = e.delivery { return !referenced.contains(e.changeId) }
+            return false
+        }
+        func rank(_ e: Edit) -> Int {
+            if isSent(e) { return 0 }
+            if e.isReoffer && e.delivery == .queued { return 1 }
+            return 2
+        }
+        let ranked = r.edits.enumerated().sorted { a, b in
+            let ra = rank(a.element), rb = rank(b.element)
+            return ra != rb ? ra < rb : a.offset < b.offset
+        }
+        r.edits = ranked.map(\.element)
+    }
+
+    static func isRejected(_ e: Edit) -> Bool {
+        if case .rejected = e.delivery { return true }
+        return false
+    }
+}
+
+extension Copy {
+    /// As a `RecordState` (for resolvers); an unknown `updatedAt` reads as `fallbackTime`.
+    func recordState(_ key: RecordKey, fallbackTime: Int64) throws -> RecordState {
+        RecordState(collection: key.collection, id: key.id, version: version, deleted: body?.deleted ?? false,
+                    data: try body?.data.map(decodeObject), updatedAt: updatedAt ?? fallbackTime,
+                    updatedBy: updatedBy ?? "", clientTime: clientTime, lineage: lineage)
+    }
+}

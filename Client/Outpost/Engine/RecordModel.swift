@@ -1,0 +1,228 @@
+import OutpostCore
+
+// The client's sync state, as values (docs/client.md, "The engine").
+//
+// Everything the store knows about one record is one `RecordModel`: the copy of the
+// history it follows, a copy of a history it left that the followed one may lack, and the
+// app's edits in order. The store's phase says which history it follows. `Engine.reduce`
+// is the only code that changes a `RecordModel`; SQLite stores it (LocalDatabase).
+
+/// One committed state of a record, as a server sent it.
+struct Copy: Hashable, Sendable {
+    var version: Version
+    /// The content; nil when the device cannot read it (it failed to decode or the app's
+    /// validator refused it: the quarantine holds the raw record).
+    var body: Body?
+    /// The server's commit time; nil when known only from an answer without it.
+    var updatedAt: Int64?
+    var updatedBy: String?
+    var clientTime: Int64?
+    /// The version of an earlier history this state descends from (protocol 1.1).
+    var lineage: Version?
+    /// The change of this device that wrote it, when known.
+    var changeId: String?
+
+    init(version: Version, body: Body?, updatedAt: Int64?, updatedBy: String? = nil, clientTime: Int64? = nil, lineage: Version? = nil, changeId: String? = nil) {
+        self.version = version
+        self.body = body
+        self.updatedAt = updatedAt
+        self.updatedBy = updatedBy
+        self.clientTime = clientTime
+        self.lineage = lineage
+        self.changeId = changeId
+    }
+
+    init(_ state: RecordState) {
+        self.init(version: state.version, body: Body(state), updatedAt: state.updatedAt, updatedBy: state.updatedBy,
+                  clientTime: state.clientTime, lineage: state.lineage)
+    }
+
+    /// True when this state is `other` or descends from it: a later state of the same
+    /// history (the versions of one record in one history form a chain), or a state of a
+    /// later history whose lineage is `other` or a later state of `other`'s history.
+    func holds(_ other: Copy) -> Bool {
+        if version.epoch == other.version.epoch { return version.seq >= other.version.seq }
+        guard let lineage, lineage.epoch == other.version.epoch else { return false }
+        return lineage.seq >= other.version.seq
+    }
+
+    /// True when this state is `other` itself: the same version, or the state a later
+    /// history restored or re-offered from it.
+    func isState(_ other: Copy) -> Bool {
+        version == other.version || lineage == other.version
+    }
+
+    /// True when `self` is a later state than `other` in the epoch order (PROTOCOL.md
+    /// section 1), then by seq. Used only between copies the store may replace.
+    func isLater(than other: Copy) -> Bool {
+        if version.epoch != other.version.epoch { return other.version.epoch < version.epoch }
+        return version.seq > other.version.seq
+    }
+}
+
+/// What an edit was made on: the state the app showed when it made it. It names one
+/// state for ever; the wire `baseVersion` is computed from it when the change is sent.
+enum MadeOn: Hashable, Sendable {
+    /// No copy: the app created the record.
+    case nothing
+    /// A server's copy.
+    case copy(Copy)
+    /// The record's earlier edit with this changeId, still in the record's list.
+    case edit(String)
+}
+
+/// Where an edit stands. Each state has one meaning.
+enum Delivery: Hashable, Sendable {
+    /// Not applied by the followed history, and not sent in its current form since: it
+    /// goes with the next push (a retry time paces the scheduler's automatic syncs).
+    case queued
+    /// Sent with this wire base, and no answer of the followed history has been read: the
+    /// server may have applied it. Sent again exactly as it was, under the same changeId.
+    case sent(base: Version?)
+    /// Applied; the copy it became.
+    case acknowledged(Copy)
+    /// The server refused it for good. Kept for the app until it discards it.
+    case rejected(code: String, message: String)
+
+    var isUnsettled: Bool {
+        switch self {
+        case .queued, .sent: return true
+        case .acknowledged, .rejected: return false
+        }
+    }
+}
+
+/// An app's edit, or a copy of a left history offered again.
+enum EditKind: Hashable, Sendable {
+    case app
+    /// A copy committed in a history the server no longer holds, offered to the followed
+    /// one with its lineage; the server answers a conflict unless its copy descends from
+    /// an ancestor of it (protocol 1.1).
+    case reoffer(Lineage)
+}
+
+struct Edit: Hashable, Sendable {
+    /// Its place in the queue (nil until stored). Pushes go in this order across records.
+    var position: Int64?
+    var changeId: String
+    var kind: EditKind
+    var body: Body
+    var clientTime: Int64
+    var createdAt: Int64
+    let madeOn: MadeOn
+    var delivery: Delivery
+    /// Sends so far (and conflicts resolved into it), for the backoff.
+    var attempts = 0
+    /// The scheduler does not retry it before this time.
+    var nextAttemptAt: Int64 = 0
+    /// The last failure or the rejection's reason, for the app.
+    var lastError: String?
+
+    init(position: Int64? = nil, changeId: String, kind: EditKind, body: Body, clientTime: Int64, createdAt: Int64, madeOn: MadeOn,
+         delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil) {
+        self.position = position
+        self.changeId = changeId
+        self.kind = kind
+        self.body = body
+        self.clientTime = clientTime
+        self.createdAt = createdAt
+        self.madeOn = madeOn
+        self.delivery = delivery
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.lastError = lastError
+    }
+
+    var isReoffer: Bool {
+        if case .reoffer = kind { return true }
+        return false
+    }
+
+    /// For a re-offer, the copy it carries.
+    var carried: Copy? {
+        guard case .reoffer(let lineage) = kind else { return nil }
+        return Copy(version: lineage.version, body: body, updatedAt: lineage.updatedAt, clientTime: clientTime)
+    }
+}
+
+/// Everything the store knows about one record.
+struct RecordModel: Hashable, Sendable {
+    let key: RecordKey
+    /// The newest copy of the followed history (during a re-pull, of the history being
+    /// pulled).
+    var server: Copy?
+    /// A copy of a history the store left, not yet met in the followed one.
+    var left: Copy?
+    /// Edits, in the order they go out (see `Engine.normalize`).
+    var edits: [Edit]
+
+    init(key: RecordKey, server: Copy? = nil, left: Copy? = nil, edits: [Edit] = []) {
+        self.key = key
+        self.server = server
+        self.left = left
+        self.edits = edits
+    }
+
+    var isEmpty: Bool { server == nil && left == nil && edits.isEmpty }
+
+    /// True while an edit waits for the server.
+    var pending: Bool { edits.contains { $0.delivery.isUnsettled } }
+
+    /// What the app sees: the newest edit not rejected, else the followed copy, else the
+    /// left one. Nil when there is nothing it can read.
+    var view: Body? {
+        if let edit = edits.last(where: { if case .rejected = $0.delivery { return false } else { return true } }) { return edit.body }
+        if let server { return server.body }
+        return left?.body
+    }
+
+    /// The version the app's view is based on.
+    var shownVersion: Version? {
+        (server ?? left)?.version
+    }
+
+    /// The first edit that waits for the server: the one the next push sends.
+    var head: Edit? { edits.first { $0.delivery.isUnsettled } }
+
+    func edit(_ changeId: String) -> Edit? { edits.first { $0.changeId == changeId } }
+
+    func index(of changeId: String) -> Int? { edits.firstIndex { $0.changeId == changeId } }
+
+    /// The state `madeOn` names, following earlier edits: an acknowledged one is the copy it
+    /// became; a rejected one never became a state, so what it was made on. Nil: nothing.
+    func state(_ madeOn: MadeOn) -> Copy? {
+        switch madeOn {
+        case .nothing: return nil
+        case .copy(let copy): return copy
+        case .edit(let id):
+            guard let earlier = edit(id) else { return nil }
+            switch earlier.delivery {
+            case .acknowledged(let copy): return copy
+            case .rejected, .queued, .sent: return state(earlier.madeOn)
+            }
+        }
+    }
+
+    /// The content the app saw when it made an edit (the three-way merge's base).
+    func content(_ madeOn: MadeOn) -> Body? {
+        if case .edit(let id) = madeOn, let earlier = edit(id) { return earlier.body }
+        return state(madeOn)?.body
+    }
+}
+
+/// Which history the store follows.
+enum Phase: Hashable, Sendable {
+    /// No history: before the first sync, or after `leaveEpoch`.
+    case detached
+    /// Following `epoch`: pushes go, pulls continue from the cursor.
+    case following(Epoch)
+    /// Pulling the new history `epoch` from its start: copies are met, nothing is pushed.
+    case rePulling(Epoch)
+
+    var epoch: Epoch? {
+        switch self {
+        case .detached: return nil
+        case .following(let e), .rePulling(let e): return e
+        }
+    }
+}

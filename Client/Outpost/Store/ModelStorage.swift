@@ -1,0 +1,338 @@
+import OutpostCore
+import OutpostSQLite
+
+// How `RecordModel`s are stored (schema 3): one `records` row per record with its two
+// copies and what the app sees, and one `edits` row per edit. Every column is written from
+// the model; `shows`, `view_*` and `pending` are derived from it so reads need no edits.
+
+extension LocalDatabase {
+    /// The nine columns of a stored copy, by prefix.
+    static func copyColumns(_ p: String) -> [String] {
+        ["version", "data", "deleted", "readable", "updated_at", "updated_by", "client_time", "lineage", "change_id"].map { "\(p)_\($0)" }
+    }
+
+    static func copyValues(_ c: Copy?) -> [SQLiteValue] {
+        guard let c else { return Array(repeating: .null, count: 9) }
+        return [
+            .text(c.version.text), c.body?.data.map { .blob($0) } ?? .null, .integer(c.body?.deleted == true ? 1 : 0),
+            .integer(c.body == nil ? 0 : 1), c.updatedAt.map { .integer($0) } ?? .null, c.updatedBy.map { .text($0) } ?? .null,
+            c.clientTime.map { .integer($0) } ?? .null, c.lineage.map { .text($0.text) } ?? .null, c.changeId.map { .text($0) } ?? .null,
+        ]
+    }
+
+    static func readCopy(_ s: Statement, _ i: Int32) -> Copy? {
+        guard let text = s.optionalText(i), let version = Version(text) else { return nil }
+        let body: Body? = s.int64(i + 3) == 0 ? nil : Body(data: s.int64(i + 2) != 0 ? nil : s.blob(i + 1))
+        return Copy(version: version, body: body, updatedAt: s.optionalInt64(i + 4), updatedBy: s.optionalText(i + 5),
+                    clientTime: s.optionalInt64(i + 6), lineage: s.optionalText(i + 7).flatMap(Version.init), changeId: s.optionalText(i + 8))
+    }
+
+    static let modelSchema = """
+        CREATE TABLE records(
+            collection TEXT NOT NULL,
+            id TEXT NOT NULL,
+            shows INTEGER NOT NULL,
+            view_data BLOB,
+            view_deleted INTEGER NOT NULL DEFAULT 0,
+            pending INTEGER NOT NULL DEFAULT 0,
+            \(copyColumns("s").joined(separator: ", ")),
+            \(copyColumns("l").joined(separator: ", ")),
+            PRIMARY KEY(collection, id)) WITHOUT ROWID;
+        CREATE INDEX records_left ON records(l_version) WHERE l_version IS NOT NULL;
+        CREATE TABLE edits(
+            position INTEGER PRIMARY KEY AUTOINCREMENT,
+            change_id TEXT NOT NULL UNIQUE,
+            collection TEXT NOT NULL,
+            id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            lineage_version TEXT,
+            lineage_updated_at INTEGER,
+            deleted INTEGER NOT NULL,
+            data BLOB,
+            client_time INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            made_on TEXT NOT NULL,
+            made_on_edit TEXT,
+            \(copyColumns("m").joined(separator: ", ")),
+            delivery TEXT NOT NULL,
+            sent_base TEXT,
+            \(copyColumns("a").joined(separator: ", ")),
+            error_code TEXT,
+            last_error TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX edits_record ON edits(collection, id, position);
+        CREATE INDEX edits_delivery ON edits(delivery);
+        """
+
+    // MARK: Models
+
+    private static let recordColumns = "collection, id, " + copyColumns("s").joined(separator: ", ") + ", " + copyColumns("l").joined(separator: ", ")
+
+    private static let editColumns = (["position", "change_id", "kind", "lineage_version", "lineage_updated_at", "deleted", "data", "client_time", "created_at",
+                                       "made_on", "made_on_edit"] + copyColumns("m") + ["delivery", "sent_base"] + copyColumns("a")
+                                      + ["error_code", "last_error", "attempts", "next_attempt_at"]).joined(separator: ", ")
+
+    private static func readEdit(_ s: Statement) -> Edit {
+        let kind: EditKind
+        if s.text(2) == "reoffer", let v = s.optionalText(3).flatMap(Version.init) {
+            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(4) ?? 0))
+        } else {
+            kind = .app
+        }
+        let body = Body(data: s.int64(5) != 0 ? nil : s.blob(6))
+        let madeOn: MadeOn
+        switch s.text(9) {
+        case "copy": madeOn = readCopy(s, 11).map { .copy($0) } ?? .nothing
+        case "edit": madeOn = .edit(s.text(10))
+        default: madeOn = .nothing
+        }
+        let delivery: Delivery
+        let lastError = s.optionalText(32)
+        switch s.text(20) {
+        case "sent": delivery = .sent(base: s.optionalText(21).flatMap(Version.init))
+        case "acknowledged":
+            if var copy = readCopy(s, 22) {
+                copy.body = body
+                delivery = .acknowledged(copy)
+            } else {
+                delivery = .queued
+            }
+        case "rejected": delivery = .rejected(code: s.optionalText(31) ?? "unknown", message: lastError ?? "rejected")
+        default: delivery = .queued
+        }
+        return Edit(position: s.int64(0), changeId: s.text(1), kind: kind, body: body, clientTime: s.int64(7), createdAt: s.int64(8),
+                    madeOn: madeOn, delivery: delivery, attempts: s.int(33), nextAttemptAt: s.int64(34), lastError: lastError)
+    }
+
+    /// The record's model; nil when the store holds nothing of it.
+    func model(_ key: RecordKey) throws -> RecordModel? {
+        let row = try db.cached("SELECT \(Self.recordColumns) FROM records WHERE collection = ? AND id = ?")
+            .queryOne([.text(key.collection), .text(key.id)]) { s in (Self.readCopy(s, 2), Self.readCopy(s, 11)) }
+        let edits = try db.cached("SELECT \(Self.editColumns) FROM edits WHERE collection = ? AND id = ? ORDER BY position")
+            .query([.text(key.collection), .text(key.id)], Self.readEdit)
+        guard row != nil || !edits.isEmpty else { return nil }
+        var model = RecordModel(key: key, server: row?.0, left: row?.1, edits: edits)
+        Engine.normalize(&model)
+        return model
+    }
+
+    /// Stores `model` (or removes the record when it holds nothing).
+    func save(_ model: RecordModel) throws {
+        let key = model.key
+        try db.cached("DELETE FROM edits WHERE collection = ? AND id = ?").run([.text(key.collection), .text(key.id)])
+        guard !model.isEmpty else {
+            try db.cached("DELETE FROM records WHERE collection = ? AND id = ?").run([.text(key.collection), .text(key.id)])
+            return
+        }
+        let view = model.view
+        let shows: Int64
+        if view == nil { shows = 2 } else if !model.pending && model.server?.body != nil && view == model.server?.body { shows = 0 } else { shows = 1 }
+        var values: [SQLiteValue] = [.text(key.collection), .text(key.id), .integer(shows)]
+        values.append(shows == 1 ? (view?.data.map { .blob($0) } ?? .null) : .null)
+        values.append(.integer(view?.deleted == true ? 1 : 0))
+        values.append(.integer(model.pending ? 1 : 0))
+        values += Self.copyValues(model.server) + Self.copyValues(model.left)
+        let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
+        try db.cached("""
+            INSERT OR REPLACE INTO records(collection, id, shows, view_data, view_deleted, pending, \(Self.copyColumns("s").joined(separator: ", ")),
+                                           \(Self.copyColumns("l").joined(separator: ", "))) VALUES (\(marks))
+            """).run(values)
+        for edit in model.edits { try insert(edit, key) }
+    }
+
+    private func insert(_ e: Edit, _ key: RecordKey) throws {
+        var values: [SQLiteValue] = [e.position.map { .integer($0) } ?? .null, .text(e.changeId), .text(key.collection), .text(key.id)]
+        switch e.kind {
+        case .app: values += [.text("app"), .null, .null]
+        case .reoffer(let l): values += [.text("reoffer"), .text(l.version.text), .integer(l.updatedAt)]
+        }
+        values += [.integer(e.body.deleted ? 1 : 0), e.body.data.map { .blob($0) } ?? .null, .integer(e.clientTime), .integer(e.createdAt)]
+        switch e.madeOn {
+        case .nothing: values += [.text("nothing"), .null] + Self.copyValues(nil)
+        case .copy(let c): values += [.text("copy"), .null] + Self.copyValues(c)
+        case .edit(let id): values += [.text("edit"), .text(id)] + Self.copyValues(nil)
+        }
+        var code: SQLiteValue = .null
+        switch e.delivery {
+        case .queued: values += [.text("queued"), .null] + Self.copyValues(nil)
+        case .sent(let base): values += [.text("sent"), base.map { .text($0.text) } ?? .null] + Self.copyValues(nil)
+        case .acknowledged(var c):
+            c.body = Body(data: nil)
+            values += [.text("acknowledged"), .null] + Self.copyValues(c)
+        case .rejected(let c, _):
+            values += [.text("rejected"), .null] + Self.copyValues(nil)
+            code = .text(c)
+        }
+        values += [code, e.lastError.map { .text($0) } ?? .null, .integer(Int64(e.attempts)), .integer(e.nextAttemptAt)]
+        let columns = Self.editColumns.replacingOccurrences(of: "position, change_id, ", with: "position, change_id, collection, id, ")
+        let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
+        try db.cached("INSERT INTO edits(\(columns)) VALUES (\(marks))").run(values)
+    }
+
+    /// Stores a pulled copy of a record the store has no row of: the model
+    /// `RecordModel(server: copy)`, written without reading first. Returns false (writing
+    /// nothing) when the store holds the record.
+    func insertIfAbsent(_ key: RecordKey, _ copy: Copy) throws -> Bool {
+        guard copy.body != nil else { return false }
+        let values: [SQLiteValue] = [.text(key.collection), .text(key.id)] + Self.copyValues(copy)
+        try db.cached("""
+            INSERT INTO records(collection, id, shows, pending, \(Self.copyColumns("s").joined(separator: ", ")))
+            VALUES (?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(collection, id) DO NOTHING
+            """).run(values)
+        // A record with edits always has a row (see `save`), so an insert means none.
+        return db.changes == 1
+    }
+
+    /// Every record key the store holds (records or edits).
+    func allKeys() throws -> [RecordKey] {
+        try db.query("SELECT collection, id FROM records UNION SELECT collection, id FROM edits ORDER BY 1, 2") { RecordKey(collection: $0.text(0), id: $0.text(1)) }
+    }
+
+    /// Keys of records holding a left copy.
+    func keysWithLeftCopies() throws -> [RecordKey] {
+        try db.query("SELECT collection, id FROM records WHERE l_version IS NOT NULL ORDER BY collection, id") { RecordKey(collection: $0.text(0), id: $0.text(1)) }
+    }
+
+    /// Keys of records with an edit waiting for the server, by the queue position of their
+    /// first such edit.
+    func keysWithUnsettledEdits() throws -> [RecordKey] {
+        try db.query("SELECT collection, id, min(position) AS p FROM edits WHERE delivery IN ('queued', 'sent') GROUP BY collection, id ORDER BY p") {
+            RecordKey(collection: $0.text(0), id: $0.text(1))
+        }
+    }
+
+    /// Keys of records with an edit in `deliveries`, by queue position.
+    func keysWithEdits(in deliveries: [String]) throws -> [RecordKey] {
+        let list = deliveries.map { "'\($0)'" }.joined(separator: ",")
+        return try db.query("SELECT collection, id, min(position) AS p FROM edits WHERE delivery IN (\(list)) GROUP BY collection, id ORDER BY p") {
+            RecordKey(collection: $0.text(0), id: $0.text(1))
+        }
+    }
+
+    func count(deliveries: [String]) throws -> Int {
+        let list = deliveries.map { "'\($0)'" }.joined(separator: ",")
+        return Int(try db.scalarInt("SELECT count(*) FROM edits WHERE delivery IN (\(list))") ?? 0)
+    }
+
+    func key(ofChange changeId: String) throws -> RecordKey? {
+        try db.queryOne("SELECT collection, id FROM edits WHERE change_id = ?", [.text(changeId)]) { RecordKey(collection: $0.text(0), id: $0.text(1)) }
+    }
+
+    func recordCount() throws -> Int {
+        Int(try db.scalarInt("SELECT count(*) FROM records") ?? 0)
+    }
+
+    // MARK: What the app reads
+
+    private static let shownColumns = """
+        collection, id, CASE shows WHEN 0 THEN s_data ELSE view_data END, CASE shows WHEN 0 THEN s_deleted ELSE view_deleted END,
+        pending, coalesce(s_version, l_version), CASE WHEN s_version IS NULL THEN l_updated_at ELSE s_updated_at END,
+        CASE WHEN s_version IS NULL THEN l_updated_by ELSE s_updated_by END
+        """
+
+    /// A record as the app sees it: (key, body, pending, version, updatedAt, updatedBy).
+    struct Shown {
+        let key: RecordKey
+        let body: Body
+        let pending: Bool
+        let version: Version?
+        let updatedAt: Int64?
+        let updatedBy: String?
+    }
+
+    private static func readShown(_ s: Statement) -> Shown {
+        Shown(key: RecordKey(collection: s.text(0), id: s.text(1)), body: Body(data: s.int64(3) != 0 ? nil : s.blob(2)), pending: s.int64(4) != 0,
+              version: s.optionalText(5).flatMap(Version.init), updatedAt: s.optionalInt64(6), updatedBy: s.optionalText(7))
+    }
+
+    func shown(_ key: RecordKey) throws -> Shown? {
+        try db.cached("SELECT \(Self.shownColumns) FROM records WHERE collection = ? AND id = ? AND shows != 2")
+            .queryOne([.text(key.collection), .text(key.id)], Self.readShown)
+    }
+
+    func shown(collection: String?) throws -> [Shown] {
+        if let collection {
+            return try db.query("SELECT \(Self.shownColumns) FROM records WHERE collection = ? AND shows != 2 ORDER BY id", [.text(collection)], Self.readShown)
+        }
+        return try db.query("SELECT \(Self.shownColumns) FROM records WHERE shows != 2 ORDER BY collection, id", [], Self.readShown)
+    }
+
+    // MARK: Migration from schema 2
+
+    /// Schema 2 kept a record's state in `records` (view, server copy, an epoch check
+    /// flag), `aside` and `queue`. Each record becomes one model: its copy (the newer of the
+    /// row's and the one kept aside; a copy of a history being re-pulled is a left copy),
+    /// and its queue entries as edits, each made on the one before it, the first on the
+    /// copy its base names. An entry sent and unanswered stays sent with its base, so it
+    /// goes again with the same fingerprint. A copy queued to be offered again keeps its
+    /// content as an edit.
+    func migrateToModels() throws {
+        try db.execute("ALTER TABLE records RENAME TO records_v2; ALTER TABLE queue RENAME TO queue_v2")
+        try db.execute("DROP INDEX IF EXISTS records_epoch_check; DROP INDEX IF EXISTS queue_record; DROP INDEX IF EXISTS queue_state")
+        try db.execute(Self.modelSchema)
+        let rePulling = try meta("rebasing") != nil
+        struct OldRow { var key: RecordKey; var server: Copy?; var epochCheck: Bool }
+        var rows: [RecordKey: OldRow] = [:]
+        try db.query("""
+            SELECT collection, id, data, deleted, pending, version, server_data, server_deleted, updated_at, updated_by, client_time, own_change_id, epoch_check
+            FROM records_v2
+            """) { s in
+            let key = RecordKey(collection: s.text(0), id: s.text(1))
+            var server: Copy?
+            if let v = s.optionalText(5).flatMap(Version.init) {
+                let pending = s.int64(4) != 0
+                let body = pending ? Body(data: s.int64(7) != 0 ? nil : s.blob(6)) : Body(data: s.int64(3) != 0 ? nil : s.blob(2))
+                server = Copy(version: v, body: body, updatedAt: s.optionalInt64(8), updatedBy: s.optionalText(9), clientTime: s.optionalInt64(10),
+                              changeId: s.optionalText(11))
+            }
+            rows[key] = OldRow(key: key, server: server, epochCheck: s.int64(12) != 0)
+        }
+        try db.query("SELECT collection, id, version, deleted, data, updated_at, updated_by, client_time FROM aside") { s in
+            let key = RecordKey(collection: s.text(0), id: s.text(1))
+            guard let v = Version(s.text(2)) else { return }
+            let copy = Copy(version: v, body: Body(data: s.int64(3) != 0 ? nil : s.blob(4)), updatedAt: s.int64(5), updatedBy: s.text(6), clientTime: s.optionalInt64(7))
+            var row = rows[key] ?? OldRow(key: key, server: nil, epochCheck: false)
+            if row.server.map({ copy.isLater(than: $0) }) ?? true { row.server = copy }
+            rows[key] = row
+        }
+        var edits: [RecordKey: [Edit]] = [:]
+        try db.query("""
+            SELECT position, change_id, collection, id, op, data, base_version, client_time, state, attempts, next_attempt_at, last_error, error_code, created_at
+            FROM queue_v2 ORDER BY position
+            """) { s in
+            let key = RecordKey(collection: s.text(2), id: s.text(3))
+            let body = s.text(4) == "delete" ? Body.tombstone : Body(data: s.optionalBlob(5))
+            let base = s.optionalText(6).flatMap(Version.init)
+            var list = edits[key] ?? []
+            let madeOn: MadeOn
+            if let previous = list.last {
+                madeOn = .edit(previous.changeId)
+            } else if let base {
+                let server = rows[key]?.server
+                madeOn = .copy(server?.version == base ? server! : Copy(version: base, body: nil, updatedAt: nil))
+            } else {
+                madeOn = .nothing
+            }
+            let delivery: Delivery
+            switch s.text(8) {
+            case "in_flight", "in_doubt": delivery = .sent(base: base)
+            case "rejected": delivery = .rejected(code: s.optionalText(12) ?? "unknown", message: s.optionalText(11) ?? "rejected")
+            default: delivery = .queued
+            }
+            list.append(Edit(position: s.int64(0), changeId: s.text(1), kind: .app, body: body, clientTime: s.int64(7), createdAt: s.int64(13),
+                             madeOn: madeOn, delivery: delivery, attempts: s.int(9), nextAttemptAt: s.int64(10), lastError: s.optionalText(11)))
+            edits[key] = list
+        }
+        for key in Set(rows.keys).union(edits.keys) {
+            var model = RecordModel(key: key, edits: edits[key] ?? [])
+            if let row = rows[key], let copy = row.server {
+                if rePulling && row.epochCheck { model.left = copy } else { model.server = copy }
+            }
+            Engine.normalize(&model)
+            try save(model)
+        }
+        try db.execute("DROP TABLE records_v2; DROP TABLE queue_v2; DROP TABLE aside")
+        try setMeta("rebased_through", nil)
+    }
+}
