@@ -8,7 +8,7 @@ PREFIX ?= /usr/local
 # Where `make test` keeps the logs of the servers the tests start (one directory a run).
 TEST_LOGS ?= $(CURDIR)/.build/test-logs
 
-.PHONY: run test build release install deps deps-test bench clean
+.PHONY: run test build release install deps deps-test bench clean engine-table
 
 ## Install what is needed, build the server and the command-line client, and run the
 ## server on its embedded SQLite store (the first start prints what to do next).
@@ -50,6 +50,12 @@ release:
 bench: deps
 	swift build -c release
 	for area in http json push pull client media; do .build/release/outpost-bench $$area || exit 1; done
+
+## Rewrite the engine's transition table in docs/client.md from what the engine does.
+engine-table:
+	swift build --build-tests
+	OUTPOST_WRITE_ENGINE_TABLE=$(CURDIR)/docs/client.md swift test --skip-build --disable-xctest --filter theTransitionTableInTheDocsIsTheEngines || true
+	swift test --skip-build --disable-xctest --filter theTransitionTableInTheDocsIsTheEngines
 
 clean:
 	rm -rf .build

@@ -148,8 +148,11 @@ enum Engine {
         }
         let shown = r.edits.last { if case .rejected = $0.delivery { return false } else { return true } }
         let madeOn: MadeOn
-        if let shown {
-            madeOn = .edit(shown.changeId)
+        if let shown, let carried = shown.carried {
+            // A re-offer shows a copy of a left history: the edit is made on that copy.
+            madeOn = .copy(carried)
+        } else if let shown {
+            madeOn = .edit(shown.localId)
         } else if let copy = r.server ?? r.left {
             madeOn = .copy(copy)
         } else {
@@ -307,6 +310,7 @@ enum Engine {
         }
         guard let server = r.server, current != nil else {
             // The history has no such record: the edits go as a create.
+            r.server = nil
             replace(with: latest.body, madeOn: .nothing)
             r.edits = settled
             return true
@@ -336,7 +340,7 @@ enum Engine {
         if !chainStart.isReoffer, let content = r.content(chainStart.madeOn), let data = try? content.data.map(decodeObject) {
             let state = chainStart.madeOn == .nothing ? nil : r.state(chainStart.madeOn)
             let ownEdit: Bool
-            if case .edit(let id) = chainStart.madeOn, let earlier = r.edit(id), earlier.delivery.isUnsettled || isRejected(earlier) { ownEdit = true } else { ownEdit = false }
+            if case .edit(let id) = chainStart.madeOn, let earlier = r.edit(local: id), earlier.delivery.isUnsettled || isRejected(earlier) { ownEdit = true } else { ownEdit = false }
             base = ConflictBase(data: data, deleted: content.deleted, version: ownEdit ? nil : state?.version)
         }
         let conflict = Conflict(collection: r.key.collection, id: r.key.id, local: local, server: serverState,
@@ -391,11 +395,10 @@ enum Engine {
         guard let i = r.index(of: changeId), case .rejected = r.edits[i].delivery else { return }
         let gone = r.edits.remove(at: i)
         r.edits = r.edits.map { e in
-            guard e.madeOn == .edit(changeId) else { return e }
-            var copy = Edit(position: e.position, changeId: e.changeId, kind: e.kind, body: e.body, clientTime: e.clientTime, createdAt: e.createdAt,
-                            madeOn: gone.madeOn, delivery: e.delivery, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt, lastError: e.lastError)
-            copy.position = e.position
-            return copy
+            guard e.madeOn == .edit(gone.localId) else { return e }
+            return Edit(position: e.position, localId: e.localId, changeId: e.changeId, kind: e.kind, body: e.body, clientTime: e.clientTime,
+                        createdAt: e.createdAt, madeOn: gone.madeOn, delivery: e.delivery, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt,
+                        lastError: e.lastError)
         }
     }
 
@@ -411,7 +414,7 @@ enum Engine {
             return id
         })
         r.edits.removeAll { e in
-            if case .acknowledged = e.delivery { return !referenced.contains(e.changeId) }
+            if case .acknowledged = e.delivery { return !referenced.contains(e.localId) }
             return false
         }
         func rank(_ e: Edit) -> Int {

@@ -67,7 +67,7 @@ enum MadeOn: Hashable, Sendable {
     case nothing
     /// A server's copy.
     case copy(Copy)
-    /// The record's earlier edit with this changeId, still in the record's list.
+    /// The record's earlier edit with this `localId`, still in the record's list.
     case edit(String)
 }
 
@@ -104,6 +104,9 @@ enum EditKind: Hashable, Sendable {
 struct Edit: Hashable, Sendable {
     /// Its place in the queue (nil until stored). Pushes go in this order across records.
     var position: Int64?
+    /// Names the edit in the store for ever (its first changeId); `changeId` changes when
+    /// the edit absorbs a newer one or goes again as a new change.
+    let localId: String
     var changeId: String
     var kind: EditKind
     var body: Body
@@ -118,9 +121,10 @@ struct Edit: Hashable, Sendable {
     /// The last failure or the rejection's reason, for the app.
     var lastError: String?
 
-    init(position: Int64? = nil, changeId: String, kind: EditKind, body: Body, clientTime: Int64, createdAt: Int64, madeOn: MadeOn,
+    init(position: Int64? = nil, localId: String? = nil, changeId: String, kind: EditKind, body: Body, clientTime: Int64, createdAt: Int64, madeOn: MadeOn,
          delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil) {
         self.position = position
+        self.localId = localId ?? changeId
         self.changeId = changeId
         self.kind = kind
         self.body = body
@@ -186,6 +190,8 @@ struct RecordModel: Hashable, Sendable {
 
     func edit(_ changeId: String) -> Edit? { edits.first { $0.changeId == changeId } }
 
+    func edit(local localId: String) -> Edit? { edits.first { $0.localId == localId } }
+
     func index(of changeId: String) -> Int? { edits.firstIndex { $0.changeId == changeId } }
 
     /// The state `madeOn` names, following earlier edits: an acknowledged one is the copy it
@@ -195,7 +201,7 @@ struct RecordModel: Hashable, Sendable {
         case .nothing: return nil
         case .copy(let copy): return copy
         case .edit(let id):
-            guard let earlier = edit(id) else { return nil }
+            guard let earlier = edit(local: id) else { return nil }
             switch earlier.delivery {
             case .acknowledged(let copy): return copy
             case .rejected, .queued, .sent: return state(earlier.madeOn)
@@ -205,7 +211,7 @@ struct RecordModel: Hashable, Sendable {
 
     /// The content the app saw when it made an edit (the three-way merge's base).
     func content(_ madeOn: MadeOn) -> Body? {
-        if case .edit(let id) = madeOn, let earlier = edit(id) { return earlier.body }
+        if case .edit(let id) = madeOn, let earlier = edit(local: id) { return earlier.body }
         return state(madeOn)?.body
     }
 }

@@ -44,6 +44,7 @@ extension LocalDatabase {
             change_id TEXT NOT NULL UNIQUE,
             collection TEXT NOT NULL,
             id TEXT NOT NULL,
+            local_id TEXT NOT NULL,
             kind TEXT NOT NULL,
             lineage_version TEXT,
             lineage_updated_at INTEGER,
@@ -69,40 +70,40 @@ extension LocalDatabase {
 
     private static let recordColumns = "collection, id, " + copyColumns("s").joined(separator: ", ") + ", " + copyColumns("l").joined(separator: ", ")
 
-    private static let editColumns = (["position", "change_id", "kind", "lineage_version", "lineage_updated_at", "deleted", "data", "client_time", "created_at",
+    private static let editColumns = (["position", "change_id", "local_id", "kind", "lineage_version", "lineage_updated_at", "deleted", "data", "client_time", "created_at",
                                        "made_on", "made_on_edit"] + copyColumns("m") + ["delivery", "sent_base"] + copyColumns("a")
                                       + ["error_code", "last_error", "attempts", "next_attempt_at"]).joined(separator: ", ")
 
     private static func readEdit(_ s: Statement) -> Edit {
         let kind: EditKind
-        if s.text(2) == "reoffer", let v = s.optionalText(3).flatMap(Version.init) {
-            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(4) ?? 0))
+        if s.text(3) == "reoffer", let v = s.optionalText(4).flatMap(Version.init) {
+            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(5) ?? 0))
         } else {
             kind = .app
         }
-        let body = Body(data: s.int64(5) != 0 ? nil : s.blob(6))
+        let body = Body(data: s.int64(6) != 0 ? nil : s.blob(7))
         let madeOn: MadeOn
-        switch s.text(9) {
-        case "copy": madeOn = readCopy(s, 11).map { .copy($0) } ?? .nothing
-        case "edit": madeOn = .edit(s.text(10))
+        switch s.text(10) {
+        case "copy": madeOn = readCopy(s, 12).map { .copy($0) } ?? .nothing
+        case "edit": madeOn = .edit(s.text(11))
         default: madeOn = .nothing
         }
         let delivery: Delivery
-        let lastError = s.optionalText(32)
-        switch s.text(20) {
-        case "sent": delivery = .sent(base: s.optionalText(21).flatMap(Version.init))
+        let lastError = s.optionalText(33)
+        switch s.text(21) {
+        case "sent": delivery = .sent(base: s.optionalText(22).flatMap(Version.init))
         case "acknowledged":
-            if var copy = readCopy(s, 22) {
+            if var copy = readCopy(s, 23) {
                 copy.body = body
                 delivery = .acknowledged(copy)
             } else {
                 delivery = .queued
             }
-        case "rejected": delivery = .rejected(code: s.optionalText(31) ?? "unknown", message: lastError ?? "rejected")
+        case "rejected": delivery = .rejected(code: s.optionalText(32) ?? "unknown", message: lastError ?? "rejected")
         default: delivery = .queued
         }
-        return Edit(position: s.int64(0), changeId: s.text(1), kind: kind, body: body, clientTime: s.int64(7), createdAt: s.int64(8),
-                    madeOn: madeOn, delivery: delivery, attempts: s.int(33), nextAttemptAt: s.int64(34), lastError: lastError)
+        return Edit(position: s.int64(0), localId: s.text(2), changeId: s.text(1), kind: kind, body: body, clientTime: s.int64(8), createdAt: s.int64(9),
+                    madeOn: madeOn, delivery: delivery, attempts: s.int(34), nextAttemptAt: s.int64(35), lastError: lastError)
     }
 
     /// The record's model; nil when the store holds nothing of it.
@@ -142,7 +143,7 @@ extension LocalDatabase {
     }
 
     private func insert(_ e: Edit, _ key: RecordKey) throws {
-        var values: [SQLiteValue] = [e.position.map { .integer($0) } ?? .null, .text(e.changeId), .text(key.collection), .text(key.id)]
+        var values: [SQLiteValue] = [e.position.map { .integer($0) } ?? .null, .text(e.changeId), .text(key.collection), .text(key.id), .text(e.localId)]
         switch e.kind {
         case .app: values += [.text("app"), .null, .null]
         case .reoffer(let l): values += [.text("reoffer"), .text(l.version.text), .integer(l.updatedAt)]
@@ -165,7 +166,7 @@ extension LocalDatabase {
             code = .text(c)
         }
         values += [code, e.lastError.map { .text($0) } ?? .null, .integer(Int64(e.attempts)), .integer(e.nextAttemptAt)]
-        let columns = Self.editColumns.replacingOccurrences(of: "position, change_id, ", with: "position, change_id, collection, id, ")
+        let columns = Self.editColumns.replacingOccurrences(of: "position, change_id, local_id, ", with: "position, change_id, collection, id, local_id, ")
         let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
         try db.cached("INSERT INTO edits(\(columns)) VALUES (\(marks))").run(values)
     }
@@ -307,7 +308,7 @@ extension LocalDatabase {
             var list = edits[key] ?? []
             let madeOn: MadeOn
             if let previous = list.last {
-                madeOn = .edit(previous.changeId)
+                madeOn = .edit(previous.localId)
             } else if let base {
                 let server = rows[key]?.server
                 madeOn = .copy(server?.version == base ? server! : Copy(version: base, body: nil, updatedAt: nil))
