@@ -113,6 +113,8 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport"], path: "Tests/OutpostTests",
+            // Store files made by earlier releases, opened by the migration tests.
+            exclude: ["Fixtures"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostSQLiteTests", dependencies: ["OutpostSQLite"], path: "Tests/OutpostSQLiteTests",
