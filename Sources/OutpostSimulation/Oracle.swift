@@ -60,29 +60,6 @@ public struct Violation: Sendable, CustomStringConvertible {
     public var description: String { "[\(invariant.rawValue)] step \(step): \(message)" }
 }
 
-/// An outcome the protocol allows on purpose although a stronger rule would forbid it:
-/// documented in docs/simulation.md and docs/client.md, counted, never a failure.
-public enum KnownLimit: String, Sendable, CaseIterable {
-    /// After a data loss, a copy offered again is stamped with the time it is offered, so a
-    /// device holding an older copy that offers it first replaces a newer acknowledged write
-    /// (docs/client.md, "Epochs", Limit).
-    case reofferOrder = "reoffer-order"
-    /// After a data loss, a write committed in the new history by a device that never saw an
-    /// acknowledged write replaces it: across histories the server's commit time orders
-    /// writes (PROTOCOL.md section 5), without a resolver.
-    case dataLossOrder = "data-loss-order"
-}
-
-/// A known-limit outcome of a run.
-public struct LimitOutcome: Sendable, CustomStringConvertible {
-    /// Which limit.
-    public let limit: KnownLimit
-    /// What happened.
-    public let message: String
-
-    public var description: String { "[\(limit.rawValue)] \(message)" }
-}
-
 /// The tag naming the write whose data this is.
 func tag(of data: JSONObject?) -> String? {
     if case .string(let t)? = data?["t"] { return t }
@@ -183,7 +160,6 @@ struct Oracle {
     var rejections: [Rejection] = []
     var events: [StepEvents]
     var violations: [Violation] = []
-    var limits: [LimitOutcome] = []
 
     init(devices: Int, resolver: ResolverKind) {
         deviceCount = devices
@@ -553,21 +529,19 @@ struct Oracle {
             // (A restored copy keeps the time of its first commit, so a copy restored from a
             // backup older than the acknowledged write never qualifies.)
             if let later = chain.first(where: { $0.updatedAt > a.updatedAt && !$0.know.contains(ack.write) && f.know.contains($0.write) }) {
-                let firstCommit = states.values.filter { $0.write == later.write }.map(\.updatedAt).min() ?? later.updatedAt
-                let limit: KnownLimit = firstCommit < a.updatedAt && !later.deleted ? .reofferOrder : .dataLossOrder
-                if reported.insert("\(limit.rawValue) \(ack.key)").inserted {
-                    limits.append(LimitOutcome(limit: limit, message: text + "; replaced by \(describe(state: later.version)), committed later in the new history"))
+                // Protocol 1.1: a write of the new history that never saw the acknowledged
+                // one meets it as a conflict; it never replaces it unseen.
+                if reported.insert("order \(ack.key)").inserted {
+                    fail(.acknowledgedWrite, text + "; replaced by \(describe(state: later.version)), committed later in the new history by a device that never saw it")
                 }
             } else if states.values.contains(where: { committedAfter($0, a) && $0.know.contains(ack.write) && $0.write != ack.write && sameContent($0) }) {
                 // Replaced, in a history since lost, by a write that saw it, whose content the
-                // final state holds (seed 34667: a delete after it, the server ending on an
-                // older restored tombstone; seed 71962: the delete in the same push).
+                // final state holds (a delete after it, the server ending on an older restored
+                // tombstone; or the delete in the same push).
                 continue
             } else if let later = states.values.filter({ committedAfter($0, a) && !$0.know.contains(ack.write) && sameContent($0) }).min(by: { $0.updatedAt < $1.updatedAt }) {
-                // A write committed after it in a history since lost, whose content the final
-                // state holds (a device holding that content does not offer it again).
-                if reported.insert("\(KnownLimit.dataLossOrder.rawValue) \(ack.key)").inserted {
-                    limits.append(LimitOutcome(limit: .dataLossOrder, message: text + "; replaced by \(describe(state: later.version)), committed later, whose content the server holds"))
+                if reported.insert("order \(ack.key)").inserted {
+                    fail(.acknowledgedWrite, text + "; replaced by \(describe(state: later.version)), committed later by a device that never saw it, whose content the server holds")
                 }
             } else {
                 fail(.acknowledgedWrite, text + "; no write committed after it in the new history accounts for that")

@@ -34,7 +34,6 @@ public struct RunTally: Sendable {
     /// Runs per configuration ("resolver · faults"), with their failures.
     public private(set) var byConfiguration: [String: (runs: Int, failed: Int)] = [:]
     /// Runs in which each known limit showed.
-    public private(set) var limits: [KnownLimit: Int] = [:]
     /// Runs that broke each invariant.
     public private(set) var invariants: [Invariant: Int] = [:]
     /// Requests and faults over all runs.
@@ -57,7 +56,6 @@ public struct RunTally: Sendable {
             for invariant in Set(result.violations.map(\.invariant)) { invariants[invariant, default: 0] += 1 }
         }
         byConfiguration[name] = entry
-        for limit in Set(result.limits.map(\.limit)) { limits[limit, default: 0] += 1 }
     }
 
     /// The passed count.

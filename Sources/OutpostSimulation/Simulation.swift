@@ -10,7 +10,6 @@ public struct RunResult: Sendable {
     /// The invariants it broke (empty: it passed).
     public let violations: [Violation]
     /// Outcomes the protocol allows on purpose (counted, never failures).
-    public let limits: [LimitOutcome]
     /// The step log: every step, every fault, every answer that mattered.
     public let log: [String]
     /// Requests the devices sent.
@@ -119,7 +118,7 @@ private final class Run {
 
     func result() -> RunResult {
         world.state.withLock { s in
-            RunResult(configuration: configuration, violations: s.oracle.violations, limits: s.oracle.limits, log: s.log,
+            RunResult(configuration: configuration, violations: s.oracle.violations, log: s.log,
                       requests: s.requests, faults: s.faultsInjected)
         }
     }

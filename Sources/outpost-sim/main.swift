@@ -111,7 +111,6 @@ await Runner.run(first: firstSeed, count: seeds, jobs: jobs, scratch: scratch, c
     tally.add(result)
     if verbose {
         print(result.log.joined(separator: "\n"))
-        for limit in result.limits { print("  known limit: \(limit)") }
         print(result.passed ? "  passed" : "  FAILED")
     }
     if !result.passed {
@@ -155,8 +154,6 @@ if tally.byConfiguration.count > 1 {
 if !tally.invariants.isEmpty {
     print("broken invariants: " + tally.invariants.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.key.rawValue) in \($0.value) runs" }.joined(separator: ", "))
 }
-let limitText = KnownLimit.allCases.map { "\($0.rawValue) in \(tally.limits[$0] ?? 0) runs" }.joined(separator: ", ")
-print("known limits (docs/simulation.md; not failures): \(limitText)")
 print(String(format: "%d runs in %.1f s: %.1f runs/s (%d requests, %d faults injected)", tally.runs, elapsed,
              elapsed > 0 ? Double(tally.runs) / elapsed : 0, tally.requests, tally.faults))
 print("\(tally.passed) passed, \(tally.failed) failed")
