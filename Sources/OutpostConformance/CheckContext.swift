@@ -294,25 +294,34 @@ extension String {
 /// The JSON of push changes (section 4).
 public enum ChangeJSON {
     /// A put of `data`; `base` nil sends `"baseVersion": null`.
+    /// `lineage` makes it a re-offer (protocol 1.1): the version it carries from an earlier
+    /// history and that version's commit time.
     public static func put(_ changeId: String, collection: String = "todos", id: String, data: JSONObject, base: String?,
-                           force: Bool = false, clientTime: Int64? = nil) -> JSONValue {
+                           force: Bool = false, clientTime: Int64? = nil, lineage: (version: String, updatedAt: Int64)? = nil) -> JSONValue {
         var o: JSONObject = [
             "changeId": .string(changeId), "collection": .string(collection), "id": .string(id), "op": "put",
             "data": .object(data), "baseVersion": base.map { .string($0) } ?? .null,
         ]
         if force { o["force"] = true }
         if let clientTime { o["clientTime"] = .number(JSONNumber(clientTime)) }
+        if let lineage { o["lineage"] = lineageJSON(lineage) }
         return .object(o)
     }
 
-    /// A delete; `base` nil sends `"baseVersion": null`.
-    public static func delete(_ changeId: String, collection: String = "todos", id: String, base: String?, force: Bool = false) -> JSONValue {
+    /// A delete; `base` nil sends `"baseVersion": null`; `lineage` as for `put`.
+    public static func delete(_ changeId: String, collection: String = "todos", id: String, base: String?, force: Bool = false,
+                              lineage: (version: String, updatedAt: Int64)? = nil) -> JSONValue {
         var o: JSONObject = [
             "changeId": .string(changeId), "collection": .string(collection), "id": .string(id), "op": "delete",
             "baseVersion": base.map { .string($0) } ?? .null,
         ]
         if force { o["force"] = true }
+        if let lineage { o["lineage"] = lineageJSON(lineage) }
         return .object(o)
+    }
+
+    static func lineageJSON(_ lineage: (version: String, updatedAt: Int64)) -> JSONValue {
+        .object(["version": .string(lineage.version), "updatedAt": .number(JSONNumber(lineage.updatedAt))])
     }
 }
 

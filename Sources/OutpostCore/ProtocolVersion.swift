@@ -1,4 +1,4 @@
-/// The version of the Outpost sync protocol this code speaks (PROTOCOL.md, "version 1").
+/// The version of the Outpost sync protocol this code speaks (PROTOCOL.md, "version 1.1").
 public enum OutpostProtocol {
     /// The `protocol` number in `GET /v1/info`.
     public static let version = 1

@@ -91,6 +91,7 @@ import OutpostTestSupport
             .textArray(["late"]), .bytesArray([[1]]), .textArray(["todos"]), .textArray(["late"]),
             .boolArray([false]), .bytesArray([Array(#"{"t":"late"}"#.utf8)]), .intArray([nil]),
             .intArray([nil]), .boolArray([true]), .boolArray([false]),
+            .textArray([nil]), .intArray([nil]), .intArray([nil]),
         ])
         #expect(held.text(0, 0) == "a" && held.int64(0, 1) == 2)
 

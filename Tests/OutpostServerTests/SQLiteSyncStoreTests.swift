@@ -11,11 +11,6 @@ enum StoreKind: String, CaseIterable, Sendable, CustomStringConvertible {
     case postgres
 
     var description: String { rawValue }
-
-    /// The `updatedAt` a replayed answer carries for a change first applied at `time`: the
-    /// SQLite store reads it from the change's idempotency row; `outpost_push` on PostgreSQL
-    /// does not return it (the field is optional).
-    func replayTime(_ time: Int64) -> Int64? { self == .sqlite ? time : nil }
 }
 
 /// A store on a real SQLite file in a temporary directory, or on a fresh database of the
@@ -152,7 +147,7 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             _ = try await s.push(space: "sp", clientId: "q", items: [prepared("c2", id: "a", data: ["t": "later"], base: Version(epoch: e, seq: 1))], now: 2)
             // Same id, same content: the original answer, however the record changed since.
             var r = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 3)
-            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1), replayed: true, updatedAt: kind.replayTime(1))])
+            #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1), replayed: true, updatedAt: 1)])
             // Same id, other content.
             r = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", data: ["t": "other"], base: nil)], now: 4)
             #expect(r[0].status == .rejected)
@@ -160,7 +155,7 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             // Twice in one push: the second is a replay.
             r = try await s.push(space: "sp", clientId: "p", items: [prepared("c9", id: "z", base: nil), prepared("c9", id: "z", base: nil)], now: 5)
             #expect(r[0] == .applied("c9", version: Version(epoch: e, seq: 3), updatedAt: 5))
-            #expect(r[1] == .applied("c9", version: Version(epoch: e, seq: 3), replayed: true, updatedAt: kind.replayTime(5)))
+            #expect(r[1] == .applied("c9", version: Version(epoch: e, seq: 3), replayed: true, updatedAt: 5))
             // The same change id in another space is another change.
             r = try await s.push(space: "other", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 6)
             #expect(r == [.applied("c1", version: Version(epoch: e, seq: 1), updatedAt: 6)])
@@ -252,7 +247,7 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             try await f.reopen()
             #expect(f.store.epoch == e)
             let r = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c3", id: "c", base: nil), prepared("c1", id: "a", base: nil)], now: 2)
-            #expect(r == [.applied("c3", version: Version(epoch: e, seq: 3), updatedAt: 2), .applied("c1", version: Version(epoch: e, seq: 1), replayed: true, updatedAt: kind.replayTime(1))])
+            #expect(r == [.applied("c3", version: Version(epoch: e, seq: 3), updatedAt: 2), .applied("c1", version: Version(epoch: e, seq: 1), replayed: true, updatedAt: 1)])
         }
     }
 

@@ -4,9 +4,10 @@ import Synchronization
 /// An Outpost server in process, for tests and previews: two stores on one
 /// `InMemorySyncServer` play two devices.
 ///
-/// It implements PROTOCOL.md sections 3 to 5 itself (it never links the server modules):
-/// epochs and seqs, pushes applied in order with optimistic concurrency and idempotency by
-/// changeId and SHA-256 fingerprint, tombstones, pages with a record limit, a byte budget,
+/// It implements PROTOCOL.md sections 3 to 5 itself (it never links the server modules),
+/// as a protocol 1.1 server: epochs and seqs, pushes applied in order with optimistic
+/// concurrency and idempotency by changeId and SHA-256 fingerprint, re-offers judged by
+/// their lineage, tombstones, pages with a record limit, a byte budget,
 /// `hasMore`/`next`, cursor errors (`epoch_changed`, `cursor_ahead`), long polls, and the
 /// limits of section 3. Every answer goes through the same encoding and decoding as over
 /// HTTP, so a cut-off body fails where it would fail for real.
@@ -67,6 +68,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         var updatedAt: Int64
         var updatedBy: String
         var clientTime: Int64?
+        /// The earlier-history version this state descends from (protocol 1.1).
+        var lineage: Version?
     }
 
     struct SpaceHistory: Sendable {
@@ -80,6 +83,17 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     fileprivate struct History: Sendable {
         var epoch: Epoch
         var spaces: [String: SpaceHistory] = [:]
+
+        /// Gives every record (tombstones included) the lineage `<ending>.<seq>`, its own
+        /// version in the history that ends (PROTOCOL.md section 4, added in 1.1).
+        mutating func recordLineage(endingEpoch ending: Epoch) {
+            for name in Array(spaces.keys) {
+                for key in Array(spaces[name]!.records.keys) {
+                    let seq = spaces[name]!.records[key]!.seq
+                    spaces[name]!.records[key]!.lineage = Version(epoch: ending, seq: seq)
+                }
+            }
+        }
     }
 
     private struct ArmedFault: Sendable {
@@ -163,9 +177,14 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         }
     }
 
-    /// `outpost-server rotate-epoch`: same data, a new epoch.
+    /// `outpost-server rotate-epoch`: same data, a new epoch; every record's lineage becomes
+    /// its version in the epoch that ended.
     public func rotateEpoch() {
-        state.withLock { s in s.history.epoch = Epoch.generate(nowMs: clock(), after: s.history.epoch, using: &s.rng) }
+        state.withLock { s in
+            let ending = s.history.epoch
+            s.history.epoch = Epoch.generate(nowMs: clock(), after: ending, using: &s.rng)
+            s.history.recordLineage(endingEpoch: ending)
+        }
     }
 
     /// A copy of the data directory.
@@ -178,6 +197,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         state.withLock { s in
             var history = snapshot.history
             history.epoch = Epoch.generate(nowMs: clock(), after: max(s.history.epoch, snapshot.history.epoch), using: &s.rng)
+            history.recordLineage(endingEpoch: snapshot.history.epoch)
             s.history = history
         }
     }
@@ -323,6 +343,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
 
     /// Applies one change as PROTOCOL.md section 4 says.
     private static func apply(_ change: Change, clientId: String, epoch: Epoch, now: Int64, limits: Limits, conflictAll: Bool, to space: inout SpaceHistory) -> PushResult {
+        if let problem = Lineage.problem(of: change, serverEpoch: epoch) {
+            return .rejected(change.changeId, .invalidChange, problem)
+        }
         if let data = change.data {
             let size = JSONValue.object(data).encoded().count
             if size > limits.maxRecordBytes {
@@ -350,19 +373,28 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             }
             if !matches { return .conflict(change.changeId, current: currentState) }
         }
+        // A re-offer replaces a state only when that state descends from an ancestor of
+        // the copy it carries (section 4, added in 1.1).
+        if let lineage = change.lineage, let current, !lineage.admits(current: current.lineage) {
+            return .conflict(change.changeId, current: currentState)
+        }
         space.head += 1
         let seq = space.head
+        // A re-offer keeps its original commit time and names its lineage; any other write
+        // keeps the lineage of the state it replaces.
+        let updatedAt = change.lineage?.updatedAt ?? now
         space.records[key] = StoredState(seq: seq, deleted: change.op == .delete, data: change.op == .put ? change.data : nil,
-                                         updatedAt: now, updatedBy: clientId, clientTime: change.clientTime)
+                                         updatedAt: updatedAt, updatedBy: clientId, clientTime: change.clientTime,
+                                         lineage: change.lineage?.version ?? current?.lineage)
         space.log.append((seq, key))
         let version = Version(epoch: epoch, seq: seq)
-        space.applied[change.changeId] = (fingerprint, version, now)
-        return .applied(change.changeId, version: version, updatedAt: now)
+        space.applied[change.changeId] = (fingerprint, version, updatedAt)
+        return .applied(change.changeId, version: version, updatedAt: updatedAt)
     }
 
     static func recordState(_ key: RecordKey, _ s: StoredState, epoch: Epoch) -> RecordState {
         RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: s.seq), deleted: s.deleted,
-                    data: s.deleted ? nil : s.data, updatedAt: s.updatedAt, updatedBy: s.updatedBy, clientTime: s.clientTime)
+                    data: s.deleted ? nil : s.data, updatedAt: s.updatedAt, updatedBy: s.updatedBy, clientTime: s.clientTime, lineage: s.lineage)
     }
 
     // MARK: Pull

@@ -169,8 +169,8 @@ public enum RestoreCommand {
     }
 
     /// Gives the store at `db` a new epoch that sorts after its own and after `floor` (the
-    /// replaced store's), and records both as retired. The same rule as
-    /// `SQLiteSyncStore.rotateEpoch`, with a second epoch to stay ahead of.
+    /// replaced store's), records both as retired, and gives every record its lineage. The
+    /// same rule as `SQLiteSyncStore.rotateEpoch`, with a second epoch to stay ahead of.
     static func rotateEpoch(_ db: Connection, after floor: Epoch?) throws -> Epoch {
         try db.transaction {
             let own = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'").flatMap(Epoch.init)
@@ -181,6 +181,9 @@ public enum RestoreCommand {
             var retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "").split(separator: ",").map(String.init)
             for old in [floor, own].compactMap({ $0?.rawValue }) where !retired.contains(old) { retired.append(old) }
             try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('retired_epochs', ?)", [.text(retired.suffix(32).joined(separator: ","))])
+            // The records' versions were the backup's epoch's, so that is the history
+            // their lineage names.
+            if let own { try SQLiteSyncStore.recordLineage(db, endingEpoch: own) }
             return epoch
         }
     }

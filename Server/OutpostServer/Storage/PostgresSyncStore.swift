@@ -304,7 +304,7 @@ final class PostgresWriter {
     let notifier: CommitNotifier
     let stale: StaleEpoch
 
-    static let pushSQL = "SELECT * FROM outpost_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    static let pushSQL = "SELECT * FROM outpost_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 
     init(db: PostgresConnection, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch) {
         self.db = db
@@ -416,6 +416,9 @@ final class PostgresWriter {
                 .intArray(changes.map { $0.change.baseVersion?.seq }),
                 .boolArray(changes.map { $0.change.baseVersion.map { $0.epoch == epoch } ?? true }),
                 .boolArray(changes.map { $0.change.force }),
+                .textArray(changes.map { $0.change.lineage?.version.epoch.rawValue }),
+                .intArray(changes.map { $0.change.lineage?.version.seq }),
+                .intArray(changes.map { $0.change.lineage?.updatedAt }),
             ])
             guard rows.count == changes.count else {
                 throw StoreError("outpost_push returned \(rows.count) rows for \(changes.count) changes")
@@ -425,12 +428,12 @@ final class PostgresWriter {
                 let change = prepared.change
                 switch rows.text(row, 0) {
                 case "a":
-                    // A replay below carries no updatedAt (outpost_push does not return applied_at); it is optional.
-                    applied.append(.applied(change.changeId, version: Version(epoch: epoch, seq: rows.int64(row, 1)), updatedAt: job.now))
+                    applied.append(.applied(change.changeId, version: Version(epoch: epoch, seq: rows.int64(row, 1)), updatedAt: rows.int64(row, 4)))
                     head = rows.int64(row, 3)
                 case "r":
                     if let e = Epoch(rows.text(row, 2)) {
-                        applied.append(.applied(change.changeId, version: Version(epoch: e, seq: rows.int64(row, 1)), replayed: true))
+                        applied.append(.applied(change.changeId, version: Version(epoch: e, seq: rows.int64(row, 1)), replayed: true,
+                                                updatedAt: rows.int64(row, 4)))
                     } else {
                         applied.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
                     }
@@ -441,18 +444,18 @@ final class PostgresWriter {
                     applied.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base), the current epoch is \(epoch); pull first"))
                 case "c":
                     var current: RecordState?
-                    if !rows.isNull(row, 4) {
-                        let deleted = rows.bool(row, 5)
+                    if !rows.isNull(row, 5) {
+                        let deleted = rows.bool(row, 6)
                         var data: JSONObject?
                         if !deleted {
-                            guard case .object(let o) = try JSONParser.parse(rows.bytes(row, 6)) else {
+                            guard case .object(let o) = try JSONParser.parse(rows.bytes(row, 7)) else {
                                 throw StoreError("stored data of \(change.collection)/\(change.id) is not an object")
                             }
                             data = o
                         }
-                        current = RecordState(collection: change.collection, id: change.id, version: Version(epoch: epoch, seq: rows.int64(row, 4)),
-                                              deleted: deleted, data: data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8),
-                                              clientTime: rows.optionalInt64(row, 9))
+                        current = RecordState(collection: change.collection, id: change.id, version: Version(epoch: epoch, seq: rows.int64(row, 5)),
+                                              deleted: deleted, data: data, updatedAt: rows.int64(row, 8), updatedBy: rows.text(row, 9),
+                                              clientTime: rows.optionalInt64(row, 10), lineage: rows.optionalText(row, 11).flatMap(Version.init))
                     }
                     applied.append(.conflict(change.changeId, current: current))
                 case let other:
@@ -494,9 +497,9 @@ final class PostgresReader {
     static func pageSQL(filtered: Bool) -> String {
         """
         SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
-               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time
+               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage
         FROM spaces s LEFT JOIN LATERAL (
-            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time FROM records
+            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage FROM records
             WHERE space_id = s.space_id AND seq > $2\(filtered ? " AND collection = ANY($4)" : "")
             ORDER BY seq LIMIT $3) r ON true
         WHERE s.name = $1
@@ -533,7 +536,8 @@ final class PostgresReader {
             rows.withBytes(row, 6) { data in
                 RecordJSON.append(
                     to: &out, collection: rows.text(row, 3), id: rows.text(row, 4), epoch: epoch, seq: seq, deleted: deleted,
-                    data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9))
+                    data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9),
+                    lineage: rows.optionalText(row, 10))
             }
             // The byte budget counts the whole encoded array; the first record always fits.
             if count > 0 && out.count + 1 > request.maxBytes {

@@ -5,11 +5,12 @@ import OutpostCore
 /// so the wire form of a record exists in one place (PROTOCOL.md section 5).
 public enum RecordJSON {
     /// Appends `{"collection":…,"id":…,"version":…,"deleted":…,"data":…,"updatedAt":…,
-    /// "updatedBy":…,"clientTime":…}`. `data` is the stored compact JSON object, written
-    /// as it is; it is left out for a tombstone.
+    /// "updatedBy":…,"clientTime":…,"lineage":…}`. `data` is the stored compact JSON object,
+    /// written as it is; it is left out for a tombstone. `lineage` is the stored
+    /// `"<epoch>.<seq>"` text (protocol 1.1), left out when the state has none.
     public static func append(
         to out: inout [UInt8], collection: String, id: String, epoch: Epoch, seq: Int64, deleted: Bool,
-        data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?
+        data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?, lineage: String?
     ) {
         out.append(contentsOf: #"{"collection":"#.utf8)
         JSONWriter.appendString(collection, to: &out)
@@ -36,6 +37,10 @@ public enum RecordJSON {
         if let clientTime {
             out.append(contentsOf: #","clientTime":"#.utf8)
             JSONWriter.appendInt(clientTime, to: &out)
+        }
+        if let lineage {
+            out.append(contentsOf: #","lineage":"#.utf8)
+            JSONWriter.appendString(lineage, to: &out)
         }
         out.append(UInt8(ascii: "}"))
     }

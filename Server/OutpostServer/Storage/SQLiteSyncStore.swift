@@ -58,7 +58,8 @@ public final class SQLiteSyncStore: SyncStore {
     private let configuration: Configuration
 
     /// Current schema version; `migrate` brings older files up to it.
-    static let schemaVersion = 1
+    /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
+    static let schemaVersion = 2
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -168,6 +169,14 @@ public final class SQLiteSyncStore: SyncStore {
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '1')")
             }
         }
+        if version < 2 {
+            // The earlier-history version a record state descends from, "<epoch>.<seq>"
+            // (PROTOCOL.md section 4, added in 1.1); NULL for the states of a 1.0 store.
+            try db.transaction {
+                try db.execute("ALTER TABLE records ADD COLUMN lineage TEXT")
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '2')")
+            }
+        }
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
@@ -190,9 +199,18 @@ public final class SQLiteSyncStore: SyncStore {
                 let retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "")
                     .split(separator: ",").map(String.init) + [previous.rawValue]
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('retired_epochs', ?)", [.text(retired.suffix(32).joined(separator: ","))])
+                try recordLineage(db, endingEpoch: previous)
             }
             return epoch
         }
+    }
+
+    /// Gives every record (tombstones included) the lineage `<ending>.<seq>`: its own
+    /// version in the history that ends, since seqs are kept across a rotation. Re-offers of
+    /// that history are judged against it (PROTOCOL.md section 4, added in 1.1); an older
+    /// lineage is replaced, as devices compare with the most recent history they knew.
+    static func recordLineage(_ db: Connection, endingEpoch ending: Epoch) throws {
+        try db.run("UPDATE records SET lineage = ? || '.' || seq", [.text(ending.rawValue)])
     }
 
     /// Opens the store file at `path`, gives it a new epoch (made by `makeEpoch`) and closes it.
@@ -407,21 +425,25 @@ final class SQLiteWriter {
         var results: [PushResult] = []
         results.reserveCapacity(job.items.count)
         let findApplied = try db.cached("SELECT fingerprint, epoch, seq, applied_at FROM applied_changes WHERE space_id = ? AND change_id = ?")
-        let findRecord = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        let findRecord = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        // ?10 is the re-offer's lineage (NULL for an edit): a write without one keeps the
+        // lineage of the state it replaces, and a create has none (PROTOCOL.md section 4).
         let upsert = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
             ON CONFLICT(space_id, collection, id) DO UPDATE SET
               seq = excluded.seq, deleted = excluded.deleted, data = excluded.data,
-              updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time
+              updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time,
+              lineage = coalesce(excluded.lineage, lineage)
             """)
         let insertNew = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(space_id, collection, id) DO NOTHING
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(space_id, collection, id) DO NOTHING
             """)
         let updateAtBase = try db.cached("""
-            UPDATE records SET seq = ?4, deleted = ?5, data = ?6, updated_at = ?7, updated_by = ?8, client_time = ?9
-            WHERE space_id = ?1 AND collection = ?2 AND id = ?3 AND seq = ?10
+            UPDATE records SET seq = ?4, deleted = ?5, data = ?6, updated_at = ?7, updated_by = ?8, client_time = ?9,
+                               lineage = coalesce(?10, lineage)
+            WHERE space_id = ?1 AND collection = ?2 AND id = ?3 AND seq = ?11
             """)
         let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(space_id, change_id) DO NOTHING")
         let forget = try db.cached("DELETE FROM applied_changes WHERE space_id = ? AND change_id = ?")
@@ -447,8 +469,11 @@ final class SQLiteWriter {
                 defer { findApplied.reset() }
                 guard try findApplied.step() else { return nil }
                 if findApplied.blob(0) == prepared.fingerprint, let e = Epoch(findApplied.text(1)) {
-                    // applied_at is the push's time, which is the record's updatedAt at that version.
-                    return .applied(change.changeId, version: Version(epoch: e, seq: findApplied.int64(2)), replayed: true, updatedAt: findApplied.int64(3))
+                    // The record's updatedAt at that version: a re-offer's original commit
+                    // time (the fingerprint covers it), else applied_at, the push's time.
+                    // applied_at stays the arrival time, which the sweep of old ids needs.
+                    return .applied(change.changeId, version: Version(epoch: e, seq: findApplied.int64(2)), replayed: true,
+                                    updatedAt: change.lineage?.updatedAt ?? findApplied.int64(3))
                 }
                 return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
             }
@@ -477,31 +502,8 @@ final class SQLiteWriter {
                 continue
             }
 
-            // 3. Write, guarded by the base check in the statement itself: a new record
-            //    (null base) is inserted only when no row — live or tombstone — exists;
-            //    an update applies only while the row is still at the base's seq. The
-            //    common case costs one B-tree descent; only a miss reads the current row.
-            guard seq <= Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
-            let guarded = !change.force && mutation != .ignoreBaseVersion
-            let write = !guarded ? upsert : (change.baseVersion == nil ? insertNew : updateAtBase)
-            try write.bind(int: space.id, at: 1)
-            try write.bind(text: change.collection, at: 2)
-            try write.bind(text: change.id, at: 3)
-            try write.bind(int: seq, at: 4)
-            try write.bind(int: change.op == .delete ? 1 : 0, at: 5)
-            if change.op == .put, let data = prepared.dataJSON {
-                try write.bind(blob: data, at: 6)
-            } else {
-                try write.bindNull(at: 6)
-            }
-            try write.bind(int: job.now, at: 7)
-            try write.bind(text: job.clientId, at: 8)
-            if let t = change.clientTime { try write.bind(int: t, at: 9) } else { try write.bindNull(at: 9) }
-            if let base = change.baseVersion, write === updateAtBase { try write.bind(int: base.seq, at: 10) }
-            while try write.step() {}
-            write.reset()
-            if db.changes == 0 {
-                // The base did not match: a conflict with the record as it is now.
+            /// Answers `conflict` with the record as it is now; nothing was written.
+            func conflict() throws {
                 if remembers {
                     try forget.bind(int: space.id, at: 1)
                     try forget.bind(text: change.changeId, at: 2)
@@ -521,16 +523,65 @@ final class SQLiteWriter {
                     current = stale
                 }
                 results.append(.conflict(change.changeId, current: current))
+            }
+
+            guard seq <= Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
+            let guarded = !change.force && mutation != .ignoreBaseVersion
+
+            // 3. A re-offer over a state at its base applies only when that state descends
+            //    from an ancestor of what the re-offer knew (PROTOCOL.md section 4, added in
+            //    1.1). Re-offers are rare, so they alone read the row before writing; the
+            //    single writer's transaction keeps it from changing in between.
+            if guarded, let lineage = change.lineage, let base = change.baseVersion {
+                try findRecord.bind(int: space.id, at: 1)
+                try findRecord.bind(text: change.collection, at: 2)
+                try findRecord.bind(text: change.id, at: 3)
+                let refused = try findRecord.step() && findRecord.int64(0) == base.seq
+                    && !lineage.admits(current: findRecord.optionalText(6).flatMap(Version.init))
+                findRecord.reset()
+                if refused {
+                    try conflict()
+                    continue
+                }
+            }
+
+            // 4. Write, guarded by the base check in the statement itself: a new record
+            //    (null base) is inserted only when no row — live or tombstone — exists;
+            //    an update applies only while the row is still at the base's seq. The
+            //    common case costs one B-tree descent; only a miss reads the current row.
+            //    A re-offer is stamped with its original commit time.
+            let updatedAt = change.lineage?.updatedAt ?? job.now
+            let write = !guarded ? upsert : (change.baseVersion == nil ? insertNew : updateAtBase)
+            try write.bind(int: space.id, at: 1)
+            try write.bind(text: change.collection, at: 2)
+            try write.bind(text: change.id, at: 3)
+            try write.bind(int: seq, at: 4)
+            try write.bind(int: change.op == .delete ? 1 : 0, at: 5)
+            if change.op == .put, let data = prepared.dataJSON {
+                try write.bind(blob: data, at: 6)
+            } else {
+                try write.bindNull(at: 6)
+            }
+            try write.bind(int: updatedAt, at: 7)
+            try write.bind(text: job.clientId, at: 8)
+            if let t = change.clientTime { try write.bind(int: t, at: 9) } else { try write.bindNull(at: 9) }
+            if let lineage = change.lineage { try write.bind(text: lineage.version.text, at: 10) } else { try write.bindNull(at: 10) }
+            if let base = change.baseVersion, write === updateAtBase { try write.bind(int: base.seq, at: 11) }
+            while try write.step() {}
+            write.reset()
+            if db.changes == 0 {
+                // The base did not match.
+                try conflict()
                 continue
             }
             space.head = seq
             spaces[job.space] = space
-            results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq), updatedAt: job.now))
+            results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq), updatedAt: updatedAt))
         }
         return mutation == .applyOutOfOrder ? results.reversed() : results
     }
 
-    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time`.
+    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage`.
     static func recordState(_ row: Statement, collection: String, id: String, epoch: Epoch, seq: Int64) throws -> RecordState {
         let deleted = row.int64(1) != 0
         var data: JSONObject?
@@ -540,7 +591,8 @@ final class SQLiteWriter {
             data = o
         }
         return RecordState(collection: collection, id: id, version: Version(epoch: epoch, seq: seq), deleted: deleted, data: data,
-                           updatedAt: row.int64(3), updatedBy: row.text(4), clientTime: row.optionalInt64(5))
+                           updatedAt: row.int64(3), updatedBy: row.text(4), clientTime: row.optionalInt64(5),
+                           lineage: row.optionalText(6).flatMap(Version.init))
     }
 }
 
@@ -572,7 +624,7 @@ final class SQLiteReader {
             if mutation == .reuseSeqAfterRestart {
                 head = try db.scalarInt("SELECT max(seq) FROM records WHERE space_id = ?", [.integer(spaceID)]) ?? 0
             }
-            var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time FROM records WHERE space_id = ? AND seq > ?"
+            var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage FROM records WHERE space_id = ? AND seq > ?"
             if mutation == .leakOtherSpaces { sql = sql.replacingOccurrences(of: "space_id = ?", with: "(space_id = ? OR 1)") }
             if mutation == .dropTombstones { sql += " AND deleted = 0" }
             var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
@@ -601,7 +653,8 @@ final class SQLiteReader {
                 stmt.withBytes(4) { data in
                     RecordJSON.append(
                         to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: seq, deleted: deleted,
-                        data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7))
+                        data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
+                        lineage: stmt.optionalText(8))
                 }
                 // The byte budget counts the whole encoded array; the first record always fits.
                 if count > 0 && out.count + 1 > request.maxBytes && mutation != .pageOverBudget {

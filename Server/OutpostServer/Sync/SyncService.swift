@@ -81,12 +81,15 @@ public final class SyncService: Sendable {
         return HTTPResponse(json: response.encoded())
     }
 
-    /// Validates one change's size, encodes its data and fingerprints it.
+    /// Validates one change's lineage and size, encodes its data and fingerprints it.
     func prepare(_ decoded: DecodedChange) -> PushItem {
         switch decoded {
         case .invalid(let changeId, let message):
             return .rejected(.rejected(changeId, .invalidChange, message))
         case .valid(var change):
+            if let problem = Lineage.problem(of: change, serverEpoch: store.epoch) {
+                return .rejected(.rejected(change.changeId, .invalidChange, problem))
+            }
             // Stored in canonical form (keys sorted): the same bytes feed the fingerprint.
             // JSON objects are unordered (RFC 8259 section 4); key order is not kept.
             let dataJSON = change.canonicalData()

@@ -21,6 +21,28 @@ public struct Lineage: Hashable, Sendable {
     public var json: JSONValue {
         .object(["version": .string(version.text), "updatedAt": .number(JSONNumber(updatedAt))])
     }
+
+    /// Why a server whose epoch is `serverEpoch` rejects `change`'s lineage with
+    /// `invalid_change` (PROTOCOL.md section 4, added in 1.1), or nil when it is acceptable
+    /// or absent: a re-offer carries a copy of an earlier history, so its version must name
+    /// an epoch before the current one, and it cannot skip the descent check with `force`.
+    public static func problem(of change: Change, serverEpoch: Epoch) -> String? {
+        guard let lineage = change.lineage else { return nil }
+        if change.force { return "a re-offer (lineage) cannot be forced" }
+        guard lineage.version.epoch < serverEpoch else {
+            return "lineage.version names epoch \(lineage.version.epoch), which is not earlier than the current epoch \(serverEpoch)"
+        }
+        return nil
+    }
+
+    /// True when a re-offer of this copy may replace a current state whose lineage is
+    /// `current` (PROTOCOL.md section 4, added in 1.1): the current state descends from
+    /// this copy or from an ancestor of it in the same earlier history. A state with no
+    /// lineage was written fresh in a later history, so nothing the re-offer knew covers it.
+    public func admits(current: Version?) -> Bool {
+        guard let current else { return false }
+        return current.epoch == version.epoch && current.seq <= version.seq
+    }
 }
 
 /// One intended write from a client (PROTOCOL.md section 4).

@@ -1,0 +1,104 @@
+import OutpostCore
+import Testing
+@testable import Outpost
+
+/// `InMemorySyncServer` keeps protocol 1.1's lineage rules (PROTOCOL.md sections 4 and 5)
+/// as the real stores do (`LineageStoreTests`, the conformance suite's lineage checks).
+@Suite("InMemorySyncServer lineage")
+struct InMemoryLineageTests {
+    let server = InMemorySyncServer(clock: { 1_000_000 }, seed: 7)
+
+    func put(_ changeId: String, _ id: String, base: Version?, lineage: Version? = nil, updatedAt: Int64 = 5, force: Bool = false) -> Change {
+        Change(changeId: changeId, collection: "todos", id: id, op: .put, data: ["t": .string(changeId)], baseVersion: base, force: force,
+               lineage: lineage.map { Lineage(version: $0, updatedAt: updatedAt) })
+    }
+
+    func push(_ changes: [Change], clientId: String = "device") async throws -> [PushResult] {
+        try await server.push(PushRequest(clientId: clientId, changes: changes), space: "sp").results
+    }
+
+    func record(_ id: String) -> RecordState? { server.record(space: "sp", collection: "todos", id: id) }
+
+    @Test func infoReportsOnePointOne() async throws {
+        let info = try await server.serverInfo()
+        #expect(info.protocolRevision == "1.1" && OutpostProtocol.keepsLineage(info.protocolRevision))
+    }
+
+    @Test func rotateEpochAndRestoreGiveEveryRecordItsVersionInTheEndingHistory() async throws {
+        let old = server.epoch
+        _ = try await push([put("c1", "a", base: nil), put("c2", "b", base: nil)])
+        _ = try await push([Change(changeId: "c3", collection: "todos", id: "b", op: .delete, data: nil, baseVersion: Version(epoch: old, seq: 2))])
+        let backup = server.snapshot()
+        server.rotateEpoch()
+        #expect(record("a")?.lineage == Version(epoch: old, seq: 1))
+        #expect(record("b")?.deleted == true && record("b")?.lineage == Version(epoch: old, seq: 3))
+        // A restore names the backup's history, whatever the server ran since.
+        server.rotateEpoch()
+        server.restore(backup)
+        #expect(record("a")?.lineage == Version(epoch: old, seq: 1))
+    }
+
+    @Test func reoffersAreJudgedByTheLineageOfTheStateTheyWouldReplace() async throws {
+        let old = server.epoch
+        _ = try await push([put("c1", "a", base: nil), put("c2", "b", base: nil)])
+        server.rotateEpoch()
+        let new = server.epoch
+        _ = try await push([put("c3", "fresh", base: nil)])
+        let before = server.records(space: "sp")
+        let refused = try await push([
+            // Written fresh in the new epoch; another earlier history; a null base over a
+            // record; a stale base.
+            put("r2", "fresh", base: Version(epoch: new, seq: 3), lineage: Version(epoch: old, seq: 9)),
+            put("r3", "a", base: Version(epoch: new, seq: 1), lineage: Version("0.9")!),
+            put("r4", "a", base: nil, lineage: Version(epoch: old, seq: 9)),
+            put("r5", "b", base: Version(epoch: new, seq: 1), lineage: Version(epoch: old, seq: 9)),
+        ])
+        #expect(refused.map(\.status) == [.conflict, .conflict, .conflict, .conflict])
+        #expect(refused[0].current?.lineage == nil)
+        #expect(refused[1].current?.lineage == Version(epoch: old, seq: 1))
+        #expect(server.records(space: "sp") == before)
+        // b descends from old.2; a copy old.1 is older, old.2 itself applies.
+        var r = try await push([put("r6", "b", base: Version(epoch: new, seq: 2), lineage: Version(epoch: old, seq: 1))])
+        #expect(r.map(\.status) == [.conflict])
+        r = try await push([put("r7", "b", base: Version(epoch: new, seq: 2), lineage: Version(epoch: old, seq: 2), updatedAt: 42)])
+        #expect(r == [.applied("r7", version: Version(epoch: new, seq: 4), updatedAt: 42)])
+        #expect(record("b")?.updatedAt == 42 && record("b")?.updatedBy == "device" && record("b")?.lineage == Version(epoch: old, seq: 2))
+        // A re-offer of a record the server lacks, base null, applies.
+        r = try await push([put("r8", "gone", base: nil, lineage: Version(epoch: old, seq: 7), updatedAt: 9)])
+        #expect(r == [.applied("r8", version: Version(epoch: new, seq: 5), updatedAt: 9)])
+        #expect(record("gone")?.lineage == Version(epoch: old, seq: 7))
+    }
+
+    @Test func plainWritesKeepTheLineageAndReplaysAnswerTheOriginalTime() async throws {
+        let old = server.epoch
+        _ = try await push([put("c1", "a", base: nil)])
+        server.rotateEpoch()
+        let new = server.epoch
+        let carried = Version(epoch: old, seq: 3)
+        let first = try await push([put("ro", "a", base: Version(epoch: new, seq: 1), lineage: carried, updatedAt: 11)])
+        #expect(first == [.applied("ro", version: Version(epoch: new, seq: 2), updatedAt: 11)])
+        _ = try await push([put("e1", "a", base: Version(epoch: new, seq: 2))])
+        #expect(record("a")?.lineage == carried && record("a")?.updatedAt == 1_000_000)
+        _ = try await push([Change(changeId: "d1", collection: "todos", id: "a", op: .delete, data: nil, baseVersion: Version(epoch: new, seq: 3))])
+        #expect(record("a")?.deleted == true && record("a")?.lineage == carried)
+        _ = try await push([put("f1", "a", base: nil, force: true)])
+        #expect(record("a")?.lineage == carried)
+        let replay = try await push([put("ro", "a", base: Version(epoch: new, seq: 1), lineage: carried, updatedAt: 11)])
+        #expect(replay == [.applied("ro", version: Version(epoch: new, seq: 2), replayed: true, updatedAt: 11)])
+        _ = try await push([put("n1", "new", base: nil)])
+        #expect(record("new")?.lineage == nil)
+    }
+
+    @Test func aLineageNotOfAnEarlierEpochOrForcedIsInvalid() async throws {
+        let epoch = server.epoch
+        let earlier = Epoch(String(epoch.rawValue.dropLast()))!
+        let r = try await push([
+            put("c1", "a", base: nil, lineage: Version(epoch: epoch, seq: 1)),
+            put("c2", "b", base: nil, lineage: Version(epoch: Epoch(epoch.rawValue + "Z")!, seq: 1)),
+            put("c3", "c", base: nil, lineage: Version(epoch: earlier, seq: 1), force: true),
+        ])
+        #expect(r.map(\.status) == [.rejected, .rejected, .rejected])
+        #expect(r.allSatisfy { $0.error?.code == "invalid_change" })
+        #expect(server.records(space: "sp").isEmpty)
+    }
+}
