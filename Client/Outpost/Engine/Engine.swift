@@ -309,8 +309,15 @@ enum Engine {
                                 lastError: "conflict; resolved"))
         }
         guard let server = r.server, current != nil else {
-            // The history has no such record: the edits go as a create.
+            // The history has no such record: the edits go as a create (a lone re-offer
+            // stays one).
             r.server = nil
+            if unsettled.count == 1, head.isReoffer {
+                settled.append(Edit(changeId: context.newChangeId(), kind: head.kind, body: head.body, clientTime: head.clientTime,
+                                    createdAt: head.createdAt, madeOn: .nothing, attempts: head.attempts + 1))
+                r.edits = settled
+                return true
+            }
             replace(with: latest.body, madeOn: .nothing)
             r.edits = settled
             return true
@@ -319,9 +326,21 @@ enum Engine {
             r.edits = settled
             return true
         }
-        if unsettled.count == 1, let carried = head.carried, server.holds(carried) {
-            r.edits = settled
-            return true
+        if let carried = head.carried {
+            if server.holds(carried) {
+                // The history already descends from the copy: it is done; edits made on it
+                // meet the history's copy when they go.
+                r.edits.removeAll { $0.changeId == head.changeId }
+                return true
+            }
+            if server.isAncestor(of: carried) {
+                // The history holds an older state of the copy (a restore from an earlier
+                // backup): the copy goes again on it, as the server's rule allows.
+                r.edits.removeAll { $0.changeId == head.changeId }
+                r.edits.append(Edit(changeId: context.newChangeId(), kind: head.kind, body: head.body, clientTime: head.clientTime,
+                                    createdAt: head.createdAt, madeOn: .copy(server), attempts: head.attempts + 1))
+                return true
+            }
         }
         guard let serverBody = server.body,
               let local = try? LocalEdit(data: latest.body.data.map(decodeObject), deleted: latest.body.deleted, clientTime: latest.clientTime,

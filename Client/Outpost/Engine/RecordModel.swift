@@ -46,10 +46,23 @@ struct Copy: Hashable, Sendable {
         return lineage.seq >= other.version.seq
     }
 
-    /// True when this state is `other` itself: the same version, or the state a later
-    /// history restored or re-offered from it.
+    /// True when this state is `other` itself: the same version, or a state of a later
+    /// history that descends from it with nothing written between (its lineage, and the
+    /// same content). Lineage alone says only "descends from": writes made on a restored
+    /// or re-offered state keep its lineage.
     func isState(_ other: Copy) -> Bool {
-        version == other.version || lineage == other.version
+        if version == other.version { return true }
+        guard lineage == other.version, let mine = body, let theirs = other.body else { return false }
+        return mine.sameContent(as: theirs)
+    }
+
+    /// True when this state descends from an ancestor of `other` (or is one): `other`
+    /// knew everything this state holds, so `other` may go on top of it. The server's rule
+    /// for re-offers (protocol 1.1).
+    func isAncestor(of other: Copy) -> Bool {
+        if version.epoch == other.version.epoch { return version.seq <= other.version.seq }
+        guard let lineage, lineage.epoch == other.version.epoch else { return false }
+        return lineage.seq <= other.version.seq
     }
 
     /// True when `self` is a later state than `other` in the epoch order (PROTOCOL.md

@@ -258,18 +258,20 @@ public actor OutpostStore {
         }
     }
 
-    /// The unsettled or the rejected edits as the app sees them, in queue order.
+    /// The unsettled or the rejected edits as the app sees them, in the order they go out.
     private func changes(unsettled: Bool) throws -> [QueuedChange] {
         try read { d in
             let context = try engineContext(d)
-            var out: [(Int64, QueuedChange)] = []
+            // Records by the queue position of their first such edit; a record's edits in the
+            // order they go out.
+            var out: [QueuedChange] = []
             for key in try d.keysWithEdits(in: unsettled ? ["queued", "sent"] : ["rejected"]) {
                 guard let model = try d.model(key) else { continue }
                 for edit in model.edits where unsettled ? edit.delivery.isUnsettled : Engine.isRejected(edit) {
-                    out.append((edit.position ?? 0, try queuedChange(edit, model, context)))
+                    out.append(try queuedChange(edit, model, context))
                 }
             }
-            return out.sorted { $0.0 < $1.0 }.map(\.1)
+            return out
         }
     }
 
