@@ -37,6 +37,7 @@ struct EngineWorld: Hashable {
             let seq = nextSeq[epoch]!
             out.append(("pulled newer", .pulled(Self.copy(epoch, seq, "pulled\(seq)"))))
             out.append(("pulled older", .pulled(Self.copy(epoch, 1, "old"))))
+            out.append(("pulled unreadable", .pulled(Copy(version: Version(epoch: epoch, seq: seq), body: nil, updatedAt: 1_000 + seq))))
             if epoch == Self.e2 {
                 out.append(("pulled restored", .pulled(Self.copy(epoch, 2, "restored", lineage: Version(epoch: Self.e1, seq: 2)))))
             }
@@ -118,13 +119,19 @@ enum EngineInvariants {
             return a.edits.contains { e in e.carried.map { $0.holds(c) } ?? false }
                 || a.edits.contains { e in if case .acknowledged(let k) = e.delivery { return k.holds(c) } else { return false } }
         }
-        var carriedBefore: [Copy] = b.left.map { [$0] } ?? []
+        // (A copy the device cannot read is not offered: a device that can read it does.)
+        var carriedBefore: [Copy] = b.left.flatMap { $0.body == nil ? nil : [$0] } ?? []
         carriedBefore += b.edits.filter { $0.delivery.isUnsettled }.compactMap(\.carried)
         for c in carriedBefore where !kept(c) {
             switch event {
             case .conflict, .applied, .rejected, .dropCopies: continue
             default: problems.append("the left copy \(c.version) was dropped")
             }
+        }
+        // An edit is made on what the app saw.
+        if case .edit = event, let made = a.edits.last, made.delivery == .queued, b.edits.last?.delivery != .queued || b.edits.last?.isReoffer == true,
+           a.content(made.madeOn) != b.view {
+            problems.append("an edit was made on \(a.content(made.madeOn).map { "\($0)" } ?? "nothing"), but the app saw \(b.view.map { "\($0)" } ?? "nothing")")
         }
         // Versions never go backwards within a history.
         if let s = b.server, let t = a.server, s.version.epoch == t.version.epoch, t.version.seq < s.version.seq {
@@ -260,7 +267,7 @@ enum EngineTable {
         ]
     }
 
-    static let eventNames = ["edit put", "edit delete", "pulled newer", "pulled older", "pulled restored", "sending", "applied", "applied in E1",
+    static let eventNames = ["edit put", "edit delete", "pulled newer", "pulled older", "pulled unreadable", "pulled restored", "sending", "applied", "applied in E1",
                              "conflict", "conflict, none", "rejected", "epoch_mismatch", "no answer", "refused", "foreign answer",
                              "history confirmed", "re-pull finished", "discard"]
 

@@ -153,9 +153,11 @@ enum Engine {
             madeOn = .copy(carried)
         } else if let shown {
             madeOn = .edit(shown.localId)
-        } else if let copy = r.server ?? r.left {
+        } else if let copy = r.server ?? r.left, copy.body != nil {
             madeOn = .copy(copy)
         } else {
+            // The app saw no record it could read: a copy it cannot read was never shown,
+            // so an edit goes as a create and meets that copy as a conflict.
             madeOn = .nothing
         }
         r.edits.append(Edit(changeId: changeId, kind: .app, body: body, clientTime: time, createdAt: time, madeOn: madeOn))

@@ -76,7 +76,7 @@ struct Copy: Hashable, Sendable {
 /// What an edit was made on: the state the app showed when it made it. It names one
 /// state for ever; the wire `baseVersion` is computed from it when the change is sent.
 enum MadeOn: Hashable, Sendable {
-    /// No copy: the app created the record.
+    /// No record the app could read: it created the record.
     case nothing
     /// A server's copy.
     case copy(Copy)
