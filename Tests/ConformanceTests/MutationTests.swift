@@ -26,6 +26,8 @@ import Testing
         .acceptCursorAhead: ["pull-cursor-ahead-409"],
         .ignoreBaseVersion: ["push-null-base-on-existing-conflict", "push-null-base-on-tombstone-conflict",
                              "push-stale-base-conflict-current-is-latest"],
+        .reofferAsEdit: ["reoffer-without-state-creates-with-original-time", "reoffer-judged-by-current-lineage",
+                         "rotate-epoch-gives-lineage-reoffers-judged"],
     ]
 
     /// Checks that only wait out a server timeout; no mutation touches what they check,

@@ -34,4 +34,7 @@ public enum ServerMutation: String, Sendable, CaseIterable {
     case acceptCursorAhead
     /// Conflicts are applied as if `force` were set.
     case ignoreBaseVersion
+    /// A re-offer is applied as an edit, as a 1.0 server would: no descent check, no
+    /// lineage kept, stamped with its arrival time.
+    case reofferAsEdit
 }

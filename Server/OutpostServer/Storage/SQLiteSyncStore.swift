@@ -455,6 +455,7 @@ final class SQLiteWriter {
                 continue
             }
             let change = prepared.change
+            let reoffered = mutation == .reofferAsEdit ? nil : change.lineage
             // 1. Idempotency: an applied change ID answers with its original result.
             //    The common case — a change never seen — costs one B-tree descent: the
             //    idempotency row is inserted first (with the seq this change will get) and
@@ -473,7 +474,7 @@ final class SQLiteWriter {
                     // time (the fingerprint covers it), else applied_at, the push's time.
                     // applied_at stays the arrival time, which the sweep of old ids needs.
                     return .applied(change.changeId, version: Version(epoch: e, seq: findApplied.int64(2)), replayed: true,
-                                    updatedAt: change.lineage?.updatedAt ?? findApplied.int64(3))
+                                    updatedAt: reoffered?.updatedAt ?? findApplied.int64(3))
                 }
                 return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
             }
@@ -532,7 +533,7 @@ final class SQLiteWriter {
             //    from an ancestor of what the re-offer knew (PROTOCOL.md section 4, added in
             //    1.1). Re-offers are rare, so they alone read the row before writing; the
             //    single writer's transaction keeps it from changing in between.
-            if guarded, let lineage = change.lineage, let base = change.baseVersion {
+            if guarded, let lineage = reoffered, let base = change.baseVersion {
                 try findRecord.bind(int: space.id, at: 1)
                 try findRecord.bind(text: change.collection, at: 2)
                 try findRecord.bind(text: change.id, at: 3)
@@ -550,7 +551,7 @@ final class SQLiteWriter {
             //    an update applies only while the row is still at the base's seq. The
             //    common case costs one B-tree descent; only a miss reads the current row.
             //    A re-offer is stamped with its original commit time.
-            let updatedAt = change.lineage?.updatedAt ?? job.now
+            let updatedAt = reoffered?.updatedAt ?? job.now
             let write = !guarded ? upsert : (change.baseVersion == nil ? insertNew : updateAtBase)
             try write.bind(int: space.id, at: 1)
             try write.bind(text: change.collection, at: 2)
@@ -565,7 +566,7 @@ final class SQLiteWriter {
             try write.bind(int: updatedAt, at: 7)
             try write.bind(text: job.clientId, at: 8)
             if let t = change.clientTime { try write.bind(int: t, at: 9) } else { try write.bindNull(at: 9) }
-            if let lineage = change.lineage { try write.bind(text: lineage.version.text, at: 10) } else { try write.bindNull(at: 10) }
+            if let lineage = reoffered { try write.bind(text: lineage.version.text, at: 10) } else { try write.bindNull(at: 10) }
             if let base = change.baseVersion, write === updateAtBase { try write.bind(int: base.seq, at: 11) }
             while try write.step() {}
             write.reset()
