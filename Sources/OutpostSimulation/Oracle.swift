@@ -157,6 +157,9 @@ struct Oracle {
     var maxVersion: [[Key: Version]]
     var deviceEpoch: [Epoch?]
     var acks: [Ack] = []
+    /// For a committed state, the writes a device's resolver saw against it in a conflict
+    /// answer: the resolver decided between them, whatever it chose.
+    var decidedOver: [Version: Set<Int>] = [:]
     var rejections: [Rejection] = []
     var events: [StepEvents]
     var violations: [Violation] = []
@@ -379,6 +382,10 @@ struct Oracle {
                 // The resolver decides with the device's newest edit of the record; an edit it
                 // keeps goes again on `current`, as if made on it.
                 let shown = result.current.map { Content(deleted: $0.deleted, tag: $0.deleted ? nil : tag(of: $0.data)) }
+                if let current = result.current {
+                    decidedOver[current.version, default: []].formUnion(writes[w].know.union([w]))
+                    if let local = latest[device][key] { decidedOver[current.version, default: []].formUnion(writes[local.write].know.union([local.write])) }
+                }
                 writes[w].know.formUnion(seen)
                 writes[w].madeOn = shown
                 if let local = latest[device][key] {
@@ -512,6 +519,9 @@ struct Oracle {
             let finalVersion = Version(epoch: serverEpoch, seq: row.seq)
             guard let f = states[finalVersion] else { continue }
             if f.know.contains(ack.write) { continue }
+            // A resolver that saw the acknowledged write against a state the final one
+            // descends from decided over it (the resolver saw both).
+            if decidedOver.contains(where: { v, seen in seen.contains(ack.write) && states[v].map { f.know.contains($0.write) } == true }) { continue }
             // A device does not offer its copy again to a new history that holds the same
             // content (Pull.applyPulled): a tombstone restored from a backup carries an
             // acknowledged delete's effect.

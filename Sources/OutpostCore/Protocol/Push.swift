@@ -35,10 +35,11 @@ public struct Lineage: Hashable, Sendable {
         return nil
     }
 
-    /// True when a re-offer of this copy may replace a current state whose lineage is
-    /// `current` (PROTOCOL.md section 4, added in 1.1): the current state descends from
-    /// this copy or from an ancestor of it in the same earlier history. A state with no
-    /// lineage was written fresh in a later history, so nothing the re-offer knew covers it.
+    /// True when a re-offer of this copy may replace a current state whose `sameAs` is
+    /// `current` (PROTOCOL.md section 4, added in 1.1): the current state is this copy or an
+    /// ancestor of it in the same earlier history, with nothing written on it since. A state
+    /// written in the later history (fresh, or on a restored state: its lineage is kept but
+    /// its `sameAs` is not) holds writes the re-offer never saw.
     public func admits(current: Version?) -> Bool {
         guard let current else { return false }
         return current.epoch == version.epoch && current.seq <= version.seq

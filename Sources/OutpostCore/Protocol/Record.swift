@@ -17,9 +17,13 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
     /// it was restored from, or the copy a re-offer carried, kept through the writes made
     /// on it since). Nil when it descends from nothing earlier, or from a 1.0 server.
     public var lineage: Version?
+    /// Protocol 1.1: set when this state *is* that state of an earlier history (restored
+    /// from it, or written by a re-offer carrying it) and nothing was written on it since.
+    /// `lineage` says "descends from"; `sameAs` says "is".
+    public var sameAs: Version?
 
     public init(collection: String, id: String, version: Version, deleted: Bool, data: JSONObject?, updatedAt: Int64, updatedBy: String, clientTime: Int64?,
-                lineage: Version? = nil) {
+                lineage: Version? = nil, sameAs: Version? = nil) {
         self.collection = collection
         self.id = id
         self.version = version
@@ -29,6 +33,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
         self.updatedBy = updatedBy
         self.clientTime = clientTime
         self.lineage = lineage
+        self.sameAs = sameAs
     }
 
     public init(json: JSONValue) throws(WireError) {
@@ -52,6 +57,10 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
             guard let v = Version(text), v.seq > 0 else { throw r.invalid("lineage", "is not a version") }
             lineage = v
         }
+        if let text = try r.optionalString("sameAs") {
+            guard let v = Version(text), v.seq > 0 else { throw r.invalid("sameAs", "is not a version") }
+            sameAs = v
+        }
     }
 
     public var json: JSONValue {
@@ -66,6 +75,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
         o["updatedBy"] = .string(updatedBy)
         if let clientTime { o["clientTime"] = .number(JSONNumber(clientTime)) }
         if let lineage { o["lineage"] = .string(lineage.text) }
+        if let sameAs { o["sameAs"] = .string(sameAs.text) }
         return .object(o)
     }
 }
