@@ -21,9 +21,9 @@ struct EngineWorld: Hashable {
 
     static func body(_ tag: String) -> Body { Body(data: encodeObject(["v": .string(tag)])) }
 
-    static func copy(_ epoch: Epoch, _ seq: Int64, _ tag: String?, lineage: Version? = nil) -> Copy {
+    static func copy(_ epoch: Epoch, _ seq: Int64, _ tag: String?, lineage: Version? = nil, sameAs: Version? = nil) -> Copy {
         Copy(version: Version(epoch: epoch, seq: seq), body: tag.map(body) ?? .tombstone, updatedAt: 1_000 + seq, updatedBy: "other",
-             lineage: lineage)
+             lineage: lineage, sameAs: sameAs)
     }
 
     /// The events that can happen now, by name.
@@ -39,7 +39,9 @@ struct EngineWorld: Hashable {
             out.append(("pulled older", .pulled(Self.copy(epoch, 1, "old"))))
             out.append(("pulled unreadable", .pulled(Copy(version: Version(epoch: epoch, seq: seq), body: nil, updatedAt: 1_000 + seq))))
             if epoch == Self.e2 {
-                out.append(("pulled restored", .pulled(Self.copy(epoch, 2, "restored", lineage: Version(epoch: Self.e1, seq: 2)))))
+                let restored = Version(epoch: Self.e1, seq: 2)
+                out.append(("pulled restored", .pulled(Self.copy(epoch, 2, "restored", lineage: restored, sameAs: restored))))
+                out.append(("pulled written on restored", .pulled(Self.copy(epoch, seq, "on restored", lineage: restored))))
             }
         }
         if let head = record.head {
@@ -267,7 +269,7 @@ enum EngineTable {
         ]
     }
 
-    static let eventNames = ["edit put", "edit delete", "pulled newer", "pulled older", "pulled unreadable", "pulled restored", "sending", "applied", "applied in E1",
+    static let eventNames = ["edit put", "edit delete", "pulled newer", "pulled older", "pulled unreadable", "pulled restored", "pulled written on restored", "sending", "applied", "applied in E1",
                              "conflict", "conflict, none", "rejected", "epoch_mismatch", "no answer", "refused", "foreign answer",
                              "history confirmed", "re-pull finished", "discard"]
 

@@ -175,6 +175,7 @@ enum Engine {
                 filled.updatedAt = s.updatedAt ?? copy.updatedAt
                 filled.updatedBy = s.updatedBy ?? copy.updatedBy
                 filled.lineage = s.lineage ?? copy.lineage
+                filled.sameAs = s.sameAs ?? copy.sameAs
                 if s.body == nil { filled.body = copy.body }
                 r.server = filled
                 return false
@@ -274,6 +275,7 @@ enum Engine {
         copy.updatedBy = copy.updatedBy ?? context.clientId
         if case .reoffer(let lineage) = edit.kind {
             copy.lineage = lineage.version
+            copy.sameAs = lineage.version
         } else if case .sent(let base?) = edit.delivery, let s = r.server, s.version == base {
             copy.lineage = s.lineage
         }

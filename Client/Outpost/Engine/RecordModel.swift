@@ -21,8 +21,11 @@ struct Copy: Hashable, Sendable {
     var lineage: Version?
     /// The change of this device that wrote it, when known.
     var changeId: String?
+    /// The state of an earlier history this state is, with nothing written since (1.1).
+    var sameAs: Version?
 
-    init(version: Version, body: Body?, updatedAt: Int64?, updatedBy: String? = nil, clientTime: Int64? = nil, lineage: Version? = nil, changeId: String? = nil) {
+    init(version: Version, body: Body?, updatedAt: Int64?, updatedBy: String? = nil, clientTime: Int64? = nil, lineage: Version? = nil, changeId: String? = nil,
+         sameAs: Version? = nil) {
         self.version = version
         self.body = body
         self.updatedAt = updatedAt
@@ -30,11 +33,12 @@ struct Copy: Hashable, Sendable {
         self.clientTime = clientTime
         self.lineage = lineage
         self.changeId = changeId
+        self.sameAs = sameAs
     }
 
     init(_ state: RecordState) {
         self.init(version: state.version, body: Body(state), updatedAt: state.updatedAt, updatedBy: state.updatedBy,
-                  clientTime: state.clientTime, lineage: state.lineage)
+                  clientTime: state.clientTime, lineage: state.lineage, sameAs: state.sameAs)
     }
 
     /// True when this state is `other` or descends from it: a later state of the same
@@ -47,22 +51,18 @@ struct Copy: Hashable, Sendable {
     }
 
     /// True when this state is `other` itself: the same version, or a state of a later
-    /// history that descends from it with nothing written between (its lineage, and the
-    /// same content). Lineage alone says only "descends from": writes made on a restored
-    /// or re-offered state keep its lineage.
+    /// history that is `other` with nothing written since (`sameAs`, 1.1).
     func isState(_ other: Copy) -> Bool {
-        if version == other.version { return true }
-        guard lineage == other.version, let mine = body, let theirs = other.body else { return false }
-        return mine.sameContent(as: theirs)
+        version == other.version || sameAs == other.version
     }
 
-    /// True when this state descends from an ancestor of `other` (or is one): `other`
-    /// knew everything this state holds, so `other` may go on top of it. The server's rule
-    /// for re-offers (protocol 1.1).
+    /// True when this state is `other` or an ancestor of it, with nothing written since in a
+    /// later history: `other` knew everything this state holds, so `other` may go on top of
+    /// it. The server's rule for re-offers (protocol 1.1).
     func isAncestor(of other: Copy) -> Bool {
         if version.epoch == other.version.epoch { return version.seq <= other.version.seq }
-        guard let lineage, lineage.epoch == other.version.epoch else { return false }
-        return lineage.seq <= other.version.seq
+        guard let sameAs, sameAs.epoch == other.version.epoch else { return false }
+        return sameAs.seq <= other.version.seq
     }
 
     /// True when `self` is a later state than `other` in the epoch order (PROTOCOL.md

@@ -6,17 +6,20 @@ import OutpostSQLite
 // the model; `shows`, `view_*` and `pending` are derived from it so reads need no edits.
 
 extension LocalDatabase {
-    /// The nine columns of a stored copy, by prefix.
+    /// The columns of a stored copy, by prefix.
     static func copyColumns(_ p: String) -> [String] {
-        ["version", "data", "deleted", "readable", "updated_at", "updated_by", "client_time", "lineage", "change_id"].map { "\(p)_\($0)" }
+        ["version", "data", "deleted", "readable", "updated_at", "updated_by", "client_time", "lineage", "change_id", "same_as"].map { "\(p)_\($0)" }
     }
 
+    static let copyColumnCount: Int32 = 10
+
     static func copyValues(_ c: Copy?) -> [SQLiteValue] {
-        guard let c else { return Array(repeating: .null, count: 9) }
+        guard let c else { return Array(repeating: .null, count: Int(copyColumnCount)) }
         return [
             .text(c.version.text), c.body?.data.map { .blob($0) } ?? .null, .integer(c.body?.deleted == true ? 1 : 0),
             .integer(c.body == nil ? 0 : 1), c.updatedAt.map { .integer($0) } ?? .null, c.updatedBy.map { .text($0) } ?? .null,
             c.clientTime.map { .integer($0) } ?? .null, c.lineage.map { .text($0.text) } ?? .null, c.changeId.map { .text($0) } ?? .null,
+            c.sameAs.map { .text($0.text) } ?? .null,
         ]
     }
 
@@ -24,7 +27,8 @@ extension LocalDatabase {
         guard let text = s.optionalText(i), let version = Version(text) else { return nil }
         let body: Body? = s.int64(i + 3) == 0 ? nil : Body(data: s.int64(i + 2) != 0 ? nil : s.blob(i + 1))
         return Copy(version: version, body: body, updatedAt: s.optionalInt64(i + 4), updatedBy: s.optionalText(i + 5),
-                    clientTime: s.optionalInt64(i + 6), lineage: s.optionalText(i + 7).flatMap(Version.init), changeId: s.optionalText(i + 8))
+                    clientTime: s.optionalInt64(i + 6), lineage: s.optionalText(i + 7).flatMap(Version.init), changeId: s.optionalText(i + 8),
+                    sameAs: s.optionalText(i + 9).flatMap(Version.init))
     }
 
     static let modelSchema = """
@@ -75,41 +79,48 @@ extension LocalDatabase {
                                       + ["error_code", "last_error", "attempts", "next_attempt_at"]).joined(separator: ", ")
 
     private static func readEdit(_ s: Statement) -> Edit {
+        // Columns in the order of `editColumns`.
+        let n = copyColumnCount
+        let position: Int32 = 0, changeId: Int32 = 1, localId: Int32 = 2, kindColumn: Int32 = 3, lineageVersion: Int32 = 4, lineageTime: Int32 = 5
+        let deleted: Int32 = 6, data: Int32 = 7, clientTime: Int32 = 8, createdAt: Int32 = 9, madeOnKind: Int32 = 10, madeOnEdit: Int32 = 11
+        let madeOnCopy: Int32 = 12, deliveryColumn = madeOnCopy + n, sentBase = deliveryColumn + 1, ackCopy = sentBase + 1
+        let errorCode = ackCopy + n, lastErrorColumn = errorCode + 1, attempts = lastErrorColumn + 1, nextAttempt = attempts + 1
         let kind: EditKind
-        if s.text(3) == "reoffer", let v = s.optionalText(4).flatMap(Version.init) {
-            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(5) ?? 0))
+        if s.text(kindColumn) == "reoffer", let v = s.optionalText(lineageVersion).flatMap(Version.init) {
+            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(lineageTime) ?? 0))
         } else {
             kind = .app
         }
-        let body = Body(data: s.int64(6) != 0 ? nil : s.blob(7))
+        let body = Body(data: s.int64(deleted) != 0 ? nil : s.blob(data))
         let madeOn: MadeOn
-        switch s.text(10) {
-        case "copy": madeOn = readCopy(s, 12).map { .copy($0) } ?? .nothing
-        case "edit": madeOn = .edit(s.text(11))
+        switch s.text(madeOnKind) {
+        case "copy": madeOn = readCopy(s, madeOnCopy).map { .copy($0) } ?? .nothing
+        case "edit": madeOn = .edit(s.text(madeOnEdit))
         default: madeOn = .nothing
         }
         let delivery: Delivery
-        let lastError = s.optionalText(33)
-        switch s.text(21) {
-        case "sent": delivery = .sent(base: s.optionalText(22).flatMap(Version.init))
+        let lastError = s.optionalText(lastErrorColumn)
+        switch s.text(deliveryColumn) {
+        case "sent": delivery = .sent(base: s.optionalText(sentBase).flatMap(Version.init))
         case "acknowledged":
-            if var copy = readCopy(s, 23) {
+            if var copy = readCopy(s, ackCopy) {
                 copy.body = body
                 delivery = .acknowledged(copy)
             } else {
                 delivery = .queued
             }
-        case "rejected": delivery = .rejected(code: s.optionalText(32) ?? "unknown", message: lastError ?? "rejected")
+        case "rejected": delivery = .rejected(code: s.optionalText(errorCode) ?? "unknown", message: lastError ?? "rejected")
         default: delivery = .queued
         }
-        return Edit(position: s.int64(0), localId: s.text(2), changeId: s.text(1), kind: kind, body: body, clientTime: s.int64(8), createdAt: s.int64(9),
-                    madeOn: madeOn, delivery: delivery, attempts: s.int(34), nextAttemptAt: s.int64(35), lastError: lastError)
+        return Edit(position: s.int64(position), localId: s.text(localId), changeId: s.text(changeId), kind: kind, body: body, clientTime: s.int64(clientTime),
+                    createdAt: s.int64(createdAt), madeOn: madeOn, delivery: delivery, attempts: s.int(attempts), nextAttemptAt: s.int64(nextAttempt),
+                    lastError: lastError)
     }
 
     /// The record's model; nil when the store holds nothing of it.
     func model(_ key: RecordKey) throws -> RecordModel? {
         let row = try db.cached("SELECT \(Self.recordColumns) FROM records WHERE collection = ? AND id = ?")
-            .queryOne([.text(key.collection), .text(key.id)]) { s in (Self.readCopy(s, 2), Self.readCopy(s, 11)) }
+            .queryOne([.text(key.collection), .text(key.id)]) { s in (Self.readCopy(s, 2), Self.readCopy(s, 2 + Self.copyColumnCount)) }
         let edits = try db.cached("SELECT \(Self.editColumns) FROM edits WHERE collection = ? AND id = ? ORDER BY position")
             .query([.text(key.collection), .text(key.id)], Self.readEdit)
         guard row != nil || !edits.isEmpty else { return nil }
@@ -179,7 +190,7 @@ extension LocalDatabase {
         let values: [SQLiteValue] = [.text(key.collection), .text(key.id)] + Self.copyValues(copy)
         try db.cached("""
             INSERT INTO records(collection, id, shows, pending, \(Self.copyColumns("s").joined(separator: ", ")))
-            VALUES (?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(collection, id) DO NOTHING
+            VALUES (?, ?, 0, 0, \(Array(repeating: "?", count: Int(Self.copyColumnCount)).joined(separator: ", "))) ON CONFLICT(collection, id) DO NOTHING
             """).run(values)
         // A record with edits always has a row (see `save`), so an insert means none.
         return db.changes == 1

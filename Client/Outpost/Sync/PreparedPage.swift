@@ -10,6 +10,7 @@ struct PreparedRecord: Sendable {
     let updatedBy: String
     let clientTime: Int64?
     let lineage: Version?
+    let sameAs: Version?
 
     init(_ state: RecordState) {
         key = RecordKey(collection: state.collection, id: state.id)
@@ -19,10 +20,11 @@ struct PreparedRecord: Sendable {
         updatedBy = state.updatedBy
         clientTime = state.clientTime
         lineage = state.lineage
+        sameAs = state.sameAs
     }
 
     var copy: Copy {
-        Copy(version: version, body: body, updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage)
+        Copy(version: version, body: body, updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs)
     }
 }
 

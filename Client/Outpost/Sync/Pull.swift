@@ -216,10 +216,11 @@ extension OutpostStore {
                 report.quarantined += 1
                 // The history holds the record at that version, though the app cannot read it.
                 if let collection = bad.collection, let id = bad.id, let version = bad.version.flatMap(Version.init) {
-                    let updatedAt = (try? JSONParser().parse(bad.raw))?["updatedAt"]?.int64Value
-                    let lineage = (try? JSONParser().parse(bad.raw))?["lineage"]?.stringValue.flatMap(Version.init)
+                    let raw = try? JSONParser().parse(bad.raw)
+                    let lineage = raw?["lineage"]?.stringValue.flatMap(Version.init), sameAs = raw?["sameAs"]?.stringValue.flatMap(Version.init)
                     let key = RecordKey(collection: collection, id: id)
-                    let (effects, _) = try transition(key, .pulled(Copy(version: version, body: nil, updatedAt: updatedAt, lineage: lineage)), d, phase: phase)
+                    let copy = Copy(version: version, body: nil, updatedAt: raw?["updatedAt"]?.int64Value, lineage: lineage, sameAs: sameAs)
+                    let (effects, _) = try transition(key, .pulled(copy), d, phase: phase)
                     account(effects, key, report: &report, keys: &keys)
                 }
             case .record(let record):
