@@ -31,7 +31,7 @@ enum ReadmeSamples {
     /// on an interval, and holds a long poll open for other devices' writes.
     static func app(server: URL, token: String, file: String) async throws -> SyncScheduler {
         var configuration = OutpostStore.Configuration(space: "team")
-        configuration.resolver = .lastWriteWins(maxClockDrift: .seconds(300))  // the default
+        configuration.resolver = .mergeFields(fallback: .lastWriteWins())  // the default
         configuration.validate(Todo.self, in: "todos")  // undecodable records go to quarantine
         let store = try OutpostStore(path: file, configuration: configuration,
                                      transport: HTTPSyncTransport(baseURL: server) { refresh in token })
