@@ -38,17 +38,17 @@ extension OutpostStore {
             let rebasingBefore = try read { try $0.meta("rebasing") } != nil
             try await pullPhase(transport, report: &report)
             let epochAfter = try read { try $0.meta("epoch") }
-            // A re-pull that a failure or a crash cut short is finished by a later sync: what
-            // it re-based then goes out in that sync too (found by outpost-sim, seed 797).
+            // Pushing waits while the store re-pulls a history; a sync that ends a re-pull
+            // (begun now, or cut short earlier by a failure or a crash) pushes what the re-pull
+            // queued before it returns.
             let stillRePulling = try read { try $0.meta("rebasing") } != nil
             let finishedRePull = rebasingBefore && !stillRePulling
             if report.epochChanged || report.reoffered > 0 || epochAfter != epochBefore || finishedRePull {
                 let pushed = report.pushed
                 if let failure = try await pushPhase(transport, dueOnly: dueOnly, report: &report) { pushFailure = pushFailure ?? failure }
-                // What that phase wrote comes back with the server's `updatedAt` (a push answer
-                // has none), which the next change of history orders copies by: a pending edit
-                // made on such a copy would otherwise be re-based over a later write without
-                // the resolver. (Found by outpost-sim, seed 275.)
+                // What that phase wrote comes back as the server stored it (its lineage, and its
+                // commit time from a server whose answers leave it out), so the sync ends on
+                // the copies the next change of history compares with.
                 if report.pushed > pushed && pushFailure == nil { try await pullPhase(transport, report: &report) }
             }
             if let pushFailure { throw pushFailure }
