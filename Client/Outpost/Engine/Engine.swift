@@ -78,13 +78,12 @@ enum Engine {
         case .edit(let body, let changeId, let time):
             edit(&r, body, changeId: changeId, time: time)
         case .pulled(let copy):
-            if pulled(&r, copy, context) { effects.append(.reoffered) }
+            pulled(&r, copy)
             if !r.pending, r.view != viewBefore { effects.append(.pulledShown) }
         case .sending(let changeId):
             if let change = sending(&r, changeId, context) { effects.append(.send(change)) }
         case .applied(let changeId, let copy):
             if applied(&r, changeId, copy, context) { effects.append(.pushed) }
-            if meet(&r, context) { effects.append(.reoffered) }
         case .conflict(let changeId, let current):
             if conflict(&r, changeId, current, context) { effects.append(.conflict) }
         case .rejected(let changeId, let code, let message):
@@ -95,7 +94,6 @@ enum Engine {
             }
         case .notInHistory(let changeId, let message):
             if notInHistory(&r, changeId, message, context) { effects.append(.syncAgain) }
-            if meet(&r, context) { effects.append(.reoffered) }
         case .noAnswer(let changeId, let mayHaveApplied, let sentBefore, let retryAt, let message):
             if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
                 if !mayHaveApplied && !sentBefore {
@@ -114,7 +112,7 @@ enum Engine {
         case .historyConfirmed:
             historyConfirmed(&r)
         case .rePullFinished:
-            if meet(&r, context, historyLacksRecord: true) { effects.append(.reoffered) }
+            break
         case .discard(let changeId):
             discard(&r, changeId)
         case .dropCopies:
@@ -122,6 +120,9 @@ enum Engine {
             r.left = nil
             r.edits.removeAll { $0.isReoffer && !isSent($0) }
         }
+        // A left copy meets the history's copy as soon as that is known, so a store that
+        // follows a history holds no left copy.
+        if meet(&r, context, historyLacksRecord: event == .rePullFinished) { effects.append(.reoffered) }
         normalize(&r)
         if r.view != viewBefore { effects.append(.show) }
         return (r, effects)
@@ -166,9 +167,8 @@ enum Engine {
     // MARK: Pulls
 
     /// A pulled copy replaces an older one of its history, never a newer one; the same
-    /// version fills in what an answer did not say. Returns true when a left copy was
-    /// queued to be offered again.
-    static func pulled(_ r: inout RecordModel, _ copy: Copy, _ context: EngineContext) -> Bool {
+    /// version fills in what an answer did not say.
+    static func pulled(_ r: inout RecordModel, _ copy: Copy) {
         if let s = r.server, s.version.epoch == copy.version.epoch {
             if s.version == copy.version {
                 var filled = s
@@ -178,15 +178,14 @@ enum Engine {
                 filled.sameAs = s.sameAs ?? copy.sameAs
                 if s.body == nil { filled.body = copy.body }
                 r.server = filled
-                return false
+                return
             }
-            guard copy.version.seq > s.version.seq else { return false }
+            guard copy.version.seq > s.version.seq else { return }
         } else if let s = r.server {
             // A copy of another history than the pulled one is a left copy.
             keepLeft(&r, s)
         }
         r.server = copy
-        return meet(&r, context)
     }
 
     /// Keeps `copy` as the left copy when it is later than the one kept.
