@@ -556,8 +556,10 @@ final class SQLiteWriter {
                 try findRecord.bind(int: space.id, at: 1)
                 try findRecord.bind(text: change.collection, at: 2)
                 try findRecord.bind(text: change.id, at: 3)
+                // Column 7 is same_as; the mutant reads lineage (6), the unsound rule.
+                let judged: Int32 = mutation == .reofferJudgedByLineage ? 6 : 7
                 let refused = try findRecord.step() && findRecord.int64(0) == base.seq
-                    && !lineage.admits(current: findRecord.optionalText(7).flatMap(Version.init))
+                    && !lineage.admits(current: findRecord.optionalText(judged).flatMap(Version.init))
                 findRecord.reset()
                 if refused {
                     try conflict()
