@@ -28,6 +28,7 @@ import Testing
                              "push-stale-base-conflict-current-is-latest"],
         .reofferAsEdit: ["reoffer-without-state-creates-with-original-time", "reoffer-judged-by-current-lineage",
                          "rotate-epoch-gives-lineage-reoffers-judged"],
+        .reofferJudgedByLineage: ["reoffer-over-plain-write-conflicts", "rotate-epoch-gives-same-as"],
     ]
 
     /// Checks that only wait out a server timeout; no mutation touches what they check,

@@ -283,6 +283,11 @@ final class StopFlag: Sendable {
                 try server.restart()
                 let (epoch, records) = try Self.pullAll(server.port, token, "sp")
                 #expect(epoch == newEpoch && records.map(\.id).sorted() == ["a", "b"])
+                // Each restored state is its version in the backup's history (protocol 1.1).
+                for record in records {
+                    let own = Version(epoch: backupEpoch, seq: record.version.seq)
+                    #expect(record.lineage == own && record.sameAs == own, "\(record.id): lineage \(record.lineage?.text ?? "none"), sameAs \(record.sameAs?.text ?? "none")")
+                }
             }
         }
     }

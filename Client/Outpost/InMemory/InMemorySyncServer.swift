@@ -7,7 +7,7 @@ import Synchronization
 /// It implements PROTOCOL.md sections 3 to 5 itself (it never links the server modules),
 /// as a protocol 1.1 server: epochs and seqs, pushes applied in order with optimistic
 /// concurrency and idempotency by changeId and SHA-256 fingerprint, re-offers judged by
-/// their lineage, tombstones, pages with a record limit, a byte budget,
+/// the sameAs of the state they would replace, tombstones, pages with a record limit, a byte budget,
 /// `hasMore`/`next`, cursor errors (`epoch_changed`, `cursor_ahead`), long polls, and the
 /// limits of section 3. Every answer goes through the same encoding and decoding as over
 /// HTTP, so a cut-off body fails where it would fail for real.
@@ -70,6 +70,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         var clientTime: Int64?
         /// The earlier-history version this state descends from (protocol 1.1).
         var lineage: Version?
+        /// The earlier-history version this state is, with nothing written on it since
+        /// (protocol 1.1); re-offers are admitted by it.
+        var sameAs: Version?
     }
 
     struct SpaceHistory: Sendable {
@@ -84,13 +87,15 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         var epoch: Epoch
         var spaces: [String: SpaceHistory] = [:]
 
-        /// Gives every record (tombstones included) the lineage `<ending>.<seq>`, its own
-        /// version in the history that ends (PROTOCOL.md section 4, added in 1.1).
+        /// Gives every record (tombstones included) the lineage and sameAs `<ending>.<seq>`,
+        /// its own version in the history that ends, on which nothing is written yet
+        /// (PROTOCOL.md section 4, added in 1.1).
         mutating func recordLineage(endingEpoch ending: Epoch) {
             for name in Array(spaces.keys) {
                 for key in Array(spaces[name]!.records.keys) {
-                    let seq = spaces[name]!.records[key]!.seq
-                    spaces[name]!.records[key]!.lineage = Version(epoch: ending, seq: seq)
+                    let version = Version(epoch: ending, seq: spaces[name]!.records[key]!.seq)
+                    spaces[name]!.records[key]!.lineage = version
+                    spaces[name]!.records[key]!.sameAs = version
                 }
             }
         }
@@ -373,19 +378,21 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             }
             if !matches { return .conflict(change.changeId, current: currentState) }
         }
-        // A re-offer replaces a state only when that state descends from an ancestor of
-        // the copy it carries (section 4, added in 1.1).
-        if let lineage = change.lineage, let current, !lineage.admits(current: current.lineage) {
+        // A re-offer replaces a state only when that state is an ancestor of the copy it
+        // carries with nothing written on it since: its sameAs, not its lineage, which a
+        // plain write keeps (section 4, added in 1.1).
+        if let lineage = change.lineage, let current, !lineage.admits(current: current.sameAs) {
             return .conflict(change.changeId, current: currentState)
         }
         space.head += 1
         let seq = space.head
-        // A re-offer keeps its original commit time and names its lineage; any other write
-        // keeps the lineage of the state it replaces.
+        // A re-offer keeps its original commit time and is the copy it carries (lineage and
+        // sameAs); any other write keeps the lineage of the state it replaces and has no
+        // sameAs, as it wrote what that copy never held.
         let updatedAt = change.lineage?.updatedAt ?? now
         space.records[key] = StoredState(seq: seq, deleted: change.op == .delete, data: change.op == .put ? change.data : nil,
                                          updatedAt: updatedAt, updatedBy: clientId, clientTime: change.clientTime,
-                                         lineage: change.lineage?.version ?? current?.lineage)
+                                         lineage: change.lineage?.version ?? current?.lineage, sameAs: change.lineage?.version)
         space.log.append((seq, key))
         let version = Version(epoch: epoch, seq: seq)
         space.applied[change.changeId] = (fingerprint, version, updatedAt)
@@ -394,7 +401,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
 
     static func recordState(_ key: RecordKey, _ s: StoredState, epoch: Epoch) -> RecordState {
         RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: s.seq), deleted: s.deleted,
-                    data: s.deleted ? nil : s.data, updatedAt: s.updatedAt, updatedBy: s.updatedBy, clientTime: s.clientTime, lineage: s.lineage)
+                    data: s.deleted ? nil : s.data, updatedAt: s.updatedAt, updatedBy: s.updatedBy, clientTime: s.clientTime, lineage: s.lineage,
+                    sameAs: s.sameAs)
     }
 
     // MARK: Pull

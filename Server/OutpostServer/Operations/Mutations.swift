@@ -37,4 +37,7 @@ public enum ServerMutation: String, Sendable, CaseIterable {
     /// A re-offer is applied as an edit, as a 1.0 server would: no descent check, no
     /// lineage kept, stamped with its arrival time.
     case reofferAsEdit
+    /// A re-offer is admitted by the current state's lineage instead of its sameAs, so it
+    /// replaces a write made since on a restored or re-offered state, one it never saw.
+    case reofferJudgedByLineage
 }

@@ -455,7 +455,8 @@ final class PostgresWriter {
                         }
                         current = RecordState(collection: change.collection, id: change.id, version: Version(epoch: epoch, seq: rows.int64(row, 5)),
                                               deleted: deleted, data: data, updatedAt: rows.int64(row, 8), updatedBy: rows.text(row, 9),
-                                              clientTime: rows.optionalInt64(row, 10), lineage: rows.optionalText(row, 11).flatMap(Version.init))
+                                              clientTime: rows.optionalInt64(row, 10), lineage: rows.optionalText(row, 11).flatMap(Version.init),
+                                              sameAs: rows.optionalText(row, 12).flatMap(Version.init))
                     }
                     applied.append(.conflict(change.changeId, current: current))
                 case let other:
@@ -497,9 +498,9 @@ final class PostgresReader {
     static func pageSQL(filtered: Bool) -> String {
         """
         SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
-               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage
+               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as
         FROM spaces s LEFT JOIN LATERAL (
-            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage FROM records
+            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records
             WHERE space_id = s.space_id AND seq > $2\(filtered ? " AND collection = ANY($4)" : "")
             ORDER BY seq LIMIT $3) r ON true
         WHERE s.name = $1
@@ -537,7 +538,7 @@ final class PostgresReader {
                 RecordJSON.append(
                     to: &out, collection: rows.text(row, 3), id: rows.text(row, 4), epoch: epoch, seq: seq, deleted: deleted,
                     data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9),
-                    lineage: rows.optionalText(row, 10))
+                    lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11))
             }
             // The byte budget counts the whole encoded array; the first record always fits.
             if count > 0 && out.count + 1 > request.maxBytes {

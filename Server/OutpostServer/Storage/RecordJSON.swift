@@ -5,12 +5,13 @@ import OutpostCore
 /// so the wire form of a record exists in one place (PROTOCOL.md section 5).
 public enum RecordJSON {
     /// Appends `{"collection":…,"id":…,"version":…,"deleted":…,"data":…,"updatedAt":…,
-    /// "updatedBy":…,"clientTime":…,"lineage":…}`. `data` is the stored compact JSON object,
-    /// written as it is; it is left out for a tombstone. `lineage` is the stored
-    /// `"<epoch>.<seq>"` text (protocol 1.1), left out when the state has none.
+    /// "updatedBy":…,"clientTime":…,"lineage":…,"sameAs":…}`. `data` is the stored compact
+    /// JSON object, written as it is; it is left out for a tombstone. `lineage` and `sameAs`
+    /// are the stored `"<epoch>.<seq>"` texts (protocol 1.1), each left out when the state
+    /// has none.
     public static func append(
         to out: inout [UInt8], collection: String, id: String, epoch: Epoch, seq: Int64, deleted: Bool,
-        data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?, lineage: String?
+        data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?, lineage: String?, sameAs: String?
     ) {
         out.append(contentsOf: #"{"collection":"#.utf8)
         JSONWriter.appendString(collection, to: &out)
@@ -41,6 +42,10 @@ public enum RecordJSON {
         if let lineage {
             out.append(contentsOf: #","lineage":"#.utf8)
             JSONWriter.appendString(lineage, to: &out)
+        }
+        if let sameAs {
+            out.append(contentsOf: #","sameAs":"#.utf8)
+            JSONWriter.appendString(sameAs, to: &out)
         }
         out.append(UInt8(ascii: "}"))
     }

@@ -59,7 +59,8 @@ public final class SQLiteSyncStore: SyncStore {
 
     /// Current schema version; `migrate` brings older files up to it.
     /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
-    static let schemaVersion = 2
+    /// 3: `records.same_as` (protocol 1.1).
+    static let schemaVersion = 3
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -177,6 +178,20 @@ public final class SQLiteSyncStore: SyncStore {
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '2')")
             }
         }
+        if version < 3 {
+            // The earlier-history version a record state *is*, with nothing written since
+            // (PROTOCOL.md section 4, added in 1.1): re-offers are admitted by it, since a
+            // plain write keeps `lineage` but clears `same_as`. A schema-2 row does not tell
+            // whether its lineage came from a rotation or re-offer left untouched or was
+            // kept through a write since, so its lineage is copied: this errs toward
+            // admitting a re-offer, as schema 2 did. Schema 2 existed only between two
+            // commits of the development of 1.1, so no deployed store holds such rows.
+            try db.transaction {
+                try db.execute("ALTER TABLE records ADD COLUMN same_as TEXT")
+                try db.execute("UPDATE records SET same_as = lineage WHERE lineage IS NOT NULL")
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '3')")
+            }
+        }
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
@@ -205,12 +220,13 @@ public final class SQLiteSyncStore: SyncStore {
         }
     }
 
-    /// Gives every record (tombstones included) the lineage `<ending>.<seq>`: its own
-    /// version in the history that ends, since seqs are kept across a rotation. Re-offers of
-    /// that history are judged against it (PROTOCOL.md section 4, added in 1.1); an older
-    /// lineage is replaced, as devices compare with the most recent history they knew.
+    /// Gives every record (tombstones included) the lineage and sameAs `<ending>.<seq>`:
+    /// its own version in the history that ends, since seqs are kept across a rotation, and
+    /// nothing is written on it yet. Re-offers of that history are judged against sameAs
+    /// (PROTOCOL.md section 4, added in 1.1); older values are replaced, as devices compare
+    /// with the most recent history they knew.
     static func recordLineage(_ db: Connection, endingEpoch ending: Epoch) throws {
-        try db.run("UPDATE records SET lineage = ? || '.' || seq", [.text(ending.rawValue)])
+        try db.run("UPDATE records SET lineage = ?1 || '.' || seq, same_as = ?1 || '.' || seq", [.text(ending.rawValue)])
     }
 
     /// Opens the store file at `path`, gives it a new epoch (made by `makeEpoch`) and closes it.
@@ -425,24 +441,26 @@ final class SQLiteWriter {
         var results: [PushResult] = []
         results.reserveCapacity(job.items.count)
         let findApplied = try db.cached("SELECT fingerprint, epoch, seq, applied_at FROM applied_changes WHERE space_id = ? AND change_id = ?")
-        let findRecord = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage FROM records WHERE space_id = ? AND collection = ? AND id = ?")
-        // ?10 is the re-offer's lineage (NULL for an edit): a write without one keeps the
-        // lineage of the state it replaces, and a create has none (PROTOCOL.md section 4).
+        let findRecord = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        // ?10 is the re-offer's lineage version (NULL for an edit), stored as both lineage
+        // and same_as: the state is that copy. A write without one keeps the lineage of the
+        // state it replaces but not its same_as, since it writes something that copy never
+        // held; a create has neither (PROTOCOL.md section 4).
         let upsert = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)
             ON CONFLICT(space_id, collection, id) DO UPDATE SET
               seq = excluded.seq, deleted = excluded.deleted, data = excluded.data,
               updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time,
-              lineage = coalesce(excluded.lineage, lineage)
+              lineage = coalesce(excluded.lineage, lineage), same_as = excluded.same_as
             """)
         let insertNew = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(space_id, collection, id) DO NOTHING
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) ON CONFLICT(space_id, collection, id) DO NOTHING
             """)
         let updateAtBase = try db.cached("""
             UPDATE records SET seq = ?4, deleted = ?5, data = ?6, updated_at = ?7, updated_by = ?8, client_time = ?9,
-                               lineage = coalesce(?10, lineage)
+                               lineage = coalesce(?10, lineage), same_as = ?10
             WHERE space_id = ?1 AND collection = ?2 AND id = ?3 AND seq = ?11
             """)
         let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(space_id, change_id) DO NOTHING")
@@ -529,16 +547,19 @@ final class SQLiteWriter {
             guard seq <= Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
             let guarded = !change.force && mutation != .ignoreBaseVersion
 
-            // 3. A re-offer over a state at its base applies only when that state descends
-            //    from an ancestor of what the re-offer knew (PROTOCOL.md section 4, added in
-            //    1.1). Re-offers are rare, so they alone read the row before writing; the
-            //    single writer's transaction keeps it from changing in between.
+            // 3. A re-offer over a state at its base applies only when that state is an
+            //    ancestor of what the re-offer knew, with nothing written on it since: its
+            //    same_as, not its lineage, which a plain write keeps (PROTOCOL.md section 4,
+            //    added in 1.1). Re-offers are rare, so they alone read the row before
+            //    writing; the single writer's transaction keeps it from changing in between.
             if guarded, let lineage = reoffered, let base = change.baseVersion {
                 try findRecord.bind(int: space.id, at: 1)
                 try findRecord.bind(text: change.collection, at: 2)
                 try findRecord.bind(text: change.id, at: 3)
+                // Column 7 is same_as; the mutant reads lineage (6), the unsound rule.
+                let judged: Int32 = mutation == .reofferJudgedByLineage ? 6 : 7
                 let refused = try findRecord.step() && findRecord.int64(0) == base.seq
-                    && !lineage.admits(current: findRecord.optionalText(6).flatMap(Version.init))
+                    && !lineage.admits(current: findRecord.optionalText(judged).flatMap(Version.init))
                 findRecord.reset()
                 if refused {
                     try conflict()
@@ -582,7 +603,7 @@ final class SQLiteWriter {
         return mutation == .applyOutOfOrder ? results.reversed() : results
     }
 
-    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage`.
+    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as`.
     static func recordState(_ row: Statement, collection: String, id: String, epoch: Epoch, seq: Int64) throws -> RecordState {
         let deleted = row.int64(1) != 0
         var data: JSONObject?
@@ -593,7 +614,7 @@ final class SQLiteWriter {
         }
         return RecordState(collection: collection, id: id, version: Version(epoch: epoch, seq: seq), deleted: deleted, data: data,
                            updatedAt: row.int64(3), updatedBy: row.text(4), clientTime: row.optionalInt64(5),
-                           lineage: row.optionalText(6).flatMap(Version.init))
+                           lineage: row.optionalText(6).flatMap(Version.init), sameAs: row.optionalText(7).flatMap(Version.init))
     }
 }
 
@@ -625,7 +646,7 @@ final class SQLiteReader {
             if mutation == .reuseSeqAfterRestart {
                 head = try db.scalarInt("SELECT max(seq) FROM records WHERE space_id = ?", [.integer(spaceID)]) ?? 0
             }
-            var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage FROM records WHERE space_id = ? AND seq > ?"
+            var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND seq > ?"
             if mutation == .leakOtherSpaces { sql = sql.replacingOccurrences(of: "space_id = ?", with: "(space_id = ? OR 1)") }
             if mutation == .dropTombstones { sql += " AND deleted = 0" }
             var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
@@ -655,7 +676,7 @@ final class SQLiteReader {
                     RecordJSON.append(
                         to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: seq, deleted: deleted,
                         data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
-                        lineage: stmt.optionalText(8))
+                        lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
                 }
                 // The byte budget counts the whole encoded array; the first record always fits.
                 if count > 0 && out.count + 1 > request.maxBytes && mutation != .pageOverBudget {

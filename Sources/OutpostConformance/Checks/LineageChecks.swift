@@ -1,10 +1,11 @@
 import OutpostCore
 
 /// Sections 4 and 5, added in protocol 1.1: a re-offer keeps its history. A record state
-/// names the earlier-history version it descends from (`lineage`); `rotate-epoch` gives
-/// every record its own version in the history that ends; a re-offer applies only over a
-/// state that descends from an ancestor of the copy it carries, and keeps that copy's
-/// commit time. A server that reports protocol 1.0 skips these checks.
+/// names the earlier-history version it descends from (`lineage`) and, while nothing was
+/// written on it since, the one it is (`sameAs`); `rotate-epoch` gives every record its own
+/// version in the history that ends as both; a re-offer applies only over a state that is
+/// an ancestor of the copy it carries, and keeps that copy's commit time. A server that
+/// reports protocol 1.0 skips these checks.
 enum LineageChecks {
     /// A commit time long before any check runs, so it cannot be mistaken for the server's.
     static let originalTime: Int64 = 1_700_000_000_123
@@ -38,6 +39,7 @@ enum LineageChecks {
     }
 
     static func lineageText(_ record: RecordState?) -> String { record?.lineage?.text ?? "none" }
+    static func sameAsText(_ record: RecordState?) -> String { record?.sameAs?.text ?? "none" }
 
     static let all: [Check] = [
         Check("info-protocol-version", section: "3", "GET /v1/info's protocolVersion, when present, is \"<protocol>.<minor>\" (1.0 servers leave it out)") { c in
@@ -89,7 +91,7 @@ enum LineageChecks {
             try expect(current?.version == version && current?.lineage?.text == lineage,
                        "the conflict's current is \(current?.version.text ?? "absent") with lineage \(lineageText(current)), expected \(version) with lineage \(lineage)")
         },
-        Check("reoffer-judged-by-current-lineage", section: "4", "a re-offer at the record's base applies only when the record's lineage is of the same epoch and not after the re-offer's; otherwise conflict with current, nothing written") { c in
+        Check("reoffer-judged-by-current-lineage", section: "4", "a re-offer at the record's base applies only when the record's sameAs is of the same epoch and not after the re-offer's; otherwise conflict with current, nothing written") { c in
             let info = try await requireLineage(c)
             let space = c.newSpace()
             let earlier = try earlierEpoch(info.epoch)
@@ -114,8 +116,40 @@ enum LineageChecks {
             let stale = try expectConflict(try await reoffer(c, space, id: "r1", data: ["v": 4], base: seeded, lineage: "\(earlier).9"), "re-offer at a stale base")
             try expect(stale?.version == newer, "the conflict at a stale base names current \(stale?.version.text ?? "absent"), expected \(newer)")
             let after = try await pulled(c, space, "r1")
-            try expect(after.version == newer && after.data == ["v": 5] && after.lineage?.text == "\(earlier).5",
-                       "after the re-offers r1 is \(after.version) \(after.data?.description ?? "") lineage \(lineageText(after)), expected \(newer) {\"v\":5} lineage \(earlier).5")
+            try expect(after.version == newer && after.data == ["v": 5] && after.lineage?.text == "\(earlier).5" && after.sameAs?.text == "\(earlier).5",
+                       "after the re-offers r1 is \(after.version) \(after.data?.description ?? "") lineage \(lineageText(after)) sameAs \(sameAsText(after)), expected \(newer) {\"v\":5} lineage and sameAs \(earlier).5")
+        },
+        Check("reoffer-over-plain-write-conflicts", section: "4", "a plain write on a re-offered state keeps its lineage and ends its sameAs; a re-offer of a later copy over it is a conflict with current, nothing written") { c in
+            let info = try await requireLineage(c)
+            let space = c.newSpace()
+            let earlier = try earlierEpoch(info.epoch)
+            // One device re-offers its copy earlier.5 of k0; another writes on it.
+            let v1 = try expectApplied(try await reoffer(c, space, id: "k0", data: ["v": 5], base: nil, lineage: "\(earlier).5", clientId: "device-a"), "re-offer of k0's copy \(earlier).5")
+            var k0 = try await pulled(c, space, "k0")
+            try expect(k0.lineage?.text == "\(earlier).5" && k0.sameAs?.text == "\(earlier).5",
+                       "the re-offered k0 has lineage \(lineageText(k0)) sameAs \(sameAsText(k0)), expected both \(earlier).5")
+            let write = ChangeJSON.put(c.unique("chg"), id: "k0", data: ["v": "new history"], base: v1.text)
+            let v2 = try expectApplied(try await c.push(space, [write], clientId: "device-b").results[0], "a plain put on the re-offered k0")
+            k0 = try await pulled(c, space, "k0")
+            try expect(k0.version == v2 && k0.lineage?.text == "\(earlier).5" && k0.sameAs == nil,
+                       "after a plain put k0 is \(k0.version) with lineage \(lineageText(k0)) sameAs \(sameAsText(k0)), expected \(v2) with lineage \(earlier).5 and no sameAs")
+            // A third device re-offers its acknowledged later delete at the current base: it
+            // never saw the put, which it would replace.
+            let delete = ChangeJSON.delete(c.unique("chg"), id: "k0", base: v2.text, lineage: ("\(earlier).8", originalTime))
+            let current = try expectConflict(try await c.push(space, [delete], clientId: "device-c").results[0],
+                                             "re-offer of a later delete \(earlier).8 over a put made since the re-offer of \(earlier).5")
+            try expect(current?.version == v2 && current?.data == ["v": "new history"] && current?.lineage?.text == "\(earlier).5" && current?.sameAs == nil,
+                       "the conflict's current is \(current?.version.text ?? "absent") with lineage \(lineageText(current)) sameAs \(sameAsText(current)), expected \(v2) with lineage \(earlier).5 and no sameAs")
+            let after = try await pulled(c, space, "k0")
+            try expect(after == k0, "the refused re-offer changed k0: \(after.version)\(after.deleted ? " deleted" : "")")
+            // A delete and a create have no sameAs either.
+            let v3 = try expectApplied(try await c.push(space, [ChangeJSON.delete(c.unique("chg"), id: "k0", base: v2.text)]).results[0], "a plain delete of k0")
+            k0 = try await pulled(c, space, "k0")
+            try expect(k0.version == v3 && k0.lineage?.text == "\(earlier).5" && k0.sameAs == nil,
+                       "after a plain delete k0 is \(k0.version) with lineage \(lineageText(k0)) sameAs \(sameAsText(k0)), expected \(v3) with lineage \(earlier).5 and no sameAs")
+            _ = try await PushChecks.create(c, space, id: "new")
+            let created = try await pulled(c, space, "new")
+            try expect(created.sameAs == nil, "a record created in this epoch has sameAs \(sameAsText(created))")
         },
         Check("reoffer-replay-same-answer", section: "4", "a re-offer sent again answers replayed with the same version and its original updatedAt, however the record changed since") { c in
             let info = try await requireLineage(c)
@@ -183,6 +217,40 @@ enum LineageChecks {
             let a4 = try expectApplied(try await c.push(space, [ChangeJSON.put(c.unique("chg"), id: "a", data: ["v": 4], base: a3.text)]).results[0], "a plain put on a")
             a = try await pulled(c, space, "a")
             try expect(a.version == a4 && a.lineage == later, "after a plain put a is \(a.version) with lineage \(lineageText(a)), expected \(a4) with \(later)")
+        },
+        Check("rotate-epoch-gives-same-as", section: "5", "after rotate-epoch every record and tombstone has sameAs <old epoch>.<its seq>; a re-offer of a later copy over one untouched since applies, over one written since it conflicts with current", requires: [.rotateEpoch]) { c in
+            _ = try await requireLineage(c)
+            let space = c.newSpace()
+            let u1 = try await PushChecks.create(c, space, id: "untouched")
+            let e1 = try await PushChecks.create(c, space, id: "edited")
+            let t1 = try await PushChecks.create(c, space, id: "tomb")
+            let t2 = try expectApplied(try await c.push(space, [ChangeJSON.delete(c.unique("chg"), id: "tomb", base: t1.text)]).results[0], "delete of tomb")
+            let old = u1.epoch
+            try await c.rotateEpoch()
+            let epoch = try await c.info().epoch
+            let records = try await c.pullAll(space).records
+            for (id, seq) in [("untouched", u1.seq), ("edited", e1.seq), ("tomb", t2.seq)] {
+                guard let record = records.first(where: { $0.id == id }) else { throw CheckFailure("after the rotation pull does not list \(id)") }
+                try expect(record.sameAs == Version(epoch: old, seq: seq) && record.lineage == Version(epoch: old, seq: seq),
+                           "after the rotation \(id) has lineage \(lineageText(record)) sameAs \(sameAsText(record)), expected both \(old).\(seq)")
+            }
+            // A plain write on a restored state ends its sameAs; a later copy of the earlier
+            // history then conflicts instead of replacing that write.
+            let e2 = try expectApplied(try await c.push(space, [ChangeJSON.put(c.unique("chg"), id: "edited", data: ["v": "new history"], base: Version(epoch: epoch, seq: e1.seq).text)]).results[0],
+                                       "a plain put on the restored edited")
+            let later = Version(epoch: old, seq: t2.seq + 5)
+            let current = try expectConflict(try await reoffer(c, space, id: "edited", data: ["v": 0], base: e2, lineage: later.text),
+                                             "re-offer of edited's later copy \(later) over a put made since the rotation")
+            try expect(current?.version == e2 && current?.lineage == Version(epoch: old, seq: e1.seq) && current?.sameAs == nil,
+                       "the conflict's current is \(current?.version.text ?? "absent") with lineage \(lineageText(current)) sameAs \(sameAsText(current)), expected \(e2) with lineage \(old).\(e1.seq) and no sameAs")
+            // Over the states nothing was written on since, a later copy applies.
+            let u2 = try expectApplied(try await reoffer(c, space, id: "untouched", data: ["v": 3], base: Version(epoch: epoch, seq: u1.seq), lineage: later.text),
+                                       "re-offer of untouched's later copy \(later)")
+            _ = try expectApplied(try await reoffer(c, space, id: "tomb", data: ["v": 3], base: Version(epoch: epoch, seq: t2.seq), lineage: later.text),
+                                  "re-offer of tomb's later copy \(later) over its tombstone")
+            let untouched = try await pulled(c, space, "untouched")
+            try expect(untouched.version == u2 && untouched.sameAs == later && untouched.lineage == later,
+                       "after the re-offer untouched is \(untouched.version) with lineage \(lineageText(untouched)) sameAs \(sameAsText(untouched)), expected \(u2) with both \(later)")
         },
     ]
 }
