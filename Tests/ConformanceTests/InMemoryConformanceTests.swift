@@ -1,5 +1,6 @@
 import Outpost
 import OutpostConformance
+import OutpostCore
 import Testing
 
 /// The SDK's `InMemorySyncServer` held to the protocol by the conformance suite, over a
@@ -41,4 +42,29 @@ import Testing
         #expect(report.passedCount >= 55)
     }
 
+    /// A space name that breaks the rule of section 1 is refused `400 invalid_space` by the
+    /// in-memory server's pull as by its push, as the real server refuses both. Asked of the
+    /// server's own API, the one SDK tests reach: over HTTP the face checks the name first,
+    /// as the real server does, so a bad name never gets to the in-memory server.
+    @Test func invalidSpaceRefusedByPullAndPush() async throws {
+        let server = InMemorySyncServer()
+        let push = PushRequest(clientId: "device", changes: [Change(changeId: "c1", collection: "todos", id: "r1", op: .put, data: ["v": 1], baseVersion: nil)])
+        let calls: [(String, @Sendable () async throws -> Void)] = [
+            ("pull", { _ = try await server.pull(PullQuery(), space: "bad/space") }),
+            ("push", { _ = try await server.push(push, space: "bad/space") }),
+        ]
+        for (what, call) in calls {
+            do {
+                try await call()
+                Issue.record("a \(what) to space bad/space was answered, not refused")
+            } catch let error as TransportError {
+                guard case .refused(400, let envelope) = error else {
+                    Issue.record("a \(what) to space bad/space: expected 400 invalid_space, got \(error)")
+                    continue
+                }
+                #expect(envelope.code == "invalid_space" && envelope.details?["space"]?.stringValue == "bad/space", "\(what): \(envelope)")
+            }
+        }
+        #expect(server.records(space: "bad/space").isEmpty)
+    }
 }
