@@ -130,7 +130,8 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ConformanceTests",
-            dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression"],
+            // Outpost: the SDK's InMemorySyncServer, run through the suite behind an HTTP face.
+            dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression", "Outpost"],
             path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulationTests",

@@ -14,10 +14,36 @@ public struct Check: Sendable, Identifiable {
     public let requirements: Set<Requirement>
     /// It waits on one of the server's timeouts (header or body timeout, a long poll).
     public let waitsOnServerTimeout: Bool
+    /// The part of the suite it belongs to; the registry files every check under one, and a
+    /// run may be limited to some (`Conformance.run(categories:)`). Nil only for a check
+    /// declared outside the registry.
+    public internal(set) var category: Category?
     let body: @Sendable (CheckContext) async throws -> Void
 
     /// The name.
     public var id: String { name }
+
+    /// The parts of the suite, one per group of checks in `CheckRegistry`. A server that
+    /// implements only some of the protocol (the SDK's in-memory server implements sync,
+    /// not media or operations) is run on the categories it implements.
+    public enum Category: String, Sendable, Hashable, CaseIterable {
+        /// `/v1/info`, `/healthz`, `/readyz`, `/metrics`, routing (sections 2, 3, 7).
+        case operations
+        /// Tokens, spaces and scopes (section 2).
+        case auth
+        /// Push (section 4).
+        case push
+        /// Pull pages and cursors (section 5).
+        case pull
+        /// Long polls, restarts and epoch rotations (sections 1, 4, 5, 8).
+        case lifecycle
+        /// Re-offers and lineage (sections 4, 5; protocol 1.1).
+        case lineage
+        /// HTTP framing, timeouts, compression and limits of the engine (section 2).
+        case http
+        /// Media uploads and downloads (section 6).
+        case media
+    }
 
     /// What a check needs from the operator.
     public enum Requirement: String, Sendable, Hashable {

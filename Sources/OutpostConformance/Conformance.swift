@@ -119,10 +119,12 @@ public enum Conformance {
         public var description: String { "unknown check name(s): \(names.joined(separator: ", ")) (see --list)" }
     }
 
-    /// Runs the checks named in `only` (all when empty) except those in `skip`, one after
-    /// the other, calling `progress` after each. Checks named in `skip`, and checks whose
-    /// requirements the configuration does not meet, are reported as skipped with the reason.
-    public static func run(_ configuration: Configuration, only: [String] = [], skip: [String] = [],
+    /// Runs the checks of `categories` (all when empty) that are named in `only` (all when
+    /// empty) except those in `skip`, one after the other, calling `progress` after each.
+    /// Checks outside `categories` or `only` are not considered and not reported; checks
+    /// named in `skip`, and checks whose requirements the configuration does not meet, are
+    /// reported as skipped with the reason.
+    public static func run(_ configuration: Configuration, categories: Set<Check.Category> = [], only: [String] = [], skip: [String] = [],
                            progress: @Sendable (CheckResult) -> Void = { _ in }) async throws -> Report {
         let all = checks
         let known = Set(all.map(\.name))
@@ -131,7 +133,7 @@ public enum Conformance {
         let endpoint = try Endpoint(url: configuration.baseURL)
         let server = ServerUnderTest(configuration: configuration, endpoint: endpoint)
         var results: [CheckResult] = []
-        for check in all where only.isEmpty || only.contains(check.name) {
+        for check in all where (categories.isEmpty || check.category.map(categories.contains) == true) && (only.isEmpty || only.contains(check.name)) {
             let result: CheckResult
             if skip.contains(check.name) {
                 result = CheckResult(name: check.name, section: check.section, outcome: .skipped(reason: "skipped by request"), duration: .zero)

@@ -16,6 +16,8 @@ let usage = """
       --data DIR                     read the secret from DIR/jwt-secret, the file the server
                                      made in its data directory (default $OUTPOST_DATA, else
                                      ./outpost-data: where `make run` serves from)
+      --category NAME[,NAME...]      run only the checks of these categories (repeatable):
+                                     operations, auth, push, pull, lifecycle, lineage, http, media
       --only NAME[,NAME...]          run only these checks (repeatable)
       --skip NAME[,NAME...]          skip these checks (repeatable)
       --restart-command CMD          shell command that restarts the server on the same
@@ -39,6 +41,7 @@ struct Options {
     var url: String?
     var secret = ProcessInfo.processInfo.environment["OUTPOST_JWT_SECRET"]
     var data = ProcessInfo.processInfo.environment["OUTPOST_DATA"].flatMap { $0.isEmpty ? nil : $0 } ?? "./outpost-data"
+    var categories: Set<Check.Category> = []
     var only: [String] = []
     var skip: [String] = []
     var restart: String?
@@ -71,6 +74,13 @@ struct Options {
             case "--secret": options.secret = value(argument)
             case "--secret-file": options.secret = readSecret(value(argument))
             case "--data": options.data = value(argument)
+            case "--category":
+                for name in names(value(argument)) {
+                    guard let category = Check.Category(rawValue: name) else {
+                        fail("unknown category \(name); the categories are \(Check.Category.allCases.map(\.rawValue).joined(separator: ", "))")
+                    }
+                    options.categories.insert(category)
+                }
             case "--only": options.only += names(value(argument))
             case "--skip": options.skip += names(value(argument))
             case "--restart-command": options.restart = value(argument)
@@ -132,7 +142,7 @@ configuration.metricsRequireAdmin = !options.metricsOpen
 configuration.longPollWakeLimit = .milliseconds(options.longPollLimitMs)
 
 do {
-    let report = try await Conformance.run(configuration, only: options.only, skip: options.skip) { result in
+    let report = try await Conformance.run(configuration, categories: options.categories, only: options.only, skip: options.skip) { result in
         emit(result.line)
     }
     emit(report.summaryLine)

@@ -74,4 +74,13 @@ import Testing
         #expect(names.allSatisfy(Check.isKebabCase))
         #expect(names.count >= 100)
     }
+
+    /// Every check is filed under a category and every category has checks, so a run by
+    /// category (`Conformance.run(categories:)`) can leave nothing out by accident.
+    @Test func everyCheckHasACategory() {
+        #expect(Conformance.checks.allSatisfy { $0.category != nil })
+        for category in Check.Category.allCases {
+            #expect(Conformance.checks.contains { $0.category == category }, "no check in \(category)")
+        }
+    }
 }

@@ -79,6 +79,14 @@ import Testing
             let unknown = try await runTool(["--url", clean.baseURL, "--secret", clean.secret, "--only", "no-such-check"])
             #expect(unknown.status == 64)
 
+            // --category leaves out the checks of other categories (healthz is an operations check).
+            let lineage = try await runTool(["--url", clean.baseURL, "--secret", clean.secret, "--category", "lineage",
+                                             "--only", "info-protocol-version,healthz"])
+            #expect(lineage.status == 0)
+            #expect(lineage.lines == ["PASS info-protocol-version (1.1)", "1 passed, 0 failed"])
+            let unknownCategory = try await runTool(["--url", clean.baseURL, "--secret", clean.secret, "--category", "no-such-category"])
+            #expect(unknownCategory.status == 64)
+
             let listed = try await runTool(["--list"])
             #expect(listed.status == 0 && listed.lines.count == Conformance.checks.count)
         } catch {

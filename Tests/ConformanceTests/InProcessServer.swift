@@ -25,13 +25,16 @@ final class InProcessServer: Sendable {
 
     /// Limits smaller than the defaults (so the suite's size checks stay quick) but in the
     /// same proportions; the suite reads them from `/v1/info` like any client.
+    static let testLimits = Limits(maxRequestBytes: 1 << 20, maxChangesPerPush: 100, maxRecordBytes: 64 << 10, pageBytes: 256 << 10,
+                                   maxPageLimit: 300, chunkSize: 64 << 10, maxMediaBytes: 16 << 20)
+
+    /// The settings of the in-process server: `testLimits`, short timeouts, no access log.
     static func testSettings(dataDirectory: String) -> Settings {
         var settings = Settings()
         settings.host = "127.0.0.1"
         settings.port = 0
         settings.dataDirectory = dataDirectory
-        settings.limits = Limits(maxRequestBytes: 1 << 20, maxChangesPerPush: 100, maxRecordBytes: 64 << 10, pageBytes: 256 << 10,
-                                 maxPageLimit: 300, chunkSize: 64 << 10, maxMediaBytes: 16 << 20)
+        settings.limits = testLimits
         settings.accessLog = false
         // Restarts here are graceful, so no check needs power-loss durability; without an
         // fsync per commit the mutants run several times faster.

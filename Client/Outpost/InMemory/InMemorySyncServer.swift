@@ -411,6 +411,11 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         let faults = takeFaults(.pull, device: device)
         state.withLock { $0.pulls += 1 }
         for fault in faults { try await Self.failEarly(fault) }
+        // A pull names its space as a push does, and the same rule refuses it (section 1).
+        guard Names.isValidSpace(space) else {
+            throw TransportError.refused(status: 400, ErrorEnvelope(code: ErrorCode.invalidSpace.rawValue, message: Names.invalidSpaceMessage(space),
+                                                                     details: ["space": .string(String(space.prefix(80)))]))
+        }
         if faults.contains(where: { if case .hang = $0 { true } else { false } }) { try await Self.hang() }
         var stale: History?
         var ignoreBudget = false

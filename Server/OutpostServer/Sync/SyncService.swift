@@ -46,7 +46,7 @@ public final class SyncService: Sendable {
     }
 
     /// The space named in the path: `400 invalid_space` when it cannot be a space name.
-    static func space(_ parameters: [String: String]) throws(HTTPError) -> String {
+    public static func space(_ parameters: [String: String]) throws(HTTPError) -> String {
         guard let space = parameters["space"], Names.isValidSpace(space) else { throw .invalidSpace(parameters["space"]) }
         return space
     }
@@ -61,11 +61,25 @@ public final class SyncService: Sendable {
     /// `POST /v1/spaces/{space}/push`.
     public func push(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
+        let decoded = try Self.decodePush(request.body, maxChanges: mutation == .ignoreMaxChangesPerPush ? Int.max : limits.maxChangesPerPush)
+        let items = decoded.changes.map(prepare)
+
+        let results = try await storeCall { try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock()) }
+        count(results)
+        let response = PushResponse(epoch: store.epoch, results: results)
+        return HTTPResponse(json: response.encoded())
+    }
+
+    /// Decodes a push body: `400 invalid_json`, `422 invalid_request` with `details.field`,
+    /// or `413 too_many_changes` for the request as a whole; a fault of one change is left
+    /// in place as `.invalid`, to be answered `rejected invalid_change`. Public so that an
+    /// HTTP face over another implementation of the protocol (the SDK's in-memory server,
+    /// in the conformance tests) refuses a malformed push exactly as the server does.
+    public static func decodePush(_ body: [UInt8], maxChanges: Int) throws(HTTPError) -> (clientId: String, changes: [DecodedChange]) {
         // Records nest at most 64 levels; `data` sits three levels below the body's root.
-        let value = try parseJSONBody(request.body, maxDepth: 64 + 3)
-        let decoded: (clientId: String, changes: [DecodedChange])
+        let value = try parseJSONBody(body, maxDepth: 64 + 3)
         do {
-            decoded = try PushRequest.decodeForServer(value, maxChanges: mutation == .ignoreMaxChangesPerPush ? Int.max : limits.maxChangesPerPush)
+            return try PushRequest.decodeForServer(value, maxChanges: maxChanges)
         } catch {
             switch error {
             case .wire(let w): throw HTTPError.invalidRequest(w)
@@ -73,12 +87,6 @@ public final class SyncService: Sendable {
                 throw HTTPError(HTTPStatus(code: 413), .tooManyChanges, "\(count) changes in one push; the limit is \(limit)", details: ["limit": .int(limit)])
             }
         }
-        let items = decoded.changes.map(prepare)
-
-        let results = try await storeCall { try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock()) }
-        count(results)
-        let response = PushResponse(epoch: store.epoch, results: results)
-        return HTTPResponse(json: response.encoded())
     }
 
     /// Validates one change's lineage and size, encodes its data and fingerprints it.
@@ -127,8 +135,9 @@ public final class SyncService: Sendable {
         _ = try authorizer.authorize(head, space: Self.space(parameters), scope: .read)
     }
 
-    /// Parses and validates the pull query (PROTOCOL.md section 5).
-    func pullQuery(_ head: HTTPRequestHead) throws(HTTPError) -> PullQuery {
+    /// Parses and validates the pull query (PROTOCOL.md section 5): `400 invalid_cursor`, or
+    /// `422 invalid_request` naming the parameter. Public for the same reason as `decodePush`.
+    public static func pullQuery(_ head: HTTPRequestHead) throws(HTTPError) -> PullQuery {
         var query = PullQuery()
         if let since = head.query("since") {
             guard let v = Version(since) else {
@@ -152,7 +161,7 @@ public final class SyncService: Sendable {
     /// `GET /v1/spaces/{space}/pull`, with the long poll of `wait`.
     public func pull(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
-        let query = try pullQuery(request.head)
+        let query = try Self.pullQuery(request.head)
         let epoch = store.epoch
         var since = query.since ?? .start(of: epoch)
         if mutation == .acceptForeignEpochCursor { since = Version(epoch: epoch, seq: since.seq) }
