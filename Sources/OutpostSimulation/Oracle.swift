@@ -493,6 +493,22 @@ struct Oracle {
 
     // MARK: After healing
 
+    /// The writes a state accounts for: those it descends from, and those a resolver saw
+    /// against a state it descends from (whatever the resolver chose), to a fixed point.
+    func accounted(by state: State) -> Set<Int> {
+        var known = state.know
+        var changed = true
+        while changed {
+            changed = false
+            for (version, seen) in decidedOver {
+                guard let s = states[version], known.contains(s.write), !seen.isSubset(of: known) else { continue }
+                known.formUnion(seen)
+                changed = true
+            }
+        }
+        return known
+    }
+
     /// The checks after the network healed and every device synced until nothing changed.
     mutating func finalCheck(serverEpoch: Epoch, server: [ServerRow], devices: [DeviceFinal]) {
         var final: [Key: ServerRow] = [:]
@@ -520,8 +536,9 @@ struct Oracle {
             guard let f = states[finalVersion] else { continue }
             if f.know.contains(ack.write) { continue }
             // A resolver that saw the acknowledged write against a state the final one
-            // descends from decided over it (the resolver saw both).
-            if decidedOver.contains(where: { v, seen in seen.contains(ack.write) && states[v].map { f.know.contains($0.write) } == true }) { continue }
+            // descends from decided over it (the resolver saw both); and so on through the
+            // writes that resolver saw.
+            if accounted(by: f).contains(ack.write) { continue }
             // A device does not offer its copy again to a new history that holds the same
             // content (Pull.applyPulled): a tombstone restored from a backup carries an
             // acknowledged delete's effect.

@@ -159,6 +159,8 @@ enum EngineInvariants {
         for e in a.edits {
             if case .edit(let id) = e.madeOn, a.edit(local: id) == nil { problems.append("\(e.changeId) was made on \(id), which is gone") }
         }
+        // Without an edit waiting, the app sees the copy.
+        if !a.pending, a.view != (a.server ?? a.left)?.body { problems.append("the app sees an edit's content although no edit waits") }
         // A store that follows a history holds no left copy: it met the history's copy.
         if case .following = after.phase, a.left != nil { problems.append("a left copy remains while following") }
         // A copy the followed history holds of the record is of that history.

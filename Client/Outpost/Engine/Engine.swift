@@ -147,7 +147,7 @@ enum Engine {
             r.edits[i].clientTime = time
             return
         }
-        let shown = r.edits.last { if case .rejected = $0.delivery { return false } else { return true } }
+        let shown = r.edits.last { $0.delivery.isUnsettled }
         let madeOn: MadeOn
         if let shown, let carried = shown.carried {
             // A re-offer shows a copy of a left history: the edit is made on that copy.
@@ -171,13 +171,7 @@ enum Engine {
     static func pulled(_ r: inout RecordModel, _ copy: Copy) {
         if let s = r.server, s.version.epoch == copy.version.epoch {
             if s.version == copy.version {
-                var filled = s
-                filled.updatedAt = s.updatedAt ?? copy.updatedAt
-                filled.updatedBy = s.updatedBy ?? copy.updatedBy
-                filled.lineage = s.lineage ?? copy.lineage
-                filled.sameAs = s.sameAs ?? copy.sameAs
-                if s.body == nil { filled.body = copy.body }
-                r.server = filled
+                r.server = s.filled(from: copy)
                 return
             }
             guard copy.version.seq > s.version.seq else { return }
@@ -284,6 +278,10 @@ enum Engine {
             // Applied in a history the store left (a replay): a left copy, which the
             // followed history may lack.
             keepLeft(&r, copy)
+        } else if let s = r.server, s.version == copy.version {
+            // Pulled before the answer was read: the answer says what the pull left out
+            // (the content of a write the app's validator refuses in a pulled copy).
+            r.server = s.filled(from: copy)
         } else if r.server.map({ copy.isLater(than: $0) }) ?? true {
             r.server = copy
         }
@@ -458,6 +456,19 @@ enum Engine {
 }
 
 extension Copy {
+    /// This copy with what `other`, the same version, knows and this one does not.
+    func filled(from other: Copy) -> Copy {
+        var c = self
+        c.body = body ?? other.body
+        c.updatedAt = updatedAt ?? other.updatedAt
+        c.updatedBy = updatedBy ?? other.updatedBy
+        c.clientTime = clientTime ?? other.clientTime
+        c.lineage = lineage ?? other.lineage
+        c.sameAs = sameAs ?? other.sameAs
+        c.changeId = changeId ?? other.changeId
+        return c
+    }
+
     /// As a `RecordState` (for resolvers); an unknown `updatedAt` reads as `fallbackTime`.
     func recordState(_ key: RecordKey, fallbackTime: Int64) throws -> RecordState {
         RecordState(collection: key.collection, id: key.id, version: version, deleted: body?.deleted ?? false,

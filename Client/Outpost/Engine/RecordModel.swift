@@ -185,10 +185,11 @@ struct RecordModel: Hashable, Sendable {
     /// True while an edit waits for the server.
     var pending: Bool { edits.contains { $0.delivery.isUnsettled } }
 
-    /// What the app sees: the newest edit not rejected, else the followed copy, else the
-    /// left one. Nil when there is nothing it can read.
+    /// What the app sees: the newest edit waiting for the server, else the followed copy
+    /// (an acknowledged edit's copy, or a later one), else the left one. Nil when there is
+    /// nothing it can read.
     var view: Body? {
-        if let edit = edits.last(where: { if case .rejected = $0.delivery { return false } else { return true } }) { return edit.body }
+        if let edit = edits.last(where: { $0.delivery.isUnsettled }) { return edit.body }
         if let server { return server.body }
         return left?.body
     }
