@@ -155,8 +155,9 @@ enum EngineInvariants {
            let reoffer = a.edits.firstIndex(where: { $0.isReoffer && $0.delivery == .queued }), reoffer > firstApp {
             problems.append("a re-offer waits behind a queued edit")
         }
-        // Every reference resolves.
-        for e in a.edits {
+        // Every reference of an edit still waiting (or kept rejected) resolves; an
+        // acknowledged edit is the copy it became.
+        for e in a.edits where e.delivery.isUnsettled || Engine.isRejected(e) {
             if case .edit(let id) = e.madeOn, a.edit(local: id) == nil { problems.append("\(e.changeId) was made on \(id), which is gone") }
         }
         // Without an edit waiting, the app sees the copy.

@@ -147,7 +147,7 @@ enum Engine {
             r.edits[i].clientTime = time
             return
         }
-        let shown = r.edits.last { $0.delivery.isUnsettled }
+        let shown = r.shownEdit
         let madeOn: MadeOn
         if let shown, let carried = shown.carried {
             // A re-offer shows a copy of a left history: the edit is made on that copy.
@@ -201,6 +201,12 @@ enum Engine {
             guard case .following = context.phase else { return false }
         }
         r.left = nil
+        if let current, current.isState(left) {
+            // The same state: what the device knew of it stays known (the content of its own
+            // write, which the app's validator refuses in a pulled copy).
+            r.server = current.filled(from: left)
+            return false
+        }
         if let current, current.holds(left) { return false }
         guard let body = left.body else { return false }
         if let i = r.edits.firstIndex(where: { $0.isReoffer && $0.delivery == .queued }) {
@@ -288,94 +294,85 @@ enum Engine {
         return true
     }
 
-    /// A conflict: the server's copy is adopted when it holds what the edits want (their
-    /// content, or for a re-offer a state descending from it); otherwise the resolver
-    /// decides between the newest edit and the newest copy, seeing the state the edits
-    /// were made on. Its decision replaces every unsettled edit of the record. Returns true
-    /// when the conflict was settled.
+    /// A conflict. For a re-offer: a history that already descends from its copy settles
+    /// it; one that holds an unwritten ancestor of the copy takes it again on that state;
+    /// otherwise the resolver decides, and its decision replaces the re-offer and the app's
+    /// waiting edits. For an app edit, the decision is about the app's waiting edits only
+    /// (a re-offer waiting behind them meets the server by its own rule). Either way the
+    /// server's copy is adopted without a resolver when it holds what the edits want, and
+    /// the resolver sees the newest app edit (or the re-offer's copy), the newest copy, and
+    /// the state the first of the decided edits was made on. Returns true when settled.
     static func conflict(_ r: inout RecordModel, _ changeId: String, _ current: Copy?, _ context: EngineContext) -> Bool {
         guard let head = r.head, head.changeId == changeId else { return false }
         if let current, r.server.map({ current.isLater(than: $0) || current.version.epoch != $0.version.epoch }) ?? true {
             if let s = r.server, s.version.epoch != current.version.epoch { keepLeft(&r, s) }
             r.server = current
         }
-        let unsettled = r.edits.filter { $0.delivery.isUnsettled }
-        let latest = unsettled.last!
-        var settled: [Edit] = r.edits.filter { !$0.delivery.isUnsettled }
+        let decided = r.edits.filter { $0.delivery.isUnsettled && (head.isReoffer || !$0.isReoffer) }
+        let latest = decided.last { !$0.isReoffer } ?? head
+        let decidedIds = Set(decided.map(\.localId))
+        var kept = r.edits.filter { !decidedIds.contains($0.localId) }
         // The resolved write counts the conflict as an attempt of the record, so a server that
         // answers every push with a conflict meets a growing backoff.
-        func replace(with body: Body, madeOn: MadeOn) {
-            settled.append(Edit(changeId: context.newChangeId(), kind: .app, body: body, clientTime: latest.clientTime, createdAt: latest.createdAt,
-                                madeOn: madeOn, attempts: head.attempts + 1, nextAttemptAt: context.now + context.backoff(head.attempts + 1),
-                                lastError: "conflict; resolved"))
+        func settle(_ body: Body?, madeOn: MadeOn, kind: EditKind = .app) {
+            if let body {
+                kept.append(Edit(changeId: context.newChangeId(), kind: kind, body: body, clientTime: latest.clientTime, createdAt: latest.createdAt,
+                                 madeOn: madeOn, attempts: head.attempts + 1, nextAttemptAt: context.now + context.backoff(head.attempts + 1),
+                                 lastError: "conflict; resolved"))
+            }
+            r.edits = kept
         }
         guard let server = r.server, current != nil else {
-            // The history has no such record: the edits go as a create (a lone re-offer
-            // stays one).
+            // The history has no such record: the edits go as a create (a lone re-offer stays
+            // one).
             r.server = nil
-            if unsettled.count == 1, head.isReoffer {
-                settled.append(Edit(changeId: context.newChangeId(), kind: head.kind, body: head.body, clientTime: head.clientTime,
-                                    createdAt: head.createdAt, madeOn: .nothing, attempts: head.attempts + 1))
-                r.edits = settled
-                return true
-            }
-            replace(with: latest.body, madeOn: .nothing)
-            r.edits = settled
+            settle(latest.body, madeOn: .nothing, kind: decided.count == 1 ? head.kind : .app)
             return true
         }
         if let body = server.body, latest.body.sameContent(as: body) {
-            r.edits = settled
+            settle(nil, madeOn: .nothing)
             return true
         }
         if let carried = head.carried {
             if server.holds(carried) {
                 // The history already descends from the copy: it is done; edits made on it
                 // meet the history's copy when they go.
-                r.edits.removeAll { $0.changeId == head.changeId }
+                r.edits.removeAll { $0.localId == head.localId }
                 return true
             }
             if server.isAncestor(of: carried) {
                 // The history holds an older state of the copy (a restore from an earlier
                 // backup): the copy goes again on it, as the server's rule allows.
-                r.edits.removeAll { $0.changeId == head.changeId }
+                r.edits.removeAll { $0.localId == head.localId }
                 r.edits.append(Edit(changeId: context.newChangeId(), kind: head.kind, body: head.body, clientTime: head.clientTime,
                                     createdAt: head.createdAt, madeOn: .copy(server), attempts: head.attempts + 1))
                 return true
             }
         }
-        guard let serverBody = server.body,
-              let local = try? LocalEdit(data: latest.body.data.map(decodeObject), deleted: latest.body.deleted, clientTime: latest.clientTime,
+        guard let local = try? LocalEdit(data: latest.body.data.map(decodeObject), deleted: latest.body.deleted, clientTime: latest.clientTime,
                                          changeId: latest.changeId, clientId: context.clientId),
-              let serverState = try? server.recordState(r.key, fallbackTime: context.now) else {
+              server.body != nil, let serverState = try? server.recordState(r.key, fallbackTime: context.now) else {
             // The server's copy cannot be read here: the edits go again on it.
-            replace(with: latest.body, madeOn: .copy(server))
-            r.edits = settled
+            settle(latest.body, madeOn: .copy(server))
             return true
         }
-        _ = serverBody
-        // The merge's base: what the app saw when it made the first of the edits (a
-        // re-offer carries a copy whose common ancestor with the server's is unknown).
-        let chainStart = unsettled.first { !$0.isReoffer } ?? head
+        // The merge's base: what the app saw when it made the first of the decided app edits
+        // (a re-offer carries a copy whose common ancestor with the server's is unknown).
         var base: ConflictBase?
-        if !chainStart.isReoffer, let content = r.content(chainStart.madeOn), let data = try? content.data.map(decodeObject) {
-            let state = chainStart.madeOn == .nothing ? nil : r.state(chainStart.madeOn)
+        if let chainStart = decided.first(where: { !$0.isReoffer }), let content = r.content(chainStart.madeOn),
+           let data = try? content.data.map(decodeObject) {
             let ownEdit: Bool
             if case .edit(let id) = chainStart.madeOn, let earlier = r.edit(local: id), earlier.delivery.isUnsettled || isRejected(earlier) { ownEdit = true } else { ownEdit = false }
-            base = ConflictBase(data: data, deleted: content.deleted, version: ownEdit ? nil : state?.version)
+            base = ConflictBase(data: data, deleted: content.deleted, version: ownEdit ? nil : r.state(chainStart.madeOn)?.version)
         }
         let conflict = Conflict(collection: r.key.collection, id: r.key.id, local: local, server: serverState,
                                 serverChangeId: server.changeId, base: base)
         switch context.resolver.resolve(conflict, now: context.now) {
-        case .keepServer:
-            break
-        case .keepLocal:
-            replace(with: latest.body, madeOn: .copy(server))
-        case .write(let object):
-            replace(with: Body(data: encodeObject(object)), madeOn: .copy(server))
-        case .delete:
-            replace(with: .tombstone, madeOn: .copy(server))
+        case .keepServer: settle(nil, madeOn: .nothing)
+        case .keepLocal: settle(latest.body, madeOn: .copy(server))
+        case .write(let object): settle(Body(data: encodeObject(object)), madeOn: .copy(server))
+        case .delete: settle(.tombstone, madeOn: .copy(server))
         }
-        r.edits = settled
         return true
     }
 

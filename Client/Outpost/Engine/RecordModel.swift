@@ -185,13 +185,19 @@ struct RecordModel: Hashable, Sendable {
     /// True while an edit waits for the server.
     var pending: Bool { edits.contains { $0.delivery.isUnsettled } }
 
-    /// What the app sees: the newest edit waiting for the server, else the followed copy
+    /// What the app sees: the edit shown (`shownEdit`), else the followed copy
     /// (an acknowledged edit's copy, or a later one), else the left one. Nil when there is
     /// nothing it can read.
     var view: Body? {
-        if let edit = edits.last(where: { $0.delivery.isUnsettled }) { return edit.body }
+        if let edit = shownEdit { return edit.body }
         if let server { return server.body }
         return left?.body
+    }
+
+    /// The edit whose content the app sees: the newest app edit waiting for the server,
+    /// else a re-offer waiting (the copy it carries); nil when none waits.
+    var shownEdit: Edit? {
+        edits.last { $0.delivery.isUnsettled && !$0.isReoffer } ?? edits.last { $0.delivery.isUnsettled }
     }
 
     /// The version the app's view is based on.
