@@ -42,6 +42,14 @@ struct RegressionTests {
         (28533, "harness: a tombstone kept aside while a change was in doubt, offered again to a new history after the change was rejected (the fix for 56303)"),
         (83108, "a record a restored history lacked, with a local edit not made on the device's copy: the re-pull dropped the copy, and the edit's rejection left the record gone"),
         (95924, "an in-doubt edit made on an acknowledged tombstone, whose record the restored history holds in a shape the app refuses, went as a create once refused and lost the tombstone to the resolver"),
+        // Found while the engine became one transition function (protocol 1.1).
+        (14, "an edit made while the app could read no copy (a pulled copy it refuses) went on that copy, over a write it never saw"),
+        (202, "a re-offer admitted by lineage replaced a write made in the new history on a restored state (lineage is 'descends from', sameAs is 'is')"),
+        (20, "harness: an acknowledged write that a resolver saw against the final state's ancestor counts as decided"),
+        (374, "an acknowledged edit kept as a reference for a rejected one was shown instead of the newer copy"),
+        (455, "an own write the app's validator refuses, pulled before its answer was read, stayed unreadable and was not offered again after a data loss"),
+        (1907, "a restored copy of the device's own refused-shape write stayed unreadable and was not offered again after a data loss"),
+        (1605, "a re-offer waiting behind a sent app edit was taken for the newest local content, and the conflict dropped the app's edit"),
     ]
 
     @Test(arguments: seeds.map(\.seed))
