@@ -117,11 +117,23 @@ extension LocalDatabase {
                     lastError: lastError)
     }
 
+    private static let selectRecordSQL = "SELECT \(recordColumns) FROM records WHERE collection = ? AND id = ?"
+    private static let selectEditsSQL = "SELECT \(editColumns) FROM edits WHERE collection = ? AND id = ? ORDER BY position"
+    private static let saveRecordSQL = """
+        INSERT OR REPLACE INTO records(collection, id, shows, view_data, view_deleted, pending, \(copyColumns("s").joined(separator: ", ")),
+                                       \(copyColumns("l").joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: 6 + 2 * Int(copyColumnCount)).joined(separator: ", ")))
+        """
+    private static let insertEditSQL: String = {
+        let columns = editColumns.replacingOccurrences(of: "position, change_id, local_id, ", with: "position, change_id, collection, id, local_id, ")
+        let count = columns.split(separator: ",").count
+        return "INSERT INTO edits(\(columns)) VALUES (\(Array(repeating: "?", count: count).joined(separator: ", ")))"
+    }()
+
     /// The record's model; nil when the store holds nothing of it.
     func model(_ key: RecordKey) throws -> RecordModel? {
-        let row = try db.cached("SELECT \(Self.recordColumns) FROM records WHERE collection = ? AND id = ?")
+        let row = try db.cached(Self.selectRecordSQL)
             .queryOne([.text(key.collection), .text(key.id)]) { s in (Self.readCopy(s, 2), Self.readCopy(s, 2 + Self.copyColumnCount)) }
-        let edits = try db.cached("SELECT \(Self.editColumns) FROM edits WHERE collection = ? AND id = ? ORDER BY position")
+        let edits = try db.cached(Self.selectEditsSQL)
             .query([.text(key.collection), .text(key.id)], Self.readEdit)
         guard row != nil || !edits.isEmpty else { return nil }
         var model = RecordModel(key: key, server: row?.0, left: row?.1, edits: edits)
@@ -145,11 +157,7 @@ extension LocalDatabase {
         values.append(.integer(view?.deleted == true ? 1 : 0))
         values.append(.integer(model.pending ? 1 : 0))
         values += Self.copyValues(model.server) + Self.copyValues(model.left)
-        let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
-        try db.cached("""
-            INSERT OR REPLACE INTO records(collection, id, shows, view_data, view_deleted, pending, \(Self.copyColumns("s").joined(separator: ", ")),
-                                           \(Self.copyColumns("l").joined(separator: ", "))) VALUES (\(marks))
-            """).run(values)
+        try db.cached(Self.saveRecordSQL).run(values)
         for edit in model.edits { try insert(edit, key) }
     }
 
@@ -177,21 +185,35 @@ extension LocalDatabase {
             code = .text(c)
         }
         values += [code, e.lastError.map { .text($0) } ?? .null, .integer(Int64(e.attempts)), .integer(e.nextAttemptAt)]
-        let columns = Self.editColumns.replacingOccurrences(of: "position, change_id, local_id, ", with: "position, change_id, collection, id, local_id, ")
-        let marks = Array(repeating: "?", count: values.count).joined(separator: ", ")
-        try db.cached("INSERT INTO edits(\(columns)) VALUES (\(marks))").run(values)
+        try db.cached(Self.insertEditSQL).run(values)
     }
 
+    private static let insertIfAbsentSQL = """
+        INSERT INTO records(collection, id, shows, pending, \(copyColumns("s").joined(separator: ", ")))
+        VALUES (?, ?, 0, 0, \(Array(repeating: "?", count: Int(copyColumnCount)).joined(separator: ", "))) ON CONFLICT(collection, id) DO NOTHING
+        """
+
     /// Stores a pulled copy of a record the store has no row of: the model
-    /// `RecordModel(server: copy)`, written without reading first. Returns false (writing
-    /// nothing) when the store holds the record.
+    /// `RecordModel(server: copy)`, written without reading first (the common case of an
+    /// initial sync, bound column by column). Returns false (writing nothing) when the
+    /// store holds the record.
     func insertIfAbsent(_ key: RecordKey, _ copy: Copy) throws -> Bool {
-        guard copy.body != nil else { return false }
-        let values: [SQLiteValue] = [.text(key.collection), .text(key.id)] + Self.copyValues(copy)
-        try db.cached("""
-            INSERT INTO records(collection, id, shows, pending, \(Self.copyColumns("s").joined(separator: ", ")))
-            VALUES (?, ?, 0, 0, \(Array(repeating: "?", count: Int(Self.copyColumnCount)).joined(separator: ", "))) ON CONFLICT(collection, id) DO NOTHING
-            """).run(values)
+        guard let body = copy.body else { return false }
+        let stmt = try db.cached(Self.insertIfAbsentSQL)
+        try stmt.bind(text: key.collection, at: 1)
+        try stmt.bind(text: key.id, at: 2)
+        try stmt.bind(text: copy.version.text, at: 3)
+        if let data = body.data { try stmt.bind(blob: data, at: 4) } else { try stmt.bindNull(at: 4) }
+        try stmt.bind(int: body.deleted ? 1 : 0, at: 5)
+        try stmt.bind(int: 1, at: 6)
+        if let t = copy.updatedAt { try stmt.bind(int: t, at: 7) } else { try stmt.bindNull(at: 7) }
+        if let b = copy.updatedBy { try stmt.bind(text: b, at: 8) } else { try stmt.bindNull(at: 8) }
+        if let t = copy.clientTime { try stmt.bind(int: t, at: 9) } else { try stmt.bindNull(at: 9) }
+        if let l = copy.lineage { try stmt.bind(text: l.text, at: 10) } else { try stmt.bindNull(at: 10) }
+        if let c = copy.changeId { try stmt.bind(text: c, at: 11) } else { try stmt.bindNull(at: 11) }
+        if let a = copy.sameAs { try stmt.bind(text: a.text, at: 12) } else { try stmt.bindNull(at: 12) }
+        while try stmt.step() {}
+        stmt.reset()
         // A record with edits always has a row (see `save`), so an insert means none.
         return db.changes == 1
     }
