@@ -50,6 +50,8 @@ struct RegressionTests {
         (455, "an own write the app's validator refuses, pulled before its answer was read, stayed unreadable and was not offered again after a data loss"),
         (1907, "a restored copy of the device's own refused-shape write stayed unreadable and was not offered again after a data loss"),
         (1605, "a re-offer waiting behind a sent app edit was taken for the newest local content, and the conflict dropped the app's edit"),
+        (3935, "of two left copies that did not descend from one another (two data losses), the one of the later epoch was kept and the other dropped"),
+        (4269, "the same, with the client-wins resolver"),
     ]
 
     @Test(arguments: seeds.map(\.seed))

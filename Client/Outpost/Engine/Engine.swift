@@ -78,7 +78,7 @@ enum Engine {
         case .edit(let body, let changeId, let time):
             edit(&r, body, changeId: changeId, time: time)
         case .pulled(let copy):
-            pulled(&r, copy)
+            pulled(&r, copy, context)
             if !r.pending, r.view != viewBefore { effects.append(.pulledShown) }
         case .sending(let changeId):
             if let change = sending(&r, changeId, context) { effects.append(.send(change)) }
@@ -110,7 +110,7 @@ enum Engine {
                 effects.append(.syncAgain)
             }
         case .historyConfirmed:
-            historyConfirmed(&r)
+            historyConfirmed(&r, context)
         case .rePullFinished:
             break
         case .discard(let changeId):
@@ -168,7 +168,7 @@ enum Engine {
 
     /// A pulled copy replaces an older one of its history, never a newer one; the same
     /// version fills in what an answer did not say.
-    static func pulled(_ r: inout RecordModel, _ copy: Copy) {
+    static func pulled(_ r: inout RecordModel, _ copy: Copy, _ context: EngineContext) {
         if let s = r.server, s.version.epoch == copy.version.epoch {
             if s.version == copy.version {
                 r.server = s.filled(from: copy)
@@ -177,15 +177,40 @@ enum Engine {
             guard copy.version.seq > s.version.seq else { return }
         } else if let s = r.server {
             // A copy of another history than the pulled one is a left copy.
-            keepLeft(&r, s)
+            keepLeft(&r, s, context)
         }
         r.server = copy
     }
 
     /// Keeps `copy` as the left copy when it is later than the one kept.
-    static func keepLeft(_ r: inout RecordModel, _ copy: Copy) {
-        if let l = r.left, !copy.isLater(than: l) { return }
+    /// Keeps `copy` as the record's left copy. Of two left copies, the one that holds the
+    /// other is kept; two that do not descend from one another (copies of two histories
+    /// the store left in turn) are both offered: the one kept before goes now as a re-offer
+    /// made on nothing, and meets whatever the history holds as a conflict.
+    static func keepLeft(_ r: inout RecordModel, _ copy: Copy, _ context: EngineContext) {
+        guard let l = r.left else {
+            r.left = copy
+            return
+        }
+        if l.holds(copy) { return }
+        if !copy.holds(l), l.body != nil { queueReoffer(&r, l, madeOn: .nothing, context) }
         r.left = copy
+    }
+
+    /// Queues a re-offer of `copy` on `madeOn`. Of two re-offers waiting, one whose copy holds
+    /// the other's replaces it; otherwise both go. Returns false when a waiting re-offer
+    /// already holds the copy.
+    @discardableResult
+    static func queueReoffer(_ r: inout RecordModel, _ copy: Copy, madeOn: MadeOn, _ context: EngineContext) -> Bool {
+        guard let body = copy.body else { return false }
+        for waiting in r.edits where waiting.isReoffer && waiting.delivery == .queued {
+            if let carried = waiting.carried, carried.holds(copy) { return false }
+        }
+        r.edits.removeAll { e in e.isReoffer && e.delivery == .queued && e.carried.map { copy.holds($0) } == true }
+        let lineage = Lineage(version: copy.version, updatedAt: copy.updatedAt ?? 0)
+        r.edits.append(Edit(changeId: context.newChangeId(), kind: .reoffer(lineage, descendsFrom: copy.lineage), body: body, clientTime: copy.clientTime ?? lineage.updatedAt,
+                            createdAt: context.now, madeOn: madeOn))
+        return true
     }
 
     /// The left copy meets the followed history's copy: when that copy holds it, it is
@@ -208,16 +233,7 @@ enum Engine {
             return false
         }
         if let current, current.holds(left) { return false }
-        guard let body = left.body else { return false }
-        if let i = r.edits.firstIndex(where: { $0.isReoffer && $0.delivery == .queued }) {
-            // One re-offer per record: the later copy.
-            if let carried = r.edits[i].carried, !left.isLater(than: carried) { return false }
-            r.edits.remove(at: i)
-        }
-        let lineage = Lineage(version: left.version, updatedAt: left.updatedAt ?? 0)
-        r.edits.append(Edit(changeId: context.newChangeId(), kind: .reoffer(lineage), body: body, clientTime: left.clientTime ?? lineage.updatedAt,
-                            createdAt: context.now, madeOn: current.map { .copy($0) } ?? .nothing))
-        return true
+        return queueReoffer(&r, left, madeOn: current.map { .copy($0) } ?? .nothing, context)
     }
 
     // MARK: Pushes
@@ -247,7 +263,7 @@ enum Engine {
         default: base = wireBase(r, head, epoch: epoch)
         }
         let lineage: Lineage?
-        if case .reoffer(let l) = head.kind { lineage = l } else { lineage = nil }
+        if case .reoffer(let l, _) = head.kind { lineage = l } else { lineage = nil }
         return Change(changeId: head.changeId, collection: r.key.collection, id: r.key.id, op: head.body.deleted ? .delete : .put,
                       data: try? head.body.data.map(decodeObject), baseVersion: base, clientTime: head.clientTime, lineage: lineage)
     }
@@ -272,7 +288,7 @@ enum Engine {
         copy.changeId = changeId
         copy.clientTime = edit.clientTime
         copy.updatedBy = copy.updatedBy ?? context.clientId
-        if case .reoffer(let lineage) = edit.kind {
+        if case .reoffer(let lineage, _) = edit.kind {
             copy.lineage = lineage.version
             copy.sameAs = lineage.version
         } else if case .sent(let base?) = edit.delivery, let s = r.server, s.version == base {
@@ -283,7 +299,7 @@ enum Engine {
         if let epoch = context.phase.epoch, copy.version.epoch != epoch {
             // Applied in a history the store left (a replay): a left copy, which the
             // followed history may lack.
-            keepLeft(&r, copy)
+            keepLeft(&r, copy, context)
         } else if let s = r.server, s.version == copy.version {
             // Pulled before the answer was read: the answer says what the pull left out
             // (the content of a write the app's validator refuses in a pulled copy).
@@ -305,10 +321,12 @@ enum Engine {
     static func conflict(_ r: inout RecordModel, _ changeId: String, _ current: Copy?, _ context: EngineContext) -> Bool {
         guard let head = r.head, head.changeId == changeId else { return false }
         if let current, r.server.map({ current.isLater(than: $0) || current.version.epoch != $0.version.epoch }) ?? true {
-            if let s = r.server, s.version.epoch != current.version.epoch { keepLeft(&r, s) }
+            if let s = r.server, s.version.epoch != current.version.epoch { keepLeft(&r, s, context) }
             r.server = current
         }
-        let decided = r.edits.filter { $0.delivery.isUnsettled && (head.isReoffer || !$0.isReoffer) }
+        // Decided: the head and the app's waiting edits (another re-offer waiting meets the
+        // server by its own rule).
+        let decided = r.edits.filter { $0.delivery.isUnsettled && ($0.localId == head.localId || !$0.isReoffer) }
         let latest = decided.last { !$0.isReoffer } ?? head
         let decidedIds = Set(decided.map(\.localId))
         var kept = r.edits.filter { !decidedIds.contains($0.localId) }
@@ -383,7 +401,7 @@ enum Engine {
         guard let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled else { return false }
         if let carried = r.edits[i].carried {
             r.edits.remove(at: i)
-            keepLeft(&r, carried)
+            keepLeft(&r, carried, context)
             return true
         }
         r.edits[i].changeId = context.newChangeId()
@@ -393,17 +411,14 @@ enum Engine {
         return true
     }
 
-    /// A new history: the record's copy becomes a left copy, to be met in it; a re-offer
-    /// not sent yet is a left copy again.
-    static func historyConfirmed(_ r: inout RecordModel) {
+    /// A new history: the record's copy becomes a left copy, to be met in it. A re-offer
+    /// waiting goes to the new history as it is: made on a copy that history does not hold,
+    /// it goes as a create and meets whatever the history holds as a conflict.
+    static func historyConfirmed(_ r: inout RecordModel, _ context: EngineContext) {
         if let s = r.server {
-            keepLeft(&r, s)
+            keepLeft(&r, s, context)
             r.server = nil
         }
-        for e in r.edits where e.isReoffer && e.delivery == .queued {
-            keepLeft(&r, e.carried!)
-        }
-        r.edits.removeAll { $0.isReoffer && $0.delivery == .queued }
     }
 
     /// A discarded rejected change leaves the list; an edit made on it is made on what it

@@ -111,7 +111,9 @@ enum EditKind: Hashable, Sendable {
     /// A copy committed in a history the server no longer holds, offered to the followed
     /// one with its lineage; the server answers a conflict unless its copy descends from
     /// an ancestor of it (protocol 1.1).
-    case reoffer(Lineage)
+    /// `descendsFrom` is the carried copy's own lineage: what it descends from in a history
+    /// before its own.
+    case reoffer(Lineage, descendsFrom: Version? = nil)
 }
 
 struct Edit: Hashable, Sendable {
@@ -157,8 +159,8 @@ struct Edit: Hashable, Sendable {
 
     /// For a re-offer, the copy it carries.
     var carried: Copy? {
-        guard case .reoffer(let lineage) = kind else { return nil }
-        return Copy(version: lineage.version, body: body, updatedAt: lineage.updatedAt, clientTime: clientTime)
+        guard case .reoffer(let lineage, let descendsFrom) = kind else { return nil }
+        return Copy(version: lineage.version, body: body, updatedAt: lineage.updatedAt, clientTime: clientTime, lineage: descendsFrom)
     }
 }
 

@@ -52,6 +52,7 @@ extension LocalDatabase {
             kind TEXT NOT NULL,
             lineage_version TEXT,
             lineage_updated_at INTEGER,
+            carried_lineage TEXT,
             deleted INTEGER NOT NULL,
             data BLOB,
             client_time INTEGER NOT NULL,
@@ -74,7 +75,7 @@ extension LocalDatabase {
 
     private static let recordColumns = "collection, id, " + copyColumns("s").joined(separator: ", ") + ", " + copyColumns("l").joined(separator: ", ")
 
-    private static let editColumns = (["position", "change_id", "local_id", "kind", "lineage_version", "lineage_updated_at", "deleted", "data", "client_time", "created_at",
+    private static let editColumns = (["position", "change_id", "local_id", "kind", "lineage_version", "lineage_updated_at", "carried_lineage", "deleted", "data", "client_time", "created_at",
                                        "made_on", "made_on_edit"] + copyColumns("m") + ["delivery", "sent_base"] + copyColumns("a")
                                       + ["error_code", "last_error", "attempts", "next_attempt_at"]).joined(separator: ", ")
 
@@ -82,12 +83,12 @@ extension LocalDatabase {
         // Columns in the order of `editColumns`.
         let n = copyColumnCount
         let position: Int32 = 0, changeId: Int32 = 1, localId: Int32 = 2, kindColumn: Int32 = 3, lineageVersion: Int32 = 4, lineageTime: Int32 = 5
-        let deleted: Int32 = 6, data: Int32 = 7, clientTime: Int32 = 8, createdAt: Int32 = 9, madeOnKind: Int32 = 10, madeOnEdit: Int32 = 11
-        let madeOnCopy: Int32 = 12, deliveryColumn = madeOnCopy + n, sentBase = deliveryColumn + 1, ackCopy = sentBase + 1
+        let carriedLineage: Int32 = 6, deleted: Int32 = 7, data: Int32 = 8, clientTime: Int32 = 9, createdAt: Int32 = 10, madeOnKind: Int32 = 11
+        let madeOnEdit: Int32 = 12, madeOnCopy: Int32 = 13, deliveryColumn = madeOnCopy + n, sentBase = deliveryColumn + 1, ackCopy = sentBase + 1
         let errorCode = ackCopy + n, lastErrorColumn = errorCode + 1, attempts = lastErrorColumn + 1, nextAttempt = attempts + 1
         let kind: EditKind
         if s.text(kindColumn) == "reoffer", let v = s.optionalText(lineageVersion).flatMap(Version.init) {
-            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(lineageTime) ?? 0))
+            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(lineageTime) ?? 0), descendsFrom: s.optionalText(carriedLineage).flatMap(Version.init))
         } else {
             kind = .app
         }
@@ -164,8 +165,8 @@ extension LocalDatabase {
     private func insert(_ e: Edit, _ key: RecordKey) throws {
         var values: [SQLiteValue] = [e.position.map { .integer($0) } ?? .null, .text(e.changeId), .text(key.collection), .text(key.id), .text(e.localId)]
         switch e.kind {
-        case .app: values += [.text("app"), .null, .null]
-        case .reoffer(let l): values += [.text("reoffer"), .text(l.version.text), .integer(l.updatedAt)]
+        case .app: values += [.text("app"), .null, .null, .null]
+        case .reoffer(let l, let from): values += [.text("reoffer"), .text(l.version.text), .integer(l.updatedAt), from.map { .text($0.text) } ?? .null]
         }
         values += [.integer(e.body.deleted ? 1 : 0), e.body.data.map { .blob($0) } ?? .null, .integer(e.clientTime), .integer(e.createdAt)]
         switch e.madeOn {
