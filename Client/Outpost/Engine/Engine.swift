@@ -1,7 +1,7 @@
 import OutpostCore
 
 // The transition function of a record (docs/client.md has its table, which
-// EngineTableTests checks against this code).
+// EngineTests checks against this code).
 
 /// What happened to a record.
 enum RecordEvent: Hashable, Sendable {
