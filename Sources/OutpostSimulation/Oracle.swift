@@ -262,6 +262,12 @@ struct Oracle {
     mutating func attribute(_ change: Change, device: Int) -> Int? {
         if let w = changeToWrite[change.changeId] { return w }
         let key = Key(change.collection, change.id)
+        // A re-offer names the state it carries (protocol 1.1): its write, whichever device
+        // made it.
+        if let lineage = change.lineage, let s = states[lineage.version], s.key == key {
+            changeToWrite[change.changeId] = s.write
+            return s.write
+        }
         var found: Int?
         if change.op == .put {
             found = tag(of: change.data).flatMap { tagToWrite[$0] }

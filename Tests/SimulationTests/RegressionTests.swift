@@ -52,6 +52,7 @@ struct RegressionTests {
         (1605, "a re-offer waiting behind a sent app edit was taken for the newest local content, and the conflict dropped the app's edit"),
         (3935, "of two left copies that did not descend from one another (two data losses), the one of the later epoch was kept and the other dropped"),
         (4269, "the same, with the client-wins resolver"),
+        (55055, "harness: a re-offer of another device's delete was credited to this device's own pending delete; a re-offer names the state it carries"),
     ]
 
     @Test(arguments: seeds.map(\.seed))
