@@ -309,7 +309,7 @@ extension LocalDatabase {
         let rePulling = try meta("rebasing") != nil
         struct OldRow { var key: RecordKey; var server: Copy?; var epochCheck: Bool }
         var rows: [RecordKey: OldRow] = [:]
-        try db.query("""
+        _ = try db.query("""
             SELECT collection, id, data, deleted, pending, version, server_data, server_deleted, updated_at, updated_by, client_time, own_change_id, epoch_check
             FROM records_v2
             """) { s in
@@ -323,7 +323,7 @@ extension LocalDatabase {
             }
             rows[key] = OldRow(key: key, server: server, epochCheck: s.int64(12) != 0)
         }
-        try db.query("SELECT collection, id, version, deleted, data, updated_at, updated_by, client_time FROM aside") { s in
+        _ = try db.query("SELECT collection, id, version, deleted, data, updated_at, updated_by, client_time FROM aside") { s in
             let key = RecordKey(collection: s.text(0), id: s.text(1))
             guard let v = Version(s.text(2)) else { return }
             let copy = Copy(version: v, body: Body(data: s.int64(3) != 0 ? nil : s.blob(4)), updatedAt: s.int64(5), updatedBy: s.text(6), clientTime: s.optionalInt64(7))
@@ -332,7 +332,7 @@ extension LocalDatabase {
             rows[key] = row
         }
         var edits: [RecordKey: [Edit]] = [:]
-        try db.query("""
+        _ = try db.query("""
             SELECT position, change_id, collection, id, op, data, base_version, client_time, state, attempts, next_attempt_at, last_error, error_code, created_at
             FROM queue_v2 ORDER BY position
             """) { s in
