@@ -108,6 +108,11 @@ let package = Package(
         .target(
             name: "OutpostTestSupport", dependencies: ["OutpostSubprocess"], path: "Tests/OutpostTestSupport",
             swiftSettings: swiftSettings),
+        // Deliberate bugs for the mutation tests, as decorators of a real server's parts;
+        // only test targets link it.
+        .target(
+            name: "OutpostMutants", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostCrypto"], path: "Tests/OutpostMutants",
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
             swiftSettings: swiftSettings),
@@ -131,11 +136,11 @@ let package = Package(
         .testTarget(
             name: "ConformanceTests",
             // Outpost: the SDK's InMemorySyncServer, run through the suite behind an HTTP face.
-            dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression", "Outpost"],
+            dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression", "Outpost", "OutpostMutants"],
             path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulationTests",
-            dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore", "OutpostTestSupport"],
+            dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore", "OutpostTestSupport", "OutpostMutants"],
             path: "Tests/SimulationTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostPostgres", "OutpostTestSupport"], path: "Tests/OutpostServerTests",

@@ -96,9 +96,38 @@ public struct Router: Sendable {
         insert(method, pattern, bodyLimit: bodyLimit, preBody: preBody, handler: .inline(handler))
     }
 
-    private mutating func insert(_ method: HTTPMethod, _ pattern: String, bodyLimit: Int?, preBody: HTTPPreBodyCheck?, handler: Route.Handler) {
+    /// Middleware for one registered route: its handler is replaced by `body`, which gets
+    /// each request and the handler it replaces (to call or not), and its body limit by
+    /// `bodyLimit` when one is given. The pre-body check stays. For logging, caching or
+    /// rewriting around a route, and for a test's deliberately broken server.
+    public mutating func wrap(_ method: HTTPMethod, _ pattern: String, bodyLimit: Int? = nil,
+                              _ body: @escaping @Sendable (HTTPRequest, HTTPHandler) async throws -> HTTPResponse) {
+        let (kinds, _) = Router.parse(pattern)
+        guard let old = Router.route(method, kinds: kinds[...], in: root) else {
+            preconditionFailure("no route \(method) \(pattern) to wrap")
+        }
+        let next: HTTPHandler
+        switch old.handler {
+        case .async(let h): next = h
+        case .inline(let h): next = { request in try h(request) }
+        }
+        let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit ?? old.bodyLimit, preBody: old.preBody,
+                          handler: .async({ request in try await body(request, next) }), parameterNames: old.parameterNames)
+        Router.insert(route, kinds: kinds[...], into: &root, replacing: true)
+        if old.parameterNames.isEmpty { literalRoutes[pattern, default: [:]][method] = route }
+    }
+
+    private static func route(_ method: HTTPMethod, kinds: ArraySlice<String?>, in node: Node) -> Route? {
+        guard let first = kinds.first else { return node.routes[method] }
+        if let literal = first {
+            return node.literals[literal].flatMap { route(method, kinds: kinds.dropFirst(), in: $0) }
+        }
+        return node.parameter.first.flatMap { route(method, kinds: kinds.dropFirst(), in: $0) }
+    }
+
+    /// A pattern's segments (nil for a `{param}` segment) and its parameter names.
+    private static func parse(_ pattern: String) -> (kinds: [String?], names: [String]) {
         precondition(pattern.hasPrefix("/"), "route pattern must start with /: \(pattern)")
-        precondition(bodyLimit.map { $0 >= 0 } ?? true, "negative body limit for \(pattern)")
         let segments = pattern == "/" ? [] : pattern.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
         var names: [String] = []
         var kinds: [String?] = []  // nil: parameter
@@ -114,22 +143,28 @@ public struct Router: Sendable {
                 kinds.append(String(segment))
             }
         }
+        return (kinds, names)
+    }
+
+    private mutating func insert(_ method: HTTPMethod, _ pattern: String, bodyLimit: Int?, preBody: HTTPPreBodyCheck?, handler: Route.Handler) {
+        precondition(bodyLimit.map { $0 >= 0 } ?? true, "negative body limit for \(pattern)")
+        let (kinds, names) = Router.parse(pattern)
         let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit, preBody: preBody, handler: handler, parameterNames: names)
         Router.insert(route, kinds: kinds[...], into: &root)
         if names.isEmpty { literalRoutes[pattern, default: [:]][method] = route }
     }
 
-    private static func insert(_ route: Route, kinds: ArraySlice<String?>, into node: inout Node) {
+    private static func insert(_ route: Route, kinds: ArraySlice<String?>, into node: inout Node, replacing: Bool = false) {
         guard let first = kinds.first else {
-            precondition(node.routes[route.method] == nil, "route registered twice: \(route.method) \(route.pattern)")
+            precondition(replacing || node.routes[route.method] == nil, "route registered twice: \(route.method) \(route.pattern)")
             node.routes[route.method] = route
             return
         }
         if let literal = first {
-            insert(route, kinds: kinds.dropFirst(), into: &node.literals[literal, default: Node()])
+            insert(route, kinds: kinds.dropFirst(), into: &node.literals[literal, default: Node()], replacing: replacing)
         } else {
             if node.parameter.isEmpty { node.parameter.append(Node()) }
-            insert(route, kinds: kinds.dropFirst(), into: &node.parameter[0])
+            insert(route, kinds: kinds.dropFirst(), into: &node.parameter[0], replacing: replacing)
         }
     }
 

@@ -22,14 +22,20 @@ public final class OutpostApplication: Sendable {
     private let sweeper: Task<Void, Never>
     private let epochChangeHandler = EpochChangeHook()
 
-    /// Opens the data directory (taking its lock) and the store, and builds the routes.
-    public convenience init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
-        try self.init(settings: settings, environment: environment, mutation: nil)
+    /// Wraps parts of the application as it builds them, before any service uses them:
+    /// instrumentation around the store, an audit of token checks, or a test's decorator.
+    /// Each closure gets the part the settings made and returns the one to use.
+    public struct Parts: Sendable {
+        /// The sync store.
+        public var store: @Sendable (any SyncStore) -> any SyncStore = { $0 }
+        /// The verifier of bearer tokens.
+        public var tokens: @Sendable (any TokenVerifier) -> any TokenVerifier = { $0 }
+        public init() {}
     }
 
-    /// The same with a deliberate bug switched on, for the conformance suite's mutation test.
-    @_spi(Mutants)
-    public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment, mutation: ServerMutation?) throws {
+    /// Opens the data directory (taking its lock) and the store, and builds the routes,
+    /// with `parts` wrapping the store and the token verifier.
+    public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment, parts: Parts = Parts()) throws {
         self.settings = settings
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
         let synchronous: Connection.Synchronous = settings.synchronous == "normal" ? .normal : .full
@@ -41,24 +47,23 @@ public final class OutpostApplication: Sendable {
             var configuration = PostgresSyncStore.Configuration(url: url)
             let handler = epochChangeHandler
             configuration.onEpochChange = { _ in handler.run() }
-            store = try PostgresSyncStore(configuration: configuration)
+            store = parts.store(try PostgresSyncStore(configuration: configuration))
         } else {
             var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
             storeConfiguration.synchronous = synchronous
-            storeConfiguration.mutation = mutation
-            store = try SQLiteSyncStore(configuration: storeConfiguration)
+            store = parts.store(try SQLiteSyncStore(configuration: storeConfiguration))
         }
 
         let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
         let previous = (environment["OUTPOST_JWT_PREVIOUS_SECRETS"] ?? "").split(separator: ",").map { Array($0.utf8) }
-        authorizer = Authorizer(authority: JWTAuthority(secret: secret, previousSecrets: previous, mutation: mutation))
+        authorizer = Authorizer(authority: parts.tokens(JWTAuthority(secret: secret, previousSecrets: previous)))
 
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
         let notifier = store.notifier
         metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(notifier.waitingCount) }
 
-        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, mutation: mutation)
+        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
                                        metricsRequireAdmin: settings.metricsRequireAdmin)
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
@@ -66,7 +71,7 @@ public final class OutpostApplication: Sendable {
         mediaConfiguration.synchronous = synchronous
         mediaConfiguration.postgresURL = settings.postgresURL
         media = MediaService(store: try MediaStore(configuration: mediaConfiguration), limits: settings.limits, authorizer: authorizer,
-                             metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours, mutation: mutation)
+                             metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours)
         var router = Router()
         operations.register(&router)
         sync.register(&router)

@@ -1,4 +1,5 @@
-@_spi(Mutants) import OutpostServer
+import Outpost
+import OutpostServer
 
 /// The conflict resolver every device of a run uses.
 public enum ResolverKind: String, CaseIterable, Sendable, Hashable {
@@ -49,11 +50,8 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
     public var faults: FaultSet
     /// How many devices (2 to 4).
     public var devices: Int
-    /// A deliberate server bug (the harness's own mutation test); nil for the real server.
-    @_spi(Mutants) public var mutation: ServerMutation?
-    /// A deliberately broken custom resolver that writes back the oldest version it saw
-    /// (the harness's own mutation test).
-    public var brokenResolver = false
+    /// A deliberately broken part (the harness's own test); nil for the real thing.
+    public var broken: BrokenPart?
 
     /// The configuration of `seed` in the default rotation: resolver and fault set cycle
     /// through all 24 combinations (seed mod 24), the device count through 2, 3, 4
@@ -80,16 +78,37 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
 
     /// The command that replays this run.
     public var reproduction: String {
-        var command = "outpost-sim --seed \(seed) --steps \(steps) --resolver \(resolver.rawValue) --faults \(faults.rawValue) --devices \(devices)"
-        if let mutation { command += " --mutation \(mutation.rawValue)" }
-        if brokenResolver { command += " --broken-resolver" }
+        let command = "outpost-sim --seed \(seed) --steps \(steps) --resolver \(resolver.rawValue) --faults \(faults.rawValue) --devices \(devices)"
+        if let broken { return "the test that breaks \(broken.name) (not the command line): \(command) --verbose" }
         return command + " --verbose"
     }
 
     public var description: String {
         var text = "seed \(seed), \(resolver.rawValue), faults \(faults.rawValue), \(devices) devices, \(steps) steps"
-        if let mutation { text += ", server mutation \(mutation.rawValue)" }
-        if brokenResolver { text += ", broken resolver" }
+        if let broken { text += ", broken: \(broken.name)" }
         return text
     }
+}
+
+/// A deliberately broken part of a run, for the harness's own test: a harness that cannot
+/// fail proves nothing, so a test breaks one part and expects the invariant it protects to
+/// be broken in some run. The test builds it (the bugs live in the test targets), so its
+/// runs replay from that test, not from the command line.
+public struct BrokenPart: Sendable, Hashable {
+    /// What is broken, for the run's description.
+    public var name: String
+    /// Wraps the server's store (a store with a deliberate bug).
+    public var store: (@Sendable (any SyncStore) -> any SyncStore)?
+    /// Replaces the custom resolver of each device (by its index).
+    public var resolver: (@Sendable (_ device: Int) -> ConflictResolver)?
+
+    public init(name: String, store: (@Sendable (any SyncStore) -> any SyncStore)? = nil,
+                resolver: (@Sendable (_ device: Int) -> ConflictResolver)? = nil) {
+        self.name = name
+        self.store = store
+        self.resolver = resolver
+    }
+
+    public static func == (a: BrokenPart, b: BrokenPart) -> Bool { a.name == b.name }
+    public func hash(into hasher: inout Hasher) { hasher.combine(name) }
 }

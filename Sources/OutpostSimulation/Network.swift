@@ -2,7 +2,7 @@ import Foundation
 import Outpost
 import OutpostCore
 import OutpostHTTP
-@_spi(Mutants) import OutpostServer
+import OutpostServer
 import Synchronization
 
 /// What the simulation's task and the devices' transports share: the network's random
@@ -76,7 +76,6 @@ struct WorldState: Sendable {
     var held: [HeldPush] = []
     var devices: [DeviceRuntime]
     var mergeCount = 0
-    var brokenMemory: [Key: JSONObject] = [:]
     var callsInProgress = 0
     var finished = false
     var requests = 0
@@ -341,20 +340,6 @@ extension RunWorld {
             s.oracle.merge(device: device, key: key, server: conflict.server.version, data: data)
             s.log.append("      d\(device) resolver: \(key) \(local) + \(conflict.server.version) \(server) → \(t)")
             return .write(data)
-        }
-    }
-
-    /// A deliberately broken resolver (the harness's mutation test): it remembers the first
-    /// server version it saw of each record and writes it back at every later conflict.
-    func brokenResolve(device: Int, _ conflict: Conflict) -> Resolution {
-        state.withLock { s in
-            let key = Key(conflict.collection, conflict.id)
-            if let old = s.brokenMemory[key] {
-                s.log.append("      d\(device) broken resolver: \(key) written back as \(tag(of: old) ?? "?")")
-                return .write(old)
-            }
-            if let data = conflict.server.data { s.brokenMemory[key] = data }
-            return .keepServer
         }
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostHTTP
-@_spi(Mutants) import OutpostServer
+import OutpostServer
 import OutpostSQLite
 import Synchronization
 
@@ -20,7 +20,8 @@ final class SimServer {
     let authorizer: Authorizer
     private let clock: VirtualClock
     private let makeEpoch: SQLiteSyncStore.EpochMaker
-    private let mutation: ServerMutation?
+    /// Wraps the store the service uses (a test's deliberately broken store), or nil.
+    private let wrapStore: (@Sendable (any SyncStore) -> any SyncStore)?
     private(set) var store: SQLiteSyncStore?
     private(set) var service: SyncService?
 
@@ -29,18 +30,18 @@ final class SimServer {
     /// The space every device syncs.
     static let space = "sim"
 
-    init(directory: String, limits: Limits, clock: VirtualClock, seed: UInt64, mutation: ServerMutation?) throws {
+    init(directory: String, limits: Limits, clock: VirtualClock, seed: UInt64, wrapStore: (@Sendable (any SyncStore) -> any SyncStore)?) throws {
         self.directory = directory
         self.limits = limits
         self.clock = clock
-        self.mutation = mutation
+        self.wrapStore = wrapStore
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         // Epochs from the virtual clock and a seeded source: a run replays exactly.
         let epochRandom = Mutex(SimRandom(seed: seed))
         makeEpoch = { previous in
             epochRandom.withLock { rng in Epoch.generate(nowMs: clock.now, after: previous, using: &rng) }
         }
-        authorizer = Authorizer(authority: JWTAuthority(secret: Self.secret, previousSecrets: [], mutation: mutation))
+        authorizer = Authorizer(authority: JWTAuthority(secret: Self.secret, previousSecrets: []))
     }
 
     private static let secret = Array("outpost-sim: a secret for simulations only".utf8)
@@ -57,11 +58,10 @@ final class SimServer {
         configuration.readers = 1
         configuration.synchronous = .full
         configuration.makeEpoch = makeEpoch
-        configuration.mutation = mutation
         let store = try SQLiteSyncStore(configuration: configuration)
         self.store = store
         let clock = self.clock
-        service = SyncService(store: store, limits: limits, authorizer: authorizer, metrics: Metrics(), clock: { clock.now }, mutation: mutation)
+        service = SyncService(store: wrapStore?(store) ?? store, limits: limits, authorizer: authorizer, metrics: Metrics(), clock: { clock.now })
     }
 
     /// Closes the store (a clean shutdown: in-flight work finishes first).

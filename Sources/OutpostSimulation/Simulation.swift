@@ -1,7 +1,7 @@
 import Foundation
 import Outpost
 import OutpostCore
-@_spi(Mutants) import OutpostServer
+import OutpostServer
 
 /// The outcome of one run.
 public struct RunResult: Sendable {
@@ -66,6 +66,20 @@ public enum Simulation {
             if !result.passed { return result }
         }
         return nil
+    }
+
+    /// What `outpost-sim` prints of a failed run: its configuration and violations, the
+    /// command that replays its shortest failing prefix (when `shrink`), and that run's
+    /// step log.
+    public static func failureReport(_ failure: RunResult, shrink: Bool, scratch: String = defaultScratch) async -> [String] {
+        var shown = failure
+        if shrink, let shorter = await shortestFailure(failure.configuration, scratch: scratch) { shown = shorter }
+        var lines = ["FAIL \(failure.configuration)"]
+        lines += shown.violations.map { "  \($0)" }
+        lines.append("minimal reproduction (\(shown.configuration.steps) steps): \(shown.configuration.reproduction)")
+        lines.append("step log:")
+        lines += shown.log.map { "  " + $0 }
+        return lines
     }
 }
 
@@ -135,7 +149,7 @@ private final class Run {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             let server = try SimServer(directory: directory + "/server", limits: Simulation.limits, clock: clock, seed: rng.derive(),
-                                       mutation: configuration.mutation)
+                                       wrapStore: configuration.broken?.store)
             self.server = server
             try server.open()
             let epoch = server.epoch
@@ -175,7 +189,7 @@ private final class Run {
         case .lastWriteWins: return .lastWriteWins(maxClockDrift: .seconds(300))
         case .custom:
             let world = self.world
-            if configuration.brokenResolver { return .custom { world.brokenResolve(device: device, $0) } }
+            if let broken = configuration.broken?.resolver { return broken(device) }
             return .custom { world.merge(device: device, $0) }
         }
     }

@@ -6,15 +6,13 @@
 //
 // Prints runs per second and a closing line "N passed, N failed"; exits 1 on any failure.
 import Foundation
-@_spi(Mutants) import OutpostServer
-@_spi(Mutants) import OutpostSimulation
+import OutpostSimulation
 
 let usage = """
     usage: outpost-sim [--seeds N] [--first-seed N] [--seed N] [--steps N]
                        [--resolver server-wins|client-wins|last-write-wins|custom]
                        [--faults none|network|server|crash|skew|all] [--devices 2|3|4]
                        [--jobs N] [--scratch DIR] [--verbose] [--no-shrink]
-                       [--mutation NAME] [--broken-resolver]
       --seeds N        how many seeds to run (default 1000), from --first-seed (default 0)
       --seed N         run seed N only (--first-seed N --seeds 1)
       --steps N        random steps per run before the network heals (default 80)
@@ -25,8 +23,6 @@ let usage = """
       --scratch DIR    where the runs' SQLite files live (default /dev/shm when present)
       --verbose        print the step log of every run, not only of failures
       --no-shrink      print a failure's own log instead of its shortest failing prefix
-      --mutation NAME  the harness's self-test: run the server with a deliberate bug
-      --broken-resolver  the harness's self-test: a custom resolver that writes back old versions
     """
 
 func fail(_ message: String) -> Never {
@@ -44,8 +40,6 @@ var jobs = ProcessInfo.processInfo.activeProcessorCount
 var scratch = Simulation.defaultScratch
 var verbose = false
 var shrink = true
-var mutation: ServerMutation?
-var brokenResolver = false
 
 /// `v`, or the usage and exit 64.
 func required<T>(_ v: T?, _ message: String) -> T {
@@ -75,8 +69,6 @@ while let argument = arguments.popFirst() {
     case "--scratch": scratch = value(argument)
     case "--verbose": verbose = true
     case "--no-shrink": shrink = false
-    case "--mutation": mutation = required(ServerMutation(rawValue: value(argument)), "unknown mutation (\(ServerMutation.allCases.map(\.rawValue).joined(separator: ", ")))")
-    case "--broken-resolver": brokenResolver = true
     case "-h", "--help":
         print(usage)
         exit(0)
@@ -86,12 +78,8 @@ while let argument = arguments.popFirst() {
 guard seeds >= 0, steps >= 0 else { fail("--seeds and --steps must not be negative") }
 
 let pinnedResolver = resolver, pinnedFaults = faults, pinnedDevices = deviceCount, runSteps = steps
-let runMutation = mutation, runBroken = brokenResolver
 let make: @Sendable (UInt64) -> RunConfiguration = { seed in
-    var c = RunConfiguration.forSeed(seed, steps: runSteps, resolver: pinnedResolver, faults: pinnedFaults, devices: pinnedDevices)
-    c.mutation = runMutation
-    c.brokenResolver = runBroken
-    return c
+    RunConfiguration.forSeed(seed, steps: runSteps, resolver: pinnedResolver, faults: pinnedFaults, devices: pinnedDevices)
 }
 
 let rotation = pinnedResolver == nil && pinnedFaults == nil ? "resolver × fault set rotating over all 24 combinations"
@@ -134,14 +122,8 @@ for (i, failure) in failures.sorted(by: { $0.configuration.seed < $1.configurati
         print("FAIL \(failure.configuration) (reproduce: \(failure.configuration.reproduction))")
         continue
     }
-    var shown = failure
-    if shrink, !verbose, let shorter = await Simulation.shortestFailure(failure.configuration, scratch: scratch) { shown = shorter }
     print("")
-    print("FAIL \(failure.configuration)")
-    for violation in shown.violations { print("  \(violation)") }
-    print("minimal reproduction (\(shown.configuration.steps) steps): \(shown.configuration.reproduction)")
-    print("step log:")
-    print(shown.log.map { "  " + $0 }.joined(separator: "\n"))
+    print(await Simulation.failureReport(failure, shrink: shrink && !verbose, scratch: scratch).joined(separator: "\n"))
 }
 
 print("")

@@ -1,6 +1,7 @@
 import Foundation
 import OutpostConformance
-@_spi(Mutants) import OutpostServer
+import OutpostMutants
+import OutpostServer
 import OutpostTestSupport
 import Testing
 

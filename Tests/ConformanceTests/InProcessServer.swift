@@ -2,7 +2,8 @@ import Foundation
 import OutpostConformance
 import OutpostCore
 import OutpostHTTP
-@_spi(Mutants) import OutpostServer
+import OutpostMutants
+import OutpostServer
 import OutpostTestSupport
 import Synchronization
 
@@ -46,10 +47,14 @@ final class InProcessServer: Sendable {
         return settings
     }
 
-    init(mutation: ServerMutation?) async throws {
+    /// A server on its SQLite store, or on the PostgreSQL database at `postgresURL`, with
+    /// `mutation`'s bug (ServerMutation wraps the application's parts and routes).
+    init(mutation: ServerMutation?, postgresURL: String? = nil) async throws {
         self.mutation = mutation
         directory = try TemporaryDirectory(prefix: "outpost-conformance-\(mutation?.rawValue ?? "clean")")
-        settings = Self.testSettings(dataDirectory: directory.path)
+        var settings = Self.testSettings(dataDirectory: directory.path)
+        if let postgresURL { settings.store = postgresURL }
+        self.settings = settings
         try await start()
     }
 
@@ -69,7 +74,8 @@ final class InProcessServer: Sendable {
         }
         configuration.rotateEpoch = .closure("rotate the in-process server's epoch") { [self] in
             await stopServing()
-            _ = try await withDirectoryRetry { try AdminCommands.rotateEpoch(arguments: ["--data", self.directory.path], environment: [:]) }
+            let target = self.settings.postgresURL.map { ["--store", $0] } ?? ["--data", self.directory.path]
+            _ = try await withDirectoryRetry { try AdminCommands.rotateEpoch(arguments: target, environment: [:]) }
             try await start()
             return baseURL
         }
@@ -80,9 +86,10 @@ final class InProcessServer: Sendable {
 
     private func start() async throws {
         let app = try await withDirectoryRetry {
-            try OutpostApplication(settings: self.settings, environment: ["OUTPOST_JWT_SECRET": self.secret], mutation: self.mutation)
+            try OutpostApplication(settings: self.settings, environment: ["OUTPOST_JWT_SECRET": self.secret],
+                                   parts: self.mutation?.parts(secret: Array(self.secret.utf8)) ?? .init())
         }
-        let server = HTTPServer(configuration: ServerApp.httpConfiguration(settings), router: app.router)
+        let server = HTTPServer(configuration: ServerApp.httpConfiguration(settings), router: mutation?.routes(of: app) ?? app.router)
         let port = try server.start()
         running.withLock { $0 = Running(app: app, server: server, port: port) }
     }

@@ -1,11 +1,14 @@
 import OutpostConformance
-@_spi(Mutants) import OutpostServer
+import OutpostMutants
+import OutpostServer
+import OutpostTestSupport
 import Testing
 
 /// A suite that cannot fail proves nothing. Each `ServerMutation` switches on one
 /// deliberate bug in an otherwise real server (in process, on the HTTP engine); the suite
 /// must fail on it, and on the named checks below in particular. The same server without
-/// a mutation must pass every check.
+/// a mutation must pass every check. The bugs of the store run on both stores, SQLite and
+/// PostgreSQL; those of the handlers, which no store changes, on SQLite.
 @Suite(.serialized) struct MutationTests {
     /// The checks that must catch each mutant. Every mutation must be listed: a new one
     /// without a catcher fails `everyMutationHasACatcher`.
@@ -61,8 +64,17 @@ import Testing
 
     @Test(arguments: ServerMutation.allCases)
     func mutantIsCaught(_ mutation: ServerMutation) async throws {
+        try await expectCaught(mutation, postgresURL: nil)
+    }
+
+    @Test(.serverLogs, arguments: ServerMutation.allCases.filter(\.isInStore))
+    func mutantOfTheStoreIsCaughtOnPostgreSQL(_ mutation: ServerMutation) async throws {
+        try await expectCaught(mutation, postgresURL: try PostgresCluster.shared.createDatabase(prefix: "mutant"))
+    }
+
+    private func expectCaught(_ mutation: ServerMutation, postgresURL: String?) async throws {
         let expected = try #require(Self.catchers[mutation])
-        let server = try await InProcessServer(mutation: mutation)
+        let server = try await InProcessServer(mutation: mutation, postgresURL: postgresURL)
         let report: Report
         do {
             report = try await Conformance.run(server.configuration(), skip: Self.timeoutChecks)

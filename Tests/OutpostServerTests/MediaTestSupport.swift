@@ -4,7 +4,7 @@ import OutpostCrypto
 import OutpostHTTP
 import OutpostTestSupport
 import Synchronization
-@_spi(Mutants) @testable import OutpostServer
+@testable import OutpostServer
 
 /// Runs blocking socket code on a thread of its own, so a test waiting in recv(2) never
 /// holds one of the concurrency pool's few threads that the in-process server needs.
@@ -147,13 +147,13 @@ final class MediaFixture: Sendable {
     let port: Int
     let authority = JWTAuthority(secret: Array(MediaFixture.secret.utf8))
 
-    init(limits: Limits = MediaFixture.limits, mutation: ServerMutation? = nil) throws {
+    init(limits: Limits = MediaFixture.limits) throws {
         directory = try TemporaryDirectory(prefix: "outpost-media-test")
         data = try DataDirectory(path: directory.appending("data"))
         store = try MediaStore(configuration: .init(databasePath: data.storePath, mediaDirectory: data.mediaPath))
         let clock = self.clock
         service = MediaService(store: store, limits: limits, authorizer: Authorizer(authority: authority), metrics: metrics,
-                               uploadExpiryHours: 24, clock: { clock.now }, mutation: mutation)
+                               uploadExpiryHours: 24, clock: { clock.now })
         var router = Router()
         service.register(&router)
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
@@ -189,8 +189,8 @@ final class MediaFixture: Sendable {
 }
 
 /// Runs `body` against a fresh fixture and always stops it.
-func withMediaServer(limits: Limits = MediaFixture.limits, mutation: ServerMutation? = nil, _ body: (MediaFixture) async throws -> Void) async throws {
-    let fixture = try MediaFixture(limits: limits, mutation: mutation)
+func withMediaServer(limits: Limits = MediaFixture.limits, _ body: (MediaFixture) async throws -> Void) async throws {
+    let fixture = try MediaFixture(limits: limits)
     do {
         try await body(fixture)
     } catch {

@@ -83,17 +83,15 @@ import OutpostTestSupport
         #expect(b.epoch == epoch)
         _ = try await a.push(space: "sp", clientId: "seed", items: [prepared("s1", id: "seed", base: nil)], now: 1)
 
-        // "Instance C": a raw connection that allocates seq 2 and stays open.
+        // "Instance C": a raw connection that applies a push the way a writer does,
+        // allocating seq 2, and keeps its transaction open.
         let raw = try PostgresConnection(url: url)
         try raw.execute("BEGIN")
-        let held = try raw.query(PostgresWriter.pushSQL, [
-            .text("sp"), .text(epoch.rawValue), .text("slow"), .int(2),
-            .textArray(["late"]), .bytesArray([[1]]), .textArray(["todos"]), .textArray(["late"]),
-            .boolArray([false]), .bytesArray([Array(#"{"t":"late"}"#.utf8)]), .intArray([nil]),
-            .intArray([nil]), .boolArray([true]), .boolArray([false]),
-            .textArray([nil]), .intArray([nil]), .intArray([nil]),
-        ])
-        #expect(held.text(0, 0) == "a" && held.int64(0, 1) == 2)
+        var (storage, head) = try PostgresPushStorage.locking("sp", on: raw, epoch: epoch)
+        let late = Change(changeId: "late", collection: "todos", id: "late", op: .put, data: ["t": "late"], baseVersion: nil)
+        let held = try PushRules.apply([PushRules.Input(change: late, fingerprint: [1], data: Array(#"{"t":"late"}"#.utf8))],
+                                       epoch: epoch, head: head, clientId: "slow", now: 2, storage: &storage)
+        #expect(held.results == [.applied("late", version: Version(epoch: epoch, seq: 2), updatedAt: 2)])
 
         // Instance B pushes meanwhile: it must wait for the space's lock.
         let done = Mutex<[PushResult]?>(nil)

@@ -2,7 +2,7 @@ import Foundation
 import OutpostCore
 import OutpostHTTP
 import OutpostTestSupport
-@_spi(Mutants) @testable import OutpostServer
+@testable import OutpostServer
 
 /// A whole Outpost server in this process — the application and the HTTP engine on
 /// 127.0.0.1 port 0 — over a real SQLite file in a temporary directory.

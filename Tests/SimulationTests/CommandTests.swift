@@ -23,16 +23,6 @@ struct CommandTests {
         #expect(lines.last == "6 passed, 0 failed")
     }
 
-    @Test func aFailingRunPrintsItsMinimalReproductionAndExitsNonZero() async throws {
-        let (status, output) = try await run(["--seed", "4", "--steps", "40", "--mutation", "ignoreBaseVersion"])
-        #expect(status == 1, "\(output)")
-        #expect(output.contains("FAIL seed 4"))
-        #expect(output.contains("minimal reproduction ("))
-        #expect(output.contains("outpost-sim --seed 4 --steps "))
-        #expect(output.contains("step log:"))
-        #expect(output.split(separator: "\n").last == "0 passed, 1 failed")
-    }
-
     @Test func aUsageErrorExits64() async throws {
         let (status, output) = try await run(["--devices", "9"])
         #expect(status == 64)

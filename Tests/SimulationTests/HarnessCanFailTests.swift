@@ -1,6 +1,10 @@
-@_spi(Mutants) import OutpostServer
+import Outpost
+import OutpostCore
+import OutpostMutants
+import OutpostServer
+import Synchronization
 import Testing
-@_spi(Mutants) @testable import OutpostSimulation
+@testable import OutpostSimulation
 
 /// A harness that cannot fail proves nothing: with a deliberate bug switched on — a resolver
 /// that writes back old versions, or a server mutation (`ServerMutation`) — some run of a
@@ -17,7 +21,7 @@ struct HarnessCanFailTests {
     @Test func aResolverThatWritesBackAnOldVersionLosesAcknowledgedWrites() async {
         let found = await broken(12) { seed in
             var c = RunConfiguration.forSeed(seed, resolver: .custom)
-            c.brokenResolver = true
+            c.broken = Self.resolverWritingBackOldVersions()
             return c
         }
         #expect(found[.acknowledgedWrite, default: 0] > 0, "\(found)")
@@ -32,9 +36,38 @@ struct HarnessCanFailTests {
     func aServerMutationIsCaught(mutation: ServerMutation, invariant: Invariant) async {
         let found = await broken(24) { seed in
             var c = RunConfiguration.forSeed(seed, faults: mutation == .reuseSeqAfterRestart ? .server : nil)
-            c.mutation = mutation
+            c.broken = BrokenPart(name: "server mutation \(mutation.rawValue)", store: { MutantSyncStore(base: $0, mutation: mutation) })
             return c
         }
         #expect(found[invariant, default: 0] > 0, "\(mutation): \(found)")
+    }
+
+    /// A failed run of `outpost-sim` prints its shortest failing prefix, how to replay it,
+    /// and its step log.
+    @Test func aFailedRunIsReportedWithItsReproductionAndStepLog() async throws {
+        var c = RunConfiguration.forSeed(4, steps: 40)
+        c.broken = BrokenPart(name: "server mutation ignoreBaseVersion", store: { MutantSyncStore(base: $0, mutation: .ignoreBaseVersion) })
+        let result = await Simulation.run(c)
+        #expect(!result.passed)
+        let lines = await Simulation.failureReport(result, shrink: true)
+        #expect(lines.first == "FAIL \(c)")
+        #expect(lines.contains { $0.hasPrefix("minimal reproduction (") && $0.contains("--seed 4 --steps ") })
+        #expect(lines.contains("step log:"))
+    }
+
+    /// A resolver that remembers the first server version it saw of each record and writes
+    /// it back at every later conflict, on every device.
+    static func resolverWritingBackOldVersions() -> BrokenPart {
+        let memory = Mutex<[String: JSONObject]>([:])
+        return BrokenPart(name: "resolver writing back old versions", resolver: { _ in
+            .custom { conflict in
+                memory.withLock { seen in
+                    let key = conflict.collection + "/" + conflict.id
+                    if let old = seen[key] { return .write(old) }
+                    if let data = conflict.server.data { seen[key] = data }
+                    return .keepServer
+                }
+            }
+        })
     }
 }

@@ -80,7 +80,59 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         var records: [RecordKey: StoredState] = [:]
         /// Every write in seq order; an entry is stale when its record has a later seq.
         var log: [(seq: Int64, key: RecordKey)] = []
-        var applied: [String: (fingerprint: [UInt8], version: Version, updatedAt: Int64)] = [:]
+        var applied: [String: PushRules.Applied] = [:]
+
+        /// The whole state of `key` in this space, as a conflict answer shows it.
+        func current(_ key: PushRules.Key, epoch: Epoch) -> RecordState? {
+            let k = RecordKey(collection: key.collection, id: key.id)
+            return records[k].map { InMemorySyncServer.recordState(k, $0, epoch: epoch) }
+        }
+    }
+
+    /// `PushRules`' storage over one space's history, changed in place under the server's lock.
+    struct MemoryPushStorage: PushStorage {
+        var space: SpaceHistory
+        let epoch: Epoch
+
+        func applied(_ changeIds: [String]) -> [String: PushRules.Applied] {
+            var out: [String: PushRules.Applied] = [:]
+            for id in changeIds { if let known = space.applied[id] { out[id] = known } }
+            return out
+        }
+
+        func heads(_ keys: [PushRules.Key]) -> [PushRules.Key: PushRules.Head] {
+            var out: [PushRules.Key: PushRules.Head] = [:]
+            for key in keys {
+                if let s = space.records[RecordKey(collection: key.collection, id: key.id)] {
+                    out[key] = PushRules.Head(seq: s.seq, lineage: s.lineage, sameAs: s.sameAs)
+                }
+            }
+            return out
+        }
+
+        func currents(_ keys: [PushRules.Key]) -> [PushRules.Key: RecordState] {
+            var out: [PushRules.Key: RecordState] = [:]
+            for key in keys { out[key] = space.current(key, epoch: epoch) }
+            return out
+        }
+
+        mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws {
+            for w in writes {
+                let key = RecordKey(collection: w.key.collection, id: w.key.id)
+                var data: JSONObject?
+                if let bytes = w.data {
+                    guard case .object(let o) = try JSONParser.parse(bytes) else { throw PushRulesError.notAnObject(key.collection, key.id) }
+                    data = o
+                }
+                space.records[key] = StoredState(seq: w.seq, deleted: w.deleted, data: data, updatedAt: w.updatedAt, updatedBy: w.updatedBy,
+                                                 clientTime: w.clientTime, lineage: w.lineage, sameAs: w.sameAs)
+                space.log.append((w.seq, key))
+                space.head = max(space.head, w.seq)
+            }
+            for r in remember {
+                space.applied[r.changeId] = PushRules.Applied(fingerprint: r.fingerprint, version: Version(epoch: epoch, seq: r.seq), appliedAt: r.appliedAt)
+            }
+        }
     }
 
     fileprivate struct History: Sendable {
@@ -311,21 +363,50 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         let now = clock()
         var stale: History?
         for fault in faults { if case .staleHistory(let snapshot) = fault { stale = snapshot.history } }
-        let (epoch, results): (Epoch, [PushResult]) = state.withLock { s in
+        let outcome: Result<(Epoch, [PushResult]), any Error> = state.withLock { s in
             var target = stale ?? s.history
             let epoch = target.epoch
             var history = target.spaces[space] ?? SpaceHistory()
             var results: [PushResult] = []
+            var inputs: [PushRules.Input] = []
+            var order: [Int?] = []
             for item in decoded.changes {
                 guard case .valid(let change) = item else {
                     if case .invalid(let id, let message) = item { results.append(.rejected(id, .invalidChange, message)) }
+                    order.append(nil)
                     continue
                 }
-                results.append(Self.apply(change, clientId: decoded.clientId, epoch: epoch, now: now, limits: limits, conflictAll: conflictAll, to: &history))
+                if let refused = Self.refusal(of: change, epoch: epoch, limits: limits) {
+                    results.append(refused)
+                    order.append(nil)
+                    continue
+                }
+                order.append(inputs.count)
+                results.append(.rejected(change.changeId, .invalidChange, ""))
+                inputs.append(PushRules.Input(change: change, fingerprint: Digest.sha256(change.fingerprintMaterial()), data: change.canonicalData()))
             }
+            let decided: [PushResult]
+            if conflictAll {
+                decided = inputs.map { .conflict($0.change.changeId, current: history.current(PushRules.Key(collection: $0.change.collection, id: $0.change.id), epoch: epoch)) }
+            } else {
+                var storage = MemoryPushStorage(space: history, epoch: epoch)
+                do {
+                    decided = try PushRules.apply(inputs, epoch: epoch, head: history.head, clientId: decoded.clientId, now: now, storage: &storage).results
+                } catch {
+                    return .failure(error)
+                }
+                history = storage.space
+            }
+            for (index, slot) in order.enumerated() { if let slot { results[index] = decided[slot] } }
             target.spaces[space] = history
             if stale == nil { s.history = target }
-            return (epoch, results)
+            return .success((epoch, results))
+        }
+        let (epoch, results): (Epoch, [PushResult])
+        switch outcome {
+        case .success(let answer): (epoch, results) = answer
+        case .failure(let error):
+            throw TransportError.refused(status: 503, ErrorEnvelope(code: ErrorCode.unavailable.rawValue, message: "\(error)"))
         }
         let answer = PushResponse(epoch: epoch, results: results)
         for fault in faults {
@@ -346,8 +427,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         do { return try PushResponse.decode(bytes) } catch { throw TransportError.badAnswer(status: 200, "\(error)") }
     }
 
-    /// Applies one change as PROTOCOL.md section 4 says.
-    private static func apply(_ change: Change, clientId: String, epoch: Epoch, now: Int64, limits: Limits, conflictAll: Bool, to space: inout SpaceHistory) -> PushResult {
+    /// What the handler of a real server refuses before the push rules see a change
+    /// (PROTOCOL.md section 4): a lineage a re-offer cannot have, a record over the limit.
+    private static func refusal(of change: Change, epoch: Epoch, limits: Limits) -> PushResult? {
         if let problem = Lineage.problem(of: change, serverEpoch: epoch) {
             return .rejected(change.changeId, .invalidChange, problem)
         }
@@ -357,46 +439,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
                 return .rejected(change.changeId, .recordTooLarge, "data is \(size) bytes encoded; the limit is \(limits.maxRecordBytes)")
             }
         }
-        let fingerprint = Digest.sha256(change.fingerprintMaterial())
-        if let known = space.applied[change.changeId] {
-            if known.fingerprint == fingerprint { return .applied(change.changeId, version: known.version, replayed: true, updatedAt: known.updatedAt) }
-            return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
-        }
-        if !change.force, let base = change.baseVersion, base.epoch != epoch {
-            return .rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base.epoch), the current epoch is \(epoch); pull first")
-        }
-        let key = RecordKey(collection: change.collection, id: change.id)
-        let current = space.records[key]
-        let currentState = current.map { recordState(key, $0, epoch: epoch) }
-        if conflictAll { return .conflict(change.changeId, current: currentState) }
-        if !change.force {
-            let matches: Bool
-            switch (change.baseVersion, current) {
-            case (nil, nil): matches = true
-            case (let base?, let c?): matches = base.seq == c.seq
-            default: matches = false
-            }
-            if !matches { return .conflict(change.changeId, current: currentState) }
-        }
-        // A re-offer replaces a state only when that state is an ancestor of the copy it
-        // carries with nothing written on it since: its sameAs, not its lineage, which a
-        // plain write keeps (section 4, added in 1.1).
-        if let lineage = change.lineage, let current, !lineage.admits(current: current.sameAs) {
-            return .conflict(change.changeId, current: currentState)
-        }
-        space.head += 1
-        let seq = space.head
-        // A re-offer keeps its original commit time and is the copy it carries (lineage and
-        // sameAs); any other write keeps the lineage of the state it replaces and has no
-        // sameAs, as it wrote what that copy never held.
-        let updatedAt = change.lineage?.updatedAt ?? now
-        space.records[key] = StoredState(seq: seq, deleted: change.op == .delete, data: change.op == .put ? change.data : nil,
-                                         updatedAt: updatedAt, updatedBy: clientId, clientTime: change.clientTime,
-                                         lineage: change.lineage?.version ?? current?.lineage, sameAs: change.lineage?.version)
-        space.log.append((seq, key))
-        let version = Version(epoch: epoch, seq: seq)
-        space.applied[change.changeId] = (fingerprint, version, updatedAt)
-        return .applied(change.changeId, version: version, updatedAt: updatedAt)
+        return nil
     }
 
     static func recordState(_ key: RecordKey, _ s: StoredState, epoch: Epoch) -> RecordState {

@@ -62,25 +62,26 @@ public enum TokenError: Error, Equatable, Sendable {
     }
 }
 
+/// Turns a bearer token into verified claims, or refuses it: what `Authorizer` asks of
+/// the server's tokens. `JWTAuthority` (HS256 with the server's secrets) is the one the
+/// server uses; an application may wrap it (an audit log, say) when it builds its parts
+/// (`OutpostApplication.Parts`).
+public protocol TokenVerifier: Sendable {
+    /// The claims of `token` at time `now` (seconds since 1970).
+    func verify(_ token: String, now: Int64) throws(TokenError) -> Claims
+}
+
 /// HS256 JSON Web Tokens (RFC 7519, RFC 7515) for Outpost's access rules. Any `alg` other
 /// than HS256 — `none` included — is refused before anything else is looked at, and
 /// signatures are compared in constant time.
-public struct JWTAuthority: Sendable {
+public struct JWTAuthority: TokenVerifier {
     /// Signing key first; the others still verify (for rotating the secret without
     /// logging every device out at once).
     private let keys: [[UInt8]]
-    /// A deliberate bug for the conformance suite's mutation test; nil in production.
-    let mutation: ServerMutation?
 
     public init(secret: [UInt8], previousSecrets: [[UInt8]] = []) {
-        self.init(secret: secret, previousSecrets: previousSecrets, mutation: nil)
-    }
-
-    @_spi(Mutants)
-    public init(secret: [UInt8], previousSecrets: [[UInt8]] = [], mutation: ServerMutation?) {
         precondition(!secret.isEmpty, "a JWT secret cannot be empty")
         keys = [secret] + previousSecrets.filter { !$0.isEmpty }
-        self.mutation = mutation
     }
 
     /// Signs `claims` into a compact token.
@@ -107,9 +108,7 @@ public struct JWTAuthority: Sendable {
         // The algorithm is checked first: a token that names another algorithm is refused
         // whatever its signature (the classic `alg: none` and key-confusion attacks).
         guard case .string(let alg)? = header["alg"] else { throw .malformed("header has no alg") }
-        let unsigned = mutation == .acceptAlgNone && alg == "none"
-        guard alg == "HS256" || unsigned else { throw .unsupportedAlgorithm(alg) }
-        if !unsigned {
+        guard alg == "HS256" else { throw .unsupportedAlgorithm(alg) }
         guard let signature = Base64.decodeURL(String(parts[2])), signature.count == SHA256.byteCount else {
             throw .malformed("signature is not base64url of 32 bytes")
         }
@@ -117,7 +116,6 @@ public struct JWTAuthority: Sendable {
         var verified = false
         for key in keys where HMACSHA256.verify(signature, message: signingInput, key: key) { verified = true }
         guard verified else { throw .badSignature }
-        }
 
         guard let payloadBytes = Base64.decodeURL(String(parts[1])),
               case .object(let payload)? = try? JSONParser.parse(payloadBytes)

@@ -110,10 +110,9 @@ struct MediaFiles: Sendable {
     ///
     /// - Parameters:
     ///   - digests: each chunk's recorded SHA-256, by index (all `chunkCount` of them).
-    ///   - verifyHash: false only for the mutation test's `skipWholeFileHash`.
     func finalize(
         _ id: UploadID, space: SpaceName, media: MediaID, size: Int64, chunkSize: Int,
-        digests: [[UInt8]], verifyHash: Bool
+        digests: [[UInt8]]
     ) throws -> FinalizeOutcome {
         let part = partPath(id)
         let final = mediaPath(space: space, id: media)
@@ -139,13 +138,11 @@ struct MediaFiles: Sendable {
             // but the file must not carry bytes past its end.
             guard ftruncate(fd, off_t(size)) == 0 else { throw MediaIOError("ftruncate", part) }
         }
-        if verifyHash {
-            _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
-            let actual = try hashFile(fd, path: part, length: size)
-            if actual != media.rawValue {
-                let damaged = try damagedChunks(fd, path: part, size: size, chunkSize: chunkSize, digests: digests)
-                return damaged.isEmpty ? .checksumMismatch(actual: actual) : .damagedChunks(damaged)
-            }
+        _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
+        let actual = try hashFile(fd, path: part, length: size)
+        if actual != media.rawValue {
+            let damaged = try damagedChunks(fd, path: part, size: size, chunkSize: chunkSize, digests: digests)
+            return damaged.isEmpty ? .checksumMismatch(actual: actual) : .damagedChunks(damaged)
         }
         guard fsync(fd) == 0 else { throw MediaIOError("fsync", part) }
         close(fd)

@@ -24,8 +24,6 @@ public final class MediaService: Sendable {
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
     let locks = UploadLocks()
-    /// A deliberate bug for the conformance suite's mutation test; nil in production.
-    let mutation: ServerMutation?
     private let sweeper = Mutex<Task<Void, Never>?>(nil)
 
     /// Largest JSON body of init and finalize.
@@ -35,23 +33,14 @@ public final class MediaService: Sendable {
 
     /// A service on `store`. `uploadExpiryHours`: how long an upload lives after its last
     /// chunk; `clock`: the time in ms since 1970 (tests pass one they move).
-    public convenience init(store: MediaStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, uploadExpiryHours: Int,
-                            clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
-        self.init(store: store, limits: limits, authorizer: authorizer, metrics: metrics, uploadExpiryHours: uploadExpiryHours,
-                  clock: clock, mutation: nil)
-    }
-
-    /// The same with a deliberate bug switched on, for the conformance suite's mutation test.
-    @_spi(Mutants)
     public init(store: MediaStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, uploadExpiryHours: Int,
-                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }, mutation: ServerMutation?) {
+                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.store = store
         self.limits = limits
         self.authorizer = authorizer
         self.metrics = metrics
         self.uploadExpiryMs = Int64(uploadExpiryHours) * 3_600_000
         self.clock = clock
-        self.mutation = mutation
         metrics.declare("outpost_media_bytes_received_total", help: "Media chunk bytes received, checked and kept.", kind: "counter")
         metrics.declare("outpost_media_uploads_started_total", help: "Uploads created by an init.", kind: "counter")
         metrics.declare("outpost_media_uploads_finalized_total", help: "Uploads finalized into a published file.", kind: "counter")
@@ -297,7 +286,7 @@ public final class MediaService: Sendable {
             guard missing.isEmpty else { throw Self.incomplete(missing) }
             let ordered = (0..<upload.chunkCount).map { digests[$0]! }
             let outcome = try await storeCall {
-                try await store.finalizeFile(upload, digests: ordered, verifyHash: mutation != .skipWholeFileHash)
+                try await store.finalizeFile(upload, digests: ordered)
             }
             switch outcome {
             case .published, .alreadyPublished:

@@ -204,11 +204,11 @@ public final class MediaStore: Sendable {
     }
 
     /// `MediaFiles.finalize` on a file thread.
-    func finalizeFile(_ upload: UploadRecord, digests: [[UInt8]], verifyHash: Bool) async throws -> MediaFiles.FinalizeOutcome {
+    func finalizeFile(_ upload: UploadRecord, digests: [[UInt8]]) async throws -> MediaFiles.FinalizeOutcome {
         let files = self.files
         let outcome = try await onFileThread {
             try files.finalize(upload.id, space: upload.space, media: upload.sha256, size: upload.size,
-                               chunkSize: upload.chunkSize, digests: digests, verifyHash: verifyHash)
+                               chunkSize: upload.chunkSize, digests: digests)
         }
         unflushed.withLock { _ = $0.removeValue(forKey: upload.id) }
         return outcome

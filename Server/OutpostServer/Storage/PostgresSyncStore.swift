@@ -10,7 +10,7 @@ import Synchronization
 /// Threads (libpq blocks, so none of it runs on Swift's cooperative pool; see
 /// `WorkerThread`): a few writer threads each own a connection and apply pushes with group
 /// commit (every push queued while a commit is in progress goes into the next transaction
-/// together, one `outpost_push` call per push); a space's pushes always go to the same
+/// together, each applied by `PushRules` over `PostgresPushStorage`); a space's pushes always go to the same
 /// writer, so one instance never makes its own writers wait for each other's locks, and
 /// different spaces commit in parallel, in this instance as across instances; a few reader
 /// threads each own
@@ -18,7 +18,7 @@ import Synchronization
 /// `outpost_commits` and `outpost_epoch`. Each connection stays on its thread.
 ///
 /// **Seq allocation and what a puller sees.** Each space's seq lives in its `spaces` row
-/// and is allocated by `outpost_push` (see `PostgresSchema`) inside the writing
+/// and is allocated by `PushRules.apply` (see `PostgresWriter.lockSpace`) inside the writing
 /// transaction, under that row's lock (`SELECT … FOR UPDATE`), and stored in the same
 /// transaction, with the idempotency rows. The lock is held until the transaction ends,
 /// on whichever instance it runs. So:
@@ -37,7 +37,7 @@ import Synchronization
 /// The price: the commits of one space are serialized across all instances (different
 /// spaces commit in parallel); group commit amortizes it, as SQLite's single writer does.
 ///
-/// **Long polls across instances.** `outpost_push` calls `pg_notify('outpost_commits',
+/// **Long polls across instances.** A push's write calls `pg_notify('outpost_commits',
 /// '<space> <head>')`, delivered to every listening connection when the transaction
 /// commits. Each instance's listener feeds its `CommitNotifier`; the writer of the
 /// instance that committed also tells its own notifier at once. After the listener loses
@@ -45,7 +45,7 @@ import Synchronization
 /// notifications sent meanwhile are lost.
 ///
 /// **Epoch.** The epoch lives in `meta` and is read at start. Every push checks it inside
-/// its transaction (`outpost_push` raises `OP001` when it changed) and every page reads it
+/// its transaction (when it locks the space's row) and every page reads it
 /// in its snapshot. `rotate-epoch --store postgres://…` changes it and notifies
 /// `outpost_epoch`. An instance that sees a changed epoch stops taking writes and reads
 /// (503 `unavailable`), reports `isWritable() == false`, and calls `onEpochChange`, which
@@ -304,8 +304,6 @@ final class PostgresWriter {
     let notifier: CommitNotifier
     let stale: StaleEpoch
 
-    static let pushSQL = "SELECT * FROM outpost_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
-
     init(db: PostgresConnection, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch) {
         self.db = db
         self.epoch = epoch
@@ -366,14 +364,14 @@ final class PostgresWriter {
                         // A failure of this push alone (not of the transaction or the
                         // connection): answer it, and run the others again without it.
                         let pg = error as? PostgresError
-                        if !(pg?.isRetryable ?? false) && !(pg?.connectionLost ?? false) && pg?.sqlState != "OP001" { failedIndex = index }
+                        if !(pg?.isRetryable ?? false) && !(pg?.connectionLost ?? false) && !(error is EpochRotated) { failedIndex = index }
                         throw error
                     }
                 }
                 try db.execute("COMMIT")
             } catch {
                 if db.isInTransaction { try? db.execute("ROLLBACK") }
-                if let pg = error as? PostgresError, pg.sqlState == "OP001" {
+                if error is EpochRotated {
                     stale.mark(nil)
                     for job in jobs { job.completion(.failure(StoreError("the database's epoch was rotated; this server no longer serves"))) }
                     return
@@ -395,86 +393,135 @@ final class PostgresWriter {
         }
     }
 
-    /// Runs `outpost_push` for one push; returns the results in the push's order and the
-    /// space's head after it when something was applied.
+    /// Applies one push with `PushRules` over this connection (`PostgresPushStorage`):
+    /// locks the space's row (creating it when missing) and checks the epoch in the same
+    /// statement, then five round trips at most, whatever the push's size. Returns the
+    /// results in the push's order and the space's head after it when something was applied.
     private func apply(_ job: PostgresPushJob) throws -> ([PushResult], Int64?) {
-        var changes: [PreparedChange] = []
-        changes.reserveCapacity(job.items.count)
-        for item in job.items { if case .change(let c) = item { changes.append(c) } }
-        var applied: [PushResult] = []
-        var head: Int64?
-        if !changes.isEmpty {
-            let rows = try db.query(Self.pushSQL, [
-                .text(job.space), .text(epoch.rawValue), .text(job.clientId), .int(job.now),
-                .textArray(changes.map { $0.change.changeId }),
-                .bytesArray(changes.map { $0.fingerprint }),
-                .textArray(changes.map { $0.change.collection }),
-                .textArray(changes.map { $0.change.id }),
-                .boolArray(changes.map { $0.change.op == .delete }),
-                .bytesArray(changes.map { $0.change.op == .put ? ($0.dataJSON ?? Array("{}".utf8)) : nil }),
-                .intArray(changes.map { $0.change.clientTime }),
-                .intArray(changes.map { $0.change.baseVersion?.seq }),
-                .boolArray(changes.map { $0.change.baseVersion.map { $0.epoch == epoch } ?? true }),
-                .boolArray(changes.map { $0.change.force }),
-                .textArray(changes.map { $0.change.lineage?.version.epoch.rawValue }),
-                .intArray(changes.map { $0.change.lineage?.version.seq }),
-                .intArray(changes.map { $0.change.lineage?.updatedAt }),
-            ])
-            guard rows.count == changes.count else {
-                throw StoreError("outpost_push returned \(rows.count) rows for \(changes.count) changes")
-            }
-            applied.reserveCapacity(changes.count)
-            for (row, prepared) in changes.enumerated() {
-                let change = prepared.change
-                switch rows.text(row, 0) {
-                case "a":
-                    applied.append(.applied(change.changeId, version: Version(epoch: epoch, seq: rows.int64(row, 1)), updatedAt: rows.int64(row, 4)))
-                    head = rows.int64(row, 3)
-                case "r":
-                    if let e = Epoch(rows.text(row, 2)) {
-                        applied.append(.applied(change.changeId, version: Version(epoch: e, seq: rows.int64(row, 1)), replayed: true,
-                                                updatedAt: rows.int64(row, 4)))
-                    } else {
-                        applied.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
-                    }
-                case "u":
-                    applied.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
-                case "e":
-                    let base = change.baseVersion.map { $0.epoch.rawValue } ?? "-"
-                    applied.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base), the current epoch is \(epoch); pull first"))
-                case "c":
-                    var current: RecordState?
-                    if !rows.isNull(row, 5) {
-                        let deleted = rows.bool(row, 6)
-                        var data: JSONObject?
-                        if !deleted {
-                            guard case .object(let o) = try JSONParser.parse(rows.bytes(row, 7)) else {
-                                throw StoreError("stored data of \(change.collection)/\(change.id) is not an object")
-                            }
-                            data = o
-                        }
-                        current = RecordState(collection: change.collection, id: change.id, version: Version(epoch: epoch, seq: rows.int64(row, 5)),
-                                              deleted: deleted, data: data, updatedAt: rows.int64(row, 8), updatedBy: rows.text(row, 9),
-                                              clientTime: rows.optionalInt64(row, 10), lineage: rows.optionalText(row, 11).flatMap(Version.init),
-                                              sameAs: rows.optionalText(row, 12).flatMap(Version.init))
-                    }
-                    applied.append(.conflict(change.changeId, current: current))
-                case let other:
-                    throw StoreError("outpost_push returned an unknown status \"\(other)\"")
-                }
-            }
-        }
-        // Put the handler's rejections back in their places.
-        var results: [PushResult] = []
-        results.reserveCapacity(job.items.count)
-        var next = applied.makeIterator()
+        var inputs: [PushRules.Input] = []
+        inputs.reserveCapacity(job.items.count)
         for item in job.items {
-            switch item {
-            case .change: results.append(next.next()!)
-            case .rejected(let result): results.append(result)
-            }
+            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON)) }
         }
-        return (results, head)
+        guard !inputs.isEmpty else { return (PushItem.merge([], into: job.items), nil) }
+        let (storage0, head) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)
+        var storage = storage0
+        let (decided, newHead) = try PushRules.apply(inputs, epoch: epoch, head: head, clientId: job.clientId, now: job.now, storage: &storage)
+        return (PushItem.merge(decided, into: job.items), newHead > head ? newHead : nil)
+    }
+}
+
+/// The database's epoch is no longer the store's: it was rotated under a running instance.
+struct EpochRotated: Error, CustomStringConvertible {
+    var description: String { "the database's epoch was rotated; this server no longer serves" }
+}
+
+/// `PushStorage` on a PostgreSQL writer's connection, inside its transaction, with the
+/// space's row locked. Each set is one statement over arrays (`unnest`), so a push costs
+/// the same few round trips whatever its size. The write stores the records, the change
+/// ids and the new head in one statement and calls `pg_notify`, which PostgreSQL delivers
+/// to every listening instance when (and only if) the transaction commits.
+struct PostgresPushStorage: PushStorage {
+    let db: PostgresConnection
+    let spaceID: Int64
+    let space: String
+    let epoch: Epoch
+
+    /// The storage of `space` in the transaction open on `db`, with the space's head read
+    /// under its row lock, held until the transaction ends (see "Seq allocation" on
+    /// `PostgresSyncStore`); creates the space's row when missing. Checks in the same
+    /// snapshot that the database still has `epoch`.
+    static func locking(_ space: String, on db: PostgresConnection, epoch: Epoch) throws -> (PostgresPushStorage, head: Int64) {
+        let lock = "SELECT s.space_id, s.head_seq, (SELECT value FROM meta WHERE key = 'epoch') FROM spaces s WHERE s.name = $1 FOR UPDATE OF s"
+        var rows = try db.query(lock, [.text(space)])
+        if rows.count == 0 {
+            try db.run("INSERT INTO spaces(name) VALUES ($1) ON CONFLICT (name) DO NOTHING", [.text(space)])
+            rows = try db.query(lock, [.text(space)])
+        }
+        guard rows.count == 1 else { throw StoreError("space \(space) could not be locked") }
+        guard rows.optionalText(0, 2) == epoch.rawValue else { throw EpochRotated() }
+        return (PostgresPushStorage(db: db, spaceID: rows.int64(0, 0), space: space, epoch: epoch), rows.int64(0, 1))
+    }
+
+    func applied(_ changeIds: [String]) throws -> [String: PushRules.Applied] {
+        let rows = try db.query("""
+            SELECT change_id, fingerprint, epoch, seq, applied_at FROM applied_changes
+             WHERE space_id = $1 AND change_id = ANY($2)
+            """, [.int(spaceID), .textArray(changeIds)])
+        var out: [String: PushRules.Applied] = [:]
+        for i in 0..<rows.count {
+            guard let e = Epoch(rows.text(i, 2)) else { throw StoreError("the idempotency row of \(rows.text(i, 0)) names no valid epoch") }
+            out[rows.text(i, 0)] = PushRules.Applied(fingerprint: rows.bytes(i, 1), version: Version(epoch: e, seq: rows.int64(i, 3)), appliedAt: rows.int64(i, 4))
+        }
+        return out
+    }
+
+    func heads(_ keys: [PushRules.Key]) throws -> [PushRules.Key: PushRules.Head] {
+        let rows = try db.query("""
+            SELECT r.collection, r.id, r.seq, r.lineage, r.same_as
+              FROM unnest($2::text[], $3::text[]) AS k(collection, id)
+              JOIN records r ON r.space_id = $1 AND r.collection = k.collection AND r.id = k.id
+            """, [.int(spaceID), .textArray(keys.map(\.collection)), .textArray(keys.map(\.id))])
+        var out: [PushRules.Key: PushRules.Head] = [:]
+        out.reserveCapacity(rows.count)
+        for i in 0..<rows.count {
+            out[PushRules.Key(collection: rows.text(i, 0), id: rows.text(i, 1))] = PushRules.Head(
+                seq: rows.int64(i, 2), lineage: rows.optionalText(i, 3).flatMap(Version.init), sameAs: rows.optionalText(i, 4).flatMap(Version.init))
+        }
+        return out
+    }
+
+    func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState] {
+        let rows = try db.query("""
+            SELECT r.collection, r.id, r.seq, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as
+              FROM unnest($2::text[], $3::text[]) AS k(collection, id)
+              JOIN records r ON r.space_id = $1 AND r.collection = k.collection AND r.id = k.id
+            """, [.int(spaceID), .textArray(keys.map(\.collection)), .textArray(keys.map(\.id))])
+        var out: [PushRules.Key: RecordState] = [:]
+        for i in 0..<rows.count {
+            let key = PushRules.Key(collection: rows.text(i, 0), id: rows.text(i, 1))
+            let deleted = rows.bool(i, 3)
+            var data: JSONObject?
+            if !deleted {
+                guard case .object(let o) = try JSONParser.parse(rows.bytes(i, 4)) else { throw PushRulesError.notAnObject(key.collection, key.id) }
+                data = o
+            }
+            out[key] = RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: rows.int64(i, 2)), deleted: deleted,
+                                   data: data, updatedAt: rows.int64(i, 5), updatedBy: rows.text(i, 6), clientTime: rows.optionalInt64(i, 7),
+                                   lineage: rows.optionalText(i, 8).flatMap(Version.init), sameAs: rows.optionalText(i, 9).flatMap(Version.init))
+        }
+        return out
+    }
+
+    func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws {
+        let head = writes.map(\.seq).max() ?? 0
+        try db.query("""
+            WITH written AS (
+              INSERT INTO records AS r (space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
+              SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::bytea[], $7::bigint[], $8::text[],
+                                       $9::bigint[], $10::text[], $11::text[])
+              ON CONFLICT (space_id, collection, id) DO UPDATE SET
+                seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
+                updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as
+              RETURNING 1),
+            remembered AS (
+              INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at)
+              SELECT $1, c, f, $12, s, a FROM unnest($13::text[], $14::bytea[], $15::bigint[], $16::bigint[]) AS t(c, f, s, a)
+              RETURNING 1),
+            moved AS (UPDATE spaces SET head_seq = $17 WHERE space_id = $1 RETURNING 1)
+            SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM remembered), (SELECT count(*) FROM moved),
+                   pg_notify('outpost_commits', $18 || ' ' || $17)
+            """, [
+                .int(spaceID),
+                .textArray(writes.map(\.key.collection)), .textArray(writes.map(\.key.id)), .intArray(writes.map(\.seq)),
+                .boolArray(writes.map(\.deleted)), .bytesArray(writes.map(\.data)), .intArray(writes.map(\.updatedAt)),
+                .textArray(writes.map(\.updatedBy)), .intArray(writes.map(\.clientTime)),
+                .textArray(writes.map { $0.lineage?.text }), .textArray(writes.map { $0.sameAs?.text }),
+                .text(epoch.rawValue),
+                .textArray(remember.map(\.changeId)), .bytesArray(remember.map(\.fingerprint)),
+                .intArray(remember.map(\.seq)), .intArray(remember.map(\.appliedAt)),
+                .int(head), .text(space),
+            ])
     }
 }
 

@@ -26,8 +26,6 @@ public final class SQLiteSyncStore: SyncStore {
         public var readers: Int = 2
         /// Most pushes combined into one transaction.
         public var maxPushesPerCommit: Int = 64
-        /// A deliberate bug for the conformance suite's mutation test; nil in production.
-        @_spi(Mutants) public var mutation: ServerMutation?
         /// Makes the epoch of a store that has none (a new data directory). The default is
         /// `SQLiteSyncStore.systemEpoch` (the wall clock and the system's random source); the
         /// simulation (`outpost-sim`) passes a virtual clock and a seeded source so that a run
@@ -71,10 +69,6 @@ public final class SQLiteSyncStore: SyncStore {
         let setup = try Connection(path: configuration.path)
         try setup.enableWAL(synchronous: configuration.synchronous)
         try Self.migrate(setup)
-        if configuration.mutation == .reuseSeqAfterRestart {
-            // The mutant may hand out a seq twice, which the unique index would refuse.
-            try setup.execute("DROP INDEX IF EXISTS records_seq; CREATE INDEX IF NOT EXISTS records_seq_mutant ON records(space_id, seq)")
-        }
         let epoch = try Self.ensureEpoch(setup, makeEpoch: configuration.makeEpoch)
         setup.close()
         self.epoch = epoch
@@ -83,7 +77,6 @@ public final class SQLiteSyncStore: SyncStore {
         let synchronous = configuration.synchronous
         let maxBatch = configuration.maxPushesPerCommit
         let notifierRef = notifier
-        let mutation = configuration.mutation
         writer = try WorkerThread<WriteJob>(
             name: "sqlite-writer", maxBatch: maxBatch,
             setup: {
@@ -93,7 +86,7 @@ public final class SQLiteSyncStore: SyncStore {
                 // and fsyncs the database file, and would stall every push queued behind
                 // it. The checkpointer thread does that work instead.
                 try db.execute("PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; PRAGMA wal_autocheckpoint=0")
-                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef, mutation: mutation)
+                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef)
             },
             handle: { writer, jobs in writer.handle(jobs) },
             teardown: { writer in writer.close() })
@@ -104,7 +97,7 @@ public final class SQLiteSyncStore: SyncStore {
                 setup: {
                     let db = try Connection(path: path, flags: [.readOnly])
                     try db.execute("PRAGMA cache_size=-32768; PRAGMA mmap_size=268435456")
-                    return SQLiteReader(db: db, epoch: epoch, mutation: mutation)
+                    return SQLiteReader(db: db, epoch: epoch)
                 },
                 handle: { reader, jobs in for job in jobs { job.run(reader) } },
                 teardown: { reader in reader.db.close() }))
@@ -349,15 +342,13 @@ final class SQLiteWriter {
     let db: Connection
     let epoch: Epoch
     let notifier: CommitNotifier
-    let mutation: ServerMutation?
     /// space name -> (space_id, head seq), as committed.
     private var spaces: [String: (id: Int64, head: Int64)] = [:]
 
-    init(db: Connection, epoch: Epoch, notifier: CommitNotifier, mutation: ServerMutation?) {
+    init(db: Connection, epoch: Epoch, notifier: CommitNotifier) {
         self.db = db
         self.epoch = epoch
         self.notifier = notifier
-        self.mutation = mutation
     }
 
     func close() {
@@ -402,7 +393,7 @@ final class SQLiteWriter {
                     outcomes.append(.failure(error))
                 }
             }
-            for space in touched where mutation != .reuseSeqAfterRestart {
+            for space in touched {
                 let entry = spaces[space]!
                 try db.run("UPDATE spaces SET head_seq = ? WHERE space_id = ?", [.integer(entry.head), .integer(entry.id)])
             }
@@ -423,12 +414,8 @@ final class SQLiteWriter {
     private func spaceEntry(_ name: String) throws -> (id: Int64, head: Int64) {
         if let entry = spaces[name] { return entry }
         if let row = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(name)], { ($0.int64(0), $0.int64(1)) }) {
-            var head = row.1
-            if mutation == .reuseSeqAfterRestart {
-                head = max(0, (try db.scalarInt("SELECT max(seq) FROM records WHERE space_id = ?", [.integer(row.0)]) ?? 0) - 1)
-            }
-            spaces[name] = (row.0, head)
-            return (row.0, head)
+            spaces[name] = (row.0, row.1)
+            return (row.0, row.1)
         }
         try db.run("INSERT INTO spaces(name, head_seq) VALUES (?, 0)", [.text(name)])
         let entry = (id: db.lastInsertRowID, head: Int64(0))
@@ -436,171 +423,20 @@ final class SQLiteWriter {
         return entry
     }
 
+    /// Applies one push with `PushRules` over this connection (`SQLitePushStorage`) and
+    /// keeps the space's head for the commit.
     private func apply(_ job: PushJob) throws -> [PushResult] {
         var space = try spaceEntry(job.space)
-        var results: [PushResult] = []
-        results.reserveCapacity(job.items.count)
-        let findApplied = try db.cached("SELECT fingerprint, epoch, seq, applied_at FROM applied_changes WHERE space_id = ? AND change_id = ?")
-        let findRecord = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND collection = ? AND id = ?")
-        // ?10 is the re-offer's lineage version (NULL for an edit), stored as both lineage
-        // and same_as: the state is that copy. A write without one keeps the lineage of the
-        // state it replaces but not its same_as, since it writes something that copy never
-        // held; a create has neither (PROTOCOL.md section 4).
-        let upsert = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)
-            ON CONFLICT(space_id, collection, id) DO UPDATE SET
-              seq = excluded.seq, deleted = excluded.deleted, data = excluded.data,
-              updated_at = excluded.updated_at, updated_by = excluded.updated_by, client_time = excluded.client_time,
-              lineage = coalesce(excluded.lineage, lineage), same_as = excluded.same_as
-            """)
-        let insertNew = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) ON CONFLICT(space_id, collection, id) DO NOTHING
-            """)
-        let updateAtBase = try db.cached("""
-            UPDATE records SET seq = ?4, deleted = ?5, data = ?6, updated_at = ?7, updated_by = ?8, client_time = ?9,
-                               lineage = coalesce(?10, lineage), same_as = ?10
-            WHERE space_id = ?1 AND collection = ?2 AND id = ?3 AND seq = ?11
-            """)
-        let remember = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(space_id, change_id) DO NOTHING")
-        let forget = try db.cached("DELETE FROM applied_changes WHERE space_id = ? AND change_id = ?")
-
-        let ordered = mutation == .applyOutOfOrder ? Array(job.items.reversed()) : job.items
-        for item in ordered {
-            guard case .change(let prepared) = item else {
-                if case .rejected(let result) = item { results.append(result) }
-                continue
-            }
-            let change = prepared.change
-            let reoffered = mutation == .reofferAsEdit ? nil : change.lineage
-            // 1. Idempotency: an applied change ID answers with its original result.
-            //    The common case — a change never seen — costs one B-tree descent: the
-            //    idempotency row is inserted first (with the seq this change will get) and
-            //    only a collision reads the row that was there. A conflict below removes
-            //    the row again, since conflicts are not remembered.
-            let remembers = mutation != .forgetIdempotency
-            let seq = space.head + 1
-            let foreignBase = !change.force && (change.baseVersion.map { $0.epoch != epoch } ?? false)
-            func replayResult() throws -> PushResult? {
-                try findApplied.bind(int: space.id, at: 1)
-                try findApplied.bind(text: change.changeId, at: 2)
-                defer { findApplied.reset() }
-                guard try findApplied.step() else { return nil }
-                if findApplied.blob(0) == prepared.fingerprint, let e = Epoch(findApplied.text(1)) {
-                    // The record's updatedAt at that version: a re-offer's original commit
-                    // time (the fingerprint covers it), else applied_at, the push's time.
-                    // applied_at stays the arrival time, which the sweep of old ids needs.
-                    return .applied(change.changeId, version: Version(epoch: e, seq: findApplied.int64(2)), replayed: true,
-                                    updatedAt: reoffered?.updatedAt ?? findApplied.int64(3))
-                }
-                return .rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content")
-            }
-            if remembers {
-                if foreignBase {
-                    if let replay = try replayResult() { results.append(replay); continue }
-                } else {
-                    try remember.bind(int: space.id, at: 1)
-                    try remember.bind(text: change.changeId, at: 2)
-                    try remember.bind(blob: prepared.fingerprint, at: 3)
-                    try remember.bind(text: epoch.rawValue, at: 4)
-                    try remember.bind(int: seq, at: 5)
-                    try remember.bind(int: job.now, at: 6)
-                    while try remember.step() {}
-                    remember.reset()
-                    if db.changes == 0, let replay = try replayResult() {
-                        results.append(replay)
-                        continue
-                    }
-                }
-            }
-
-            // 2. A base version from another history cannot be judged: pull first.
-            if foreignBase {
-                results.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(change.baseVersion!.epoch), the current epoch is \(epoch); pull first"))
-                continue
-            }
-
-            /// Answers `conflict` with the record as it is now; nothing was written.
-            func conflict() throws {
-                if remembers {
-                    try forget.bind(int: space.id, at: 1)
-                    try forget.bind(text: change.changeId, at: 2)
-                    while try forget.step() {}
-                    forget.reset()
-                }
-                try findRecord.bind(int: space.id, at: 1)
-                try findRecord.bind(text: change.collection, at: 2)
-                try findRecord.bind(text: change.id, at: 3)
-                var current: RecordState?
-                if try findRecord.step() {
-                    current = try Self.recordState(findRecord, collection: change.collection, id: change.id, epoch: epoch, seq: findRecord.int64(0))
-                }
-                findRecord.reset()
-                if mutation == .staleCurrentOnConflict, var stale = current, stale.version.seq > 1 {
-                    stale.version = Version(epoch: epoch, seq: stale.version.seq - 1)
-                    current = stale
-                }
-                results.append(.conflict(change.changeId, current: current))
-            }
-
-            guard seq <= Version.maxSeq else { throw StoreError("space \(job.space) has used every seq of this epoch") }
-            let guarded = !change.force && mutation != .ignoreBaseVersion
-
-            // 3. A re-offer over a state at its base applies only when that state is an
-            //    ancestor of what the re-offer knew, with nothing written on it since: its
-            //    same_as, not its lineage, which a plain write keeps (PROTOCOL.md section 4,
-            //    added in 1.1). Re-offers are rare, so they alone read the row before
-            //    writing; the single writer's transaction keeps it from changing in between.
-            if guarded, let lineage = reoffered, let base = change.baseVersion {
-                try findRecord.bind(int: space.id, at: 1)
-                try findRecord.bind(text: change.collection, at: 2)
-                try findRecord.bind(text: change.id, at: 3)
-                // Column 7 is same_as; the mutant reads lineage (6), the unsound rule.
-                let judged: Int32 = mutation == .reofferJudgedByLineage ? 6 : 7
-                let refused = try findRecord.step() && findRecord.int64(0) == base.seq
-                    && !lineage.admits(current: findRecord.optionalText(judged).flatMap(Version.init))
-                findRecord.reset()
-                if refused {
-                    try conflict()
-                    continue
-                }
-            }
-
-            // 4. Write, guarded by the base check in the statement itself: a new record
-            //    (null base) is inserted only when no row — live or tombstone — exists;
-            //    an update applies only while the row is still at the base's seq. The
-            //    common case costs one B-tree descent; only a miss reads the current row.
-            //    A re-offer is stamped with its original commit time.
-            let updatedAt = reoffered?.updatedAt ?? job.now
-            let write = !guarded ? upsert : (change.baseVersion == nil ? insertNew : updateAtBase)
-            try write.bind(int: space.id, at: 1)
-            try write.bind(text: change.collection, at: 2)
-            try write.bind(text: change.id, at: 3)
-            try write.bind(int: seq, at: 4)
-            try write.bind(int: change.op == .delete ? 1 : 0, at: 5)
-            if change.op == .put, let data = prepared.dataJSON {
-                try write.bind(blob: data, at: 6)
-            } else {
-                try write.bindNull(at: 6)
-            }
-            try write.bind(int: updatedAt, at: 7)
-            try write.bind(text: job.clientId, at: 8)
-            if let t = change.clientTime { try write.bind(int: t, at: 9) } else { try write.bindNull(at: 9) }
-            if let lineage = reoffered { try write.bind(text: lineage.version.text, at: 10) } else { try write.bindNull(at: 10) }
-            if let base = change.baseVersion, write === updateAtBase { try write.bind(int: base.seq, at: 11) }
-            while try write.step() {}
-            write.reset()
-            if db.changes == 0 {
-                // The base did not match.
-                try conflict()
-                continue
-            }
-            space.head = seq
-            spaces[job.space] = space
-            results.append(.applied(change.changeId, version: Version(epoch: epoch, seq: seq), updatedAt: updatedAt))
+        var inputs: [PushRules.Input] = []
+        inputs.reserveCapacity(job.items.count)
+        for item in job.items {
+            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON)) }
         }
-        return mutation == .applyOutOfOrder ? results.reversed() : results
+        var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch)
+        let (decided, head) = try PushRules.apply(inputs, epoch: epoch, head: space.head, clientId: job.clientId, now: job.now, storage: &storage)
+        space.head = head
+        spaces[job.space] = space
+        return PushItem.merge(decided, into: job.items)
     }
 
     /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as`.
@@ -624,12 +460,10 @@ final class SQLiteWriter {
 final class SQLiteReader {
     let db: Connection
     let epoch: Epoch
-    let mutation: ServerMutation?
 
-    init(db: Connection, epoch: Epoch, mutation: ServerMutation?) {
+    init(db: Connection, epoch: Epoch) {
         self.db = db
         self.epoch = epoch
-        self.mutation = mutation
     }
 
     func head(space: String) throws -> Int64 {
@@ -640,15 +474,10 @@ final class SQLiteReader {
     /// same snapshot.
     func page(_ request: PageRequest) throws -> PageData {
         try db.transaction(.deferred) {
-            guard case (let spaceID, var head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
+            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
                 return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
             }
-            if mutation == .reuseSeqAfterRestart {
-                head = try db.scalarInt("SELECT max(seq) FROM records WHERE space_id = ?", [.integer(spaceID)]) ?? 0
-            }
             var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND seq > ?"
-            if mutation == .leakOtherSpaces { sql = sql.replacingOccurrences(of: "space_id = ?", with: "(space_id = ? OR 1)") }
-            if mutation == .dropTombstones { sql += " AND deleted = 0" }
             var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
             if let collections = request.collections, !collections.isEmpty {
                 sql += " AND collection IN (" + Array(repeating: "?", count: collections.count).joined(separator: ",") + ")"
@@ -679,7 +508,7 @@ final class SQLiteReader {
                         lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
                 }
                 // The byte budget counts the whole encoded array; the first record always fits.
-                if count > 0 && out.count + 1 > request.maxBytes && mutation != .pageOverBudget {
+                if count > 0 && out.count + 1 > request.maxBytes {
                     out.removeSubrange(mark...)
                     hasMore = true
                     break

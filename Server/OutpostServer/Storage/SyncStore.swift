@@ -159,3 +159,20 @@ public struct SpaceSummary: Sendable, Equatable {
         """
     }
 }
+
+extension PushItem {
+    /// The results of a push in its items' order: `decided` holds one result per
+    /// `.change` item, in order; the handler's rejections keep their places.
+    static func merge(_ decided: [PushResult], into items: [PushItem]) -> [PushResult] {
+        var results: [PushResult] = []
+        results.reserveCapacity(items.count)
+        var next = decided.makeIterator()
+        for item in items {
+            switch item {
+            case .change: results.append(next.next()!)
+            case .rejected(let result): results.append(result)
+            }
+        }
+        return results
+    }
+}

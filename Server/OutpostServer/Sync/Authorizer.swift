@@ -6,11 +6,12 @@ import OutpostHTTP
 /// and scope (PROTOCOL.md section 2). Runs before the body is read, so an unauthorized
 /// client never gets to upload its body.
 public struct Authorizer: Sendable {
-    public let authority: JWTAuthority
+    /// What verifies the tokens (`JWTAuthority` with the server's secrets).
+    public let authority: any TokenVerifier
     /// Time source in seconds since 1970 (tests move it).
     let now: @Sendable () -> Int64
 
-    public init(authority: JWTAuthority, now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) {
+    public init(authority: any TokenVerifier, now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) {
         self.authority = authority
         self.now = now
     }

@@ -4,7 +4,7 @@ import OutpostHTTP
 extension SyncService {
     /// The sync routes (PROTOCOL.md sections 4 and 5).
     public func register(_ router: inout Router) {
-        router.add(.POST, "/v1/spaces/{space}/push", bodyLimit: mutation == .ignoreBodyLimit ? 1 << 30 : limits.maxRequestBytes,
+        router.add(.POST, "/v1/spaces/{space}/push", bodyLimit: limits.maxRequestBytes,
                    preBody: { [self] head, parameters in try authorizePush(head, parameters) },
                    handler: { [self] request in try await push(request) })
         router.add(.GET, "/v1/spaces/{space}/pull", bodyLimit: 0,

@@ -12,22 +12,13 @@ public final class SyncService: Sendable {
     public let metrics: Metrics
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
-    /// A deliberate bug for the conformance suite's mutation test; nil in production.
-    let mutation: ServerMutation?
     /// One page read for many identical pulls woken by the same commit.
     let coalescer = PageCoalescer()
     /// Series updated on every pull, resolved once.
     let pullPages, pullRecords, pullBytes, longPollsWoken: Metrics.Counter
 
-    public convenience init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
-                            clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
-        self.init(store: store, limits: limits, authorizer: authorizer, metrics: metrics, clock: clock, mutation: nil)
-    }
-
-    @_spi(Mutants)
     public init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
-                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }, mutation: ServerMutation?) {
-        self.mutation = mutation
+                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.store = store
         self.limits = limits
         self.authorizer = authorizer
@@ -61,7 +52,7 @@ public final class SyncService: Sendable {
     /// `POST /v1/spaces/{space}/push`.
     public func push(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
-        let decoded = try Self.decodePush(request.body, maxChanges: mutation == .ignoreMaxChangesPerPush ? Int.max : limits.maxChangesPerPush)
+        let decoded = try Self.decodePush(request.body, maxChanges: limits.maxChangesPerPush)
         let items = decoded.changes.map(prepare)
 
         let results = try await storeCall { try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock()) }
@@ -163,8 +154,7 @@ public final class SyncService: Sendable {
         let space = try Self.space(request.pathParameters)
         let query = try Self.pullQuery(request.head)
         let epoch = store.epoch
-        var since = query.since ?? .start(of: epoch)
-        if mutation == .acceptForeignEpochCursor { since = Version(epoch: epoch, seq: since.seq) }
+        let since = query.since ?? .start(of: epoch)
         guard since.epoch == epoch else {
             throw HTTPError(HTTPStatus(code: 409), .epochChanged, "the server's history is now epoch \(epoch); pull again from its start",
                             details: ["epoch": .string(epoch.rawValue)])
@@ -178,7 +168,6 @@ public final class SyncService: Sendable {
             }
         }
         var page = try await readPage()
-        if mutation == .acceptCursorAhead && since.seq > page.head { since = Version(epoch: epoch, seq: page.head) }
         guard since.seq <= page.head else {
             throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
                             details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])

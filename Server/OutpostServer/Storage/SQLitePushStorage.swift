@@ -1,0 +1,92 @@
+import OutpostCore
+import OutpostSQLite
+
+/// `PushStorage` on the SQLite writer's connection, inside its transaction for one push
+/// of one space. Rows are read and written one statement each: the file is in process,
+/// so a set costs no more as single rows, and each statement is prepared once per
+/// connection (`Connection.cached`).
+struct SQLitePushStorage: PushStorage {
+    let db: Connection
+    let spaceID: Int64
+    let epoch: Epoch
+
+    func applied(_ changeIds: [String]) throws -> [String: PushRules.Applied] {
+        let find = try db.cached("SELECT fingerprint, epoch, seq, applied_at FROM applied_changes WHERE space_id = ? AND change_id = ?")
+        var out: [String: PushRules.Applied] = [:]
+        for changeId in changeIds where out[changeId] == nil {
+            try find.bind(int: spaceID, at: 1)
+            try find.bind(text: changeId, at: 2)
+            defer { find.reset() }
+            guard try find.step() else { continue }
+            guard let e = Epoch(find.text(1)) else { throw StoreError("the idempotency row of \(changeId) names no valid epoch") }
+            out[changeId] = PushRules.Applied(fingerprint: find.blob(0), version: Version(epoch: e, seq: find.int64(2)), appliedAt: find.int64(3))
+        }
+        return out
+    }
+
+    func heads(_ keys: [PushRules.Key]) throws -> [PushRules.Key: PushRules.Head] {
+        let find = try db.cached("SELECT seq, lineage, same_as FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        var out: [PushRules.Key: PushRules.Head] = [:]
+        out.reserveCapacity(keys.count)
+        for key in keys {
+            try find.bind(int: spaceID, at: 1)
+            try find.bind(text: key.collection, at: 2)
+            try find.bind(text: key.id, at: 3)
+            defer { find.reset() }
+            guard try find.step() else { continue }
+            out[key] = PushRules.Head(seq: find.int64(0), lineage: find.optionalText(1).flatMap(Version.init),
+                                      sameAs: find.optionalText(2).flatMap(Version.init))
+        }
+        return out
+    }
+
+    func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState] {
+        let find = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        var out: [PushRules.Key: RecordState] = [:]
+        for key in keys {
+            try find.bind(int: spaceID, at: 1)
+            try find.bind(text: key.collection, at: 2)
+            try find.bind(text: key.id, at: 3)
+            defer { find.reset() }
+            guard try find.step() else { continue }
+            out[key] = try SQLiteWriter.recordState(find, collection: key.collection, id: key.id, epoch: epoch, seq: find.int64(0))
+        }
+        return out
+    }
+
+    func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws {
+        let upsert = try db.cached("""
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            ON CONFLICT(space_id, collection, id) DO UPDATE SET
+              seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
+              updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as
+            """)
+        for w in writes {
+            try upsert.bind(int: spaceID, at: 1)
+            try upsert.bind(text: w.key.collection, at: 2)
+            try upsert.bind(text: w.key.id, at: 3)
+            try upsert.bind(int: w.seq, at: 4)
+            try upsert.bind(int: w.deleted ? 1 : 0, at: 5)
+            if let data = w.data { try upsert.bind(blob: data, at: 6) } else { try upsert.bindNull(at: 6) }
+            try upsert.bind(int: w.updatedAt, at: 7)
+            try upsert.bind(text: w.updatedBy, at: 8)
+            if let t = w.clientTime { try upsert.bind(int: t, at: 9) } else { try upsert.bindNull(at: 9) }
+            if let v = w.lineage { try upsert.bind(text: v.text, at: 10) } else { try upsert.bindNull(at: 10) }
+            if let v = w.sameAs { try upsert.bind(text: v.text, at: 11) } else { try upsert.bindNull(at: 11) }
+            while try upsert.step() {}
+            upsert.reset()
+        }
+        let insert = try db.cached("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
+        for r in remember {
+            try insert.bind(int: spaceID, at: 1)
+            try insert.bind(text: r.changeId, at: 2)
+            try insert.bind(blob: r.fingerprint, at: 3)
+            try insert.bind(text: epoch.rawValue, at: 4)
+            try insert.bind(int: r.seq, at: 5)
+            try insert.bind(int: r.appliedAt, at: 6)
+            while try insert.step() {}
+            insert.reset()
+        }
+    }
+}

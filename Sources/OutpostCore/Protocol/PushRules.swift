@@ -1,0 +1,248 @@
+/// The push rules of PROTOCOL.md section 4, once, for every store: the SQLite and
+/// PostgreSQL stores of the server and the SDK's `InMemorySyncServer` each implement
+/// `PushStorage` (what differs: how rows are read and written) and call `PushRules.apply`.
+///
+/// The rules run set-wise, so a store with a network between it and its rows (PostgreSQL)
+/// needs a fixed number of round trips per push, not per change:
+/// 1. read what the push's change ids and records are now (`applied`, `heads`);
+/// 2. decide every change in array order, each on its own, against those rows and the
+///    writes of the changes before it in the same push (pure; no I/O);
+/// 3. read the current state of the records a change conflicts with (`currents`), only
+///    when there is one; then write every applied record and change id (`write`).
+///
+/// The store holds the space's seqs and the lock that serializes writers of a space
+/// (SQLite's single writer, PostgreSQL's `spaces` row lock) and stores the new head in the
+/// same transaction; `apply` takes the head and returns the new one.
+public enum PushRules {
+    /// A record's address in a space.
+    public struct Key: Hashable, Sendable {
+        public var collection: String
+        public var id: String
+        public init(collection: String, id: String) {
+            self.collection = collection
+            self.id = id
+        }
+    }
+
+    /// What the rules need of a stored record state: its seq, and its lineage and sameAs
+    /// (protocol 1.1) to judge re-offers and carry lineage through writes.
+    public struct Head: Hashable, Sendable {
+        public var seq: Int64
+        public var lineage: Version?
+        public var sameAs: Version?
+        public init(seq: Int64, lineage: Version?, sameAs: Version?) {
+            self.seq = seq
+            self.lineage = lineage
+            self.sameAs = sameAs
+        }
+    }
+
+    /// A remembered applied change id (PROTOCOL.md section 4, idempotency).
+    public struct Applied: Hashable, Sendable {
+        /// SHA-256 of the change's fingerprint material.
+        public var fingerprint: [UInt8]
+        /// The version the change was applied as (possibly of an earlier epoch).
+        public var version: Version
+        /// When the push that applied it arrived (ms since 1970): the record's updatedAt
+        /// at that version for an edit, and what the sweep of old ids goes by.
+        public var appliedAt: Int64
+        public init(fingerprint: [UInt8], version: Version, appliedAt: Int64) {
+            self.fingerprint = fingerprint
+            self.version = version
+            self.appliedAt = appliedAt
+        }
+    }
+
+    /// One change of a push as the store received it.
+    public struct Input: Sendable {
+        public var change: Change
+        /// SHA-256 of `change.fingerprintMaterial()`.
+        public var fingerprint: [UInt8]
+        /// The record's `data` as stored (canonical JSON); nil for a delete.
+        public var data: [UInt8]?
+        public init(change: Change, fingerprint: [UInt8], data: [UInt8]?) {
+            self.change = change
+            self.fingerprint = fingerprint
+            self.data = data
+        }
+    }
+
+    /// A record state to store, replacing the key's row (or creating it).
+    public struct Write: Sendable {
+        public var key: Key
+        public var seq: Int64
+        public var deleted: Bool
+        /// Canonical JSON; nil for a tombstone.
+        public var data: [UInt8]?
+        public var updatedAt: Int64
+        public var updatedBy: String
+        public var clientTime: Int64?
+        public var lineage: Version?
+        public var sameAs: Version?
+    }
+
+    /// A change id to remember with the version it was applied as.
+    public struct Remember: Sendable {
+        public var changeId: String
+        public var fingerprint: [UInt8]
+        public var seq: Int64
+        public var appliedAt: Int64
+    }
+
+    /// The record state a conflict reports: the stored one (read in step 3), or the write
+    /// of an earlier change of the same push.
+    private enum ConflictCurrent { case stored(Key), written(Int) }
+
+    /// Applies one push's changes in array order, each on its own, and returns one result
+    /// per input and the space's head after it. `head` is the space's newest seq, read under
+    /// the store's lock for the space; the store stores the returned head in the same
+    /// transaction as the writes.
+    public static func apply<S: PushStorage>(_ inputs: [Input], epoch: Epoch, head: Int64, clientId: String, now: Int64,
+                                             storage: inout S) throws -> (results: [PushResult], head: Int64) {
+        guard !inputs.isEmpty else { return ([], head) }
+        var keys: [Key] = []
+        keys.reserveCapacity(inputs.count)
+        var seen = Set<Key>(minimumCapacity: inputs.count)
+        for input in inputs {
+            let key = Key(collection: input.change.collection, id: input.change.id)
+            if seen.insert(key).inserted { keys.append(key) }
+        }
+        var applied = try storage.applied(inputs.map(\.change.changeId))
+        var heads = try storage.heads(keys)
+
+        var head = head
+        var results: [PushResult] = []
+        results.reserveCapacity(inputs.count)
+        var conflicts: [(result: Int, current: ConflictCurrent)] = []
+        var writes: [Write] = []
+        writes.reserveCapacity(inputs.count)
+        /// key -> index in `writes` of the newest write of this push to it.
+        var written: [Key: Int] = [:]
+        var remember: [Remember] = []
+        remember.reserveCapacity(inputs.count)
+
+        for input in inputs {
+            let change = input.change
+            let key = Key(collection: change.collection, id: change.id)
+            // 1. Idempotency: an applied change id answers with its original result; the
+            //    same id with other content is refused. A replay's updatedAt is the
+            //    record's at that version: a re-offer's original commit time (its
+            //    fingerprint covers it), else the time the push arrived.
+            if let known = applied[change.changeId] {
+                if known.fingerprint == input.fingerprint {
+                    results.append(.applied(change.changeId, version: known.version, replayed: true,
+                                            updatedAt: change.lineage?.updatedAt ?? known.appliedAt))
+                } else {
+                    results.append(.rejected(change.changeId, .changeIdReused, "change id \(change.changeId) was already applied with other content"))
+                }
+                continue
+            }
+            // 2. A base version from another history cannot be judged: pull first.
+            if !change.force, let base = change.baseVersion, base.epoch != epoch {
+                results.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base.epoch), the current epoch is \(epoch); pull first"))
+                continue
+            }
+            // 3. The base guard: a null base creates only where no state (live or
+            //    tombstone) exists; a base applies only while the record is at its seq.
+            //    A re-offer replaces a state only when that state is an ancestor of the
+            //    copy it carries with nothing written on it since: its sameAs, not its
+            //    lineage, which a plain write keeps (added in 1.1).
+            let current = heads[key]
+            if !change.force {
+                let atBase: Bool
+                switch (change.baseVersion, current) {
+                case (nil, nil): atBase = true
+                case (let base?, let c?): atBase = base.seq == c.seq
+                default: atBase = false
+                }
+                let admitted = change.lineage.map { lineage in current.map { lineage.admits(current: $0.sameAs) } ?? true } ?? true
+                if !atBase || !admitted {
+                    conflicts.append((results.count, written[key].map { .written($0) } ?? .stored(key)))
+                    results.append(.conflict(change.changeId, current: nil))
+                    continue
+                }
+            }
+            // 4. The write: the next seq of the space. A re-offer is the copy it carries
+            //    (lineage and sameAs) with its original commit time; any other write keeps
+            //    the lineage of the state it replaces and has no sameAs, as it writes what
+            //    that copy never held.
+            guard head < Version.maxSeq else { throw PushRulesError.seqsExhausted }
+            head += 1
+            let version = Version(epoch: epoch, seq: head)
+            let updatedAt = change.lineage?.updatedAt ?? now
+            let lineage = change.lineage?.version ?? current?.lineage
+            let write = Write(key: key, seq: head, deleted: change.op == .delete, data: change.op == .put ? input.data : nil,
+                              updatedAt: updatedAt, updatedBy: clientId, clientTime: change.clientTime,
+                              lineage: lineage, sameAs: change.lineage?.version)
+            written[key] = writes.count
+            writes.append(write)
+            heads[key] = Head(seq: head, lineage: lineage, sameAs: write.sameAs)
+            applied[change.changeId] = Applied(fingerprint: input.fingerprint, version: version, appliedAt: now)
+            remember.append(Remember(changeId: change.changeId, fingerprint: input.fingerprint, seq: head, appliedAt: now))
+            results.append(.applied(change.changeId, version: version, updatedAt: updatedAt))
+        }
+
+        // A conflict reports the record as it was when its change was judged.
+        if !conflicts.isEmpty {
+            var storedKeys: [Key] = []
+            for case (_, .stored(let key)) in conflicts where !storedKeys.contains(key) { storedKeys.append(key) }
+            let stored = storedKeys.isEmpty ? [:] : try storage.currents(storedKeys)
+            for (index, current) in conflicts {
+                switch current {
+                case .stored(let key): results[index].current = stored[key]
+                case .written(let w): results[index].current = try writes[w].state(epoch: epoch)
+                }
+            }
+        }
+        // Only the newest write of each key is stored: the earlier ones of this push are
+        // superseded within the same transaction, and a page lists each record once.
+        if !writes.isEmpty {
+            let newest = writes.enumerated().filter { written[$0.element.key] == $0.offset }.map(\.element)
+            try storage.write(newest, remember: remember)
+        }
+        return (results, head)
+    }
+}
+
+/// A push the rules cannot apply at all (a failure of the push, not of a change).
+public enum PushRulesError: Error, CustomStringConvertible, Sendable {
+    /// The space has used every seq of its epoch (2^53 - 1 of them).
+    case seqsExhausted
+    /// A record's stored data is not a JSON object.
+    case notAnObject(String, String)
+
+    public var description: String {
+        switch self {
+        case .seqsExhausted: "the space has used every seq of this epoch; rotate the epoch"
+        case .notAnObject(let collection, let id): "stored data of \(collection)/\(id) is not an object"
+        }
+    }
+}
+
+/// What a store implements for `PushRules.apply`, inside its write transaction for one
+/// space. Each method is one set-wise operation, so a store may answer it with one
+/// statement.
+public protocol PushStorage {
+    /// The remembered change ids among `changeIds` (which may repeat).
+    mutating func applied(_ changeIds: [String]) throws -> [String: PushRules.Applied]
+    /// The stored states of `keys` (distinct); a key with no row is absent.
+    mutating func heads(_ keys: [PushRules.Key]) throws -> [PushRules.Key: PushRules.Head]
+    /// The whole stored states of `keys` (distinct), for conflict answers.
+    mutating func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState]
+    /// Stores `writes` (one per key, each replacing its row or creating it) and remembers
+    /// `remember`'s change ids.
+    mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws
+}
+
+extension PushRules.Write {
+    /// The record state this write stores, as a conflict answer shows it.
+    func state(epoch: Epoch) throws -> RecordState {
+        var object: JSONObject?
+        if !deleted, let data {
+            guard case .object(let o) = try JSONParser.parse(data) else { throw PushRulesError.notAnObject(key.collection, key.id) }
+            object = o
+        }
+        return RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: seq), deleted: deleted, data: object,
+                           updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs)
+    }
+}
