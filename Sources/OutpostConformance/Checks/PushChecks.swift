@@ -298,16 +298,21 @@ enum PushChecks {
             let stored = try await PushChecks.current(c, space, id: "r1")
             try expect(stored?.data == ["v": 4], "after forced puts the record is \(stored?.data?.description ?? "absent"), expected {\"v\":4}")
         },
-        Check("push-replay-returns-original-version", section: "4", "a change applied before is not applied again: the original version with replayed: true, however the record changed since") { c in
+        Check("push-replay-returns-original-version", section: "4", "a change applied before is not applied again: the original version and updatedAt with replayed: true, however the record changed since") { c in
             let space = c.newSpace()
             let changeId = c.unique("chg")
             let original = ChangeJSON.put(changeId, id: "r1", data: ["v": 1], base: nil, clientTime: 1_764_430_000_000)
-            let v1 = try expectApplied(try await c.push(space, [original]).results[0], "first push")
+            let first = try await c.push(space, [original]).results[0]
+            let v1 = try expectApplied(first, "first push")
             let v2 = try expectApplied(try await c.push(space, [ChangeJSON.put(c.unique("chg"), id: "r1", data: ["v": 2], base: v1.text)]).results[0], "a later update")
             let replay = try await c.push(space, [original])
             let result = replay.results[0]
             try expect(result.status == .applied && result.version == v1 && result.replayed,
                        "resending the applied change: expected applied \(v1) with replayed: true, got \(describe(result))")
+            // updatedAt is optional, but a server that gave it gives the original's again:
+            // a client orders copies by it.
+            try expect(first.updatedAt == nil || result.updatedAt == first.updatedAt,
+                       "the replay answered updatedAt \(result.updatedAt.map(String.init) ?? "absent"), the first answer \(first.updatedAt!)")
             try expect(replay.rawResults[0]["replayed"]?.boolValue == true, "replayed must be the JSON value true")
             // clientTime is not part of a change's content (section 4's fingerprint).
             let retimed = try await c.push(space, [ChangeJSON.put(changeId, id: "r1", data: ["v": 1], base: nil, clientTime: 1_764_430_999_999)])
