@@ -92,7 +92,7 @@ let package = Package(
         // MARK: Simulation (the integrity harness: real client stores and the real server in process)
         .target(
             name: "OutpostSimulation",
-            dependencies: ["Outpost", "OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostSQLite"],
+            dependencies: ["Outpost", "OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostSQLite", "OutpostPostgres"],
             path: "Sources/OutpostSimulation", swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-sim", dependencies: ["OutpostSimulation", "OutpostServer"], path: "Sources/outpost-sim",

@@ -52,6 +52,9 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
     public var devices: Int
     /// A deliberately broken part (the harness's own test); nil for the real thing.
     public var broken: BrokenPart?
+    /// The server's store: SQLite (a file of the run), or PostgreSQL (a database of the
+    /// run, created on the server at that URL and dropped after it).
+    public var store: SimStore = .sqlite
 
     /// The configuration of `seed` in the default rotation: resolver and fault set cycle
     /// through all 24 combinations (seed mod 24), the device count through 2, 3, 4
@@ -78,13 +81,15 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
 
     /// The command that replays this run.
     public var reproduction: String {
-        let command = "outpost-sim --seed \(seed) --steps \(steps) --resolver \(resolver.rawValue) --faults \(faults.rawValue) --devices \(devices)"
+        var command = "outpost-sim --seed \(seed) --steps \(steps) --resolver \(resolver.rawValue) --faults \(faults.rawValue) --devices \(devices)"
+        if case .postgres(let url) = store { command += " --store '\(url)'" }
         if let broken { return "the test that breaks \(broken.name) (not the command line): \(command) --verbose" }
         return command + " --verbose"
     }
 
     public var description: String {
         var text = "seed \(seed), \(resolver.rawValue), faults \(faults.rawValue), \(devices) devices, \(steps) steps"
+        if case .postgres = store { text += ", on PostgreSQL" }
         if let broken { text += ", broken: \(broken.name)" }
         return text
     }
@@ -111,4 +116,13 @@ public struct BrokenPart: Sendable, Hashable {
 
     public static func == (a: BrokenPart, b: BrokenPart) -> Bool { a.name == b.name }
     public func hash(into hasher: inout Hasher) { hasher.combine(name) }
+}
+
+/// Where a run's server keeps its history.
+public enum SimStore: Sendable, Hashable {
+    /// `SQLiteSyncStore` on a file of the run (the default).
+    case sqlite
+    /// `PostgresSyncStore` on a database of the run, created (and dropped) through a
+    /// connection to this URL, whose user may create databases.
+    case postgres(String)
 }

@@ -112,7 +112,7 @@ private final class Run {
     let world: RunWorld
     var server: SimServer?
     var devices: [DeviceHandle] = []
-    var backups: [(path: String, epoch: Epoch)] = []
+    var backups: [(name: String, epoch: Epoch)] = []
     var downSteps = 0
 
     static let keys: [Key] = [Key("todos", "k0"), Key("todos", "k1"), Key("todos", "k2"), Key("todos", "k3"), Key("notes", "n0"), Key("notes", "n1")]
@@ -148,7 +148,7 @@ private final class Run {
     func execute() async {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            let server = try SimServer(directory: directory + "/server", limits: Simulation.limits, clock: clock, seed: rng.derive(),
+            let server = try SimServer(directory: directory + "/server", store: configuration.store, limits: Simulation.limits, clock: clock, seed: rng.derive(),
                                        wrapStore: configuration.broken?.store)
             self.server = server
             try server.open()
@@ -176,7 +176,7 @@ private final class Run {
         }
         world.state.withLock { $0.finished = true }
         for device in devices { await device.store?.close() }
-        await server?.close()
+        await server?.destroy()
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -350,9 +350,9 @@ private final class Run {
             try await restartServer(prefix, "restarts with its data directory lost") { try await $0.restartEmpty() }
         case .backup:
             guard let server else { return }
-            let path = "\(directory)/backup-\(backups.count).sqlite"
-            let epoch = try server.backup(to: path)
-            backups.append((path, epoch))
+            let name = "backup-\(backups.count)"
+            let epoch = try server.backup(named: name)
+            backups.append((name, epoch))
             log(prefix + "server backed up (backup \(backups.count - 1), epoch \(epoch))")
         case .restore:
             guard let server else { return }
@@ -362,7 +362,7 @@ private final class Run {
                 s.service = nil
                 s.held.removeAll()
             }
-            let epoch = try await server.restore(from: backup.path)
+            let epoch = try await server.restore(named: backup.name)
             let rows = try server.rows()
             world.state.withLock { s in
                 s.service = server.service

@@ -12,7 +12,7 @@ let usage = """
     usage: outpost-sim [--seeds N] [--first-seed N] [--seed N] [--steps N]
                        [--resolver server-wins|client-wins|last-write-wins|custom]
                        [--faults none|network|server|crash|skew|all] [--devices 2|3|4]
-                       [--jobs N] [--scratch DIR] [--verbose] [--no-shrink]
+                       [--jobs N] [--scratch DIR] [--verbose] [--no-shrink] [--store postgres://…]
       --seeds N        how many seeds to run (default 1000), from --first-seed (default 0)
       --seed N         run seed N only (--first-seed N --seeds 1)
       --steps N        random steps per run before the network heals (default 80)
@@ -23,6 +23,8 @@ let usage = """
       --scratch DIR    where the runs' SQLite files live (default /dev/shm when present)
       --verbose        print the step log of every run, not only of failures
       --no-shrink      print a failure's own log instead of its shortest failing prefix
+      --store URL      run the server on PostgreSQL: each run creates its own database
+                       through URL (whose user may create databases) and drops it after
     """
 
 func fail(_ message: String) -> Never {
@@ -40,6 +42,7 @@ var jobs = ProcessInfo.processInfo.activeProcessorCount
 var scratch = Simulation.defaultScratch
 var verbose = false
 var shrink = true
+var store = SimStore.sqlite
 
 /// `v`, or the usage and exit 64.
 func required<T>(_ v: T?, _ message: String) -> T {
@@ -69,6 +72,10 @@ while let argument = arguments.popFirst() {
     case "--scratch": scratch = value(argument)
     case "--verbose": verbose = true
     case "--no-shrink": shrink = false
+    case "--store":
+        let url = value(argument)
+        guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else { fail("--store takes a postgres:// URL") }
+        store = .postgres(url)
     case "-h", "--help":
         print(usage)
         exit(0)
@@ -78,8 +85,11 @@ while let argument = arguments.popFirst() {
 guard seeds >= 0, steps >= 0 else { fail("--seeds and --steps must not be negative") }
 
 let pinnedResolver = resolver, pinnedFaults = faults, pinnedDevices = deviceCount, runSteps = steps
+let runStore = store
 let make: @Sendable (UInt64) -> RunConfiguration = { seed in
-    RunConfiguration.forSeed(seed, steps: runSteps, resolver: pinnedResolver, faults: pinnedFaults, devices: pinnedDevices)
+    var c = RunConfiguration.forSeed(seed, steps: runSteps, resolver: pinnedResolver, faults: pinnedFaults, devices: pinnedDevices)
+    c.store = runStore
+    return c
 }
 
 let rotation = pinnedResolver == nil && pinnedFaults == nil ? "resolver × fault set rotating over all 24 combinations"

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostTestSupport
 import Testing
 @testable import OutpostSimulation
 
@@ -25,6 +26,29 @@ struct CISliceTests {
         #expect(tally.byConfiguration.count == 24, "every resolver × fault set ran")
         for failure in failures.prefix(3) {
             Issue.record("\(failure.configuration):\n\(failure.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(failure.configuration.reproduction)")
+        }
+        #expect(failures.isEmpty, "\(failures.count) failed: \(failures.map(\.configuration.seed))")
+    }
+
+    /// The same harness with the server on PostgreSQL (each run on a database of its own in
+    /// the test run's cluster): every combination once, 48 seeds. `outpost-sim --store
+    /// postgres://…` is the large run.
+    @Test(.serverLogs) func everyCombinationPassesOnPostgreSQL() async throws {
+        let admin = try PostgresCluster.shared.createDatabase(prefix: "simadmin")
+        var tally = RunTally()
+        var failures: [RunResult] = []
+        await Runner.run(first: 0, count: 48, jobs: ProcessInfo.processInfo.activeProcessorCount, configuration: { seed in
+            var c = RunConfiguration.forSeed(seed)
+            c.store = .postgres(admin)
+            return c
+        }) { result in
+            tally.add(result)
+            if !result.passed { failures.append(result) }
+        }
+        #expect(tally.runs == 48)
+        #expect(tally.byConfiguration.count == 24, "every resolver × fault set ran")
+        for failure in failures.prefix(3) {
+            Issue.record("\(failure.configuration):\n\(failure.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(failure.configuration.reproduction)\n\(failure.log.suffix(40).joined(separator: "\n"))")
         }
         #expect(failures.isEmpty, "\(failures.count) failed: \(failures.map(\.configuration.seed))")
     }

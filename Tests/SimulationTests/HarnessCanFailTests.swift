@@ -2,6 +2,7 @@ import Outpost
 import OutpostCore
 import OutpostMutants
 import OutpostServer
+import OutpostTestSupport
 import Synchronization
 import Testing
 @testable import OutpostSimulation
@@ -40,6 +41,18 @@ struct HarnessCanFailTests {
             return c
         }
         #expect(found[invariant, default: 0] > 0, "\(mutation): \(found)")
+    }
+
+    /// The slice on PostgreSQL can fail too: the same mutant of the store, on PostgreSQL.
+    @Test(.serverLogs) func aServerMutationIsCaughtOnPostgreSQL() async throws {
+        let admin = try PostgresCluster.shared.createDatabase(prefix: "simadmin")
+        let found = await broken(24) { seed in
+            var c = RunConfiguration.forSeed(seed)
+            c.store = .postgres(admin)
+            c.broken = BrokenPart(name: "server mutation dropTombstones", store: { MutantSyncStore(base: $0, mutation: .dropTombstones) })
+            return c
+        }
+        #expect(found[.convergence, default: 0] > 0, "\(found)")
     }
 
     /// A failed run of `outpost-sim` prints its shortest failing prefix, how to replay it,

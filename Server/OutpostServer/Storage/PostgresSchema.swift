@@ -127,7 +127,7 @@ public enum PostgresSchema {
 
     /// Brings the database up to `latestVersion` (under the advisory lock) and returns
     /// its epoch, creating one for a new database.
-    public static func migrate(_ db: PostgresConnection) throws -> Epoch {
+    public static func migrate(_ db: PostgresConnection, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch) throws -> Epoch {
         try db.query("SELECT pg_advisory_lock($1)", [.int(lockKey)])
         defer { _ = try? db.query("SELECT pg_advisory_unlock($1)", [.int(lockKey)]) }
         try db.execute("""
@@ -152,8 +152,7 @@ public enum PostgresSchema {
                 guard let epoch = Epoch(text) else { throw StoreError("the store's epoch \"\(text)\" is not valid") }
                 return epoch
             }
-            var rng = SystemRandomNumberGenerator()
-            let epoch = Epoch.generate(nowMs: Int64(Date().timeIntervalSince1970 * 1000), after: nil, using: &rng)
+            let epoch = makeEpoch(nil)
             try db.run("INSERT INTO meta(key, value) VALUES ('epoch', $1)", [.text(epoch.rawValue)])
             return epoch
         }
@@ -175,17 +174,16 @@ public enum PostgresSchema {
     /// 32 retired epochs, gives every record its lineage and sameAs in the epoch that ends, and tells
     /// running instances (`NOTIFY outpost_epoch`): they stop
     /// taking writes and shut down, to be started again on the new epoch.
-    public static func rotateEpoch(url: String) throws -> Epoch {
+    public static func rotateEpoch(url: String, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch) throws -> Epoch {
         let db = try PostgresConnection(url: url)
         defer { db.close() }
-        _ = try migrate(db)
+        _ = try migrate(db, makeEpoch: makeEpoch)
         return try db.transaction {
             // The row lock makes two rotations take turns; pushes read the epoch in their
             // own transactions and fail once it changed.
             let rows = try db.query("SELECT value FROM meta WHERE key = 'epoch' FOR UPDATE")
             let previous = rows.count == 0 ? nil : Epoch(rows.text(0, 0))
-            var rng = SystemRandomNumberGenerator()
-            let epoch = Epoch.generate(nowMs: Int64(Date().timeIntervalSince1970 * 1000), after: previous, using: &rng)
+            let epoch = makeEpoch(previous)
             try db.run("INSERT INTO meta(key, value) VALUES ('epoch', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                        [.text(epoch.rawValue)])
             if let previous {

@@ -68,6 +68,9 @@ public final class PostgresSyncStore: SyncStore {
         /// Called once, off the request path, when the database's epoch is no longer this
         /// store's (an operator rotated it).
         public var onEpochChange: (@Sendable (Epoch?) -> Void)?
+        /// Makes the epoch of a database that has none, as `SQLiteSyncStore.Configuration`'s
+        /// does (the simulation passes a virtual clock and a seeded source).
+        public var makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch
 
         /// A configuration with the defaults.
         public init(url: String) { self.url = url }
@@ -91,7 +94,7 @@ public final class PostgresSyncStore: SyncStore {
         self.notifier = notifier
         let url = configuration.url
         let setup = try PostgresConnection(url: url)
-        let epoch = try PostgresSchema.migrate(setup)
+        let epoch = try PostgresSchema.migrate(setup, makeEpoch: configuration.makeEpoch)
         setup.close()
         self.epoch = epoch
         let stale = StaleEpoch(handler: configuration.onEpochChange)
@@ -137,8 +140,8 @@ public final class PostgresSyncStore: SyncStore {
     }
 
     /// Gives the database at `url` a new epoch (see `PostgresSchema.rotateEpoch`).
-    public static func rotateEpoch(url: String) throws -> Epoch {
-        try PostgresSchema.rotateEpoch(url: url)
+    public static func rotateEpoch(url: String, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch) throws -> Epoch {
+        try PostgresSchema.rotateEpoch(url: url, makeEpoch: makeEpoch)
     }
 
     // MARK: SyncStore
