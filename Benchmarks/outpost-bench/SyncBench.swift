@@ -182,13 +182,19 @@ enum SyncBench {
         try db.enableWAL(synchronous: .full)
         try SQLiteSyncStore.migrate(db)
         try db.run("INSERT INTO spaces(name, head_seq) VALUES ('bench', 0)")
-        // The statements the store runs for a new change: the idempotency row first (one
-        // descent when the id is new), then the guarded insert of the record.
-        let remember = try db.prepare("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(space_id, change_id) DO NOTHING")
-        let insertNew = try db.prepare("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time)
-            VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT(space_id, collection, id) DO NOTHING
+        // The statements the store runs for a new change (SQLitePushStorage under
+        // PushRules): the change id looked up, the record's head looked up, the record
+        // upserted, the change id remembered.
+        let findApplied = try db.prepare("SELECT fingerprint, epoch, seq, applied_at FROM applied_changes WHERE space_id = ? AND change_id = ?")
+        let findHead = try db.prepare("SELECT seq, lineage, same_as FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        let upsert = try db.prepare("""
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
+            VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, NULL, NULL)
+            ON CONFLICT(space_id, collection, id) DO UPDATE SET
+              seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
+              updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as
             """)
+        let remember = try db.prepare("INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)")
         let data = Array(#"{"name":"Item 1 of b100-c0-r0","sku":"SKU-7919","quantity":1,"location":"Aisle 1, shelf 1","notes":"checked by the night shift; box slightly damaged","tags":["fragile","inventory"]}"#.utf8)
         let fingerprint = [UInt8](repeating: 7, count: 32)
         var seq: Int64 = 0
@@ -198,12 +204,18 @@ enum SyncBench {
                 for i in 0..<batch {
                     let id = "ceiling-\(b)-\(i)"
                     seq += 1
+                    try findApplied.bind([.integer(1), .text(id)])
+                    _ = try findApplied.step()
+                    findApplied.reset()
+                    try findHead.bind([.integer(1), .text("items"), .text(id)])
+                    _ = try findHead.step()
+                    findHead.reset()
+                    try upsert.bind([.integer(1), .text("items"), .text(id), .integer(seq), .blob(data), .integer(1), .text("bench"), .integer(1)])
+                    _ = try upsert.step()
+                    upsert.reset()
                     try remember.bind([.integer(1), .text(id), .blob(fingerprint), .text("EPOCH"), .integer(seq), .integer(1)])
                     _ = try remember.step()
                     remember.reset()
-                    try insertNew.bind([.integer(1), .text("items"), .text(id), .integer(seq), .blob(data), .integer(1), .text("bench"), .integer(1)])
-                    _ = try insertNew.step()
-                    insertNew.reset()
                 }
                 try db.run("UPDATE spaces SET head_seq = ? WHERE space_id = 1", [.integer(seq)])
             }
@@ -244,8 +256,8 @@ enum SyncBench {
             pulled += count(#""collection":"#, in: body)
             guard let next = field("next", in: body) else { throw HTTPBench.BenchError("page without next") }
             since = "&since=\(next)"
-            // `hasMore` is the envelope's last field.
-            if !String(decoding: body.suffix(20), as: UTF8.self).contains(#""hasMore":true"#) { break }
+            // `hasMore` and `head` are the envelope's last fields.
+            if !String(decoding: body.suffix(64), as: UTF8.self).contains(#""hasMore":true"#) { break }
         }
         let seconds = Date().timeIntervalSince(start)
         let serverCPU = (MemorySampler.cpu(pid: server.pid) - cpuBefore).total
@@ -343,7 +355,7 @@ enum SyncBench {
             while true {
                 let (_, b) = try control.exchange(method: "GET", path: "/v1/spaces/poll/pull?limit=5000&since=\(since)", token: token, body: nil)
                 since = field("next", in: b) ?? since
-                if !String(decoding: b.suffix(20), as: UTF8.self).contains(#""hasMore":true"#) { break }
+                if !String(decoding: b.suffix(64), as: UTF8.self).contains(#""hasMore":true"#) { break }
             }
             for c in connections { try c.send(method: "GET", path: "/v1/spaces/poll/pull?wait=60000&since=\(since)", token: token, body: nil) }
             // Give every pull time to reach the server and start waiting.
