@@ -55,10 +55,10 @@ public final class OutpostApplication: Sendable {
 
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
-        let notifier = store.notifier
-        metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(notifier.waitingCount) }
-
         sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, mutation: mutation)
+        // Pulls, not the store's waiters: the pulls of one group share one store waiter.
+        let sync = sync
+        metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(sync.waitingPulls) }
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
                                        metricsRequireAdmin: settings.metricsRequireAdmin)
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
