@@ -29,9 +29,11 @@ import OutpostTestSupport
                     try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
                 }
             }
-            try await eventually("three pulls waiting") { s.app.sync.waitingPulls == 3 }
-            // One group: the store has one waiter for the three pulls.
-            #expect(s.app.store.notifier.waitingCount == 1)
+            // One group: the store has one waiter for the three pulls (the group's task
+            // registers it once it runs).
+            try await eventually("three pulls waiting in one group") {
+                s.app.sync.waitingPulls == 3 && s.app.store.notifier.waitingCount == 1
+            }
             _ = try await s.push("sp", [put("c1", "a")])
             var bodies: [[UInt8]] = []
             for pull in pulls {
