@@ -500,19 +500,70 @@ final class BenchConnection {
 
     /// Reads the next answer on this connection.
     func readResponse() throws -> Response {
-        let (status, length) = try readHead()
+        let (status, length, chunked) = try readHead()
         var out: [UInt8] = []
-        out.reserveCapacity(length)
-        try readBody(length) { out.append(contentsOf: $0) }
+        if chunked {
+            // RFC 9112 section 7.1 (peers' servers answer large bodies this way).
+            while true {
+                let size = try readChunkSize()
+                if size == 0 {
+                    // Trailer fields (none expected), then the empty line.
+                    while try !readLine().isEmpty {}
+                    break
+                }
+                try readBody(size) { out.append(contentsOf: $0) }
+                guard try readLine().isEmpty else { throw HTTPBench.BenchError("bad chunk end") }
+            }
+        } else {
+            out.reserveCapacity(length)
+            try readBody(length) { out.append(contentsOf: $0) }
+        }
         return Response(status: status, body: out)
+    }
+
+    /// One CRLF-terminated line, without its CRLF.
+    private func readLine() throws -> [UInt8] {
+        while true {
+            var i = start
+            while i + 1 < end {
+                if buffer[i] == 13 && buffer[i + 1] == 10 {
+                    let line = Array(buffer[start..<i])
+                    start = i + 2
+                    return line
+                }
+                i += 1
+            }
+            compact()
+            try fill()
+        }
+    }
+
+    private func readChunkSize() throws -> Int {
+        let line = try readLine()
+        let hex = line.prefix { $0 != UInt8(ascii: ";") }
+        guard let size = Int(String(decoding: hex, as: UTF8.self).trimmingCharacters(in: .whitespaces), radix: 16) else {
+            throw HTTPBench.BenchError("bad chunk size line")
+        }
+        return size
+    }
+
+    /// Moves unread bytes to the front of the buffer so `fill` has room.
+    private func compact() {
+        if start > 0 {
+            buffer.withUnsafeMutableBytes { raw in
+                raw.baseAddress!.copyMemory(from: raw.baseAddress! + start, byteCount: end - start)
+            }
+            end -= start
+            start = 0
+        }
     }
 
     /// GET whose body is handed to `sink` piece by piece; returns the body's length.
     func download(_ target: String, headers: [(String, String)], sink: (UnsafeRawBufferPointer) -> Void) throws -> Int64 {
         let h = head("GET", target, headers, bodyCount: nil)
         try h.withUnsafeBytes { try sendAll($0.baseAddress!, $0.count) }
-        let (status, length) = try readHead()
-        guard status == 200 else { throw HTTPBench.BenchError("GET \(target) answered \(status)") }
+        let (status, length, chunked) = try readHead()
+        guard status == 200, !chunked else { throw HTTPBench.BenchError("GET \(target) answered \(status)\(chunked ? " chunked" : "")") }
         try readBody(length, sink)
         return Int64(length)
     }
@@ -524,7 +575,7 @@ final class BenchConnection {
         end += n
     }
 
-    private func readHead() throws -> (status: Int, length: Int) {
+    private func readHead() throws -> (status: Int, length: Int, chunked: Bool) {
         while true {
             if let range = findHeadEnd() {
                 let text = String(decoding: buffer[start..<range], as: UTF8.self)
@@ -534,19 +585,19 @@ final class BenchConnection {
                     throw HTTPBench.BenchError("bad status line")
                 }
                 var length = 0
-                for line in lines.dropFirst() where line.lowercased().hasPrefix("content-length:") {
-                    length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+                var chunked = false
+                for line in lines.dropFirst() {
+                    let lower = line.lowercased()
+                    if lower.hasPrefix("content-length:") {
+                        length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+                    } else if lower.hasPrefix("transfer-encoding:") && lower.contains("chunked") {
+                        chunked = true
+                    }
                 }
                 if status == 100 { continue }
-                return (status, length)
+                return (status, length, chunked)
             }
-            if start > 0 {
-                buffer.withUnsafeMutableBytes { raw in
-                    raw.baseAddress!.copyMemory(from: raw.baseAddress! + start, byteCount: end - start)
-                }
-                end -= start
-                start = 0
-            }
+            compact()
             try fill()
         }
     }

@@ -11,6 +11,8 @@ let usage = """
       media    media upload and download next to sha256sum and cp, with the server's RSS
       push     push throughput from 8 clients in batches of 100 and 500, beside raw SQLite
       pull     pull throughput, page time at 10,000 vs 1,000,000 records, long-poll wake-up
+      longpoll long-poll wake-up only: --waiters 2000,10000 waiting pulls, one commit, five rounds
+      peers    Outpost beside PocketBase (pip-installed): bulk write, paged read, small reads, a 64 MiB upload
       client   the client SDK: local save latency, initial sync, write-to-other-device latency
 
     `outpost-bench <area> --help` lists an area's options.
@@ -25,8 +27,10 @@ do {
         try await JSONBench.run(arguments: Array(arguments.dropFirst()))
     case "media":
         try await MediaBench.run(arguments: Array(arguments.dropFirst()))
-    case "push", "pull":
+    case "push", "pull", "longpoll":
         try await SyncBench.run(area: arguments[0], arguments: Array(arguments.dropFirst()))
+    case "peers":
+        try await PeersBench.run(arguments: Array(arguments.dropFirst()))
     case "client":
         try await ClientBench.run(arguments: Array(arguments.dropFirst()))
     case "-h", "--help", "help":

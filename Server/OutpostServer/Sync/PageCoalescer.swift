@@ -2,9 +2,10 @@ import Synchronization
 
 /// Shares one page read among identical pulls that are served at the same moment.
 ///
-/// A commit wakes every long poll of its space at once; two thousand waiters with the same
-/// cursor would otherwise read the same page two thousand times through a few reader
-/// threads, and the last of them would answer long after the commit. Pulls share a read
+/// Many devices that pull at once from the same cursor (their first read, before a long
+/// poll waits; or after a push they all heard of) would otherwise read the same page as
+/// many times through a few reader threads. Pulls already waiting are grouped by
+/// `LongPollHub`, which reads once per group. Pulls share a read
 /// only when everything that shapes the page is equal *and* the space's newest committed
 /// head known to this process is the same: a read that started after head H was known
 /// includes H, so a pull never gets a page older than a commit it could have seen (in

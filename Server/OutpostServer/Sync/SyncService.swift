@@ -12,8 +12,10 @@ public final class SyncService: Sendable {
     public let metrics: Metrics
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
-    /// One page read for many identical pulls woken by the same commit.
+    /// One page read for many identical pulls served at the same moment.
     let coalescer = PageCoalescer()
+    /// Long polls in groups that share one read and one encoded answer per commit.
+    let hub: LongPollHub
     /// Series updated on every pull, resolved once.
     let pullPages, pullRecords, pullBytes, longPollsWoken: Metrics.Counter
 
@@ -34,7 +36,11 @@ public final class SyncService: Sendable {
         pullRecords = metrics.counter("outpost_pull_records_total")
         pullBytes = metrics.counter("outpost_pull_bytes_total")
         longPollsWoken = metrics.counter("outpost_long_polls_woken_total")
+        hub = LongPollHub(store: store, woken: longPollsWoken)
     }
+
+    /// Pulls held open by a long poll now.
+    public var waitingPulls: Int { hub.waitingCount }
 
     /// The space named in the path: `400 invalid_space` when it cannot be a space name.
     public static func space(_ parameters: [String: String]) throws(HTTPError) -> String {
@@ -173,13 +179,21 @@ public final class SyncService: Sendable {
                             details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])
         }
         if page.count == 0 && query.waitMs > 0 {
-            let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
-            // Wait for a commit after what this page saw; a filtered pull may be woken by
-            // a commit to another collection, so it reads again and waits on if need be.
-            while page.count == 0, ContinuousClock.now < deadline, !Task.isCancelled {
-                guard await store.waitForCommit(space: space, afterSeq: page.head, deadline: deadline) else { break }
-                longPollsWoken.add()
-                page = try await readPage()
+            // Wait for a commit after what this page saw, with every pull that would read
+            // the same page (LongPollHub: one read and one encoded answer for all of them;
+            // a filtered group woken by a commit to another collection waits on).
+            let key = LongPollHub.Key(space: space, afterSeq: pageRequest.afterSeq, limit: pageRequest.limit, maxBytes: pageRequest.maxBytes,
+                                      collections: pageRequest.collections, head: page.head)
+            switch await hub.wait(key, request: pageRequest, epoch: epoch, deadline: ContinuousClock.now + .milliseconds(query.waitMs)) {
+            case .page(let woken, let body):
+                pullPages.add()
+                pullRecords.add(woken.count)
+                pullBytes.add(woken.changesJSON.count)
+                return HTTPResponse(json: body)
+            case .leftEarly(let latest):
+                if let latest { page = latest }
+            case .failed(let error):
+                return try await storeCall { throw error }
             }
         }
         pullPages.add()

@@ -1,0 +1,73 @@
+import Foundation
+import Testing
+import OutpostCore
+import OutpostTestSupport
+@testable import OutpostServer
+
+/// Long polls that would read the same page wait as one group (`LongPollHub`): one store
+/// waiter, one read and one answer for all of them, each pull counted and answered.
+@Suite struct LongPollHubTests {
+    /// Polls `condition` until it holds; fails with `what` after 60 s instead of hanging (the
+    /// whole suite runs in parallel on two cores, and a busy run has taken over 10 s).
+    func eventually(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !condition() {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("not within 60 s: \(what)")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    @Test func pullsWithOneCursorShareOneWaiterAndAllGetTheCommit() async throws {
+        try await withServer { s in
+            let port = s.port
+            let token = s.token(spaces: ["sp"], scope: .read)
+            let pulls = (0..<3).map { _ in
+                Task.detached {
+                    try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+                }
+            }
+            // One group: the store has one waiter for the three pulls (the group's task
+            // registers it once it runs).
+            try await eventually("three pulls waiting in one group") {
+                s.app.sync.waitingPulls == 3 && s.app.store.notifier.waitingCount == 1
+            }
+            _ = try await s.push("sp", [put("c1", "a")])
+            var bodies: [[UInt8]] = []
+            for pull in pulls {
+                let r = try await pull.value
+                #expect(r.status == 200)
+                #expect(try PullPage.decode(r.body).changes.map(\.id) == ["a"])
+                bodies.append(r.body)
+            }
+            #expect(Set(bodies).count == 1)
+            #expect(s.app.sync.longPollsWoken.value.load(ordering: .relaxed) == 3)
+            #expect(s.app.sync.waitingPulls == 0)
+        }
+    }
+
+    @Test func pullsLeaveAtTheirOwnDeadlinesAndTheLastOneOutStopsTheGroup() async throws {
+        try await withServer { s in
+            // Alone in its group: answered empty at its deadline, and the group's store
+            // waiter goes with it.
+            #expect(try PullPage.decode(try await s.pull("sp", query: "wait=100").body).changes.isEmpty)
+            try await eventually("the group stopped") { s.app.sync.waitingPulls == 0 && s.app.store.notifier.waitingCount == 0 }
+
+            let port = s.port
+            let token = s.token(spaces: ["sp"], scope: .read)
+            let long = Task.detached {
+                try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+            }
+            try await eventually("the long pull waiting") { s.app.sync.waitingPulls == 1 }
+            // The same cursor with a short wait joins the group and leaves it at its own
+            // deadline; the long pull waits on and gets the commit.
+            #expect(try PullPage.decode(try await s.pull("sp", query: "wait=100").body).changes.isEmpty)
+            #expect(s.app.sync.waitingPulls == 1)
+            _ = try await s.push("sp", [put("c1", "a")])
+            #expect(try PullPage.decode(try await long.value.body).changes.map(\.id) == ["a"])
+            #expect(s.app.sync.waitingPulls == 0)
+        }
+    }
+}
