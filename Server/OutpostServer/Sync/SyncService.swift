@@ -15,7 +15,7 @@ public final class SyncService: Sendable {
     /// A deliberate bug for the conformance suite's mutation test; nil in production.
     let mutation: ServerMutation?
     /// One page read for many identical pulls woken by the same commit.
-    let coalescer = PageCoalescer()
+    let coalescer: PageCoalescer
     /// Series updated on every pull, resolved once.
     let pullPages, pullRecords, pullBytes, longPollsWoken: Metrics.Counter
 
@@ -39,10 +39,12 @@ public final class SyncService: Sendable {
         metrics.declare("outpost_pull_records_total", help: "Records served in pull pages.", kind: "counter")
         metrics.declare("outpost_pull_bytes_total", help: "Encoded bytes of records served in pull pages.", kind: "counter")
         metrics.declare("outpost_long_polls_woken_total", help: "Long-poll pulls woken by a commit.", kind: "counter")
+        metrics.declare("outpost_pull_pages_shared_total", help: "Pull pages served by an identical pull's read instead of a read of their own.", kind: "counter")
         pullPages = metrics.counter("outpost_pull_pages_total")
         pullRecords = metrics.counter("outpost_pull_records_total")
         pullBytes = metrics.counter("outpost_pull_bytes_total")
         longPollsWoken = metrics.counter("outpost_long_polls_woken_total")
+        coalescer = PageCoalescer(shared: metrics.counter("outpost_pull_pages_shared_total"))
     }
 
     /// The space named in the path: `400 invalid_space` when it cannot be a space name.
