@@ -126,7 +126,7 @@ let package = Package(
             name: "OutpostCompressionTests", dependencies: ["OutpostCompression", "OutpostSubprocess"],
             path: "Tests/OutpostCompressionTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression", "OutpostCore"], path: "Tests/OutpostHTTPTests",
+            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression", "OutpostCore", "OutpostTestSupport"], path: "Tests/OutpostHTTPTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ConformanceTests",
