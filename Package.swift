@@ -76,7 +76,7 @@ let package = Package(
 
         // MARK: Client (never depends on Server/)
         .target(
-            name: "Outpost", dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto"], path: "Client/Outpost",
+            name: "Outpost", dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto", "OutpostCompression"], path: "Client/Outpost",
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),
@@ -117,7 +117,7 @@ let package = Package(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport"], path: "Tests/OutpostTests",
+            name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport", "OutpostCompression"], path: "Tests/OutpostTests",
             // Store files made by earlier releases, opened by the migration tests.
             exclude: ["Fixtures"],
             swiftSettings: swiftSettings),
@@ -131,7 +131,7 @@ let package = Package(
             name: "OutpostCompressionTests", dependencies: ["OutpostCompression", "OutpostSubprocess"],
             path: "Tests/OutpostCompressionTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression", "OutpostCore"], path: "Tests/OutpostHTTPTests",
+            name: "OutpostHTTPTests", dependencies: ["OutpostHTTP", "OutpostCompression", "OutpostCore", "OutpostTestSupport"], path: "Tests/OutpostHTTPTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ConformanceTests",

@@ -72,8 +72,37 @@ enum ScalingBench {
                           + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
                 }
             }
+            if count >= 2 { try crossInstanceLongPoll(ports: servers.map(\.port), token: token, space: "pg\(run)-\(count)-poll") }
         }
         print("load average after: \(HTTPBench.loadAverage())")
+    }
+
+    /// A pull held by instance 1 (`wait=30000`), answered after a push of one change
+    /// through instance 0 (PostgreSQL's NOTIFY carries the commit across): the time from
+    /// sending the push to the pull's answer arriving, 20 rounds.
+    static func crossInstanceLongPoll(ports: [Int], token: String, space: String) throws {
+        let pusher = try BenchConnection(port: ports[0])
+        let waiter = try BenchConnection(port: ports[1])
+        let (_, first) = try waiter.exchange(method: "GET", path: "/v1/spaces/\(space)/pull", token: token, body: nil)
+        guard var cursor = SyncBench.field("next", in: first) else { throw HTTPBench.BenchError("a pull answered no cursor") }
+        var latencies: [Double] = []
+        for round in 0..<20 {
+            try waiter.send(method: "GET", path: "/v1/spaces/\(space)/pull?wait=30000&since=\(cursor)", token: token, body: nil)
+            // Give the pull time to reach instance 1 and start waiting.
+            usleep(200_000)
+            let t0 = Date()
+            try pusher.send(method: "POST", path: "/v1/spaces/\(space)/push", token: token,
+                            body: SyncBench.pushBody(space: space, prefix: "poll-\(round)", count: 1))
+            let answer = try waiter.readResponse()
+            latencies.append(Date().timeIntervalSince(t0))
+            guard answer.status == 200, let next = SyncBench.field("next", in: answer.body) else { throw HTTPBench.BenchError("the held pull answered \(answer.status)") }
+            cursor = next
+            let push = try pusher.readResponse()
+            guard push.status == 200 else { throw HTTPBench.BenchError("push answered \(push.status)") }
+        }
+        latencies.sort()
+        print(String(format: "%d inst., long poll across instances (push via 0, pull held by 1), 20 rounds: p50 %.1f ms, max %.1f ms",
+                     ports.count, latencies[latencies.count / 2] * 1000, latencies.last! * 1000))
     }
 
     /// Client `c` sends all its bodies to `ports[c % ports.count]` on one keep-alive

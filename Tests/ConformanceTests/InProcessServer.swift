@@ -108,16 +108,16 @@ final class InProcessServer: Sendable {
     /// Retries while the previous application still holds the directory's lock (it is
     /// released when the last reference to it goes).
     private func withDirectoryRetry<T>(_ body: () throws -> T) async throws -> T {
-        var attempt = 0
-        while true {
+        var result: T?
+        try await eventually("the previous application released the data directory's lock", within: .seconds(10)) {
             do {
-                return try body()
-            } catch let error as DataDirectory.Unavailable where attempt < 100 {
-                _ = error
-                attempt += 1
-                try await Task.sleep(for: .milliseconds(20))
+                result = try body()
+                return true
+            } catch is DataDirectory.Unavailable {
+                return false
             }
         }
+        return result!
     }
 
     /// Stops the server and removes its data.

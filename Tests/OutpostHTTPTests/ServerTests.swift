@@ -2,6 +2,7 @@
 // must not see other tests' sockets, and a 2-core machine runs these best one at a time.
 import Foundation
 import Glibc
+import OutpostTestSupport
 import OutpostCompression
 import Synchronization
 import Testing
@@ -559,7 +560,7 @@ struct ServerTests {
             try await io { try c.send(request("GET", "/firehose")) }
             // The client reads nothing: the producer must stall once the socket buffers
             // and the writer's high-water mark are full, far short of 64 MiB.
-            #expect(await eventually(timeout: .seconds(10)) { written.load(ordering: .relaxed) > 0 })
+            try await eventually("the producer wrote its first piece") { written.load(ordering: .relaxed) > 0 }
             try await Task.sleep(for: .milliseconds(500))
             #expect(!finished.isFired)
             #expect(written.load(ordering: .relaxed) < total / 2)
@@ -672,7 +673,7 @@ struct ServerTests {
             await started.wait()
             c.close()
             #expect(await cancelled.wait(timeout: .seconds(10)))
-            #expect(await eventually { s.server.openConnections == 0 })
+            try await eventually("the closed connection is gone") { s.server.openConnections == 0 }
         }
     }
 
@@ -706,9 +707,9 @@ struct ServerTests {
         await started.wait()
         let shutdown = Task { await server.shutdown() }
         // Stop accepting: new connections are refused; the idle one is closed.
-        #expect(await eventually {
+        try await eventually("new connections are refused") {
             (try? TestClient.connect(port: port)).map { c in c.close(); return false } ?? true
-        })
+        }
         #expect(try await io { try idle.waitForClose() })
         release.fire()
         let r = try await io { try busy.readResponse() }
@@ -743,7 +744,11 @@ struct ServerTests {
         }
         await started.wait()
         let shutdown = Task { await server.shutdown(grace: .seconds(20)) }
-        try await Task.sleep(for: .milliseconds(100))
+        // Draining has begun on every event loop once new connections are refused: each
+        // loop closes its listener and marks its connections draining in the same step.
+        try await eventually("new connections are refused") {
+            (try? TestClient.connect(port: port)).map { c in c.close(); return false } ?? true
+        }
         let quick = try await io {
             try b.send("Host: t\r\n\r\n")
             return try b.readResponse()
@@ -787,7 +792,7 @@ struct ServerTests {
                 }
             }
             defer { for c in slow { c.close() } }
-            #expect(await eventually { s.server.openConnections >= 300 })
+            try await eventually("300 slow connections are open") { s.server.openConnections >= 300 }
             let answers = try await io {
                 try (0..<20).map { i -> Int in
                     let c = try TestClient.connect(port: port)
@@ -835,8 +840,13 @@ struct ServerTests {
                 }
             }
             #expect(before >= 1, "the listeners (one per event loop)")
-            #expect(await eventually(timeout: .seconds(20)) { s.server.openConnections == 0 && socketDescriptorCount(localPort: port) == before },
-                    "server sockets before \(before), now \(socketDescriptorCount(localPort: port)); open connections \(s.server.openConnections)")
+            do {
+                try await eventually("every bad connection closed and its socket released") {
+                    s.server.openConnections == 0 && socketDescriptorCount(localPort: port) == before
+                }
+            } catch {
+                Issue.record("\(error); server sockets before \(before), now \(socketDescriptorCount(localPort: port)); open connections \(s.server.openConnections)")
+            }
             let r = try await s.exchange(request("GET", "/healthz"))
             #expect(r.status == 200)
         }
@@ -847,14 +857,14 @@ struct ServerTests {
         try await withServer(routes: echoRoutes) { s in
             s.server.onRequestComplete = { log in logs.withLock { $0.append(log) } }
             let c = try await s.connect()
-            #expect(await eventually { s.server.openConnections == 1 })
+            try await eventually("the connection is open") { s.server.openConnections == 1 }
             try await io {
                 try c.send(request("GET", "/hello/x", headers: [("X-Request-ID", "rid-1")]) + request("POST", "/echo", body: json("12345")) + request("GET", "/nope"))
                 for _ in 0..<3 { _ = try c.readResponse() }
             }
             c.close()
-            #expect(await eventually { s.server.openConnections == 0 })
-            #expect(await eventually { logs.withLock { $0.count } == 3 })
+            try await eventually("the closed connection is gone") { s.server.openConnections == 0 }
+            try await eventually("three requests logged") { logs.withLock { $0.count } == 3 }
             let all = logs.withLock { $0 }
             #expect(all[0].route == "/hello/{name}")
             #expect(all[0].method == .GET)

@@ -3,6 +3,7 @@
 // server fixture on 127.0.0.1:0, one-shot flags, and a seeded RNG.
 import Foundation
 import Glibc
+import OutpostTestSupport
 import Synchronization
 import Testing
 @testable import OutpostHTTP
@@ -317,25 +318,9 @@ final class Flag: Sendable {
 
     /// Waits at most `timeout`; true when fired.
     func wait(timeout: Duration) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !isFired && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return isFired
+        (try? await eventually("the flag fired", within: timeout) { isFired }) != nil
     }
 }
-
-/// Polls `condition` until true or `timeout`; returns the last value.
-func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(10))
-    }
-    return condition()
-}
-
-
 
 /// Open file descriptors of this process.
 /// The descriptors of this process that are TCP sockets with local port `port`: a server's

@@ -162,12 +162,12 @@ final class StopFlag: Sendable {
                         }
                     }
                 }
-                let loaded = Date().addingTimeInterval(120)
-                while acks.count < 5_000 && Date() < loaded { usleep(2_000) }
-                guard acks.count >= 5_000 else {
+                do {
+                    try eventuallyBlocking("5,000 changes acknowledged before the backup", within: .seconds(120)) { acks.count >= 5_000 }
+                } catch {
                     stop.set()
                     group.wait()
-                    throw ProcessFailure("the pushers stopped after \(acks.count) acknowledged changes")
+                    throw ProcessFailure("the pushers stopped after \(acks.count) acknowledged changes: \(error)")
                 }
                 let backupPath = dir.appending("backups/first")
                 let backupBegan = Self.monotonicNanos()
@@ -175,10 +175,10 @@ final class StopFlag: Sendable {
                 let backupEnded = Self.monotonicNanos()
                 let countAfterBackup = acks.count
                 // The load goes on after the backup, too: it never stopped the server.
-                let deadline = Date().addingTimeInterval(60)
-                while acks.count < countAfterBackup + 200 && Date() < deadline { usleep(2_000) }
+                let goneOn = Result { try eventuallyBlocking("200 more changes acknowledged after the backup", within: .seconds(60)) { acks.count >= countAfterBackup + 200 } }
                 stop.set()
                 group.wait()
+                try goneOn.get()
                 #expect(backup.status == 0, "\(backup)")
                 #expect(acks.count >= countAfterBackup + 200, "pushes kept being acknowledged during and after the backup")
                 let before = acks.all.filter { $0.at < backupBegan }

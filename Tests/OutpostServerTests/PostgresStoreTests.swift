@@ -99,7 +99,13 @@ import OutpostTestSupport
             let r = try await b.push(space: "sp", clientId: "fast", items: [prepared("early", id: "early", base: nil)], now: 3)
             done.withLock { $0 = r }
         }
-        try await Task.sleep(for: .milliseconds(400))
+        // B's push is waiting for the lock that the raw transaction holds: PostgreSQL shows
+        // a lock not granted in this database.
+        let observer = try PostgresConnection(url: url)
+        defer { observer.close() }
+        try await eventually("instance B's push waits for the space's row lock") {
+            try observer.query("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted AND a.datname = current_database()").int64(0, 0) > 0
+        }
         #expect(done.withLock { $0 } == nil, "a larger seq committed while a smaller one was in flight")
         // A puller sees neither, and the head does not move past the seq in flight.
         let before = try await a.page(PageRequest(space: "sp", afterSeq: 1, limit: 100, maxBytes: 1 << 20, collections: nil))
@@ -172,19 +178,14 @@ import OutpostTestSupport
         let url = try PostgresCluster.shared.createDatabase()
         let a = try PostgresSyncStore(configuration: .init(url: url))
         let b = try PostgresSyncStore(configuration: .init(url: url))
-        let waiter = Task { () -> (Bool, ContinuousClock.Instant) in
-            let woken = await a.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(30))
-            return (woken, ContinuousClock.now)
-        }
-        while a.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
-        try await Task.sleep(for: .milliseconds(300))   // the listener is connected and idle
-        let committed = ContinuousClock.now
+        let waiter = Task { await a.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(30)) }
+        // The waiter is registered before the commit, so only a notification can wake it
+        // (true); its deadline would answer false. A's listener ran `LISTEN` before the
+        // store's init returned, so the notification cannot be missed.
+        try await eventually("the long poll waits on instance A") { a.notifier.waitingCount == 1 }
         _ = try await b.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
-        let (woken, at) = await waiter.value
-        #expect(woken)
-        let latency = committed.duration(to: at)
-        print("cross-instance long-poll wake-up (push sent to waiter woken): \(latency)")
-        #expect(latency < .seconds(5))
+        #expect(await waiter.value, "woken by B's commit, not by its deadline")
+        #expect(a.notifier.waitingCount == 0)
         await a.close()
         await b.close()
     }
@@ -226,12 +227,11 @@ import OutpostTestSupport
         configuration.onEpochChange = { epoch in called.withLock { $0 = (true, epoch) } }
         let store = try PostgresSyncStore(configuration: configuration)
         _ = try await store.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
-        try await Task.sleep(for: .milliseconds(300))
+        // The listener ran `LISTEN outpost_epoch` before the store's init returned: the
+        // rotation's notification reaches it.
         let rotated = try await blocking { try PostgresSyncStore.rotateEpoch(url: url) }
         #expect(store.epoch < rotated)
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !called.withLock({ $0.0 }) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-        #expect(called.withLock { $0.0 })
+        try await eventually("the store reports the rotated epoch") { called.withLock { $0.0 } }
         #expect(called.withLock { $0.1 } == rotated)
         #expect(await store.isWritable() == false)
         await #expect(throws: StoreError.self) {
@@ -255,22 +255,26 @@ import OutpostTestSupport
         let a = try PostgresSyncStore(configuration: .init(url: url))
         let b = try PostgresSyncStore(configuration: .init(url: url))
         _ = try await a.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
+        // A pull waits on each instance; no commit comes until both are woken, so only a
+        // listener that reconnected (and wakes every waiting pull) can wake them.
         let waiting = Task { await a.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
-        while a.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        let waitingOnB = Task { await b.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
+        try await eventually("a pull waits on each instance") { a.notifier.waitingCount == 1 && b.notifier.waitingCount == 1 }
         let admin = try PostgresConnection(url: url)
         let killed = try admin.query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
         admin.close()
         #expect(killed.int64(0, 0) >= 8)
-        // The listener's new connection wakes the pull, which would read again.
+        // Each listener's new connection wakes its pull, which would read again.
         #expect(await waiting.value)
+        #expect(await waitingOnB.value)
         let r = try await a.push(space: "sp", clientId: "p", items: [prepared("c2", id: "b", base: nil)], now: 2)
         #expect(r == [.applied("c2", version: Version(epoch: a.epoch, seq: 2), updatedAt: 2)])
         let page = try await b.page(PageRequest(space: "sp", afterSeq: 0, limit: 10, maxBytes: 1 << 20, collections: nil))
         #expect(page.count == 2)
-        // Long polls across instances work again once the listeners are back.
-        try await Task.sleep(for: .milliseconds(800))
+        // Long polls across instances work again: B's listener is back (it woke its pull
+        // after `LISTEN` on its new connection).
         let again = Task { await b.waitForCommit(space: "sp", afterSeq: 2, deadline: .now + .seconds(30)) }
-        while b.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("a pull waits on instance B again") { b.notifier.waitingCount == 1 }
         _ = try await a.push(space: "sp", clientId: "p", items: [prepared("c3", id: "c", base: nil)], now: 3)
         #expect(await again.value)
         await a.close()

@@ -293,17 +293,24 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
     @Test(arguments: StoreKind.allCases) func waitersAreWokenByACommitAndTimeOutOtherwise(kind: StoreKind) async throws {
         try await withStore(kind) { f in
             let s = f.store!
+            // The deadline: a wait that nothing ends answers false when it passes (the 50 ms
+            // are the timeout under test).
             let timedOut = await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .milliseconds(50))
             #expect(!timedOut)
-            async let woken = s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(30))
-            try await Task.sleep(for: .milliseconds(50))
+            #expect(s.notifier.waitingCount == 0)
+            // The commit: the waiter is registered before the push, so it cannot take the
+            // path that answers at once for a head already passed; a commit that did not
+            // wake it would leave it to its deadline, which answers false.
+            let woken = Task { await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(60)) }
+            try await eventually("the waiter is registered") { s.notifier.waitingCount == 1 }
             _ = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
-            #expect(await woken)
-            // A waiter for a head already passed returns at once.
-            #expect(await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(30)))
-            // Cancellation ends a wait.
-            let task = Task { await s.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
-            try await Task.sleep(for: .milliseconds(20))
+            #expect(await woken.value, "woken by the commit, not by its deadline")
+            #expect(s.notifier.waitingCount == 0)
+            // A waiter for a head already passed returns at once, without registering.
+            #expect(await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(60)))
+            // Cancellation ends a wait that is registered.
+            let task = Task { await s.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(60)) }
+            try await eventually("the waiter to cancel is registered") { s.notifier.waitingCount == 1 }
             task.cancel()
             #expect(await task.value == false)
             #expect(s.notifier.waitingCount == 0)

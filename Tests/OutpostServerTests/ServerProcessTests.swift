@@ -92,7 +92,10 @@ import OutpostTestSupport
                 }
                 let (first, port) = try start()
                 var note: [String] = []
-                while !(note.last ?? "").contains("first start only") { note.append(try first.nextLine(timeout: 30)) }
+                try eventuallyBlocking("the first start's note, up to its \"first start only\" line") {
+                    note.append(try first.nextLine(timeout: 30))
+                    return note.last!.contains("first start only")
+                }
                 let text = note.joined(separator: "\n")
                 #expect(text.contains("curl http://127.0.0.1:\(port)/v1/info"), "\(text)")
                 #expect(text.contains(data + "/jwt-secret"), "\(text)")
@@ -156,7 +159,7 @@ import OutpostTestSupport
                         }
                     }
                 }
-                while acknowledged.count < 2_000 { usleep(2_000) }
+                try eventuallyBlocking("2,000 changes acknowledged before the kill", within: .seconds(120)) { acknowledged.count >= 2_000 }
                 server.kill9()
                 group.wait()
                 let acked = acknowledged.all

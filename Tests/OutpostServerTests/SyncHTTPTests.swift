@@ -222,7 +222,7 @@ import OutpostTestSupport
                 try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
             }
             // Let the pull reach the server and wait, then commit.
-            while s.app.store.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+            try await eventually("the pull waits") { s.app.store.notifier.waitingCount == 1 }
             _ = try await s.push("sp", [put("c1", "a")])
             let page = try PullPage.decode(try await waiting.value.body)
             #expect(page.changes.map(\.id) == ["a"])
@@ -235,9 +235,12 @@ import OutpostTestSupport
             let filtered = Task.detached {
                 try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?collections=notes&since=\(page.next.text)&wait=20000", headers: [("Authorization", "Bearer \(token)")])
             }
-            while s.app.store.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+            try await eventually("the filtered pull waits") { s.app.store.notifier.waitingCount == 1 }
             _ = try await s.push("sp", [put("c2", "b")])
-            while s.app.store.notifier.waitingCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+            // Woken by the commit to todos, it read again, found nothing of notes and waits on.
+            try await eventually("the filtered pull waits again after the commit to todos") {
+                s.app.sync.longPollsWoken.value.load(ordering: .relaxed) == 2 && s.app.store.notifier.waitingCount == 1
+            }
             _ = try await s.push("sp", [put("c3", "n", collection: "notes")])
             let notes = try PullPage.decode(try await filtered.value.body)
             #expect(notes.changes.map(\.id) == ["n"])

@@ -127,6 +127,19 @@ public final class ServerProcess: @unchecked Sendable {
         try runToCompletion(BuildProducts.executable("outpost-server"), arguments, environment: environment)
     }
 
+    /// The value of one series on this server's `/metrics`, named as the page writes it
+    /// (`outpost_long_polls_waiting`, `outpost_changes_total{result="applied"}`); nil when
+    /// the page has no such line. `token` must be an admin token (`token(spaces: [], admin: true)`).
+    public func metric(_ series: String, token: String) throws -> Double? {
+        let r = try httpRequest(port: port, "GET", "/metrics", headers: [("Authorization", "Bearer \(token)")])
+        guard r.status == 200 else { throw ProcessFailure("GET /metrics answered \(r.status): \(r.text.prefix(200))") }
+        for line in r.text.split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: " ")
+            if parts.count == 2, parts[0] == series { return Double(parts[1]) }
+        }
+        return nil
+    }
+
     /// A token from `outpost-server token` signed with this server's secret.
     public func token(sub: String = "tester", spaces: [String], scope: String = "write", admin: Bool = false, ttl: Int = 3600) throws -> String {
         var args = ["token", "--data", dataDirectory, "--sub", sub, "--scope", scope, "--ttl", String(ttl)]

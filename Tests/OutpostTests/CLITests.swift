@@ -121,11 +121,16 @@ struct CLITests {
         }
     }
 
-    /// Starts `outpost sync` and SIGKILLs it after `delay`; returns whether it was killed
-    /// before it finished.
-    static func killedSync(_ arguments: [String], after delay: Duration) async throws -> Bool {
+    /// Starts `outpost sync` (its server is `proxy`) and SIGKILLs it once the proxy has
+    /// received the sync's `request`-th request (1: its first), which is then in flight;
+    /// returns whether it was killed before it finished (a sync that ends with fewer
+    /// requests is not).
+    static func killedSync(_ arguments: [String], through proxy: FaultyProxy, atRequest request: Int) async throws -> Bool {
+        let before = proxy.requestsReceived
         let process = try Subprocess(BuildProducts.executable("outpost"), arguments + ["sync"])
-        try await Task.sleep(for: delay)
+        try await eventually("outpost sync sent its request \(request) or ended") {
+            proxy.requestsReceived >= before + request || !process.isRunning
+        }
         let killed = process.isRunning
         process.send(SIGKILL)
         _ = await process.exited()
@@ -143,10 +148,13 @@ struct CLITests {
             for i in 0..<count { try await store.put(["n": .number(JSONNumber(i)), "text": .string("record \(i)")], in: "items", id: "i\(i)") }
             await store.close()
         }
-        let args = ["--store", path, "--server", world.server.baseURL.absoluteString, "--token", world.token]
+        // Through the proxy, which counts the requests. A sync asks for /v1/info, pushes the
+        // 6,000 changes 500 at a time, then pulls them back 1,000 a page: the kills land
+        // with a push in flight at first, and later with a pull in flight.
+        let args = ["--store", path, "--server", world.proxy.url.absoluteString, "--token", world.token]
         var kills = 0
-        for delay in [40, 80, 120, 160, 200, 300, 400] {
-            if try await Self.killedSync(args, after: .milliseconds(delay)) { kills += 1 }
+        for request in [2, 3, 4, 5, 6, 8, 10] {
+            if try await Self.killedSync(args, through: world.proxy, atRequest: request) { kills += 1 }
             // After every kill the file opens and holds every record.
             let list = try Self.outpost(["--store", path, "list", "items"])
             #expect(list.lines.count == count)
@@ -163,9 +171,13 @@ struct CLITests {
 
         // And a device killed while pulling it all resumes from its last page.
         let reader = world.dir.appending("reader.sqlite")
-        let readerArgs = ["--store", reader, "--space", "team", "--server", world.server.baseURL.absoluteString, "--token", world.token]
+        let readerArgs = ["--store", reader, "--space", "team", "--server", world.proxy.url.absoluteString, "--token", world.token]
         _ = try Self.outpost(readerArgs + ["status"])
-        for delay in [60, 120, 240] { _ = try await Self.killedSync(readerArgs, after: .milliseconds(delay)) }
+        var readerKills = 0
+        for request in [2, 4, 6] {
+            if try await Self.killedSync(readerArgs, through: world.proxy, atRequest: request) { readerKills += 1 }
+        }
+        #expect(readerKills > 0, "at least one pulling sync was killed while running")
         #expect(try Self.outpost(readerArgs + ["sync"]).status == 0)
         let pulled = try Self.outpost(readerArgs + ["list", "items"]).lines
         #expect(pulled.count == count)

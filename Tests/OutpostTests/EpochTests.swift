@@ -400,7 +400,7 @@ struct EpochTests {
             let pullsBefore = world.server.pullRequests
             world.server.inject(.hang, on: .pull, device: "a", skip: 3)
             let sync = Task { [a] in try await a.sync() }
-            while world.server.pullRequests < pullsBefore + 4 { await Task.yield() }
+            try await eventually("the fourth pull reaches the server and hangs") { world.server.pullRequests >= pullsBefore + 4 }
             await a.close()
             sync.cancel()
             _ = await sync.result

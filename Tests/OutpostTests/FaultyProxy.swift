@@ -47,6 +47,10 @@ final class FaultyProxy: Sendable {
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
 
+    /// How many requests have reached the proxy (counted when their head was read, before
+    /// they are forwarded).
+    var requestsReceived: Int { state.withLock { $0.handled } }
+
     func stop() {
         state.withLock { $0.stopped = true }
         ProxySocket.closeListener(listener)

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import OutpostTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -55,6 +56,9 @@ final class MediaProxy: Sendable {
     let port: Int
     private let listener: Int32
     private let state: Mutex<State>
+    /// Wakes the threads of held requests when `releases` grows (they wait on it, holding
+    /// no lock of `state`).
+    private let released = NSCondition()
 
     init(upstreamPort: Int) throws {
         state = Mutex(State(upstreamPort: upstreamPort))
@@ -89,17 +93,18 @@ final class MediaProxy: Sendable {
     /// Closes every held connection without an answer.
     func releaseHeld() {
         state.withLock { $0.releases += 1 }
+        wakeHeld()
     }
 
-    /// Waits (polling, off the cooperative pool's time) until `count` requests are held.
+    /// Waits until `count` requests are held; fails after 30 s.
     func waitUntilHeld(_ count: Int = 1) async throws {
-        while held < count { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("\(count) request(s) held by the proxy") { held >= count }
     }
 
     /// Waits until every connection but the held ones is done (nothing more will reach
-    /// the server from them).
+    /// the server from them); fails after 30 s.
     func waitUntilQuiet() async throws {
-        while state.withLock({ $0.active > $0.held }) { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("every connection through the proxy but the held ones done") { state.withLock { $0.active <= $0.held } }
     }
 
     func stop() {
@@ -107,7 +112,16 @@ final class MediaProxy: Sendable {
             $0.stopped = true
             $0.releases += 1
         }
+        wakeHeld()
         ProxySocket.closeListener(listener)
+    }
+
+    /// Wakes the held requests' threads to look at `releases` again. Taking the
+    /// condition's lock orders this after a thread's check: none misses the wake-up.
+    private func wakeHeld() {
+        released.lock()
+        released.broadcast()
+        released.unlock()
     }
 
     private func acceptLoop() {
@@ -169,7 +183,9 @@ final class MediaProxy: Sendable {
                 s.held += 1
                 return s.releases
             }
-            while state.withLock({ $0.releases == releases }) { usleep(2_000) }
+            released.lock()
+            while state.withLock({ $0.releases == releases }) { released.wait() }
+            released.unlock()
             shutdown(client, Int32(SHUT_RDWR))
             state.withLock { $0.held -= 1 }
         case .cutRequest:

@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostTestSupport
 import Testing
 @testable import Outpost
 
@@ -106,7 +107,7 @@ struct QueueTests {
         try await phone.put(todo("first"), in: "todos", id: "t1")
         world.server.inject(.hang, on: .push)
         let sync = Task { try await phone.sync() }
-        while world.server.pushRequests == 0 { await Task.yield() }
+        try await eventually("the push reaches the server and hangs") { world.server.pushRequests > 0 }
         // The first change is in flight (applied on the server, answer pending).
         try await phone.put(todo("second"), in: "todos", id: "t1")
         let queue = try await phone.pendingChanges()

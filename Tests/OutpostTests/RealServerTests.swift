@@ -292,8 +292,13 @@ struct RealServerTests {
         let b = try world.device("b", direct: true)
         try await a.sync()
         try await b.sync()
+        let admin = try world.server.token(spaces: [], admin: true)
+        let server = world.server
         let waiting = Task { try await a.waitForChanges(timeout: .seconds(20)) }
-        try await Task.sleep(for: .milliseconds(100))
+        // The pull is held by the server before b writes, so only the commit can answer it.
+        try await eventually("a's long poll waits on the server") {
+            try await blocking { try server.metric("outpost_long_polls_waiting", token: admin) } == 1
+        }
         try await b.put(todo("hello"), in: "todos", id: "t1")
         try await b.sync()
         #expect(try await waiting.value == .changed)

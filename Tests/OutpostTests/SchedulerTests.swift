@@ -1,20 +1,11 @@
 import OutpostCore
+import OutpostTestSupport
 import Testing
 @testable import Outpost
 
 /// The scheduler; no timing is asserted (a deadline only stops a hung test).
 @Suite("Sync scheduler")
 struct SchedulerTests {
-    /// Waits for `condition`, failing after `seconds`.
-    private func eventually(_ seconds: Double = 30, _ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        while ContinuousClock.now < deadline {
-            if try await condition() { return }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        Issue.record("condition not met within \(seconds) s")
-    }
-
     @Test func aLocalEditReachesTheOtherDeviceThroughItsLongPoll() async throws {
         let world = World()
         let phone = try world.device("phone"), laptop = try world.device("laptop")
@@ -26,7 +17,7 @@ struct SchedulerTests {
         await phoneScheduler.start()
         await laptopScheduler.start()
         var laptopEvents = await laptop.observe(collection: "todos").makeAsyncIterator()
-        try await eventually {
+        try await eventually("both devices have synced once") {
             let a = try await laptop.status().epoch, b = try await phone.status().epoch
             return a != nil && b != nil
         }

@@ -154,7 +154,7 @@ struct StoreTests {
             for i in 0..<50 { try await phone.put(todo("item \(i)"), in: "todos", id: "t\(i)") }
             world.server.inject(.hang, on: .push)
             let sync = Task { [phone] in try await phone.sync() }
-            while world.server.pushRequests == 0 { await Task.yield() }
+            try await eventually("the push reaches the server and hangs") { world.server.pushRequests > 0 }
             // The process dies: nothing more runs in it; the file stays as it was.
             await phone.close()
             sync.cancel()
@@ -184,7 +184,7 @@ struct StoreTests {
             let before = world.server.pullRequests
             world.server.inject(.hang, on: .pull, device: "reader", skip: 4)
             let sync = Task { [reader] in try await reader.sync() }
-            while world.server.pullRequests < before + 5 { await Task.yield() }
+            try await eventually("the fifth pull reaches the server and hangs") { world.server.pullRequests >= before + 5 }
             await reader.close()
             sync.cancel()
             _ = await sync.result

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostCompression
 import OutpostCore
 import Synchronization
 #if canImport(FoundationNetworking)
@@ -9,7 +10,8 @@ import FoundationNetworking
 ///
 /// - Auth: `Authorization: Bearer <token>` from a provider the app supplies; on `401` it is
 ///   asked once more with `refresh: true` and the request is sent again once.
-/// - Bodies over `gzipRequestsAbove` go gzip-compressed; answers come gzip-compressed
+/// - Bodies over `gzipRequestsAbove` go gzip-compressed (zlib through
+///   `OutpostCompression`, the module the server uses); answers come gzip-compressed
 ///   (decoded by URLSession) except from a loopback server.
 /// - Answers are read into memory up to `maxResponseBytes`; a larger one is cut off there
 ///   and reported as `answerTooLarge` (for a page, the store then asks for fewer records).

@@ -22,6 +22,13 @@ final class PageCoalescer: Sendable {
     }
 
     private let inflight = Mutex<[Key: Task<PageData, any Error>]>([:])
+    /// Counts the pulls served by a read that another pull had started: the reads saved
+    /// (`outpost_pull_pages_shared_total`).
+    let shared: Metrics.Counter
+
+    init(shared: Metrics.Counter = Metrics.Counter()) {
+        self.shared = shared
+    }
 
     /// The page for `request`, read by `read` or by an identical read already running.
     func page(_ request: PageRequest, knownHead: Int64?, read: @escaping @Sendable () async throws -> PageData) async throws -> PageData {
@@ -38,6 +45,7 @@ final class PageCoalescer: Sendable {
             defer { inflight.withLock { _ = $0.removeValue(forKey: key) } }
             return try await task.value
         }
+        shared.add()
         return try await task.value
     }
 }

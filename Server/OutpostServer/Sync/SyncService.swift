@@ -13,7 +13,7 @@ public final class SyncService: Sendable {
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
     /// One page read for many identical pulls served at the same moment.
-    let coalescer = PageCoalescer()
+    let coalescer: PageCoalescer
     /// Long polls in groups that share one read and one encoded answer per commit.
     let hub: LongPollHub
     /// Series updated on every pull, resolved once.
@@ -32,10 +32,12 @@ public final class SyncService: Sendable {
         metrics.declare("outpost_pull_records_total", help: "Records served in pull pages.", kind: "counter")
         metrics.declare("outpost_pull_bytes_total", help: "Encoded bytes of records served in pull pages.", kind: "counter")
         metrics.declare("outpost_long_polls_woken_total", help: "Long-poll pulls woken by a commit.", kind: "counter")
+        metrics.declare("outpost_pull_pages_shared_total", help: "Pull pages served by an identical pull's read instead of a read of their own.", kind: "counter")
         pullPages = metrics.counter("outpost_pull_pages_total")
         pullRecords = metrics.counter("outpost_pull_records_total")
         pullBytes = metrics.counter("outpost_pull_bytes_total")
         longPollsWoken = metrics.counter("outpost_long_polls_woken_total")
+        coalescer = PageCoalescer(shared: metrics.counter("outpost_pull_pages_shared_total"))
         hub = LongPollHub(store: store, woken: longPollsWoken)
     }
 

@@ -1,0 +1,38 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A state a test waited for that was not reached before its deadline.
+public struct NotReached: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Waits until `condition` holds: a state another task, thread or process reaches (a
+/// waiter registered, a listener ready, a count reached). It checks the condition every
+/// 2 ms and throws `NotReached`, naming `what` and the caller's line, once `within` has
+/// passed, so a test that waits never hangs. The limit only ends a wait that went wrong:
+/// nothing is asserted about how long the wait took.
+public func eventually(_ what: String, within limit: Duration = .seconds(30), fileID: String = #fileID, line: Int = #line,
+                       _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + limit
+    while true {
+        if try await condition() { return }
+        guard ContinuousClock.now < deadline else { throw NotReached("not reached within \(limit): \(what) (\(fileID):\(line))") }
+        try await Task.sleep(for: .milliseconds(2))
+    }
+}
+
+/// `eventually` for code that runs on a thread of its own (inside `blocking {}`, a
+/// proxy's connection thread): it blocks the thread between checks, so it never runs on
+/// Swift's cooperative pool (a name of its own keeps an async caller from picking it).
+public func eventuallyBlocking(_ what: String, within limit: Duration = .seconds(30), fileID: String = #fileID, line: Int = #line,
+                       _ condition: () throws -> Bool) throws {
+    let deadline = ContinuousClock.now + limit
+    while true {
+        if try condition() { return }
+        guard ContinuousClock.now < deadline else { throw NotReached("not reached within \(limit): \(what) (\(fileID):\(line))") }
+        usleep(2_000)
+    }
+}
