@@ -6,12 +6,13 @@ import Testing
 @testable import OutpostServer
 
 /// PROTOCOL.md section 6 over real sockets against an in-process media service: every
-/// route, status and code, plus resume, expiry, isolation and traversal.
+/// route, status and code, plus resume, expiry, isolation and traversal, with the
+/// metadata on each store (the rules of `SQLMediaMetadata` over each `SQLSession`).
 @Suite struct MediaHTTPTests {
     // MARK: 1. Init
 
-    @Test func initCreatesAnUploadAndReturnsTheSameOpenUploadAgain() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func initCreatesAnUploadAndReturnsTheSameOpenUploadAgain(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 1)
             let first = try await client.begin("sp", file: file)
@@ -42,8 +43,8 @@ import Testing
         }
     }
 
-    @Test func initOfAFileTheSpaceHasAnswersCompleteAndNothingMoreIsSent() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func initOfAFileTheSpaceHasAnswersCompleteAndNothingMoreIsSent(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(10_000, seed: 2)
             let (_, complete) = try await client.upload("sp", file, contentType: "audio/mp4")
@@ -55,8 +56,8 @@ import Testing
         }
     }
 
-    @Test func initRefusesFilesOverTheLimitAndBadBodies() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func initRefusesFilesOverTheLimitAndBadBodies(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let tooLarge = try await client.begin("sp", size: (1 << 20) + 1, sha256: String(repeating: "a", count: 64))
             #expect(tooLarge.status == 413)
@@ -85,8 +86,8 @@ import Testing
         }
     }
 
-    @Test func anEmptyFileHasNoChunksAndFinalizes() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func anEmptyFileHasNoChunksAndFinalizes(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let started = try await client.begin("sp", file: [], contentType: "text/plain")
             #expect(started.status == 201)
@@ -109,8 +110,8 @@ import Testing
 
     // MARK: 2-4. Chunks, state, finalize
 
-    @Test func aWholeUploadThenFinalizeAnswersTheSameEveryTime() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func aWholeUploadThenFinalizeAnswersTheSameEveryTime(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 3)
             let pieces = chunked(file, 4096)
@@ -157,8 +158,8 @@ import Testing
         }
     }
 
-    @Test func chunkRefusals() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func chunkRefusals(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 4)
             let pieces = chunked(file, 4096)
@@ -210,8 +211,8 @@ import Testing
         }
     }
 
-    @Test func digestFieldsWithOtherAlgorithmsParametersAndNoPaddingAreAccepted() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func digestFieldsWithOtherAlgorithmsParametersAndNoPaddingAreAccepted(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 5)
             let pieces = chunked(file, 4096)
@@ -235,8 +236,8 @@ import Testing
         }
     }
 
-    @Test func finalizeWithChunksMissingIs409AndListsThem() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func finalizeWithChunksMissingIs409AndListsThem(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(4096 * 5 + 1, seed: 6)
             let pieces = chunked(file, 4096)
@@ -252,8 +253,8 @@ import Testing
         }
     }
 
-    @Test func aFileWhoseHashDiffersIs422AndTheUploadIsDiscarded() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func aFileWhoseHashDiffersIs422AndTheUploadIsDiscarded(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 7)
             let claimed = SHA256.hex(mediaBytes(9000, seed: 8))
@@ -276,8 +277,8 @@ import Testing
         }
     }
 
-    @Test func chunkBytesDamagedOnDiskAreAskedForAgain() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func chunkBytesDamagedOnDiskAreAskedForAgain(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 9)
             let pieces = chunked(file, 4096)
@@ -299,8 +300,8 @@ import Testing
         }
     }
 
-    @Test func aLostUploadFileAsksForEveryChunkAgain() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func aLostUploadFileAsksForEveryChunkAgain(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 29)
             let pieces = chunked(file, 4096)
@@ -316,10 +317,11 @@ import Testing
         }
     }
 
-    @Test func theChunkRouteAdmitsOpenUploadsMadeWithALargerChunkSize() async throws {
+    @Test(arguments: StoreKind.allCases) func theChunkRouteAdmitsOpenUploadsMadeWithALargerChunkSize(store: StoreKind) async throws {
         let directory = try TemporaryDirectory(prefix: "outpost-media-store")
         defer { directory.remove() }
-        let configuration = MediaStore.Configuration(databasePath: directory.appending("outpost.sqlite"), mediaDirectory: directory.appending("media"))
+        var configuration = MediaStore.Configuration(databasePath: directory.appending("outpost.sqlite"), mediaDirectory: directory.appending("media"))
+        if store == .postgres { configuration.postgresURL = try PostgresCluster.shared.createDatabase(prefix: "media") }
         let first = try MediaStore(configuration: configuration)
         #expect(first.largestOpenChunkSize == 0)
         let space = try #require(SpaceName("sp")), sha = try #require(MediaID(SHA256.hex([1])))
@@ -333,8 +335,8 @@ import Testing
         await second.close()
     }
 
-    @Test func aChunkSentAgainWithOtherBytesReplacesTheFirst() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func aChunkSentAgainWithOtherBytesReplacesTheFirst(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 10)
             let pieces = chunked(file, 4096)
@@ -346,8 +348,8 @@ import Testing
         }
     }
 
-    @Test func concurrentFinalizesOfOneUploadBothAnswerTheSame() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func concurrentFinalizesOfOneUploadBothAnswerTheSame(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(4096 * 8, seed: 12)
             let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
@@ -372,8 +374,8 @@ import Testing
 
     // MARK: 5. Abort
 
-    @Test func abortRemovesTheUploadAndItsBytes() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func abortRemovesTheUploadAndItsBytes(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 15)
             let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
@@ -395,8 +397,8 @@ import Testing
 
     // MARK: Resume after a cut connection
 
-    @Test func aChunkCutOffMidBodyIsNotKeptAndIsSentAgain() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func aChunkCutOffMidBodyIsNotKeptAndIsSentAgain(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(4096 * 3, seed: 16)
             let pieces = chunked(file, 4096)
@@ -426,8 +428,8 @@ import Testing
         }
     }
 
-    @Test func expectContinueIsRefusedBeforeTheBodyIsSent() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func expectContinueIsRefusedBeforeTheBodyIsSent(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 17)
             let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
@@ -448,8 +450,8 @@ import Testing
 
     // MARK: 6. Download
 
-    @Test func downloadHeadRangesAndConditionals() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func downloadHeadRangesAndConditionals(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(10_000, seed: 18)
             let media = try await client.upload("sp", file, contentType: "video/mp4").complete.media
@@ -529,8 +531,8 @@ import Testing
         }
     }
 
-    @Test func unknownMediaIs404() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func unknownMediaIs404(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             for id in [String(repeating: "a", count: 64), String(repeating: "A", count: 64), String(repeating: "a", count: 63),
                        String(repeating: "a", count: 65), "uploads", "x"] {
@@ -543,8 +545,8 @@ import Testing
 
     // MARK: Expiry
 
-    @Test func abandonedUploadsExpireAndTheSweepRemovesTheirBytes() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func abandonedUploadsExpireAndTheSweepRemovesTheirBytes(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 19)
             let pieces = chunked(file, 4096)
@@ -585,8 +587,8 @@ import Testing
         }
     }
 
-    @Test func theSweepRemovesUploadFilesWithoutARow() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func theSweepRemovesUploadFilesWithoutARow(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let stray = UploadID.random().rawValue
             #expect(FileManager.default.createFile(atPath: server.data.mediaPath + "/uploads/\(stray)", contents: Data([1, 2, 3])))
             #expect(FileManager.default.createFile(atPath: server.data.mediaPath + "/uploads/README", contents: Data([1])))
@@ -601,8 +603,8 @@ import Testing
 
     // MARK: Isolation, auth, traversal
 
-    @Test func spacesAreIsolated() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func spacesAreIsolated(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let a = server.client(["a"])
             let b = server.client(["b"])
             let file = mediaBytes(9000, seed: 23)
@@ -637,8 +639,8 @@ import Testing
         }
     }
 
-    @Test func tokensAreCheckedBeforeTheBody() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func tokensAreCheckedBeforeTheBody(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let writer = server.client()
             let reader = server.client(["sp"], scope: .read)
             let file = mediaBytes(9000, seed: 26)
@@ -662,11 +664,13 @@ import Testing
         }
     }
 
-    @Test func traversalAttemptsNeverReachAFile() async throws {
-        try await withMediaServer { server in
+    @Test(arguments: StoreKind.allCases) func traversalAttemptsNeverReachAFile(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
             let client = server.client(["*"])
-            // Plant files a traversal would want.
+            // Plant files a traversal would want (the SQLite store's file is one already;
+            // with the metadata in PostgreSQL, a file of that name stands in for it).
             let secret = server.data.path + "/outpost.sqlite"
+            if store == .postgres { #expect(FileManager.default.createFile(atPath: secret, contents: Data("secret".utf8))) }
             #expect(FileManager.default.fileExists(atPath: secret))
             let upload = try UploadState.decode(try await client.begin("sp", file: mediaBytes(9000, seed: 28)).body).uploadId
             let paths = [

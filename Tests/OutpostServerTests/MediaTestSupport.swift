@@ -125,8 +125,9 @@ struct MediaTestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// A media service over a real socket on 127.0.0.1:0, on a real SQLite file and data
-/// directory in a temporary directory, with a clock the test moves.
+/// A media service over a real socket on 127.0.0.1:0, with a data directory in a
+/// temporary directory and its metadata in a real SQLite file there or in a fresh database
+/// of the test run's PostgreSQL cluster, with a clock the test moves.
 final class MediaFixture: Sendable {
     static let secret = "media-test-secret"
     /// Small chunks keep the tests quick; 3 chunks make a 9,000-byte file.
@@ -147,10 +148,12 @@ final class MediaFixture: Sendable {
     let port: Int
     let authority = JWTAuthority(secret: Array(MediaFixture.secret.utf8))
 
-    init(limits: Limits = MediaFixture.limits) throws {
+    init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite) throws {
         directory = try TemporaryDirectory(prefix: "outpost-media-test")
         data = try DataDirectory(path: directory.appending("data"))
-        store = try MediaStore(configuration: .init(databasePath: data.storePath, mediaDirectory: data.mediaPath))
+        var storeConfiguration = MediaStore.Configuration(databasePath: data.storePath, mediaDirectory: data.mediaPath)
+        if kind == .postgres { storeConfiguration.postgresURL = try PostgresCluster.shared.createDatabase(prefix: "media") }
+        store = try MediaStore(configuration: storeConfiguration)
         let clock = self.clock
         service = MediaService(store: store, limits: limits, authorizer: Authorizer(authority: authority), metrics: metrics,
                                uploadExpiryHours: 24, clock: { clock.now })
@@ -189,8 +192,8 @@ final class MediaFixture: Sendable {
 }
 
 /// Runs `body` against a fresh fixture and always stops it.
-func withMediaServer(limits: Limits = MediaFixture.limits, _ body: (MediaFixture) async throws -> Void) async throws {
-    let fixture = try MediaFixture(limits: limits)
+func withMediaServer(limits: Limits = MediaFixture.limits, store: StoreKind = .sqlite, _ body: (MediaFixture) async throws -> Void) async throws {
+    let fixture = try MediaFixture(limits: limits, store: store)
     do {
         try await body(fixture)
     } catch {

@@ -1,7 +1,9 @@
 /// Where media metadata lives — uploads, chunk receipts, published files — and how
 /// instances keep chunk writes and finalize of one upload apart. `MediaStore` holds one:
-/// `SQLiteMediaMetadata` (the embedded default, one process) or `PostgresMediaMetadata`
-/// (several instances on one database, bytes in a shared directory). The bytes themselves
+/// `SQLMediaMetadata`, the rules written once over `SQLSession`, opened on the server's
+/// SQLite file by `SQLiteMediaMetadata` (the embedded default, one process) or on
+/// PostgreSQL by `PostgresMediaMetadata` (several instances on one database, bytes in a
+/// shared directory). The bytes themselves
 /// are always files under the media directory (`MediaFiles`), whichever holds the rows.
 ///
 /// Rules every implementation keeps (docs/media.md):

@@ -68,9 +68,9 @@ public final class MediaStore: Sendable {
         try files.prepare()
         flushEveryBytes = configuration.flushEveryBytes
         if let url = configuration.postgresURL {
-            metadata = try PostgresMediaMetadata(url: url, mediaDirectory: configuration.mediaDirectory)
+            metadata = try PostgresMediaMetadata.open(url: url, mediaDirectory: configuration.mediaDirectory)
         } else {
-            metadata = try SQLiteMediaMetadata(databasePath: configuration.databasePath, publishSynchronous: configuration.synchronous)
+            metadata = try SQLiteMediaMetadata.open(databasePath: configuration.databasePath, publishSynchronous: configuration.synchronous)
         }
         var io: [WorkerThread<MediaFileJob>] = []
         for i in 0..<max(1, configuration.fileThreads) {

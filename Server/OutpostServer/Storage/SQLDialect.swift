@@ -1,0 +1,241 @@
+import Foundation
+import OutpostPostgres
+import OutpostSQLite
+
+/// The seam under rules written once in SQL for both stores (the media metadata of
+/// `SQLMediaMetadata`): a connection that runs statements written with `?` placeholders
+/// and answers rows through `SQLRow`. Each store implements the few things its dialect
+/// does differently:
+///
+/// | | SQLite | PostgreSQL |
+/// |---|---|---|
+/// | placeholders | `?` as written | `?` rewritten as `$1…$n` |
+/// | a list parameter (`anyOf`) | `IN (SELECT value FROM json_each(?))`, bound as JSON text | `= ANY(?)`, bound as an array |
+/// | `lock(_:)` inside a transaction | nothing: one writer connection per file, and `BEGIN IMMEDIATE` | `pg_advisory_xact_lock`, for other instances |
+/// | a `.durable` commit | `synchronous` raised to the server's setting for it | every commit is durable |
+/// | a lost connection | cannot happen (a file) | reconnected before the next job |
+///
+/// Upserts need no seam: both speak `INSERT … ON CONFLICT (…) DO NOTHING | DO UPDATE SET
+/// … = excluded.…` (SQLite since 3.24). Every statement text is fixed, whatever the length
+/// of a list, so PostgreSQL's prepared-statement cache stays bounded.
+protocol SQLSession: AnyObject {
+    /// The rows of `sql`, each mapped by `row`.
+    func query<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> [T]
+    /// Runs `sql`; the number of rows it changed.
+    @discardableResult
+    func run(_ sql: String, _ values: [SQLValue]) throws -> Int
+    /// Runs `body` in one write transaction, committed with `durability`.
+    func transaction<T>(_ durability: SQLDurability, _ body: () throws -> T) throws -> T
+    /// Inside a transaction, waits until no other process holds `key` and holds it to the
+    /// end of the transaction.
+    func lock(_ key: String) throws
+    /// A condition that `column` equals one of the elements of a list parameter
+    /// (`.texts` or `.integers`), written where its `?` goes.
+    func anyOf(_ column: String) -> String
+    /// Makes the connection usable again after it was lost (a database restart).
+    func reconnectIfNeeded() throws
+    func close()
+}
+
+/// A parameter of a `SQLSession` statement.
+enum SQLValue: Sendable, Equatable {
+    case null
+    case integer(Int64)
+    case text(String)
+    case bytes([UInt8])
+    /// A list, for the `?` of `anyOf`.
+    case texts([String])
+    /// A list, for the `?` of `anyOf`.
+    case integers([Int64])
+
+    static func optionalText(_ value: String?) -> SQLValue { value.map { .text($0) } ?? .null }
+}
+
+/// How a commit must survive.
+enum SQLDurability: Sendable {
+    /// Survives a crash of the process; a power loss may lose it (chunk receipts: a lost
+    /// one costs a resend that the upload's state then asks for).
+    case process
+    /// Survives a power loss, with the server's configured `synchronous` setting.
+    case durable
+}
+
+/// A row of a `SQLSession` query, by column index.
+protocol SQLRow {
+    func int64(_ column: Int) -> Int64
+    /// NULL reads as the empty string.
+    func text(_ column: Int) -> String
+    func optionalText(_ column: Int) -> String?
+    func bytes(_ column: Int) -> [UInt8]
+}
+
+extension SQLRow {
+    func int(_ column: Int) -> Int { Int(int64(column)) }
+}
+
+extension SQLSession {
+    /// The first row of `sql`, if any.
+    func queryOne<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> T? {
+        try query(sql, values, row).first
+    }
+}
+
+// MARK: - SQLite
+
+/// A `SQLSession` on an SQLite connection in WAL mode, committing at `synchronous=NORMAL`
+/// and at `durableSynchronous` for `.durable` commits.
+final class SQLiteSession: SQLSession {
+    let db: Connection
+    private let durableSynchronous: Connection.Synchronous
+
+    init(path: String, flags: Connection.OpenFlags = [.readWrite, .create], durableSynchronous: Connection.Synchronous) throws {
+        db = try Connection(path: path, flags: flags)
+        if !flags.contains(.readOnly) { try db.enableWAL(synchronous: .normal) }
+        self.durableSynchronous = durableSynchronous
+    }
+
+    private struct Row: SQLRow {
+        let statement: Statement
+        func int64(_ column: Int) -> Int64 { statement.int64(Int32(column)) }
+        func text(_ column: Int) -> String { statement.text(Int32(column)) }
+        func optionalText(_ column: Int) -> String? { statement.optionalText(Int32(column)) }
+        func bytes(_ column: Int) -> [UInt8] { statement.blob(Int32(column)) }
+    }
+
+    func query<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> [T] {
+        try db.query(sql, values.map(Self.bind)) { try row(Row(statement: $0)) }
+    }
+
+    func run(_ sql: String, _ values: [SQLValue]) throws -> Int {
+        try db.run(sql, values.map(Self.bind))
+        return db.changes
+    }
+
+    func transaction<T>(_ durability: SQLDurability, _ body: () throws -> T) throws -> T {
+        let raise = durability == .durable && durableSynchronous != .normal
+        if raise { try db.execute("PRAGMA synchronous=\(durableSynchronous.rawValue)") }
+        defer { if raise { try? db.execute("PRAGMA synchronous=NORMAL") } }
+        return try db.transaction(.immediate, body)
+    }
+
+    /// One process owns the file (`DataDirectory`'s lock) and it writes through one
+    /// connection in `BEGIN IMMEDIATE` transactions: there is nobody else to exclude.
+    func lock(_ key: String) throws {}
+
+    func anyOf(_ column: String) -> String { "\(column) IN (SELECT value FROM json_each(?))" }
+
+    func reconnectIfNeeded() throws {}
+
+    func close() { db.close() }
+
+    private static func bind(_ value: SQLValue) -> SQLiteValue {
+        switch value {
+        case .null: return .null
+        case .integer(let v): return .integer(v)
+        case .text(let s): return .text(s)
+        case .bytes(let b): return .blob(b)
+        case .texts(let list): return .text("[" + list.map(jsonString).joined(separator: ",") + "]")
+        case .integers(let list): return .text("[" + list.map(String.init).joined(separator: ",") + "]")
+        }
+    }
+
+    /// `s` as a JSON string literal.
+    private static func jsonString(_ s: String) -> String {
+        var out = "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+}
+
+// MARK: - PostgreSQL
+
+/// A `SQLSession` on a PostgreSQL connection.
+final class PostgresSession: SQLSession {
+    let db: PostgresConnection
+    /// The `$n` form of each statement text seen, by its `?` form.
+    private var rewritten: [String: String] = [:]
+
+    init(db: PostgresConnection) {
+        self.db = db
+    }
+
+    private struct Row: SQLRow {
+        let rows: PostgresRows
+        let index: Int
+        func int64(_ column: Int) -> Int64 { rows.int64(index, column) }
+        func text(_ column: Int) -> String { rows.text(index, column) }
+        func optionalText(_ column: Int) -> String? { rows.optionalText(index, column) }
+        func bytes(_ column: Int) -> [UInt8] { rows.bytes(index, column) }
+    }
+
+    func query<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> [T] {
+        let rows = try db.query(dollar(sql), values.map(Self.bind))
+        return try (0..<rows.count).map { try row(Row(rows: rows, index: $0)) }
+    }
+
+    func run(_ sql: String, _ values: [SQLValue]) throws -> Int {
+        try db.run(dollar(sql), values.map(Self.bind))
+    }
+
+    /// PostgreSQL commits durably (`synchronous_commit` on), whatever is asked.
+    func transaction<T>(_ durability: SQLDurability, _ body: () throws -> T) throws -> T {
+        try db.transaction("", body)
+    }
+
+    /// A transaction advisory lock on `key`'s hash, in a namespace of its own.
+    func lock(_ key: String) throws {
+        try db.query("SELECT pg_advisory_xact_lock($1::int4, hashtext($2))", [.int(Int64(Self.lockNamespace)), .text(key)])
+    }
+
+    /// The namespace of `lock(_:)` (ASCII "begi", from the media `begin` it first served).
+    static let lockNamespace: Int32 = 0x6265_6769
+
+    func anyOf(_ column: String) -> String { "\(column) = ANY(?)" }
+
+    func reconnectIfNeeded() throws { try db.reconnectIfNeeded() }
+
+    func close() { db.close() }
+
+    /// `sql` with its `?` placeholders numbered `$1…$n` (none sits inside a string literal
+    /// or identifier of the statements written for this seam; quoted text is skipped).
+    private func dollar(_ sql: String) -> String {
+        if let done = rewritten[sql] { return done }
+        var out = ""
+        var n = 0
+        var quote: Character?
+        for c in sql {
+            if let q = quote {
+                if c == q { quote = nil }
+                out.append(c)
+            } else if c == "'" || c == "\"" {
+                quote = c
+                out.append(c)
+            } else if c == "?" {
+                n += 1
+                out += "$\(n)"
+            } else {
+                out.append(c)
+            }
+        }
+        rewritten[sql] = out
+        return out
+    }
+
+    private static func bind(_ value: SQLValue) -> PostgresValue {
+        switch value {
+        case .null: return .null
+        case .integer(let v): return .int(v)
+        case .text(let s): return .text(s)
+        case .bytes(let b): return .bytes(b)
+        case .texts(let list): return .textArray(list)
+        case .integers(let list): return .intArray(list)
+        }
+    }
+}
