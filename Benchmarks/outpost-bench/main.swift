@@ -12,6 +12,7 @@ let usage = """
       push     push throughput from 8 clients in batches of 100 and 500, beside raw SQLite
       pull     pull throughput, page time at 10,000 vs 1,000,000 records, long-poll wake-up
       longpoll long-poll wake-up only: --waiters 2000,10000 waiting pulls, one commit, five rounds
+      schema   candidate SQLite layouts of the push path, with the store's statements, alternated
       peers    Outpost beside PocketBase (pip-installed): bulk write, paged read, small reads, a 64 MiB upload
       client   the client SDK: local save latency, initial sync, write-to-other-device latency
 
@@ -29,6 +30,8 @@ do {
         try await MediaBench.run(arguments: Array(arguments.dropFirst()))
     case "push", "pull", "longpoll":
         try await SyncBench.run(area: arguments[0], arguments: Array(arguments.dropFirst()))
+    case "schema":
+        try SchemaBench.run(arguments: Array(arguments.dropFirst()))
     case "peers":
         try await PeersBench.run(arguments: Array(arguments.dropFirst()))
     case "client":
