@@ -6,6 +6,23 @@ import Testing
 
 @Suite("Store: local API, files, observation, quarantine, crashes")
 struct StoreTests {
+    @Test func newRecordIDsAreValidVersion7UUIDsThatCarryTheirTime() throws {
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        let ids = (0..<100).map { _ in OutpostStore.newRecordID() }
+        let after = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(Set(ids).count == 100)
+        for id in ids {
+            #expect(Names.isValidRecordID(id), "\(id)")
+            let hex = Array(id)
+            #expect(hex.count == 36 && hex[14] == "7", "\(id) is not a UUID version 7")
+            let ms = try #require(Int64(String(hex[0..<8] + hex[9..<13]), radix: 16))
+            #expect((before...after).contains(ms), "\(id) carries \(ms), made between \(before) and \(after)")
+        }
+        // Made in time order, they sort in time order (ids of one millisecond may not).
+        let times = ids.map { String($0.prefix(13)) }
+        #expect(times == times.sorted())
+    }
+
     @Test func codableAndRawJSONRoundTrip() async throws {
         let store = try OutpostStore.inMemory(configuration: World().configuration("phone"))
         let saved = try await store.save(Todo(title: "Buy milk"), in: "todos", id: "t1")
