@@ -48,40 +48,29 @@ enum HTTPBench {
 
     static func run(arguments: [String]) async throws {
         var o = Options()
-        var i = 0
-        func value() throws -> String {
-            i += 1
-            guard i < arguments.count else { throw BenchError("\(arguments[i - 1]) needs a value\n\(help)") }
-            return arguments[i]
-        }
-        func int() throws -> Int {
-            let v = try value()
-            guard let n = Int(v), n >= 0 else { throw BenchError("\(arguments[i - 1]) needs a number, not \(v)") }
-            return n
-        }
-        while i < arguments.count {
-            switch arguments[i] {
-            case "--connections": o.connections = try int()
-            case "--threads": o.threads = try int()
-            case "--duration": o.seconds = try int()
-            case "--warmup": o.warmup = try int()
-            case "--rounds": o.rounds = max(1, try int())
-            case "--idle": o.idleConnections = try int()
-            case "--event-loops": o.eventLoops = try int()
-            case "--server": o.server = try value()
+        var options = OptionReader(arguments, help: help)
+        while let option = options.next() {
+            switch option {
+            case "--connections": o.connections = try options.number()
+            case "--threads": o.threads = try options.number()
+            case "--duration": o.seconds = try options.number()
+            case "--warmup": o.warmup = try options.number()
+            case "--rounds": o.rounds = max(1, try options.number())
+            case "--idle": o.idleConnections = try options.number()
+            case "--event-loops": o.eventLoops = try options.number()
+            case "--server": o.server = try options.value()
             case "--no-nginx": o.skipNginx = true
             case "--no-idle": o.skipIdle = true
-            case "--file-mb": o.fileMegabytes = try int()
+            case "--file-mb": o.fileMegabytes = try options.number()
             case "--nice":
-                let v = try value()
+                let v = try options.value()
                 guard let n = Int(v) else { throw BenchError("--nice needs a number, not \(v)") }
                 o.nice = n
             case "-h", "--help":
                 print(help)
                 return
-            default: throw BenchError("unknown option \(arguments[i])\n\(help)")
+            default: throw options.unknown(option)
             }
-            i += 1
         }
         try await bench(o)
     }

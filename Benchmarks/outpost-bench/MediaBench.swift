@@ -43,29 +43,18 @@ enum MediaBench {
 
     static func run(arguments: [String]) async throws {
         var o = Options()
-        var i = 0
-        func value() throws -> String {
-            i += 1
-            guard i < arguments.count else { throw HTTPBench.BenchError("\(arguments[i - 1]) needs a value\n\(help)") }
-            return arguments[i]
-        }
-        func positive() throws -> Int {
-            let text = try value()
-            guard let n = Int(text), n > 0 else { throw HTTPBench.BenchError("\(arguments[i - 1]) needs a positive number, not \(text)") }
-            return n
-        }
-        while i < arguments.count {
-            switch arguments[i] {
-            case "--size-mb": o.megabytes = try positive()
-            case "--connections": o.connections = try positive()
-            case "--server": o.server = try value()
-            case "--dir": o.directory = try value()
+        var options = OptionReader(arguments, help: help)
+        while let option = options.next() {
+            switch option {
+            case "--size-mb": o.megabytes = try options.number(atLeast: 1)
+            case "--connections": o.connections = try options.number(atLeast: 1)
+            case "--server": o.server = try options.value()
+            case "--dir": o.directory = try options.value()
             case "-h", "--help":
                 print(help)
                 return
-            default: throw HTTPBench.BenchError("unknown option \(arguments[i])\n\(help)")
+            default: throw options.unknown(option)
             }
-            i += 1
         }
         try await bench(o)
     }

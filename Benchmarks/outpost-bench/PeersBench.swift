@@ -53,30 +53,19 @@ enum PeersBench {
 
     static func run(arguments: [String]) async throws {
         var o = Options()
-        var i = 0
-        func value() throws -> String {
-            i += 1
-            guard i < arguments.count else { throw HTTPBench.BenchError("\(arguments[i - 1]) needs a value\n\(help)") }
-            return arguments[i]
-        }
-        func positive() throws -> Int {
-            let text = try value()
-            guard let n = Int(text), n > 0 else { throw HTTPBench.BenchError("\(arguments[i - 1]) needs a positive number, not \(text)") }
-            return n
-        }
-        while i < arguments.count {
-            switch arguments[i] {
-            case "--records": o.records = try positive()
-            case "--duration": o.seconds = try positive()
-            case "--upload-mb": o.uploadMegabytes = try positive()
-            case "--pocketbase": o.pocketbase = try value()
-            case "--server": o.server = try value()
+        var options = OptionReader(arguments, help: help)
+        while let option = options.next() {
+            switch option {
+            case "--records": o.records = try options.number(atLeast: 1)
+            case "--duration": o.seconds = try options.number(atLeast: 1)
+            case "--upload-mb": o.uploadMegabytes = try options.number(atLeast: 1)
+            case "--pocketbase": o.pocketbase = try options.value()
+            case "--server": o.server = try options.value()
             case "-h", "--help":
                 print(help)
                 return
-            default: throw HTTPBench.BenchError("unknown option \(arguments[i])\n\(help)")
+            default: throw options.unknown(option)
             }
-            i += 1
         }
         try await bench(o)
     }
@@ -375,48 +364,14 @@ enum PeersBench {
         var body: [UInt8]?
     }
 
-    struct DriveResult {
-        var counted = 0
-        var seconds = 0.0
-        var p50 = 0.0
-        var p99 = 0.0
-    }
-
     /// Each list of requests on its own keep-alive connection and thread, all at once;
     /// `counting` tells how many records an answer stored.
     static func drive(port: Int, requests: [[Request]], counting: @escaping @Sendable ([UInt8]) -> Int) throws -> DriveResult {
-        let counted = Atomic<Int>(0)
-        let latencies = Mutex<[Double]>([])
-        let failure = Mutex<String?>(nil)
-        let group = DispatchGroup()
-        let start = Date()
-        for list in requests {
-            let mine = Owned(list)
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                do {
-                    let connection = try BenchConnection(port: port)
-                    var times: [Double] = []
-                    for r in mine.value {
-                        let t0 = Date()
-                        let answer = try connection.request(r.method, r.path, headers: r.headers, body: r.body)
-                        guard answer.status == 200 else { throw HTTPBench.BenchError("\(r.path) answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))") }
-                        times.append(Date().timeIntervalSince(t0))
-                        counted.add(counting(answer.body), ordering: .relaxed)
-                    }
-                    latencies.withLock { $0 += times }
-                } catch {
-                    failure.withLock { $0 = "\(error)" }
-                }
-            }
+        try driveClients(requests, port: { _ in port }) { connection, _, r in
+            let answer = try connection.request(r.method, r.path, headers: r.headers, body: r.body)
+            guard answer.status == 200 else { throw HTTPBench.BenchError("\(r.path) answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))") }
+            return counting(answer.body)
         }
-        group.wait()
-        let seconds = Date().timeIntervalSince(start)
-        if let f = failure.withLock({ $0 }) { throw HTTPBench.BenchError(f) }
-        let sorted = latencies.withLock { $0 }.sorted()
-        return DriveResult(counted: counted.load(ordering: .relaxed), seconds: seconds,
-                           p50: sorted[sorted.count / 2], p99: sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
     }
 
     /// The same request in a closed loop on 64 connections (two threads, each with its

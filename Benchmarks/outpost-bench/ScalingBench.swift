@@ -63,13 +63,13 @@ enum ScalingBench {
                     let cpuBefore = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +)
                     let result = try drive(ports: servers.map(\.port), token: token, space: space, bodies: bodies, perClientSpace: perClientSpace)
                     let cpu = servers.map { MemorySampler.cpu(pid: $0.pid).total }.reduce(0, +) - cpuBefore
-                    let rate = Double(result.applied) / result.seconds
+                    let rate = Double(result.counted) / result.seconds
                     let versus = sqliteRates[batch].map { String(format: "%9.2f x", rate / $0) } ?? "        -  "
                     let label = "\(count) inst., \(perClientSpace ? "8 spaces" : "1 space "), \(batch):"
                     print(label.padding(toLength: 30, withPad: " ", startingAt: 0)
                           + String(format: "%9.0f %@   %6.1f / %6.1f ms", rate, versus, result.p50 * 1000, result.p99 * 1000)
-                          + String(format: "   %.1f us/change", cpu / Double(max(result.applied, 1)) * 1e6)
-                          + (result.applied == total ? "" : "  (only \(result.applied) of \(total) applied!)"))
+                          + String(format: "   %.1f us/change", cpu / Double(max(result.counted, 1)) * 1e6)
+                          + (result.counted == total ? "" : "  (only \(result.counted) of \(total) applied!)"))
                 }
             }
             if count >= 2 { try crossInstanceLongPoll(ports: servers.map(\.port), token: token, space: "pg\(run)-\(count)-poll") }
@@ -107,40 +107,10 @@ enum ScalingBench {
 
     /// Client `c` sends all its bodies to `ports[c % ports.count]` on one keep-alive
     /// connection; all clients at once.
-    static func drive(ports: [Int], token: String, space: String, bodies: [[[UInt8]]], perClientSpace: Bool) throws -> SyncBench.DriveResult {
-        let applied = Atomic<Int>(0)
-        let latencies = Mutex<[Double]>([])
-        let failure = Mutex<String?>(nil)
-        let group = DispatchGroup()
-        let start = Date()
-        for (c, clientBodies) in bodies.enumerated() {
-            group.enter()
-            let port = ports[c % ports.count]
-            let path = "/v1/spaces/\(space)\(perClientSpace ? "-c\(c)" : "")/push"
-            Thread.detachNewThread {
-                defer { group.leave() }
-                do {
-                    let connection = try BenchConnection(port: port)
-                    var mine: [Double] = []
-                    for body in clientBodies {
-                        let t0 = Date()
-                        let (status, response) = try connection.exchange(method: "POST", path: path, token: token, body: body)
-                        guard status == 200 else { throw HTTPBench.BenchError("push answered \(status): \(String(decoding: response.prefix(300), as: UTF8.self))") }
-                        mine.append(Date().timeIntervalSince(t0))
-                        applied.add(SyncBench.count(#""status":"applied""#, in: response), ordering: .relaxed)
-                    }
-                    latencies.withLock { $0 += mine }
-                } catch {
-                    failure.withLock { $0 = "\(error)" }
-                }
-            }
+    static func drive(ports: [Int], token: String, space: String, bodies: [[[UInt8]]], perClientSpace: Bool) throws -> DriveResult {
+        try driveClients(bodies, port: { ports[$0 % ports.count] }) { connection, c, body in
+            try SyncBench.push(body, on: connection, path: "/v1/spaces/\(space)\(perClientSpace ? "-c\(c)" : "")/push", token: token)
         }
-        group.wait()
-        let seconds = Date().timeIntervalSince(start)
-        if let f = failure.withLock({ $0 }) { throw HTTPBench.BenchError(f) }
-        let sorted = latencies.withLock { $0 }.sorted()
-        return SyncBench.DriveResult(applied: applied.load(ordering: .relaxed), seconds: seconds,
-                                     p50: sorted[sorted.count / 2], p99: sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
     }
 
     /// The URL with its password hidden.

@@ -88,35 +88,17 @@ enum PostgresMediaMetadata {
 /// must never hold up another body's unlock). Sessions are made on demand, at most
 /// `maxSessions`; a body beyond that waits for a free one.
 final class PostgresLockPool: UploadLockService {
-    /// One connection on its own thread, reconnected before a job when it was lost (the
-    /// job then gets the error when that fails).
+    /// One connection on its own thread, reconnected before a job when it was lost.
     final class Session: Sendable {
-        struct Job: Sendable {
-            let run: @Sendable (PostgresConnection, (any Error)?) -> Void
-        }
-
-        let thread: WorkerThread<Job>
+        let thread: WorkerThread<SQLMediaReadJob>
 
         init(url: String) throws {
-            thread = try WorkerThread<Job>(
-                name: "pg-media-lock",
-                setup: { try PostgresSyncStore.open(url) },
-                handle: { db, jobs in
-                    for job in jobs {
-                        do {
-                            try db.reconnectIfNeeded()
-                            job.run(db, nil)
-                        } catch {
-                            job.run(db, error)
-                        }
-                    }
-                },
-                teardown: { db in db.close() })
+            thread = try SQLMediaReadJob.thread(name: "pg-media-lock", open: { PostgresSession(db: try PostgresSyncStore.open(url)) })
         }
 
-        func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
             try await withCheckedThrowingContinuation { continuation in
-                let job = Job { db, error in
+                let job = SQLMediaReadJob { db, error in
                     if let error { continuation.resume(throwing: error); return }
                     continuation.resume(with: Result { try body(db) })
                 }
@@ -200,14 +182,14 @@ final class PostgresLockPool: UploadLockService {
         let session = try await checkout()
         let lockSQL: String
         switch (exclusive, wait) {
-        case (true, true): lockSQL = "SELECT true FROM pg_advisory_lock($1)"
-        case (false, true): lockSQL = "SELECT true FROM pg_advisory_lock_shared($1)"
-        case (true, false): lockSQL = "SELECT pg_try_advisory_lock($1)"
-        case (false, false): lockSQL = "SELECT pg_try_advisory_lock_shared($1)"
+        case (true, true): lockSQL = "SELECT 1 FROM pg_advisory_lock(?)"
+        case (false, true): lockSQL = "SELECT 1 FROM pg_advisory_lock_shared(?)"
+        case (true, false): lockSQL = "SELECT pg_try_advisory_lock(?)::int"
+        case (false, false): lockSQL = "SELECT pg_try_advisory_lock_shared(?)::int"
         }
         let taken: Bool
         do {
-            taken = try await session.run { db in try db.query(lockSQL, [.int(key)]).bool(0, 0) }
+            taken = try await session.run { db in try db.queryOne(lockSQL, [.integer(key)]) { $0.int64(0) } == 1 }
         } catch {
             checkin(session)
             throw error
@@ -222,9 +204,9 @@ final class PostgresLockPool: UploadLockService {
         } catch {
             result = .failure(error)
         }
-        let unlockSQL = exclusive ? "SELECT pg_advisory_unlock($1)" : "SELECT pg_advisory_unlock_shared($1)"
+        let unlockSQL = exclusive ? "SELECT pg_advisory_unlock(?)" : "SELECT pg_advisory_unlock_shared(?)"
         do {
-            _ = try await session.run { db in try db.query(unlockSQL, [.int(key)]).bool(0, 0) }
+            _ = try await session.run { db in try db.run(unlockSQL, [.integer(key)]) }
         } catch {
             // The connection is gone, and with it the session and its locks.
             Log.error("media lock release failed", ["error": "\(error)"])

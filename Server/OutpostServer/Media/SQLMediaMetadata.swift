@@ -29,20 +29,7 @@ final class SQLMediaMetadata: MediaMetadata {
             setup: { SQLMediaWriter(db: try openWriter()) },
             handle: { writer, jobs in writer.handle(jobs) },
             teardown: { writer in writer.db.close() })
-        reader = try WorkerThread<SQLMediaReadJob>(
-            name: "\(name)-media-reader",
-            setup: openReader,
-            handle: { db, jobs in
-                for job in jobs {
-                    do {
-                        try db.reconnectIfNeeded()
-                        job.run(db, nil)
-                    } catch {
-                        job.run(db, error)
-                    }
-                }
-            },
-            teardown: { db in db.close() })
+        reader = try SQLMediaReadJob.thread(name: "\(name)-media-reader", open: openReader)
         self.locks = locks
         self.largestOpenChunkSize = largestOpenChunkSize
     }
@@ -275,6 +262,25 @@ enum SQLMediaWriteJob: Sendable {
 struct SQLMediaReadJob: Sendable {
     /// Runs with the session, or with the error that made it unusable.
     let run: @Sendable (any SQLSession, (any Error)?) -> Void
+
+    /// A thread with its own session, made by `open`, that runs these jobs in order, each
+    /// after reconnecting if the connection was lost (the job gets the error when that fails).
+    static func thread(name: String, open: @escaping @Sendable () throws -> any SQLSession) throws -> WorkerThread<SQLMediaReadJob> {
+        try WorkerThread<SQLMediaReadJob>(
+            name: name,
+            setup: open,
+            handle: { db, jobs in
+                for job in jobs {
+                    do {
+                        try db.reconnectIfNeeded()
+                        job.run(db, nil)
+                    } catch {
+                        job.run(db, error)
+                    }
+                }
+            },
+            teardown: { db in db.close() })
+    }
 }
 
 // MARK: - Writer

@@ -23,15 +23,8 @@ import Dispatch
 /// newest empty page its group read (or none: its own first page), exactly as a pull that
 /// waited alone would. A group whose last pull left stops waiting.
 final class LongPollHub: Sendable {
-    struct Key: Hashable {
-        let space: String
-        let afterSeq: Int64
-        let limit: Int
-        let maxBytes: Int
-        let collections: [String]?
-        /// The head of the pull's empty first page.
-        let head: Int64
-    }
+    /// The page a group waits for; its `head` is the head of the pulls' empty first page.
+    typealias Key = PageCoalescer.Key
 
     /// How a waiting pull ends.
     enum Outcome: Sendable {

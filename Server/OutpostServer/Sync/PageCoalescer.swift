@@ -12,6 +12,8 @@ import Synchronization
 /// particular, one sent after its own push's answer; stores update the head before
 /// answering a push). With no known head nothing is shared.
 final class PageCoalescer: Sendable {
+    /// A page as pulls ask for it: where it starts, its limits and filter, and the head it
+    /// was asked at (shared with `LongPollHub`, whose groups wait for such a page).
     struct Key: Hashable {
         let space: String
         let afterSeq: Int64
