@@ -1,0 +1,446 @@
+/// The expression language of a rules file (docs/rules.md): a condition over the token's
+/// claims and a record, with no side effects and a cost bounded by its size.
+///
+/// Grammar, loosest first:
+///
+///     expression  = or [ "?" expression ":" expression ]
+///     or          = and { "||" and }
+///     and         = equality { "&&" equality }
+///     equality    = comparison { ( "==" | "!=" ) comparison }
+///     comparison  = unary { ( "<" | "<=" | ">" | ">=" | "in" ) unary }
+///     unary       = "!" unary | primary
+///     primary     = literal | path | "(" expression ")"
+///     literal     = string | number | "true" | "false" | "null"
+///     path        = root { "." name }
+///     root        = "auth" | "data" | "prev" | "op" | "collection" | "id"
+///
+/// Strings are in single or double quotes, with `\\`, `\'`, `\"`, `\n` and `\t` escapes.
+/// Numbers are decimal, with an optional fraction and exponent.
+///
+/// Values are JSON values. A path that does not exist is `null`. `==` and `!=` compare
+/// values deeply (numbers by value). `<` `<=` `>` `>=` compare two numbers, or two strings
+/// byte-wise; any other pair is `false`. `a in b` is `true` when `b` is an array holding a
+/// value equal to `a`, or when both are strings and `a` is a substring of `b`. `!`, `&&`,
+/// `||` and the condition of `? :` take `true` as true and anything else as false. A rule
+/// admits a request only when its expression evaluates to exactly `true`.
+public struct RuleExpression: Sendable, CustomStringConvertible {
+    /// The largest expression accepted, in bytes, and the deepest nesting: what keeps a
+    /// rule's cost bounded and its parse off the stack's limits.
+    public static let maxLength = 4096
+    public static let maxDepth = 64
+
+    /// The roots a path may start from.
+    public enum Root: String, Sendable, CaseIterable {
+        case auth, data, prev, op, collection, id
+    }
+
+    indirect enum Node: Sendable {
+        case literal(JSONValue)
+        case path(Root, [String])
+        case not(Node)
+        case binary(Operator, Node, Node)
+        case and(Node, Node)
+        case or(Node, Node)
+        case choice(Node, Node, Node)
+    }
+
+    enum Operator: String, Sendable {
+        case equal = "==", notEqual = "!=", less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">=", member = "in"
+    }
+
+    /// What the expression reads a record as, and the token.
+    public struct Context: Sendable {
+        public var auth: JSONObject
+        public var data: JSONValue
+        public var prev: JSONValue
+        public var op: String
+        public var collection: String
+        public var id: String
+
+        public init(auth: JSONObject, data: JSONValue, prev: JSONValue, op: String, collection: String, id: String) {
+            self.auth = auth
+            self.data = data
+            self.prev = prev
+            self.op = op
+            self.collection = collection
+            self.id = id
+        }
+    }
+
+    /// An expression that cannot be parsed: what is wrong, at which line and column of the
+    /// expression's text (both from 1).
+    public struct ParseError: Error, Sendable, Equatable, CustomStringConvertible {
+        public let line: Int
+        public let column: Int
+        public let reason: String
+        /// The byte offset in the expression's text.
+        public let offset: Int
+
+        public var description: String { "line \(line), column \(column): \(reason)" }
+    }
+
+    let root: Node
+    public let source: String
+
+    public var description: String { source }
+
+    /// Parses `source`, refusing what the grammar does not allow and paths from unknown roots.
+    public init(_ source: String) throws(ParseError) {
+        var parser = Parser(source)
+        root = try parser.parseAll()
+        self.source = source
+    }
+
+    /// Whether the expression evaluates to exactly `true` in `context`.
+    public func admits(_ context: Context) -> Bool {
+        if case .bool(true) = Self.evaluate(root, context) { return true }
+        return false
+    }
+
+    /// The value of the expression in `context`.
+    public func value(in context: Context) -> JSONValue {
+        Self.evaluate(root, context)
+    }
+
+    static func evaluate(_ node: Node, _ c: Context) -> JSONValue {
+        switch node {
+        case .literal(let v):
+            return v
+        case .path(let root, let names):
+            var value: JSONValue
+            switch root {
+            case .auth: value = .object(c.auth)
+            case .data: value = c.data
+            case .prev: value = c.prev
+            case .op: value = .string(c.op)
+            case .collection: value = .string(c.collection)
+            case .id: value = .string(c.id)
+            }
+            for name in names {
+                guard case .object(let object) = value, let next = object[name] else { return .null }
+                value = next
+            }
+            return value
+        case .not(let inner):
+            return .bool(!isTrue(evaluate(inner, c)))
+        case .and(let a, let b):
+            return .bool(isTrue(evaluate(a, c)) && isTrue(evaluate(b, c)))
+        case .or(let a, let b):
+            return .bool(isTrue(evaluate(a, c)) || isTrue(evaluate(b, c)))
+        case .choice(let condition, let yes, let no):
+            return isTrue(evaluate(condition, c)) ? evaluate(yes, c) : evaluate(no, c)
+        case .binary(let op, let a, let b):
+            let x = evaluate(a, c), y = evaluate(b, c)
+            switch op {
+            case .equal: return .bool(equal(x, y))
+            case .notEqual: return .bool(!equal(x, y))
+            case .less, .lessOrEqual, .greater, .greaterOrEqual:
+                guard let order = compare(x, y) else { return .bool(false) }
+                switch op {
+                case .less: return .bool(order < 0)
+                case .lessOrEqual: return .bool(order <= 0)
+                case .greater: return .bool(order > 0)
+                default: return .bool(order >= 0)
+                }
+            case .member:
+                switch (x, y) {
+                case (_, .array(let items)): return .bool(items.contains { equal(x, $0) })
+                case (.string(let needle), .string(let haystack)):
+                    return .bool(needle.isEmpty || Array(haystack.utf8).firstRange(of: Array(needle.utf8)) != nil)
+                default: return .bool(false)
+                }
+            }
+        }
+    }
+
+    /// Deep equality with numbers compared by value (`1 == 1.0`), unlike `JSONValue`'s `==`,
+    /// which compares numbers by their text.
+    static func equal(_ a: JSONValue, _ b: JSONValue) -> Bool {
+        switch (a, b) {
+        case (.number(let x), .number(let y)):
+            if let p = x.int64Value, let q = y.int64Value { return p == q }
+            return x.doubleValue == y.doubleValue
+        case (.array(let x), .array(let y)):
+            return x.count == y.count && zip(x, y).allSatisfy { equal($0, $1) }
+        case (.object(let x), .object(let y)):
+            guard x.count == y.count else { return false }
+            for (key, value) in x {
+                guard let other = y[key], equal(value, other) else { return false }
+            }
+            return true
+        default:
+            return a == b
+        }
+    }
+
+    static func isTrue(_ v: JSONValue) -> Bool {
+        if case .bool(true) = v { return true }
+        return false
+    }
+
+    /// -1, 0 or 1 for two numbers or two strings (byte-wise); nil for any other pair.
+    static func compare(_ a: JSONValue, _ b: JSONValue) -> Int? {
+        switch (a, b) {
+        case (.number(let x), .number(let y)):
+            if let p = x.int64Value, let q = y.int64Value { return p < q ? -1 : (p > q ? 1 : 0) }
+            let p = x.doubleValue, q = y.doubleValue
+            return p < q ? -1 : (p > q ? 1 : 0)
+        case (.string(let x), .string(let y)):
+            if x == y { return 0 }
+            return x.utf8.lexicographicallyPrecedes(y.utf8) ? -1 : 1
+        default:
+            return nil
+        }
+    }
+}
+
+// MARK: - Parser
+
+extension RuleExpression {
+    struct Parser {
+        enum Token: Equatable {
+            case string(String)
+            case number(String)
+            case name(String)
+            case symbol(String)
+            case end
+        }
+
+        let bytes: [UInt8]
+        var position = 0
+        /// The current token and where it starts.
+        var token: Token = .end
+        var tokenStart = 0
+        var depth = 0
+
+        init(_ source: String) {
+            bytes = Array(source.utf8)
+        }
+
+        mutating func parseAll() throws(ParseError) -> Node {
+            guard bytes.count <= RuleExpression.maxLength else {
+                throw error("the expression is longer than \(RuleExpression.maxLength) bytes", at: RuleExpression.maxLength)
+            }
+            try advance()
+            guard token != .end else { throw error("the expression is empty", at: 0) }
+            let node = try expression()
+            guard token == .end else { throw error("unexpected \(describe(token))", at: tokenStart) }
+            return node
+        }
+
+        // MARK: Grammar
+
+        mutating func expression() throws(ParseError) -> Node {
+            depth += 1
+            defer { depth -= 1 }
+            guard depth <= RuleExpression.maxDepth else { throw error("the expression nests deeper than \(RuleExpression.maxDepth)", at: tokenStart) }
+            let condition = try or()
+            guard token == .symbol("?") else { return condition }
+            try advance()
+            let yes = try expression()
+            guard token == .symbol(":") else { throw error("expected ':' of '? :', found \(describe(token))", at: tokenStart) }
+            try advance()
+            let no = try expression()
+            return .choice(condition, yes, no)
+        }
+
+        mutating func or() throws(ParseError) -> Node {
+            var node = try and()
+            while token == .symbol("||") {
+                try advance()
+                node = .or(node, try and())
+            }
+            return node
+        }
+
+        mutating func and() throws(ParseError) -> Node {
+            var node = try equality()
+            while token == .symbol("&&") {
+                try advance()
+                node = .and(node, try equality())
+            }
+            return node
+        }
+
+        mutating func equality() throws(ParseError) -> Node {
+            var node = try comparison()
+            while case .symbol(let s) = token, s == "==" || s == "!=" {
+                try advance()
+                node = .binary(Operator(rawValue: s)!, node, try comparison())
+            }
+            return node
+        }
+
+        mutating func comparison() throws(ParseError) -> Node {
+            var node = try unary()
+            while true {
+                let op: Operator
+                switch token {
+                case .symbol(let s) where ["<", "<=", ">", ">="].contains(s): op = Operator(rawValue: s)!
+                case .name("in"): op = .member
+                default: return node
+                }
+                try advance()
+                node = .binary(op, node, try unary())
+            }
+        }
+
+        mutating func unary() throws(ParseError) -> Node {
+            if token == .symbol("!") {
+                depth += 1
+                defer { depth -= 1 }
+                guard depth <= RuleExpression.maxDepth else { throw error("the expression nests deeper than \(RuleExpression.maxDepth)", at: tokenStart) }
+                try advance()
+                return .not(try unary())
+            }
+            return try primary()
+        }
+
+        mutating func primary() throws(ParseError) -> Node {
+            let start = tokenStart
+            switch token {
+            case .string(let s):
+                try advance()
+                return .literal(.string(s))
+            case .number(let text):
+                guard let number = JSONNumber(lexeme: text) else { throw error("\(text) is not a number", at: start) }
+                try advance()
+                return .literal(.number(number))
+            case .name("true"):
+                try advance()
+                return .literal(.bool(true))
+            case .name("false"):
+                try advance()
+                return .literal(.bool(false))
+            case .name("null"):
+                try advance()
+                return .literal(.null)
+            case .name(let name):
+                guard let root = Root(rawValue: name) else {
+                    throw error("unknown name '\(name)' (a path starts with \(Root.allCases.map(\.rawValue).joined(separator: ", ")))", at: start)
+                }
+                try advance()
+                var names: [String] = []
+                while token == .symbol(".") {
+                    try advance()
+                    guard case .name(let field) = token else { throw error("expected a field name after '.', found \(describe(token))", at: tokenStart) }
+                    names.append(field)
+                    try advance()
+                }
+                if (root == .op || root == .collection || root == .id) && !names.isEmpty {
+                    throw error("'\(root.rawValue)' is a string and has no fields", at: start)
+                }
+                return .path(root, names)
+            case .symbol("("):
+                try advance()
+                let inner = try expression()
+                guard token == .symbol(")") else { throw error("expected ')', found \(describe(token))", at: tokenStart) }
+                try advance()
+                return inner
+            default:
+                throw error("expected a value, found \(describe(token))", at: start)
+            }
+        }
+
+        // MARK: Tokens
+
+        mutating func advance() throws(ParseError) {
+            while position < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[position]) { position += 1 }
+            tokenStart = position
+            guard position < bytes.count else {
+                token = .end
+                return
+            }
+            let c = bytes[position]
+            switch c {
+            case UInt8(ascii: "'"), UInt8(ascii: "\""):
+                token = .string(try string(quote: c))
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-") where c != UInt8(ascii: "-") || (position + 1 < bytes.count && (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position + 1])):
+                var end = position + 1
+                while end < bytes.count, Self.isNumberByte(bytes[end]) || ((bytes[end] == UInt8(ascii: "-") || bytes[end] == UInt8(ascii: "+")) && (bytes[end - 1] | 0x20) == UInt8(ascii: "e")) {
+                    end += 1
+                }
+                token = .number(String(decoding: bytes[position..<end], as: UTF8.self))
+                position = end
+            case _ where Self.isNameStart(c):
+                var end = position + 1
+                while end < bytes.count, Self.isNameStart(bytes[end]) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[end]) { end += 1 }
+                token = .name(String(decoding: bytes[position..<end], as: UTF8.self))
+                position = end
+            default:
+                let two = position + 1 < bytes.count ? String(decoding: bytes[position...position + 1], as: UTF8.self) : ""
+                if ["==", "!=", "<=", ">=", "&&", "||"].contains(two) {
+                    token = .symbol(two)
+                    position += 2
+                } else if "<>!?:().".utf8.contains(c) {
+                    token = .symbol(String(UnicodeScalar(c)))
+                    position += 1
+                } else if c == UInt8(ascii: "=") {
+                    throw error("'=' is not an operator; compare with '=='", at: position)
+                } else {
+                    throw error("unexpected character '\(String(decoding: [c], as: UTF8.self))'", at: position)
+                }
+            }
+        }
+
+        mutating func string(quote: UInt8) throws(ParseError) -> String {
+            let start = position
+            position += 1
+            var out: [UInt8] = []
+            while position < bytes.count {
+                let c = bytes[position]
+                if c == quote {
+                    position += 1
+                    return String(decoding: out, as: UTF8.self)
+                }
+                if c == UInt8(ascii: "\\") {
+                    guard position + 1 < bytes.count else { break }
+                    switch bytes[position + 1] {
+                    case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\"))
+                    case UInt8(ascii: "'"): out.append(UInt8(ascii: "'"))
+                    case UInt8(ascii: "\""): out.append(UInt8(ascii: "\""))
+                    case UInt8(ascii: "n"): out.append(0x0A)
+                    case UInt8(ascii: "t"): out.append(0x09)
+                    default: throw error("unknown escape '\\\(String(decoding: [bytes[position + 1]], as: UTF8.self))'", at: position)
+                    }
+                    position += 2
+                    continue
+                }
+                out.append(c)
+                position += 1
+            }
+            throw error("the string is not closed", at: start)
+        }
+
+        static func isNameStart(_ c: UInt8) -> Bool {
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(c) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(c) || c == UInt8(ascii: "_") || c == UInt8(ascii: "$")
+        }
+
+        static func isNumberByte(_ c: UInt8) -> Bool {
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(c) || c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E")
+        }
+
+        func describe(_ token: Token) -> String {
+            switch token {
+            case .string(let s): return "the string '\(s)'"
+            case .number(let n): return "the number \(n)"
+            case .name(let n): return "'\(n)'"
+            case .symbol(let s): return "'\(s)'"
+            case .end: return "the end of the expression"
+            }
+        }
+
+        func error(_ reason: String, at offset: Int) -> ParseError {
+            var line = 1, column = 1
+            for b in bytes.prefix(offset) {
+                if b == 0x0A {
+                    line += 1
+                    column = 1
+                } else if b & 0xC0 != 0x80 {
+                    column += 1
+                }
+            }
+            return ParseError(line: line, column: column, reason: reason, offset: offset)
+        }
+    }
+}
