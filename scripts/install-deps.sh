@@ -13,7 +13,8 @@ if [ "$purpose" = "test" ]; then
   # them); the benchmarks' nginx-light and wrk are not needed. postgresql: the PostgreSQL store's tests
   # start a throwaway cluster (initdb, postgres) as the postgres user it creates;
   # util-linux has runuser.
-  packages+=(gzip procps curl postgresql util-linux)
+  # python3-venv: the venv schemathesis is installed into (below).
+  packages+=(gzip procps curl postgresql util-linux python3 python3-venv)
 fi
 
 missing=()
@@ -28,6 +29,25 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "$purpose" = "test" ]; then
+  # schemathesis, which SchemathesisTests runs against a live outpost-server to hold
+  # openapi/outpost.yaml to it. Pinned: its checks and its generation change from version
+  # to version, and the test's run must be the same every time. The test reads this line
+  # for the version and finds the tool in its own venv under .build/tools (no root needed,
+  # nothing outside the checkout; `make clean` removes it and `make test` puts it back).
+  schemathesis_version=4.32.5
+  venv="$(cd "$(dirname "$0")/.." && pwd)/.build/tools/schemathesis-$schemathesis_version"
+  if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "version $schemathesis_version\$"; then
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    # The constraints pin what schemathesis pulls in, and name schemathesis at this same
+    # version (pip refuses the install when the two disagree).
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$schemathesis_version" \
+      -c "$(dirname "$0")/schemathesis-constraints.txt"
+  fi
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

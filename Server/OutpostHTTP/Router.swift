@@ -54,9 +54,13 @@ enum RouteMatch: Sendable {
 /// }
 /// ```
 ///
-/// Matching: literal segments win over `{param}` segments; unknown path `404 not_found`;
-/// known path with another method `405 method_not_allowed` with `Allow` (HEAD is allowed
-/// wherever GET is and is answered by the GET route without a body). Path segments are
+/// Matching: a path names one resource, the most literal pattern it fits: at each segment a
+/// literal wins over a `{param}`, and the `{param}` is tried only when no pattern through
+/// the literal fits the rest of the path. So `/media/uploads` is the uploads resource and
+/// never a media id `uploads`, even for a method only `/media/{mediaId}` has. Unknown path
+/// `404 not_found`; a method that resource lacks `405 method_not_allowed` with `Allow`
+/// naming the resource's own methods (HEAD is allowed wherever GET is and is answered by
+/// the GET route without a body). Path segments are
 /// percent-decoded before matching; a segment that decodes to something containing `/`
 /// or NUL, a `.` or `..` segment, or a bad escape is `400 bad_request`.
 public struct Router: Sendable {
@@ -182,34 +186,29 @@ public struct Router: Sendable {
         case .failure(let e): return .failed(e)
         case .success(let s): segments = s
         }
-        var candidates: [(node: Node, values: [String])] = []
-        Router.collect(root, segments[...], [], into: &candidates)
-        if candidates.isEmpty { return .failed(.notFound()) }
-        for (node, values) in candidates {
-            let route = node.routes[method] ?? (method == .HEAD ? node.routes[.GET] : nil)
-            if let route {
-                var parameters: [String: String] = [:]
-                for (name, value) in zip(route.parameterNames, values) { parameters[name] = value }
-                return .found(route, parameters: parameters)
-            }
+        guard let (node, values) = Router.resource(root, segments[...], []) else { return .failed(.notFound()) }
+        if let route = node.routes[method] ?? (method == .HEAD ? node.routes[.GET] : nil) {
+            var parameters: [String: String] = [:]
+            for (name, value) in zip(route.parameterNames, values) { parameters[name] = value }
+            return .found(route, parameters: parameters)
         }
-        var allowed = Set<HTTPMethod>()
-        for (node, _) in candidates { allowed.formUnion(node.routes.keys) }
+        // Only this resource's methods: naming another pattern's (GET of /media/{mediaId} on
+        // /media/uploads) would promise a method the resource does not have.
+        var allowed = Set(node.routes.keys)
         if allowed.contains(.GET) { allowed.insert(.HEAD) }
         return .failed(.methodNotAllowed(allowed: allowed.sorted { $0.rawValue < $1.rawValue }))
     }
 
-    /// Literal matches are tried before parameter matches, so `/media/uploads` beats
-    /// `/media/{mediaId}`.
-    private static func collect(_ node: Node, _ rest: ArraySlice<String>, _ values: [String], into out: inout [(node: Node, values: [String])]) {
-        guard let segment = rest.first else {
-            if !node.routes.isEmpty { out.append((node, values)) }
-            return
-        }
-        if let next = node.literals[segment] { collect(next, rest.dropFirst(), values, into: &out) }
+    /// The resource a path names, with its parameter values: the first node with routes
+    /// that the whole path reaches, trying a literal segment before a parameter, so
+    /// `/media/uploads` is found before `/media/{mediaId}`.
+    private static func resource(_ node: Node, _ rest: ArraySlice<String>, _ values: [String]) -> (node: Node, values: [String])? {
+        guard let segment = rest.first else { return node.routes.isEmpty ? nil : (node, values) }
+        if let next = node.literals[segment], let found = resource(next, rest.dropFirst(), values) { return found }
         if let next = node.parameter.first, !segment.isEmpty {
-            collect(next, rest.dropFirst(), values + [segment], into: &out)
+            return resource(next, rest.dropFirst(), values + [segment])
         }
+        return nil
     }
 
     /// Splits a path on `/` and percent-decodes each segment (decode-then-validate).

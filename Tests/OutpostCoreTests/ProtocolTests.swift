@@ -246,6 +246,12 @@ extension PushDecodeError {
         #expect(throws: WireError.self) { try UploadRequest.decode(Array(#"{"size":-1,"sha256":"x","contentType":"a/b"}"#.utf8)) }
         #expect(!UploadRequest.isValidContentType("text/plain\r\nX: y"))
         #expect(UploadRequest.isValidContentType("text/plain; charset=utf-8"))
+        #expect(UploadRequest.isValidContentType(" image/png ;"))
+        // Once a trap that stopped the server (a `;` alone split into no pieces), and a
+        // leading `;` that let `;a/b` through as a Content-Type.
+        for bad in [";", ";;", " ;", ";a/b", ";;a/b", "", "a/b/c", "a /b", "/b", "a/", "ab"] {
+            #expect(!UploadRequest.isValidContentType(bad), "\(bad)")
+        }
         #expect(UploadState.chunkCount(size: 0, chunkSize: 10) == 0)
         #expect(UploadState.chunkCount(size: 10, chunkSize: 10) == 1)
         #expect(UploadState.chunkCount(size: 11, chunkSize: 10) == 2)

@@ -38,8 +38,18 @@ struct RouterTests {
     @Test func literalBeatsParameter() {
         #expect(found(router().match(method: .POST, path: "/v1/spaces/a/media/uploads"))?.0 == "/v1/spaces/{space}/media/uploads")
         #expect(found(router().match(method: .GET, path: "/v1/spaces/a/media/abc"))?.0 == "/v1/spaces/{space}/media/{mediaId}")
-        // "uploads" as a media id: the literal path has no GET, the parameter path has.
-        #expect(found(router().match(method: .GET, path: "/v1/spaces/a/media/uploads"))?.0 == "/v1/spaces/{space}/media/{mediaId}")
+        // "uploads" is the uploads resource, never a media id: its lack of GET is a 405 that
+        // names its own methods, not a fall-through to /media/{mediaId}'s GET.
+        let uploads = failure(router().match(method: .GET, path: "/v1/spaces/a/media/uploads"))
+        #expect(uploads?.status == .methodNotAllowed)
+        #expect(uploads?.headers["Allow"] == "POST")
+        #expect(failure(router().match(method: .DELETE, path: "/v1/spaces/a/media/uploads"))?.headers["Allow"] == "POST")
+        // A parameter is still tried where no pattern through the literal fits the path.
+        var deep = Router()
+        deep.add(.GET, "/a/b/c", handler: Self.ok)
+        deep.add(.POST, "/a/{x}/d", handler: Self.ok)
+        #expect(found(deep.match(method: .POST, path: "/a/b/d"))?.1 == ["x": "b"])
+        #expect(failure(deep.match(method: .GET, path: "/a/b/d"))?.headers["Allow"] == "POST")
         #expect(found(router().match(method: .GET, path: "/"))?.0 == "/")
     }
 

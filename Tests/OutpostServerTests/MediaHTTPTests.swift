@@ -76,6 +76,8 @@ import Testing
                 (#"{"size":-1,"sha256":"\#(String(repeating: "a", count: 64))","contentType":"image/png"}"#, "size"),
                 (#"{"size":"10","sha256":"\#(String(repeating: "a", count: 64))","contentType":"image/png"}"#, "size"),
                 (#"{"size":10,"sha256":"\#(String(repeating: "a", count: 64))","contentType":"png"}"#, "contentType"),
+                // `;` alone once trapped and stopped the server.
+                (#"{"size":10,"sha256":"\#(String(repeating: "a", count: 64))","contentType":";"}"#, "contentType"),
                 (#"{"size":10,"sha256":"\#(String(repeating: "a", count: 64))","contentType":"image/png","filename":"\#(String(repeating: "f", count: 256))"}"#, "filename"),
             ] {
                 let r = try await client.send("POST", "/v1/spaces/sp/media/uploads", body: Array(body.utf8))
@@ -535,11 +537,16 @@ import Testing
         try await withMediaServer(store: store) { server in
             let client = server.client()
             for id in [String(repeating: "a", count: 64), String(repeating: "A", count: 64), String(repeating: "a", count: 63),
-                       String(repeating: "a", count: 65), "uploads", "x"] {
+                       String(repeating: "a", count: 65), "x"] {
                 let r = try await client.download("sp", id)
                 #expect(r.status == 404, "\(id)")
                 #expect(mediaErrorCode(r) == "media_not_found", "\(id)")
             }
+            // `uploads` is the uploads resource, which has no GET: 405 naming its one method.
+            let uploads = try await client.download("sp", "uploads")
+            #expect(uploads.status == 405)
+            #expect(uploads.header("Allow") == "POST")
+            #expect(mediaErrorCode(uploads) == "method_not_allowed")
         }
     }
 

@@ -37,10 +37,15 @@ public struct UploadRequest: Hashable, Sendable, JSONWireType {
 
     /// `type/subtype` with optional parameters, printable ASCII only, at most 255 bytes
     /// (it is echoed in a response header, so nothing that could split a header passes).
+    /// The `type/subtype` is everything before the first `;`, spaces around it trimmed; it
+    /// must be there (`;` alone or `;a/b` is refused). openapi/outpost.yaml states the same
+    /// rule as `UploadRequest.contentType`'s pattern.
     public static func isValidContentType(_ text: String) -> Bool {
         let utf8 = text.utf8
         guard !utf8.isEmpty, utf8.count <= 255, utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { return false }
-        let main = text.split(separator: ";", maxSplits: 1)[0].trimmingSpaces
+        // Empty pieces kept: the first is what precedes the first `;`, even when that is
+        // nothing (omitting them would make `;` alone split into no pieces at all).
+        let main = text.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false)[0].trimmingSpaces
         let parts = main.split(separator: "/", omittingEmptySubsequences: false)
         return parts.count == 2 && !parts[0].isEmpty && !parts[1].isEmpty && !main.contains(" ")
     }

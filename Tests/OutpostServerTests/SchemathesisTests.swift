@@ -1,0 +1,88 @@
+import Foundation
+import Testing
+import OutpostTestSupport
+
+/// schemathesis, at the version scripts/install-deps.sh pins, against a live
+/// `outpost-server` with every check on (openapi/schemathesis.toml turns one off for push,
+/// with its reason): any finding is a place where openapi/outpost.yaml and the server
+/// disagree, and fails the test with schemathesis's report. The run is deterministic
+/// (`--generation-deterministic`, one worker) and bounded (`--max-examples`).
+///
+/// A missing schemathesis is a failure, never a skip, as for PostgreSQL: the test runs in
+/// CI, where `make test` installs it (`scripts/install-deps.sh test`).
+@Suite(.serverLogs) struct SchemathesisTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Test cases per operation and phase: enough to reach every operation's status codes,
+    /// few enough for a run of about 20 s on two cores.
+    static let maxExamples = 20
+
+    /// The pinned version, from its one place: `schemathesis_version=` in scripts/install-deps.sh.
+    static func pinnedVersion() throws -> String {
+        let script = try String(contentsOf: root.appendingPathComponent("scripts/install-deps.sh"), encoding: .utf8)
+        let prefix = "schemathesis_version="
+        guard let line = script.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }).first(where: { $0.hasPrefix(prefix) }) else {
+            throw ProcessFailure("scripts/install-deps.sh has no \(prefix) line")
+        }
+        return String(line.dropFirst(prefix.count))
+    }
+
+    /// The schemathesis executable: `OUTPOST_SCHEMATHESIS`, or the venv install-deps.sh makes.
+    static func executable(version: String) throws -> String {
+        let path = ProcessInfo.processInfo.environment["OUTPOST_SCHEMATHESIS"]
+            ?? root.appendingPathComponent(".build/tools/schemathesis-\(version)/bin/schemathesis").path
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw ProcessFailure("schemathesis \(version) is not installed at \(path): run scripts/install-deps.sh test (or set OUTPOST_SCHEMATHESIS to a schemathesis \(version) executable)")
+        }
+        return path
+    }
+
+    @Test func theOpenAPIDocumentIsTrueToALiveServer() async throws {
+        let version = try Self.pinnedVersion()
+        let schemathesis = try Self.executable(version: version)
+        let reported = try await blocking { try runToCompletion("/usr/bin/nice", ["-n", "19", schemathesis, "--version"], standardError: true) }
+        try #require(reported.status == 0 && reported.output.contains("version \(version)\n"),
+                     "\(schemathesis) is not schemathesis \(version): \(reported.output)")
+        let operations = OpenAPITests.operations(try OpenAPITests.specText).count
+
+        let (ended, output, serverExit) = try await withTemporaryDirectory(prefix: "outpost-schemathesis") { dir in
+            try await blocking { () throws -> (Subprocess.Termination?, String, Int32) in
+                let server = try ServerProcess(dataDirectory: dir.appending("data"))
+                defer { server.stop() }
+                // The space `s` is the one openapi/schemathesis.toml sends every request to.
+                let token = try server.token(sub: "x", spaces: ["s"], scope: "write")
+                let admin = try server.token(sub: "admin", spaces: [], admin: true)
+                let arguments = [
+                    "--config-file", Self.root.appendingPathComponent("openapi/schemathesis.toml").path,
+                    "run", Self.root.appendingPathComponent("openapi/outpost.yaml").path,
+                    "--url", server.baseURL.absoluteString,
+                    "--max-examples", String(Self.maxExamples), "--generation-deterministic", "--workers", "1",
+                    "--no-color",
+                ]
+                // Its working directory is the temporary one: whatever it writes goes there.
+                // At the lowest CPU priority: its Python takes a core for the whole run, and
+                // the suite's other tests, whose servers answer on the same two cores within
+                // their own deadlines, come first; the server it tests keeps its priority.
+                let run = try Subprocess("/usr/bin/nice", ["-n", "19", schemathesis] + arguments,
+                                         environment: Subprocess.environment(adding: [
+                                             "OUTPOST_SCHEMATHESIS_TOKEN": token, "OUTPOST_SCHEMATHESIS_ADMIN_TOKEN": admin,
+                                         ]),
+                                         workingDirectory: dir.path, output: .capture, errorToOutput: true)
+                // A deadline well past the usual 20 s, for a slow, loaded machine; past it the
+                // run is stopped by its PID and reported with what it printed.
+                let ended = run.wait(timeout: 300)
+                if ended == nil { run.stop(grace: 5) }
+                run.waitForStreams()
+                return (ended, run.outputText(), server.stop())
+            }
+        }
+        guard let ended else {
+            Issue.record("schemathesis did not finish within 300 s; its output:\n\(output)")
+            return
+        }
+        #expect(ended == .exited(0), "schemathesis \(version) reports findings (\(ended)): openapi/outpost.yaml and the server disagree\n\(output)")
+        // Every operation of the document was run, not a filtered few.
+        #expect(output.contains("Tested: \(operations)\n"), "schemathesis did not test all \(operations) operations:\n\(output)")
+        #expect(serverExit == 0, "outpost-server exited \(serverExit) after the run")
+    }
+}
