@@ -69,7 +69,7 @@ import Testing
 
     @Test(.serverLogs, arguments: ServerMutation.allCases.filter(\.isInStore))
     func mutantOfTheStoreIsCaughtOnPostgreSQL(_ mutation: ServerMutation) async throws {
-        try await expectCaught(mutation, postgresURL: try PostgresCluster.shared.createDatabase(prefix: "mutant"))
+        try await expectCaught(mutation, postgresURL: try await PostgresCluster.database(prefix: "mutant"))
     }
 
     private func expectCaught(_ mutation: ServerMutation, postgresURL: String?) async throws {

@@ -8,7 +8,7 @@ import Testing
 /// protocol does not depend on the backend.
 @Suite(.serialized, .serverLogs) struct PostgresConformanceTests {
     @Test func outpostServerOnPostgreSQLConformsToTheProtocol() async throws {
-        let url = try PostgresCluster.shared.createDatabase(prefix: "conformance")
+        let url = try await PostgresCluster.database(prefix: "conformance")
         try await withTemporaryDirectory(prefix: "outpost-conformance-pg") { directory in
             let child = try ServerProcess(dataDirectory: directory.path, arguments: ["--store", url, "--header-timeout", "1", "--body-timeout", "1"])
             defer { child.stop() }

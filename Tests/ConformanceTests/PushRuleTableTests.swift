@@ -103,7 +103,7 @@ import Testing
     }
 
     @Test func postgres() async throws {
-        let url = try PostgresCluster.shared.createDatabase(prefix: "pushtable")
+        let url = try await PostgresCluster.database(prefix: "pushtable")
         try await Self.check(Self.serverStore(try PostgresSyncStore(configuration: .init(url: url))))
     }
 

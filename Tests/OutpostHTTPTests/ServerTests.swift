@@ -812,8 +812,15 @@ struct ServerTests {
         try await withServer(routes: echoRoutes) { s in
             // Counted among this server's sockets only: other suites open and close
             // descriptors in the same process meanwhile.
-            let before = socketDescriptorCount(localPort: s.port)
+            // The count reads /proc, which fails while the process is briefly out of
+            // descriptors (hundreds of tests share it): wait for a reading that sees the
+            // listeners (one per event loop).
             let port = s.port
+            var before = 0
+            try await eventually("this server's listening sockets are counted") {
+                before = socketDescriptorCount(localPort: port)
+                return before >= 1
+            }
             let garbage: [String] = [
                 "GARBAGE\r\n\r\n", "GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n", "\u{00}\u{01}\u{02}\r\n",
                 "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
@@ -839,7 +846,6 @@ struct ServerTests {
                     }
                 }
             }
-            #expect(before >= 1, "the listeners (one per event loop)")
             do {
                 try await eventually("every bad connection closed and its socket released") {
                     s.server.openConnections == 0 && socketDescriptorCount(localPort: port) == before

@@ -10,7 +10,7 @@ import Testing
     enum Store: String, CaseIterable, Sendable { case sqlite, postgres }
 
     @Test(arguments: Store.allCases) func anAdminTokenListsSpacesWithCountsByPage(store: Store) async throws {
-        let url = store == .postgres ? try PostgresCluster.shared.createDatabase() : nil
+        let url = store == .postgres ? try await PostgresCluster.database() : nil
         try await withServer(configure: { if let url { $0.store = url } }) { s in
             let made = try PushResponse.decode(try await s.push("beta", [put("b1", "b1"), put("b2", "b2")]).body)
             let del = Change(changeId: "b3", collection: "todos", id: "b1", op: .delete, data: nil, baseVersion: made.results[0].version, clientTime: 1)

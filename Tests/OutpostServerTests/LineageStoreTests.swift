@@ -225,7 +225,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
     /// A PostgreSQL database at migration 1 gets migration 2 at start: the column, and the
     /// push function that knows re-offers.
     @Test func aPostgresDatabaseAtMigrationOneIsMigrated() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         let db = try PostgresConnection(url: url)
         defer { db.close() }
         try db.execute("CREATE TABLE schema_migrations(version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
@@ -255,7 +255,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
     /// start: the column, filled from the lineage where a row has one, and the push
     /// function that judges re-offers by it and returns it with a conflict's current.
     @Test func aPostgresDatabaseAtMigrationTwoIsMigrated() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         let db = try PostgresConnection(url: url)
         defer { db.close() }
         try db.execute("CREATE TABLE schema_migrations(version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")

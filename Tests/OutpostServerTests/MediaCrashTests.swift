@@ -34,7 +34,7 @@ import Testing
                 }
                 let part = data + "/media/uploads/" + upload.uploadId
                 let port = server.port
-                try await offPool {
+                try await blocking {
                     let raw = try TestHTTPClient(port: port)
                     try raw.send(TestHTTPClient.encode("POST", "/v1/spaces/sp/media/uploads/\(upload.uploadId)/finalize",
                                                        headers: [("Authorization", "Bearer \(token)")], body: []))
@@ -79,7 +79,7 @@ import Testing
             // Chunk 4 is on the wire, half sent, when the server dies.
             let port = server.port, id = upload.uploadId, half = Array(pieces[4].prefix(200_000)), digest = contentDigest(pieces[4])
             let length = pieces[4].count
-            try await offPool {
+            try await blocking {
                 let raw = try TestHTTPClient(port: port)
                 try raw.send(TestHTTPClient.encode("PUT", "/v1/spaces/sp/media/uploads/\(id)/chunks/4", headers: [
                     ("Authorization", "Bearer \(token)"), ("Content-Digest", digest), ("Content-Length", String(length)),

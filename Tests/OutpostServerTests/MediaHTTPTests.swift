@@ -323,7 +323,7 @@ import Testing
         let directory = try TemporaryDirectory(prefix: "outpost-media-store")
         defer { directory.remove() }
         var configuration = MediaStore.Configuration(databasePath: directory.appending("outpost.sqlite"), mediaDirectory: directory.appending("media"))
-        if store == .postgres { configuration.postgresURL = try PostgresCluster.shared.createDatabase(prefix: "media") }
+        if store == .postgres { configuration.postgresURL = try await PostgresCluster.database(prefix: "media") }
         let first = try MediaStore(configuration: configuration)
         #expect(first.largestOpenChunkSize == 0)
         let space = try #require(SpaceName("sp")), sha = try #require(MediaID(SHA256.hex([1])))
@@ -409,7 +409,7 @@ import Testing
 
             // Chunk 1: the head and half of the body, then the connection drops.
             let port = server.port, token = client.token, half = Array(pieces[1].prefix(2048)), digest = contentDigest(pieces[1])
-            try await offPool {
+            try await blocking {
                 let raw = try TestHTTPClient(port: port)
                 let head = TestHTTPClient.encode("PUT", "/v1/spaces/sp/media/uploads/\(id)/chunks/1", headers: [
                     ("Authorization", "Bearer \(token)"), ("Content-Digest", digest), ("Content-Length", "4096"),
@@ -437,7 +437,7 @@ import Testing
             let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
             let port = server.port, token = client.token
             // A slow link asks first: a wrong length is refused without sending a byte of body.
-            let answer = try await offPool { () -> TestResponse in
+            let answer = try await blocking { () -> TestResponse in
                 let raw = try TestHTTPClient(port: port)
                 try raw.send(TestHTTPClient.encode("PUT", "/v1/spaces/sp/media/uploads/\(id)/chunks/0", headers: [
                     ("Authorization", "Bearer \(token)"), ("Content-Digest", contentDigest([1])), ("Content-Length", "4000"),
@@ -654,7 +654,7 @@ import Testing
             let media = try await writer.upload("sp", file).complete.media
             let id = try UploadState.decode(try await writer.begin("sp", file: mediaBytes(9000, seed: 27)).body).uploadId
 
-            let anonymous = try await offPool { [port = server.port] in
+            let anonymous = try await blocking { [port = server.port] in
                 try httpRequest(port: port, "GET", "/v1/spaces/sp/media/\(media.mediaId)")
             }
             #expect(anonymous.status == 401)

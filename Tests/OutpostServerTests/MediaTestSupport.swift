@@ -6,16 +6,6 @@ import OutpostTestSupport
 import Synchronization
 @testable import OutpostServer
 
-/// Runs blocking socket code on a thread of its own, so a test waiting in recv(2) never
-/// holds one of the concurrency pool's few threads that the in-process server needs.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
-        let thread = Thread { continuation.resume(with: Result { try body() }) }
-        thread.stackSize = 1 << 20
-        thread.start()
-    }
-}
-
 /// A clock in ms since 1970 that only moves when a test moves it.
 final class MediaTestClock: Sendable {
     private let value: Atomic<Int64>
@@ -66,7 +56,7 @@ struct MediaClient: Sendable {
         var all = headers
         all.append(("Authorization", "Bearer \(token ?? self.token)"))
         let fields = all
-        return try await offPool { try httpRequest(port: port, method, path, headers: fields, body: body) }
+        return try await blocking { try httpRequest(port: port, method, path, headers: fields, body: body) }
     }
 
     func begin(_ space: String, size: Int, sha256: String, contentType: String = "image/jpeg", filename: String? = nil, token: String? = nil) async throws -> TestResponse {
@@ -193,7 +183,10 @@ final class MediaFixture: Sendable {
 
 /// Runs `body` against a fresh fixture and always stops it.
 func withMediaServer(limits: Limits = MediaFixture.limits, store: StoreKind = .sqlite, _ body: (MediaFixture) async throws -> Void) async throws {
-    let fixture = try MediaFixture(limits: limits, store: store)
+    // Made on a thread of its own: the first PostgreSQL fixture waits for the test run's
+    // cluster to start (initdb, seconds), and that wait must not hold a thread of the
+    // concurrency pool, which the in-process servers of other tests answer on.
+    let fixture = try await blocking { try MediaFixture(limits: limits, store: store) }
     do {
         try await body(fixture)
     } catch {

@@ -11,7 +11,7 @@ import OutpostTestSupport
 @Suite(.serialized, .serverLogs) struct MultiInstanceTests {
     /// Starts three instances on a fresh database, runs `body`, stops them by PID.
     func withInstances(_ body: @escaping @Sendable ([ServerProcess], String) throws -> Void) async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         try await withTemporaryDirectory(prefix: "outpost-multi") { dir in
             let media = dir.appending("shared-media")
             try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)

@@ -34,7 +34,13 @@ final class StopFlag: Sendable {
 
     /// Runs `outpost-server ARGS` to completion, keeping both outputs, with none of this
     /// process's `OUTPOST_` variables.
-    static func run(_ arguments: [String], in dir: TemporaryDirectory, environment: [String: String] = [:]) throws -> CommandResult {
+    /// Runs `outpost-server` to completion, off the concurrency pool (see `blocking`).
+    static func run(_ arguments: [String], in dir: TemporaryDirectory, environment: [String: String] = [:]) async throws -> CommandResult {
+        try await blocking { try runBlocking(arguments, in: dir, environment: environment) }
+    }
+
+    /// `run`, for code already on a thread of its own.
+    static func runBlocking(_ arguments: [String], in dir: TemporaryDirectory, environment: [String: String] = [:]) throws -> CommandResult {
         let env = Subprocess.environment(adding: environment) { $0.hasPrefix("OUTPOST_") }
         let result = try Subprocess.run(BuildProducts.executable("outpost-server"), arguments, environment: env)
         return CommandResult(status: result.status, stdout: result.output, stderr: result.error)
@@ -98,23 +104,23 @@ final class StopFlag: Sendable {
     @Test func everyCommandAnswersHelpWithExitZero() async throws {
         try await withTemporaryDirectory(prefix: "outpost-help") { dir in
             for flag in ["--help", "-h"] {
-                let top = try Self.run([flag], in: dir)
+                let top = try await Self.run([flag], in: dir)
                 #expect(top.status == 0 && top.stdout.hasPrefix("usage: outpost-server COMMAND"), "\(flag): \(top.status) \(top.stderr)")
             }
             for command in ["serve", "token", "rotate-epoch", "backup", "restore", "check", "healthcheck"] {
                 for arguments in [[command, "--help"], [command, "-h"], ["help", command], [command, "--data", dir.appending("d"), "--help"]] {
-                    let r = try Self.run(arguments, in: dir)
+                    let r = try await Self.run(arguments, in: dir)
                     #expect(r.status == 0, "\(arguments): exit \(r.status), \(r.stderr)")
                     #expect(r.stdout.hasPrefix("usage: outpost-server \(command)"), "\(arguments): \(r.stdout.prefix(80))")
                 }
             }
-            #expect(try Self.run([], in: dir).status == 64)
-            #expect(try Self.run(["frobnicate"], in: dir).status == 64)
-            #expect(try Self.run(["help", "frobnicate"], in: dir).status == 64)
+            #expect(try await Self.run([], in: dir).status == 64)
+            #expect(try await Self.run(["frobnicate"], in: dir).status == 64)
+            #expect(try await Self.run(["help", "frobnicate"], in: dir).status == 64)
             // The other executables.
             for (name, arguments) in [("outpost", ["--help"]), ("outpost", ["sync", "--help"]), ("outpost", ["help"]),
                                       ("outpost-conformance", ["--help"]), ("outpost-sim", ["--help"])] {
-                let r = try Subprocess.run(BuildProducts.executable(name), arguments)
+                let r = try await blocking { try Subprocess.run(BuildProducts.executable(name), arguments) }
                 #expect(r.status == 0 && r.output.hasPrefix("usage: \(name)"), "\(name) \(arguments): \(r.status) \(r.error.prefix(200))")
             }
         }
@@ -171,7 +177,7 @@ final class StopFlag: Sendable {
                 }
                 let backupPath = dir.appending("backups/first")
                 let backupBegan = Self.monotonicNanos()
-                let backup = try Self.run(["backup", "--data", data, "--out", backupPath], in: dir)
+                let backup = try Self.runBlocking(["backup", "--data", data, "--out", backupPath], in: dir)
                 let backupEnded = Self.monotonicNanos()
                 let countAfterBackup = acks.count
                 // The load goes on after the backup, too: it never stopped the server.
@@ -196,15 +202,15 @@ final class StopFlag: Sendable {
                 #expect(manifest.counts.records >= Int64(before.count))
                 let storeMode = try FileManager.default.attributesOfItem(atPath: backupPath + "/outpost.sqlite")[.posixPermissions] as? Int
                 #expect(storeMode == 0o600)
-                #expect(try Self.run(["check", "--data", data], in: dir).status == 0)
+                #expect(try Self.runBlocking(["check", "--data", data], in: dir).status == 0)
 
                 // Restore into a fresh directory: a new, later epoch, printed alone.
                 let restoredData = dir.appending("restored")
-                let restore = try Self.run(["restore", "--from", backupPath, "--data", restoredData], in: dir)
+                let restore = try Self.runBlocking(["restore", "--from", backupPath, "--data", restoredData], in: dir)
                 #expect(restore.status == 0, "\(restore)")
                 let newEpoch = try #require(Epoch(restore.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), "\(restore)")
                 #expect(oldEpoch < newEpoch)
-                let check = try Self.run(["check", "--data", restoredData], in: dir)
+                let check = try Self.runBlocking(["check", "--data", restoredData], in: dir)
                 #expect(check.status == 0, "\(check)")
 
                 // A server on the restored directory serves every change acknowledged before
@@ -245,20 +251,20 @@ final class StopFlag: Sendable {
                 let token = try server.token(spaces: ["sp"], scope: "write")
                 #expect(try Self.push(server.port, token, "sp", [put("c1", "a"), put("c2", "b")]).status == 200)
                 let backupPath = dir.appending("bk")
-                let backup = try Self.run(["backup", "--data", data, "--out", backupPath], in: dir)
+                let backup = try Self.runBlocking(["backup", "--data", data, "--out", backupPath], in: dir)
                 #expect(backup.status == 0, "\(backup)")
                 let backupEpoch = try #require(Epoch(try BackupManifest.read(backup: backupPath).epoch))
                 // Backing up into an existing path is a usage error; nothing is touched.
-                #expect(try Self.run(["backup", "--data", data, "--out", backupPath], in: dir).status == 64)
+                #expect(try Self.runBlocking(["backup", "--data", data, "--out", backupPath], in: dir).status == 64)
 
                 // The running server holds the directory's lock: restore fails and says why.
-                let refused = try Self.run(["restore", "--from", backupPath, "--data", data, "--force"], in: dir)
+                let refused = try Self.runBlocking(["restore", "--from", backupPath, "--data", data, "--force"], in: dir)
                 #expect(refused.status == 1 && refused.stderr.contains("in use"), "\(refused)")
                 #expect(try httpRequest(port: server.port, "GET", "/readyz").status == 200)
                 #expect(server.stop() == 0)
 
                 // Over an existing store: only with --force.
-                let noForce = try Self.run(["restore", "--from", backupPath, "--data", data], in: dir)
+                let noForce = try Self.runBlocking(["restore", "--from", backupPath, "--data", data], in: dir)
                 #expect(noForce.status == 1 && noForce.stderr.contains("--force"), "\(noForce)")
 
                 // The store being replaced has an epoch later than any the clock would make
@@ -270,7 +276,7 @@ final class StopFlag: Sendable {
                     defer { db.close() }
                     try db.run("UPDATE meta SET value = ? WHERE key = 'epoch'", [.text(future.rawValue)])
                 }
-                let forced = try Self.run(["restore", "--from", backupPath, "--data", data, "--force"], in: dir)
+                let forced = try Self.runBlocking(["restore", "--from", backupPath, "--data", data, "--force"], in: dir)
                 #expect(forced.status == 0, "\(forced)")
                 let newEpoch = try #require(Epoch(forced.stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
                 #expect(future < newEpoch && backupEpoch < newEpoch)
@@ -302,27 +308,27 @@ final class StopFlag: Sendable {
                 let (_, mediaId) = try Self.upload(server.port, token, "pics", file)
                 #expect(server.stop() == 0)
                 let backupPath = dir.appending("bk")
-                #expect(try Self.run(["backup", "--data", data, "--out", backupPath, "--include-secret"], in: dir).status == 1,
+                #expect(try Self.runBlocking(["backup", "--data", data, "--out", backupPath, "--include-secret"], in: dir).status == 1,
                         "no jwt-secret file: the server was given OUTPOST_JWT_SECRET")
                 #expect(!FileManager.default.fileExists(atPath: backupPath), "a failed backup leaves nothing at PATH")
-                #expect(try Self.run(["backup", "--data", data, "--out", backupPath], in: dir).status == 0)
+                #expect(try Self.runBlocking(["backup", "--data", data, "--out", backupPath], in: dir).status == 0)
 
                 // A flipped byte in the backup's copy of the media file.
                 let copy = Self.mediaPath(backupPath, "pics", mediaId)
                 try Self.flipByte(copy, at: 100)
                 let target = dir.appending("target")
-                let damagedMedia = try Self.run(["restore", "--from", backupPath, "--data", target], in: dir)
+                let damagedMedia = try Self.runBlocking(["restore", "--from", backupPath, "--data", target], in: dir)
                 #expect(damagedMedia.status == 1 && damagedMedia.stderr.contains(mediaId), "\(damagedMedia)")
                 #expect(!FileManager.default.fileExists(atPath: target + "/outpost.sqlite"))
                 try Self.flipByte(copy, at: 100)
 
                 // A flipped byte in the backup's store.
                 try Self.flipByte(backupPath + "/outpost.sqlite", at: 5_000)
-                let damagedStore = try Self.run(["restore", "--from", backupPath, "--data", target], in: dir)
+                let damagedStore = try Self.runBlocking(["restore", "--from", backupPath, "--data", target], in: dir)
                 #expect(damagedStore.status == 1 && damagedStore.stderr.contains("damaged"), "\(damagedStore)")
                 #expect(!FileManager.default.fileExists(atPath: target + "/outpost.sqlite"))
-                #expect(try Self.run(["restore", "--from", dir.appending("nothing-here"), "--data", target], in: dir).status == 1)
-                #expect(try Self.run(["restore", "--data", target], in: dir).status == 64)
+                #expect(try Self.runBlocking(["restore", "--from", dir.appending("nothing-here"), "--data", target], in: dir).status == 1)
+                #expect(try Self.runBlocking(["restore", "--data", target], in: dir).status == 64)
             }
         }
     }
@@ -372,18 +378,18 @@ final class StopFlag: Sendable {
                     #expect(try Self.push(server.port, token, "notes", changes).status == 200)
                 }
                 // Read-only and lock-free: it runs beside the server.
-                let running = try Self.run(["check", "--data", data], in: dir)
+                let running = try Self.runBlocking(["check", "--data", data], in: dir)
                 #expect(running.status == 0, "\(running)")
                 #expect(server.stop() == 0)
 
-                let sound = try Self.run(["check", "--data", data], in: dir)
+                let sound = try Self.runBlocking(["check", "--data", data], in: dir)
                 #expect(sound.status == 0, "\(sound)")
                 #expect(sound.stdout.contains("integrity_check ok") && sound.stdout.hasSuffix("sound\n"))
 
                 // One flipped byte in the published file.
                 let path = Self.mediaPath(data, "pics", mediaId)
                 try Self.flipByte(path, at: 4_321)
-                let flipped = try Self.run(["check", "--data", data], in: dir)
+                let flipped = try Self.runBlocking(["check", "--data", data], in: dir)
                 #expect(flipped.status == 1, "\(flipped)")
                 #expect(flipped.stdout.contains("DAMAGED  media file \(path) is damaged"), "\(flipped)")
                 #expect(flipped.stdout.contains("damaged: 1 problem"))
@@ -391,7 +397,7 @@ final class StopFlag: Sendable {
 
                 // The file gone.
                 try FileManager.default.moveItem(atPath: path, toPath: dir.appending("aside"))
-                let gone = try Self.run(["check", "--data", data], in: dir)
+                let gone = try Self.runBlocking(["check", "--data", data], in: dir)
                 #expect(gone.status == 1 && gone.stdout.contains("\(path) is missing"), "\(gone)")
                 try FileManager.default.moveItem(atPath: dir.appending("aside"), toPath: path)
 
@@ -401,10 +407,10 @@ final class StopFlag: Sendable {
                 let orphanPath = Self.mediaPath(data, "pics", SHA256.hex(orphan))
                 try FileManager.default.createDirectory(atPath: (orphanPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
                 try Data(orphan).write(to: URL(fileURLWithPath: orphanPath))
-                let warned = try Self.run(["check", "--data", data], in: dir)
+                let warned = try Self.runBlocking(["check", "--data", data], in: dir)
                 #expect(warned.status == 0 && warned.stdout.contains("warning  media file \(orphanPath) has no row"), "\(warned)")
                 try Self.flipByte(orphanPath, at: 0)
-                let badOrphan = try Self.run(["check", "--data", data], in: dir)
+                let badOrphan = try Self.runBlocking(["check", "--data", data], in: dir)
                 #expect(badOrphan.status == 1 && badOrphan.stdout.contains("DAMAGED  media file \(orphanPath)"), "\(badOrphan)")
                 try FileManager.default.removeItem(atPath: orphanPath)
 
@@ -415,15 +421,15 @@ final class StopFlag: Sendable {
                 let size = try #require(try FileManager.default.attributesOfItem(atPath: store)[.size] as? Int)
                 #expect(size > 64 * 1024)
                 #expect(truncate(store, off_t(size / 2)) == 0)
-                let truncated = try Self.run(["check", "--data", cut], in: dir)
+                let truncated = try Self.runBlocking(["check", "--data", cut], in: dir)
                 #expect(truncated.status == 1, "\(truncated)")
                 #expect(truncated.stdout.contains("DAMAGED  store \(store)"), "\(truncated)")
                 #expect(truncated.stdout.contains("integrity_check") || truncated.stdout.contains("malformed"), "\(truncated)")
 
                 // And the original is still sound; usage mistakes are 64.
-                #expect(try Self.run(["check", "--data", data], in: dir).status == 0)
-                #expect(try Self.run(["check", "--data", dir.appending("no-such-dir")], in: dir).status == 64)
-                #expect(try Self.run(["check", "--data", data, "--bogus"], in: dir).status == 64)
+                #expect(try Self.runBlocking(["check", "--data", data], in: dir).status == 0)
+                #expect(try Self.runBlocking(["check", "--data", dir.appending("no-such-dir")], in: dir).status == 64)
+                #expect(try Self.runBlocking(["check", "--data", data, "--bogus"], in: dir).status == 64)
             }
         }
     }
@@ -457,14 +463,14 @@ final class StopFlag: Sendable {
             try await blocking {
                 let server = try ServerProcess(dataDirectory: dir.appending("data"))
                 let url = "http://127.0.0.1:\(server.port)/readyz"
-                let ready = try Self.run(["healthcheck", "--url", url], in: dir)
+                let ready = try Self.runBlocking(["healthcheck", "--url", url], in: dir)
                 #expect(ready.status == 0 && ready.stdout.contains(": 200"), "\(ready)")
-                let missing = try Self.run(["healthcheck", "--url", "http://127.0.0.1:\(server.port)/no-such-path"], in: dir)
+                let missing = try Self.runBlocking(["healthcheck", "--url", "http://127.0.0.1:\(server.port)/no-such-path"], in: dir)
                 #expect(missing.status == 1 && missing.stdout.contains(": 404"), "\(missing)")
                 #expect(server.stop() == 0)
-                let down = try Self.run(["healthcheck", "--url", url, "--timeout", "2"], in: dir)
+                let down = try Self.runBlocking(["healthcheck", "--url", url, "--timeout", "2"], in: dir)
                 #expect(down.status == 1 && down.stderr.contains("cannot connect"), "\(down)")
-                #expect(try Self.run(["healthcheck", "--url", "https://127.0.0.1/readyz"], in: dir).status == 64)
+                #expect(try Self.runBlocking(["healthcheck", "--url", "https://127.0.0.1/readyz"], in: dir).status == 64)
             }
         }
         #expect(HealthCheckCommand.defaultURL(environment: [:]) == "http://127.0.0.1:8080/readyz")
@@ -475,16 +481,16 @@ final class StopFlag: Sendable {
 
     @Test func unknownCommandsAndOptionsAreUsageErrors() async throws {
         try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
-            let none = try Self.run(["frobnicate"], in: dir)
+            let none = try await Self.run(["frobnicate"], in: dir)
             #expect(none.status == 64)
             for command in ["backup", "restore", "check", "healthcheck"] { #expect(none.stderr.contains(command)) }
-            #expect(try Self.run(["backup", "--data", dir.path], in: dir).status == 64, "--out is required")
-            #expect(try Self.run(["backup", "--data", dir.appending("nothing"), "--out", dir.appending("b")], in: dir).status == 64)
-            #expect(try Self.run(["restore", "--from"], in: dir).status == 64)
+            #expect(try await Self.run(["backup", "--data", dir.path], in: dir).status == 64, "--out is required")
+            #expect(try await Self.run(["backup", "--data", dir.appending("nothing"), "--out", dir.appending("b")], in: dir).status == 64)
+            #expect(try await Self.run(["restore", "--from"], in: dir).status == 64)
             // A PostgreSQL store is backed up with PostgreSQL's tools, and said so.
-            let postgres = try Self.run(["backup", "--data", dir.path, "--out", dir.appending("b")], in: dir, environment: ["OUTPOST_STORE": "postgres://u@localhost/outpost"])
+            let postgres = try await Self.run(["backup", "--data", dir.path, "--out", dir.appending("b")], in: dir, environment: ["OUTPOST_STORE": "postgres://u@localhost/outpost"])
             #expect(postgres.status == 64 && postgres.stderr.contains("pg_dump"), "\(postgres)")
-            #expect(try Self.run(["check", "--data", dir.path, "--store", "postgresql://h/db"], in: dir).status == 64)
+            #expect(try await Self.run(["check", "--data", dir.path, "--store", "postgresql://h/db"], in: dir).status == 64)
         }
     }
 

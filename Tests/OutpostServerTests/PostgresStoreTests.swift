@@ -15,8 +15,8 @@ import OutpostTestSupport
 @Suite struct PostgresStoreTests {
     /// Parameters of every type, arrays with nulls, binary results, SQLSTATE errors and a
     /// notification round trip through `OutpostPostgres`.
-    @Test func connectionRoundTripsValuesErrorsAndNotifications() throws {
-        let url = try PostgresCluster.shared.createDatabase()
+    @Test func connectionRoundTripsValuesErrorsAndNotifications() async throws {
+        let url = try await PostgresCluster.database()
         let db = try PostgresConnection(url: url)
         defer { db.close() }
         let text = "héllo \"quoted\" \\ back, {brace}"
@@ -76,7 +76,7 @@ import OutpostTestSupport
     /// commit a larger seq before the first commits — otherwise a puller could read the
     /// larger one, move its cursor past the smaller one, and never see it.
     @Test func aPullerNeverSkipsASeqCommittedLate() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         let a = try PostgresSyncStore(configuration: .init(url: url))
         let b = try PostgresSyncStore(configuration: .init(url: url))
         let epoch = a.epoch
@@ -125,7 +125,7 @@ import OutpostTestSupport
     /// Many writers on three instances, pullers on all three following the head: every
     /// seq is unique, gap-free, and every puller sees every record exactly once.
     @Test func threeInstancesHandOutUniqueSeqsAndPullersSkipNothing() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         var stores: [PostgresSyncStore] = []
         for _ in 0..<3 { stores.append(try PostgresSyncStore(configuration: .init(url: url))) }
         let all = stores
@@ -175,7 +175,7 @@ import OutpostTestSupport
 
     /// A commit on one instance wakes a long poll waiting on another (LISTEN/NOTIFY).
     @Test func aCommitOnOneInstanceWakesALongPollOnAnother() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         let a = try PostgresSyncStore(configuration: .init(url: url))
         let b = try PostgresSyncStore(configuration: .init(url: url))
         let waiter = Task { await a.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(30)) }
@@ -193,7 +193,7 @@ import OutpostTestSupport
     /// Instances that start together on an empty database migrate it once, under the
     /// advisory lock, and agree on one epoch.
     @Test func instancesStartingTogetherMigrateOnceAndShareTheEpoch() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         let epochs = try await withThrowingTaskGroup(of: Epoch.self) { group in
             for _ in 0..<4 {
                 group.addTask {
@@ -221,7 +221,7 @@ import OutpostTestSupport
     /// `rotate-epoch --store` while an instance runs: the instance notices, stops taking
     /// requests, and reports it (outpost-server then shuts down to restart).
     @Test func aRotatedEpochStopsARunningInstance() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         let called = Mutex<(Bool, Epoch?)>((false, nil))
         var configuration = PostgresSyncStore.Configuration(url: url)
         configuration.onEpochChange = { epoch in called.withLock { $0 = (true, epoch) } }
@@ -251,7 +251,7 @@ import OutpostTestSupport
     /// the listener reconnects and wakes the waiting pulls (they read again), and long
     /// polls are woken across instances again afterwards.
     @Test func theStoreReconnectsAfterItsConnectionsAreClosed() async throws {
-        let url = try PostgresCluster.shared.createDatabase()
+        let url = try await PostgresCluster.database()
         let a = try PostgresSyncStore(configuration: .init(url: url))
         let b = try PostgresSyncStore(configuration: .init(url: url))
         _ = try await a.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)

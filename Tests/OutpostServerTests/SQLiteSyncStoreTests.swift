@@ -23,11 +23,14 @@ final class StoreFixture {
     let url: String?
     var store: (any SyncStore)!
 
-    init(_ kind: StoreKind = .sqlite) throws {
+    /// `url` is the PostgreSQL database to use (postgres only), made by the caller off the
+    /// concurrency pool (`PostgresCluster.database`).
+    init(_ kind: StoreKind = .sqlite, url: String? = nil) throws {
         self.kind = kind
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-store-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        url = kind == .postgres ? try PostgresCluster.shared.createDatabase() : nil
+        self.url = url
+        precondition((kind == .postgres) == (url != nil), "a PostgreSQL fixture needs its database URL")
         store = try open()
     }
 
@@ -63,7 +66,8 @@ final class StoreFixture {
 
 /// Runs `body` with a fresh store and always removes it afterwards.
 func withStore(_ kind: StoreKind = .sqlite, _ body: (StoreFixture) async throws -> Void) async throws {
-    let f = try StoreFixture(kind)
+    let url = kind == .postgres ? try await PostgresCluster.database() : nil
+    let f = try StoreFixture(kind, url: url)
     do {
         try await body(f)
     } catch {

@@ -44,6 +44,9 @@ import OutpostTestSupport
         try #require(reported.status == 0 && reported.output.contains("version \(version)\n"),
                      "\(schemathesis) is not schemathesis \(version): \(reported.output)")
         let operations = OpenAPITests.operations(try OpenAPITests.specText).count
+        // Not while the test run's PostgreSQL cluster starts: the tests that wait for it
+        // would wait longer, with schemathesis's load on the same two cores.
+        _ = try await PostgresCluster.started()
 
         let (ended, output, serverExit) = try await withTemporaryDirectory(prefix: "outpost-schemathesis") { dir in
             try await blocking { () throws -> (Subprocess.Termination?, String, Int32) in

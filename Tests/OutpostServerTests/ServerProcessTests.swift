@@ -228,12 +228,12 @@ import OutpostTestSupport
         }
     }
 
-    @Test func serveHelpListsEverySetting() throws {
-        let (status, output) = try ServerProcess.run(["serve", "--help"])
+    @Test func serveHelpListsEverySetting() async throws {
+        let (status, output) = try await blocking { try ServerProcess.run(["serve", "--help"]) }
         #expect(status == 0)
         for option in Settings.options { #expect(output.contains(option.flag) && output.contains(option.env)) }
         #expect(output.contains("OUTPOST_JWT_SECRET"))
-        let bad = try ServerProcess.run(["serve", "--max-changes-per-push", "zero"])
+        let bad = try await blocking { try ServerProcess.run(["serve", "--max-changes-per-push", "zero"]) }
         #expect(bad.status == 64)
     }
 }

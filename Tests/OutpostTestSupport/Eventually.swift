@@ -9,12 +9,17 @@ public struct NotReached: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
+/// How long a wait of a test may take before it fails: generous, because the suite starts
+/// hundreds of servers, clients and child processes at once on a machine of two cores, and
+/// for its first half minute a task may wait seconds for a turn on a core.
+public let testDeadlineSeconds = 90
+
 /// Waits until `condition` holds: a state another task, thread or process reaches (a
 /// waiter registered, a listener ready, a count reached). It checks the condition every
 /// 2 ms and throws `NotReached`, naming `what` and the caller's line, once `within` has
 /// passed, so a test that waits never hangs. The limit only ends a wait that went wrong:
 /// nothing is asserted about how long the wait took.
-public func eventually(_ what: String, within limit: Duration = .seconds(30), fileID: String = #fileID, line: Int = #line,
+public func eventually(_ what: String, within limit: Duration = .seconds(testDeadlineSeconds), fileID: String = #fileID, line: Int = #line,
                        _ condition: () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + limit
     while true {
@@ -27,7 +32,7 @@ public func eventually(_ what: String, within limit: Duration = .seconds(30), fi
 /// `eventually` for code that runs on a thread of its own (inside `blocking {}`, a
 /// proxy's connection thread): it blocks the thread between checks, so it never runs on
 /// Swift's cooperative pool (a name of its own keeps an async caller from picking it).
-public func eventuallyBlocking(_ what: String, within limit: Duration = .seconds(30), fileID: String = #fileID, line: Int = #line,
+public func eventuallyBlocking(_ what: String, within limit: Duration = .seconds(testDeadlineSeconds), fileID: String = #fileID, line: Int = #line,
                        _ condition: () throws -> Bool) throws {
     let deadline = ContinuousClock.now + limit
     while true {

@@ -48,6 +48,19 @@ public final class PostgresCluster: Sendable {
 
     private static let sharedCluster = Mutex<PostgresCluster?>(nil)
 
+    /// `shared`, from async code: the first use waits for the cluster to start (initdb,
+    /// seconds on a loaded machine), and that wait must not hold a thread of the
+    /// concurrency pool, which the in-process servers of other tests answer on.
+    public static func started() async throws -> PostgresCluster {
+        try await blocking { try shared }
+    }
+
+    /// A new database of `shared`, from async code, made off the concurrency pool (see
+    /// `started`; `CREATE DATABASE` blocks too).
+    public static func database(prefix: String = "t") async throws -> String {
+        try await blocking { try shared.createDatabase(prefix: prefix) }
+    }
+
     private static func stopShared() {
         let cluster = sharedCluster.withLock { c -> PostgresCluster? in
             defer { c = nil }

@@ -123,6 +123,7 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     /// Runs `outpost-server ARGS` to completion and returns its standard output.
+    /// Blocking: call it inside `blocking {}` from async tests.
     public static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
         try runToCompletion(BuildProducts.executable("outpost-server"), arguments, environment: environment)
     }

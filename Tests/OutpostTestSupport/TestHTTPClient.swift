@@ -31,7 +31,7 @@ public final class TestHTTPClient {
     }
 
     /// Connects to 127.0.0.1:`port`.
-    public init(port: Int, timeout: Double = 30) throws {
+    public init(port: Int, timeout: Double = Double(testDeadlineSeconds)) throws {
         self.timeout = timeout
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: \(errno)") }
@@ -183,7 +183,7 @@ public final class TestHTTPClient {
 }
 
 /// One request on a fresh connection.
-public func httpRequest(port: Int, _ method: String, _ target: String, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Double = 30) throws -> TestResponse {
+public func httpRequest(port: Int, _ method: String, _ target: String, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Double = Double(testDeadlineSeconds)) throws -> TestResponse {
     let client = try TestHTTPClient(port: port, timeout: timeout)
     return try client.request(method, target, headers: headers + [("Connection", "close")], body: body)
 }
@@ -200,6 +200,6 @@ public func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) as
 }
 
 /// One request on a fresh connection, from async code (see `blocking`).
-public func httpRequestAsync(port: Int, _ method: String, _ target: String, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Double = 30) async throws -> TestResponse {
+public func httpRequestAsync(port: Int, _ method: String, _ target: String, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Double = Double(testDeadlineSeconds)) async throws -> TestResponse {
     try await blocking { try httpRequest(port: port, method, target, headers: headers, body: body, timeout: timeout) }
 }

@@ -34,7 +34,7 @@ struct CISliceTests {
     /// the test run's cluster): every combination once, 48 seeds. `outpost-sim --store
     /// postgres://…` is the large run.
     @Test(.serverLogs) func everyCombinationPassesOnPostgreSQL() async throws {
-        let admin = try PostgresCluster.shared.createDatabase(prefix: "simadmin")
+        let admin = try await PostgresCluster.database(prefix: "simadmin")
         var tally = RunTally()
         var failures: [RunResult] = []
         await Runner.run(first: 0, count: 48, jobs: ProcessInfo.processInfo.activeProcessorCount, configuration: { seed in

@@ -45,7 +45,7 @@ struct HarnessCanFailTests {
 
     /// The slice on PostgreSQL can fail too: the same mutant of the store, on PostgreSQL.
     @Test(.serverLogs) func aServerMutationIsCaughtOnPostgreSQL() async throws {
-        let admin = try PostgresCluster.shared.createDatabase(prefix: "simadmin")
+        let admin = try await PostgresCluster.database(prefix: "simadmin")
         let found = await broken(24) { seed in
             var c = RunConfiguration.forSeed(seed)
             c.store = .postgres(admin)
