@@ -15,6 +15,8 @@ public final class OutpostApplication: Sendable {
     public let metrics: Metrics
     public let authorizer: Authorizer
     public let sync: SyncService
+    /// The rules file in force (`--rules`), reloaded by `reloadRules` (SIGHUP).
+    public let rules: RulesHolder
     public let operations: OperationsService
     /// Media uploads and downloads (PROTOCOL.md section 6; docs/media.md).
     public let media: MediaService
@@ -39,6 +41,8 @@ public final class OutpostApplication: Sendable {
     /// with `parts` wrapping the store and the token verifier.
     public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment, parts: Parts = Parts()) throws {
         self.settings = settings
+        // A rules file that does not check refuses the start, before anything is opened.
+        rules = try RulesHolder(path: settings.rulesPath)
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
         let synchronous: Connection.Synchronous = settings.synchronous == "normal" ? .normal : .full
         if let url = settings.postgresURL {
@@ -62,7 +66,8 @@ public final class OutpostApplication: Sendable {
 
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
-        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics)
+        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, rules: rules)
+        metrics.declare("outpost_rules_reloads_total", help: "Reloads of the rules file, by result (applied, refused).", kind: "counter")
         // Pulls, not the store's waiters: the pulls of one group share one store waiter.
         let sync = sync
         metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(sync.waitingPulls) }
@@ -95,6 +100,23 @@ public final class OutpostApplication: Sendable {
                 }
                 try? await Task.sleep(for: .seconds(3600))
             }
+        }
+    }
+
+    /// Reads the rules file again (SIGHUP). A file that does not check is refused with
+    /// its path, line, column and reason, and the rules in force stay.
+    @discardableResult
+    public func reloadRules() -> Result<Void, RulesError> {
+        guard let path = rules.path else { return .success(()) }
+        do {
+            try rules.reload()
+            metrics.increment("outpost_rules_reloads_total", .init([("result", "applied")]))
+            Log.info("rules reloaded", ["path": path])
+            return .success(())
+        } catch {
+            metrics.increment("outpost_rules_reloads_total", .init([("result", "refused")]))
+            Log.error("rules reload refused; the rules in force stay", ["error": error.description])
+            return .failure(error)
         }
     }
 

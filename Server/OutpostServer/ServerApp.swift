@@ -61,7 +61,7 @@ public enum ServerApp {
     public static let usage = """
         usage: outpost-server COMMAND [options]    (COMMAND --help, or help COMMAND, for its options)
           serve [options]                       serve HTTP (serve --help lists every option)
-          token --data DIR --sub USER --space SPACE ... [--scope read|write] [--admin] [--ttl SECONDS]
+          token --data DIR --sub USER --space SPACE ... [--scope read|write] [--admin] [--ttl SECONDS] [--claim NAME=VALUE ...]
           rotate-epoch --data DIR | --store URL give the store a new epoch (SQLite: server stopped)
           backup --data DIR [--media-dir DIR] --out PATH [--include-secret]
                                                 a consistent copy, also while the server runs
@@ -78,7 +78,7 @@ public enum ServerApp {
         case "serve": Settings.help
         case "token": """
             usage: outpost-server token [--data DIR] --sub USER --space SPACE [--space SPACE ...]
-                                        [--scope read|write] [--admin] [--ttl SECONDS]
+                                        [--scope read|write] [--admin] [--ttl SECONDS] [--claim NAME=VALUE ...]
             Prints a token (HS256) signed with the data directory's secret.
               --data DIR        the data directory whose jwt-secret signs (default $OUTPOST_DATA, else ./outpost-data;
                                 OUTPOST_JWT_SECRET, when set, is the secret instead)
@@ -87,6 +87,8 @@ public enum ServerApp {
               --scope SCOPE     read or write (default read)
               --admin           an admin token (operator endpoints under /v1/admin; no --space needed)
               --ttl SECONDS     lifetime (default 86400)
+              --claim NAME=VALUE  another claim, for the rules (auth.NAME); VALUE is JSON when it parses
+                                (roles='["supervisor"]'), else a string; repeat for more
             """
         case "rotate-epoch": """
             usage: outpost-server rotate-epoch --data DIR | --store postgres://...
@@ -165,6 +167,7 @@ public enum ServerApp {
         // Signals are routed to a dispatch source before any thread starts, so SIGTERM
         // never takes the default action (immediate exit) while requests are in flight.
         let signals = SignalWaiter(signals: [SIGTERM, SIGINT])
+        let hangups = SignalWaiter(signals: [SIGHUP])
 
         let app: OutpostApplication
         do {
@@ -200,6 +203,15 @@ public enum ServerApp {
         }
         let line = Array(text.utf8)
         line.withUnsafeBytes { _ = Glibc.write(1, $0.baseAddress, $0.count) }
+
+        // SIGHUP reloads the rules file; a file that does not check leaves the rules as they were.
+        let reloader = Task.detached {
+            while !Task.isCancelled {
+                _ = await hangups.next()
+                app.reloadRules()
+            }
+        }
+        defer { reloader.cancel() }
 
         let signal = await signals.next()
         Log.info("shutting down", ["signal": signal == SIGTERM ? "SIGTERM" : "SIGINT"])

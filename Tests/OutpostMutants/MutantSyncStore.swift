@@ -21,7 +21,7 @@ public final class MutantSyncStore: SyncStore {
     public var epoch: Epoch { base.epoch }
     public var notifier: CommitNotifier { base.notifier }
 
-    public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
+    public func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         switch mutation {
         case .forgetIdempotency:
             // Every change gets an id never seen, so nothing is looked up or remembered.
@@ -30,15 +30,15 @@ public final class MutantSyncStore: SyncStore {
                 c.change.changeId += "~" + UUID().uuidString
                 return .change(c)
             }
-            return try await base.push(space: space, clientId: clientId, items: renamed, now: now).map { result in
+            return try await base.push(space: space, clientId: clientId, items: renamed, now: now, judge: judge).map { result in
                 var result = result
                 if let cut = result.changeId.range(of: "~", options: .backwards) { result.changeId = String(result.changeId[..<cut.lowerBound]) }
                 return result
             }
         case .applyOutOfOrder:
-            return try await base.push(space: space, clientId: clientId, items: items.reversed(), now: now).reversed()
+            return try await base.push(space: space, clientId: clientId, items: items.reversed(), now: now, judge: judge).reversed()
         case .staleCurrentOnConflict:
-            return try await base.push(space: space, clientId: clientId, items: items, now: now).map { result in
+            return try await base.push(space: space, clientId: clientId, items: items, now: now, judge: judge).map { result in
                 var result = result
                 if result.status == .conflict, let current = result.current, current.version.seq > 1 {
                     result.current!.version = Version(epoch: current.version.epoch, seq: current.version.seq - 1)
@@ -50,13 +50,13 @@ public final class MutantSyncStore: SyncStore {
                 guard case .change(var c) = item else { return item }
                 c.change.force = true
                 return .change(c)
-            }, now: now)
+            }, now: now, judge: judge)
         case .reofferAsEdit:
             return try await base.push(space: space, clientId: clientId, items: items.map { item in
                 guard case .change(var c) = item else { return item }
                 c.change.lineage = nil
                 return .change(c)
-            }, now: now)
+            }, now: now, judge: judge)
         case .reofferJudgedByLineage:
             // A re-offer at its base over a state whose lineage admits it goes in whatever
             // that state's sameAs says (forced, which keeps its lineage as the rules do).
@@ -67,7 +67,7 @@ public final class MutantSyncStore: SyncStore {
                       current.version.seq == base.seq, lineage.admits(current: current.lineage) else { return item }
                 c.change.force = true
                 return .change(c)
-            }, now: now)
+            }, now: now, judge: judge)
         case .reuseSeqAfterRestart:
             // A store that lost its seqs since the start hands out the newest one again.
             let known = headsAtOpen.withLock { $0[space] }
@@ -76,7 +76,7 @@ public final class MutantSyncStore: SyncStore {
                 atOpen = try await base.head(space: space)
                 headsAtOpen.withLock { $0[space] = atOpen }
             }
-            return try await base.push(space: space, clientId: clientId, items: items, now: now).map { result in
+            return try await base.push(space: space, clientId: clientId, items: items, now: now, judge: judge).map { result in
                 var result = result
                 if atOpen > 0, result.status == .applied, !result.replayed, let v = result.version {
                     result.version = Version(epoch: v.epoch, seq: v.seq - 1)
@@ -84,8 +84,18 @@ public final class MutantSyncStore: SyncStore {
                 return result
             }
         default:
-            return try await base.push(space: space, clientId: clientId, items: items, now: now)
+            return try await base.push(space: space, clientId: clientId, items: items, now: now, judge: judge)
         }
+    }
+
+    /// Pulls under rules read through the base store unchanged: the mutations are of the
+    /// rules-free protocol.
+    public func scan(_ request: PageRequest) async throws -> RecordScan {
+        try await base.scan(request)
+    }
+
+    public func departures(space: String, _ queries: [DepartureQuery]) async throws -> [PushRules.Key: [UInt8]] {
+        try await base.departures(space: space, queries)
     }
 
     public func page(_ request: PageRequest) async throws -> PageData {

@@ -142,9 +142,12 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     /// A token from `outpost-server token` signed with this server's secret.
-    public func token(sub: String = "tester", spaces: [String], scope: String = "write", admin: Bool = false, ttl: Int = 3600) throws -> String {
+    /// `claims` are other claims, `NAME=VALUE` (`roles=["supervisor"]`), for the rules.
+    public func token(sub: String = "tester", spaces: [String], scope: String = "write", admin: Bool = false, ttl: Int = 3600,
+                      claims: [String] = []) throws -> String {
         var args = ["token", "--data", dataDirectory, "--sub", sub, "--scope", scope, "--ttl", String(ttl)]
         for s in spaces { args += ["--space", s] }
+        for c in claims { args += ["--claim", c] }
         if admin { args.append("--admin") }
         let (status, output) = try Self.run(args, environment: ["OUTPOST_JWT_SECRET": secret])
         guard status == 0 else { throw ProcessFailure("outpost-server token exited \(status)") }

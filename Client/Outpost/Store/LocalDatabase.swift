@@ -47,7 +47,7 @@ final class LocalDatabase {
     let db: Connection
 
     /// The schema version this SDK writes; `migrate` brings older files up to it.
-    static let schemaVersion = 3
+    static let schemaVersion = 4
 
     /// The commit durability in force on the connection.
     private(set) var durability: OutpostStore.Durability
@@ -156,6 +156,32 @@ final class LocalDatabase {
                 try setMeta("schema_version", "3")
             }
         }
+        if version < 4 {
+            // The records a view re-pull brought (Sync/Pull.swift, docs/rules.md).
+            try db.transaction {
+                try db.execute("CREATE TABLE IF NOT EXISTS view_seen(collection TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY(collection, id)) WITHOUT ROWID")
+                try setMeta("schema_version", "4")
+            }
+        }
+    }
+
+    // MARK: View re-pulls
+
+    func markSeen(_ key: RecordKey) throws {
+        try db.run("INSERT OR IGNORE INTO view_seen(collection, id) VALUES (?, ?)", [.text(key.collection), .text(key.id)])
+    }
+
+    /// The records the store holds a model of that the view re-pull did not bring.
+    func keysNotSeen() throws -> [RecordKey] {
+        try db.query("""
+            SELECT r.collection, r.id FROM records r
+             WHERE NOT EXISTS (SELECT 1 FROM view_seen s WHERE s.collection = r.collection AND s.id = r.id)
+             ORDER BY r.collection, r.id
+            """, []) { RecordKey(collection: $0.text(0), id: $0.text(1)) }
+    }
+
+    func clearViewSeen() throws {
+        try db.run("DELETE FROM view_seen", [])
     }
 
     // MARK: Meta

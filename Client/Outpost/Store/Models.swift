@@ -134,6 +134,12 @@ public struct SyncReport: Sendable, Hashable {
     public var epochChanged = false
     /// Records offered again to a new history (see `docs/client.md`).
     public var reoffered = 0
+    /// Copies dropped because the server's rules no longer let this store's token read
+    /// them (a `revoked` record, or a new view without them; docs/rules.md).
+    public var revoked = 0
+    /// True when this sync pulled the space again from the start because the token's view
+    /// changed (`view_changed`).
+    public var viewChanged = false
 
     /// An empty report.
     public init() {}

@@ -354,7 +354,7 @@ public actor OutpostStore {
         try read { d in
             SyncStatus(
                 clientId: clientId, space: configuration.space, epoch: try d.meta("epoch").flatMap(Epoch.init),
-                cursor: try d.meta("cursor").flatMap(Version.init),
+                cursor: try d.meta("cursor").flatMap(Cursor.init)?.version,
                 pending: try d.count(deliveries: ["queued", "sent"]),
                 rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
                 lastSyncAt: try d.meta("last_sync_at").flatMap { Int64($0) }, lastError: try d.meta("last_error"),

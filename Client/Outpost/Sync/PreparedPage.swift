@@ -33,12 +33,16 @@ enum PreparedItem: Sendable {
     case record(PreparedRecord)
     /// Undecodable, or refused by the collection's validator.
     case quarantine(UndecodableRecord)
+    /// Out of the token's view since this version (docs/rules.md).
+    case revoked(RecordKey, Version)
 }
 
 /// A pull page after decoding, encoding and validation, made where the page was fetched.
 struct PreparedPage: Sendable {
     let epoch: Epoch
     let next: Version
+    /// The view of `next`, on a server with rules.
+    let view: String?
     let hasMore: Bool
     /// The space's newest seq when the page was read, if the server said.
     let head: Int64?
@@ -47,6 +51,7 @@ struct PreparedPage: Sendable {
     init(_ page: PulledPage, validators: [String: @Sendable (JSONObject) throws -> Void]) {
         epoch = page.epoch
         next = page.next
+        view = page.view
         hasMore = page.hasMore
         head = page.head
         var items: [PreparedItem] = []
@@ -55,6 +60,8 @@ struct PreparedPage: Sendable {
             switch element {
             case .undecodable(let bad):
                 items.append(.quarantine(bad))
+            case .revoked(let r):
+                items.append(.revoked(RecordKey(collection: r.collection, id: r.id), r.version))
             case .record(let state):
                 if let check = validators[state.collection], let data = state.data, !state.deleted {
                     do { try check(data) } catch {

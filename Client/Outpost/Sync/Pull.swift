@@ -21,6 +21,13 @@ import OutpostCore
 // history from its start (the phase `rePulling`, kept in the file so a crash resumes it):
 // each record's copy becomes a left copy, which meets the new history's copy when it is
 // pulled, or at the end of the re-pull, where the history lacks it (Engine.meet).
+//
+// Views (a server with rules, docs/rules.md): the cursor carries the view it was made
+// under, and is kept whole. A `revoked` record drops the store's copies of it and keeps the
+// app's unsettled edits (`dropCopies`). `view_changed` starts a view re-pull: the cursor
+// goes back to the start of the epoch, each record the pull brings is marked seen, and at
+// its end the copies of every record not seen are dropped the same way, never offered
+// again: the token may no longer read them, which is not a loss of the server's.
 
 extension OutpostStore {
     /// Pulls until the server has nothing more.
@@ -29,12 +36,14 @@ extension OutpostStore {
         var pageLimit = max(1, min(configuration.pageLimit, limits.maxPageLimit))
         let maxBytes = max(1, min(limits.pageBytes, transport.maxResponseBytes - 65_536))
         var firstRequestOfSwitch = true
+        var viewRestarts = 0
         var prefetch: Prefetch?
         defer { prefetch?.task.cancel() }
         while true {
             let d = try db()
             let epoch = try d.meta("epoch").flatMap(Epoch.init)
-            let cursor = try d.meta("cursor").flatMap(Version.init)
+            let stored = try d.meta("cursor").flatMap(Cursor.init)
+            let cursor = stored?.version
 
             guard let epoch, let cursor else {
                 // The first epoch the store hears of: the first page and the next request
@@ -42,7 +51,7 @@ extension OutpostStore {
                 let first = try await fetch(transport, since: nil, limit: &pageLimit, maxBytes: maxBytes)
                 let second: PreparedPage
                 do {
-                    second = try await fetch(transport, since: first.next, limit: &pageLimit, maxBytes: maxBytes)
+                    second = try await fetch(transport, since: first.next, view: first.view, limit: &pageLimit, maxBytes: maxBytes)
                 } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.epochChanged.rawValue {
                     throw OutpostError.epochDisagreement(first: first.epoch.rawValue, second: envelope.details?["epoch"]?.stringValue ?? "?")
                 }
@@ -72,7 +81,7 @@ extension OutpostStore {
 
             let page: PreparedPage
             do {
-                if let ahead = prefetch, ahead.since == cursor {
+                if let ahead = prefetch, ahead.since == stored {
                     prefetch = nil
                     // The fetch is a detached task: cancelling this sync must reach it.
                     (page, pageLimit) = try await withTaskCancellationHandler {
@@ -83,7 +92,7 @@ extension OutpostStore {
                 } else {
                     prefetch?.task.cancel()
                     prefetch = nil
-                    page = try await fetch(transport, since: cursor, limit: &pageLimit, maxBytes: maxBytes)
+                    page = try await fetch(transport, since: cursor, view: stored?.view, limit: &pageLimit, maxBytes: maxBytes)
                 }
             } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.epochChanged.rawValue {
                 guard let reported = envelope.details?["epoch"]?.stringValue.flatMap(Epoch.init) else {
@@ -92,6 +101,18 @@ extension OutpostStore {
                 guard firstRequestOfSwitch else { throw OutpostError.epochDisagreement(first: epoch.rawValue, second: reported.rawValue) }
                 firstRequestOfSwitch = false
                 try await switchEpoch(from: epoch, to: reported, transport, limit: &pageLimit, maxBytes: maxBytes, report: &report)
+                continue
+            } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.viewChanged.rawValue {
+                // The rules or the token's claims changed: pull the new view from the start.
+                // A view that changes again within one sync fails it; the next sync goes on.
+                guard viewRestarts < 2 else { throw OutpostError.transport(.refused(status: 409, envelope)) }
+                viewRestarts += 1
+                report.viewChanged = true
+                try write(durability: .normal) { d in
+                    try d.setMeta("cursor", Version.start(of: epoch).text)
+                    try d.setMeta("view_repull", "1")
+                    try d.clearViewSeen()
+                }
                 continue
             } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.cursorAhead.rawValue {
                 let head = envelope.details?["head"]?.int64Value.map { "\(envelope.details?["epoch"]?.stringValue ?? epoch.rawValue).\($0)" }
@@ -107,9 +128,9 @@ extension OutpostStore {
             if page.hasMore {
                 // Fetch the next page while this one is applied (the cursor it asks from is
                 // where this page ends; it is used only if the cursor gets there).
-                let space = configuration.space, validators = configuration.validators, since = page.next, limit = pageLimit
-                prefetch = Prefetch(since: since, task: Task.detached {
-                    try await Self.fetchPage(transport, space: space, validators: validators, since: since, limit: limit, maxBytes: maxBytes)
+                let space = configuration.space, validators = configuration.validators, since = page.next, view = page.view, limit = pageLimit
+                prefetch = Prefetch(since: Cursor(since, view: view), task: Task.detached {
+                    try await Self.fetchPage(transport, space: space, validators: validators, since: since, view: view, limit: limit, maxBytes: maxBytes)
                 })
             }
             var keys: [RecordKey] = []
@@ -147,9 +168,9 @@ extension OutpostStore {
     }
 
     /// One pull request; halves `limit` while the answer is larger than the transport reads.
-    func fetch(_ transport: any SyncTransport, since: Version?, limit: inout Int, maxBytes: Int, waitMs: Int = 0) async throws -> PreparedPage {
+    func fetch(_ transport: any SyncTransport, since: Version?, view: String? = nil, limit: inout Int, maxBytes: Int, waitMs: Int = 0) async throws -> PreparedPage {
         let (page, used) = try await Self.fetchPage(transport, space: configuration.space, validators: configuration.validators,
-                                                    since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+                                                    since: since, view: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
         limit = used
         return page
     }
@@ -159,11 +180,11 @@ extension OutpostStore {
     /// record's data for storage, running the validators, freeing the decoded JSON) happens
     /// here too, so the actor's work on a page is SQLite alone.
     nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, validators: [String: @Sendable (JSONObject) throws -> Void],
-                                      since: Version?, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PreparedPage, Int) {
+                                      since: Version?, view: String? = nil, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PreparedPage, Int) {
         var limit = limit
         while true {
             do {
-                let query = PullQuery(since: since, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+                let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
                 let page = try await transport.pull(query, space: space)
                 return (PreparedPage(page, validators: validators), limit)
             } catch TransportError.answerTooLarge(let cap) {
@@ -177,7 +198,7 @@ extension OutpostStore {
 
     /// A page being fetched while the store applies the one before it.
     struct Prefetch {
-        let since: Version
+        let since: Cursor
         let task: Task<(PreparedPage, Int), any Error>
     }
 
@@ -209,9 +230,15 @@ extension OutpostStore {
         announce(.pulled(SyncProgress(pulled: pulledThisSync, approximateTotal: total)))
         let time = now()
         let phase = try phase(d)
+        let viewRePull = try d.meta("view_repull") != nil
         for item in page.items {
             switch item {
+            case .revoked(let key, _):
+                let (effects, _) = try transition(key, .dropCopies, d, phase: phase)
+                account(effects, key, report: &report, keys: &keys)
+                if effects.contains(.show) { report.revoked += 1 }
             case .quarantine(let bad):
+                if viewRePull, let collection = bad.collection, let id = bad.id { try d.markSeen(RecordKey(collection: collection, id: id)) }
                 try d.quarantine(bad, at: time)
                 report.quarantined += 1
                 // The history holds the record at that version, though the app cannot read it.
@@ -224,10 +251,24 @@ extension OutpostStore {
                     account(effects, key, report: &report, keys: &keys)
                 }
             case .record(let record):
+                if viewRePull { try d.markSeen(record.key) }
                 if try applyPulled(record, d, phase: phase, report: &report, keys: &keys) { keys.append(record.key) }
             }
         }
-        try d.setMeta("cursor", page.next.text)
+        try d.setMeta("cursor", Cursor(page.next, view: page.view).text)
+        if viewRePull && !page.hasMore { try finishViewRePull(d, phase: phase, report: &report, keys: &keys) }
+    }
+
+    /// At the end of a view re-pull: the copies of the records the new view did not bring
+    /// are dropped; the app's unsettled edits of them stay, for the server to judge.
+    func finishViewRePull(_ d: LocalDatabase, phase: Phase, report: inout SyncReport, keys: inout [RecordKey]) throws {
+        for key in try d.keysNotSeen() {
+            let (effects, _) = try transition(key, .dropCopies, d, phase: phase)
+            account(effects, key, report: &report, keys: &keys)
+            if effects.contains(.show) { report.revoked += 1 }
+        }
+        try d.clearViewSeen()
+        try d.setMeta("view_repull", nil)
     }
 
     /// Applies one pulled record. Returns true when the store had no row of it (the app
@@ -299,15 +340,16 @@ extension OutpostStore {
     public func waitForChanges(timeout: Duration) async throws -> WaitResult {
         guard let transport else { throw OutpostError.noTransport }
         let d = try db()
-        guard let epoch = try d.meta("epoch").flatMap(Epoch.init), let cursor = try d.meta("cursor").flatMap(Version.init),
-              try d.meta("rebasing") == nil else { return .needsSync }
+        guard let epoch = try d.meta("epoch").flatMap(Epoch.init), let stored = try d.meta("cursor").flatMap(Cursor.init),
+              try d.meta("rebasing") == nil, try d.meta("view_repull") == nil else { return .needsSync }
+        let cursor = stored.version
         let limits = try await self.limits(transport)
         var limit = max(1, min(configuration.pageLimit, limits.maxPageLimit))
         let maxBytes = max(1, min(limits.pageBytes, transport.maxResponseBytes - 65_536))
         let waitMs = Int(min(max(timeout.milliseconds, 0), Int64(PullQuery.maxWaitMs)))
         let page: PreparedPage
         do {
-            page = try await fetch(transport, since: cursor, limit: &limit, maxBytes: maxBytes, waitMs: waitMs)
+            page = try await fetch(transport, since: cursor, view: stored.view, limit: &limit, maxBytes: maxBytes, waitMs: waitMs)
         } catch OutpostError.transport(.refused(409, _)) {
             return .needsSync
         }
@@ -315,7 +357,7 @@ extension OutpostStore {
         defer { releaseSyncGate() }
         let current = try db()
         guard page.epoch == epoch, try current.meta("epoch") == epoch.rawValue, try current.meta("rebasing") == nil else { return .needsSync }
-        if let moved = try current.meta("cursor").flatMap(Version.init), moved != cursor {
+        if let moved = try current.meta("cursor").flatMap(Cursor.init)?.version, moved != cursor {
             // A sync ran meanwhile: when it got as far as this page, nothing is new.
             return moved.epoch == epoch && moved.seq >= page.next.seq ? .unchanged : .needsSync
         }

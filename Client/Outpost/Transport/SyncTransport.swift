@@ -92,6 +92,8 @@ public struct PulledPage: Sendable, Hashable {
     public var records: [PulledRecord]
     /// The cursor after the page.
     public var next: Version
+    /// The view `next` was made under, on a server with rules (docs/rules.md); nil without.
+    public var view: String?
     /// True when records after `next` exist.
     public var hasMore: Bool
     /// The answer's size in bytes (0 when unknown).
@@ -100,10 +102,11 @@ public struct PulledPage: Sendable, Hashable {
     public var head: Int64?
 
     /// A page.
-    public init(epoch: Epoch, records: [PulledRecord], next: Version, hasMore: Bool, byteCount: Int = 0, head: Int64? = nil) {
+    public init(epoch: Epoch, records: [PulledRecord], next: Version, hasMore: Bool, byteCount: Int = 0, head: Int64? = nil, view: String? = nil) {
         self.epoch = epoch
         self.records = records
         self.next = next
+        self.view = view
         self.hasMore = hasMore
         self.byteCount = byteCount
         self.head = head
@@ -130,7 +133,7 @@ public struct PulledPage: Sendable, Hashable {
         guard case .object(let o) = value else { throw .badAnswer(status: status, "the page is not a JSON object") }
         guard case .string(let e)? = o["epoch"], let epoch = Epoch(e) else { throw .badAnswer(status: status, "the page has no valid epoch") }
         guard case .array(let items)? = o["changes"] else { throw .badAnswer(status: status, "the page has no changes array") }
-        guard case .string(let n)? = o["next"], let next = Version(n) else { throw .badAnswer(status: status, "the page has no valid next") }
+        guard case .string(let n)? = o["next"], let next = Cursor(n) else { throw .badAnswer(status: status, "the page has no valid next") }
         guard case .bool(let hasMore)? = o["hasMore"] else { throw .badAnswer(status: status, "the page has no hasMore") }
         var records: [PulledRecord] = []
         records.reserveCapacity(items.count)
@@ -139,7 +142,7 @@ public struct PulledPage: Sendable, Hashable {
         // non-negative integer is ignored rather than failing the page.
         var head: Int64?
         if case .number(let number)? = o["head"], let value = number.int64Value, value >= 0 { head = value }
-        return PulledPage(epoch: epoch, records: records, next: next, hasMore: hasMore, byteCount: bytes.count, head: head)
+        return PulledPage(epoch: epoch, records: records, next: next.version, hasMore: hasMore, byteCount: bytes.count, head: head, view: next.view)
     }
 }
 
@@ -149,12 +152,22 @@ public enum PulledRecord: Sendable, Hashable {
     case record(RecordState)
     /// Something the store cannot use; it goes to the quarantine.
     case undecodable(UndecodableRecord)
+    /// A record whose latest write took it out of the token's view (docs/rules.md).
+    case revoked(Revocation)
 
     /// Decodes one element: valid names, a version, data a JSON object nested at most 64
     /// levels deep (the depth records may have; `checkDepth: false` when the caller's parse
     /// already bounded it).
     public init(_ value: JSONValue, checkDepth: Bool = true) {
         do {
+            if value["revoked"] == .bool(true) {
+                let revocation = try Revocation(json: value)
+                guard Names.isValidCollection(revocation.collection), Names.isValidRecordID(revocation.id) else {
+                    throw WireError(field: "id", message: "is not a record id")
+                }
+                self = .revoked(revocation)
+                return
+            }
             let state = try RecordState(json: value)
             guard Names.isValidCollection(state.collection) else { throw WireError(field: "collection", message: "is not a collection name") }
             guard Names.isValidRecordID(state.id) else { throw WireError(field: "id", message: "is not a record id") }

@@ -17,13 +17,33 @@ public struct Claims: Sendable, Equatable {
     public var spaces: [String]
     public var scope: Scope
     public var admin: Bool
+    /// The token's other claims (`roles`, `team`, `iat`…), as it carries them: what a
+    /// rules file reads as `auth.<claim>` besides the ones above (docs/rules.md).
+    public var extra: JSONObject
 
-    public init(sub: String, exp: Int64, spaces: [String], scope: Scope = .read, admin: Bool = false) {
+    /// The names of the claims this type reads itself; `extra` holds the others.
+    public static let standardNames: Set<String> = ["sub", "exp", "spaces", "scope", "admin"]
+
+    public init(sub: String, exp: Int64, spaces: [String], scope: Scope = .read, admin: Bool = false, extra: JSONObject = [:]) {
         self.sub = sub
         self.exp = exp
         self.spaces = spaces
         self.scope = scope
         self.admin = admin
+        var others = extra
+        for name in Self.standardNames { _ = others.removeValue(forKey: name) }
+        self.extra = others
+    }
+
+    /// Every claim, as the rules see them (`auth`).
+    public var all: JSONObject {
+        var o = extra
+        o["sub"] = .string(sub)
+        o["exp"] = .number(JSONNumber(exp))
+        o["spaces"] = .array(spaces.map { .string($0) })
+        o["scope"] = .string(scope.rawValue)
+        o["admin"] = .bool(admin)
+        return o
     }
 
     /// True when the token names `space`, exactly or by a `*` prefix.
@@ -87,12 +107,11 @@ public struct JWTAuthority: TokenVerifier {
     /// Signs `claims` into a compact token.
     public func sign(_ claims: Claims) -> String {
         let header = JSONValue.object(["alg": "HS256", "typ": "JWT"]).encoded()
-        var payload: JSONObject = [
-            "sub": .string(claims.sub),
-            "exp": .number(JSONNumber(claims.exp)),
-            "spaces": .array(claims.spaces.map { .string($0) }),
-            "scope": .string(claims.scope.rawValue),
-        ]
+        var payload: JSONObject = claims.extra
+        payload["sub"] = .string(claims.sub)
+        payload["exp"] = .number(JSONNumber(claims.exp))
+        payload["spaces"] = .array(claims.spaces.map { .string($0) })
+        payload["scope"] = .string(claims.scope.rawValue)
         if claims.admin { payload["admin"] = .bool(true) }
         let signingInput = Base64.encodeURL(header) + "." + Base64.encodeURL(JSONValue.object(payload).encoded())
         return signingInput + "." + Base64.encodeURL(HMACSHA256.authenticate(Array(signingInput.utf8), key: keys[0]))
@@ -151,7 +170,7 @@ public struct JWTAuthority: TokenVerifier {
         case .bool(let b)?: admin = b
         default: throw .missingClaim("admin")
         }
-        return Claims(sub: sub, exp: exp, spaces: spaces, scope: scope, admin: admin)
+        return Claims(sub: sub, exp: exp, spaces: spaces, scope: scope, admin: admin, extra: payload)
     }
 
     /// NumericDate may carry a fraction (RFC 7519 section 2); it counts in whole seconds.

@@ -11,7 +11,9 @@ public enum AdminCommands {
     }
 
     /// `outpost-server token --data DIR --sub USER --space SPACE [--space ...]
-    /// [--scope read|write] [--admin] [--ttl SECONDS]`: returns the signed token.
+    /// [--scope read|write] [--admin] [--ttl SECONDS] [--claim NAME=VALUE ...]`: returns
+    /// the signed token. A claim's value is JSON when it parses as JSON (`roles=["a"]`,
+    /// `level=3`), else a string (`team=north`); the rules read it as `auth.NAME`.
     public static func token(arguments: [String], environment: [String: String], now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> String {
         var data = environment["OUTPOST_DATA"] ?? "./outpost-data"
         var sub: String?
@@ -19,6 +21,7 @@ public enum AdminCommands {
         var scope = Claims.Scope.read
         var admin = false
         var ttl: Int64 = 86_400
+        var extra: JSONObject = [:]
         var i = 0
         func value() throws -> String {
             i += 1
@@ -35,6 +38,12 @@ public enum AdminCommands {
                 guard let s = Claims.Scope(rawValue: v) else { throw Usage("--scope must be read or write") }
                 scope = s
             case "--admin": admin = true
+            case "--claim":
+                let v = try value()
+                guard let eq = v.firstIndex(of: "="), eq > v.startIndex else { throw Usage("--claim must be NAME=VALUE") }
+                let name = String(v[..<eq]), text = String(v[v.index(after: eq)...])
+                guard !Claims.standardNames.contains(name) else { throw Usage("--claim cannot set \(name); it has an option of its own") }
+                extra[name] = (try? JSONParser.parse(Array(text.utf8))) ?? .string(text)
             case "--ttl":
                 guard let v = Int64(try value()), v > 0 else { throw Usage("--ttl must be a positive number of seconds") }
                 ttl = v
@@ -50,7 +59,7 @@ public enum AdminCommands {
         }
         guard !spaces.isEmpty || admin else { throw Usage("at least one --space is required (or --admin)") }
         let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: data)
-        return JWTAuthority(secret: secret).sign(Claims(sub: sub, exp: now + ttl, spaces: spaces, scope: scope, admin: admin))
+        return JWTAuthority(secret: secret).sign(Claims(sub: sub, exp: now + ttl, spaces: spaces, scope: scope, admin: admin, extra: extra))
     }
 
     /// `outpost-server rotate-epoch --data DIR`: gives the store a new, later epoch and

@@ -33,6 +33,9 @@ public struct Settings: Sendable {
     public var headerTimeoutSeconds = 10
     /// Seconds a request body may make no progress before `408`.
     public var bodyTimeoutSeconds = 10
+    /// A rules file (docs/rules.md): who reads and writes what, and the shape of records.
+    /// Nil: a space's tokens read and write everything in it.
+    public var rulesPath: String?
 
     public init() {}
 
@@ -75,6 +78,9 @@ public struct Settings: Sendable {
                     throw Invalid(description: "--store must be sqlite or a postgres:// or postgresql:// URL")
                 }
                 s.store = v
+            },
+            Option(flag: "--rules", env: "OUTPOST_RULES", help: "a rules file (docs/rules.md): per collection, read and write conditions and a schema; SIGHUP reloads it") { s, v in
+                s.rulesPath = v.isEmpty ? nil : v
             },
             Option(flag: "--media-dir", env: "OUTPOST_MEDIA_DIR", help: "media directory (default DATA/media); with --store postgres://… every instance must use the same shared directory") { s, v in
                 guard !v.isEmpty else { throw Invalid(description: "--media-dir must not be empty") }

@@ -123,6 +123,17 @@ public enum PostgresSchema {
                                              boolean[], bytea[], bigint[], bigint[], boolean[], boolean[],
                                              text[], bigint[], bigint[]);
         """#,
+        // 5: the live states that writes replaced on a server with rules, where the write
+        // may have taken the record out of some token's view (docs/rules.md).
+        #"""
+        CREATE TABLE IF NOT EXISTS departures(
+            space_id bigint NOT NULL,
+            collection text NOT NULL,
+            id text NOT NULL,
+            seq bigint NOT NULL,
+            data bytea NOT NULL,
+            PRIMARY KEY(space_id, collection, id, seq));
+        """#,
     ]
 
     /// Brings the database up to `latestVersion` (under the advisory lock) and returns

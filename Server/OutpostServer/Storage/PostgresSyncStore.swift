@@ -146,10 +146,10 @@ public final class PostgresSyncStore: SyncStore {
 
     // MARK: SyncStore
 
-    public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
+    public func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         try stale.check()
         return try await withCheckedThrowingContinuation { continuation in
-            let job = PostgresWriteJob.push(PostgresPushJob(space: space, clientId: clientId, items: items, now: now) { continuation.resume(with: $0) })
+            let job = PostgresWriteJob.push(PostgresPushJob(space: space, clientId: clientId, items: items, now: now, judge: judge) { continuation.resume(with: $0) })
             if !writer(for: space).submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }
     }
@@ -157,6 +157,30 @@ public final class PostgresSyncStore: SyncStore {
     public func page(_ request: PageRequest) async throws -> PageData {
         try stale.check()
         return try await read { try $0.page(request) }
+    }
+
+    public func scan(_ request: PageRequest) async throws -> RecordScan {
+        try stale.check()
+        return try await read { try $0.scan(request) }
+    }
+
+    public func departures(space: String, _ queries: [DepartureQuery]) async throws -> [PushRules.Key: [UInt8]] {
+        guard !queries.isEmpty else { return [:] }
+        return try await read { reader in
+            let rows = try reader.db.query("""
+                SELECT q.c, q.i, d.data
+                  FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS q(c, i, a, u)
+                  CROSS JOIN LATERAL (
+                    SELECT data FROM departures
+                     WHERE space_id = (SELECT space_id FROM spaces WHERE name = $1)
+                       AND collection = q.c AND id = q.i AND seq > q.a AND seq <= q.u
+                     ORDER BY seq LIMIT 1) d
+                """, [.text(space), .textArray(queries.map(\.key.collection)), .textArray(queries.map(\.key.id)),
+                      .intArray(queries.map(\.after)), .intArray(queries.map(\.upTo))])
+            var out: [PushRules.Key: [UInt8]] = [:]
+            for i in 0..<rows.count { out[PushRules.Key(collection: rows.text(i, 0), id: rows.text(i, 1))] = rows.bytes(i, 2) }
+            return out
+        }
     }
 
     public func head(space: String) async throws -> Int64 {
@@ -285,6 +309,7 @@ struct PostgresPushJob: Sendable {
     let clientId: String
     let items: [PushItem]
     let now: Int64
+    let judge: (any PushJudge)?
     let completion: @Sendable (Result<[PushResult], any Error>) -> Void
 }
 
@@ -409,7 +434,8 @@ final class PostgresWriter {
         guard !inputs.isEmpty else { return (PushItem.merge([], into: job.items), nil) }
         let (storage0, head) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)
         var storage = storage0
-        let (decided, newHead) = try PushRules.apply(inputs, epoch: epoch, head: head, clientId: job.clientId, now: job.now, storage: &storage)
+        let (decided, newHead) = try PushRules.apply(inputs, epoch: epoch, head: head, clientId: job.clientId, now: job.now, storage: &storage,
+                                                     judge: job.judge)
         return (PushItem.merge(decided, into: job.items), newHead > head ? newHead : nil)
     }
 }
@@ -526,6 +552,15 @@ struct PostgresPushStorage: PushStorage {
                 .int(head), .text(space),
             ])
     }
+
+    func depart(_ departures: [PushRules.Departure]) throws {
+        try db.run("""
+            INSERT INTO departures(space_id, collection, id, seq, data)
+            SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bytea[])
+            ON CONFLICT DO NOTHING
+            """, [.int(spaceID), .textArray(departures.map(\.key.collection)), .textArray(departures.map(\.key.id)),
+                  .intArray(departures.map(\.seq)), .bytesArray(departures.map(\.data))])
+    }
 }
 
 // MARK: - Readers
@@ -558,18 +593,40 @@ final class PostgresReader {
         """
     }
 
-    func page(_ request: PageRequest) throws -> PageData {
+    /// The rows of `pageSQL` for `request` (none when the space does not exist), after
+    /// checking the database's epoch is still the store's.
+    private func recordsAfter(_ request: PageRequest) throws -> PostgresRows? {
         let filtered = request.collections.map { !$0.isEmpty } ?? false
         var parameters: [PostgresValue] = [.text(request.space), .int(request.afterSeq), .int(Int64(request.limit) + 1)]
         if filtered { parameters.append(.textArray(request.collections!)) }
         let rows = try db.query(Self.pageSQL(filtered: filtered), parameters)
-        guard rows.count > 0 else {
-            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
-        }
+        guard rows.count > 0 else { return nil }
         guard rows.text(0, 1) == epoch.rawValue else {
             stale.mark(Epoch(rows.text(0, 1)))
             try stale.check()
             throw StoreError("epoch changed")
+        }
+        return rows
+    }
+
+    /// The records of a pull under rules, read with the head in one statement.
+    func scan(_ request: PageRequest) throws -> RecordScan {
+        guard let rows = try recordsAfter(request) else { return RecordScan(records: [], hasMore: false, head: 0) }
+        var records: [StoredRecord] = []
+        var hasMore = false
+        for row in 0..<rows.count where !rows.isNull(row, 2) {
+            if records.count == request.limit { hasMore = true; break }
+            let deleted = rows.bool(row, 5)
+            records.append(StoredRecord(collection: rows.text(row, 3), id: rows.text(row, 4), seq: rows.int64(row, 2), deleted: deleted,
+                                        data: deleted ? nil : rows.bytes(row, 6), updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8),
+                                        clientTime: rows.optionalInt64(row, 9), lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11)))
+        }
+        return RecordScan(records: records, hasMore: hasMore, head: rows.int64(0, 0))
+    }
+
+    func page(_ request: PageRequest) throws -> PageData {
+        guard let rows = try recordsAfter(request) else {
+            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
         }
         let head = rows.int64(0, 0)
         var out: [UInt8] = []

@@ -89,4 +89,17 @@ struct SQLitePushStorage: PushStorage {
             insert.reset()
         }
     }
+
+    func depart(_ departures: [PushRules.Departure]) throws {
+        let insert = try db.cached("INSERT OR REPLACE INTO departures(space_id, collection, id, seq, data) VALUES (?, ?, ?, ?, ?)")
+        for d in departures {
+            try insert.bind(int: spaceID, at: 1)
+            try insert.bind(text: d.key.collection, at: 2)
+            try insert.bind(text: d.key.id, at: 3)
+            try insert.bind(int: d.seq, at: 4)
+            try insert.bind(blob: d.data, at: 5)
+            while try insert.step() {}
+            insert.reset()
+        }
+    }
 }

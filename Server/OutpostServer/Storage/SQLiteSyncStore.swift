@@ -58,7 +58,7 @@ public final class SQLiteSyncStore: SyncStore {
     /// Current schema version; `migrate` brings older files up to it.
     /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
     /// 3: `records.same_as` (protocol 1.1).
-    static let schemaVersion = 3
+    static let schemaVersion = 4
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -185,6 +185,23 @@ public final class SQLiteSyncStore: SyncStore {
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '3')")
             }
         }
+        if version < 4 {
+            // The live states that writes replaced on a server with rules, where the write
+            // may have taken the record out of some token's view (docs/rules.md): a pull
+            // from a cursor before the write reads whether the device's copy was in view.
+            try db.transaction {
+                try db.execute("""
+                    CREATE TABLE IF NOT EXISTS departures(
+                        space_id INTEGER NOT NULL,
+                        collection TEXT NOT NULL,
+                        id TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        data BLOB NOT NULL,
+                        PRIMARY KEY(space_id, collection, id, seq)) WITHOUT ROWID
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '4')")
+            }
+        }
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
@@ -233,15 +250,23 @@ public final class SQLiteSyncStore: SyncStore {
 
     // MARK: SyncStore
 
-    public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
+    public func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         try await withCheckedThrowingContinuation { continuation in
-            let job = WriteJob.push(PushJob(space: space, clientId: clientId, items: items, now: now, completion: { continuation.resume(with: $0) }))
+            let job = WriteJob.push(PushJob(space: space, clientId: clientId, items: items, now: now, judge: judge, completion: { continuation.resume(with: $0) }))
             if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }
     }
 
     public func page(_ request: PageRequest) async throws -> PageData {
         try await read { try $0.page(request) }
+    }
+
+    public func scan(_ request: PageRequest) async throws -> RecordScan {
+        try await read { try $0.scan(request) }
+    }
+
+    public func departures(space: String, _ queries: [DepartureQuery]) async throws -> [PushRules.Key: [UInt8]] {
+        try await read { try $0.departures(space: space, queries) }
     }
 
     public func head(space: String) async throws -> Int64 {
@@ -321,6 +346,7 @@ struct PushJob: Sendable {
     let clientId: String
     let items: [PushItem]
     let now: Int64
+    let judge: (any PushJudge)?
     let completion: @Sendable (Result<[PushResult], any Error>) -> Void
 }
 
@@ -433,7 +459,8 @@ final class SQLiteWriter {
             if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON)) }
         }
         var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch)
-        let (decided, head) = try PushRules.apply(inputs, epoch: epoch, head: space.head, clientId: job.clientId, now: job.now, storage: &storage)
+        let (decided, head) = try PushRules.apply(inputs, epoch: epoch, head: space.head, clientId: job.clientId, now: job.now, storage: &storage,
+                                                  judge: job.judge)
         space.head = head
         spaces[job.space] = space
         return PushItem.merge(decided, into: job.items)
@@ -472,21 +499,66 @@ final class SQLiteReader {
 
     /// Reads one page inside one read transaction, so the head and the rows come from the
     /// same snapshot.
+    /// The statement of a page's records: `limit + 1` of them, so the caller learns
+    /// whether more follow.
+    private func recordsAfter(_ request: PageRequest, spaceID: Int64) throws -> Statement {
+        var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND seq > ?"
+        var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
+        if let collections = request.collections, !collections.isEmpty {
+            sql += " AND collection IN (" + Array(repeating: "?", count: collections.count).joined(separator: ",") + ")"
+            values += collections.map { .text($0) }
+        }
+        sql += " ORDER BY seq LIMIT ?"
+        values.append(.integer(Int64(request.limit) + 1))
+        let stmt = try db.cached(sql)
+        try stmt.bind(values)
+        return stmt
+    }
+
+    /// The records of a pull under rules, in one read transaction with the head.
+    func scan(_ request: PageRequest) throws -> RecordScan {
+        try db.transaction(.deferred) {
+            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
+                return RecordScan(records: [], hasMore: false, head: 0)
+            }
+            let stmt = try recordsAfter(request, spaceID: spaceID)
+            defer { stmt.reset() }
+            var records: [StoredRecord] = []
+            var hasMore = false
+            while try stmt.step() {
+                if records.count == request.limit { hasMore = true; break }
+                let deleted = stmt.int64(3) != 0
+                records.append(StoredRecord(collection: stmt.text(1), id: stmt.text(2), seq: stmt.int64(0), deleted: deleted,
+                                            data: deleted ? nil : stmt.blob(4), updatedAt: stmt.int64(5), updatedBy: stmt.text(6),
+                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9)))
+            }
+            return RecordScan(records: records, hasMore: hasMore, head: head)
+        }
+    }
+
+    /// The first departure of each queried record in its range.
+    func departures(space: String, _ queries: [DepartureQuery]) throws -> [PushRules.Key: [UInt8]] {
+        guard !queries.isEmpty, let spaceID = try db.scalarInt("SELECT space_id FROM spaces WHERE name = ?", [.text(space)]) else { return [:] }
+        let find = try db.cached("SELECT data FROM departures WHERE space_id = ? AND collection = ? AND id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT 1")
+        var out: [PushRules.Key: [UInt8]] = [:]
+        for q in queries {
+            try find.bind(int: spaceID, at: 1)
+            try find.bind(text: q.key.collection, at: 2)
+            try find.bind(text: q.key.id, at: 3)
+            try find.bind(int: q.after, at: 4)
+            try find.bind(int: q.upTo, at: 5)
+            defer { find.reset() }
+            if try find.step() { out[q.key] = find.blob(0) }
+        }
+        return out
+    }
+
     func page(_ request: PageRequest) throws -> PageData {
         try db.transaction(.deferred) {
             guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
                 return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
             }
-            var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND seq > ?"
-            var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
-            if let collections = request.collections, !collections.isEmpty {
-                sql += " AND collection IN (" + Array(repeating: "?", count: collections.count).joined(separator: ",") + ")"
-                values += collections.map { .text($0) }
-            }
-            sql += " ORDER BY seq LIMIT ?"
-            values.append(.integer(Int64(request.limit) + 1))
-            let stmt = try db.cached(sql)
-            try stmt.bind(values)
+            let stmt = try recordsAfter(request, spaceID: spaceID)
             defer { stmt.reset() }
 
             var out: [UInt8] = []

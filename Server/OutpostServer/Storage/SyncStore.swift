@@ -70,6 +70,62 @@ public struct PageRequest: Sendable {
     }
 }
 
+/// One stored record state as a pull under rules reads it (docs/rules.md): the page is
+/// chosen in Swift, by the token's view, not by the store's SQL.
+public struct StoredRecord: Sendable {
+    public var collection: String
+    public var id: String
+    public var seq: Int64
+    public var deleted: Bool
+    /// The data as stored (JSON); nil for a tombstone.
+    public var data: [UInt8]?
+    public var updatedAt: Int64
+    public var updatedBy: String
+    public var clientTime: Int64?
+    public var lineage: String?
+    public var sameAs: String?
+
+    public var key: PushRules.Key { PushRules.Key(collection: collection, id: id) }
+
+    /// Appends the record's wire form (PROTOCOL.md section 5) to `out`.
+    public func append(to out: inout [UInt8], epoch: Epoch) {
+        func encode(_ data: UnsafeRawBufferPointer?) {
+            RecordJSON.append(to: &out, collection: collection, id: id, epoch: epoch, seq: seq, deleted: deleted, data: data,
+                              updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs)
+        }
+        if let data, !deleted { data.withUnsafeBytes { encode($0) } } else { encode(nil) }
+    }
+}
+
+/// The records after a cursor, in seq order, as `SyncStore.scan` reads them.
+public struct RecordScan: Sendable {
+    public var records: [StoredRecord]
+    /// True when records after the last one exist.
+    public var hasMore: Bool
+    /// The space's newest seq when the scan was read.
+    public var head: Int64
+
+    public init(records: [StoredRecord], hasMore: Bool, head: Int64) {
+        self.records = records
+        self.hasMore = hasMore
+        self.head = head
+    }
+}
+
+/// Which departure a pull under rules needs of one record: the first one kept after the
+/// cursor (`after`) and no later than the record's state it read (`upTo`).
+public struct DepartureQuery: Sendable {
+    public var key: PushRules.Key
+    public var after: Int64
+    public var upTo: Int64
+
+    public init(key: PushRules.Key, after: Int64, upTo: Int64) {
+        self.key = key
+        self.after = after
+        self.upTo = upTo
+    }
+}
+
 /// A failure of the store itself (not of a change): the request cannot be served now.
 public struct StoreError: Error, CustomStringConvertible, Sendable {
     public var message: String
@@ -96,11 +152,22 @@ public protocol SyncStore: Sendable {
     /// the push that made it (`PageCoalescer` relies on that).
     var notifier: CommitNotifier { get }
 
-    /// Applies a push and returns one result per item, in order.
-    func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult]
+    /// Applies a push and returns one result per item, in order. With a `judge` (a server
+    /// with rules), `PushRules` asks it about every change and keeps the departures it
+    /// names, in the same transaction.
+    func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult]
 
     /// Reads one page.
     func page(_ request: PageRequest) async throws -> PageData
+
+    /// Reads at most `request.limit` records after `request.afterSeq` (of
+    /// `request.collections`, when set), in seq order, for a pull under rules; the byte
+    /// budget is the caller's.
+    func scan(_ request: PageRequest) async throws -> RecordScan
+
+    /// For each query, the data of the first departure of its record in its range, when
+    /// there is one (docs/rules.md).
+    func departures(space: String, _ queries: [DepartureQuery]) async throws -> [PushRules.Key: [UInt8]]
 
     /// The newest seq of a space in the current epoch (0 when it has none).
     func head(space: String) async throws -> Int64
@@ -157,6 +224,13 @@ public struct SpaceSummary: Sendable, Equatable {
          GROUP BY s.space_id, s.name, s.head_seq
          ORDER BY s.name
         """
+    }
+}
+
+extension SyncStore {
+    /// A push on a server without rules.
+    public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
+        try await push(space: space, clientId: clientId, items: items, now: now, judge: nil)
     }
 }
 

@@ -10,6 +10,9 @@ public final class SyncService: Sendable {
     public let limits: Limits
     public let authorizer: Authorizer
     public let metrics: Metrics
+    /// The rules file in force (docs/rules.md); without one, a space's tokens read and
+    /// write everything in it.
+    public let rules: RulesHolder
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
     /// One page read for many identical pulls served at the same moment.
@@ -19,9 +22,10 @@ public final class SyncService: Sendable {
     /// Series updated on every pull, resolved once.
     let pullPages, pullRecords, pullBytes, longPollsWoken: Metrics.Counter
 
-    public init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics,
+    public init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, rules: RulesHolder = RulesHolder(),
                 clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.store = store
+        self.rules = rules
         self.limits = limits
         self.authorizer = authorizer
         self.metrics = metrics
@@ -61,9 +65,16 @@ public final class SyncService: Sendable {
     public func push(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
         let decoded = try Self.decodePush(request.body, maxChanges: limits.maxChangesPerPush)
-        let items = decoded.changes.map(prepare)
+        // Under rules, every change is judged in the store's transaction, on the state it
+        // would replace (PushRules), by the rules of this moment for this token.
+        let judge = try rules.rules.map { rules throws(HTTPError) in
+            RulesJudge(view: rules.view(for: try authorizer.authorize(request.head, space: space, scope: .write)))
+        }
+        let items = decoded.changes.map { prepare($0, keepingData: judge != nil) }
 
-        let results = try await storeCall { try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock()) }
+        let results = try await storeCall {
+            try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock(), judge: judge)
+        }
         count(results)
         let response = PushResponse(epoch: store.epoch, results: results)
         return HTTPResponse(json: response.encoded())
@@ -89,7 +100,8 @@ public final class SyncService: Sendable {
     }
 
     /// Validates one change's lineage and size, encodes its data and fingerprints it.
-    func prepare(_ decoded: DecodedChange) -> PushItem {
+    /// `keepingData`: the parsed data stays for the judge of a server with rules.
+    func prepare(_ decoded: DecodedChange, keepingData: Bool = false) -> PushItem {
         switch decoded {
         case .invalid(let changeId, let message):
             return .rejected(.rejected(changeId, .invalidChange, message))
@@ -106,7 +118,7 @@ public final class SyncService: Sendable {
             let fingerprint = SHA256.hash(change.fingerprintMaterial(canonicalData: dataJSON))
             // The store needs the encoded bytes only; dropping the parsed tree here frees
             // it on this thread, not on the store's single writer.
-            change.data = nil
+            if !keepingData { change.data = nil }
             return .change(PreparedChange(change: change, fingerprint: fingerprint, dataJSON: dataJSON))
         }
     }
@@ -139,10 +151,11 @@ public final class SyncService: Sendable {
     public static func pullQuery(_ head: HTTPRequestHead) throws(HTTPError) -> PullQuery {
         var query = PullQuery()
         if let since = head.query("since") {
-            guard let v = Version(since) else {
-                throw HTTPError(HTTPStatus(code: 400), .invalidCursor, "since is not a cursor (\"<epoch>.<seq>\")")
+            guard let cursor = Cursor(since) else {
+                throw HTTPError(HTTPStatus(code: 400), .invalidCursor, "since is not a cursor (\"<epoch>.<seq>\", or \"<epoch>.<seq>.<view>\" under rules)")
             }
-            query.since = v
+            query.since = cursor.version
+            query.sinceView = cursor.view
         }
         query.limit = try head.integerQuery("limit", min: 1)
         query.maxBytes = try head.integerQuery("maxBytes", min: 1)
@@ -167,6 +180,11 @@ public final class SyncService: Sendable {
             throw HTTPError(HTTPStatus(code: 409), .epochChanged, "the server's history is now epoch \(epoch); pull again from its start",
                             details: ["epoch": .string(epoch.rawValue)])
         }
+        if let rules = rules.rules {
+            let view = rules.view(for: try authorizer.authorize(request.head, space: space, scope: .read))
+            return try await viewPull(space: space, query: query, since: since, view: view)
+        }
+        if query.sinceView != nil && since.seq > 0 { throw Self.viewChanged(to: nil) }
         let pageRequest = PageRequest(space: space, afterSeq: since.seq, limit: limits.pageLimit(requested: query.limit),
                                       maxBytes: limits.pageByteBudget(requested: query.maxBytes), collections: query.collections)
         let store = self.store
@@ -208,18 +226,68 @@ public final class SyncService: Sendable {
     /// `{"epoch":…,"changes":[…],"next":…,"hasMore":…,"head":…}` around the store's encoded
     /// records; `head` is the space's newest seq in the snapshot the page was read from.
     static func encodePage(_ page: PageData, next: Version) -> [UInt8] {
+        encodePage(epoch: page.epoch, changesJSON: page.changesJSON, next: Cursor(next), hasMore: page.hasMore, head: page.head)
+    }
+
+    static func encodePage(epoch: Epoch, changesJSON: [UInt8], next: Cursor, hasMore: Bool, head: Int64) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(page.changesJSON.count + 160)
+        out.reserveCapacity(changesJSON.count + 160)
         out.append(contentsOf: #"{"epoch":""#.utf8)
-        out.append(contentsOf: page.epoch.rawValue.utf8)
+        out.append(contentsOf: epoch.rawValue.utf8)
         out.append(contentsOf: #"","changes":"#.utf8)
-        out.append(contentsOf: page.changesJSON)
+        out.append(contentsOf: changesJSON)
         out.append(contentsOf: #","next":""#.utf8)
         out.append(contentsOf: next.text.utf8)
-        out.append(contentsOf: page.hasMore ? #"","hasMore":true,"head":"#.utf8 : #"","hasMore":false,"head":"#.utf8)
-        out.append(contentsOf: String(page.head).utf8)
+        out.append(contentsOf: hasMore ? #"","hasMore":true,"head":"#.utf8 : #"","hasMore":false,"head":"#.utf8)
+        out.append(contentsOf: String(head).utf8)
         out.append(UInt8(ascii: "}"))
         return out
+    }
+
+    // MARK: Pull under rules
+
+    /// `409 view_changed`: the cursor was made under another view than `view` (nil: the
+    /// server now has no rules). The client pulls again from the start.
+    static func viewChanged(to view: String?) -> HTTPError {
+        HTTPError(HTTPStatus(code: 409), .viewChanged, "the cursor was made under another view of the space; pull again from the start",
+                  details: view.map { ["view": .string($0)] } ?? [:])
+    }
+
+    /// A pull under rules (docs/rules.md): pages of the token's view, read by `ViewPager`,
+    /// and a long poll that waits on until a commit brings something the view admits.
+    /// These pulls share no page read with others (`PageCoalescer`, `LongPollHub`): their
+    /// pages differ from token to token.
+    func viewPull(space: String, query: PullQuery, since: Version, view: ReadView) async throws -> HTTPResponse {
+        // A cursor at the start holds nothing, whatever view it names.
+        if since.seq > 0 && query.sinceView != view.id { throw Self.viewChanged(to: view.id) }
+        let epoch = store.epoch
+        let pager = ViewPager(store: store, view: view)
+        let limit = limits.pageLimit(requested: query.limit), maxBytes = limits.pageByteBudget(requested: query.maxBytes)
+        let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
+        var after = since.seq
+        while true {
+            let from = after
+            let page = try await storeCall {
+                try await pager.page(space: space, afterSeq: from, heldAt: since.seq, limit: limit, maxBytes: maxBytes,
+                                     collections: query.collections, epoch: epoch)
+            }
+            guard since.seq <= page.head else {
+                throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
+                                details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])
+            }
+            after = page.lastSeq ?? after
+            let done = page.count > 0 || page.hasMore || query.waitMs == 0 || ContinuousClock.now >= deadline
+            var woken = false
+            if !done { woken = await store.waitForCommit(space: space, afterSeq: max(page.head, after), deadline: deadline) }
+            if !woken {
+                pullPages.add()
+                pullRecords.add(page.count)
+                pullBytes.add(page.bytes)
+                return HTTPResponse(json: Self.encodePage(epoch: epoch, changesJSON: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: view.id),
+                                                          hasMore: page.hasMore, head: page.head))
+            }
+            longPollsWoken.add()
+        }
     }
 
     // MARK: Store failures

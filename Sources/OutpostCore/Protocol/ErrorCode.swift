@@ -27,6 +27,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     // Section 5: pull
     case epochChanged = "epoch_changed"
     case cursorAhead = "cursor_ahead"
+    /// The cursor was made under another view of the space than the token's now (the
+    /// rules or the token's claims changed): pull again from the start (docs/rules.md).
+    case viewChanged = "view_changed"
     case invalidCursor = "invalid_cursor"
     // Section 6: media
     case digestRequired = "digest_required"

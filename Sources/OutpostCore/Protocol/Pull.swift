@@ -3,8 +3,15 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
     public var epoch: Epoch
     /// Records whose latest version is after the cursor, in seq order, each once.
     public var changes: [RecordState]
+    /// On a server with rules: records whose latest write took them out of the token's
+    /// view (`"revoked": true` entries of `changes`, docs/rules.md). The client drops its
+    /// copy and keeps its own unsettled edits of them.
+    public var revoked: [Revocation]
     /// The cursor for the next page: the last record's version, or the request's `since`.
     public var next: Version
+    /// The view `next` was made under, on a server with rules (the third part of the
+    /// cursor's text); nil on a server without.
+    public var view: String?
     /// True when records after `next` exist.
     public var hasMore: Bool
     /// The space's newest seq in the snapshot the page was read from, when the server says
@@ -12,10 +19,12 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
     /// records follow, so a client can show how far a long pull has come.
     public var head: Int64?
 
-    public init(epoch: Epoch, changes: [RecordState], next: Version, hasMore: Bool, head: Int64? = nil) {
+    public init(epoch: Epoch, changes: [RecordState], next: Version, hasMore: Bool, head: Int64? = nil, revoked: [Revocation] = [], view: String? = nil) {
         self.epoch = epoch
         self.changes = changes
+        self.revoked = revoked
         self.next = next
+        self.view = view
         self.hasMore = hasMore
         self.head = head
     }
@@ -25,12 +34,19 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
         guard let e = Epoch(try r.string("epoch")) else { throw r.invalid("epoch", "is not an epoch") }
         epoch = e
         var changes: [RecordState] = []
+        var revoked: [Revocation] = []
         for (i, item) in try r.array("changes").enumerated() {
-            changes.append(try RecordState(json: item, path: "changes[\(i)]"))
+            if case .object(let o) = item, o["revoked"] == .bool(true) {
+                revoked.append(try Revocation(json: item, path: "changes[\(i)]"))
+            } else {
+                changes.append(try RecordState(json: item, path: "changes[\(i)]"))
+            }
         }
         self.changes = changes
-        guard let n = Version(try r.string("next")) else { throw r.invalid("next", "is not a cursor") }
-        next = n
+        self.revoked = revoked
+        guard let n = Cursor(try r.string("next")) else { throw r.invalid("next", "is not a cursor") }
+        next = n.version
+        view = n.view
         hasMore = try r.bool("hasMore")
         head = try r.optionalInt64("head")
         if let head, head < 0 { throw r.invalid("head", "is negative") }
@@ -39,8 +55,8 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
     public var json: JSONValue {
         var object: JSONObject = [
             "epoch": .string(epoch.rawValue),
-            "changes": .array(changes.map(\.json)),
-            "next": .string(next.text),
+            "changes": .array((changes.map { ($0.version.seq, $0.json) } + revoked.map { ($0.version.seq, $0.json) }).sorted { $0.0 < $1.0 }.map(\.1)),
+            "next": .string(Cursor(next, view: view).text),
             "hasMore": .bool(hasMore),
         ]
         if let head { object["head"] = .number(JSONNumber(head)) }
@@ -48,10 +64,43 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
     }
 }
 
+/// A `"revoked": true` entry of a pull page (docs/rules.md): the record's latest write,
+/// at `version`, made it unreadable for the token; the entry carries no data.
+public struct Revocation: Hashable, Sendable, JSONWireType {
+    public var collection: String
+    public var id: String
+    public var version: Version
+
+    public init(collection: String, id: String, version: Version) {
+        self.collection = collection
+        self.id = id
+        self.version = version
+    }
+
+    public init(json: JSONValue) throws(WireError) {
+        try self.init(json: json, path: "")
+    }
+
+    public init(json: JSONValue, path: String) throws(WireError) {
+        let r = try FieldReader(json, path: path)
+        collection = try r.string("collection")
+        id = try r.string("id")
+        guard let v = Version(try r.string("version")), v.seq > 0 else { throw r.invalid("version", "is not a version") }
+        version = v
+        guard try r.bool("revoked") else { throw r.invalid("revoked", "must be true") }
+    }
+
+    public var json: JSONValue {
+        .object(["collection": .string(collection), "id": .string(id), "version": .string(version.text), "revoked": .bool(true)])
+    }
+}
+
 /// The query of a pull request (PROTOCOL.md section 5), parsed and validated.
 public struct PullQuery: Hashable, Sendable {
     /// The cursor; nil means the start of the current epoch.
     public var since: Version?
+    /// The view part of the cursor (docs/rules.md); nil for a cursor without one.
+    public var sinceView: String?
     public var limit: Int?
     public var maxBytes: Int?
     /// Only these collections; nil means all.
@@ -59,8 +108,9 @@ public struct PullQuery: Hashable, Sendable {
     /// Long-poll time in ms (0 to 60000).
     public var waitMs: Int
 
-    public init(since: Version? = nil, limit: Int? = nil, maxBytes: Int? = nil, collections: [String]? = nil, waitMs: Int = 0) {
+    public init(since: Version? = nil, sinceView: String? = nil, limit: Int? = nil, maxBytes: Int? = nil, collections: [String]? = nil, waitMs: Int = 0) {
         self.since = since
+        self.sinceView = sinceView
         self.limit = limit
         self.maxBytes = maxBytes
         self.collections = collections
@@ -73,7 +123,7 @@ public struct PullQuery: Hashable, Sendable {
     /// Query items for a request.
     public var queryItems: [(String, String)] {
         var items: [(String, String)] = []
-        if let since { items.append(("since", since.text)) }
+        if let since { items.append(("since", Cursor(since, view: sinceView).text)) }
         if let limit { items.append(("limit", String(limit))) }
         if let maxBytes { items.append(("maxBytes", String(maxBytes))) }
         if let collections, !collections.isEmpty { items.append(("collections", collections.joined(separator: ","))) }

@@ -290,12 +290,17 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
     public struct RejectReason: Hashable, Sendable {
         public var code: String
         public var message: String
-        public init(code: String, message: String) {
+        /// What the code needs said more precisely, e.g. for a change that fails the
+        /// collection's schema (`invalid_change`): `path` (a JSON Pointer into `data`) and
+        /// `reason`. Nil when the server gives none.
+        public var details: JSONObject?
+        public init(code: String, message: String, details: JSONObject? = nil) {
             self.code = code
             self.message = message
+            self.details = details
         }
-        public init(_ code: ErrorCode, _ message: String) {
-            self.init(code: code.rawValue, message: message)
+        public init(_ code: ErrorCode, _ message: String, details: JSONObject? = nil) {
+            self.init(code: code.rawValue, message: message, details: details)
         }
     }
 
@@ -318,8 +323,8 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
         PushResult(changeId: changeId, status: .conflict, current: current)
     }
 
-    public static func rejected(_ changeId: String, _ code: ErrorCode, _ message: String) -> PushResult {
-        PushResult(changeId: changeId, status: .rejected, error: RejectReason(code, message))
+    public static func rejected(_ changeId: String, _ code: ErrorCode, _ message: String, details: JSONObject? = nil) -> PushResult {
+        PushResult(changeId: changeId, status: .rejected, error: RejectReason(code, message, details: details))
     }
 
     public init(json: JSONValue) throws(WireError) {
@@ -342,7 +347,7 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
         }
         if let e = try r.optionalObject("error") {
             let er = FieldReader(object: e, path: r.fieldPath("error"))
-            error = RejectReason(code: try er.string("code"), message: try er.string("message"))
+            error = RejectReason(code: try er.string("code"), message: try er.string("message"), details: try er.optionalObject("details"))
         }
         if status == .applied && version == nil { throw r.missing("version") }
         if status == .rejected && error == nil { throw r.missing("error") }
@@ -354,7 +359,11 @@ public struct PushResult: Hashable, Sendable, JSONWireType {
         if replayed { o["replayed"] = .bool(true) }
         if let updatedAt { o["updatedAt"] = .number(JSONNumber(updatedAt)) }
         if status == .conflict { o["current"] = current?.json ?? .null }
-        if let error { o["error"] = .object(["code": .string(error.code), "message": .string(error.message)]) }
+        if let error {
+            var e: JSONObject = ["code": .string(error.code), "message": .string(error.message)]
+            if let details = error.details { e["details"] = .object(details) }
+            o["error"] = .object(e)
+        }
         return .object(o)
     }
 }

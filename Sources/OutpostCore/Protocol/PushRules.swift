@@ -81,6 +81,17 @@ public enum PushRules {
         public var sameAs: Version?
     }
 
+    /// A live state replaced by a write that may take the record out of some token's view
+    /// (docs/rules.md): kept with the seq of that write, so a pull from a cursor before it
+    /// can tell whether the device's copy was in its view.
+    public struct Departure: Sendable {
+        public var key: Key
+        /// The seq of the write that replaced the state.
+        public var seq: Int64
+        /// The replaced state's data, as JSON.
+        public var data: [UInt8]
+    }
+
     /// A change id to remember with the version it was applied as.
     public struct Remember: Sendable {
         public var changeId: String
@@ -97,8 +108,12 @@ public enum PushRules {
     /// per input and the space's head after it. `head` is the space's newest seq, read under
     /// the store's lock for the space; the store stores the returned head in the same
     /// transaction as the writes.
+    ///
+    /// With a `judge` (a server with rules), every change that is not a replay is judged
+    /// against the record's state at that point of the push, before the base guard, and
+    /// the states that writes replace are kept as departures where the judge says so.
     public static func apply<S: PushStorage>(_ inputs: [Input], epoch: Epoch, head: Int64, clientId: String, now: Int64,
-                                             storage: inout S) throws -> (results: [PushResult], head: Int64) {
+                                             storage: inout S, judge: (any PushJudge)? = nil) throws -> (results: [PushResult], head: Int64) {
         guard !inputs.isEmpty else { return ([], head) }
         var keys: [Key] = []
         keys.reserveCapacity(inputs.count)
@@ -109,6 +124,10 @@ public enum PushRules {
         }
         var applied = try storage.applied(inputs.map(\.change.changeId))
         var heads = try storage.heads(keys)
+        // What the judge sees of each record: its state before the push, then after each
+        // write of the push.
+        let before: [Key: RecordState] = judge == nil ? [:] : try storage.currents(keys)
+        var judged = before
 
         var head = head
         var results: [PushResult] = []
@@ -142,7 +161,12 @@ public enum PushRules {
                 results.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base.epoch), the current epoch is \(epoch); pull first"))
                 continue
             }
-            // 3. The base guard: a null base creates only where no state (live or
+            // 3. The rules of the server, on the state the change would replace.
+            if let judge, let refusal = judge.judge(change, current: judged[key]) {
+                results.append(PushResult(changeId: change.changeId, status: .rejected, error: refusal))
+                continue
+            }
+            // 4. The base guard: a null base creates only where no state (live or
             //    tombstone) exists; a base applies only while the record is at its seq.
             //    A re-offer replaces a state only when that state is an ancestor of the
             //    copy it carries with nothing written on it since: its sameAs, not its
@@ -162,7 +186,7 @@ public enum PushRules {
                     continue
                 }
             }
-            // 4. The write: the next seq of the space. A re-offer is the copy it carries
+            // 5. The write: the next seq of the space. A re-offer is the copy it carries
             //    (lineage and sameAs) with its original commit time; any other write keeps
             //    the lineage of the state it replaces and has no sameAs, as it writes what
             //    that copy never held.
@@ -176,6 +200,11 @@ public enum PushRules {
                               lineage: lineage, sameAs: change.lineage?.version)
             written[key] = writes.count
             writes.append(write)
+            if judge != nil {
+                judged[key] = RecordState(collection: key.collection, id: key.id, version: version, deleted: write.deleted,
+                                          data: write.deleted ? nil : change.data, updatedAt: updatedAt, updatedBy: clientId,
+                                          clientTime: change.clientTime, lineage: lineage, sameAs: write.sameAs)
+            }
             heads[key] = Head(seq: head, lineage: lineage, sameAs: write.sameAs)
             applied[change.changeId] = Applied(fingerprint: input.fingerprint, version: version, appliedAt: now)
             remember.append(Remember(changeId: change.changeId, fingerprint: input.fingerprint, seq: head, appliedAt: now))
@@ -199,6 +228,18 @@ public enum PushRules {
         if !writes.isEmpty {
             let newest = writes.enumerated().filter { written[$0.element.key] == $0.offset }.map(\.element)
             try storage.write(newest, remember: remember)
+            if let judge {
+                // The state a reader could have held before this push, against the one it
+                // can read now: the states in between were never visible.
+                var departures: [Departure] = []
+                for w in newest {
+                    guard let old = before[w.key], !old.deleted, let oldData = old.data else { continue }
+                    if judge.departs(collection: w.key.collection, old: oldData, new: judged[w.key]?.data) {
+                        departures.append(Departure(key: w.key, seq: w.seq, data: JSONValue.object(oldData).encoded()))
+                    }
+                }
+                if !departures.isEmpty { try storage.depart(departures) }
+            }
         }
         return (results, head)
     }
@@ -232,6 +273,27 @@ public protocol PushStorage {
     /// Stores `writes` (one per key, each replacing its row or creating it) and remembers
     /// `remember`'s change ids.
     mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws
+    /// Keeps replaced states for the views of a server with rules (docs/rules.md).
+    mutating func depart(_ departures: [PushRules.Departure]) throws
+}
+
+extension PushStorage {
+    /// A storage that keeps no departures serves no rules: `apply` with a judge must not
+    /// run on it.
+    public mutating func depart(_ departures: [PushRules.Departure]) throws {
+        precondition(departures.isEmpty, "this storage keeps no departures; it cannot serve a server with rules")
+    }
+}
+
+/// The rules of a server (docs/rules.md) as `PushRules.apply` asks them, inside the
+/// store's write transaction, so the state a change is judged on is the one it replaces.
+public protocol PushJudge: Sendable {
+    /// Why `change` is refused, given the record's state now (nil when it has none), or
+    /// nil when the rules admit it.
+    func judge(_ change: Change, current: RecordState?) -> PushResult.RejectReason?
+    /// Whether replacing the live data `old` by `new` (nil for a delete) can take the
+    /// record out of some token's view.
+    func departs(collection: String, old: JSONObject, new: JSONObject?) -> Bool
 }
 
 extension PushRules.Write {

@@ -39,3 +39,39 @@ public struct Version: Hashable, Sendable, CustomStringConvertible {
     /// The wire text.
     public var text: String { description }
 }
+
+/// A pull cursor (PROTOCOL.md section 5): where a pull ends, and, on a server with rules,
+/// the view of the space it was made under (docs/rules.md). Its text is
+/// `"<epoch>.<seq>"`, or `"<epoch>.<seq>.<view>"` with a view; a view is 1 to 64 lowercase
+/// letters and digits, opaque to the client.
+public struct Cursor: Hashable, Sendable, CustomStringConvertible {
+    public var version: Version
+    public var view: String?
+
+    public init(_ version: Version, view: String? = nil) {
+        precondition(view.map(Cursor.isValidView) ?? true, "not a view: \(view ?? "")")
+        self.version = version
+        self.view = view
+    }
+
+    /// Parses either form; nil when the text is neither.
+    public init?(_ text: String) {
+        if let version = Version(text) {
+            self.init(version)
+            return
+        }
+        guard let dot = text.lastIndex(of: "."), let version = Version(String(text[..<dot])) else { return nil }
+        let view = String(text[text.index(after: dot)...])
+        guard Self.isValidView(view) else { return nil }
+        self.init(version, view: view)
+    }
+
+    public static func isValidView(_ view: String) -> Bool {
+        let utf8 = view.utf8
+        return !utf8.isEmpty && utf8.count <= 64 && utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x7A) }
+    }
+
+    /// The wire text.
+    public var text: String { view.map { "\(version.text).\($0)" } ?? version.text }
+    public var description: String { text }
+}

@@ -444,3 +444,29 @@ extension RuleExpression {
         }
     }
 }
+
+extension RuleExpression {
+    /// The paths the expression reads from `root` (each as its names after the root; `[]`
+    /// for the root itself), in the order they appear, each once: what a value outside
+    /// them cannot change.
+    public func paths(from root: Root) -> [[String]] {
+        var found: [[String]] = []
+        func walk(_ node: Node) {
+            switch node {
+            case .literal: break
+            case .path(let r, let names): if r == root, !found.contains(names) { found.append(names) }
+            case .not(let inner): walk(inner)
+            case .binary(_, let a, let b), .and(let a, let b), .or(let a, let b): walk(a); walk(b)
+            case .choice(let c, let a, let b): walk(c); walk(a); walk(b)
+            }
+        }
+        walk(self.root)
+        return found
+    }
+
+    /// The expression's value when it is a literal (`"true"`, `"'x'"`), else nil.
+    public var literalValue: JSONValue? {
+        if case .literal(let v) = root { return v }
+        return nil
+    }
+}

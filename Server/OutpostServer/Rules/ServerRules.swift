@@ -1,0 +1,379 @@
+import Foundation
+import OutpostCore
+import OutpostCrypto
+import Synchronization
+
+/// A rules file (docs/rules.md), read and checked: per collection, who may read a record,
+/// who may write it, and the shape its data must have. A file that does not parse or
+/// check is refused whole, with its path, the line and column, and the reason.
+///
+/// ```json
+/// {"collections": {"jobs": {"read": "…", "write": "…", "schema": {…}}},
+///  "default": {"read": "true", "write": "true"}}
+/// ```
+///
+/// A collection the file does not name gets `default`; without one, it is closed (every
+/// read and write refused). A named collection that leaves out `read` or `write` takes
+/// that rule from `default`, and is closed for it without one.
+public struct ServerRules: Sendable {
+    /// The rules of one collection.
+    public struct Collection: Sendable {
+        /// Who may read a record: evaluated with `auth`, `data` (the record), `collection`, `id`.
+        public let read: RuleExpression?
+        /// Who may write it: evaluated with every root (`prev` is the record's current
+        /// data, `null` when it has none; `data` is what the change writes, `null` for a delete).
+        public let write: RuleExpression?
+        /// The shape of every put's data.
+        public let schema: JSONSchema?
+        /// The paths of `data` the read rule reads: a write that changes none of them (and
+        /// is no delete) cannot move the record in or out of any view.
+        let readDataPaths: [[String]]
+
+        init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?) {
+            self.read = read
+            self.write = write
+            self.schema = schema
+            readDataPaths = read?.paths(from: .data) ?? []
+        }
+    }
+
+    /// Where the rules were read from.
+    public let path: String
+    let collections: [String: Collection]
+    let fallback: Collection?
+    /// What every view is made of besides the token: each read rule, by collection.
+    let viewMaterial: String
+    /// The claims the read rules read (`auth.<path>`): a token's view depends on these only.
+    let viewClaims: [[String]]
+
+    /// The rules of `collection`; nil when it is closed.
+    public func rules(for collection: String) -> Collection? {
+        collections[collection] ?? fallback
+    }
+
+    /// Reads and checks the file at `path`.
+    public static func load(path: String) throws(RulesError) -> ServerRules {
+        let bytes: [UInt8]
+        do {
+            bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+        } catch {
+            throw RulesError(path: path, line: nil, column: nil, reason: "cannot be read: \(error.localizedDescription)")
+        }
+        return try parse(bytes, path: path)
+    }
+
+    /// The largest rules file accepted.
+    public static let maxFileBytes = 1 << 20
+
+    /// Checks the text of a rules file; `path` names it in errors.
+    public static func parse(_ bytes: [UInt8], path: String) throws(RulesError) -> ServerRules {
+        let file = RulesFileText(path: path, bytes: bytes)
+        guard bytes.count <= maxFileBytes else { throw file.error(at: nil, "is larger than \(maxFileBytes) bytes") }
+        let root: JSONValue
+        do {
+            root = try JSONParser(maxDepth: 64).parse(bytes)
+        } catch {
+            throw file.error(offset: error.offset, "is not JSON: \(error.reason)")
+        }
+        guard case .object(let top) = root else { throw file.error(at: [], "must be a JSON object") }
+        for key in top.keys where key != "collections" && key != "default" && key != "$comment" {
+            throw file.error(at: [key], "unknown key \"\(key)\" (expected collections, default)")
+        }
+        var fallback: Collection?
+        if let value = top["default"] {
+            fallback = try collection(value, at: ["default"], fallback: nil, file)
+        }
+        var collections: [String: Collection] = [:]
+        if let value = top["collections"] {
+            guard case .object(let named) = value else { throw file.error(at: ["collections"], "must be an object of collections") }
+            for (name, rules) in named.elements {
+                guard Names.isValidCollection(name) else { throw file.error(at: ["collections", name], "\"\(name)\" is not a collection name") }
+                collections[name] = try collection(rules, at: ["collections", name], fallback: fallback, file)
+            }
+        }
+        // A view is the read rules and the values of the claims they read.
+        var material = "outpost-view-1\n"
+        var claims: [[String]] = []
+        for name in collections.keys.sorted() {
+            material += "c \(name)\n\(collections[name]!.read?.source ?? "<closed>")\n"
+        }
+        material += "d\n\(fallback?.read?.source ?? "<closed>")\n"
+        for rules in Array(collections.values) + (fallback.map { [$0] } ?? []) {
+            for claim in rules.read?.paths(from: .auth) ?? [] where !claims.contains(claim) { claims.append(claim) }
+        }
+        claims.sort { $0.joined(separator: ".") < $1.joined(separator: ".") }
+        return ServerRules(path: path, collections: collections, fallback: fallback, viewMaterial: material, viewClaims: claims)
+    }
+
+    private static func collection(_ value: JSONValue, at path: [String], fallback: Collection?, _ file: RulesFileText) throws(RulesError) -> Collection {
+        guard case .object(let o) = value else { throw file.error(at: path, "must be an object with read, write and schema") }
+        for key in o.keys where !["read", "write", "schema", "$comment"].contains(key) {
+            throw file.error(at: path + [key], "unknown key \"\(key)\" (expected read, write, schema)")
+        }
+        let read = try expression(o["read"], at: path + ["read"], roots: [.auth, .data, .collection, .id], file) ?? fallback?.read
+        let write = try expression(o["write"], at: path + ["write"], roots: Set(RuleExpression.Root.allCases), file) ?? fallback?.write
+        var schema: JSONSchema?
+        if let s = o["schema"] {
+            do {
+                schema = try JSONSchema(s)
+            } catch {
+                throw file.error(at: path + ["schema"] + JSONPointer.tokens(error.path), "schema: \(error.reason)")
+            }
+        }
+        return Collection(read: read, write: write, schema: schema)
+    }
+
+    private static func expression(_ value: JSONValue?, at path: [String], roots: Set<RuleExpression.Root>, _ file: RulesFileText) throws(RulesError) -> RuleExpression? {
+        guard let value else { return nil }
+        guard case .string(let text) = value else { throw file.error(at: path, "must be a string holding an expression") }
+        let expression: RuleExpression
+        do {
+            expression = try RuleExpression(text)
+        } catch {
+            throw file.error(inString: path, offset: error.offset, "\(error.reason)")
+        }
+        for root in RuleExpression.Root.allCases where !roots.contains(root) && !expression.paths(from: root).isEmpty {
+            throw file.error(at: path, "a read rule cannot use \(root.rawValue): a read has no \(root == .prev ? "previous copy" : "operation")")
+        }
+        if let literal = expression.literalValue, case .bool = literal {} else if expression.literalValue != nil {
+            throw file.error(at: path, "a rule must be a condition; a literal other than true or false always refuses")
+        }
+        return expression
+    }
+
+    // MARK: Views
+
+    /// The view of the space that `claims` gives: its id goes in every cursor made under
+    /// it, so a cursor outlives a change of the rules or claims only when the view is the
+    /// same (docs/rules.md).
+    public func view(for claims: Claims) -> ReadView {
+        let auth = claims.all
+        var material = viewMaterial
+        for path in viewClaims {
+            var value = JSONValue.object(auth)
+            for name in path {
+                guard case .object(let o) = value, let next = o[name] else { value = .null; break }
+                value = next
+            }
+            material += "a \(path.joined(separator: "."))\n" + String(decoding: value.encoded(), as: UTF8.self) + "\n"
+        }
+        let id = Hex.encode(Array(SHA256.hash(Array(material.utf8)).prefix(8)))
+        return ReadView(id: id, rules: self, auth: auth)
+    }
+}
+
+/// One token's view of a space under a rules file: which records it may read.
+public struct ReadView: Sendable {
+    /// The view's id (16 hex digits), the third part of its cursors.
+    public let id: String
+    public let rules: ServerRules
+    /// The token's claims.
+    public let auth: JSONObject
+
+    /// Whether the token may read `data` (live data of `collection`/`id`).
+    public func admits(collection: String, id: String, data: JSONObject) -> Bool {
+        guard let read = rules.rules(for: collection)?.read else { return false }
+        return read.admits(RuleExpression.Context(auth: auth, data: .object(data), prev: .null, op: "", collection: collection, id: id))
+    }
+}
+
+/// The rules as a push's judge (`PushRules.apply`), for one token.
+public struct RulesJudge: PushJudge {
+    public let view: ReadView
+
+    public init(view: ReadView) { self.view = view }
+
+    public func judge(_ change: Change, current: RecordState?) -> PushResult.RejectReason? {
+        guard let rules = view.rules.rules(for: change.collection), let write = rules.write else {
+            return .init(.forbidden, "the rules give no access to collection \(change.collection)")
+        }
+        let prev = current.flatMap { $0.deleted ? nil : $0.data }
+        // A token never writes over what it cannot read: the answer to its change (a
+        // conflict's current copy) would show it.
+        if let prev, !view.admits(collection: change.collection, id: change.id, data: prev) {
+            return .init(.forbidden, "the rules do not let this token read \(change.collection)/\(change.id)")
+        }
+        let context = RuleExpression.Context(auth: view.auth, data: change.op == .put ? change.data.map { .object($0) } ?? .null : .null,
+                                             prev: prev.map { .object($0) } ?? .null, op: change.op.rawValue,
+                                             collection: change.collection, id: change.id)
+        guard write.admits(context) else {
+            return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue)")
+        }
+        if change.op == .put, let schema = rules.schema, let failure = schema.validate(.object(change.data ?? [:])) {
+            return .init(.invalidChange, "data\(failure.path.isEmpty ? "" : " at \(failure.path)") \(failure.reason)",
+                         details: ["path": .string(failure.path), "reason": .string(failure.reason)])
+        }
+        return nil
+    }
+
+    public func departs(collection: String, old: JSONObject, new: JSONObject?) -> Bool {
+        guard let new else { return true }
+        guard let rules = view.rules.rules(for: collection) else { return false }
+        for path in rules.readDataPaths {
+            var a = JSONValue.object(old), b = JSONValue.object(new)
+            for name in path {
+                a = a.objectValue?[name] ?? .null
+                b = b.objectValue?[name] ?? .null
+            }
+            if a != b { return true }
+        }
+        return false
+    }
+}
+
+/// A rules file that cannot be used: where, and why. Printed as `PATH:LINE:COLUMN: REASON`.
+public struct RulesError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let path: String
+    /// From 1; nil when the fault has no place in the text (the file cannot be read).
+    public let line: Int?
+    public let column: Int?
+    public let reason: String
+
+    public var description: String {
+        if let line, let column { return "\(path):\(line):\(column): \(reason)" }
+        return "\(path): \(reason)"
+    }
+}
+
+/// JSON Pointer tokens (RFC 6901).
+enum JSONPointer {
+    static func tokens(_ pointer: String) -> [String] {
+        guard !pointer.isEmpty else { return [] }
+        return pointer.dropFirst().split(separator: "/", omittingEmptySubsequences: false).map {
+            $0.replacingOccurrences(of: "~1", with: "/").replacingOccurrences(of: "~0", with: "~")
+        }
+    }
+}
+
+/// The text of a rules file, to turn a place in its JSON into a line and a column.
+struct RulesFileText {
+    let path: String
+    let bytes: [UInt8]
+
+    func error(at keys: [String]?, _ reason: String) -> RulesError {
+        error(offset: keys.flatMap { JSONLocator(bytes).offset(of: $0) }, reason)
+    }
+
+    /// An error inside the JSON string at `keys`, at `offset` bytes into its decoded text.
+    /// The place is exact for strings without escapes before it, and the string's start
+    /// otherwise.
+    func error(inString keys: [String], offset: Int, _ reason: String) -> RulesError {
+        guard let start = JSONLocator(bytes).offset(of: keys) else { return error(offset: nil, reason) }
+        var i = start + 1, decoded = 0
+        while decoded < offset, i < bytes.count, bytes[i] != UInt8(ascii: "\"") {
+            if bytes[i] == UInt8(ascii: "\\") { return error(offset: start, reason) }
+            i += 1
+            decoded += 1
+        }
+        return error(offset: i, reason)
+    }
+
+    func error(offset: Int?, _ reason: String) -> RulesError {
+        guard let offset else { return RulesError(path: path, line: nil, column: nil, reason: reason) }
+        var line = 1, column = 1, i = 0
+        while i < min(offset, bytes.count) {
+            if bytes[i] == 0x0A { line += 1; column = 1 } else if bytes[i] & 0xC0 != 0x80 { column += 1 }
+            i += 1
+        }
+        return RulesError(path: path, line: line, column: column, reason: reason)
+    }
+}
+
+/// Finds where a value sits in JSON text (already known to parse), by its object keys.
+struct JSONLocator {
+    let bytes: [UInt8]
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// The byte offset of the value at `keys` (the root for none); nil when absent.
+    func offset(of keys: [String]) -> Int? {
+        var i = skipSpace(0)
+        for key in keys {
+            guard i < bytes.count, bytes[i] == UInt8(ascii: "{") else { return nil }
+            i = skipSpace(i + 1)
+            var found = false
+            while i < bytes.count, bytes[i] != UInt8(ascii: "}") {
+                let (name, afterName) = string(at: i)
+                i = skipSpace(afterName)
+                guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { return nil }
+                i = skipSpace(i + 1)
+                if name == key { found = true; break }
+                i = skipSpace(skipValue(i))
+                if i < bytes.count, bytes[i] == UInt8(ascii: ",") { i = skipSpace(i + 1) }
+            }
+            guard found else { return nil }
+        }
+        return i
+    }
+
+    private func skipSpace(_ start: Int) -> Int {
+        var i = start
+        while i < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[i]) { i += 1 }
+        return i
+    }
+
+    /// A string's decoded text (escapes kept as written; keys of a rules file need no
+    /// more) and the offset after its closing quote.
+    private func string(at start: Int) -> (String, Int) {
+        var i = start + 1
+        while i < bytes.count, bytes[i] != UInt8(ascii: "\"") { i += bytes[i] == UInt8(ascii: "\\") ? 2 : 1 }
+        let text = String(decoding: bytes[min(start + 1, bytes.count)..<min(i, bytes.count)], as: UTF8.self)
+        let decoded = (try? JSONParser.parse(Array(bytes[start...min(i, bytes.count - 1)])))?.stringValue ?? text
+        return (decoded, i + 1)
+    }
+
+    private func skipValue(_ start: Int) -> Int {
+        guard start < bytes.count else { return start }
+        switch bytes[start] {
+        case UInt8(ascii: "\""):
+            return string(at: start).1
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            var depth = 0, i = start
+            while i < bytes.count {
+                switch bytes[i] {
+                case UInt8(ascii: "\""): i = string(at: i).1; continue
+                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    depth -= 1
+                    if depth == 0 { return i + 1 }
+                default: break
+                }
+                i += 1
+            }
+            return i
+        default:
+            var i = start
+            while i < bytes.count, ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x09, 0x0A, 0x0D].contains(bytes[i]) { i += 1 }
+            return i
+        }
+    }
+}
+
+/// The rules in force, replaced whole by a reload (`SIGHUP`); a reload that fails leaves
+/// them as they were.
+public final class RulesHolder: Sendable {
+    private let current: Mutex<ServerRules?>
+    /// The file to reload from; nil when the server runs without rules.
+    public let path: String?
+
+    /// No rules: a space's tokens read and write everything in it.
+    public init() {
+        path = nil
+        current = Mutex(nil)
+    }
+
+    /// Loads `path` (nil: no rules).
+    public init(path: String?) throws(RulesError) {
+        self.path = path
+        current = Mutex(try path.map { p throws(RulesError) in try ServerRules.load(path: p) })
+    }
+
+    /// The rules now; nil without a rules file.
+    public var rules: ServerRules? { current.withLock { $0 } }
+
+    /// Reads the file again; on success the new rules apply to every request from now on.
+    public func reload() throws(RulesError) {
+        guard let path else { return }
+        let fresh = try ServerRules.load(path: path)
+        current.withLock { $0 = fresh }
+    }
+}

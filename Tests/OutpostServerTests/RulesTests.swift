@@ -1,0 +1,278 @@
+import Foundation
+import Testing
+import OutpostCore
+import OutpostTestSupport
+@testable import OutpostServer
+
+/// The rules file of docs/rules.md for a field team: workers see the jobs assigned to
+/// them, supervisors see all; a worker creates and edits only their own jobs, never
+/// reassigns one, and never deletes.
+let fieldTeamRules = #"""
+{
+  "collections": {
+    "jobs": {
+      "read": "data.assignee == auth.sub || 'supervisor' in auth.roles",
+      "write": "'supervisor' in auth.roles || (op == 'put' && data.assignee == auth.sub && (prev == null || prev.assignee == auth.sub))",
+      "schema": {"type": "object", "required": ["title", "assignee"],
+                 "properties": {"title": {"type": "string", "minLength": 1, "maxLength": 200},
+                                "assignee": {"type": "string"}, "status": {"enum": ["open", "done"]}},
+                 "additionalProperties": true}
+    }
+  },
+  "default": {"read": "true", "write": "true"}
+}
+"""#
+
+/// The rules file: parsing and checking, with the place of every fault.
+@Suite struct RulesFileTests {
+    func refusal(_ text: String) -> RulesError? {
+        do {
+            _ = try ServerRules.parse(Array(text.utf8), path: "rules.json")
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func theFieldTeamExampleChecks() throws {
+        let rules = try ServerRules.parse(Array(fieldTeamRules.utf8), path: "rules.json")
+        #expect(rules.rules(for: "jobs")?.schema != nil)
+        #expect(rules.rules(for: "notes")?.read?.source == "true", "an unnamed collection gets default")
+        #expect(rules.rules(for: "jobs")?.readDataPaths == [["assignee"]])
+    }
+
+    @Test func faultsAreRefusedWithTheirLineAndColumn() throws {
+        let json = try #require(refusal("{\n  \"collections\": {\n    \"jobs\": {\"read\": \"true\",}\n  }\n}"))
+        #expect(json.line == 3 && json.reason.contains("not JSON"), "\(json)")
+        // Inside an expression: the place of the fault in the file, not in the string.
+        let expression = try #require(refusal("{\"collections\": {\n  \"jobs\": {\"read\": \"data.a == == 1\"}}}"))
+        #expect(expression.line == 2 && expression.column == 31, "\(expression)")
+        #expect(expression.description.hasPrefix("rules.json:2:31: "))
+        let prev = try #require(refusal(#"{"collections": {"jobs": {"read": "prev.a == 1"}}}"#))
+        #expect(prev.reason.contains("read rule cannot use prev") && prev.line == 1 && prev.column == 35, "\(prev)")
+        let unknown = try #require(refusal(#"{"collections": {"jobs": {"reed": "true"}}}"#))
+        #expect(unknown.reason.contains("unknown key \"reed\"") && unknown.column == 35, "\(unknown)")
+        let top = try #require(refusal(#"{"colections": {}}"#))
+        #expect(top.reason.contains("unknown key \"colections\""))
+        let schema = try #require(refusal(#"{"collections": {"jobs": {"schema": {"properties": {"a": {"format": "email"}}}}}}"#))
+        #expect(schema.reason.contains("format") && schema.column == 69, "\(schema)")
+        let literal = try #require(refusal(#"{"default": {"read": "'yes'"}}"#))
+        #expect(literal.reason.contains("must be a condition"))
+        let name = try #require(refusal(#"{"collections": {"no such": {"read": "true"}}}"#))
+        #expect(name.reason.contains("not a collection name"))
+        #expect(refusal(#"{"collections": {"jobs": {"read": "true"}}}"#) == nil)
+    }
+
+    @Test func aViewDependsOnTheReadRulesAndTheClaimsTheyRead() throws {
+        let rules = try ServerRules.parse(Array(fieldTeamRules.utf8), path: "rules.json")
+        let w1 = Claims(sub: "w1", exp: 2_000_000_000, spaces: ["t"], scope: .write)
+        let again = Claims(sub: "w1", exp: 2_100_000_000, spaces: ["t", "u"], scope: .read, extra: ["team": "north"])
+        let w2 = Claims(sub: "w2", exp: 2_000_000_000, spaces: ["t"], scope: .write)
+        let boss = Claims(sub: "w1", exp: 2_000_000_000, spaces: ["t"], scope: .write, extra: ["roles": ["supervisor"]])
+        #expect(rules.view(for: w1).id == rules.view(for: again).id, "claims the read rules do not read change nothing")
+        #expect(rules.view(for: w1).id != rules.view(for: w2).id)
+        #expect(rules.view(for: w1).id != rules.view(for: boss).id)
+        #expect(Cursor.isValidView(rules.view(for: w1).id))
+        // Another write rule or schema keeps the views; another read rule changes them.
+        let writeOnly = fieldTeamRules.replacingOccurrences(of: "'supervisor' in auth.roles || (op", with: "'lead' in auth.roles || (op")
+        #expect(try ServerRules.parse(Array(writeOnly.utf8), path: "r").view(for: w1).id == rules.view(for: w1).id)
+        let readAll = fieldTeamRules.replacingOccurrences(of: "\"read\": \"data.assignee == auth.sub || 'supervisor' in auth.roles\"", with: "\"read\": \"true\"")
+        #expect(try ServerRules.parse(Array(readAll.utf8), path: "r").view(for: w1).id != rules.view(for: w1).id)
+    }
+}
+
+/// A server with the field team's rules, over a real socket, on each store.
+@Suite struct RulesHTTPTests {
+    /// Runs `body` with a server on `store` whose rules file is `rules` (written to a file
+    /// of the test's directory, whose path is passed too, for reloads).
+    func withRulesServer(_ store: StoreKind, rules: String = fieldTeamRules, _ body: (TestServer, String) async throws -> Void) async throws {
+        let url = store == .postgres ? try await PostgresCluster.database(prefix: "rules") : nil
+        let directory = try TemporaryDirectory(prefix: "outpost-rules")
+        defer { directory.remove() }
+        let path = directory.appending("rules.json")
+        try Data(rules.utf8).write(to: URL(fileURLWithPath: path))
+        try await withServer(configure: { settings in
+            settings.rulesPath = path
+            if let url { settings.store = url }
+        }) { server in try await body(server, path) }
+    }
+
+    func token(_ s: TestServer, _ sub: String, supervisor: Bool = false) -> String {
+        s.authority.sign(Claims(sub: sub, exp: Int64(Date().timeIntervalSince1970) + 3600, spaces: ["team"], scope: .write,
+                                extra: supervisor ? ["roles": ["supervisor"]] : [:]))
+    }
+
+    func job(_ changeId: String, _ id: String, _ title: String, _ assignee: String, base: Version? = nil) -> Change {
+        Change(changeId: changeId, collection: "jobs", id: id, op: .put, data: ["title": .string(title), "assignee": .string(assignee)],
+               baseVersion: base, clientTime: 1_764_430_000_000)
+    }
+
+    func pull(_ s: TestServer, _ token: String, since: String? = nil) async throws -> PullPage {
+        let r = try await s.pull("team", query: since.map { "since=\($0)" } ?? "", token: token)
+        #expect(r.status == 200, "\(r.text)")
+        return try PullPage.decode(r.body)
+    }
+
+    func pushed(_ s: TestServer, _ token: String, _ changes: [Change]) async throws -> [PushResult] {
+        let r = try await s.push("team", changes, token: token)
+        #expect(r.status == 200, "\(r.text)")
+        return try PushResponse.decode(r.body).results
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func twoWorkersAndASupervisorEachSeeTheirJobsAndAReassignmentMovesOne(store: StoreKind) async throws {
+        try await withRulesServer(store) { s, _ in
+            let w1 = token(s, "w1"), w2 = token(s, "w2"), boss = token(s, "boss", supervisor: true)
+            let created = try await pushed(s, boss, [job("b1", "j1", "Fix pump", "w1"), job("b2", "j2", "Paint wall", "w2"),
+                                                     job("b3", "j3", "Check valve", "w1")])
+            #expect(created.map(\.status) == [.applied, .applied, .applied])
+
+            let first1 = try await pull(s, w1), first2 = try await pull(s, w2), all = try await pull(s, boss)
+            #expect(first1.changes.map(\.id) == ["j1", "j3"] && first1.revoked.isEmpty)
+            #expect(first2.changes.map(\.id) == ["j2"])
+            #expect(all.changes.map(\.id) == ["j1", "j2", "j3"])
+            let view1 = try #require(first1.view, "a cursor under rules carries its view")
+            #expect(first1.next.seq == 3 && first2.view != view1)
+
+            // The supervisor reassigns j1 to w2: it leaves w1's phone and reaches w2's.
+            let moved = try await pushed(s, boss, [job("b4", "j1", "Fix pump", "w2", base: created[0].version)])
+            #expect(moved.map(\.status) == [.applied])
+            let after1 = try await pull(s, w1, since: Cursor(first1.next, view: first1.view).text)
+            #expect(after1.changes.isEmpty)
+            #expect(after1.revoked == [Revocation(collection: "jobs", id: "j1", version: moved[0].version!)])
+            let after2 = try await pull(s, w2, since: Cursor(first2.next, view: first2.view).text)
+            #expect(after2.changes.map(\.id) == ["j1"] && after2.changes[0].data?["assignee"] == "w2" && after2.revoked.isEmpty)
+
+            // A delete reaches who could see the record, and nobody else.
+            let gone = try await pushed(s, boss, [Change(changeId: "b5", collection: "jobs", id: "j3", op: .delete, data: nil,
+                                                         baseVersion: created[2].version, clientTime: 1)])
+            #expect(gone.map(\.status) == [.applied])
+            let deleted1 = try await pull(s, w1, since: Cursor(after1.next, view: after1.view).text)
+            #expect(deleted1.changes.map(\.id) == ["j3"] && deleted1.changes[0].deleted)
+            let deleted2 = try await pull(s, w2, since: Cursor(after2.next, view: after2.view).text)
+            #expect(deleted2.changes.isEmpty && deleted2.revoked.isEmpty && deleted2.next.seq == gone[0].version!.seq)
+
+            // A cursor is good for its own view only.
+            let foreign = try await s.pull("team", query: "since=\(Cursor(first1.next, view: first1.view).text)", token: w2)
+            #expect(foreign.status == 409 && errorCode(foreign) == "view_changed")
+            let bare = try await s.pull("team", query: "since=\(first1.next.text)", token: w1)
+            #expect(bare.status == 409 && errorCode(bare) == "view_changed", "a cursor without a view is from before the rules")
+        }
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func aForbiddenWriteBesideAnAllowedOneAndSchemaFailuresWithTheirPointers(store: StoreKind) async throws {
+        try await withRulesServer(store) { s, _ in
+            let w1 = token(s, "w1"), boss = token(s, "boss", supervisor: true)
+            let created = try await pushed(s, boss, [job("b1", "j1", "Fix pump", "w1"), job("b2", "j2", "Paint wall", "w2")])
+            let results = try await pushed(s, w1, [
+                job("w1-1", "j1", "Fix pump today", "w1", base: created[0].version),   // own job: allowed
+                job("w1-2", "j2", "Paint it red", "w2", base: created[1].version),     // cannot read it
+                job("w1-3", "j1", "Fix pump", "w2"),                                   // reassigning: refused
+                job("w1-4", "j4", "Mine", "w1"),                                       // a new job of its own
+                Change(changeId: "w1-5", collection: "jobs", id: "j4", op: .delete, data: nil, baseVersion: nil, clientTime: 1),
+                job("w1-6", "j5", "", "w1"),                                           // schema: title too short
+                Change(changeId: "w1-7", collection: "jobs", id: "j6", op: .put, data: ["title": "Mine too", "assignee": "w1", "status": "closed"],
+                       baseVersion: nil, clientTime: 1),                               // schema: status not allowed
+                Change(changeId: "w1-8", collection: "notes", id: "n1", op: .put, data: ["x": 1], baseVersion: nil, clientTime: 1),
+            ])
+            #expect(results.map(\.status) == [.applied, .rejected, .rejected, .applied, .rejected, .rejected, .rejected, .applied])
+            #expect(results[1].error?.code == "forbidden" && results[2].error?.code == "forbidden" && results[4].error?.code == "forbidden")
+            #expect(results[5].error?.code == "invalid_change" && results[5].error?.details?["path"] == "/title", "\(String(describing: results[5].error))")
+            #expect(results[6].error?.code == "invalid_change" && results[6].error?.details?["path"] == "/status")
+            #expect(results[5].error?.details?["reason"]?.stringValue?.isEmpty == false)
+            // Nothing refused was stored, and the refused edit of j2 left it as it was.
+            let all = try await pull(s, boss)
+            #expect(all.changes.first { $0.id == "j2" }?.data?["title"] == "Paint wall")
+            #expect(all.changes.map(\.id).sorted() == ["j1", "j2", "j4", "n1"])
+            // A replay answers as the first time.
+            let replay = try await pushed(s, w1, [job("w1-1", "j1", "Fix pump today", "w1", base: created[0].version)])
+            #expect(replay[0].status == .applied && replay[0].replayed && replay[0].version == results[0].version)
+        }
+    }
+
+    @Test(arguments: StoreKind.allCases)
+    func aReloadThatChangesAViewSendsTheDeviceBackToTheStartAndABadOneChangesNothing(store: StoreKind) async throws {
+        try await withRulesServer(store) { s, path in
+            let w1 = token(s, "w1"), boss = token(s, "boss", supervisor: true)
+            _ = try await pushed(s, boss, [job("b1", "j1", "Fix pump", "w1"), job("b2", "j2", "Paint wall", "w2")])
+            let before = try await pull(s, w1)
+            #expect(before.changes.map(\.id) == ["j1"])
+            let cursor = Cursor(before.next, view: before.view).text
+
+            // A file that does not check: refused with its place; the rules stay.
+            try Data("{\"collections\": {\"jobs\": {\"read\": \"data.assignee ==\"}}}".utf8).write(to: URL(fileURLWithPath: path))
+            guard case .failure(let error) = s.app.reloadRules() else { Issue.record("a bad rules file was accepted"); return }
+            #expect(error.path == path && error.line == 1 && error.column != nil, "\(error)")
+            #expect(try await pull(s, w1, since: cursor).changes.isEmpty, "the cursor still holds")
+
+            // Workers now read every job: their views changed.
+            let readAll = fieldTeamRules.replacingOccurrences(of: "\"read\": \"data.assignee == auth.sub || 'supervisor' in auth.roles\"", with: "\"read\": \"true\"")
+            try Data(readAll.utf8).write(to: URL(fileURLWithPath: path))
+            guard case .success = s.app.reloadRules() else { Issue.record("the new rules were refused"); return }
+            let stale = try await s.pull("team", query: "since=\(cursor)", token: w1)
+            #expect(stale.status == 409 && errorCode(stale) == "view_changed")
+            let details = try ErrorEnvelope.decode(stale.body).details
+            let again = try await pull(s, w1)
+            #expect(details?["view"]?.stringValue == again.view && again.view != before.view)
+            #expect(again.changes.map(\.id) == ["j1", "j2"])
+        }
+    }
+
+    @Test func aLongPollUnderRulesWakesOnlyForWhatItsViewAdmits() async throws {
+        try await withRulesServer(.sqlite) { s, _ in
+            let w1 = token(s, "w1"), boss = token(s, "boss", supervisor: true)
+            _ = try await pushed(s, boss, [job("b1", "j1", "Fix pump", "w1")])
+            let first = try await pull(s, w1)
+            let since = Cursor(first.next, view: first.view).text
+            let held = Task { try await s.pull("team", query: "since=\(since)&wait=60000", token: w1) }
+            // A commit outside the view, then one inside it: the pull answers with the second only.
+            try await eventually("the pull waits on the store") { s.app.store.notifier.waitingCount >= 1 }
+            _ = try await pushed(s, boss, [job("b2", "j2", "Paint wall", "w2")])
+            try await eventually("the pull woke for the commit outside its view and waits again") {
+                s.app.metrics.value("outpost_long_polls_woken_total") >= 1 && s.app.store.notifier.waitingCount >= 1
+            }
+            _ = try await pushed(s, boss, [job("b3", "j3", "Check valve", "w1")])
+            let answer = try PullPage.decode(try await held.value.body)
+            #expect(answer.changes.map(\.id) == ["j3"] && answer.next.seq == 3)
+        }
+    }
+}
+
+/// The rules file of a real `outpost-server` process: refused at start, reloaded by SIGHUP.
+@Suite struct RulesProcessTests {
+    @Test func aMalformedRulesFileIsRefusedAtStartAndSIGHUPReloads() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-rules") { dir in
+            try await blocking {
+                let path = dir.appending("rules.json")
+                try Data("{\n  \"default\": {\"read\": \"auth.sub ==\"}\n}".utf8).write(to: URL(fileURLWithPath: path))
+                let refused = try runToCompletion(BuildProducts.executable("outpost-server"),
+                                                  ["serve", "--port", "0", "--data", dir.appending("data"), "--rules", path],
+                                                  environment: ["OUTPOST_JWT_SECRET": "s3cret-s3cret-s3cret"], standardError: true)
+                #expect(refused.status != 0)
+                #expect(refused.output.contains("\(path):2:"), "\(refused.output)")
+
+                try Data(fieldTeamRules.utf8).write(to: URL(fileURLWithPath: path))
+                let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path])
+                defer { server.stop() }
+                let admin = try server.token(spaces: [], admin: true)
+                let w1 = try server.token(sub: "w1", spaces: ["team"])
+                let note = PushRequest(clientId: "w1", changes: [Change(changeId: "n1", collection: "notes", id: "n1", op: .put, data: ["t": "x"],
+                                                                       baseVersion: nil, clientTime: 1)]).encoded()
+                let pushed = try httpRequest(port: server.port, "POST", "/v1/spaces/team/push",
+                                             headers: [("Authorization", "Bearer \(w1)"), ("Content-Type", "application/json")], body: note)
+                #expect(pushed.status == 200)
+                let cursor = try PullPage.decode(try httpRequest(port: server.port, "GET", "/v1/spaces/team/pull", headers: [("Authorization", "Bearer \(w1)")]).body)
+                #expect(cursor.next.seq == 1, "a cursor past the start: one at the start holds nothing, whatever its view")
+                let since = Cursor(cursor.next, view: cursor.view).text
+                try Data(#"{"default": {"read": "auth.sub == 'w2'", "write": "true"}}"#.utf8).write(to: URL(fileURLWithPath: path))
+                server.process.send(SIGHUP)
+                try eventuallyBlocking("the server reloaded its rules") {
+                    try server.metric("outpost_rules_reloads_total{result=\"applied\"}", token: admin) == 1
+                }
+                let stale = try httpRequest(port: server.port, "GET", "/v1/spaces/team/pull?since=\(since)", headers: [("Authorization", "Bearer \(w1)")])
+                #expect(stale.status == 409 && (try? ErrorEnvelope.decode(stale.body))?.code == "view_changed")
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Testing
+@testable import Outpost
+
+/// The SDK against a real `outpost-server` with a rules file (docs/rules.md): what a
+/// worker's phone holds as jobs are created, reassigned and refused, and as the rules change.
+@Suite struct RulesClientTests {
+    static let rules = #"""
+    {"collections": {"jobs": {
+       "read": "data.assignee == auth.sub || 'supervisor' in auth.roles",
+       "write": "'supervisor' in auth.roles || (op == 'put' && data.assignee == auth.sub && (prev == null || prev.assignee == auth.sub))",
+       "schema": {"type": "object", "required": ["title", "assignee"],
+                  "properties": {"title": {"type": "string", "minLength": 1}, "assignee": {"type": "string"}}}}},
+     "default": {"read": "true", "write": "true"}}
+    """#
+
+    func device(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory, token: String) throws -> OutpostStore {
+        var c = OutpostStore.Configuration(space: "team")
+        c.clientId = name
+        c.durability = .normal
+        c.randomSeed = 5
+        return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: server.baseURL, token: token))
+    }
+
+    func ids(_ store: OutpostStore) async throws -> [String] {
+        try await store.records(in: "jobs").map(\.id).sorted()
+    }
+
+    /// Rewrites the rules file and waits for the server to take it (SIGHUP).
+    func reload(_ server: ServerProcess, _ path: String, _ text: String, admin: String, count: Int) async throws {
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        server.process.send(SIGHUP)
+        try await eventually("the server reloaded its rules (\(count))") {
+            try await blocking { try server.metric("outpost_rules_reloads_total{result=\"applied\"}", token: admin) } == Double(count)
+        }
+    }
+
+    @Test func aWorkersPhoneKeepsItsJobsLosesAReassignedOneSeesRefusalsAndFollowsNewRules() async throws {
+        let dir = try TemporaryDirectory(prefix: "outpost-rules-client")
+        defer { dir.remove() }
+        let path = dir.appending("rules.json")
+        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
+        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
+        defer { server.stop() }
+        let admin = try server.token(spaces: [], admin: true)
+        let phone = try device("phone", server, dir, token: try server.token(sub: "w1", spaces: ["team"]))
+        let office = try device("office", server, dir, token: try server.token(sub: "boss", spaces: ["team"], claims: [#"roles=["supervisor"]"#]))
+
+        _ = try await office.put(["title": "Fix pump", "assignee": "w1"], in: "jobs", id: "j1")
+        _ = try await office.put(["title": "Paint wall", "assignee": "w2"], in: "jobs", id: "j2")
+        _ = try await office.put(["title": "Check valve", "assignee": "w1"], in: "jobs", id: "j3")
+        try await office.sync()
+        try await phone.sync()
+        #expect(try await ids(phone) == ["j1", "j3"], "the phone holds its own jobs only")
+
+        // The phone edits j1 while the office reassigns it: the edit is judged on the
+        // reassigned job, refused, and the job leaves the phone.
+        _ = try await phone.put(["title": "Fix pump today", "assignee": "w1"], in: "jobs", id: "j1")
+        _ = try await office.put(["title": "Fix pump", "assignee": "w2"], in: "jobs", id: "j1")
+        try await office.sync()
+        // And a job of its own that fails the schema.
+        _ = try await phone.put(["title": "", "assignee": "w1"], in: "jobs", id: "j4")
+        let report = try await phone.sync()
+        #expect(report.rejected == 2)
+        let rejected = try await phone.rejectedChanges()
+        #expect(Set(rejected.compactMap(\.errorCode)) == ["forbidden", "invalid_change"])
+        #expect(rejected.first { $0.errorCode == "invalid_change" }?.lastError?.contains("/title") == true)
+        #expect(try await ids(phone) == ["j3"], "the reassigned job left the phone; the refused new one has no server copy")
+        #expect(try await phone.pendingChanges().isEmpty)
+
+        // Workers may read every job now: the phone's view changes and it pulls them all.
+        let readAll = Self.rules.replacingOccurrences(of: "\"read\": \"data.assignee == auth.sub || 'supervisor' in auth.roles\"", with: "\"read\": \"true\"")
+        try await reload(server, path, readAll, admin: admin, count: 1)
+        let wider = try await phone.sync()
+        #expect(wider.viewChanged)
+        #expect(try await ids(phone) == ["j1", "j2", "j3"])
+
+        // Back to the first rules: the jobs of others leave the phone and are not offered
+        // back to the server; a pending edit of the phone's own job survives the change.
+        _ = try await phone.put(["title": "Check valve twice", "assignee": "w1"], in: "jobs", id: "j3")
+        try await reload(server, path, Self.rules, admin: admin, count: 2)
+        let narrower = try await phone.sync()
+        #expect(narrower.viewChanged && narrower.pushed == 1 && narrower.reoffered == 0)
+        #expect(try await ids(phone) == ["j3"])
+        try await office.sync()
+        #expect(try await ids(office) == ["j1", "j2", "j3"])
+        #expect(try await office.record(in: "jobs", id: "j3")?.data?["title"] == "Check valve twice")
+        #expect(try await office.record(in: "jobs", id: "j1")?.data?["assignee"] == "w2", "the office's reassignment stands")
+        await phone.close()
+        await office.close()
+    }
+}
