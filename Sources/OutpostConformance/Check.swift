@@ -43,6 +43,8 @@ public struct Check: Sendable, Identifiable {
         case http
         /// Media uploads and downloads (section 6).
         case media
+        /// A server with a rules file: writes judged, a view per token (docs/rules.md).
+        case rules
     }
 
     /// What a check needs from the operator.
@@ -52,6 +54,8 @@ public struct Check: Sendable, Identifiable {
         /// A way to stop the server, run `outpost-server rotate-epoch` and start it again
         /// (`--rotate-epoch-command`).
         case rotateEpoch
+        /// A way to give the server a rules file (`--rules-command`).
+        case rules
     }
 
     /// Declares a check.

@@ -1,3 +1,4 @@
+import Foundation
 import OutpostCore
 import OutpostCrypto
 import Synchronization
@@ -242,6 +243,37 @@ public final class CheckContext: Sendable {
     public func restartServer() async throws {
         guard let hook = configuration.restart else { throw CheckSkipped("needs --restart-command") }
         try await server.perform(hook)
+    }
+
+    /// Runs `body` against the server serving with the rules file `text`, and takes the
+    /// rules away afterwards, also when `body` fails, so the checks after it meet a server
+    /// without rules.
+    public func withRules(_ text: String, _ body: () async throws -> Void) async throws {
+        guard let hook = configuration.rules else { throw CheckSkipped("needs --rules-command") }
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-conformance-rules-\(CheckContext.randomToken(8)).json").path
+        defer { unlink(path) }
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        try await server.perform(ServerHook.closure("\(hook.description) (rules)") { try await hook.action(path) })
+        var failure: (any Error)?
+        do { try await body() } catch { failure = error }
+        try await server.perform(ServerHook.closure("\(hook.description) (no rules)") { try await hook.action(nil) })
+        if let failure { throw failure }
+    }
+
+    /// Replaces the rules the server serves with, inside `withRules`.
+    public func replaceRules(_ text: String) async throws {
+        guard let hook = configuration.rules else { throw CheckSkipped("needs --rules-command") }
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-conformance-rules-\(CheckContext.randomToken(8)).json").path
+        defer { unlink(path) }
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        try await server.perform(ServerHook.closure("\(hook.description) (new rules)") { try await hook.action(path) })
+    }
+
+    /// A write token for `space` with `sub` and other claims (for the rules).
+    public func token(_ space: String, sub: String, claims: JSONObject = [:]) -> String {
+        var c = TokenSigner.Claims(spaces: [space], scope: "write", sub: sub)
+        c.extra = claims
+        return signer.token(c)
     }
 
     /// Stops the server, gives it a new epoch and starts it again with the configured hook.

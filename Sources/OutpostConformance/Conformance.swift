@@ -73,6 +73,9 @@ public struct Configuration: Sendable {
     public var restart: ServerHook?
     /// Stops the server, runs `outpost-server rotate-epoch` on its data and starts it again.
     public var rotateEpoch: ServerHook?
+    /// Gives the server a rules file (docs/rules.md), or takes it away, on the same data;
+    /// the rules checks are skipped without it.
+    public var rules: RulesHook?
     /// The server's header timeout (PROTOCOL.md section 2: 10 s).
     public var headerTimeout: Duration = .seconds(10)
     /// How long a body may make no progress before the server answers 408 (10 s by default).
@@ -97,6 +100,31 @@ public struct Configuration: Sendable {
     /// The same with a UTF-8 secret.
     public init(baseURL: String, secret: String) {
         self.init(baseURL: baseURL, secret: Array(secret.utf8))
+    }
+}
+
+/// How the suite gives the server under test a rules file, or takes it away.
+public struct RulesHook: Sendable, CustomStringConvertible {
+    public let description: String
+    /// Gets the path of the rules file to serve with, or nil for none; returns the server's
+    /// new base URL when it moved.
+    let action: @Sendable (String?) async throws -> String?
+
+    /// A shell command, run with `OUTPOST_CONFORMANCE_RULES` set to the file's path (empty
+    /// for none). It must exit 0 once the server serves with those rules: restarted with
+    /// `--rules "$OUTPOST_CONFORMANCE_RULES"` (or without), or sent SIGHUP after the file
+    /// it reads was replaced.
+    public static func shell(_ command: String) -> RulesHook {
+        RulesHook(description: command) { path in
+            let quoted = "'" + (path ?? "").replacingOccurrences(of: "'", with: "'\\''") + "'"
+            _ = try await ServerHook.shell("OUTPOST_CONFORMANCE_RULES=\(quoted) \(command)").action()
+            return nil
+        }
+    }
+
+    /// A Swift closure (for tests that own the server).
+    public static func closure(_ description: String, _ action: @escaping @Sendable (String?) async throws -> String?) -> RulesHook {
+        RulesHook(description: description, action: action)
     }
 }
 
@@ -154,6 +182,9 @@ public enum Conformance {
         }
         if check.requirements.contains(.rotateEpoch) && configuration.rotateEpoch == nil {
             return "needs an epoch rotation (--rotate-epoch-command)"
+        }
+        if check.requirements.contains(.rules) && configuration.rules == nil {
+            return "needs a way to give the server a rules file (--rules-command)"
         }
         return nil
     }

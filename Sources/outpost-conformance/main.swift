@@ -17,13 +17,17 @@ let usage = """
                                      made in its data directory (default $OUTPOST_DATA, else
                                      ./outpost-data: where `make run` serves from)
       --category NAME[,NAME...]      run only the checks of these categories (repeatable):
-                                     operations, auth, push, pull, lifecycle, lineage, http, media
+                                     operations, auth, push, pull, lifecycle, lineage, http, media, rules
       --only NAME[,NAME...]          run only these checks (repeatable)
       --skip NAME[,NAME...]          skip these checks (repeatable)
       --restart-command CMD          shell command that restarts the server on the same
                                      data; checks that need it are skipped without it
       --rotate-epoch-command CMD     shell command that stops the server, runs
                                      `outpost-server rotate-epoch --data DIR` and starts it
+      --rules-command CMD            shell command that makes the server serve with the rules file
+                                     $OUTPOST_CONFORMANCE_RULES (docs/rules.md), or with none when
+                                     it is empty, on the same data; the rules checks are
+                                     skipped without it
       --header-timeout SECONDS       the server's header timeout (default 10)
       --body-timeout SECONDS         the server's body timeout (default 10)
       --metrics-open                 /metrics was opened by the operator (no admin token)
@@ -46,6 +50,7 @@ struct Options {
     var skip: [String] = []
     var restart: String?
     var rotate: String?
+    var rules: String?
     var headerTimeout = 10.0
     var bodyTimeout = 10.0
     var metricsOpen = false
@@ -85,6 +90,7 @@ struct Options {
             case "--skip": options.skip += names(value(argument))
             case "--restart-command": options.restart = value(argument)
             case "--rotate-epoch-command": options.rotate = value(argument)
+            case "--rules-command": options.rules = value(argument)
             case "--header-timeout": options.headerTimeout = seconds(argument, value(argument))
             case "--body-timeout": options.bodyTimeout = seconds(argument, value(argument))
             case "--metrics-open": options.metricsOpen = true
@@ -136,6 +142,7 @@ guard let secret else {
 var configuration = Configuration(baseURL: url, secret: secret)
 configuration.restart = options.restart.map(ServerHook.shell)
 configuration.rotateEpoch = options.rotate.map(ServerHook.shell)
+configuration.rules = options.rules.map(RulesHook.shell)
 configuration.headerTimeout = .milliseconds(Int(options.headerTimeout * 1000))
 configuration.bodyTimeout = .milliseconds(Int(options.bodyTimeout * 1000))
 configuration.metricsRequireAdmin = !options.metricsOpen

@@ -41,6 +41,14 @@ import Testing
                 return child.baseURL.absoluteString
             }
         }
+        // The rules checks: the child again with `--rules FILE`, or with its first arguments.
+        let plain = child.arguments
+        configuration.rules = .closure("restart the outpost-server child with or without --rules") { path in
+            try await blocking {
+                try child.restart(arguments: plain + (path.map { ["--rules", $0] } ?? []))
+                return child.baseURL.absoluteString
+            }
+        }
         let report = try await Conformance.run(configuration)
         for result in report.results where !result.passed {
             Issue.record("\(result.line)")

@@ -58,7 +58,7 @@ public final class ServerProcess: @unchecked Sendable {
     /// The file holding the server's standard error, across restarts.
     public let logPath: String
     /// The arguments after `serve` (for tests that read the store URL back).
-    public let arguments: [String]
+    public private(set) var arguments: [String]
     private let environment: [String: String]
 
     /// Starts `outpost-server serve --port 0 --data DIR` and waits for its
@@ -110,10 +110,12 @@ public final class ServerProcess: @unchecked Sendable {
         process.wait()
     }
 
-    /// Starts the server again on the same data directory (a new port).
-    public func restart(timeout: Double = 30) throws {
+    /// Starts the server again on the same data directory (a new port), with `arguments`
+    /// after `serve` when given (else the ones it had).
+    public func restart(arguments: [String]? = nil, timeout: Double = 30) throws {
         if process.isRunning { stop() }
-        (process, baseURL, port) = try Self.launch(dataDirectory: dataDirectory, secret: secret, arguments: arguments, environment: environment,
+        if let arguments { self.arguments = arguments }
+        (process, baseURL, port) = try Self.launch(dataDirectory: dataDirectory, secret: secret, arguments: self.arguments, environment: environment,
                                                    port: 0, log: logPath, timeout: timeout)
     }
 

@@ -7,7 +7,7 @@ enum CheckRegistry {
         let groups: [(Check.Category, [Check])] = [
             (.operations, OperationsChecks.all), (.auth, AuthChecks.all), (.push, PushChecks.all), (.pull, PullChecks.all),
             (.lifecycle, LifecycleChecks.longPoll + LifecycleChecks.restart + LifecycleChecks.rotation),
-            (.lineage, LineageChecks.all), (.http, HTTPChecks.all), (.media, MediaChecks.all),
+            (.lineage, LineageChecks.all), (.http, HTTPChecks.all), (.media, MediaChecks.all), (.rules, RulesChecks.all),
         ]
         var checks: [Check] = []
         var seen = Set<String>()

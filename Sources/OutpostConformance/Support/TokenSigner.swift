@@ -25,6 +25,8 @@ public struct TokenSigner: Sendable {
         public var scope: String?
         /// Admin flag; nil leaves `admin` out.
         public var admin: Bool?
+        /// Other claims (`roles`…), for a server's rules.
+        public var extra: JSONObject = [:]
 
         /// Claims valid for `lifetime` seconds from now.
         public init(spaces: [String]?, scope: String? = "write", admin: Bool? = nil, lifetime: Int64 = 600, sub: String? = "conformance") {
@@ -37,7 +39,7 @@ public struct TokenSigner: Sendable {
 
         /// The JSON payload.
         public var json: JSONValue {
-            var o = JSONObject()
+            var o = extra
             if let sub { o["sub"] = .string(sub) }
             if let exp { o["exp"] = .number(JSONNumber(exp)) }
             if let spaces { o["spaces"] = .array(spaces.map { .string($0) }) }

@@ -846,10 +846,8 @@ extension JSONSchema {
             while let scalar = peek, scalar != "|", scalar != ")" {
                 var item = try atom()
                 if let (low, high) = try quantifier() {
-                    switch item {
-                    case .atStart, .atEnd: throw Self.invalid("nothing to repeat before a quantifier")
-                    default: break
-                    }
+                    // A bare anchor cannot be repeated, as in ECMAScript; a group holding one can.
+                    if scalar == "^" || scalar == "$" { throw Self.invalid("nothing to repeat before a quantifier") }
                     item = .repetition(item, min: low, max: high)
                     if peek == "?" { position += 1 }  // lazy: matches the same strings
                     if let next = peek, "*+?".unicodeScalars.contains(next) || (next == "{" && isQuantifierBrace()) {
