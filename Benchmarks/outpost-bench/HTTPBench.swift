@@ -277,8 +277,8 @@ enum HTTPBench {
             self.port = port
         }
 
-        static func start(path: String, data: String, eventLoops: Int) throws -> ServerChild {
-            var args = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"]
+        static func start(path: String, data: String, eventLoops: Int, extra: [String] = []) throws -> ServerChild {
+            var args = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"] + extra
             if eventLoops > 0 { args += ["--event-loops", String(eventLoops)] }
             let (process, port) = try startServer(path: path, arguments: args, timeout: 30)
             return ServerChild(process: process, port: port)

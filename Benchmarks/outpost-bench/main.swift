@@ -15,6 +15,7 @@ let usage = """
       schema   candidate SQLite layouts of the push path, with the store's statements, alternated
       peers    Outpost beside PocketBase (pip-installed): bulk write, paged read, small reads, a 64 MiB upload
       client   the client SDK: local save latency, initial sync, write-to-other-device latency
+      rules    what a rules file costs: a partial first sync, a page, a judged push, each beside the same without
 
     `outpost-bench <area> --help` lists an area's options.
     """
@@ -36,6 +37,8 @@ do {
         try await PeersBench.run(arguments: Array(arguments.dropFirst()))
     case "client":
         try await ClientBench.run(arguments: Array(arguments.dropFirst()))
+    case "rules":
+        try await RulesBench.run(arguments: Array(arguments.dropFirst()))
     case "-h", "--help", "help":
         print(usage)
     default:

@@ -1,4 +1,4 @@
-import OutpostCore
+@testable import OutpostCore
 import Testing
 
 /// The rules language (docs/rules.md): every operator, null for missing paths, numbers by
@@ -98,5 +98,45 @@ import Testing
         #expect(throws: RuleExpression.ParseError.self) { try RuleExpression("'" + String(repeating: "a", count: RuleExpression.maxLength) + "'") }
         let wide = Array(repeating: "data.assignee == auth.sub", count: 100).joined(separator: " || ")
         #expect(try RuleExpression(wide).admits(Self.worker))
+    }
+
+    /// Binding the token's claims gives the same value in every context with those claims,
+    /// and leaves nothing of `auth` behind.
+    @Test func bindingTheClaimsKeepsEveryValue() throws {
+        let sources = [
+            "data.assignee == auth.sub || 'supervisor' in auth.roles",
+            "'supervisor' in auth.roles || (op == 'put' && data.assignee == auth.sub && (prev == null || prev.assignee == auth.sub))",
+            "auth.level > 2 ? data.open : !data.open",
+            "auth.team in data.teams && data.n >= auth.level",
+            "!(auth.sub == 'w1') || data.x",
+            "auth.missing == null && data.a != auth.sub",
+            "auth.roles",
+        ]
+        let claims: [JSONObject] = [
+            ["sub": "w1", "roles": [], "level": 1, "team": "north"],
+            ["sub": "boss", "roles": ["supervisor"], "level": 3, "team": "south"],
+            ["sub": "w2"],
+        ]
+        let records: [JSONValue] = [
+            .object(["assignee": "w1", "open": true, "teams": ["north"], "n": 2, "x": true, "a": "w1"]),
+            .object(["assignee": "w2", "open": false, "teams": [], "n": 0, "x": 1]),
+            .null,
+        ]
+        for source in sources {
+            let rule = try RuleExpression(source)
+            for auth in claims {
+                let bound = rule.binding(.auth, to: .object(auth))
+                #expect(bound.paths(from: .auth).isEmpty, "\(source) bound still reads auth")
+                for data in records {
+                    for prev in records {
+                        let context = RuleExpression.Context(auth: auth, data: data, prev: prev, op: "put", collection: "jobs", id: "j")
+                        #expect(RuleExpression.equal(bound.value(in: context), rule.value(in: context)), "\(source) with \(auth), \(data), \(prev)")
+                    }
+                }
+            }
+        }
+        let read = try RuleExpression("data.assignee == auth.sub || 'supervisor' in auth.roles")
+        #expect(read.binding(.auth, to: .object(["sub": "boss", "roles": ["supervisor"]])).literalValue == .bool(true))
+        #expect(read.binding(.auth, to: .object(["sub": "w1", "roles": []])).paths(from: .data) == [["assignee"]])
     }
 }

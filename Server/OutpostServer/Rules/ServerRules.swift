@@ -28,12 +28,27 @@ public struct ServerRules: Sendable {
         /// The paths of `data` the read rule reads: a write that changes none of them (and
         /// is no delete) cannot move the record in or out of any view.
         let readDataPaths: [[String]]
+        /// The members of a change's data (and of the copy it replaces) the write and read
+        /// rules read (nil: the whole object): what the judge keeps of a push.
+        let judgedKeys: Set<String>?
 
         init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?) {
             self.read = read
             self.write = write
             self.schema = schema
             readDataPaths = read?.paths(from: .data) ?? []
+            let written = (write?.paths(from: .data) ?? []) + (write?.paths(from: .prev) ?? []) + readDataPaths
+            judgedKeys = Self.keys(written)
+        }
+
+        /// The first names of `paths`; nil when one of them is the whole object.
+        static func keys(_ paths: [[String]]) -> Set<String>? {
+            var keys = Set<String>()
+            for path in paths {
+                guard let first = path.first else { return nil }
+                keys.insert(first)
+            }
+            return keys
         }
     }
 
@@ -160,6 +175,15 @@ public struct ServerRules: Sendable {
         let id = Hex.encode(Array(SHA256.hash(Array(material.utf8)).prefix(8)))
         return ReadView(id: id, rules: self, auth: auth)
     }
+
+    /// Every read rule bound to `auth` (`RuleExpression.binding`), by collection; the
+    /// fallback's under "".
+    func boundReads(_ auth: JSONObject) -> [String: RuleExpression] {
+        var out: [String: RuleExpression] = [:]
+        for (name, rules) in collections { if let read = rules.read { out[name] = read.binding(.auth, to: .object(auth)) } }
+        if let read = fallback?.read { out[""] = read.binding(.auth, to: .object(auth)) }
+        return out
+    }
 }
 
 /// One token's view of a space under a rules file: which records it may read.
@@ -169,11 +193,39 @@ public struct ReadView: Sendable {
     public let rules: ServerRules
     /// The token's claims.
     public let auth: JSONObject
+    /// The read rules with the token's claims bound, by collection (the fallback's under ""),
+    /// and the members of a record's data each then reads (nil: the whole object).
+    private let bound: [String: (rule: RuleExpression, keys: Set<String>?)]
+
+    init(id: String, rules: ServerRules, auth: JSONObject) {
+        self.id = id
+        self.rules = rules
+        self.auth = auth
+        bound = rules.boundReads(auth).mapValues { ($0, ServerRules.Collection.keys($0.paths(from: .data))) }
+    }
 
     /// Whether the token may read `data` (live data of `collection`/`id`).
     public func admits(collection: String, id: String, data: JSONObject) -> Bool {
         guard let read = rules.rules(for: collection)?.read else { return false }
         return read.admits(RuleExpression.Context(auth: auth, data: .object(data), prev: .null, op: "", collection: collection, id: id))
+    }
+
+    /// `admits` for data as stored (JSON), by the rule bound to the token: a rule the
+    /// token's claims decide reads no data at all, and another parses only the members it
+    /// reads.
+    public func admits(collection: String, id: String, stored data: [UInt8]) -> Bool {
+        guard let (rule, keys) = rules.collections[collection] != nil ? bound[collection] : bound[""] else { return false }
+        if let decided = rule.literalValue { return decided == .bool(true) }
+        let object: JSONObject?
+        if let keys {
+            object = JSONMembers.pick(keys, from: data)
+        } else if case .object(let o)? = try? JSONParser.parse(data) {
+            object = o
+        } else {
+            object = nil
+        }
+        guard let object else { return false }
+        return rule.admits(RuleExpression.Context(auth: auth, data: .object(object), prev: .null, op: "", collection: collection, id: id))
     }
 }
 
@@ -199,11 +251,26 @@ public struct RulesJudge: PushJudge {
         guard write.admits(context) else {
             return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue)")
         }
-        if change.op == .put, let schema = rules.schema, let failure = schema.validate(.object(change.data ?? [:])) {
-            return .init(.invalidChange, "data\(failure.path.isEmpty ? "" : " at \(failure.path)") \(failure.reason)",
-                         details: ["path": .string(failure.path), "reason": .string(failure.reason)])
-        }
         return nil
+    }
+
+    /// What the handler checks before the store, off the store's writer: the schema of a
+    /// put (`invalid_change` with `details.path` and `details.reason`, which `PushRules`
+    /// answers after the replay check and the judge), and the members of its data the
+    /// judge reads, which is all of the parsed data the push keeps.
+    public func prepare(_ change: inout Change) -> PushResult.RejectReason? {
+        guard change.op == .put, let data = change.data, let rules = view.rules.rules(for: change.collection) else { return nil }
+        var refusal: PushResult.RejectReason?
+        if let schema = rules.schema, let failure = schema.validate(.object(data)) {
+            refusal = .init(.invalidChange, "data\(failure.path.isEmpty ? "" : " at \(failure.path)") \(failure.reason)",
+                            details: ["path": .string(failure.path), "reason": .string(failure.reason)])
+        }
+        if let keys = rules.judgedKeys {
+            var kept = JSONObject()
+            for key in keys { if let value = data[key] { kept[key] = value } }
+            change.data = kept
+        }
+        return refusal
     }
 
     public func departs(collection: String, old: JSONObject, new: JSONObject?) -> Bool {
@@ -305,46 +372,15 @@ struct JSONLocator {
         return i
     }
 
-    private func skipSpace(_ start: Int) -> Int {
-        var i = start
-        while i < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[i]) { i += 1 }
-        return i
-    }
+    private func skipSpace(_ start: Int) -> Int { JSONMembers.skipSpace(bytes, start) }
 
-    /// A string's decoded text (escapes kept as written; keys of a rules file need no
-    /// more) and the offset after its closing quote.
+    private func skipValue(_ start: Int) -> Int { JSONMembers.skipValue(bytes, start) }
+
+    /// A string's decoded text and the offset after its closing quote.
     private func string(at start: Int) -> (String, Int) {
-        var i = start + 1
-        while i < bytes.count, bytes[i] != UInt8(ascii: "\"") { i += bytes[i] == UInt8(ascii: "\\") ? 2 : 1 }
-        let text = String(decoding: bytes[min(start + 1, bytes.count)..<min(i, bytes.count)], as: UTF8.self)
-        let decoded = (try? JSONParser.parse(Array(bytes[start...min(i, bytes.count - 1)])))?.stringValue ?? text
-        return (decoded, i + 1)
-    }
-
-    private func skipValue(_ start: Int) -> Int {
-        guard start < bytes.count else { return start }
-        switch bytes[start] {
-        case UInt8(ascii: "\""):
-            return string(at: start).1
-        case UInt8(ascii: "{"), UInt8(ascii: "["):
-            var depth = 0, i = start
-            while i < bytes.count {
-                switch bytes[i] {
-                case UInt8(ascii: "\""): i = string(at: i).1; continue
-                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
-                case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                    depth -= 1
-                    if depth == 0 { return i + 1 }
-                default: break
-                }
-                i += 1
-            }
-            return i
-        default:
-            var i = start
-            while i < bytes.count, ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x09, 0x0A, 0x0D].contains(bytes[i]) { i += 1 }
-            return i
-        }
+        let end = skipValue(start)
+        let text = end <= bytes.count ? (try? JSONParser.parse(bytes[start..<end]))?.stringValue : nil
+        return (text ?? "", end)
     }
 }
 

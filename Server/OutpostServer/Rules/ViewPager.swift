@@ -38,8 +38,7 @@ struct ViewPager {
         decisions.reserveCapacity(scan.records.count)
         var queries: [DepartureQuery] = []
         for record in scan.records {
-            if !record.deleted, let data = record.data, case .object(let object)? = try? JSONParser.parse(data),
-               view.admits(collection: record.collection, id: record.id, data: object) {
+            if !record.deleted, let data = record.data, view.admits(collection: record.collection, id: record.id, stored: data) {
                 decisions.append(.send)
                 continue
             }
@@ -60,8 +59,7 @@ struct ViewPager {
                 record.append(to: &out, epoch: epoch)
             case .outside:
                 // The device held it in view: it learns of the delete, or that it lost it.
-                guard let old = departed[record.key], case .object(let object)? = try? JSONParser.parse(old),
-                      view.admits(collection: record.collection, id: record.id, data: object) else {
+                guard let old = departed[record.key], view.admits(collection: record.collection, id: record.id, stored: old) else {
                     out.removeSubrange(mark...)
                     lastSeq = record.seq
                     continue

@@ -429,7 +429,7 @@ final class PostgresWriter {
         var inputs: [PushRules.Input] = []
         inputs.reserveCapacity(job.items.count)
         for item in job.items {
-            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON)) }
+            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
         }
         guard !inputs.isEmpty else { return (PushItem.merge([], into: job.items), nil) }
         let (storage0, head) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)

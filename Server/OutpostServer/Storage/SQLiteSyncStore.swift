@@ -456,7 +456,7 @@ final class SQLiteWriter {
         var inputs: [PushRules.Input] = []
         inputs.reserveCapacity(job.items.count)
         for item in job.items {
-            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON)) }
+            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
         }
         var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch)
         let (decided, head) = try PushRules.apply(inputs, epoch: epoch, head: space.head, clientId: job.clientId, now: job.now, storage: &storage,

@@ -11,11 +11,14 @@ public struct PreparedChange: Sendable {
     public var fingerprint: [UInt8]
     /// `data` as compact JSON; nil for a delete.
     public var dataJSON: [UInt8]?
+    /// Why the rules refuse it whatever the record's state (`RulesJudge.prepare`).
+    public var refusal: PushResult.RejectReason?
 
-    public init(change: Change, fingerprint: [UInt8], dataJSON: [UInt8]?) {
+    public init(change: Change, fingerprint: [UInt8], dataJSON: [UInt8]?, refusal: PushResult.RejectReason? = nil) {
         self.change = change
         self.fingerprint = fingerprint
         self.dataJSON = dataJSON
+        self.refusal = refusal
     }
 }
 

@@ -70,7 +70,7 @@ public final class SyncService: Sendable {
         let judge = try rules.rules.map { rules throws(HTTPError) in
             RulesJudge(view: rules.view(for: try authorizer.authorize(request.head, space: space, scope: .write)))
         }
-        let items = decoded.changes.map { prepare($0, keepingData: judge != nil) }
+        let items = decoded.changes.map { prepare($0, judge: judge) }
 
         let results = try await storeCall {
             try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock(), judge: judge)
@@ -100,8 +100,9 @@ public final class SyncService: Sendable {
     }
 
     /// Validates one change's lineage and size, encodes its data and fingerprints it.
-    /// `keepingData`: the parsed data stays for the judge of a server with rules.
-    func prepare(_ decoded: DecodedChange, keepingData: Bool = false) -> PushItem {
+    /// Under rules (`judge`), the schema is checked here, off the store's writer, and the
+    /// members of the data the judge reads stay parsed.
+    func prepare(_ decoded: DecodedChange, judge: RulesJudge? = nil) -> PushItem {
         switch decoded {
         case .invalid(let changeId, let message):
             return .rejected(.rejected(changeId, .invalidChange, message))
@@ -118,8 +119,9 @@ public final class SyncService: Sendable {
             let fingerprint = SHA256.hash(change.fingerprintMaterial(canonicalData: dataJSON))
             // The store needs the encoded bytes only; dropping the parsed tree here frees
             // it on this thread, not on the store's single writer.
-            if !keepingData { change.data = nil }
-            return .change(PreparedChange(change: change, fingerprint: fingerprint, dataJSON: dataJSON))
+            var refusal: PushResult.RejectReason?
+            if let judge { refusal = judge.prepare(&change) } else { change.data = nil }
+            return .change(PreparedChange(change: change, fingerprint: fingerprint, dataJSON: dataJSON, refusal: refusal))
         }
     }
 

@@ -60,10 +60,14 @@ public enum PushRules {
         public var fingerprint: [UInt8]
         /// The record's `data` as stored (canonical JSON); nil for a delete.
         public var data: [UInt8]?
-        public init(change: Change, fingerprint: [UInt8], data: [UInt8]?) {
+        /// Why the server's rules refuse the change whatever the record's state (a schema
+        /// failure, found before the store): answered where the judge's refusals are.
+        public var refusal: PushResult.RejectReason?
+        public init(change: Change, fingerprint: [UInt8], data: [UInt8]?, refusal: PushResult.RejectReason? = nil) {
             self.change = change
             self.fingerprint = fingerprint
             self.data = data
+            self.refusal = refusal
         }
     }
 
@@ -162,7 +166,7 @@ public enum PushRules {
                 continue
             }
             // 3. The rules of the server, on the state the change would replace.
-            if let judge, let refusal = judge.judge(change, current: judged[key]) {
+            if let judge, let refusal = judge.judge(change, current: judged[key]) ?? input.refusal {
                 results.append(PushResult(changeId: change.changeId, status: .rejected, error: refusal))
                 continue
             }

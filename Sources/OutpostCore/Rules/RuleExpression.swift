@@ -470,3 +470,68 @@ extension RuleExpression {
         return nil
     }
 }
+
+extension RuleExpression {
+    init(root: Node, source: String) {
+        self.root = root
+        self.source = source
+    }
+
+    /// The expression with every path from `root` replaced by its value in `value`, and each
+    /// part that then reads nothing else computed. What is left reads the other roots only:
+    /// bound to a token's claims, `data.assignee == auth.sub || 'supervisor' in auth.roles`
+    /// is `true` for a supervisor and `data.assignee == "w1"` for worker w1, so a page of
+    /// records evaluates the token's part once, not once per record. It evaluates to the
+    /// same value as the original in every context whose `root` is `value`.
+    public func binding(_ root: Root, to value: JSONValue) -> RuleExpression {
+        RuleExpression(root: Self.fold(self.root, root, value), source: source)
+    }
+
+    static func fold(_ node: Node, _ root: Root, _ value: JSONValue) -> Node {
+        let empty = Context(auth: [:], data: .null, prev: .null, op: "", collection: "", id: "")
+        func literal(_ n: Node) -> JSONValue? {
+            if case .literal(let v) = n { return v }
+            return nil
+        }
+        /// `!!n`: `n`'s truth as a Boolean, as `&&` and `||` give it.
+        func truth(_ n: Node) -> Node {
+            if let v = literal(n) { return .literal(.bool(isTrue(v))) }
+            return .not(.not(n))
+        }
+        switch node {
+        case .literal:
+            return node
+        case .path(let r, let names):
+            guard r == root else { return node }
+            var v = value
+            for name in names {
+                guard case .object(let o) = v, let next = o[name] else { return .literal(.null) }
+                v = next
+            }
+            return .literal(v)
+        case .not(let inner):
+            let a = fold(inner, root, value)
+            if let v = literal(a) { return .literal(.bool(!isTrue(v))) }
+            return .not(a)
+        case .and(let x, let y):
+            let a = fold(x, root, value), b = fold(y, root, value)
+            if let v = literal(a) { return isTrue(v) ? truth(b) : .literal(.bool(false)) }
+            if let v = literal(b) { return isTrue(v) ? truth(a) : .literal(.bool(false)) }
+            return .and(a, b)
+        case .or(let x, let y):
+            let a = fold(x, root, value), b = fold(y, root, value)
+            if let v = literal(a) { return isTrue(v) ? .literal(.bool(true)) : truth(b) }
+            if let v = literal(b) { return isTrue(v) ? .literal(.bool(true)) : truth(a) }
+            return .or(a, b)
+        case .choice(let c, let x, let y):
+            let condition = fold(c, root, value), a = fold(x, root, value), b = fold(y, root, value)
+            if let v = literal(condition) { return isTrue(v) ? a : b }
+            return .choice(condition, a, b)
+        case .binary(let op, let x, let y):
+            let a = fold(x, root, value), b = fold(y, root, value)
+            let folded = Node.binary(op, a, b)
+            if literal(a) != nil && literal(b) != nil { return .literal(evaluate(folded, empty)) }
+            return folded
+        }
+    }
+}
