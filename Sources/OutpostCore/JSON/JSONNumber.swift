@@ -177,21 +177,47 @@ extension JSONNumber {
     /// one and fits in `Int64`: the significant digits, shifted by the exponent, must leave
     /// no non-zero digit after the decimal point.
     static func exactInt64(lexeme bytes: UnsafeBufferPointer<UInt8>) -> Int64? {
+        let parts = DecimalParts(lexeme: bytes)
+        if parts.digits.isEmpty { return 0 }
+        guard parts.exponent >= 0, parts.digits.count + parts.exponent <= 19 else { return nil }
+        var magnitude: UInt64 = 0
+        for digit in parts.digits { magnitude = magnitude * 10 + UInt64(digit) }
+        for _ in 0..<parts.exponent { magnitude *= 10 }  // at most 19 digits in all: no overflow
+        if parts.negative {
+            guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
+            return magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)
+        }
+        return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
+    }
+}
+
+/// A valid RFC 8259 lexeme's exact value, `digits × 10^exponent`, with no leading or
+/// trailing zero digit (no digit at all for zero, whose sign is then dropped), so equal
+/// values have equal parts: what exact integer conversion and exact comparison read.
+/// Exponents saturate at ±10^15, far beyond any value a double or an `Int64` holds.
+struct DecimalParts {
+    let negative: Bool
+    let digits: [UInt8]
+    let exponent: Int
+
+    init(lexeme bytes: UnsafeBufferPointer<UInt8>) {
         var index = 0
-        let negative = bytes[0] == UInt8(ascii: "-")
+        let negative = bytes.first == UInt8(ascii: "-")
         if negative { index = 1 }
-        // Collect significant digits (integer part then fraction) and the exponent shift.
-        var significand: [UInt8] = []
+        // Significant digits (integer part then fraction, leading zeros dropped) and the
+        // number of fraction digits among them.
+        var digits: [UInt8] = []
         var fractionDigits = 0
         var inFraction = false
         while index < bytes.count {
-            let b = bytes[index]
-            if b == UInt8(ascii: ".") {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: ".") {
                 inFraction = true
-            } else if b | 0x20 == UInt8(ascii: "e") {
+            } else if byte | 0x20 == UInt8(ascii: "e") {
                 break
             } else {
-                significand.append(b &- UInt8(ascii: "0"))
+                let digit = byte &- UInt8(ascii: "0")
+                if !(digits.isEmpty && digit == 0) { digits.append(digit) }
                 if inFraction { fractionDigits += 1 }
             }
             index += 1
@@ -205,25 +231,19 @@ extension JSONNumber {
                 index += 1
             }
             while index < bytes.count {
-                // Saturate: anything beyond a million digits is out of range either way.
-                exponent = min(exponent * 10 + Int(bytes[index] &- UInt8(ascii: "0")), 1_000_000)
+                exponent = min(exponent * 10 + Int(bytes[index] &- UInt8(ascii: "0")), 1_000_000_000_000_000)
                 index += 1
             }
             if exponentNegative { exponent = -exponent }
         }
-        // Drop leading zeros, then trailing zeros (each one raises the exponent).
-        var scale = exponent - fractionDigits
-        while let last = significand.last, last == 0 { significand.removeLast(); scale += 1 }
-        guard let firstNonZero = significand.firstIndex(where: { $0 != 0 }) else { return 0 }
-        significand.removeFirst(firstNonZero)
-        guard scale >= 0, significand.count + scale <= 19 else { return nil }
-        var magnitude: UInt64 = 0
-        for digit in significand { magnitude = magnitude * 10 + UInt64(digit) }
-        for _ in 0..<scale { magnitude *= 10 }  // at most 19 digits in all: no overflow
-        if negative {
-            guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
-            return magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)
+        exponent -= fractionDigits
+        // Trailing zeros raise the exponent instead.
+        while let last = digits.last, last == 0 {
+            digits.removeLast()
+            exponent += 1
         }
-        return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
+        self.negative = negative && !digits.isEmpty
+        self.digits = digits
+        self.exponent = digits.isEmpty ? 0 : exponent
     }
 }

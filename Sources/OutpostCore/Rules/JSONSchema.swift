@@ -470,48 +470,11 @@ extension JSONSchema {
         let exponent: Int
 
         init(_ number: JSONNumber) {
-            let bytes = Array(number.lexeme.utf8)  // a valid RFC 8259 lexeme
-            var index = 0
-            let negative = bytes.first == UInt8(ascii: "-")
-            if negative { index = 1 }
-            var digits: [UInt8] = []
-            var fractionDigits = 0
-            var inFraction = false
-            while index < bytes.count {
-                let byte = bytes[index]
-                if byte == UInt8(ascii: ".") {
-                    inFraction = true
-                } else if byte | 0x20 == UInt8(ascii: "e") {
-                    break
-                } else {
-                    let digit = byte &- UInt8(ascii: "0")
-                    if !(digits.isEmpty && digit == 0) { digits.append(digit) }
-                    if inFraction { fractionDigits += 1 }
-                }
-                index += 1
-            }
-            var exponent = 0
-            if index < bytes.count {
-                index += 1
-                var exponentNegative = false
-                if bytes[index] == UInt8(ascii: "-") || bytes[index] == UInt8(ascii: "+") {
-                    exponentNegative = bytes[index] == UInt8(ascii: "-")
-                    index += 1
-                }
-                while index < bytes.count {
-                    exponent = min(exponent * 10 + Int(bytes[index] &- UInt8(ascii: "0")), 1_000_000_000_000_000)
-                    index += 1
-                }
-                if exponentNegative { exponent = -exponent }
-            }
-            exponent -= fractionDigits
-            while let last = digits.last, last == 0 {
-                digits.removeLast()
-                exponent += 1
-            }
-            self.negative = negative && !digits.isEmpty
-            self.digits = digits
-            self.exponent = digits.isEmpty ? 0 : exponent
+            var lexeme = number.lexeme  // a valid RFC 8259 lexeme
+            let parts = lexeme.withUTF8 { DecimalParts(lexeme: $0) }
+            negative = parts.negative
+            digits = parts.digits
+            exponent = parts.exponent
         }
 
         var isInteger: Bool { exponent >= 0 }
