@@ -110,14 +110,14 @@ public struct RulesHook: Sendable, CustomStringConvertible {
     /// new base URL when it moved.
     let action: @Sendable (String?) async throws -> String?
 
-    /// A shell command, run with `OUTPOST_CONFORMANCE_RULES` set to the file's path (empty
+    /// A shell command, run with `CONFORMANCE_RULES` set to the file's path (empty
     /// for none). It must exit 0 once the server serves with those rules: restarted with
-    /// `--rules "$OUTPOST_CONFORMANCE_RULES"` (or without), or sent SIGHUP after the file
+    /// `--rules "$CONFORMANCE_RULES"` (or without), or sent SIGHUP after the file
     /// it reads was replaced.
     public static func shell(_ command: String) -> RulesHook {
         RulesHook(description: command) { path in
             let quoted = "'" + (path ?? "").replacingOccurrences(of: "'", with: "'\\''") + "'"
-            _ = try await ServerHook.shell("OUTPOST_CONFORMANCE_RULES=\(quoted) \(command)").action()
+            _ = try await ServerHook.shell("CONFORMANCE_RULES=\(quoted) \(command)").action()
             return nil
         }
     }

@@ -25,7 +25,7 @@ let usage = """
       --rotate-epoch-command CMD     shell command that stops the server, runs
                                      `outpost-server rotate-epoch --data DIR` and starts it
       --rules-command CMD            shell command that makes the server serve with the rules file
-                                     $OUTPOST_CONFORMANCE_RULES (docs/rules.md), or with none when
+                                     $CONFORMANCE_RULES (docs/rules.md), or with none when
                                      it is empty, on the same data; the rules checks are
                                      skipped without it
       --header-timeout SECONDS       the server's header timeout (default 10)

@@ -23,6 +23,8 @@ final class InProcessServer: Sendable {
     let secret = "conformance-secret-" + UUID().uuidString
     let settings: Settings
     private let running = Mutex<Running?>(nil)
+    /// The rules file the next start serves with (the rules checks' hook sets it).
+    private let rulesPath = Mutex<String?>(nil)
 
     /// Limits smaller than the defaults (so the suite's size checks stay quick) but in the
     /// same proportions; the suite reads them from `/v1/info` like any client.
@@ -79,14 +81,22 @@ final class InProcessServer: Sendable {
             try await start()
             return baseURL
         }
+        configuration.rules = .closure("restart the in-process server with or without a rules file") { [self] path in
+            await stopServing()
+            rulesPath.withLock { $0 = path }
+            try await start()
+            return baseURL
+        }
         configuration.headerTimeout = .seconds(settings.headerTimeoutSeconds)
         configuration.bodyTimeout = .seconds(settings.bodyTimeoutSeconds)
         return configuration
     }
 
     private func start() async throws {
+        var settings = self.settings
+        settings.rulesPath = rulesPath.withLock { $0 }
         let app = try await withDirectoryRetry {
-            try OutpostApplication(settings: self.settings, environment: ["OUTPOST_JWT_SECRET": self.secret],
+            try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": self.secret],
                                    parts: self.mutation?.parts(secret: Array(self.secret.utf8)) ?? .init())
         }
         let server = HTTPServer(configuration: ServerApp.httpConfiguration(settings), router: mutation?.routes(of: app) ?? app.router)

@@ -77,7 +77,10 @@ import Testing
         let server = try await InProcessServer(mutation: mutation, postgresURL: postgresURL)
         let report: Report
         do {
-            report = try await Conformance.run(server.configuration(), skip: Self.timeoutChecks)
+            // The mutants are of the protocol without rules; the rules checks restart the
+            // server twice each and catch none of them.
+            let rulesChecks = Conformance.checks.filter { $0.category == .rules }.map(\.name)
+            report = try await Conformance.run(server.configuration(), skip: Self.timeoutChecks + rulesChecks)
         } catch {
             await server.stop()
             throw error

@@ -63,6 +63,19 @@ let fieldTeamRules = #"""
         #expect(refusal(#"{"collections": {"jobs": {"read": "true"}}}"#) == nil)
     }
 
+    /// The rules files that README.md and docs/rules.md show are files the server takes.
+    @Test func theDocumentedExamplesCheck() throws {
+        for file in ["README.md", "docs/rules.md"] {
+            let text = try OperatorDocsTests.read(file)
+            let blocks = text.components(separatedBy: "```json\n").dropFirst().compactMap { $0.components(separatedBy: "```").first }
+            let rulesFiles = blocks.filter { $0.contains("\"collections\"") }
+            #expect(!rulesFiles.isEmpty, "\(file) shows no rules file")
+            for block in rulesFiles {
+                #expect(throws: Never.self, "\(file): \(block.prefix(60))") { _ = try ServerRules.parse(Array(block.utf8), path: file) }
+            }
+        }
+    }
+
     @Test func aViewDependsOnTheReadRulesAndTheClaimsTheyRead() throws {
         let rules = try ServerRules.parse(Array(fieldTeamRules.utf8), path: "rules.json")
         let w1 = Claims(sub: "w1", exp: 2_000_000_000, spaces: ["t"], scope: .write)
