@@ -63,6 +63,16 @@ let fieldTeamRules = #"""
         #expect(refusal(#"{"collections": {"jobs": {"read": "true"}}}"#) == nil)
     }
 
+    @Test func aFileTooLargeOrMissingIsRefusedBeforeItIsRead() throws {
+        let directory = try TemporaryDirectory(prefix: "outpost-rules-size")
+        defer { directory.remove() }
+        let path = directory.appending("rules.json")
+        try Data(repeating: 0x20, count: ServerRules.maxFileBytes + 1).write(to: URL(fileURLWithPath: path))
+        #expect(throws: RulesError.self) { _ = try ServerRules.load(path: path) }
+        do { _ = try ServerRules.load(path: path) } catch { #expect(error.reason.contains("at most") && error.line == nil, "\(error)") }
+        do { _ = try ServerRules.load(path: directory.appending("none.json")) } catch { #expect(error.reason.contains("cannot be read"), "\(error)") }
+    }
+
     /// The rules files that README.md and docs/rules.md show are files the server takes.
     @Test func theDocumentedExamplesCheck() throws {
         for file in ["README.md", "docs/rules.md"] {
@@ -229,6 +239,46 @@ let fieldTeamRules = #"""
             let again = try await pull(s, w1)
             #expect(details?["view"]?.stringValue == again.view && again.view != before.view)
             #expect(again.changes.map(\.id) == ["j1", "j2"])
+        }
+    }
+
+    @Test func pagesUnderRulesKeepTheirLimitsAndMovePastWhatTheyDoNotSend() async throws {
+        try await withRulesServer(.sqlite) { s, _ in
+            let w1 = token(s, "w1"), boss = token(s, "boss", supervisor: true)
+            // 2,500 jobs, every 1,000th of them w1's; the others a supervisor's only.
+            for batch in 0..<25 {
+                let jobs = (0..<100).map { i -> Change in
+                    let n = batch * 100 + i
+                    return job("c\(n)", "j\(n)", "Job \(n)", n % 1_000 == 0 ? "w1" : "w2")
+                }
+                #expect(try await pushed(s, boss, jobs).allSatisfy { $0.status == .applied })
+            }
+            var since: String?
+            var seen: [String] = []
+            var requests = 0
+            while true {
+                requests += 1
+                let r = try await s.pull("team", query: "limit=100" + (since.map { "&since=\($0)" } ?? ""), token: w1)
+                let page = try PullPage.decode(r.body)
+                #expect(page.changes.count <= 100)
+                seen += page.changes.map(\.id)
+                since = Cursor(page.next, view: page.view).text
+                if !page.hasMore { break }
+                #expect(requests < 10, "more requests than the scan budget allows")
+            }
+            #expect(seen == ["j0", "j1000", "j2000"])
+            #expect(requests == 3, "1,000 records read per request at most: \(requests) requests")
+            // A token that sees everything gets full pages of `limit`, in order, with no gap.
+            since = nil
+            var ids: [String] = []
+            for _ in 0..<4 {
+                let r = try await s.pull("team", query: "limit=7" + (since.map { "&since=\($0)" } ?? ""), token: boss)
+                let page = try PullPage.decode(r.body)
+                #expect(page.changes.count == 7 && page.hasMore)
+                ids += page.changes.map(\.id)
+                since = Cursor(page.next, view: page.view).text
+            }
+            #expect(ids == (0..<28).map { "j\($0)" })
         }
     }
 

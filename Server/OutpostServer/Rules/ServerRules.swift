@@ -68,6 +68,11 @@ public struct ServerRules: Sendable {
 
     /// Reads and checks the file at `path`.
     public static func load(path: String) throws(RulesError) -> ServerRules {
+        // The size is checked before the file is read.
+        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue
+        if let size, size > maxFileBytes {
+            throw RulesError(path: path, line: nil, column: nil, reason: "is \(size) bytes; a rules file is at most \(maxFileBytes)")
+        }
         let bytes: [UInt8]
         do {
             bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))

@@ -11,9 +11,10 @@ import OutpostCore
 /// exactly when the rule admits that departure. A device at the start of the history holds
 /// nothing, so its pulls skip that lookup.
 ///
-/// Records are read in seq order by `SyncStore.scan`, at most `limit` per page, and a page
-/// may hold fewer entries than records read (even none, with `hasMore`): its cursor still
-/// moves past every record read, so no record outside the view is read twice.
+/// Records are read in seq order by `SyncStore.scan`, `limit` at a time and at most
+/// `scanBudget × limit` for one page, and a page may hold fewer entries than records read
+/// (even none, with `hasMore`): its cursor still moves past every record decided, so no
+/// record outside the view is read twice.
 struct ViewPager {
     let store: any SyncStore
     let view: ReadView
@@ -29,15 +30,41 @@ struct ViewPager {
         var bytes: Int
     }
 
+    /// Records read for one page at most, as a multiple of its entry limit: a device that
+    /// sees little of a space gets pages of its own records in a tenth of the requests,
+    /// and no request reads without bound.
+    static let scanBudget = 10
+
     /// The page after `afterSeq`, for a device whose copies are those of the cursor
-    /// `heldAt` (the `since` of its request).
+    /// `heldAt` (the `since` of its request): at most `limit` entries and `maxBytes` bytes,
+    /// from at most `scanBudget × limit` records read.
     func page(space: String, afterSeq: Int64, heldAt: Int64, limit: Int, maxBytes: Int, collections: [String]?, epoch: Epoch) async throws -> Page {
-        let scan = try await store.scan(PageRequest(space: space, afterSeq: afterSeq, limit: limit, maxBytes: maxBytes, collections: collections))
+        var page = Page(json: [UInt8(ascii: "[")], count: 0, lastSeq: nil, hasMore: false, head: 0, bytes: 0)
+        var after = afterSeq, read = 0
+        while true {
+            let scan = try await store.scan(PageRequest(space: space, afterSeq: after, limit: limit, maxBytes: maxBytes, collections: collections))
+            page.head = max(page.head, scan.head)
+            read += scan.records.count
+            let full = try await add(scan.records, to: &page, space: space, heldAt: heldAt, limit: limit, maxBytes: maxBytes, epoch: epoch)
+            if full { page.hasMore = true; break }
+            guard scan.hasMore else { break }
+            if read >= Self.scanBudget * limit { page.hasMore = true; break }
+            after = page.lastSeq ?? after
+        }
+        page.json.append(UInt8(ascii: "]"))
+        page.bytes = page.json.count
+        return page
+    }
+
+    /// Decides `records` (read in seq order) and appends the entries to `page`; true when
+    /// the page filled (by entries or bytes) before the last of them was decided.
+    private func add(_ records: [StoredRecord], to page: inout Page, space: String, heldAt: Int64, limit: Int, maxBytes: Int,
+                     epoch: Epoch) async throws -> Bool {
         enum Decision { case send, outside }
         var decisions: [Decision] = []
-        decisions.reserveCapacity(scan.records.count)
+        decisions.reserveCapacity(records.count)
         var queries: [DepartureQuery] = []
-        for record in scan.records {
+        for record in records {
             if !record.deleted, let data = record.data, view.admits(collection: record.collection, id: record.id, stored: data) {
                 decisions.append(.send)
                 continue
@@ -47,40 +74,35 @@ struct ViewPager {
         }
         let departed = queries.isEmpty ? [:] : try await store.departures(space: space, queries)
 
-        var out: [UInt8] = [UInt8(ascii: "[")]
-        var count = 0
-        var lastSeq: Int64?
-        var hasMore = scan.hasMore
-        for (record, decision) in zip(scan.records, decisions) {
-            let mark = out.count
-            if count > 0 { out.append(UInt8(ascii: ",")) }
+        for (record, decision) in zip(records, decisions) {
+            if page.count == limit { return true }
+            let mark = page.json.count
+            if page.count > 0 { page.json.append(UInt8(ascii: ",")) }
             switch decision {
             case .send:
-                record.append(to: &out, epoch: epoch)
+                record.append(to: &page.json, epoch: epoch)
             case .outside:
                 // The device held it in view: it learns of the delete, or that it lost it.
                 guard let old = departed[record.key], view.admits(collection: record.collection, id: record.id, stored: old) else {
-                    out.removeSubrange(mark...)
-                    lastSeq = record.seq
+                    page.json.removeSubrange(mark...)
+                    page.lastSeq = record.seq
                     continue
                 }
                 if record.deleted {
-                    record.append(to: &out, epoch: epoch)
+                    record.append(to: &page.json, epoch: epoch)
                 } else {
-                    out.append(contentsOf: Revocation(collection: record.collection, id: record.id,
-                                                      version: Version(epoch: epoch, seq: record.seq)).json.encoded())
+                    page.json.append(contentsOf: Revocation(collection: record.collection, id: record.id,
+                                                            version: Version(epoch: epoch, seq: record.seq)).json.encoded())
                 }
             }
             // The byte budget counts the whole encoded array; the first entry always fits.
-            if count > 0 && out.count + 1 > maxBytes {
-                out.removeSubrange(mark...)
-                hasMore = true
-                break
+            if page.count > 0 && page.json.count + 1 > maxBytes {
+                page.json.removeSubrange(mark...)
+                return true
             }
-            count += 1
-            lastSeq = record.seq
+            page.count += 1
+            page.lastSeq = record.seq
         }
-        out.append(UInt8(ascii: "]"))
-        return Page(json: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: scan.head, bytes: out.count)
+        return false
     }
 }
