@@ -67,6 +67,7 @@ public final class OutpostApplication: Sendable {
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
         sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, rules: rules)
+        sync.viewIndex.follow(rules.rules)
         metrics.declare("outpost_rules_reloads_total", help: "Reloads of the rules file, by result (applied, refused).", kind: "counter")
         // Pulls, not the store's waiters: the pulls of one group share one store waiter.
         let sync = sync
@@ -110,6 +111,7 @@ public final class OutpostApplication: Sendable {
         guard let path = rules.path else { return .success(()) }
         do {
             try rules.reload()
+            sync.viewIndex.follow(rules.rules)
             metrics.increment("outpost_rules_reloads_total", .init([("result", "applied")]))
             Log.info("rules reloaded", ["path": path])
             return .success(())

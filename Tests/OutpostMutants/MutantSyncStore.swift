@@ -98,6 +98,22 @@ public final class MutantSyncStore: SyncStore {
         try await base.departures(space: space, queries)
     }
 
+    public func viewScan(_ request: ViewScanRequest) async throws -> RecordScan {
+        try await base.viewScan(request)
+    }
+
+    public func viewIndexSpec() async throws -> String? {
+        try await base.viewIndexSpec()
+    }
+
+    public func buildViewIndex(spec: String, keys: @escaping @Sendable (String, [UInt8]) -> [PushRules.IndexKey]) async throws -> Int {
+        try await base.buildViewIndex(spec: spec, keys: keys)
+    }
+
+    public func forgetViewIndex() async throws {
+        try await base.forgetViewIndex()
+    }
+
     public func page(_ request: PageRequest) async throws -> PageData {
         switch mutation {
         case .pageOverBudget:

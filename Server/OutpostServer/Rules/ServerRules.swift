@@ -60,6 +60,8 @@ public struct ServerRules: Sendable {
     let viewMaterial: String
     /// The claims the read rules read (`auth.<path>`): a token's view depends on these only.
     let viewClaims: [[String]]
+    /// What the view index keeps of the records under these rules.
+    public let index: ViewIndex
 
     /// The rules of `collection`; nil when it is closed.
     public func rules(for collection: String) -> Collection? {
@@ -122,7 +124,8 @@ public struct ServerRules: Sendable {
             for claim in rules.read?.paths(from: .auth) ?? [] where !claims.contains(claim) { claims.append(claim) }
         }
         claims.sort { $0.joined(separator: ".") < $1.joined(separator: ".") }
-        return ServerRules(path: path, collections: collections, fallback: fallback, viewMaterial: material, viewClaims: claims)
+        return ServerRules(path: path, collections: collections, fallback: fallback, viewMaterial: material, viewClaims: claims,
+                           index: ViewIndex(collections: collections, fallback: fallback))
     }
 
     private static func collection(_ value: JSONValue, at path: [String], fallback: Collection?, _ file: RulesFileText) throws(RulesError) -> Collection {
@@ -215,6 +218,29 @@ public struct ReadView: Sendable {
         return read.admits(RuleExpression.Context(auth: auth, data: .object(data), prev: .null, op: "", collection: collection, id: id))
     }
 
+    /// The view index lookups that find every record this view admits (`ViewIndex.plan`):
+    /// per scope, its bound rule's keys; every record of the scope where the claims make
+    /// the rule `true` or it has no indexed form (the page then filters them); nothing of
+    /// a closed scope, or of a scope outside `collections` when set.
+    public func lookups(collections: [String]?) -> [PushRules.IndexKey] {
+        var out: [PushRules.IndexKey] = []
+        for (scope, (rule, _)) in bound.sorted(by: { $0.key < $1.key }) {
+            if let collections {
+                let wanted = scope.isEmpty ? collections.contains { rules.collections[$0] == nil } : collections.contains(scope)
+                guard wanted else { continue }
+            }
+            switch rules.index.plan(rule, scope: scope) ?? .all {
+            case .all: out.append(PushRules.IndexKey(scope: scope, path: "", key: ""))
+            case .none: break
+            case .keys(let keys):
+                for k in keys.sorted(by: { ($0.path, $0.key) < ($1.path, $1.key) }) {
+                    out.append(PushRules.IndexKey(scope: scope, path: k.path, key: k.key))
+                }
+            }
+        }
+        return out
+    }
+
     /// `admits` for data as stored (JSON), by the rule bound to the token: a rule the
     /// token's claims decide reads no data at all, and another parses only the members it
     /// reads.
@@ -276,6 +302,10 @@ public struct RulesJudge: PushJudge {
             change.data = kept
         }
         return refusal
+    }
+
+    public func indexKeys(collection: String, data: JSONObject) -> [PushRules.IndexKey] {
+        view.rules.index.keys(collection: collection, data: data)
     }
 
     public func departs(collection: String, old: JSONObject, new: JSONObject?) -> Bool {

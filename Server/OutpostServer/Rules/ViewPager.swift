@@ -15,9 +15,15 @@ import OutpostCore
 /// `scanBudget × limit` for one page, and a page may hold fewer entries than records read
 /// (even none, with `hasMore`): its cursor still moves past every record decided, so no
 /// record outside the view is read twice.
+///
+/// With the view index built for the rules (`indexed`), the records come from
+/// `SyncStore.viewScan` instead: those the view's lookups find and those that departed
+/// since the cursor, which are all that can give an entry, so a page reads no record the
+/// device cannot see and, once they are read, its cursor moves to the head.
 struct ViewPager {
     let store: any SyncStore
     let view: ReadView
+    var indexed = false
 
     /// What a page holds and where it ends.
     struct Page {
@@ -41,13 +47,21 @@ struct ViewPager {
     func page(space: String, afterSeq: Int64, heldAt: Int64, limit: Int, maxBytes: Int, collections: [String]?, epoch: Epoch) async throws -> Page {
         var page = Page(json: [UInt8(ascii: "[")], count: 0, lastSeq: nil, hasMore: false, head: 0, bytes: 0)
         var after = afterSeq, read = 0
+        let lookups = indexed ? view.lookups(collections: collections) : []
         while true {
-            let scan = try await store.scan(PageRequest(space: space, afterSeq: after, limit: limit, maxBytes: maxBytes, collections: collections))
+            let scan = indexed
+                ? try await store.viewScan(ViewScanRequest(space: space, afterSeq: after, heldAt: heldAt, limit: limit, lookups: lookups, collections: collections))
+                : try await store.scan(PageRequest(space: space, afterSeq: after, limit: limit, maxBytes: maxBytes, collections: collections))
             page.head = max(page.head, scan.head)
             read += scan.records.count
             let full = try await add(scan.records, to: &page, space: space, heldAt: heldAt, limit: limit, maxBytes: maxBytes, epoch: epoch)
             if full { page.hasMore = true; break }
-            guard scan.hasMore else { break }
+            guard scan.hasMore else {
+                // The index found every record up to the head that can give an entry: the
+                // others are decided without being read.
+                if indexed && scan.head > (page.lastSeq ?? after) { page.lastSeq = scan.head }
+                break
+            }
             if read >= Self.scanBudget * limit { page.hasMore = true; break }
             after = page.lastSeq ?? after
         }

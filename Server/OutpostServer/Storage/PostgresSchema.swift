@@ -134,6 +134,20 @@ public enum PostgresSchema {
             data bytea NOT NULL,
             PRIMARY KEY(space_id, collection, id, seq));
         """#,
+        // 6: the view index of a server with rules (docs/rules.md, "Cost"; `ViewIndex`),
+        // and the departures by seq.
+        #"""
+        CREATE TABLE IF NOT EXISTS view_index(
+            space_id bigint NOT NULL,
+            scope text NOT NULL,
+            path text NOT NULL,
+            key text NOT NULL,
+            seq bigint NOT NULL,
+            collection text NOT NULL,
+            PRIMARY KEY(space_id, scope, path, key, seq));
+        CREATE INDEX IF NOT EXISTS view_index_seq ON view_index(space_id, seq);
+        CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
+        """#,
     ]
 
     /// Brings the database up to `latestVersion` (under the advisory lock) and returns

@@ -183,6 +183,68 @@ public final class PostgresSyncStore: SyncStore {
         }
     }
 
+    public func viewScan(_ request: ViewScanRequest) async throws -> RecordScan {
+        try stale.check()
+        return try await read { try $0.viewScan(request) }
+    }
+
+    public func viewIndexSpec() async throws -> String? {
+        try await read { reader in
+            let rows = try reader.db.query("SELECT value FROM meta WHERE key = 'view_index_spec'")
+            return rows.count == 0 ? nil : rows.text(0, 0)
+        }
+    }
+
+    public func forgetViewIndex() async throws {
+        _ = try await read { try $0.db.run("DELETE FROM meta WHERE key = 'view_index_spec'") }
+    }
+
+    public func buildViewIndex(spec: String, keys: @escaping @Sendable (String, [UInt8]) -> [PushRules.IndexKey]) async throws -> Int {
+        _ = try await read { reader in
+            try reader.db.transaction {
+                try reader.db.run("DELETE FROM meta WHERE key = 'view_index_spec'")
+                try reader.db.run("DELETE FROM view_index")
+            }
+        }
+        let spaces: [String] = try await read { reader in
+            let rows = try reader.db.query("SELECT name FROM spaces ORDER BY space_id")
+            return (0..<rows.count).map { rows.text($0, 0) }
+        }
+        var indexed = 0
+        for space in spaces {
+            var after: Int64 = 0
+            while true {
+                let from = after
+                // Each batch under the space's row lock, as pushes take it: the keys it
+                // writes are those of the records' states then, and a push after it keeps them.
+                let (count, last): (Int, Int64?) = try await read { reader in
+                    try reader.db.transaction {
+                        let (storage, _) = try PostgresPushStorage.locking(space, on: reader.db, epoch: self.epoch)
+                        let rows = try reader.db.query(
+                            "SELECT seq, collection, data FROM records WHERE space_id = $1 AND seq > $2 AND NOT deleted ORDER BY seq LIMIT $3",
+                            [.int(storage.spaceID), .int(from), .int(Int64(SQLiteSyncStore.indexBatch))])
+                        var entries: [PushRules.IndexEntry] = []
+                        for i in 0..<rows.count {
+                            let seq = rows.int64(i, 0), collection = rows.text(i, 1)
+                            for key in keys(collection, rows.bytes(i, 2)) { entries.append(PushRules.IndexEntry(key: key, seq: seq, collection: collection)) }
+                        }
+                        try storage.reindex(removing: [], adding: entries)
+                        return (rows.count, rows.count == 0 ? nil : rows.int64(rows.count - 1, 0))
+                    }
+                }
+                indexed += count
+                guard let last, count == SQLiteSyncStore.indexBatch else { break }
+                after = last
+            }
+        }
+        _ = try await read { reader in
+            try reader.db.run("""
+                INSERT INTO meta(key, value) VALUES ('view_index_spec', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value
+                """, [.text(spec)])
+        }
+        return indexed
+    }
+
     public func head(space: String) async throws -> Int64 {
         try await read { reader in
             let rows = try reader.db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(space)])
@@ -553,6 +615,17 @@ struct PostgresPushStorage: PushStorage {
             ])
     }
 
+    /// One statement: the replaced states' keys go and the new ones come.
+    func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws {
+        try db.run("""
+            WITH gone AS (DELETE FROM view_index WHERE space_id = $1 AND seq = ANY($2::bigint[]))
+            INSERT INTO view_index(space_id, scope, path, key, seq, collection)
+            SELECT $1, * FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[])
+            ON CONFLICT DO NOTHING
+            """, [.int(spaceID), .intArray(removing), .textArray(adding.map(\.key.scope)), .textArray(adding.map(\.key.path)),
+                  .textArray(adding.map(\.key.key)), .intArray(adding.map(\.seq)), .textArray(adding.map(\.collection))])
+    }
+
     func depart(_ departures: [PushRules.Departure]) throws {
         try db.run("""
             INSERT INTO departures(space_id, collection, id, seq, data)
@@ -612,16 +685,55 @@ final class PostgresReader {
     /// The records of a pull under rules, read with the head in one statement.
     func scan(_ request: PageRequest) throws -> RecordScan {
         guard let rows = try recordsAfter(request) else { return RecordScan(records: [], hasMore: false, head: 0) }
+        return try scan(rows, limit: request.limit)
+    }
+
+    /// The records of rows in `pageSQL`'s columns, at most `limit` of them.
+    private func scan(_ rows: PostgresRows, limit: Int) throws -> RecordScan {
         var records: [StoredRecord] = []
         var hasMore = false
         for row in 0..<rows.count where !rows.isNull(row, 2) {
-            if records.count == request.limit { hasMore = true; break }
+            if records.count == limit { hasMore = true; break }
             let deleted = rows.bool(row, 5)
             records.append(StoredRecord(collection: rows.text(row, 3), id: rows.text(row, 4), seq: rows.int64(row, 2), deleted: deleted,
                                         data: deleted ? nil : rows.bytes(row, 6), updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8),
                                         clientTime: rows.optionalInt64(row, 9), lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11)))
         }
         return RecordScan(records: records, hasMore: hasMore, head: rows.int64(0, 0))
+    }
+
+    /// The records of a page under rules that the view index finds, read with the head
+    /// and the epoch in one statement.
+    func viewScan(_ request: ViewScanRequest) throws -> RecordScan {
+        guard !request.isEmpty else {
+            let rows = try db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(request.space)])
+            return RecordScan(records: [], hasMore: false, head: rows.count == 0 ? 0 : rows.int64(0, 0))
+        }
+        let (seqs, parameters) = request.seqsSQL(space: "s.space_id", first: 2, placeholder: { "$\($0)" }, inList: { "\($0) = ANY(\($1))" })
+        let sql = """
+            SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
+                   r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as
+            FROM spaces s LEFT JOIN LATERAL (
+                SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records
+                WHERE space_id = s.space_id AND seq IN (\(seqs))
+                ORDER BY seq LIMIT $3) r ON true
+            WHERE s.name = $1
+            ORDER BY r.seq
+            """
+        let rows = try db.query(sql, [.text(request.space)] + parameters.map { parameter -> PostgresValue in
+            switch parameter {
+            case .integer(let v): return .int(v)
+            case .text(let t): return .text(t)
+            case .texts(let list): return .textArray(list)
+            }
+        })
+        guard rows.count > 0 else { return RecordScan(records: [], hasMore: false, head: 0) }
+        guard rows.text(0, 1) == epoch.rawValue else {
+            stale.mark(Epoch(rows.text(0, 1)))
+            try stale.check()
+            throw StoreError("epoch changed")
+        }
+        return try scan(rows, limit: request.limit)
     }
 
     func page(_ request: PageRequest) throws -> PageData {

@@ -102,4 +102,25 @@ struct SQLitePushStorage: PushStorage {
             insert.reset()
         }
     }
+
+    func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws {
+        let remove = try db.cached("DELETE FROM view_index WHERE space_id = ? AND seq = ?")
+        for seq in removing {
+            try remove.bind(int: spaceID, at: 1)
+            try remove.bind(int: seq, at: 2)
+            while try remove.step() {}
+            remove.reset()
+        }
+        let insert = try db.cached("INSERT OR IGNORE INTO view_index(space_id, scope, path, key, seq, collection) VALUES (?, ?, ?, ?, ?, ?)")
+        for entry in adding {
+            try insert.bind(int: spaceID, at: 1)
+            try insert.bind(text: entry.key.scope, at: 2)
+            try insert.bind(text: entry.key.path, at: 3)
+            try insert.bind(text: entry.key.key, at: 4)
+            try insert.bind(int: entry.seq, at: 5)
+            try insert.bind(text: entry.collection, at: 6)
+            while try insert.step() {}
+            insert.reset()
+        }
+    }
 }

@@ -58,7 +58,7 @@ public final class SQLiteSyncStore: SyncStore {
     /// Current schema version; `migrate` brings older files up to it.
     /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
     /// 3: `records.same_as` (protocol 1.1).
-    static let schemaVersion = 4
+    static let schemaVersion = 5
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -202,6 +202,26 @@ public final class SQLiteSyncStore: SyncStore {
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '4')")
             }
         }
+        if version < 5 {
+            // The view index of a server with rules (docs/rules.md, "Cost"; `ViewIndex`):
+            // keys of the live records by scope, path and value, in seq order, and the
+            // departures by seq, so a page under rules reads only what a view may admit.
+            try db.transaction {
+                try db.execute("""
+                    CREATE TABLE IF NOT EXISTS view_index(
+                        space_id INTEGER NOT NULL,
+                        scope TEXT NOT NULL,
+                        path TEXT NOT NULL,
+                        key TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        collection TEXT NOT NULL,
+                        PRIMARY KEY(space_id, scope, path, key, seq)) WITHOUT ROWID;
+                    CREATE INDEX IF NOT EXISTS view_index_seq ON view_index(space_id, seq);
+                    CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '5')")
+            }
+        }
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
@@ -268,6 +288,57 @@ public final class SQLiteSyncStore: SyncStore {
     public func departures(space: String, _ queries: [DepartureQuery]) async throws -> [PushRules.Key: [UInt8]] {
         try await read { try $0.departures(space: space, queries) }
     }
+
+    public func viewScan(_ request: ViewScanRequest) async throws -> RecordScan {
+        try await read { try $0.viewScan(request) }
+    }
+
+    public func viewIndexSpec() async throws -> String? {
+        try await read { try $0.db.scalarText("SELECT value FROM meta WHERE key = 'view_index_spec'") }
+    }
+
+    public func forgetViewIndex() async throws {
+        try await write { db in try db.run("DELETE FROM meta WHERE key = 'view_index_spec'") }
+    }
+
+    public func buildViewIndex(spec: String, keys: @escaping @Sendable (String, [UInt8]) -> [PushRules.IndexKey]) async throws -> Int {
+        // Each step is a write transaction on the writer, between pushes: the index a
+        // batch writes is that of the records' states then, and a push after it keeps it.
+        try await write { db in
+            try db.transaction(.immediate) {
+                try db.run("DELETE FROM meta WHERE key = 'view_index_spec'")
+                try db.run("DELETE FROM view_index")
+            }
+        }
+        let spaces: [Int64] = try await read { try $0.db.query("SELECT space_id FROM spaces ORDER BY space_id", []) { $0.int64(0) } }
+        var indexed = 0
+        for space in spaces {
+            var after: Int64 = 0
+            while true {
+                let from = after
+                let (count, last): (Int, Int64?) = try await write { db in
+                    try db.transaction(.immediate) {
+                        let rows = try db.query(
+                            "SELECT seq, collection, data FROM records WHERE space_id = ? AND seq > ? AND deleted = 0 ORDER BY seq LIMIT ?",
+                            [.integer(space), .integer(from), .integer(Int64(Self.indexBatch))]) { ($0.int64(0), $0.text(1), $0.blob(2)) }
+                        let storage = SQLitePushStorage(db: db, spaceID: space, epoch: self.epoch)
+                        try storage.reindex(removing: [], adding: rows.flatMap { seq, collection, data in
+                            keys(collection, data).map { PushRules.IndexEntry(key: $0, seq: seq, collection: collection) }
+                        })
+                        return (rows.count, rows.last?.0)
+                    }
+                }
+                indexed += count
+                guard let last, count == Self.indexBatch else { break }
+                after = last
+            }
+        }
+        try await write { db in try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('view_index_spec', ?)", [.text(spec)]) }
+        return indexed
+    }
+
+    /// Records indexed per write transaction of `buildViewIndex`.
+    static let indexBatch = 2000
 
     public func head(space: String) async throws -> Int64 {
         try await read { try $0.head(space: space) }
@@ -523,6 +594,39 @@ final class SQLiteReader {
             }
             let stmt = try recordsAfter(request, spaceID: spaceID)
             defer { stmt.reset() }
+            var records: [StoredRecord] = []
+            var hasMore = false
+            while try stmt.step() {
+                if records.count == request.limit { hasMore = true; break }
+                let deleted = stmt.int64(3) != 0
+                records.append(StoredRecord(collection: stmt.text(1), id: stmt.text(2), seq: stmt.int64(0), deleted: deleted,
+                                            data: deleted ? nil : stmt.blob(4), updatedAt: stmt.int64(5), updatedBy: stmt.text(6),
+                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9)))
+            }
+            return RecordScan(records: records, hasMore: hasMore, head: head)
+        }
+    }
+
+    /// The records of a page under rules that the view index finds, in one read
+    /// transaction with the head.
+    func viewScan(_ request: ViewScanRequest) throws -> RecordScan {
+        try db.transaction(.deferred) {
+            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }),
+                  !request.isEmpty else {
+                return RecordScan(records: [], hasMore: false, head: try self.head(space: request.space))
+            }
+            let (seqs, parameters) = request.seqsSQL(space: "?1", first: 2, placeholder: { "?\($0)" },
+                                                     inList: { "\($0) IN (SELECT value FROM json_each(\($1)))" })
+            let stmt = try db.cached("SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records "
+                                     + "WHERE space_id = ?1 AND seq IN (\(seqs)) ORDER BY seq LIMIT ?3")
+            defer { stmt.reset() }
+            try stmt.bind([.integer(spaceID)] + parameters.map { parameter -> SQLiteValue in
+                switch parameter {
+                case .integer(let v): return .integer(v)
+                case .text(let t): return .text(t)
+                case .texts(let list): return .text(String(decoding: JSONValue.array(list.map { .string($0) }).encoded(), as: UTF8.self))
+                }
+            })
             var records: [StoredRecord] = []
             var hasMore = false
             while try stmt.step() {

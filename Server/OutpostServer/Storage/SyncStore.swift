@@ -172,6 +172,25 @@ public protocol SyncStore: Sendable {
     /// there is one (docs/rules.md).
     func departures(space: String, _ queries: [DepartureQuery]) async throws -> [PushRules.Key: [UInt8]]
 
+    /// The records a page under rules reads from the view index (docs/rules.md, "Cost"):
+    /// the first `request.limit` in seq order after `request.afterSeq` that the request's
+    /// lookups find, or that departed since `request.heldAt`, with the head in the same
+    /// snapshot.
+    func viewScan(_ request: ViewScanRequest) async throws -> RecordScan
+
+    /// The spec (`ViewIndex.spec`) the view index was last built for whole; nil when it
+    /// was never built, or a server without rules opened the store since (`forgetViewIndex`).
+    func viewIndexSpec() async throws -> String?
+
+    /// Builds the view index again for `spec` from every live record, `keys` giving a
+    /// record's keys from its collection and stored data. Writes during the build keep
+    /// the index (their judge gives their keys), so pages use it once the build records
+    /// `spec`. Returns the number of records indexed.
+    func buildViewIndex(spec: String, keys: @escaping @Sendable (String, [UInt8]) -> [PushRules.IndexKey]) async throws -> Int
+
+    /// Records that the view index is not kept: a server without rules writes without it.
+    func forgetViewIndex() async throws
+
     /// The newest seq of a space in the current epoch (0 when it has none).
     func head(space: String) async throws -> Int64
 

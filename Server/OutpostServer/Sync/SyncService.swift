@@ -13,6 +13,8 @@ public final class SyncService: Sendable {
     /// The rules file in force (docs/rules.md); without one, a space's tokens read and
     /// write everything in it.
     public let rules: RulesHolder
+    /// The view index that pages under rules read once it is built for the rules in force.
+    public let viewIndex: ViewIndexKeeper
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
     /// One page read for many identical pulls served at the same moment.
@@ -26,6 +28,7 @@ public final class SyncService: Sendable {
                 clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.store = store
         self.rules = rules
+        viewIndex = ViewIndexKeeper(store: store, metrics: metrics)
         self.limits = limits
         self.authorizer = authorizer
         self.metrics = metrics
@@ -263,7 +266,7 @@ public final class SyncService: Sendable {
         // A cursor at the start holds nothing, whatever view it names.
         if since.seq > 0 && query.sinceView != view.id { throw Self.viewChanged(to: view.id) }
         let epoch = store.epoch
-        let pager = ViewPager(store: store, view: view)
+        let pager = ViewPager(store: store, view: view, indexed: viewIndex.isReady(view.rules.index))
         let limit = limits.pageLimit(requested: query.limit), maxBytes = limits.pageByteBudget(requested: query.maxBytes)
         let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
         var after = since.seq

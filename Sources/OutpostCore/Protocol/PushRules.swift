@@ -96,6 +96,35 @@ public enum PushRules {
         public var data: [UInt8]
     }
 
+    /// One key of a record state in the view index of a server with rules
+    /// (docs/rules.md, "Cost"): a page under rules reads the records of a token's view by
+    /// these keys, so it never reads the records the token cannot see.
+    public struct IndexKey: Sendable, Hashable {
+        /// The collection's name when the rules name it, "" for the collections `default` covers.
+        public var scope: String
+        /// The path of `data` indexed (names joined by "."); "" for the entry every record has.
+        public var path: String
+        /// The member's value at the path, encoded (`ViewIndex`).
+        public var key: String
+        public init(scope: String, path: String, key: String) {
+            self.scope = scope
+            self.path = path
+            self.key = key
+        }
+    }
+
+    /// An index key of the record state stored at `seq`.
+    public struct IndexEntry: Sendable, Hashable {
+        public var key: IndexKey
+        public var seq: Int64
+        public var collection: String
+        public init(key: IndexKey, seq: Int64, collection: String) {
+            self.key = key
+            self.seq = seq
+            self.collection = collection
+        }
+    }
+
     /// A change id to remember with the version it was applied as.
     public struct Remember: Sendable {
         public var changeId: String
@@ -243,6 +272,18 @@ public enum PushRules {
                     }
                 }
                 if !departures.isEmpty { try storage.depart(departures) }
+                // The view index follows every state: the replaced state's keys go (by its
+                // seq), the new live state's come.
+                var replaced: [Int64] = []
+                var entries: [IndexEntry] = []
+                for w in newest {
+                    if let old = before[w.key] { replaced.append(old.version.seq) }
+                    guard !w.deleted else { continue }
+                    for key in judge.indexKeys(collection: w.key.collection, data: judged[w.key]?.data ?? [:]) {
+                        entries.append(IndexEntry(key: key, seq: w.seq, collection: w.key.collection))
+                    }
+                }
+                if !replaced.isEmpty || !entries.isEmpty { try storage.reindex(removing: replaced, adding: entries) }
             }
         }
         return (results, head)
@@ -279,6 +320,9 @@ public protocol PushStorage {
     mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws
     /// Keeps replaced states for the views of a server with rules (docs/rules.md).
     mutating func depart(_ departures: [PushRules.Departure]) throws
+    /// Keeps the view index of a server with rules: removes the keys of the states stored
+    /// at `removing` (seqs this push replaced) and adds `adding`.
+    mutating func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws
 }
 
 extension PushStorage {
@@ -286,6 +330,11 @@ extension PushStorage {
     /// run on it.
     public mutating func depart(_ departures: [PushRules.Departure]) throws {
         precondition(departures.isEmpty, "this storage keeps no departures; it cannot serve a server with rules")
+    }
+
+    /// A storage that keeps no view index serves no rules either.
+    public mutating func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws {
+        precondition(removing.isEmpty && adding.isEmpty, "this storage keeps no view index; it cannot serve a server with rules")
     }
 }
 
@@ -298,6 +347,9 @@ public protocol PushJudge: Sendable {
     /// Whether replacing the live data `old` by `new` (nil for a delete) can take the
     /// record out of some token's view.
     func departs(collection: String, old: JSONObject, new: JSONObject?) -> Bool
+    /// The view index keys of a live state of `collection` whose data holds `data` (at
+    /// least the members the read rules read).
+    func indexKeys(collection: String, data: JSONObject) -> [PushRules.IndexKey]
 }
 
 extension PushRules.Write {

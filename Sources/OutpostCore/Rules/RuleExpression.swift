@@ -34,7 +34,8 @@ public struct RuleExpression: Sendable, CustomStringConvertible {
         case auth, data, prev, op, collection, id
     }
 
-    indirect enum Node: Sendable {
+    /// The expression's syntax tree, for what reads its shape (the view index).
+    public indirect enum Node: Sendable {
         case literal(JSONValue)
         case path(Root, [String])
         case not(Node)
@@ -44,7 +45,7 @@ public struct RuleExpression: Sendable, CustomStringConvertible {
         case choice(Node, Node, Node)
     }
 
-    enum Operator: String, Sendable {
+    public enum Operator: String, Sendable {
         case equal = "==", notEqual = "!=", less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">=", member = "in"
     }
 
@@ -79,7 +80,7 @@ public struct RuleExpression: Sendable, CustomStringConvertible {
         public var description: String { "line \(line), column \(column): \(reason)" }
     }
 
-    let root: Node
+    public let root: Node
     public let source: String
 
     public var description: String { source }
@@ -173,7 +174,7 @@ public struct RuleExpression: Sendable, CustomStringConvertible {
         }
     }
 
-    static func isTrue(_ v: JSONValue) -> Bool {
+    public static func isTrue(_ v: JSONValue) -> Bool {
         if case .bool(true) = v { return true }
         return false
     }
