@@ -102,6 +102,10 @@ public final class MutantSyncStore: SyncStore {
         try await base.viewScan(request)
     }
 
+    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData {
+        try await base.viewPage(request, maxBytes: maxBytes)
+    }
+
     public func viewIndexSpec() async throws -> String? {
         try await base.viewIndexSpec()
     }

@@ -147,7 +147,7 @@ let viewIndexRules = #"""
             #expect(page.count == 3 && !page.hasMore)
             #expect(page.lastSeq == 2000, "the cursor moves to the head")
             let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: 0, limit: 100,
-                                                                       lookups: view.lookups(collections: nil), collections: nil))
+                                                                       lookups: view.lookups(collections: nil).keys, collections: nil))
             #expect(scan.records.map(\.id) == ["j0", "j700", "j1400"], "only the view's records are read")
         }
     }
@@ -176,7 +176,7 @@ let viewIndexRules = #"""
             claims.extra["crew"] = "k2"
             let view = rules.view(for: claims)
             let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: 0, limit: 100,
-                                                                       lookups: view.lookups(collections: ["jobs"]), collections: ["jobs"]))
+                                                                       lookups: view.lookups(collections: ["jobs"]).keys, collections: ["jobs"]))
             #expect(scan.records.map(\.id) == ["j2", "j7", "j12", "j17", "j22", "j27"])
         }
     }

@@ -221,15 +221,19 @@ public struct ReadView: Sendable {
     /// The view index lookups that find every record this view admits (`ViewIndex.plan`):
     /// per scope, its bound rule's keys; every record of the scope where the claims make
     /// the rule `true` or it has no indexed form (the page then filters them); nothing of
-    /// a closed scope, or of a scope outside `collections` when set.
-    public func lookups(collections: [String]?) -> [PushRules.IndexKey] {
+    /// a closed scope, or of a scope outside `collections` when set. `exact` holds the
+    /// scopes whose lookups find only records the view admits.
+    public func lookups(collections: [String]?) -> (keys: [PushRules.IndexKey], exact: Set<String>) {
         var out: [PushRules.IndexKey] = []
+        var exact = Set<String>()
         for (scope, (rule, _)) in bound.sorted(by: { $0.key < $1.key }) {
             if let collections {
                 let wanted = scope.isEmpty ? collections.contains { rules.collections[$0] == nil } : collections.contains(scope)
                 guard wanted else { continue }
             }
-            switch rules.index.plan(rule, scope: scope) ?? .all {
+            let plan = rules.index.plan(rule, scope: scope) ?? ViewIndex.Plan(records: .all, exact: false)
+            if plan.exact { exact.insert(scope) }
+            switch plan.records {
             case .all: out.append(PushRules.IndexKey(scope: scope, path: "", key: ""))
             case .none: break
             case .keys(let keys):
@@ -238,7 +242,7 @@ public struct ReadView: Sendable {
                 }
             }
         }
-        return out
+        return (out, exact)
     }
 
     /// `admits` for data as stored (JSON), by the rule bound to the token: a rule the

@@ -20,13 +20,17 @@ import OutpostCrypto
 /// | null | `z` |
 /// | true, false | `t`, `f` |
 /// | number | `n:` and its value as a double |
-/// | string | `s:` and the string in Unicode NFC; also `str` when a rule asks `x in data.f` |
-/// | array of at most 256 elements | the keys of its scalar elements |
-/// | longer array | `*` |
-/// | object | none |
+/// | string | `s:` and the string in Unicode NFC; also `str` where a rule asks `x in data.f` |
+/// | array, where a rule asks `x in data.f` | `e` and the key of each scalar element, for at most 256 elements; `*` for a longer one |
+/// | array elsewhere, object | none (neither equals a value a lookup names) |
 ///
 /// Every indexed record also has the key `""` at path `""`: the lookup of all the records
 /// of a scope, for a rule that the token's claims make `true` or that has no indexed form.
+///
+/// A lookup is *exact* when the records it finds are exactly those the rule admits (an
+/// equality with a string, `true`, `false` or `null`, or `true`), so a page from the start
+/// sends them without checking each; a number's key stands for every number with the same
+/// double, and a substring or an array membership is checked on each record found.
 public struct ViewIndex: Sendable {
     /// One indexed path of `data`, and whether some rule asks whether a value is *in* it
     /// (which, for a string member, is a substring test the index cannot key).
@@ -92,9 +96,10 @@ public struct ViewIndex: Sendable {
     static func keys(of value: JSONValue, contains: Bool) -> [String] {
         switch value {
         case .array(let items):
+            guard contains else { return [] }
             guard items.count <= maxArrayKeys else { return [wildcard] }
             var keys: [String] = []
-            for item in items { if let key = key(item), !keys.contains(key) { keys.append(key) } }
+            for item in items { if let key = key(item).map({ "e" + $0 }), !keys.contains(key) { keys.append(key) } }
             return keys
         case .string:
             return contains ? [key(value)!, anyString] : [key(value)!]
@@ -171,11 +176,18 @@ public struct ViewIndex: Sendable {
     // MARK: Lookups at read time
 
     /// What a bound rule reads of the index: every record of its scope, none, or the
-    /// records under any of some keys.
-    enum Plan: Equatable {
-        case all
-        case none
-        case keys(Set<PathKey>)
+    /// records under any of some keys; `exact` when those are exactly the records the rule
+    /// admits.
+    struct Plan: Equatable {
+        enum Records: Equatable {
+            case all
+            case none
+            case keys(Set<PathKey>)
+        }
+        var records: Records
+        var exact: Bool
+        static let all = Plan(records: .all, exact: true)
+        static let nothing = Plan(records: .none, exact: true)
     }
 
     struct PathKey: Hashable {
@@ -191,46 +203,57 @@ public struct ViewIndex: Sendable {
         func path(_ names: [String], contains: Bool) -> String? {
             indexed.first { $0.names == names && (!contains || $0.contains) }?.text
         }
+        /// Whether a key names exactly the values equal to `v`.
+        func exactly(_ v: JSONValue) -> Bool {
+            switch v {
+            case .string, .bool, .null: return true
+            default: return false
+            }
+        }
         func plan(_ node: RuleExpression.Node) -> Plan? {
             switch node {
             case .literal(let v):
-                return RuleExpression.isTrue(v) ? .all : Plan.none
+                return RuleExpression.isTrue(v) ? .all : .nothing
             case .not(.not(let inner)):
                 return plan(inner)
             case .or(let a, let b):
                 guard let x = plan(a), let y = plan(b) else { return nil }
-                switch (x, y) {
-                case (.all, _), (_, .all): return .all
-                case (.none, let other), (let other, .none): return other
-                case (.keys(let p), .keys(let q)): return .keys(p.union(q))
+                let exact = x.exact && y.exact
+                switch (x.records, y.records) {
+                case (.all, _): return Plan(records: .all, exact: x.exact)
+                case (_, .all): return Plan(records: .all, exact: y.exact)
+                case (.none, _): return y
+                case (_, .none): return x
+                case (.keys(let p), .keys(let q)): return Plan(records: .keys(p.union(q)), exact: exact)
                 }
             case .and(let a, let b):
                 // Either side alone finds a superset of both; the smaller lookup wins.
                 let x = plan(a), y = plan(b)
-                if x == Plan.none || y == Plan.none { return Plan.none }
-                switch (x, y) {
-                case (.keys(let p)?, .keys(let q)?): return .keys(p.count <= q.count ? p : q)
-                case (.keys(let p)?, _), (_, .keys(let p)?): return .keys(p)
-                case (.all?, .all?): return .all
+                if x?.records == Plan.Records.none || y?.records == Plan.Records.none { return .nothing }
+                switch (x?.records, y?.records) {
+                case (.keys(let p)?, .keys(let q)?): return Plan(records: .keys(p.count <= q.count ? p : q), exact: false)
+                case (.keys(let p)?, _), (_, .keys(let p)?): return Plan(records: .keys(p), exact: false)
+                case (.all?, .all?): return Plan(records: .all, exact: x!.exact && y!.exact)
                 default: return nil
                 }
             case .binary(.equal, .path(.data, let names), .literal(let v)), .binary(.equal, .literal(let v), .path(.data, let names)):
+                // An array or an object never equals a scalar: a scalar's key alone finds them all.
                 guard let p = path(names, contains: false), let key = Self.key(v) else { return nil }
-                return .keys([PathKey(path: p, key: key), PathKey(path: p, key: Self.wildcard)])
+                return Plan(records: .keys([PathKey(path: p, key: key)]), exact: exactly(v))
             case .binary(.member, .literal(let v), .path(.data, let names)):
                 guard let p = path(names, contains: true), let key = Self.key(v) else { return nil }
-                var keys: Set<PathKey> = [PathKey(path: p, key: key), PathKey(path: p, key: Self.wildcard)]
+                var keys: Set<PathKey> = [PathKey(path: p, key: "e" + key), PathKey(path: p, key: Self.wildcard)]
                 if case .string = v { keys.insert(PathKey(path: p, key: Self.anyString)) }
-                return .keys(keys)
+                return Plan(records: .keys(keys), exact: false)
             case .binary(.member, .path(.data, let names), .literal(.array(let items))):
                 guard let p = path(names, contains: false) else { return nil }
-                guard !items.isEmpty else { return Plan.none }
-                var keys: Set<PathKey> = [PathKey(path: p, key: Self.wildcard)]
+                guard !items.isEmpty else { return .nothing }
+                var keys: Set<PathKey> = []
                 for item in items {
                     guard let key = Self.key(item) else { return nil }
                     keys.insert(PathKey(path: p, key: key))
                 }
-                return .keys(keys)
+                return Plan(records: .keys(keys), exact: items.allSatisfy(exactly))
             default:
                 return nil
             }

@@ -47,14 +47,27 @@ struct ViewPager {
     func page(space: String, afterSeq: Int64, heldAt: Int64, limit: Int, maxBytes: Int, collections: [String]?, epoch: Epoch) async throws -> Page {
         var page = Page(json: [UInt8(ascii: "[")], count: 0, lastSeq: nil, hasMore: false, head: 0, bytes: 0)
         var after = afterSeq, read = 0
-        let lookups = indexed ? view.lookups(collections: collections) : []
+        let (lookups, exact) = indexed ? view.lookups(collections: collections) : ([], [])
+        // From the start, every record an exact lookup finds is in the view; past it, the
+        // departures' records are found too and each is checked.
+        let admitted = heldAt == 0 ? exact : []
+        if indexed && heldAt == 0 && lookups.allSatisfy({ exact.contains($0.scope) }) {
+            // Every record found is sent: the store encodes them as it reads them.
+            let found = try await store.viewPage(ViewScanRequest(space: space, afterSeq: afterSeq, heldAt: 0, limit: limit, lookups: lookups,
+                                                                 collections: collections), maxBytes: maxBytes)
+            page = Page(json: found.changesJSON, count: found.count, lastSeq: found.lastSeq, hasMore: found.hasMore, head: found.head,
+                        bytes: found.changesJSON.count)
+            if !found.hasMore && found.head > (found.lastSeq ?? afterSeq) { page.lastSeq = found.head }
+            return page
+        }
         while true {
             let scan = indexed
                 ? try await store.viewScan(ViewScanRequest(space: space, afterSeq: after, heldAt: heldAt, limit: limit, lookups: lookups, collections: collections))
                 : try await store.scan(PageRequest(space: space, afterSeq: after, limit: limit, maxBytes: maxBytes, collections: collections))
             page.head = max(page.head, scan.head)
             read += scan.records.count
-            let full = try await add(scan.records, to: &page, space: space, heldAt: heldAt, limit: limit, maxBytes: maxBytes, epoch: epoch)
+            let full = try await add(scan.records, to: &page, space: space, heldAt: heldAt, limit: limit, maxBytes: maxBytes, epoch: epoch,
+                                     admitted: admitted)
             if full { page.hasMore = true; break }
             guard scan.hasMore else {
                 // The index found every record up to the head that can give an entry: the
@@ -72,13 +85,18 @@ struct ViewPager {
 
     /// Decides `records` (read in seq order) and appends the entries to `page`; true when
     /// the page filled (by entries or bytes) before the last of them was decided.
+    /// Records of a scope in `admitted` are in the view without a check.
     private func add(_ records: [StoredRecord], to page: inout Page, space: String, heldAt: Int64, limit: Int, maxBytes: Int,
-                     epoch: Epoch) async throws -> Bool {
+                     epoch: Epoch, admitted: Set<String>) async throws -> Bool {
         enum Decision { case send, outside }
         var decisions: [Decision] = []
         decisions.reserveCapacity(records.count)
         var queries: [DepartureQuery] = []
         for record in records {
+            if !record.deleted, !admitted.isEmpty, admitted.contains(view.rules.index.scope(of: record.collection)) {
+                decisions.append(.send)
+                continue
+            }
             if !record.deleted, let data = record.data, view.admits(collection: record.collection, id: record.id, stored: data) {
                 decisions.append(.send)
                 continue

@@ -145,7 +145,6 @@ public enum PostgresSchema {
             seq bigint NOT NULL,
             collection text NOT NULL,
             PRIMARY KEY(space_id, scope, path, key, seq));
-        CREATE INDEX IF NOT EXISTS view_index_seq ON view_index(space_id, seq);
         CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
         """#,
     ]

@@ -188,6 +188,11 @@ public final class PostgresSyncStore: SyncStore {
         return try await read { try $0.viewScan(request) }
     }
 
+    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData {
+        try stale.check()
+        return try await read { try $0.viewPage(request, maxBytes: maxBytes) }
+    }
+
     public func viewIndexSpec() async throws -> String? {
         try await read { reader in
             let rows = try reader.db.query("SELECT value FROM meta WHERE key = 'view_index_spec'")
@@ -616,13 +621,16 @@ struct PostgresPushStorage: PushStorage {
     }
 
     /// One statement: the replaced states' keys go and the new ones come.
-    func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws {
+    func reindex(removing: [PushRules.IndexEntry], adding: [PushRules.IndexEntry]) throws {
         try db.run("""
-            WITH gone AS (DELETE FROM view_index WHERE space_id = $1 AND seq = ANY($2::bigint[]))
+            WITH gone AS (DELETE FROM view_index v USING unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS g(scope, path, key, seq)
+                          WHERE v.space_id = $1 AND v.scope = g.scope AND v.path = g.path AND v.key = g.key AND v.seq = g.seq)
             INSERT INTO view_index(space_id, scope, path, key, seq, collection)
-            SELECT $1, * FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[])
+            SELECT $1, * FROM unnest($6::text[], $7::text[], $8::text[], $9::bigint[], $10::text[])
             ON CONFLICT DO NOTHING
-            """, [.int(spaceID), .intArray(removing), .textArray(adding.map(\.key.scope)), .textArray(adding.map(\.key.path)),
+            """, [.int(spaceID), .textArray(removing.map(\.key.scope)), .textArray(removing.map(\.key.path)),
+                  .textArray(removing.map(\.key.key)), .intArray(removing.map(\.seq)),
+                  .textArray(adding.map(\.key.scope)), .textArray(adding.map(\.key.path)),
                   .textArray(adding.map(\.key.key)), .intArray(adding.map(\.seq)), .textArray(adding.map(\.collection))])
     }
 
@@ -709,6 +717,26 @@ final class PostgresReader {
             let rows = try db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(request.space)])
             return RecordScan(records: [], hasMore: false, head: rows.count == 0 ? 0 : rows.int64(0, 0))
         }
+        guard let rows = try viewRows(request) else { return RecordScan(records: [], hasMore: false, head: 0) }
+        return try scan(rows, limit: request.limit)
+    }
+
+    /// The page of the records a view index scan finds, encoded from the rows: for a view
+    /// whose lookups are exact, from the start, where every record found is sent.
+    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData {
+        guard !request.isEmpty else {
+            let rows = try db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(request.space)])
+            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: rows.count == 0 ? 0 : rows.int64(0, 0))
+        }
+        guard let rows = try viewRows(request) else {
+            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
+        }
+        return encodePage(rows, limit: request.limit, maxBytes: maxBytes)
+    }
+
+    /// The rows of a view index scan in `pageSQL`'s columns, with the head and the epoch
+    /// (checked) in the same statement; nil when the space does not exist.
+    private func viewRows(_ request: ViewScanRequest) throws -> PostgresRows? {
         let (seqs, parameters) = request.seqsSQL(space: "s.space_id", first: 2, placeholder: { "$\($0)" }, inList: { "\($0) = ANY(\($1))" })
         let sql = """
             SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
@@ -727,28 +755,33 @@ final class PostgresReader {
             case .texts(let list): return .textArray(list)
             }
         })
-        guard rows.count > 0 else { return RecordScan(records: [], hasMore: false, head: 0) }
+        guard rows.count > 0 else { return nil }
         guard rows.text(0, 1) == epoch.rawValue else {
             stale.mark(Epoch(rows.text(0, 1)))
             try stale.check()
             throw StoreError("epoch changed")
         }
-        return try scan(rows, limit: request.limit)
+        return rows
     }
 
     func page(_ request: PageRequest) throws -> PageData {
         guard let rows = try recordsAfter(request) else {
             return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
         }
+        return encodePage(rows, limit: request.limit, maxBytes: request.maxBytes)
+    }
+
+    /// Encodes rows in `pageSQL`'s columns (`limit + 1` records at most) as a page.
+    private func encodePage(_ rows: PostgresRows, limit: Int, maxBytes: Int) -> PageData {
         let head = rows.int64(0, 0)
         var out: [UInt8] = []
-        out.reserveCapacity(min(request.maxBytes, 1 << 20))
+        out.reserveCapacity(min(maxBytes, 1 << 20))
         out.append(UInt8(ascii: "["))
         var count = 0
         var lastSeq: Int64?
         var hasMore = false
         for row in 0..<rows.count where !rows.isNull(row, 2) {
-            if count == request.limit { hasMore = true; break }
+            if count == limit { hasMore = true; break }
             let mark = out.count
             if count > 0 { out.append(UInt8(ascii: ",")) }
             let seq = rows.int64(row, 2)
@@ -760,7 +793,7 @@ final class PostgresReader {
                     lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11))
             }
             // The byte budget counts the whole encoded array; the first record always fits.
-            if count > 0 && out.count + 1 > request.maxBytes {
+            if count > 0 && out.count + 1 > maxBytes {
                 out.removeSubrange(mark...)
                 hasMore = true
                 break

@@ -103,11 +103,14 @@ struct SQLitePushStorage: PushStorage {
         }
     }
 
-    func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws {
-        let remove = try db.cached("DELETE FROM view_index WHERE space_id = ? AND seq = ?")
-        for seq in removing {
+    func reindex(removing: [PushRules.IndexEntry], adding: [PushRules.IndexEntry]) throws {
+        let remove = try db.cached("DELETE FROM view_index WHERE space_id = ? AND scope = ? AND path = ? AND key = ? AND seq = ?")
+        for entry in removing {
             try remove.bind(int: spaceID, at: 1)
-            try remove.bind(int: seq, at: 2)
+            try remove.bind(text: entry.key.scope, at: 2)
+            try remove.bind(text: entry.key.path, at: 3)
+            try remove.bind(text: entry.key.key, at: 4)
+            try remove.bind(int: entry.seq, at: 5)
             while try remove.step() {}
             remove.reset()
         }

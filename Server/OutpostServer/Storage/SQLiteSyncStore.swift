@@ -216,8 +216,7 @@ public final class SQLiteSyncStore: SyncStore {
                         seq INTEGER NOT NULL,
                         collection TEXT NOT NULL,
                         PRIMARY KEY(space_id, scope, path, key, seq)) WITHOUT ROWID;
-                    CREATE INDEX IF NOT EXISTS view_index_seq ON view_index(space_id, seq);
-                    CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
+                                CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
                     """)
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '5')")
             }
@@ -291,6 +290,10 @@ public final class SQLiteSyncStore: SyncStore {
 
     public func viewScan(_ request: ViewScanRequest) async throws -> RecordScan {
         try await read { try $0.viewScan(request) }
+    }
+
+    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData {
+        try await read { try $0.viewPage(request, maxBytes: maxBytes) }
     }
 
     public func viewIndexSpec() async throws -> String? {
@@ -615,18 +618,8 @@ final class SQLiteReader {
                   !request.isEmpty else {
                 return RecordScan(records: [], hasMore: false, head: try self.head(space: request.space))
             }
-            let (seqs, parameters) = request.seqsSQL(space: "?1", first: 2, placeholder: { "?\($0)" },
-                                                     inList: { "\($0) IN (SELECT value FROM json_each(\($1)))" })
-            let stmt = try db.cached("SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records "
-                                     + "WHERE space_id = ?1 AND seq IN (\(seqs)) ORDER BY seq LIMIT ?3")
+            let stmt = try viewStatement(request, spaceID: spaceID)
             defer { stmt.reset() }
-            try stmt.bind([.integer(spaceID)] + parameters.map { parameter -> SQLiteValue in
-                switch parameter {
-                case .integer(let v): return .integer(v)
-                case .text(let t): return .text(t)
-                case .texts(let list): return .text(String(decoding: JSONValue.array(list.map { .string($0) }).encoded(), as: UTF8.self))
-                }
-            })
             var records: [StoredRecord] = []
             var hasMore = false
             while try stmt.step() {
@@ -638,6 +631,22 @@ final class SQLiteReader {
             }
             return RecordScan(records: records, hasMore: hasMore, head: head)
         }
+    }
+
+    /// The statement of a view index scan's records, in `recordsAfter`'s columns.
+    private func viewStatement(_ request: ViewScanRequest, spaceID: Int64) throws -> Statement {
+        let (seqs, parameters) = request.seqsSQL(space: "?1", first: 2, placeholder: { "?\($0)" },
+                                                 inList: { "\($0) IN (SELECT value FROM json_each(\($1)))" })
+        let stmt = try db.cached("SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records "
+                                 + "WHERE space_id = ?1 AND seq IN (\(seqs)) ORDER BY seq LIMIT ?3")
+        try stmt.bind([.integer(spaceID)] + parameters.map { parameter -> SQLiteValue in
+            switch parameter {
+            case .integer(let v): return .integer(v)
+            case .text(let t): return .text(t)
+            case .texts(let list): return .text(String(decoding: JSONValue.array(list.map { .string($0) }).encoded(), as: UTF8.self))
+            }
+        })
+        return stmt
     }
 
     /// The first departure of each queried record in its range.
@@ -664,36 +673,54 @@ final class SQLiteReader {
             }
             let stmt = try recordsAfter(request, spaceID: spaceID)
             defer { stmt.reset() }
-
-            var out: [UInt8] = []
-            out.reserveCapacity(min(request.maxBytes, 1 << 20))
-            out.append(UInt8(ascii: "["))
-            var count = 0
-            var lastSeq: Int64?
-            var hasMore = false
-            while try stmt.step() {
-                if count == request.limit { hasMore = true; break }
-                let mark = out.count
-                if count > 0 { out.append(UInt8(ascii: ",")) }
-                let seq = stmt.int64(0)
-                let deleted = stmt.int64(3) != 0
-                stmt.withBytes(4) { data in
-                    RecordJSON.append(
-                        to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: seq, deleted: deleted,
-                        data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
-                        lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
-                }
-                // The byte budget counts the whole encoded array; the first record always fits.
-                if count > 0 && out.count + 1 > request.maxBytes {
-                    out.removeSubrange(mark...)
-                    hasMore = true
-                    break
-                }
-                count += 1
-                lastSeq = seq
-            }
-            out.append(UInt8(ascii: "]"))
-            return PageData(epoch: epoch, changesJSON: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: head)
+            return try encodePage(stmt, limit: request.limit, maxBytes: request.maxBytes, head: head)
         }
+    }
+
+    /// The page of the records a view index scan finds, encoded from the rows: for a view
+    /// whose lookups are exact, from the start, where every record found is sent.
+    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData {
+        try db.transaction(.deferred) {
+            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }),
+                  !request.isEmpty else {
+                return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: try self.head(space: request.space))
+            }
+            let stmt = try viewStatement(request, spaceID: spaceID)
+            defer { stmt.reset() }
+            return try encodePage(stmt, limit: request.limit, maxBytes: maxBytes, head: head)
+        }
+    }
+
+    /// Encodes the rows of `stmt` (`recordsAfter`'s columns, `limit + 1` at most) as a page.
+    private func encodePage(_ stmt: Statement, limit: Int, maxBytes: Int, head: Int64) throws -> PageData {
+        var out: [UInt8] = []
+        out.reserveCapacity(min(maxBytes, 1 << 20))
+        out.append(UInt8(ascii: "["))
+        var count = 0
+        var lastSeq: Int64?
+        var hasMore = false
+        while try stmt.step() {
+            if count == limit { hasMore = true; break }
+            let mark = out.count
+            if count > 0 { out.append(UInt8(ascii: ",")) }
+            let seq = stmt.int64(0)
+            let deleted = stmt.int64(3) != 0
+            stmt.withBytes(4) { data in
+                RecordJSON.append(
+                    to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: seq, deleted: deleted,
+                    data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
+                    lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
+            }
+            // The byte budget counts the whole encoded array; the first record always fits.
+            if count > 0 && out.count + 1 > maxBytes {
+                out.removeSubrange(mark...)
+                hasMore = true
+                break
+            }
+            count += 1
+            lastSeq = seq
+        }
+        out.append(UInt8(ascii: "]"))
+        return PageData(epoch: epoch, changesJSON: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: head)
     }
 }

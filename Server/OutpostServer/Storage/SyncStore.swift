@@ -178,6 +178,11 @@ public protocol SyncStore: Sendable {
     /// snapshot.
     func viewScan(_ request: ViewScanRequest) async throws -> RecordScan
 
+    /// `viewScan`'s records encoded as a page of at most `maxBytes`, for a view whose
+    /// lookups find only records it admits, pulled from the start (nothing departed to
+    /// check): every record found is sent.
+    func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData
+
     /// The spec (`ViewIndex.spec`) the view index was last built for whole; nil when it
     /// was never built, or a server without rules opened the store since (`forgetViewIndex`).
     func viewIndexSpec() async throws -> String?

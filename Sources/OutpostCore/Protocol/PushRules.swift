@@ -272,12 +272,16 @@ public enum PushRules {
                     }
                 }
                 if !departures.isEmpty { try storage.depart(departures) }
-                // The view index follows every state: the replaced state's keys go (by its
-                // seq), the new live state's come.
-                var replaced: [Int64] = []
+                // The view index follows every state: the replaced live state's keys go,
+                // the new live state's come.
+                var replaced: [IndexEntry] = []
                 var entries: [IndexEntry] = []
                 for w in newest {
-                    if let old = before[w.key] { replaced.append(old.version.seq) }
+                    if let old = before[w.key], !old.deleted, let oldData = old.data {
+                        for key in judge.indexKeys(collection: w.key.collection, data: oldData) {
+                            replaced.append(IndexEntry(key: key, seq: old.version.seq, collection: w.key.collection))
+                        }
+                    }
                     guard !w.deleted else { continue }
                     for key in judge.indexKeys(collection: w.key.collection, data: judged[w.key]?.data ?? [:]) {
                         entries.append(IndexEntry(key: key, seq: w.seq, collection: w.key.collection))
@@ -320,9 +324,9 @@ public protocol PushStorage {
     mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws
     /// Keeps replaced states for the views of a server with rules (docs/rules.md).
     mutating func depart(_ departures: [PushRules.Departure]) throws
-    /// Keeps the view index of a server with rules: removes the keys of the states stored
-    /// at `removing` (seqs this push replaced) and adds `adding`.
-    mutating func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws
+    /// Keeps the view index of a server with rules: removes the entries of the states this
+    /// push replaced and adds those of the states it wrote.
+    mutating func reindex(removing: [PushRules.IndexEntry], adding: [PushRules.IndexEntry]) throws
 }
 
 extension PushStorage {
@@ -333,7 +337,7 @@ extension PushStorage {
     }
 
     /// A storage that keeps no view index serves no rules either.
-    public mutating func reindex(removing: [Int64], adding: [PushRules.IndexEntry]) throws {
+    public mutating func reindex(removing: [PushRules.IndexEntry], adding: [PushRules.IndexEntry]) throws {
         precondition(removing.isEmpty && adding.isEmpty, "this storage keeps no view index; it cannot serve a server with rules")
     }
 }
