@@ -102,7 +102,7 @@ public final class MutantSyncStore: SyncStore {
         try await base.viewScan(request)
     }
 
-    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData {
+    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData? {
         try await base.viewPage(request, maxBytes: maxBytes)
     }
 

@@ -51,10 +51,11 @@ struct ViewPager {
         // From the start, every record an exact lookup finds is in the view; past it, the
         // departures' records are found too and each is checked.
         let admitted = heldAt == 0 ? exact : []
-        if indexed && heldAt == 0 && lookups.allSatisfy({ exact.contains($0.scope) }) {
-            // Every record found is sent: the store encodes them as it reads them.
-            let found = try await store.viewPage(ViewScanRequest(space: space, afterSeq: afterSeq, heldAt: 0, limit: limit, lookups: lookups,
-                                                                 collections: collections), maxBytes: maxBytes)
+        if indexed && lookups.allSatisfy({ exact.contains($0.scope) }),
+           let found = try await store.viewPage(ViewScanRequest(space: space, afterSeq: afterSeq, heldAt: heldAt, limit: limit, lookups: lookups,
+                                                                collections: collections), maxBytes: maxBytes) {
+            // Every record found is sent, and nothing departed after the page's start: the
+            // store encodes the records as it reads them.
             page = Page(json: found.changesJSON, count: found.count, lastSeq: found.lastSeq, hasMore: found.hasMore, head: found.head,
                         bytes: found.changesJSON.count)
             if !found.hasMore && found.head > (found.lastSeq ?? afterSeq) { page.lastSeq = found.head }

@@ -188,7 +188,7 @@ public final class PostgresSyncStore: SyncStore {
         return try await read { try $0.viewScan(request) }
     }
 
-    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData {
+    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData? {
         try stale.check()
         return try await read { try $0.viewPage(request, maxBytes: maxBytes) }
     }
@@ -723,15 +723,19 @@ final class PostgresReader {
 
     /// The page of the records a view index scan finds, encoded from the rows: for a view
     /// whose lookups are exact, from the start, where every record found is sent.
-    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData {
+    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData? {
         guard !request.isEmpty else {
             let rows = try db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(request.space)])
             return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: rows.count == 0 ? 0 : rows.int64(0, 0))
         }
-        guard let rows = try viewRows(request) else {
-            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
+        // The departures and the page in one snapshot.
+        return try db.transaction("ISOLATION LEVEL REPEATABLE READ READ ONLY") {
+            if request.heldAt > 0, let departed = try viewRows(request.departedOnly), departed.count > 0, !departed.isNull(0, 2) { return nil }
+            guard let rows = try viewRows(request) else {
+                return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
+            }
+            return encodePage(rows, limit: request.limit, maxBytes: maxBytes)
         }
-        return encodePage(rows, limit: request.limit, maxBytes: maxBytes)
     }
 
     /// The rows of a view index scan in `pageSQL`'s columns, with the head and the epoch

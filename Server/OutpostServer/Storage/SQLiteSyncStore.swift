@@ -292,7 +292,7 @@ public final class SQLiteSyncStore: SyncStore {
         try await read { try $0.viewScan(request) }
     }
 
-    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData {
+    public func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData? {
         try await read { try $0.viewPage(request, maxBytes: maxBytes) }
     }
 
@@ -679,11 +679,16 @@ final class SQLiteReader {
 
     /// The page of the records a view index scan finds, encoded from the rows: for a view
     /// whose lookups are exact, from the start, where every record found is sent.
-    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData {
+    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData? {
         try db.transaction(.deferred) {
             guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }),
                   !request.isEmpty else {
                 return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: try self.head(space: request.space))
+            }
+            if request.heldAt > 0 {
+                let departed = try viewStatement(request.departedOnly, spaceID: spaceID)
+                defer { departed.reset() }
+                if try departed.step() { return nil }
             }
             let stmt = try viewStatement(request, spaceID: spaceID)
             defer { stmt.reset() }

@@ -179,9 +179,10 @@ public protocol SyncStore: Sendable {
     func viewScan(_ request: ViewScanRequest) async throws -> RecordScan
 
     /// `viewScan`'s records encoded as a page of at most `maxBytes`, for a view whose
-    /// lookups find only records it admits, pulled from the start (nothing departed to
-    /// check): every record found is sent.
-    func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData
+    /// lookups find only records it admits: every record found is sent. Nil when a record
+    /// departed since `request.heldAt` follows `request.afterSeq` (in the same snapshot):
+    /// that page needs each record decided (`viewScan`).
+    func viewPage(_ request: ViewScanRequest, maxBytes: Int) async throws -> PageData?
 
     /// The spec (`ViewIndex.spec`) the view index was last built for whole; nil when it
     /// was never built, or a server without rules opened the store since (`forgetViewIndex`).

@@ -21,6 +21,14 @@ public struct ViewScanRequest: Sendable {
         self.collections = collections
     }
 
+    /// The scan of only the records departed since `heldAt`: a page of exact lookups is
+    /// whole when it finds none after its start.
+    var departedOnly: ViewScanRequest {
+        var request = self
+        request.lookups = []
+        return request
+    }
+
     /// Whether the scan can find anything.
     var isEmpty: Bool { lookups.isEmpty && heldAt == 0 }
 
