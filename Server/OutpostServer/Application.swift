@@ -196,6 +196,7 @@ public final class OutpostApplication: Sendable {
         sweeper.cancel()
         await media.close()
         await store.close()
+        dataDirectory.release()
     }
 }
 

@@ -180,4 +180,40 @@ let viewIndexRules = #"""
             #expect(scan.records.map(\.id) == ["j2", "j7", "j12", "j17", "j22", "j27"])
         }
     }
+
+    /// A server started without rules writes without the index, so it marks the index as
+    /// not built; the next start with rules rebuilds it and finds what was written between.
+    @Test func aStartWithoutRulesLeavesTheIndexToBeRebuilt() async throws {
+        let directory = try TemporaryDirectory(prefix: "outpost-index-restart")
+        defer { directory.remove() }
+        let rulesPath = directory.appending("rules.json")
+        try Data(viewIndexRules.utf8).write(to: URL(fileURLWithPath: rulesPath))
+        func run(rules: Bool, _ body: (TestServer) async throws -> Void) async throws {
+            try await withServer(configure: { settings in
+                settings.dataDirectory = directory.appending("data")
+                if rules { settings.rulesPath = rulesPath }
+            }, body)
+        }
+        func put(_ s: TestServer, _ id: String) async throws {
+            let admin = s.authority.sign(Self.claims("u3", roles: ["boss"]))
+            let change = Change(changeId: "c-" + id, collection: "jobs", id: id, op: .put, data: ["assignee": "u0"], baseVersion: nil)
+            #expect(try await s.push("team", [change], token: admin).status == 200)
+        }
+        try await run(rules: true) { s in
+            try await eventually("the view index is built") { s.app.sync.viewIndex.isReady(s.app.rules.rules!.index) }
+            try await put(s, "j1")
+        }
+        try await run(rules: false) { s in
+            try await eventually("the index is marked as not built") { try await s.app.store.viewIndexSpec() == nil }
+            try await put(s, "j2")
+        }
+        try await run(rules: true) { s in
+            let rules = s.app.rules.rules!
+            try await eventually("the view index is rebuilt") { s.app.sync.viewIndex.isReady(rules.index) }
+            let view = rules.view(for: Self.claims("u0"))
+            let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: 0, limit: 10,
+                                                                       lookups: view.lookups(collections: nil).keys, collections: nil))
+            #expect(scan.records.map(\.id) == ["j1", "j2"])
+        }
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The server's data directory and its layout:
 ///
@@ -18,10 +19,12 @@ import Foundation
 ///
 /// Only one server may own a data directory: two writers on one SQLite history, or an
 /// epoch rotated under a running server, would break the protocol's guarantees. The lock
-/// is released by the kernel when the process ends, also after `kill -9`.
+/// is released by `release()` (the application calls it once its store is closed), and by
+/// the kernel when the process ends, also after `kill -9`.
 public final class DataDirectory: Sendable {
     public let path: String
-    private let lockDescriptor: Int32
+    /// The lock file's descriptor while the lock is held; nil once released.
+    private let lockDescriptor: Mutex<Int32?>
 
     /// The store file's name inside the directory.
     public static let storeFileName = "outpost.sqlite"
@@ -50,11 +53,21 @@ public final class DataDirectory: Sendable {
             close(fd)
             throw Unavailable(description: "data directory \(path) is in use by another outpost-server process; stop it first")
         }
-        lockDescriptor = fd
+        lockDescriptor = Mutex(fd)
+    }
+
+    /// Gives the directory up, so that another server (or a command) may take it. Call it
+    /// only once the store and media files are closed. Releasing twice is harmless.
+    public func release() {
+        lockDescriptor.withLock { fd in
+            guard let held = fd else { return }
+            flock(held, LOCK_UN)
+            close(held)
+            fd = nil
+        }
     }
 
     deinit {
-        flock(lockDescriptor, LOCK_UN)
-        close(lockDescriptor)
+        release()
     }
 }
