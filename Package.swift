@@ -117,7 +117,7 @@ let package = Package(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport", "OutpostCompression"], path: "Tests/OutpostTests",
+            name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport", "OutpostCompression", "OutpostCrypto", "OutpostSQLite"], path: "Tests/OutpostTests",
             // Store files made by earlier releases, opened by the migration tests.
             exclude: ["Fixtures"],
             swiftSettings: swiftSettings),

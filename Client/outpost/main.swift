@@ -11,8 +11,10 @@ import OutpostCore
 
 let usage = """
     usage: outpost [--store FILE] [--server URL] [--space NAME] [--token TOKEN]
-                   [--resolve server-wins|client-wins|last-write-wins] COMMAND
-      (or the environment variables OUTPOST_STORE, OUTPOST_SERVER, OUTPOST_SPACE, OUTPOST_TOKEN)
+                   [--resolve server-wins|client-wins|last-write-wins]
+                   [--key-file FILE [--clear COLLECTION.FIELD]...] COMMAND
+      (or the environment variables OUTPOST_STORE, OUTPOST_SERVER, OUTPOST_SPACE, OUTPOST_TOKEN,
+       OUTPOST_KEY_FILE)
 
     commands:
       put COLLECTION ID JSON   save locally, no network; print the record as JSON
@@ -26,7 +28,20 @@ let usage = """
       status                   JSON: epoch, cursor, pending, lastSyncAt, lastError
       upload FILE [--content-type TYPE]
                                upload a media file (resuming an interrupted upload of the same
-                               file); print the media as JSON; exit 2 when it failed and can resume
+                               file); print the media as JSON (in an encrypted store: the sealed
+                               file's reference); exit 2 when it failed and can resume
+      key create               make the space's first key in --key-file; print its id
+      key export [--pbkdf2]    print the space's keys wrapped under the passphrase (scrypt, or
+                               PBKDF2-HMAC-SHA256 with --pbkdf2), to import on another device
+      key import FILE|-        add the keys of an export to --key-file
+      key rotate               a new key for new writes (old copies still open)
+      reencrypt                rewrite every record under the current key, as ordinary edits
+
+    --key-file makes the store end-to-end encrypted (docs/encryption.md): records and media
+    are sealed on this device under the space key kept in FILE (mode 0600). --clear leaves a
+    field in clear for the server's rules. The passphrase of key export and import is read
+    from OUTPOST_KEY_PASSPHRASE or from the file --passphrase-file names, never from the
+    command line.
 
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
     upload guesses the content type from the file's extension (application/octet-stream otherwise).
@@ -44,6 +59,8 @@ struct Options {
     var space: String?
     var token: String?
     var resolve = "last-write-wins"
+    var keyFile: String?
+    var clear: [String: Set<String>] = [:]
     var command: [String] = []
 }
 
@@ -53,6 +70,7 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
     if let v = environment["OUTPOST_SERVER"], !v.isEmpty { o.server = v }
     if let v = environment["OUTPOST_SPACE"], !v.isEmpty { o.space = v }
     if let v = environment["OUTPOST_TOKEN"], !v.isEmpty { o.token = v }
+    if let v = environment["OUTPOST_KEY_FILE"], !v.isEmpty { o.keyFile = v }
     var i = 0
     func value(_ flag: String) throws -> String {
         i += 1
@@ -71,6 +89,12 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
             case "--space": o.space = try value(arg)
             case "--token": o.token = try value(arg)
             case "--resolve": o.resolve = try value(arg)
+            case "--key-file": o.keyFile = try value(arg)
+            case "--clear":
+                let field = try value(arg)
+                let parts = field.split(separator: ".", maxSplits: 1).map(String.init)
+                guard parts.count == 2, !parts[1].isEmpty else { throw UsageError(message: "--clear takes COLLECTION.FIELD") }
+                o.clear[parts[0], default: []].insert(parts[1])
             default:
                 if arg.hasPrefix("--") { throw UsageError(message: "unknown option \(arg)") }
                 o.command.append(arg)
@@ -109,6 +133,7 @@ func openStore(_ o: Options, needsSync: Bool) throws -> OutpostStore {
     case "last-write-wins": configuration.resolver = .lastWriteWins(maxClockDrift: .seconds(300))
     default: throw UsageError(message: "--resolve must be server-wins, client-wins or last-write-wins")
     }
+    if let keyFile = o.keyFile { configuration.encryption = .spaceKey(FileKeyStore(path: keyFile), clearFields: o.clear) }
     var transport: HTTPSyncTransport?
     if let server = o.server {
         guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https" else {
@@ -254,6 +279,14 @@ func run(_ o: Options) async throws -> Int32 {
         await store.close()
     case "upload":
         return try await upload(o, args)
+    case "key":
+        return try key(o, args)
+    case "reencrypt":
+        try expect(0...0)
+        let store = try openStore(o, needsSync: false)
+        let rewritten = try await store.reencryptAll()
+        await store.close()
+        print(json(["rewritten": .number(JSONNumber(rewritten)), "kid": store.currentKeyId.map { .string($0) } ?? .null]))
     default:
         throw UsageError(message: "unknown command \(command)")
     }
@@ -287,6 +320,13 @@ func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
     let store = try openStore(o, needsSync: true)
     let uploader = MediaUploader(store: store, transport: HTTPMediaTransport(baseURL: server, token: o.token))
     do {
+        if store.isEncrypted {
+            // Sealed on this device first; the reference is what a record keeps.
+            let reference = try await uploader.uploadReference(file: url, contentType: type, filename: url.lastPathComponent)
+            print(json(try JSONValue(encoding: reference)))
+            await store.close()
+            return 0
+        }
         let run = try await uploader.start(file: url, contentType: type, filename: url.lastPathComponent)
         var restarts = 0
         var told = false
@@ -311,6 +351,66 @@ func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
         await store.close()
         return error.isPermanent ? 1 : 2
     }
+}
+
+/// `key create|export|import|rotate`: the space's keys in `--key-file`.
+func key(_ o: Options, _ args: [String]) throws -> Int32 {
+    guard let keyFile = o.keyFile else { throw UsageError(message: "key commands need --key-file (or OUTPOST_KEY_FILE)") }
+    let keys = FileKeyStore(path: keyFile)
+    var rest = args.dropFirst()
+    var passphraseFile: String?
+    var pbkdf2 = false
+    var positional: [String] = []
+    while let arg = rest.popFirst() {
+        switch arg {
+        case "--passphrase-file":
+            guard let v = rest.popFirst() else { throw UsageError(message: "--passphrase-file needs a value") }
+            passphraseFile = v
+        case "--pbkdf2": pbkdf2 = true
+        default: positional.append(arg)
+        }
+    }
+    func passphrase() throws -> String {
+        if let passphraseFile {
+            guard let data = FileManager.default.contents(atPath: passphraseFile) else { throw UsageError(message: "cannot read \(passphraseFile)") }
+            return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .newlines)
+        }
+        guard let v = ProcessInfo.processInfo.environment["OUTPOST_KEY_PASSPHRASE"], !v.isEmpty else {
+            throw UsageError(message: "the passphrase comes from OUTPOST_KEY_PASSPHRASE or --passphrase-file FILE")
+        }
+        return v
+    }
+    func space() throws -> String {
+        if let s = o.space { return s }
+        if let stored = try OutpostStore.space(ofStoreAt: o.store) { return stored }
+        throw UsageError(message: "--space (or OUTPOST_SPACE) is needed")
+    }
+    switch args.first {
+    case "create":
+        let key = try SpaceKeys.create(space: try space(), in: keys)
+        print(json(["space": .string(try space()), "kid": .string(key.id)]))
+    case "export":
+        print(try SpaceKeys.export(space: try space(), from: keys, passphrase: try passphrase(), derivation: pbkdf2 ? .pbkdf2SHA256 : .scrypt))
+    case "import":
+        guard positional.count == 1 else { throw UsageError(message: "usage: key import FILE|-") }
+        let text: String
+        if positional[0] == "-" {
+            text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        } else {
+            guard let data = FileManager.default.contents(atPath: positional[0]) else { throw UsageError(message: "cannot read \(positional[0])") }
+            text = String(decoding: data, as: UTF8.self)
+        }
+        let imported = try SpaceKeys.import(text, passphrase: try passphrase(), into: keys, space: o.space)
+        let ring = try keys.keyring(space: imported)
+        print(json(["space": .string(imported), "kid": ring.map { .string($0.current) } ?? .null,
+                    "keys": .number(JSONNumber(ring?.keys.count ?? 0))]))
+    case "rotate":
+        let key = try SpaceKeys.rotate(space: try space(), in: keys)
+        print(json(["space": .string(try space()), "kid": .string(key.id)]))
+    default:
+        throw UsageError(message: "usage: key create|export|import|rotate")
+    }
+    return 0
 }
 
 /// A media type from a file extension; `application/octet-stream` when unknown.

@@ -12,7 +12,7 @@ import OutpostCore
 /// ```
 ///
 /// Encodes as `{"mediaId": "<64 hex>", "contentType": "image/jpeg", "size": 1234}` (plus
-/// `"filename"` when given).
+/// `"filename"` when given, and `"encryption"` for a sealed file).
 public struct MediaReference: Codable, Sendable, Hashable {
     /// The file's SHA-256, 64 lowercase hex characters: the server names the file by it.
     public var mediaId: String
@@ -22,6 +22,10 @@ public struct MediaReference: Codable, Sendable, Hashable {
     public var size: Int64
     /// The file's name, for display; optional.
     public var filename: String?
+    /// How the file was sealed, for a file of an end-to-end encrypted store (then
+    /// `mediaId` names the sealed bytes, and `size` and `contentType` are the file's own,
+    /// kept inside the encrypted record); nil for a file stored as it is.
+    public var encryption: MediaEncryption?
 
     /// A reference to the file `media` describes.
     public init(_ media: MediaInfo, filename: String? = nil) {
@@ -29,11 +33,12 @@ public struct MediaReference: Codable, Sendable, Hashable {
     }
 
     /// A reference from its parts.
-    public init(mediaId: String, contentType: String, size: Int64, filename: String? = nil) {
+    public init(mediaId: String, contentType: String, size: Int64, filename: String? = nil, encryption: MediaEncryption? = nil) {
         self.mediaId = mediaId
         self.contentType = contentType
         self.size = size
         self.filename = filename
+        self.encryption = encryption
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostCrypto
 import Synchronization
 
 /// Uploads files to the server's media store and downloads them again (PROTOCOL.md
@@ -73,20 +74,45 @@ public actor MediaUploader {
         self.options = options
     }
 
-    private nonisolated var space: String { store.space }
+    nonisolated var space: String { store.space }
 
     // MARK: - Public API
 
     /// Uploads the file at `file` (or resumes its earlier upload) and returns the server's
     /// description of it. See the type's documentation for the steps and failures.
+    ///
+    /// An end-to-end encrypted store uploads with `uploadReference(file:)` or
+    /// `enqueue(file:)`, which give the reference with what a reader needs to open the
+    /// file; this call refuses.
     public func upload(file: URL, contentType: String, filename: String? = nil) async throws -> MediaInfo {
         try await start(file: file, contentType: contentType, filename: filename).media
     }
+
+    /// Uploads the file at `file` (or resumes its earlier upload) and returns the reference
+    /// a record keeps. In an end-to-end encrypted store the file is sealed on the device
+    /// first and only the sealed bytes leave it (docs/encryption.md, "Media"); the
+    /// reference then carries the file's real size and content type and how to open it.
+    public func uploadReference(file: URL, contentType: String, filename: String? = nil) async throws -> MediaReference {
+        try Self.validate(contentType: contentType, filename: filename)
+        let path = MediaFiles.absolutePath(file.path)
+        guard store.isEncrypted else {
+            return MediaReference(try await begin(path: path, contentType: contentType, filename: filename).media, filename: filename)
+        }
+        let sealed = try await sealedCopy(of: path, contentType: contentType, filename: filename)
+        let media = try await begin(path: sealed.sealedPath, contentType: Self.sealedContentType, filename: nil).media
+        return Self.reference(sealed, mediaId: media.mediaId)
+    }
+
+    /// The content type the server is told for a sealed file.
+    static let sealedContentType = "application/octet-stream"
 
     /// Starts (or joins) the upload of `file` and returns at once: its progress as an
     /// `AsyncStream` and its result. Throws only for invalid arguments.
     public func start(file: URL, contentType: String, filename: String? = nil) throws -> MediaUpload {
         try Self.validate(contentType: contentType, filename: filename)
+        guard !store.isEncrypted else {
+            throw MediaError.invalidArgument("an end-to-end encrypted store uploads with uploadReference(file:) or enqueue(file:), which seal the file first")
+        }
         return begin(path: MediaFiles.absolutePath(file.path), contentType: contentType, filename: filename)
     }
 
@@ -96,7 +122,11 @@ public actor MediaUploader {
     /// that download the reference get `MediaError.mediaNotFound`.
     public func enqueue(file: URL, contentType: String, filename: String? = nil) async throws -> MediaReference {
         try Self.validate(contentType: contentType, filename: filename)
-        let path = MediaFiles.absolutePath(file.path)
+        let source = MediaFiles.absolutePath(file.path)
+        var sealed: SealedMediaRow?
+        if store.isEncrypted { sealed = try await sealedCopy(of: source, contentType: contentType, filename: filename) }
+        let path = sealed?.sealedPath ?? source
+        let (contentType, filename) = sealed == nil ? (contentType, filename) : (Self.sealedContentType, nil)
         if running[path] == nil {
             let hub = ProgressHub()
             do {
@@ -108,6 +138,7 @@ public actor MediaUploader {
             }
         }
         guard let row = try await store.uploadRow(path: path) else { throw CancellationError() }
+        if let sealed { return Self.reference(sealed, mediaId: row.sha256) }
         return row.pending.reference
     }
 
@@ -140,7 +171,17 @@ public actor MediaUploader {
     /// kept no upload of that path.
     @discardableResult
     public func discardUpload(file: URL) async throws -> Bool {
-        let path = MediaFiles.absolutePath(file.path)
+        let source = MediaFiles.absolutePath(file.path)
+        if store.isEncrypted, let sealed = try await store.sealedMedia(source: source) {
+            // The sealed copy is what was being uploaded; it goes with its upload.
+            _ = try await discardUpload(path: sealed.sealedPath)
+            try await store.forgetSealedMedia(source: source)
+            return true
+        }
+        return try await discardUpload(path: source)
+    }
+
+    private func discardUpload(path: String) async throws -> Bool {
         if let run = running[path] {
             run.task.cancel()
             _ = await run.task.result
@@ -156,32 +197,63 @@ public actor MediaUploader {
     /// checked against `mediaId`, and only then is the file renamed into place (replacing
     /// what was there). A mismatch throws `MediaError.downloadCorrupt` and leaves nothing.
     public nonisolated func download(mediaId: String, to destination: URL) async throws {
+        try await download(mediaId: mediaId, opener: nil, expectedSize: nil, to: destination)
+    }
+
+    /// Downloads the media a record refers to (see `download(mediaId:to:)`). A reference
+    /// of an encrypted store's file is opened as it arrives, segment by segment; a segment
+    /// that does not authenticate, a file cut short, or another size than the reference's
+    /// throws `MediaError.downloadCorrupt` and leaves nothing.
+    public nonisolated func download(_ reference: MediaReference, to destination: URL) async throws {
+        let opener = try opener(for: reference)
+        try await download(mediaId: reference.mediaId, opener: opener, expectedSize: opener == nil ? nil : reference.size, to: destination)
+    }
+
+    private nonisolated func download(mediaId: String, opener: SegmentedCipher.Decryptor?, expectedSize: Int64?, to destination: URL) async throws {
         guard Names.isValidMediaID(mediaId) else { throw MediaError.invalidArgument("\"\(mediaId)\" is not a media id (64 lowercase hex characters)") }
         let size = try await retryingDownload(mediaId) { [transport, space] in try await transport.mediaSize(mediaId, space: space) }
         let file = try await DownloadFile.create(destination: destination.path)
         do {
             var hasher = StreamingSHA256()
             var offset: Int64 = 0
+            var written: Int64 = 0
             let piece = Int64(max(1, options.downloadPieceBytes))
+            func opened(_ sealed: Data, finish: Bool) throws -> Data {
+                guard let opener else { return sealed }
+                var plain = Data()
+                plain.reserveCapacity(sealed.count)
+                do {
+                    try sealed.withUnsafeBytes { try opener.update($0) { plain.append(contentsOf: $0) } }
+                    if finish { try opener.finish { plain.append(contentsOf: $0) } }
+                } catch {
+                    throw MediaError.downloadCorrupt(mediaId: mediaId, actual: "a sealed segment that does not authenticate (\(error))")
+                }
+                return plain
+            }
             while offset < size {
                 let range = offset..<min(size, offset + piece)
                 let bytes = try await retryingDownload(mediaId) { [transport, space] in try await transport.mediaBytes(mediaId, range: range, space: space) }
                 bytes.withUnsafeBytes { hasher.update($0) }
-                try await file.append(bytes)
+                let plain = try opened(bytes, finish: range.upperBound == size)
+                try await file.append(plain)
+                written += Int64(plain.count)
                 offset = range.upperBound
+            }
+            if size == 0, opener != nil {
+                let plain = try opened(Data(), finish: true)
+                try await file.append(plain)
+                written += Int64(plain.count)
             }
             let actual = hexString(hasher.finalize())
             guard actual == mediaId else { throw MediaError.downloadCorrupt(mediaId: mediaId, actual: actual) }
+            if let expectedSize, written != expectedSize {
+                throw MediaError.downloadCorrupt(mediaId: mediaId, actual: "\(written) bytes opened, not the reference's \(expectedSize)")
+            }
             try await file.commit()
         } catch {
             await file.discard()
             throw error
         }
-    }
-
-    /// Downloads the media a record refers to (see `download(mediaId:to:)`).
-    public nonisolated func download(_ reference: MediaReference, to destination: URL) async throws {
-        try await download(mediaId: reference.mediaId, to: destination)
     }
 
     // MARK: - Runs
@@ -532,6 +604,8 @@ public actor MediaUploader {
             throw error
         }
         try await store.deleteUploadRow(row.number)
+        // A sealed copy has done its work once the server holds it.
+        if store.isEncrypted, let sealed = try await store.sealedMedia(sealedPath: row.path) { try await store.forgetSealedMedia(source: sealed.source) }
         hub.yield(MediaProgress(phase: .complete, bytesHashed: row.size, bytesSent: row.size, totalBytes: row.size, restarts: restarts))
         return media
     }

@@ -38,6 +38,9 @@ extension OutpostStore {
         public var validators: [String: @Sendable (JSONObject) throws -> Void] = [:]
         /// How long the server's limits from `/v1/info` are reused before being read again.
         public var limitsLifetime: Duration = .seconds(600)
+        /// End-to-end encryption of the space's records (docs/encryption.md); nil: records
+        /// travel and are stored on the server as the app wrote them.
+        public var encryption: Encryption?
 
         /// A configuration for `space` with the defaults.
         public init(space: String) {
@@ -49,6 +52,23 @@ extension OutpostStore {
         /// `all(_:in:)` later.
         public mutating func validate<T: Decodable & SendableMetatype>(_ type: T.Type, in collection: String) {
             validators[collection] = { object in _ = try JSONValue.object(object).decode(T.self) }
+        }
+    }
+
+    /// End-to-end encryption of a store's records: `.spaceKey(keys)` seals every put's data
+    /// on the device before it is queued, under the space's current key from `keys`, and
+    /// opens pulled copies before the app or a resolver sees them (docs/encryption.md).
+    public struct Encryption: Sendable {
+        /// Where the space's keyring is.
+        public let keys: any KeyStore
+        /// Per collection, fields that stay in clear beside the sealed part, so that the
+        /// server's rules and view index can use them (an `assignee`, say). They are
+        /// authenticated with the sealed part: the server cannot change them unnoticed.
+        public var clearFields: [String: Set<String>]
+
+        /// Encryption under the keys of the store's space in `keys`.
+        public static func spaceKey(_ keys: any KeyStore, clearFields: [String: Set<String>] = [:]) -> Encryption {
+            Encryption(keys: keys, clearFields: clearFields)
         }
     }
 

@@ -47,7 +47,10 @@ final class LocalDatabase {
     let db: Connection
 
     /// The schema version this SDK writes; `migrate` brings older files up to it.
-    static let schemaVersion = 4
+    static let schemaVersion = 5
+
+    /// Seals the puts of an end-to-end encrypted store (set by the store when it opens one).
+    var cipher: RecordCipher?
 
     /// The commit durability in force on the connection.
     private(set) var durability: OutpostStore.Durability
@@ -161,6 +164,19 @@ final class LocalDatabase {
             try db.transaction {
                 try db.execute("CREATE TABLE IF NOT EXISTS view_seen(collection TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY(collection, id)) WITHOUT ROWID")
                 try setMeta("schema_version", "4")
+            }
+        }
+        if version < 5 {
+            // The wire form of each unsettled put of an end-to-end encrypted store, sealed
+            // when the edit is saved (Encryption/SealedEdits.swift), and the sealed copies
+            // of media files until their upload completes (Encryption/SealedMedia.swift).
+            try db.transaction {
+                try db.execute(Self.sealedSchema)
+                try db.execute(Self.sealedMediaSchema)
+                // A file made before encryption existed holds records in clear; a new file
+                // takes the mode of the store that opens it (OutpostStore.init).
+                if version > 0 { try setMeta("encryption", "none") }
+                try setMeta("schema_version", "5")
             }
         }
     }

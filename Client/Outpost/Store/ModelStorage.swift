@@ -148,6 +148,7 @@ extension LocalDatabase {
         try db.cached("DELETE FROM edits WHERE collection = ? AND id = ?").run([.text(key.collection), .text(key.id)])
         guard !model.isEmpty else {
             try db.cached("DELETE FROM records WHERE collection = ? AND id = ?").run([.text(key.collection), .text(key.id)])
+            if let cipher { try keepSealed(model, cipher) }
             return
         }
         let view = model.view
@@ -160,6 +161,7 @@ extension LocalDatabase {
         values += Self.copyValues(model.server) + Self.copyValues(model.left)
         try db.cached(Self.saveRecordSQL).run(values)
         for edit in model.edits { try insert(edit, key) }
+        if let cipher { try keepSealed(model, cipher) }
     }
 
     private func insert(_ e: Edit, _ key: RecordKey) throws {

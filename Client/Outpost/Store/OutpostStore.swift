@@ -34,6 +34,10 @@ public actor OutpostStore {
     public nonisolated var space: String { configuration.space }
 
     let transport: (any SyncTransport)?
+    /// Seals puts and opens pulled copies when the store is end-to-end encrypted.
+    nonisolated let cipher: RecordCipher?
+    /// Where sealed copies of media files wait for their upload (beside the store file).
+    nonisolated let sealedMediaDirectory: String
     var database: LocalDatabase?
     private var lock: StoreLock?
     var rng: Randomness
@@ -53,7 +57,10 @@ public actor OutpostStore {
     /// Opens (creating when absent) the store at `path`.
     ///
     /// - Throws: `OutpostError.storeInUse` when the file is open elsewhere;
-    ///   `spaceMismatch` when it belongs to another space.
+    ///   `spaceMismatch` when it belongs to another space; `EncryptionError.noKeyring` when
+    ///   `configuration.encryption` is set and the device has no key for the space;
+    ///   `EncryptionError.encryptionRequired` when a file of an encrypted space is opened
+    ///   without `encryption`, or a file that synced in clear is opened with it.
     public init(path: String, configuration: Configuration, transport: (any SyncTransport)? = nil) throws {
         let lock = try StoreLock.acquire(databasePath: path)
         try self.init(databasePath: path, lock: lock, configuration: configuration, transport: transport)
@@ -99,24 +106,43 @@ public actor OutpostStore {
             throw OutpostError.storage(e.description)
         }
         let clientId: String
+        var cipher: RecordCipher?
         do {
             if let stored = try database.meta("space"), stored != configuration.space {
                 database.close()
                 throw OutpostError.spaceMismatch(stored: stored, configured: configuration.space)
             }
             try database.setMeta("space", configuration.space)
-            if let stored = try database.meta("client_id") {
-                clientId = stored
+            if let existing = try database.meta("client_id") {
+                clientId = existing
             } else {
                 clientId = configuration.clientId ?? Identifiers.clientID(using: &rng)
                 try database.setMeta("client_id", clientId)
             }
+            if let encryption = configuration.encryption {
+                guard let ring = try encryption.keys.keyring(space: configuration.space) else { throw EncryptionError.noKeyring(space: configuration.space) }
+                cipher = RecordCipher(space: configuration.space, ring: ring, clearFields: encryption.clearFields)
+            }
+            // A file keeps the mode it was made with: an encrypted one opened without its
+            // keys would queue edits in clear, and a clear one would meet its own copies
+            // as records it cannot open.
+            let mode = cipher == nil ? "none" : "e2e-1"
+            if let stored = try database.meta("encryption"), stored != mode { throw EncryptionError.encryptionRequired(space: configuration.space) }
+            try database.setMeta("encryption", mode)
+            database.cipher = cipher
         } catch let e as SQLiteError {
             database.close()
             throw OutpostError.storage(e.description)
+        } catch let e as EncryptionError {
+            database.close()
+            throw e
         }
         self.configuration = configuration
         self.clientId = clientId
+        self.cipher = cipher
+        self.sealedMediaDirectory = databasePath == ":memory:"
+            ? NSTemporaryDirectory() + "outpost-sealed-media-" + clientId
+            : databasePath + ".sealed-media"
         self.transport = transport
         self.database = database
         self.lock = lock
@@ -319,8 +345,9 @@ public actor OutpostStore {
         try write { try $0.deleteQuarantined(number) }
     }
 
-    /// Tries every quarantined record again (after an app update taught it the new shape):
-    /// those of the current epoch that now decode and pass their validator are applied like
+    /// Tries every quarantined record again (after an app update taught it the new shape, or
+    /// an import brought the key it was sealed under): those of the current epoch that now
+    /// open, decode and pass their validator are applied like
     /// pulled records (never over a newer version); the others stay. Returns how many left
     /// the quarantine.
     @discardableResult
@@ -334,11 +361,8 @@ public actor OutpostStore {
                       case .record(let state) = PulledRecord(value) else { continue }
                 // A version of a history the store has left is never applied.
                 guard state.version.epoch == epoch else { continue }
-                if let check = configuration.validators[state.collection], let data = state.data, !state.deleted {
-                    guard (try? check(data)) != nil else { continue }
-                }
+                guard case .record(let record) = PreparedItem(state, validators: configuration.validators, cipher: cipher) else { continue }
                 var ignored = SyncReport()
-                let record = PreparedRecord(state)
                 if try applyPulled(record, d, phase: try phase(d), report: &ignored, keys: &keys) { keys.append(record.key) }
                 try d.deleteQuarantined(q.number)
                 released += 1

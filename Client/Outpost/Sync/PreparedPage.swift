@@ -12,10 +12,10 @@ struct PreparedRecord: Sendable {
     let lineage: Version?
     let sameAs: Version?
 
-    init(_ state: RecordState) {
+    init(_ state: RecordState, body: Body? = nil) {
         key = RecordKey(collection: state.collection, id: state.id)
         version = state.version
-        body = Body(state)
+        self.body = body ?? Body(state)
         updatedAt = state.updatedAt
         updatedBy = state.updatedBy
         clientTime = state.clientTime
@@ -31,10 +31,39 @@ struct PreparedRecord: Sendable {
 /// One element of a prepared page.
 enum PreparedItem: Sendable {
     case record(PreparedRecord)
-    /// Undecodable, or refused by the collection's validator.
+    /// Undecodable, not opened by an encrypted store's keys, or refused by the
+    /// collection's validator.
     case quarantine(UndecodableRecord)
     /// Out of the token's view since this version (docs/rules.md).
     case revoked(RecordKey, Version)
+
+    /// A pulled record as the store takes it: opened by `cipher` (an encrypted store's)
+    /// and checked by its collection's validator, or quarantined with the reason.
+    init(_ state: RecordState, validators: [String: @Sendable (JSONObject) throws -> Void], cipher: RecordCipher?) {
+        func quarantine(_ reason: String) -> PreparedItem {
+            .quarantine(UndecodableRecord(raw: state.json.encoded(), collection: state.collection, id: state.id, version: state.version.text, reason: reason))
+        }
+        var data = state.data
+        var opened: Body?
+        if let cipher, let sealed = state.data, !state.deleted {
+            do {
+                let bytes = try cipher.open(collection: state.collection, id: state.id, data: sealed)
+                guard case .object(let object) = try? JSONParser.parse(bytes) else { throw RecordCipher.OpenFailure(description: "the opened content is not a JSON object") }
+                data = object
+                opened = Body(data: bytes)
+            } catch {
+                self = quarantine("end-to-end encryption: \(error)")
+                return
+            }
+        }
+        if let check = validators[state.collection], let data, !state.deleted {
+            do { try check(data) } catch {
+                self = quarantine("the app cannot decode it: \(error)")
+                return
+            }
+        }
+        self = .record(PreparedRecord(state, body: opened))
+    }
 }
 
 /// A pull page after decoding, encoding and validation, made where the page was fetched.
@@ -48,7 +77,9 @@ struct PreparedPage: Sendable {
     let head: Int64?
     let items: [PreparedItem]
 
-    init(_ page: PulledPage, validators: [String: @Sendable (JSONObject) throws -> Void]) {
+    /// `cipher`: the store's, when it is end-to-end encrypted; a copy it cannot open goes to
+    /// the quarantine with the reason.
+    init(_ page: PulledPage, validators: [String: @Sendable (JSONObject) throws -> Void], cipher: RecordCipher? = nil) {
         epoch = page.epoch
         next = page.next
         view = page.view
@@ -63,15 +94,7 @@ struct PreparedPage: Sendable {
             case .revoked(let r):
                 items.append(.revoked(RecordKey(collection: r.collection, id: r.id), r.version))
             case .record(let state):
-                if let check = validators[state.collection], let data = state.data, !state.deleted {
-                    do { try check(data) } catch {
-                        items.append(.quarantine(UndecodableRecord(
-                            raw: state.json.encoded(), collection: state.collection, id: state.id,
-                            version: state.version.text, reason: "the app cannot decode it: \(error)")))
-                        continue
-                    }
-                }
-                items.append(.record(PreparedRecord(state)))
+                items.append(PreparedItem(state, validators: validators, cipher: cipher))
             }
         }
         self.items = items

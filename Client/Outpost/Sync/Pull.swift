@@ -128,9 +128,9 @@ extension OutpostStore {
             if page.hasMore {
                 // Fetch the next page while this one is applied (the cursor it asks from is
                 // where this page ends; it is used only if the cursor gets there).
-                let space = configuration.space, validators = configuration.validators, since = page.next, view = page.view, limit = pageLimit
+                let space = configuration.space, validators = configuration.validators, cipher = self.cipher, since = page.next, view = page.view, limit = pageLimit
                 prefetch = Prefetch(since: Cursor(since, view: view), task: Task.detached {
-                    try await Self.fetchPage(transport, space: space, validators: validators, since: since, view: view, limit: limit, maxBytes: maxBytes)
+                    try await Self.fetchPage(transport, space: space, validators: validators, cipher: cipher, since: since, view: view, limit: limit, maxBytes: maxBytes)
                 })
             }
             var keys: [RecordKey] = []
@@ -169,7 +169,7 @@ extension OutpostStore {
 
     /// One pull request; halves `limit` while the answer is larger than the transport reads.
     func fetch(_ transport: any SyncTransport, since: Version?, view: String? = nil, limit: inout Int, maxBytes: Int, waitMs: Int = 0) async throws -> PreparedPage {
-        let (page, used) = try await Self.fetchPage(transport, space: configuration.space, validators: configuration.validators,
+        let (page, used) = try await Self.fetchPage(transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
                                                     since: since, view: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
         limit = used
         return page
@@ -180,13 +180,13 @@ extension OutpostStore {
     /// record's data for storage, running the validators, freeing the decoded JSON) happens
     /// here too, so the actor's work on a page is SQLite alone.
     nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, validators: [String: @Sendable (JSONObject) throws -> Void],
-                                      since: Version?, view: String? = nil, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PreparedPage, Int) {
+                                      cipher: RecordCipher?, since: Version?, view: String? = nil, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PreparedPage, Int) {
         var limit = limit
         while true {
             do {
                 let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
                 let page = try await transport.pull(query, space: space)
-                return (PreparedPage(page, validators: validators), limit)
+                return (PreparedPage(page, validators: validators, cipher: cipher), limit)
             } catch TransportError.answerTooLarge(let cap) {
                 guard limit > 1 else { throw OutpostError.transport(.answerTooLarge(limit: cap)) }
                 limit = max(1, limit / 2)

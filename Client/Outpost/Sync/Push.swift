@@ -66,7 +66,8 @@ extension OutpostStore {
         for key in try d.keysWithUnsettledEdits() {
             guard let model = try d.model(key), let head = model.head, !inFlight.contains(head.changeId) else { continue }
             if dueOnly && !isDue(head.nextAttemptAt, now: now) { continue }
-            guard let change = Engine.outgoing(model, context) else { continue }
+            guard let plain = Engine.outgoing(model, context) else { continue }
+            let change = try d.wire(plain)
             let size = change.json.encoded().count
             if size + requestOverhead > limits.maxRequestBytes {
                 let effects = try transition(key, .rejected(changeId: change.changeId, code: ErrorCode.payloadTooLarge.rawValue,
@@ -128,7 +129,7 @@ extension OutpostStore {
                 let (effects, _) = try transition(key, .sending(changeId: change.changeId), d)
                 for case .send(let c) in effects {
                     sentBefore[c.changeId] = wasSent
-                    out.append((key, c))
+                    out.append((key, try d.wire(c)))
                 }
             }
             return out
@@ -166,6 +167,12 @@ extension OutpostStore {
         }
         let results = Dictionary(zip(changes.map(\.changeId), response.results), uniquingKeysWith: { a, _ in a })
         let followed = try read { try $0.meta("epoch").flatMap(Epoch.init) }
+        // The server's copies that conflicts carry, opened (an encrypted store's copy that
+        // does not open is quarantined and met as a copy the app cannot read).
+        var currents: [String: Copy] = [:]
+        for result in response.results where result.status == .conflict {
+            if let state = result.current { currents[result.changeId] = try openedCopy(state, report: &report) }
+        }
         try settle(batch, report: &report) { change in
             let result = results[change.changeId]!
             if let followed, followed != response.epoch {
@@ -178,7 +185,7 @@ extension OutpostStore {
             case .applied:
                 return .applied(changeId: change.changeId, Copy(version: result.version!, body: nil, updatedAt: result.updatedAt))
             case .conflict:
-                return .conflict(changeId: change.changeId, current: result.current.map(Copy.init))
+                return .conflict(changeId: change.changeId, current: currents[change.changeId])
             case .rejected:
                 let reason = result.error ?? PushResult.RejectReason(code: "unknown", message: "rejected")
                 if reason.code == ErrorCode.epochMismatch.rawValue {
