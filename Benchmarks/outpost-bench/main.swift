@@ -16,6 +16,7 @@ let usage = """
       peers    Outpost beside PocketBase (pip-installed): bulk write, paged read, small reads, a 64 MiB upload
       client   the client SDK: local save latency, initial sync, write-to-other-device latency
       rules    what a rules file costs: a partial first sync, a page, a judged push, each beside the same without
+      e2e      what end-to-end encryption costs: save + sync, initial sync, media upload, each beside the same in clear
 
     `outpost-bench <area> --help` lists an area's options.
     """
@@ -39,6 +40,8 @@ do {
         try await ClientBench.run(arguments: Array(arguments.dropFirst()))
     case "rules":
         try await RulesBench.run(arguments: Array(arguments.dropFirst()))
+    case "e2e":
+        try await E2EBench.run(arguments: Array(arguments.dropFirst()))
     case "-h", "--help", "help":
         print(usage)
     default:

@@ -241,6 +241,7 @@ struct EncryptionTests {
         #expect(try await world.serverRecords().values.filter { $0.data?[RecordCipher.member]?["kid"]?.stringValue == first.id }.count == 5)
         #expect(try await phone.reencryptAll() == 6)
         #expect(try await phone.sync().pushed == 6)
+        #expect(try await phone.read { d in try d.db.scalarInt("SELECT count(*) FROM sealed") } == 0, "settled changes keep no sealed form")
         let kids = Set(try await world.serverRecords().values.compactMap { $0.data?[RecordCipher.member]?["kid"]?.stringValue })
         #expect(kids == [second])
         #expect(try await laptop.sync().quarantined == 0)
@@ -290,9 +291,11 @@ struct EncryptionTests {
         #expect(first.changeId == (try await store.pendingChanges().first?.changeId))
         #expect(first == again, "one change, one sealed form")
         #expect(first.data?[RecordCipher.member] != nil && first.data?["title"] == nil)
-        // A newer edit is a new change with its own sealed form; the old one is dropped.
+        // A newer edit absorbs the queued one as a new change, with its own sealed form.
         try await store.put(["title": "second"], in: "notes", id: "1")
-        #expect(try await store.read { d in try d.db.scalarInt("SELECT count(*) FROM sealed") } == 1)
+        let second = try #require(try await store.wireOfHead(RecordKey(collection: "notes", id: "1")))
+        #expect(second.changeId != first.changeId && second.data != first.data)
+        #expect(try await store.read { d in try d.db.scalarInt("SELECT count(*) FROM sealed WHERE change_id = ?", [.text(second.changeId)]) } == 1)
         await store.close()
     }
 

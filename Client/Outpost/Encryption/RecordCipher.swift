@@ -106,11 +106,14 @@ final class RecordCipher: Sendable {
               let ct = envelope["ct"]?.stringValue.flatMap(Base64.decodeURL), nonce.count == AESGCM.nonceByteCount else {
             throw OpenFailure(description: "the sealed part is malformed (kid, nonce of 12 bytes and ct are required)")
         }
-        var clearPart = data
-        clearPart[Self.member] = nil
-        let allowed = clearFields[collection] ?? []
-        if let stray = clearPart.keys.first(where: { !allowed.contains($0) }) {
-            throw OpenFailure(description: "field \"\(stray)\" is in clear but this app keeps it sealed in \(collection)")
+        var clearPart = JSONObject()
+        if data.count > 1 {
+            clearPart = data
+            clearPart[Self.member] = nil
+            let allowed = clearFields[collection] ?? []
+            if let stray = clearPart.keys.first(where: { !allowed.contains($0) }) {
+                throw OpenFailure(description: "field \"\(stray)\" is in clear but this app keeps it sealed in \(collection)")
+            }
         }
         let opened: [UInt8]
         do {

@@ -8,8 +8,8 @@ import OutpostSQLite
 // (the server's idempotency compares it), and a fresh nonce would make another one. A
 // changeId names one content for ever (an edit that absorbs a newer one, or is resolved
 // into another content, takes a new changeId: Engine.edit, Engine.conflict), so the sealed
-// form is kept by changeId. Only unsettled edits keep one: a settled change is never sent
-// again.
+// form is kept by changeId. Only unsettled edits need one (a settled change is never sent
+// again); the others are pruned after each push phase.
 
 extension LocalDatabase {
     static let sealedSchema = """
@@ -21,18 +21,20 @@ extension LocalDatabase {
         CREATE INDEX sealed_record ON sealed(collection, id);
         """
 
-    /// Seals each unsettled put of `model` that has no sealed form yet, and drops the sealed
-    /// forms of the record's changes that are settled or gone.
+    /// Seals each unsettled put of `model` that has no sealed form yet.
     func keepSealed(_ model: RecordModel, _ cipher: RecordCipher) throws {
-        let key = model.key
         for edit in model.edits where edit.delivery.isUnsettled {
             guard let data = edit.body.data else { continue }
-            try sealIfAbsent(edit.changeId, key, data, cipher)
+            try sealIfAbsent(edit.changeId, model.key, data, cipher)
         }
-        try db.cached("""
-            DELETE FROM sealed WHERE collection = ?1 AND id = ?2 AND change_id NOT IN
-              (SELECT change_id FROM edits WHERE collection = ?1 AND id = ?2 AND delivery IN ('queued', 'sent'))
-            """).run([.text(key.collection), .text(key.id)])
+    }
+
+    /// Drops the sealed forms of changes that are settled or gone (after a push phase:
+    /// once per sync rather than once per save).
+    func pruneSealed() throws {
+        try db.run("""
+            DELETE FROM sealed WHERE change_id NOT IN (SELECT change_id FROM edits WHERE delivery IN ('queued', 'sent'))
+            """, [])
     }
 
     @discardableResult

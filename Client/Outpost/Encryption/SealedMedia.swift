@@ -133,11 +133,11 @@ extension MediaUploader {
         let directory = store.sealedMediaDirectory
         let sealedPath = directory + "/" + Hex.encode(SecureRandom.bytes(16)) + ".sealed"
         let aad = Self.mediaAAD(space: space, kid: kid)
-        let sealedIdentity = try await MediaFiles.run(on: DispatchQueue(label: "outpost.media.seal")) {
+        let sealing = try await MediaFiles.run(on: DispatchQueue(label: "outpost.media.seal")) {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             return try Self.seal(path, to: sealedPath, key: key, prefix: prefix, aad: aad)
         }
-        guard sealedIdentity == identity else {
+        guard sealing.source == identity else {
             unlink(sealedPath)
             throw MediaError.fileChanged(path: path)
         }
@@ -145,6 +145,12 @@ extension MediaUploader {
                                  encryption: MediaEncryption(kid: kid, prefix: Base64.encodeURL(prefix), segmentSize: SegmentedCipher.defaultSegmentSize),
                                  contentType: contentType, filename: filename)
         try await store.saveSealedMedia(row)
+        // The sealed bytes were hashed as they were written: the upload is stored with
+        // that hash, so the uploader does not read the copy again to hash it.
+        _ = try await store.replaceUploadRow(UploadRow(
+            number: 0, path: sealedPath, identity: sealing.sealed, sha256: sealing.sha256, contentType: Self.sealedContentType, filename: nil,
+            uploadId: nil, chunkSize: nil, received: [], state: .waiting, attempts: 0, nextAttemptAt: 0, lastError: nil, errorCode: nil,
+            createdAt: await store.mediaNow()))
         return row
     }
 
@@ -164,10 +170,12 @@ extension MediaUploader {
     }
 
     /// Seals the file at `source` into a new file at `destination` (mode 0600) in 1 MiB
-    /// reads, and returns the source's identity before the read; a source that changed
-    /// while it was read gives another identity after it, and the caller starts over.
-    private static func seal(_ source: String, to destination: String, key: [UInt8], prefix: [UInt8], aad: [UInt8]) throws -> FileIdentity {
-        let (input, before) = try MediaFiles.openForReading(source)
+    /// reads. Returns the source's identity (its identity before the read, or another one
+    /// when it changed while it was read: the caller then starts over), the sealed file's
+    /// identity, and the SHA-256 of the sealed bytes.
+    private static func seal(_ source: String, to destination: String, key: [UInt8], prefix: [UInt8], aad: [UInt8]) throws
+        -> (source: FileIdentity, sealed: FileIdentity, sha256: String) {
+        let (input, _) = try MediaFiles.openForReading(source)
         defer { close(input) }
         let output = open(destination, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard output >= 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
@@ -177,17 +185,10 @@ extension MediaUploader {
             if !ok { unlink(destination) }
         }
         let encryptor = try SegmentedCipher.Encryptor(key: key, prefix: prefix, aad: aad)
-        func emit(_ bytes: UnsafeRawBufferPointer) throws {
-            var done = 0
-            while done < bytes.count {
-                let n = write(output, bytes.baseAddress! + done, bytes.count - done)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText())
-                }
-                done += n
-            }
-        }
+        var hasher = StreamingSHA256()
+        // The sealed segments of one read, hashed and written before the next read.
+        var sealed: [UInt8] = []
+        sealed.reserveCapacity((1 << 20) + (1 << 20) / SegmentedCipher.defaultSegmentSize * 16 + 32)
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
             let n = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
@@ -196,14 +197,35 @@ extension MediaUploader {
                 throw MediaError.fileUnreadable(path: source, reason: MediaFiles.errnoText())
             }
             if n == 0 { break }
-            try buffer.withUnsafeBytes { try encryptor.update(UnsafeRawBufferPointer(rebasing: $0[0..<n]), emit) }
+            try buffer.withUnsafeBytes { try encryptor.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) { sealed.append(contentsOf: $0) } }
+            sealed.withUnsafeBytes { hasher.update($0) }
+            try writeAll(output, sealed, path: destination)
+            sealed.removeAll(keepingCapacity: true)
         }
-        try encryptor.finish(emit)
+        try encryptor.finish { sealed.append(contentsOf: $0) }
+        sealed.withUnsafeBytes { hasher.update($0) }
+        try writeAll(output, sealed, path: destination)
         guard fsync(output) == 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
         var s = stat()
         guard fstat(input, &s) == 0 else { throw MediaError.fileUnreadable(path: source, reason: MediaFiles.errnoText()) }
+        var written = stat()
+        guard fstat(output, &written) == 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
         ok = true
-        return FileIdentity(s) == before ? before : FileIdentity(s)
+        return (FileIdentity(s), FileIdentity(written), hexString(hasher.finalize()))
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws {
+        try bytes.withUnsafeBytes { bytes in
+            var done = 0
+            while done < bytes.count {
+                let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw MediaError.destinationUnwritable(path: path, reason: MediaFiles.errnoText())
+                }
+                done += n
+            }
+        }
     }
 
     /// The reference a record keeps of an upload of an encrypted store.

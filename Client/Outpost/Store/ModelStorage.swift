@@ -148,7 +148,6 @@ extension LocalDatabase {
         try db.cached("DELETE FROM edits WHERE collection = ? AND id = ?").run([.text(key.collection), .text(key.id)])
         guard !model.isEmpty else {
             try db.cached("DELETE FROM records WHERE collection = ? AND id = ?").run([.text(key.collection), .text(key.id)])
-            if let cipher { try keepSealed(model, cipher) }
             return
         }
         let view = model.view

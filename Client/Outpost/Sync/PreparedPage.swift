@@ -45,18 +45,25 @@ enum PreparedItem: Sendable {
         }
         var data = state.data
         var opened: Body?
+        let check = validators[state.collection]
         if let cipher, let sealed = state.data, !state.deleted {
             do {
                 let bytes = try cipher.open(collection: state.collection, id: state.id, data: sealed)
-                guard case .object(let object) = try? JSONParser.parse(bytes) else { throw RecordCipher.OpenFailure(description: "the opened content is not a JSON object") }
-                data = object
+                // What opens was sealed by a holder of the key, from the compact JSON of an
+                // object (RecordCipher.seal); it is parsed only when a validator needs it.
+                if check != nil {
+                    guard case .object(let object) = try? JSONParser.parse(bytes) else { throw RecordCipher.OpenFailure(description: "the opened content is not a JSON object") }
+                    data = object
+                } else if bytes.first != UInt8(ascii: "{") || bytes.last != UInt8(ascii: "}") {
+                    throw RecordCipher.OpenFailure(description: "the opened content is not a JSON object")
+                }
                 opened = Body(data: bytes)
             } catch {
                 self = quarantine("end-to-end encryption: \(error)")
                 return
             }
         }
-        if let check = validators[state.collection], let data, !state.deleted {
+        if let check, let data, !state.deleted {
             do { try check(data) } catch {
                 self = quarantine("the app cannot decode it: \(error)")
                 return

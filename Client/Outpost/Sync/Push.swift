@@ -23,6 +23,13 @@ extension OutpostStore {
     /// Pushes what is unsettled (with `dueOnly`, only what is due). Returns the failure that
     /// stopped it, if any.
     func pushPhase(_ transport: any SyncTransport, dueOnly: Bool, report: inout SyncReport) async throws -> OutpostError? {
+        let failure = try await pushRounds(transport, dueOnly: dueOnly, report: &report)
+        // The sealed forms of what this phase settled are no longer needed.
+        if cipher != nil { try write(durability: .normal) { try $0.pruneSealed() } }
+        return failure
+    }
+
+    private func pushRounds(_ transport: any SyncTransport, dueOnly: Bool, report: inout SyncReport) async throws -> OutpostError? {
         var batchCap = Int.max
         var sent = Set<String>()
         var rounds = 0
