@@ -76,7 +76,9 @@ let package = Package(
 
         // MARK: Client (never depends on Server/)
         .target(
-            name: "Outpost", dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto", "OutpostCompression"], path: "Client/Outpost",
+            name: "Outpost",
+            dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto", "OutpostCompression"],
+            path: "Client/Outpost",
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),

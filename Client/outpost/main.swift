@@ -320,13 +320,6 @@ func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
     let store = try openStore(o, needsSync: true)
     let uploader = MediaUploader(store: store, transport: HTTPMediaTransport(baseURL: server, token: o.token))
     do {
-        if store.isEncrypted {
-            // Sealed on this device first; the reference is what a record keeps.
-            let reference = try await uploader.uploadReference(file: url, contentType: type, filename: url.lastPathComponent)
-            print(json(try JSONValue(encoding: reference)))
-            await store.close()
-            return 0
-        }
         let run = try await uploader.start(file: url, contentType: type, filename: url.lastPathComponent)
         var restarts = 0
         var told = false
@@ -341,8 +334,12 @@ func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
             }
             if p.phase == .uploading { told = true }
         }
-        let media = try await run.media
-        print(json(media.json))
+        if store.isEncrypted {
+            // Sealed on this device as it was sent: the reference is what a record keeps.
+            print(json(try JSONValue(encoding: try await run.reference)))
+        } else {
+            print(json(try await run.media.json))
+        }
         await store.close()
         return 0
     } catch let error as MediaError {

@@ -97,41 +97,73 @@ public enum Base64 {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// The value of each byte in the two alphabets (0xFF: not in it).
+    private static let standardValues = values(standard)
+    private static let urlValues = values(url)
+
+    private static func values(_ alphabet: [UInt8]) -> [UInt8] {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (i, c) in alphabet.enumerated() { table[Int(c)] = UInt8(i) }
+        return table
+    }
+
     private static func decode(_ input: [UInt8], urlSafe: Bool) -> [UInt8]? {
-        var chars = input
         // Strip padding; standard base64 must be padded to a multiple of 4.
-        if !urlSafe && chars.count % 4 != 0 { return nil }
+        if !urlSafe && input.count % 4 != 0 { return nil }
+        var count = input.count
         var padding = 0
-        while let last = chars.last, last == UInt8(ascii: "=") {
-            chars.removeLast()
+        while count > 0 && input[count - 1] == UInt8(ascii: "=") {
+            count -= 1
             padding += 1
         }
-        if padding > 2 || chars.count % 4 == 1 { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(chars.count * 3 / 4)
-        var buffer: UInt32 = 0
-        var bits = 0
-        for c in chars {
-            let v: UInt8
-            switch c {
-            case 0x41...0x5A: v = c - 0x41
-            case 0x61...0x7A: v = c - 0x61 + 26
-            case 0x30...0x39: v = c - 0x30 + 52
-            case UInt8(ascii: "+") where !urlSafe: v = 62
-            case UInt8(ascii: "/") where !urlSafe: v = 63
-            case UInt8(ascii: "-") where urlSafe: v = 62
-            case UInt8(ascii: "_") where urlSafe: v = 63
-            default: return nil
+        if padding > 2 || count % 4 == 1 { return nil }
+        let table = urlSafe ? urlValues : standardValues
+        let whole = count / 4 * 4
+        let tail = count - whole
+        return [UInt8](unsafeUninitializedCapacity: whole / 4 * 3 + max(0, tail - 1)) { out, written in
+            written = 0
+            let ok = input.withUnsafeBufferPointer { chars in
+                table.withUnsafeBufferPointer { t -> Bool in
+                    var o = 0
+                    var i = 0
+                    while i < whole {
+                        let a = t[Int(chars[i])], b = t[Int(chars[i + 1])], c = t[Int(chars[i + 2])], d = t[Int(chars[i + 3])]
+                        if (a | b | c | d) & 0xC0 != 0 { return false }
+                        let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                        out[o] = UInt8(truncatingIfNeeded: n >> 16)
+                        out[o + 1] = UInt8(truncatingIfNeeded: n >> 8)
+                        out[o + 2] = UInt8(truncatingIfNeeded: n)
+                        o += 3
+                        i += 4
+                    }
+                    if tail >= 2 {
+                        let a = t[Int(chars[i])], b = t[Int(chars[i + 1])]
+                        let c = tail == 3 ? t[Int(chars[i + 2])] : 0
+                        if (a | b | c) & 0xC0 != 0 { return false }
+                        let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+                        // Non-zero leftover bits mean a non-canonical encoding.
+                        if tail == 2 && n & 0xFFFF != 0 { return false }
+                        if tail == 3 && n & 0xFF != 0 { return false }
+                        out[o] = UInt8(truncatingIfNeeded: n >> 16)
+                        o += 1
+                        if tail == 3 {
+                            out[o] = UInt8(truncatingIfNeeded: n >> 8)
+                            o += 1
+                        }
+                    }
+                    written = o
+                    return true
+                }
             }
-            buffer = buffer << 6 | UInt32(v)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                out.append(UInt8(truncatingIfNeeded: buffer >> UInt32(bits)))
-            }
-        }
-        // Non-zero leftover bits mean a non-canonical encoding.
-        if bits > 0 && (buffer & ((1 << UInt32(bits)) - 1)) != 0 { return nil }
-        return out
+            if !ok { written = 0 }
+        }.nilIfInvalid(count: whole / 4 * 3 + max(0, tail - 1))
+    }
+}
+
+private extension [UInt8] {
+    /// Nil when the decoder wrote fewer bytes than a valid input gives (it stopped at an
+    /// invalid character).
+    func nilIfInvalid(count expected: Int) -> [UInt8]? {
+        self.count == expected ? self : nil
     }
 }

@@ -250,3 +250,38 @@ public enum SegmentedCipher {
         }
     }
 }
+
+extension SegmentedCipher {
+    /// Seals `count` segments of a stream from segment `firstIndex` on, at random, from their
+    /// plaintext: the same bytes the `Encryptor` of that key, prefix and additional data
+    /// emits for them, so any range of a sealed stream can be made again from its plaintext
+    /// without keeping the sealed stream. Every segment but the stream's final one
+    /// (`lastIndex`) is `segmentSize` bytes of `plaintext`; the final one is what is left
+    /// (fewer than `segmentSize` bytes, possibly none).
+    public static func sealSegments(_ plaintext: UnsafeRawBufferPointer, firstIndex: UInt32, count: Int, lastIndex: UInt32, key: AESGCMKey,
+                                    prefix: [UInt8], aad: [UInt8], segmentSize: Int) throws -> [UInt8] {
+        var nonce = try startNonce(prefix: prefix, segmentSize: segmentSize)
+        guard count > 0, UInt64(firstIndex) + UInt64(count) - 1 <= UInt64(lastIndex) else {
+            throw CryptoError.invalidInput("segments \(firstIndex) to \(UInt64(firstIndex) + UInt64(count) - 1) are not in a stream of \(UInt64(lastIndex) + 1)")
+        }
+        var out = [UInt8](repeating: 0, count: plaintext.count + count * AESGCM.tagByteCount)
+        var written = 0
+        var offset = 0
+        for n in 0..<count {
+            let index = firstIndex + UInt32(n)
+            let last = index == lastIndex
+            let length = last ? plaintext.count - offset : segmentSize
+            guard length >= 0, offset + length <= plaintext.count, !last || length < segmentSize else {
+                throw CryptoError.invalidInput("the plaintext does not fill segments \(firstIndex) to \(index) of \(segmentSize) bytes")
+            }
+            setSegment(&nonce, index: index, last: last)
+            written += try out.withUnsafeMutableBytes { o in
+                try key.seal(UnsafeRawBufferPointer(rebasing: plaintext[offset..<offset + length]),
+                             into: UnsafeMutableRawBufferPointer(rebasing: o[written...]), nonce: nonce, aad: aad)
+            }
+            offset += length
+        }
+        guard offset == plaintext.count else { throw CryptoError.invalidInput("\(plaintext.count - offset) plaintext bytes past the segments") }
+        return out
+    }
+}

@@ -207,6 +207,37 @@ struct Stream {
     }
 
     /// An empty file is one empty final segment, and that segment is still required.
+    /// Any run of segments sealed at random from its plaintext is the encryptor's output for
+    /// them, so a range of a sealed stream can be made again without keeping the stream.
+    @Test(arguments: [0, 1, 64, 65, 3 * 64 + 5])
+    func segmentsSealedAtRandomAreTheStreamsBytes(_ length: Int) throws {
+        var rng = SplitMix64(seed: UInt64(length) + 40)
+        let stream = Stream.random(seed: 3, segmentSize: 64)
+        let plaintext = rng.bytes(length)
+        let sealed = try stream.seal(plaintext, rng: &rng)
+        let lastIndex = length / 64
+        let context = try AESGCMKey(stream.key)
+        for first in 0...lastIndex {
+            for count in 1...(lastIndex - first + 1) {
+                let start = first * 64, end = min(length, (first + count) * 64)
+                let made = try Array(plaintext[start..<end]).withUnsafeBytes {
+                    try SegmentedCipher.sealSegments($0, firstIndex: UInt32(first), count: count, lastIndex: UInt32(lastIndex), key: context,
+                                                     prefix: stream.prefix, aad: stream.aad, segmentSize: 64)
+                }
+                let sealedStart = first * 80
+                #expect(made == Array(sealed[sealedStart..<min(sealed.count, sealedStart + made.count)]), "segments \(first)..<\(first + count) of \(length) bytes")
+            }
+        }
+        // A short plaintext for a segment that is not the last is refused.
+        if lastIndex >= 1 {
+            #expect(throws: CryptoError.self) {
+                try [UInt8](repeating: 0, count: 10).withUnsafeBytes {
+                    try SegmentedCipher.sealSegments($0, firstIndex: 0, count: 1, lastIndex: UInt32(lastIndex), key: context, prefix: stream.prefix, aad: stream.aad, segmentSize: 64)
+                }
+            }
+        }
+    }
+
     @Test func emptyStream() throws {
         var rng = SplitMix64(seed: 8)
         let stream = Stream.random(seed: 8, segmentSize: 64)

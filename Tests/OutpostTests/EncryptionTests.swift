@@ -210,6 +210,9 @@ struct EncryptionTests {
         extra["title"] = "Forged"
         fails("jobs", "j1", extra, "is in clear")
         fails("jobs", "j1", ["title": "Plain"], "not end-to-end encrypted")
+        // The additional data is the canonical JSON docs/protocol.md section 9 names.
+        #expect(cipher.aad("jobs", "j\"1", "k-1", ["assignee": "w1", "a": 1])
+                == JSONValue.array(["outpost-e2e", 1, "team", "jobs", "j\"1", "k-1", .object(["assignee": "w1", "a": 1])]).encoded(canonical: true))
         let other = RecordCipher(space: "elsewhere", ring: ring, clearFields: ["jobs": ["assignee"]])
         #expect(throws: RecordCipher.OpenFailure.self) { try other.open(collection: "jobs", id: "j1", data: sealed) }
     }
@@ -313,12 +316,12 @@ struct EncryptionTests {
         let uploader = world.uploader(store, attempts: 1)
         let size = 5 * MediaWorld.chunkSize - 10
         let (url, data) = try await world.file("video.mp4", size: size, seed: 8)
-        await #expect(throws: MediaError.self) { try await uploader.start(file: url, contentType: "video/mp4") }
+        await #expect(throws: MediaError.self) { try await uploader.upload(file: url, contentType: "video/mp4") }
         world.proxy.on("/chunks/2", .cutRequest(afterBodyBytes: 20_000))
 
         await #expect(throws: MediaError.self) { try await uploader.uploadReference(file: url, contentType: "video/mp4") }
         let pending = try #require(try await uploader.pendingUploads().first)
-        #expect(pending.chunksAcknowledged == 2 && pending.contentType == "application/octet-stream" && pending.filename == nil)
+        #expect(pending.chunksAcknowledged == 2 && pending.contentType == "video/mp4")
         #expect(pending.size == SegmentedCipher.sealedLength(plainLength: Int64(size)), "the server is told the sealed size")
         #expect(pending.mediaId != sha256Hex(data))
 
@@ -329,7 +332,8 @@ struct EncryptionTests {
         #expect(world.proxy.chunkPuts(since: mark) == Array(2..<sealedChunks), "the same sealed bytes resume: only the missing chunks")
         #expect(reference.mediaId == pending.mediaId && reference.size == Int64(size) && reference.contentType == "video/mp4")
         #expect(try await uploader.pendingUploads().isEmpty)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: store.sealedMediaDirectory).isEmpty, "the sealed copy is removed")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.dir.path).filter { !$0.hasPrefix("phone.sqlite") && $0 != "keys" }.sorted()
+                == ["data", "video.mp4"], "no sealed copy is written beside the file or the store")
 
         // The bytes on the server are sealed; a download opens and checks them.
         let copy = world.dir.url.appendingPathComponent("copy.mp4")

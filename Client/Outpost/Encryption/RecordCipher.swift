@@ -47,8 +47,15 @@ final class RecordCipher: Sendable {
         }
     }
 
+    /// `["outpost-e2e",1,"<space>",`
+    private let aadPrefix: [UInt8]
+
     init(space: String, ring: Keyring, clearFields: [String: Set<String>]) {
         self.space = space
+        var prefix = Array("[\"outpost-e2e\",1,".utf8)
+        JSONWriter.appendString(space, to: &prefix)
+        prefix.append(UInt8(ascii: ","))
+        aadPrefix = prefix
         self.clearFields = clearFields
         state = Mutex(State(ring: ring))
     }
@@ -134,7 +141,19 @@ final class RecordCipher: Sendable {
         return encodeObject(object)
     }
 
-    private func aad(_ collection: String, _ id: String, _ kid: String, _ clear: JSONObject) -> [UInt8] {
-        JSONValue.array(["outpost-e2e", 1, .string(space), .string(collection), .string(id), .string(kid), .object(clear)]).encoded(canonical: true)
+    /// The canonical JSON of `["outpost-e2e", 1, space, collection, id, kid, {clear}]`,
+    /// written directly (it is made for every record sealed or opened).
+    func aad(_ collection: String, _ id: String, _ kid: String, _ clear: JSONObject) -> [UInt8] {
+        var bytes = aadPrefix
+        bytes.reserveCapacity(bytes.count + collection.utf8.count + id.utf8.count + kid.utf8.count + 16)
+        JSONWriter.appendString(collection, to: &bytes)
+        bytes.append(UInt8(ascii: ","))
+        JSONWriter.appendString(id, to: &bytes)
+        bytes.append(UInt8(ascii: ","))
+        JSONWriter.appendString(kid, to: &bytes)
+        bytes.append(UInt8(ascii: ","))
+        JSONWriter.append(clear, to: &bytes, canonical: true)
+        bytes.append(UInt8(ascii: "]"))
+        return bytes
     }
 }

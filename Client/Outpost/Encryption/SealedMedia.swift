@@ -1,20 +1,24 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import Synchronization
 
 // Media of an end-to-end encrypted store (docs/encryption.md, "Media").
 //
-// A file is sealed on the device before it is uploaded: `SegmentedCipher` (AES-256-GCM per
-// 64 KiB segment, nonces from a random 7-byte prefix per file and the segment index, the
-// last segment flagged) writes a sealed copy beside the store, and that copy is what the
-// uploader hashes, sends, resumes and finalizes: the server verifies and deduplicates
-// ciphertext. The sealed copy is kept until the upload completes, so a resume after a crash
-// sends the same bytes; it is then removed. The reference a record keeps names the sealed
-// file (`mediaId` is its SHA-256) and carries what a reader needs to open it (key id,
-// prefix, segment size) with the file's real size and content type; an encrypted record
-// keeps all of that sealed. A download checks the ciphertext's SHA-256 and opens it
-// segment by segment as the pieces arrive: the file is never held whole in memory, and
-// nothing is renamed into place unless every segment and the hash check out.
+// Every upload of an encrypted store sends its file sealed: `SegmentedCipher` (AES-256-GCM
+// per 64 KiB segment, nonces from a random 7-byte prefix per file and the segment index,
+// the last segment flagged). The sealed stream is a function of the file, the key and the
+// prefix, so it is never stored: the uploader hashes it as it seals the file once (the
+// hash the server verifies), and seals each chunk again from the file when the chunk is
+// sent, so a resume after a crash sends the same bytes without a sealed copy on disk. The
+// server verifies, resumes and deduplicates ciphertext. The upload row keeps the prefix,
+// and a file whose content changed gets a new one: no two contents are ever sealed under
+// one prefix. The reference a record keeps names the sealed stream (`mediaId` is its
+// SHA-256) and carries what a reader needs to open it (key id, prefix, segment size) with
+// the file's real size and content type; an encrypted record keeps all of that sealed. A
+// download checks the sealed bytes' SHA-256 and opens them segment by segment as the
+// pieces arrive: the file is never held whole in memory, and nothing is renamed into
+// place unless every segment and the hash check out.
 
 /// How a media file was sealed: what a `MediaReference` of an encrypted store carries.
 public struct MediaEncryption: Codable, Sendable, Hashable {
@@ -32,205 +36,38 @@ public struct MediaEncryption: Codable, Sendable, Hashable {
     }
 }
 
-/// One row of `sealed_media`: the sealed copy of a file the app handed over, kept until
-/// its upload completes.
-struct SealedMediaRow: Sendable, Hashable {
-    /// The app's file (absolute path).
-    var source: String
-    /// The source as it was sealed.
-    var identity: FileIdentity
-    /// The sealed copy.
-    var sealedPath: String
-    var encryption: MediaEncryption
-    var contentType: String
-    var filename: String?
-}
-
-extension LocalDatabase {
-    static let sealedMediaSchema = """
-        CREATE TABLE sealed_media(
-            source TEXT PRIMARY KEY,
-            size INTEGER NOT NULL,
-            modified_ns INTEGER NOT NULL,
-            device INTEGER NOT NULL,
-            inode INTEGER NOT NULL,
-            sealed_path TEXT NOT NULL UNIQUE,
-            kid TEXT NOT NULL,
-            prefix TEXT NOT NULL,
-            segment_size INTEGER NOT NULL,
-            content_type TEXT NOT NULL,
-            filename TEXT) WITHOUT ROWID;
-        """
-
-    private static let sealedMediaColumns = "source, size, modified_ns, device, inode, sealed_path, kid, prefix, segment_size, content_type, filename"
-
-    func sealedMedia(where column: String, _ value: String) throws -> SealedMediaRow? {
-        try db.queryOne("SELECT \(Self.sealedMediaColumns) FROM sealed_media WHERE \(column) = ?", [.text(value)]) { s in
-            SealedMediaRow(source: s.text(0),
-                           identity: FileIdentity(size: s.int64(1), modifiedNs: s.int64(2), device: UInt64(bitPattern: s.int64(3)), inode: UInt64(bitPattern: s.int64(4))),
-                           sealedPath: s.text(5), encryption: MediaEncryption(kid: s.text(6), prefix: s.text(7), segmentSize: s.int(8)),
-                           contentType: s.text(9), filename: s.optionalText(10))
-        }
-    }
-
-    func saveSealedMedia(_ row: SealedMediaRow) throws {
-        try db.run("INSERT OR REPLACE INTO sealed_media(\(Self.sealedMediaColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-            .text(row.source), .integer(row.identity.size), .integer(row.identity.modifiedNs), .integer(Int64(bitPattern: row.identity.device)),
-            .integer(Int64(bitPattern: row.identity.inode)), .text(row.sealedPath), .text(row.encryption.kid), .text(row.encryption.prefix),
-            .integer(Int64(row.encryption.segmentSize)), .text(row.contentType), row.filename.map { .text($0) } ?? .null,
-        ])
-    }
-
-    func deleteSealedMedia(source: String) throws {
-        try db.run("DELETE FROM sealed_media WHERE source = ?", [.text(source)])
-    }
-}
-
-extension OutpostStore {
-    func sealedMedia(source: String) throws -> SealedMediaRow? {
-        try read { try $0.sealedMedia(where: "source", source) }
-    }
-
-    func sealedMedia(sealedPath: String) throws -> SealedMediaRow? {
-        try read { try $0.sealedMedia(where: "sealed_path", sealedPath) }
-    }
-
-    func saveSealedMedia(_ row: SealedMediaRow) throws {
-        try write { try $0.saveSealedMedia(row) }
-    }
-
-    /// Forgets the sealed copy of `source` and removes its file.
-    func forgetSealedMedia(source: String) throws {
-        guard let row = try sealedMedia(source: source) else { return }
-        try write { try $0.deleteSealedMedia(source: source) }
-        unlink(row.sealedPath)
-    }
-}
-
 extension MediaUploader {
-    /// The sealed copy of `path` to upload in its place: the one kept from an earlier call
-    /// when the file is unchanged (so an interrupted upload resumes with the same bytes),
-    /// else a new one (replacing, and abandoning the upload of, an older copy).
-    nonisolated func sealedCopy(of path: String, contentType: String, filename: String?) async throws -> SealedMediaRow {
-        guard let cipher = store.cipher else { throw MediaError.invalidArgument("the store is not end-to-end encrypted") }
-        let identity = try await MediaFiles.run(on: DispatchQueue(label: "outpost.media.stat")) { try MediaFiles.identity(of: path) }
-        if let kept = try await store.sealedMedia(source: path) {
-            if kept.identity == identity, FileManager.default.fileExists(atPath: kept.sealedPath) {
-                if kept.contentType != contentType || kept.filename != filename {
-                    var updated = kept
-                    updated.contentType = contentType
-                    updated.filename = filename
-                    try await store.saveSealedMedia(updated)
-                    return updated
-                }
-                return kept
-            }
-            try await discardSealedUpload(kept)
-        }
-        let kid = cipher.currentKeyId
-        guard let key = cipher.key(kid) else { throw EncryptionError.noKeyring(space: store.space) }
-        let prefix = SecureRandom.bytes(SegmentedCipher.prefixByteCount)
-        let directory = store.sealedMediaDirectory
-        let sealedPath = directory + "/" + Hex.encode(SecureRandom.bytes(16)) + ".sealed"
-        let aad = Self.mediaAAD(space: space, kid: kid)
-        let sealing = try await MediaFiles.run(on: DispatchQueue(label: "outpost.media.seal")) {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            return try Self.seal(path, to: sealedPath, key: key, prefix: prefix, aad: aad)
-        }
-        guard sealing.source == identity else {
-            unlink(sealedPath)
-            throw MediaError.fileChanged(path: path)
-        }
-        let row = SealedMediaRow(source: path, identity: identity, sealedPath: sealedPath,
-                                 encryption: MediaEncryption(kid: kid, prefix: Base64.encodeURL(prefix), segmentSize: SegmentedCipher.defaultSegmentSize),
-                                 contentType: contentType, filename: filename)
-        try await store.saveSealedMedia(row)
-        // The sealed bytes were hashed as they were written: the upload is stored with
-        // that hash, so the uploader does not read the copy again to hash it.
-        _ = try await store.replaceUploadRow(UploadRow(
-            number: 0, path: sealedPath, identity: sealing.sealed, sha256: sealing.sha256, contentType: Self.sealedContentType, filename: nil,
-            uploadId: nil, chunkSize: nil, received: [], state: .waiting, attempts: 0, nextAttemptAt: 0, lastError: nil, errorCode: nil,
-            createdAt: await store.mediaNow()))
-        return row
-    }
-
-    /// Drops a sealed copy that will not be uploaded: its stored upload, the server's
-    /// bytes of it (when reachable), the file and the row.
-    nonisolated func discardSealedUpload(_ row: SealedMediaRow) async throws {
-        if let upload = try await store.uploadRow(path: row.sealedPath) {
-            try await store.deleteUploadRow(upload.number)
-            if let id = upload.uploadId { try? await transport.abort(id, space: space) }
-        }
-        try await store.forgetSealedMedia(source: row.source)
-    }
+    /// The content type the server is told for a sealed file.
+    static let sealedContentType = "application/octet-stream"
 
     /// The additional data of every segment of a file sealed in `space` under `kid`.
     static func mediaAAD(space: String, kid: String) -> [UInt8] {
         JSONValue.array(["outpost-e2e-media", 1, .string(space), .string(kid)]).encoded(canonical: true)
     }
 
-    /// Seals the file at `source` into a new file at `destination` (mode 0600) in 1 MiB
-    /// reads. Returns the source's identity (its identity before the read, or another one
-    /// when it changed while it was read: the caller then starts over), the sealed file's
-    /// identity, and the SHA-256 of the sealed bytes.
-    private static func seal(_ source: String, to destination: String, key: [UInt8], prefix: [UInt8], aad: [UInt8]) throws
-        -> (source: FileIdentity, sealed: FileIdentity, sha256: String) {
-        let (input, _) = try MediaFiles.openForReading(source)
-        defer { close(input) }
-        let output = open(destination, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard output >= 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
-        var ok = false
-        defer {
-            close(output)
-            if !ok { unlink(destination) }
-        }
-        let encryptor = try SegmentedCipher.Encryptor(key: key, prefix: prefix, aad: aad)
-        var hasher = StreamingSHA256()
-        // The sealed segments of one read, hashed and written before the next read.
-        var sealed: [UInt8] = []
-        sealed.reserveCapacity((1 << 20) + (1 << 20) / SegmentedCipher.defaultSegmentSize * 16 + 32)
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw MediaError.fileUnreadable(path: source, reason: MediaFiles.errnoText())
-            }
-            if n == 0 { break }
-            try buffer.withUnsafeBytes { try encryptor.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) { sealed.append(contentsOf: $0) } }
-            sealed.withUnsafeBytes { hasher.update($0) }
-            try writeAll(output, sealed, path: destination)
-            sealed.removeAll(keepingCapacity: true)
-        }
-        try encryptor.finish { sealed.append(contentsOf: $0) }
-        sealed.withUnsafeBytes { hasher.update($0) }
-        try writeAll(output, sealed, path: destination)
-        guard fsync(output) == 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
-        var s = stat()
-        guard fstat(input, &s) == 0 else { throw MediaError.fileUnreadable(path: source, reason: MediaFiles.errnoText()) }
-        var written = stat()
-        guard fstat(output, &written) == 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
-        ok = true
-        return (FileIdentity(s), FileIdentity(written), hexString(hasher.finalize()))
+    /// A new sealing for a file about to be hashed: the current key, a new random prefix.
+    nonisolated func newSealing() throws -> Sealing? {
+        guard let cipher = store.cipher else { return nil }
+        return Sealing(kid: cipher.currentKeyId, prefix: SecureRandom.bytes(SegmentedCipher.prefixByteCount), segmentSize: SegmentedCipher.defaultSegmentSize)
     }
 
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8], path: String) throws {
-        try bytes.withUnsafeBytes { bytes in
-            var done = 0
-            while done < bytes.count {
-                let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw MediaError.destinationUnwritable(path: path, reason: MediaFiles.errnoText())
-                }
-                done += n
-            }
-        }
+    /// The key bytes `sealing` names.
+    nonisolated func key(for sealing: Sealing) throws -> [UInt8] {
+        guard let key = store.cipher?.key(sealing.kid) else { throw MediaError.invalidArgument("this device has no key \(sealing.kid) to seal the file with") }
+        return key
+    }
+
+    /// What reads the chunks of `row` from its file: the file's bytes, or its sealed stream.
+    nonisolated func chunkSource(_ row: UploadRow, _ reader: ChunkReader) throws -> any ChunkSource {
+        guard let sealing = row.sealing else { return reader }
+        return SealedChunks(reader: reader, sealing: sealing, key: try key(for: sealing), aad: Self.mediaAAD(space: space, kid: sealing.kid),
+                            plainSize: row.identity.size)
     }
 
     /// The reference a record keeps of an upload of an encrypted store.
-    static func reference(_ sealed: SealedMediaRow, mediaId: String) -> MediaReference {
-        MediaReference(mediaId: mediaId, contentType: sealed.contentType, size: sealed.identity.size, filename: sealed.filename, encryption: sealed.encryption)
+    static func reference(_ row: UploadRow, mediaId: String) -> MediaReference {
+        MediaReference(mediaId: mediaId, contentType: row.contentType, size: row.identity.size, filename: row.filename,
+                       encryption: row.sealing.map { MediaEncryption(kid: $0.kid, prefix: Base64.encodeURL($0.prefix), segmentSize: $0.segmentSize) })
     }
 
     /// Opens the sealed bytes of `reference` as they are downloaded; see `download(_:to:)`.
@@ -247,5 +84,136 @@ extension MediaUploader {
             throw MediaError.invalidArgument("the media reference's encryption fields are malformed")
         }
         return try SegmentedCipher.Decryptor(key: key, prefix: prefix, aad: Self.mediaAAD(space: space, kid: encryption.kid), segmentSize: encryption.segmentSize)
+    }
+}
+
+/// Where the uploader reads a chunk's bytes.
+protocol ChunkSource: Sendable {
+    /// `length` bytes at `offset` of what the server receives.
+    func read(offset: Int64, length: Int) async throws -> Data
+}
+
+extension ChunkReader: ChunkSource {}
+
+/// The sealed stream of a file, made again for each range asked for: the whole segments
+/// the range touches are read from the file in one read and sealed
+/// (`SegmentedCipher.sealSegments`), and the range is cut out of them.
+struct SealedChunks: ChunkSource {
+    let reader: ChunkReader
+    let sealing: Sealing
+    let key: [UInt8]
+    let aad: [UInt8]
+    let plainSize: Int64
+
+    func read(offset: Int64, length: Int) async throws -> Data {
+        let segment = Int64(sealing.segmentSize)
+        let sealedSegment = segment + Int64(AESGCM.tagByteCount)
+        let lastIndex = plainSize / segment
+        let first = offset / sealedSegment
+        let last = min(lastIndex, (offset + Int64(length) - 1) / sealedSegment)
+        let plainStart = first * segment
+        let plainEnd = min(plainSize, (last + 1) * segment)
+        let plain = plainEnd > plainStart ? try await reader.read(offset: plainStart, length: Int(plainEnd - plainStart)) : Data()
+        let context = try AESGCMKey(key)
+        let sealed = try plain.withUnsafeBytes {
+            try SegmentedCipher.sealSegments($0, firstIndex: UInt32(first), count: Int(last - first + 1), lastIndex: UInt32(lastIndex), key: context,
+                                             prefix: sealing.prefix, aad: aad, segmentSize: sealing.segmentSize)
+        }
+        let start = Int(offset - first * sealedSegment)
+        guard start + length <= sealed.count else { throw MediaError.protocolViolation("a chunk past the sealed stream's end was asked for") }
+        return Data(sealed[start..<start + length])
+    }
+}
+
+extension MediaFiles {
+    /// The SHA-256 of the sealed stream of the file at `path` (see `hash(path:…)`: 1 MiB
+    /// reads, the file checked unchanged, `FileChanged` after three changes), sealed as it
+    /// is read and hashed on a second thread; the sealed bytes are not kept.
+    static func hashSealed(path: String, sealing: Sealing, key: [UInt8], aad: [UInt8], progress: @escaping @Sendable (Int64) -> Void,
+                           cancelled: @escaping @Sendable () -> Bool) async throws -> (FileIdentity, String) {
+        try await run(on: DispatchQueue(label: "outpost.media.seal")) {
+            for _ in 0..<3 {
+                let (fd, before) = try openForReading(path)
+                defer { close(fd) }
+                let encryptor = try SegmentedCipher.Encryptor(key: key, prefix: sealing.prefix, aad: aad, segmentSize: sealing.segmentSize)
+                let hashing = PieceHasher()
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                var total: Int64 = 0
+                var failure: (any Error)?
+                while true {
+                    if cancelled() {
+                        failure = CancellationError()
+                        break
+                    }
+                    let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                    if n < 0 {
+                        if errno == EINTR { continue }
+                        failure = MediaError.fileUnreadable(path: path, reason: errnoText())
+                        break
+                    }
+                    var sealed: [UInt8] = []
+                    sealed.reserveCapacity(n + (n / sealing.segmentSize + 2) * AESGCM.tagByteCount)
+                    do {
+                        if n == 0 {
+                            try encryptor.finish { sealed.append(contentsOf: $0) }
+                        } else {
+                            try buffer.withUnsafeBytes { try encryptor.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) { sealed.append(contentsOf: $0) } }
+                        }
+                    } catch {
+                        failure = error
+                        break
+                    }
+                    hashing.add(sealed)
+                    if n == 0 { break }
+                    total += Int64(n)
+                    progress(total)
+                }
+                let digest = hashing.finish()
+                if let failure { throw failure }
+                var s = stat()
+                guard fstat(fd, &s) == 0 else { throw MediaError.fileUnreadable(path: path, reason: errnoText()) }
+                if FileIdentity(s) == before && total == before.size { return (before, digest) }
+            }
+            throw FileChanged()
+        }
+    }
+}
+
+/// SHA-256 of a stream of pieces, computed on a thread of its own: `add` hands a piece over
+/// (waiting while two are queued, so memory stays at a few pieces), `finish` waits for the
+/// last and returns the digest in hex. Used by one producer thread.
+final class PieceHasher: Sendable {
+    private let pieces = Mutex<[[UInt8]?]>([])
+    private let ready = DispatchSemaphore(value: 0)
+    private let room = DispatchSemaphore(value: 2)
+    private let done = DispatchSemaphore(value: 0)
+    private let digest = Mutex<String>("")
+
+    init() {
+        DispatchQueue(label: "outpost.media.seal-hash").async { [self] in
+            var hasher = StreamingSHA256()
+            while true {
+                ready.wait()
+                guard let piece = pieces.withLock({ $0.removeFirst() }) else { break }
+                piece.withUnsafeBytes { hasher.update($0) }
+                room.signal()
+            }
+            let hex = hexString(hasher.finalize())
+            digest.withLock { $0 = hex }
+            done.signal()
+        }
+    }
+
+    func add(_ piece: [UInt8]) {
+        room.wait()
+        pieces.withLock { $0.append(piece) }
+        ready.signal()
+    }
+
+    func finish() -> String {
+        pieces.withLock { $0.append(nil) }
+        ready.signal()
+        done.wait()
+        return digest.withLock { $0 }
     }
 }

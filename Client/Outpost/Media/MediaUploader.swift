@@ -61,7 +61,7 @@ public actor MediaUploader {
     public nonisolated let options: Options
 
     private struct Run {
-        var task: Task<MediaInfo, any Error>
+        var task: Task<CompletedUpload, any Error>
         var hub: ProgressHub
     }
 
@@ -81,38 +81,28 @@ public actor MediaUploader {
     /// Uploads the file at `file` (or resumes its earlier upload) and returns the server's
     /// description of it. See the type's documentation for the steps and failures.
     ///
-    /// An end-to-end encrypted store uploads with `uploadReference(file:)` or
-    /// `enqueue(file:)`, which give the reference with what a reader needs to open the
-    /// file; this call refuses.
+    /// An end-to-end encrypted store uploads with `uploadReference(file:)` (or `start` and
+    /// `MediaUpload.reference`), which give the reference with what a reader needs to open
+    /// the file: the server's description is of the sealed bytes, so this call refuses.
     public func upload(file: URL, contentType: String, filename: String? = nil) async throws -> MediaInfo {
-        try await start(file: file, contentType: contentType, filename: filename).media
+        guard !store.isEncrypted else {
+            throw MediaError.invalidArgument("an end-to-end encrypted store uploads with uploadReference(file:), which gives the reference that opens the file")
+        }
+        return try await start(file: file, contentType: contentType, filename: filename).media
     }
 
     /// Uploads the file at `file` (or resumes its earlier upload) and returns the reference
-    /// a record keeps. In an end-to-end encrypted store the file is sealed on the device
-    /// first and only the sealed bytes leave it (docs/encryption.md, "Media"); the
+    /// a record keeps. In an end-to-end encrypted store the file is sealed on the device as
+    /// it is sent and only sealed bytes leave it (docs/encryption.md, "Media"); the
     /// reference then carries the file's real size and content type and how to open it.
     public func uploadReference(file: URL, contentType: String, filename: String? = nil) async throws -> MediaReference {
-        try Self.validate(contentType: contentType, filename: filename)
-        let path = MediaFiles.absolutePath(file.path)
-        guard store.isEncrypted else {
-            return MediaReference(try await begin(path: path, contentType: contentType, filename: filename).media, filename: filename)
-        }
-        let sealed = try await sealedCopy(of: path, contentType: contentType, filename: filename)
-        let media = try await begin(path: sealed.sealedPath, contentType: Self.sealedContentType, filename: nil).media
-        return Self.reference(sealed, mediaId: media.mediaId)
+        try await start(file: file, contentType: contentType, filename: filename).reference
     }
-
-    /// The content type the server is told for a sealed file.
-    static let sealedContentType = "application/octet-stream"
 
     /// Starts (or joins) the upload of `file` and returns at once: its progress as an
     /// `AsyncStream` and its result. Throws only for invalid arguments.
     public func start(file: URL, contentType: String, filename: String? = nil) throws -> MediaUpload {
         try Self.validate(contentType: contentType, filename: filename)
-        guard !store.isEncrypted else {
-            throw MediaError.invalidArgument("an end-to-end encrypted store uploads with uploadReference(file:) or enqueue(file:), which seal the file first")
-        }
         return begin(path: MediaFiles.absolutePath(file.path), contentType: contentType, filename: filename)
     }
 
@@ -122,11 +112,7 @@ public actor MediaUploader {
     /// that download the reference get `MediaError.mediaNotFound`.
     public func enqueue(file: URL, contentType: String, filename: String? = nil) async throws -> MediaReference {
         try Self.validate(contentType: contentType, filename: filename)
-        let source = MediaFiles.absolutePath(file.path)
-        var sealed: SealedMediaRow?
-        if store.isEncrypted { sealed = try await sealedCopy(of: source, contentType: contentType, filename: filename) }
-        let path = sealed?.sealedPath ?? source
-        let (contentType, filename) = sealed == nil ? (contentType, filename) : (Self.sealedContentType, nil)
+        let path = MediaFiles.absolutePath(file.path)
         if running[path] == nil {
             let hub = ProgressHub()
             do {
@@ -138,7 +124,7 @@ public actor MediaUploader {
             }
         }
         guard let row = try await store.uploadRow(path: path) else { throw CancellationError() }
-        if let sealed { return Self.reference(sealed, mediaId: row.sha256) }
+        if row.sealing != nil { return Self.reference(row, mediaId: row.sha256) }
         return row.pending.reference
     }
 
@@ -171,17 +157,7 @@ public actor MediaUploader {
     /// kept no upload of that path.
     @discardableResult
     public func discardUpload(file: URL) async throws -> Bool {
-        let source = MediaFiles.absolutePath(file.path)
-        if store.isEncrypted, let sealed = try await store.sealedMedia(source: source) {
-            // The sealed copy is what was being uploaded; it goes with its upload.
-            _ = try await discardUpload(path: sealed.sealedPath)
-            try await store.forgetSealedMedia(source: source)
-            return true
-        }
-        return try await discardUpload(path: source)
-    }
-
-    private func discardUpload(path: String) async throws -> Bool {
+        let path = MediaFiles.absolutePath(file.path)
         if let run = running[path] {
             run.task.cancel()
             _ = await run.task.result
@@ -273,9 +249,9 @@ public actor MediaUploader {
         let task = Task {
             defer { hub.finish() }
             do {
-                let media = try await self.perform(path: path, contentType: contentType, filename: filename, hub: hub)
+                let completed = try await self.perform(path: path, contentType: contentType, filename: filename, hub: hub)
                 self.ended(path)
-                return media
+                return completed
             } catch {
                 self.ended(path)
                 throw error
@@ -291,7 +267,7 @@ public actor MediaUploader {
 
     /// One call's work on `path`: hash when needed, send, and start over (new hash) when
     /// the file changed under the upload.
-    private nonisolated func perform(path: String, contentType: String, filename: String?, hub: ProgressHub) async throws -> MediaInfo {
+    private nonisolated func perform(path: String, contentType: String, filename: String?, hub: ProgressHub) async throws -> CompletedUpload {
         var restarts = 0  // new contents found (reported in the progress)
         var changes = 0  // changes seen under this call's upload (bounded)
         var replaced = 0
@@ -313,7 +289,7 @@ public actor MediaUploader {
                 try? await transport.abort(old, space: space)
             }
             do {
-                return try await send(prepared.row, hub: hub, restarts: restarts)
+                return CompletedUpload(media: try await send(prepared.row, hub: hub, restarts: restarts), row: prepared.row)
             } catch is FileChanged {
                 changes += 1
                 forceHash = true
@@ -352,7 +328,7 @@ public actor MediaUploader {
     private nonisolated func prepare(path: String, contentType: String, filename: String?, hub: ProgressHub, restarts: Int, forceHash: Bool) async throws -> Prepared {
         let existing = try await store.uploadRow(path: path)
         let identity = try await MediaFiles.run(on: DispatchQueue(label: "outpost.media.stat")) { try MediaFiles.identity(of: path) }
-        if !forceHash, let row = existing, row.state == .waiting, row.identity == identity {
+        if !forceHash, let row = existing, row.state == .waiting, row.identity == identity, (row.sealing != nil) == store.isEncrypted {
             hub.yield(MediaProgress(phase: .hashing, bytesHashed: row.size, bytesSent: row.bytesAcknowledged, totalBytes: row.size, restarts: restarts))
             guard row.uploadId == nil, row.contentType != contentType || row.filename != filename else {
                 return Prepared(row: row, abandoned: nil, newContent: false)
@@ -365,17 +341,26 @@ public actor MediaUploader {
             return Prepared(row: updated ?? row, abandoned: nil, newContent: false)
         }
         let cancelled = CancelFlag()
+        // An encrypted store's file is hashed as its sealed stream, under a new prefix.
+        let sealing = try newSealing()
+        let sealingKey = try sealing.map { try key(for: $0) }
+        let space = self.space
         let (hashed, sha256) = try await withTaskCancellationHandler {
-            try await MediaFiles.hash(path: path, progress: { bytes in
+            let progress: @Sendable (Int64) -> Void = { bytes in
                 hub.yield(MediaProgress(phase: .hashing, bytesHashed: bytes, bytesSent: 0, totalBytes: identity.size, restarts: restarts))
-            }, cancelled: { cancelled.isSet })
+            }
+            if let sealing, let sealingKey {
+                return try await MediaFiles.hashSealed(path: path, sealing: sealing, key: sealingKey, aad: Self.mediaAAD(space: space, kid: sealing.kid),
+                                                       progress: progress, cancelled: { cancelled.isSet })
+            }
+            return try await MediaFiles.hash(path: path, progress: progress, cancelled: { cancelled.isSet })
         } onCancel: {
             cancelled.set()
         }
         let now = await store.mediaNow()
         var row = UploadRow(number: 0, path: path, identity: hashed, sha256: sha256, contentType: contentType, filename: filename, uploadId: nil,
                             chunkSize: nil, received: [], state: .waiting, attempts: 0, nextAttemptAt: 0, lastError: nil, errorCode: nil,
-                            createdAt: now)
+                            createdAt: now, sealing: sealing)
         var prepared = Prepared(row: row, abandoned: nil, newContent: false)
         if let old = existing, old.state == .waiting, old.sha256 == sha256, old.size == hashed.size {
             // The same bytes (the file was touched, or copied back): its server upload holds.
@@ -433,7 +418,7 @@ public actor MediaUploader {
     /// Brings the server to hold the file of `initial`, from wherever it is.
     private nonisolated func send(_ initial: UploadRow, hub: ProgressHub, restarts: Int) async throws -> MediaInfo {
         var row = initial
-        let reader = try await ChunkReader.open(row.path, expected: row.identity)
+        let reader = try chunkSource(row, try await ChunkReader.open(row.path, expected: row.identity))
         let number = row.number
         func report(_ phase: MediaProgress.Phase) {
             hub.yield(MediaProgress(phase: phase, bytesHashed: row.size, bytesSent: row.bytesAcknowledged, totalBytes: row.size, restarts: restarts))
@@ -469,7 +454,12 @@ public actor MediaUploader {
                 if let id = row.uploadId {
                     answer = try await transport.upload(id, space: space)
                 } else {
-                    answer = try await transport.beginUpload(UploadRequest(size: row.size, sha256: row.sha256, contentType: row.contentType, filename: row.filename), space: space)
+                    // A sealed file is announced without its type and name, which only the
+                    // record that refers to it tells.
+                    let request = row.sealing == nil
+                        ? UploadRequest(size: row.size, sha256: row.sha256, contentType: row.contentType, filename: row.filename)
+                        : UploadRequest(size: row.size, sha256: row.sha256, contentType: Self.sealedContentType, filename: nil)
+                    answer = try await transport.beginUpload(request, space: space)
                 }
                 let state: UploadState
                 switch answer {
@@ -559,7 +549,7 @@ public actor MediaUploader {
     /// Sends the chunks `indexes`, at most `maxConcurrentChunks` at once, each read from the
     /// file at its offset when its turn comes; records each acknowledgement. Returns the row
     /// as stored after the last one.
-    private nonisolated func sendChunks(_ indexes: [Int], of row: UploadRow, reader: ChunkReader, hub: ProgressHub, restarts: Int) async throws -> UploadRow {
+    private nonisolated func sendChunks(_ indexes: [Int], of row: UploadRow, reader: any ChunkSource, hub: ProgressHub, restarts: Int) async throws -> UploadRow {
         guard let uploadId = row.uploadId, let chunkSize = row.chunkSize else { return row }
         let width = max(1, min(options.maxConcurrentChunks, 4))
         let (store, transport, space, number, size) = (self.store, self.transport, self.space, row.number, row.size)
@@ -604,8 +594,6 @@ public actor MediaUploader {
             throw error
         }
         try await store.deleteUploadRow(row.number)
-        // A sealed copy has done its work once the server holds it.
-        if store.isEncrypted, let sealed = try await store.sealedMedia(sealedPath: row.path) { try await store.forgetSealedMedia(source: sealed.source) }
         hub.yield(MediaProgress(phase: .complete, bytesHashed: row.size, bytesSent: row.size, totalBytes: row.size, restarts: restarts))
         return media
     }
@@ -640,9 +628,9 @@ public struct MediaUpload: Sendable {
     /// final one is never lost); ends when the upload ends. A handle that joins a running
     /// upload starts with its latest value.
     public let progress: AsyncStream<MediaProgress>
-    private let task: Task<MediaInfo, any Error>
+    private let task: Task<CompletedUpload, any Error>
 
-    init(path: String, progress: AsyncStream<MediaProgress>, task: Task<MediaInfo, any Error>) {
+    init(path: String, progress: AsyncStream<MediaProgress>, task: Task<CompletedUpload, any Error>) {
         self.path = path
         self.progress = progress
         self.task = task
@@ -650,12 +638,28 @@ public struct MediaUpload: Sendable {
 
     /// The server's description of the file, once it holds it.
     public var media: MediaInfo {
-        get async throws { try await task.value }
+        get async throws { try await task.value.media }
+    }
+
+    /// The reference a record keeps of the file, once the server holds it (in an
+    /// encrypted store, with what a reader needs to open it).
+    public var reference: MediaReference {
+        get async throws {
+            let completed = try await task.value
+            guard completed.row.sealing != nil else { return MediaReference(completed.media, filename: completed.row.filename) }
+            return MediaUploader.reference(completed.row, mediaId: completed.media.mediaId)
+        }
     }
 
     /// Stops the upload (for every caller waiting on it); it stays in the store and resumes
     /// with `resumeUploads()` or `upload(file:)`.
     public func cancel() { task.cancel() }
+}
+
+/// An upload the server completed, with the stored row it was made from.
+struct CompletedUpload: Sendable {
+    let media: MediaInfo
+    let row: UploadRow
 }
 
 /// Fans one upload's progress out to every handle waiting on it.

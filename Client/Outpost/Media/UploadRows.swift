@@ -1,5 +1,16 @@
 import OutpostCore
+import OutpostCrypto
 import OutpostSQLite
+
+/// How an upload of an end-to-end encrypted store seals its file (docs/encryption.md,
+/// "Media"): the sealed stream is made from the file as it is read, never stored.
+struct Sealing: Sendable, Hashable {
+    var kid: String
+    /// The random nonce prefix of this file's stream (7 bytes), new whenever its content
+    /// is hashed anew, so that no two contents are ever sealed under one prefix.
+    var prefix: [UInt8]
+    var segmentSize: Int
+}
 
 /// One row of `media_uploads`: an upload the store keeps until the server holds the file.
 struct UploadRow: Sendable, Hashable {
@@ -22,8 +33,12 @@ struct UploadRow: Sendable, Hashable {
     var lastError: String?
     var errorCode: String?
     var createdAt: Int64
+    /// Set in an encrypted store: the server is sent the sealed stream, and `sha256` is
+    /// its hash.
+    var sealing: Sealing? = nil
 
-    var size: Int64 { identity.size }
+    /// The bytes the server receives: the file's, or its sealed stream's.
+    var size: Int64 { sealing.map { SegmentedCipher.sealedLength(plainLength: identity.size, segmentSize: $0.segmentSize) } ?? identity.size }
 
     var chunkCount: Int { chunkSize.map { UploadState.chunkCount(size: size, chunkSize: $0) } ?? 0 }
 
@@ -91,7 +106,14 @@ extension LocalDatabase {
             created_at INTEGER NOT NULL);
         """
 
-    private static let uploadColumns = "number, path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size, received, state, attempts, next_attempt_at, last_error, error_code, created_at"
+    private static let uploadColumns = "number, path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size, received, state, attempts, next_attempt_at, last_error, error_code, created_at, seal_kid, seal_prefix, seal_segment"
+
+    /// Schema version 5: how an encrypted store's upload seals its file.
+    static let sealedUploadsSchema = """
+        ALTER TABLE media_uploads ADD COLUMN seal_kid TEXT;
+        ALTER TABLE media_uploads ADD COLUMN seal_prefix BLOB;
+        ALTER TABLE media_uploads ADD COLUMN seal_segment INTEGER;
+        """
 
     private static func readUpload(_ s: Statement) -> UploadRow {
         UploadRow(
@@ -100,7 +122,8 @@ extension LocalDatabase {
             sha256: s.text(6), contentType: s.text(7), filename: s.optionalText(8), uploadId: s.optionalText(9),
             chunkSize: s.optionalInt64(10).map(Int.init), received: s.optionalBlob(11) ?? [],
             state: PendingUpload.State(rawValue: s.text(12)) ?? .waiting, attempts: s.int(13), nextAttemptAt: s.int64(14),
-            lastError: s.optionalText(15), errorCode: s.optionalText(16), createdAt: s.int64(17))
+            lastError: s.optionalText(15), errorCode: s.optionalText(16), createdAt: s.int64(17),
+            sealing: s.optionalText(18).map { Sealing(kid: $0, prefix: s.optionalBlob(19) ?? [], segmentSize: s.int(20)) })
     }
 
     func upload(path: String) throws -> UploadRow? {
@@ -125,19 +148,22 @@ extension LocalDatabase {
             row.chunkSize.map { .integer(Int64($0)) } ?? .null, .blob(row.received), .text(row.state.rawValue),
             .integer(Int64(row.attempts)), .integer(row.nextAttemptAt), row.lastError.map { .text($0) } ?? .null,
             row.errorCode.map { .text($0) } ?? .null, .integer(row.createdAt),
+            row.sealing.map { .text($0.kid) } ?? .null, row.sealing.map { .blob($0.prefix) } ?? .null,
+            row.sealing.map { .integer(Int64($0.segmentSize)) } ?? .null,
         ]
         if insert {
             try db.run("""
                 INSERT INTO media_uploads(path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size,
-                                          received, state, attempts, next_attempt_at, last_error, error_code, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                          received, state, attempts, next_attempt_at, last_error, error_code, created_at,
+                                          seal_kid, seal_prefix, seal_segment)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, values)
             return db.lastInsertRowID
         }
         try db.run("""
             UPDATE media_uploads SET path = ?, size = ?, modified_ns = ?, device = ?, inode = ?, sha256 = ?, content_type = ?, filename = ?,
                    upload_id = ?, chunk_size = ?, received = ?, state = ?, attempts = ?, next_attempt_at = ?, last_error = ?, error_code = ?,
-                   created_at = ?
+                   created_at = ?, seal_kid = ?, seal_prefix = ?, seal_segment = ?
             WHERE number = ?
             """, values + [.integer(row.number)])
         return row.number

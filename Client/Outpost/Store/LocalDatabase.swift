@@ -168,11 +168,11 @@ final class LocalDatabase {
         }
         if version < 5 {
             // The wire form of each unsettled put of an end-to-end encrypted store, sealed
-            // when the edit is saved (Encryption/SealedEdits.swift), and the sealed copies
-            // of media files until their upload completes (Encryption/SealedMedia.swift).
+            // when the edit is saved (Encryption/SealedEdits.swift), and how an upload
+            // seals its file (Encryption/SealedMedia.swift).
             try db.transaction {
                 try db.execute(Self.sealedSchema)
-                try db.execute(Self.sealedMediaSchema)
+                try db.execute(Self.sealedUploadsSchema)
                 // A file made before encryption existed holds records in clear; a new file
                 // takes the mode of the store that opens it (OutpostStore.init).
                 if version > 0 { try setMeta("encryption", "none") }

@@ -36,8 +36,6 @@ public actor OutpostStore {
     let transport: (any SyncTransport)?
     /// Seals puts and opens pulled copies when the store is end-to-end encrypted.
     nonisolated let cipher: RecordCipher?
-    /// Where sealed copies of media files wait for their upload (beside the store file).
-    nonisolated let sealedMediaDirectory: String
     var database: LocalDatabase?
     private var lock: StoreLock?
     var rng: Randomness
@@ -140,9 +138,6 @@ public actor OutpostStore {
         self.configuration = configuration
         self.clientId = clientId
         self.cipher = cipher
-        self.sealedMediaDirectory = databasePath == ":memory:"
-            ? NSTemporaryDirectory() + "outpost-sealed-media-" + clientId
-            : databasePath + ".sealed-media"
         self.transport = transport
         self.database = database
         self.lock = lock
