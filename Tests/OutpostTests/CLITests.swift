@@ -19,7 +19,9 @@ struct CLITests {
     }
 
     static func outpost(_ arguments: [String], environment: [String: String] = [:], input: Subprocess.Input = .null) throws -> Run {
-        let env = Subprocess.environment(adding: environment) { ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN"].contains($0) }
+        let env = Subprocess.environment(adding: environment) {
+            ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN", "OUTPOST_KEY_FILE", "OUTPOST_KEY_PASSPHRASE"].contains($0)
+        }
         let result = try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: env, input: input)
         return Run(status: result.status, stdout: result.output, stderr: result.error)
     }
@@ -50,6 +52,48 @@ struct CLITests {
         #expect(rejected["state"] == "rejected", "\(rejected)")
         let reason = rejected.description
         #expect(reason.contains("record_too_large") && reason.contains("262144"), "\(reason)")
+    }
+
+    /// `key create|export|import|rotate`, `--key-file` on every other command, `reencrypt`,
+    /// and an encrypted upload, across two stores with their own key files.
+    @Test func keyCommandsMoveASpaceKeyAndEncryptedStoresSyncThroughTheCLI() async throws {
+        let world = try RealWorld()
+        let url = world.server.baseURL.absoluteString
+        let phoneKeys = world.dir.appending("phone.keys"), laptopKeys = world.dir.appending("laptop.keys")
+        let phone = ["--store", world.dir.appending("cli-phone.sqlite"), "--space", "team", "--server", url, "--token", world.token, "--key-file", phoneKeys]
+        let laptop = ["--store", world.dir.appending("cli-laptop.sqlite"), "--space", "team", "--server", url, "--token", world.token, "--key-file", laptopKeys]
+        let created = try Self.outpost(phone + ["key", "create"])
+        #expect(created.status == 0 && created.json?["kid"]?.stringValue?.hasPrefix("k-") == true, "\(created.stderr)")
+        #expect(try Self.outpost(phone + ["key", "export"]).status == 64, "no passphrase: a usage error")
+        let passphrase = ["OUTPOST_KEY_PASSPHRASE": "a long passphrase"]
+        let export = try Self.outpost(phone + ["key", "export", "--pbkdf2"], environment: passphrase)
+        #expect(export.status == 0, "\(export.stderr)")
+        let exportFile = world.dir.appending("team.export")
+        try export.stdout.write(toFile: exportFile, atomically: true, encoding: .utf8)
+        let wrong = try Self.outpost(laptop + ["key", "import", exportFile], environment: ["OUTPOST_KEY_PASSPHRASE": "not it"])
+        #expect(wrong.status == 1 && wrong.stderr.contains("wrong passphrase"), "\(wrong.stderr)")
+        let imported = try Self.outpost(laptop + ["key", "import", exportFile], environment: passphrase)
+        #expect(imported.status == 0 && imported.json?["kid"] == created.json?["kid"], "\(imported.stdout) \(imported.stderr)")
+
+        #expect(try Self.outpost(phone + ["put", "notes", "n1", #"{"text":"CLI-MARKER"}"#]).status == 0)
+        let photo = world.dir.appending("photo.jpg")
+        try String(repeating: "CLI-PHOTO ", count: 1000).write(toFile: photo, atomically: true, encoding: .utf8)
+        let upload = try Self.outpost(phone + ["upload", photo])
+        #expect(upload.status == 0 && upload.json?["contentType"] == "image/jpeg" && upload.json?["encryption"]?["kid"] == created.json?["kid"],
+                "\(upload.stdout) \(upload.stderr)")
+        #expect(try Self.outpost(phone + ["sync"]).json?["pushed"] == 1)
+        #expect(try Self.outpost(laptop + ["sync"]).json?["pulled"] == 1)
+        #expect(try Self.outpost(laptop + ["get", "notes", "n1"]).json == ["text": "CLI-MARKER"])
+        let withoutKeys = try Self.outpost(["--store", world.dir.appending("cli-laptop.sqlite"), "list"])
+        #expect(withoutKeys.status == 1 && withoutKeys.stderr.contains("end-to-end encrypted"), "\(withoutKeys.stderr)")
+
+        let rotated = try Self.outpost(phone + ["key", "rotate"])
+        #expect(rotated.status == 0 && rotated.json?["kid"] != created.json?["kid"])
+        let reencrypt = try Self.outpost(phone + ["reencrypt"])
+        #expect(reencrypt.json?["rewritten"] == 1 && reencrypt.json?["kid"] == rotated.json?["kid"], "\(reencrypt.stdout)")
+        #expect(try Self.outpost(phone + ["sync"]).json?["pushed"] == 1)
+        let kids = Set(try await world.serverRecords().values.compactMap { $0.data?["$e2e"]?["kid"]?.stringValue })
+        #expect(kids == [try #require(rotated.json?["kid"]?.stringValue)])
     }
 
     @Test func localCommandsSyncAndExitStatuses() async throws {
