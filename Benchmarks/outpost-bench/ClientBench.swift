@@ -54,19 +54,25 @@ enum ClientBench {
 
         try await localSaves(work: work, count: saves)
 
-        setenv("OUTPOST_JWT_SECRET", secret, 1)
-        let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0)
+        let (server, token, url) = try startServer(serverPath, work: work, secret: secret)
         defer { server.stop() }
-        let token = JWTAuthority(secret: Array(secret.utf8)).sign(
-            Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
-        let url = URL(string: "http://127.0.0.1:\(server.port)")!
-        print("server pid \(server.pid) on port \(server.port)")
 
         try await initialSync(url: url, token: token, work: work, records: records, pageLimit: pageLimit)
         try await writeToOtherDevice(url: url, token: token, work: work, rounds: rounds)
     }
 
     // MARK: Helpers
+
+    /// The release server on a data directory in `work`, signing with `secret`, and a
+    /// write token for every space.
+    static func startServer(_ serverPath: String?, work: String, secret: String) throws -> (HTTPBench.ServerChild, String, URL) {
+        setenv("OUTPOST_JWT_SECRET", secret, 1)
+        let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0)
+        let token = JWTAuthority(secret: Array(secret.utf8)).sign(
+            Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        print("server pid \(server.pid) on port \(server.port)")
+        return (server, token, URL(string: "http://127.0.0.1:\(server.port)")!)
+    }
 
     struct Todo: Codable {
         var title: String

@@ -43,14 +43,9 @@ enum E2EBench {
         let work = try HTTPBench.makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: work) }
         print("outpost-bench e2e: load average \(HTTPBench.loadAverage())")
-        setenv("OUTPOST_JWT_SECRET", secret, 1)
-        let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0)
+        let (server, token, url) = try ClientBench.startServer(serverPath, work: work, secret: secret)
         defer { server.stop() }
-        let token = JWTAuthority(secret: Array(secret.utf8)).sign(
-            Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
-        let url = URL(string: "http://127.0.0.1:\(server.port)")!
         let keys = FileKeyStore(path: work + "/bench.keys")
-        print("server pid \(server.pid) on port \(server.port)")
 
         if parts.contains(1) { try await saveAndSync(url: url, token: token, work: work, keys: keys, count: saves) }
         if parts.contains(2) { try await initialSync(url: url, token: token, work: work, keys: keys, records: records) }

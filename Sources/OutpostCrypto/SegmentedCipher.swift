@@ -53,6 +53,29 @@ public enum SegmentedCipher {
         return prefix + [0, 0, 0, 0, 0]
     }
 
+    /// Cuts a stream fed in pieces into whole segments of `size` bytes and passes each to
+    /// `whole`: from the input itself when it holds one, without a copy, else from
+    /// `pending` (room for one segment; `pendingCount` bytes held), which keeps the rest.
+    fileprivate static func wholeSegments(of bytes: UnsafeRawBufferPointer, size: Int, pending: UnsafeMutableRawBufferPointer, pendingCount: inout Int,
+                                          _ whole: (UnsafeRawBufferPointer) throws -> Void) throws {
+        var rest = bytes
+        while !rest.isEmpty {
+            if pendingCount == 0 && rest.count >= size {
+                try whole(UnsafeRawBufferPointer(rebasing: rest[0..<size]))
+                rest = UnsafeRawBufferPointer(rebasing: rest[size...])
+                continue
+            }
+            let take = min(size - pendingCount, rest.count)
+            (pending.baseAddress! + pendingCount).copyMemory(from: rest.baseAddress!, byteCount: take)
+            pendingCount += take
+            rest = UnsafeRawBufferPointer(rebasing: rest[take...])
+            if pendingCount == size {
+                pendingCount = 0
+                try whole(UnsafeRawBufferPointer(pending))
+            }
+        }
+    }
+
     /// Writes segment `index` and the last flag into the nonce's final five bytes.
     fileprivate static func setSegment(_ nonce: inout [UInt8], index: UInt32, last: Bool) {
         nonce[7] = UInt8(truncatingIfNeeded: index >> 24)
@@ -101,23 +124,9 @@ public enum SegmentedCipher {
         /// Takes the next plaintext bytes, emitting every segment they complete.
         public func update(_ bytes: UnsafeRawBufferPointer, _ emit: (UnsafeRawBufferPointer) throws -> Void) throws {
             guard !finished else { throw CryptoError.invalidInput("update after finish") }
-            var rest = bytes
-            while !rest.isEmpty {
-                if pendingCount == 0 && rest.count >= segmentSize {
-                    // A whole segment in the input: seal it from there, without a copy.
-                    try seal(UnsafeRawBufferPointer(rebasing: rest[0..<segmentSize]), last: false, emit)
-                    rest = UnsafeRawBufferPointer(rebasing: rest[segmentSize...])
-                    continue
-                }
-                let take = min(segmentSize - pendingCount, rest.count)
-                (pending.baseAddress! + pendingCount).copyMemory(from: rest.baseAddress!, byteCount: take)
-                pendingCount += take
-                rest = UnsafeRawBufferPointer(rebasing: rest[take...])
-                if pendingCount == segmentSize {
-                    // Full, hence not the final segment (the final one is always shorter).
-                    pendingCount = 0
-                    try seal(UnsafeRawBufferPointer(pending), last: false, emit)
-                }
+            // Every whole segment is not the final one (the final one is always shorter).
+            try SegmentedCipher.wholeSegments(of: bytes, size: segmentSize, pending: pending, pendingCount: &pendingCount) {
+                try seal($0, last: false, emit)
             }
         }
 
@@ -189,22 +198,9 @@ public enum SegmentedCipher {
         /// complete once it has authenticated.
         public func update(_ bytes: UnsafeRawBufferPointer, _ emit: (UnsafeRawBufferPointer) throws -> Void) throws {
             try checkUsable()
-            var rest = bytes
-            while !rest.isEmpty {
-                if pendingCount == 0 && rest.count >= sealedSegmentSize {
-                    try open(UnsafeRawBufferPointer(rebasing: rest[0..<sealedSegmentSize]), last: false, emit)
-                    rest = UnsafeRawBufferPointer(rebasing: rest[sealedSegmentSize...])
-                    continue
-                }
-                let take = min(sealedSegmentSize - pendingCount, rest.count)
-                (pending.baseAddress! + pendingCount).copyMemory(from: rest.baseAddress!, byteCount: take)
-                pendingCount += take
-                rest = UnsafeRawBufferPointer(rebasing: rest[take...])
-                if pendingCount == sealedSegmentSize {
-                    // A full sealed segment is never the final one.
-                    pendingCount = 0
-                    try open(UnsafeRawBufferPointer(pending), last: false, emit)
-                }
+            // A full sealed segment is never the final one.
+            try SegmentedCipher.wholeSegments(of: bytes, size: sealedSegmentSize, pending: pending, pendingCount: &pendingCount) {
+                try open($0, last: false, emit)
             }
         }
 
