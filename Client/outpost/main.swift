@@ -24,6 +24,7 @@ let usage = """
       list [COLLECTION]        one JSON object per line: collection, id, data, version, pending
       sync [--progress]        one sync; print a JSON report; exit 2 when it failed
                                (--progress: "pulled N of about M records" lines on standard error)
+      sync --all               sync every space the token names (see "Many spaces" below)
       pending                  one JSON line per queued change: changeId, collection, id, op, state
       status                   JSON: epoch, cursor, pending, lastSyncAt, lastError
       upload FILE [--content-type TYPE]
@@ -44,6 +45,12 @@ let usage = """
     command line.
 
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
+
+    Many spaces: with --space given more than once, or `sync --all` (the token's spaces
+    claim), --store names a directory (default .) holding one store per space,
+    SPACE.sqlite; sync syncs them in turn, one JSON report line per space
+    ({"space": …, "pushed": …} or {"space": …, "error": …}), a failure in one never stopping
+    the others; exit 2 when any failed.
     upload guesses the content type from the file's extension (application/octet-stream otherwise).
     The default resolver is last-write-wins with a 5-minute drift limit.
     """
@@ -57,6 +64,9 @@ struct Options {
     var store = "outpost.sqlite"
     var server: String?
     var space: String?
+    /// Every `--space`, in order (more than one: the many-spaces mode).
+    var spaces: [String] = []
+    var storeGiven = false
     var token: String?
     var resolve = "last-write-wins"
     var keyFile: String?
@@ -84,9 +94,13 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
             o.command.append(arg)
         } else {
             switch arg {
-            case "--store": o.store = try value(arg)
+            case "--store":
+                o.store = try value(arg)
+                o.storeGiven = true
             case "--server": o.server = try value(arg)
-            case "--space": o.space = try value(arg)
+            case "--space":
+                o.space = try value(arg)
+                o.spaces.append(o.space!)
             case "--token": o.token = try value(arg)
             case "--resolve": o.resolve = try value(arg)
             case "--key-file": o.keyFile = try value(arg)
@@ -211,8 +225,10 @@ func run(_ o: Options) async throws -> Int32 {
         let store = try openStore(o, needsSync: false)
         for r in try await store.records(in: args.first) { print(json(recordJSON(r))) }
         await store.close()
+    case "sync" where args == ["--all"] || o.spaces.count > 1:
+        return try await syncSpaces(o, all: args == ["--all"])
     case "sync":
-        guard args.isEmpty || args == ["--progress"] else { throw UsageError(message: "usage: sync [--progress]") }
+        guard args.isEmpty || args == ["--progress"] else { throw UsageError(message: "usage: sync [--progress] | sync --all") }
         let store = try openStore(o, needsSync: true)
         defer { Task { await store.close() } }
         // --progress: one line on standard error per page the pull applies.
@@ -232,12 +248,7 @@ func run(_ o: Options) async throws -> Int32 {
             // Closing ends the activity stream, so every progress line is out before the report.
             await store.close()
             await progressPrinter?.value
-            print(json([
-                "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
-                "conflicts": .number(JSONNumber(r.conflicts)), "rejected": .number(JSONNumber(r.rejected)),
-                "quarantined": .number(JSONNumber(r.quarantined)),
-                "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
-            ]))
+            print(json(.object(reportJSON(r))))
             return 0
         } catch let error as OutpostError {
             let pending = (try? await store.status().pending) ?? 0
@@ -348,6 +359,45 @@ func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
         await store.close()
         return error.isPermanent ? 1 : 2
     }
+}
+
+/// The JSON report line of one sync.
+func reportJSON(_ r: SyncReport) -> JSONObject {
+    [
+        "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
+        "conflicts": .number(JSONNumber(r.conflicts)), "rejected": .number(JSONNumber(r.rejected)),
+        "quarantined": .number(JSONNumber(r.quarantined)),
+        "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
+    ]
+}
+
+/// `--space A --space B sync`, `sync --all`: every space in turn through `OutpostClient`,
+/// one line each; exit 2 when any failed.
+func syncSpaces(_ o: Options, all: Bool) async throws -> Int32 {
+    guard let server = o.server.flatMap(URL.init(string:)) else { throw UsageError(message: "--server (or OUTPOST_SERVER) is needed to sync") }
+    let spaces = all ? OutpostClient.spaces(inToken: o.token ?? "") : o.spaces
+    guard !spaces.isEmpty else { throw UsageError(message: all ? "the token names no space (wildcards cannot be listed: use --space)" : "no --space") }
+    let token = o.token
+    let keyFile = o.keyFile, clear = o.clear
+    let client = OutpostClient(directory: o.storeGiven ? o.store : ".", baseURL: server, token: { _ in token }) { configuration in
+        if let keyFile { configuration.encryption = .spaceKey(FileKeyStore(path: keyFile), clearFields: clear) }
+    }
+    try await client.attach(spaces: spaces)
+    var failed = false
+    for line in await client.sync() {
+        var out: JSONObject = ["space": .string(line.space)]
+        switch line.outcome {
+        case .synced(let report):
+            for (key, value) in reportJSON(report).elements { out[key] = value }
+        case .failed(let error):
+            failed = true
+            let code = (error as? OutpostError)?.code ?? "failed"
+            out["error"] = ["code": .string(code), "message": .string("\(error)")]
+        }
+        print(json(.object(out)))
+    }
+    await client.close()
+    return failed ? 2 : 0
 }
 
 /// `key create|export|import|rotate`: the space's keys in `--key-file`.

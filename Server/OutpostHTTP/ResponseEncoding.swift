@@ -52,7 +52,7 @@ struct ResponsePolicy: Sendable {
     var streamHighWater: Int
 
     /// Header fields the engine owns; a handler's values for them are dropped.
-    private static let reserved: [String] = ["Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Date", "X-Request-ID"]
+    private static let reserved: [String] = ["Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Date", "X-Server-Time", "X-Request-ID"]
 
     /// Applies content coding and framing. Returns the producer to run for a streamed
     /// body (nil for HEAD and other bodies).
@@ -259,7 +259,13 @@ func encodeHead(
         out.append(contentsOf: "\r\n".utf8)
     }
     out.append(contentsOf: date)
-    out.append(contentsOf: "X-Request-ID: ".utf8)
+    // The server's clock in milliseconds, read as the head is written (`Date` has seconds
+    // only): what devices measure their clock's offset against (PROTOCOL.md section 2).
+    out.append(contentsOf: "X-Server-Time: ".utf8)
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    out.append(contentsOf: String(Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000).utf8)
+    out.append(contentsOf: "\r\nX-Request-ID: ".utf8)
     out.append(contentsOf: requestID.utf8)
     out.append(contentsOf: "\r\n".utf8)
     switch framing {

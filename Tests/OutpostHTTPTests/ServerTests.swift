@@ -41,6 +41,8 @@ struct ServerTests {
             #expect(r1.header("Content-Type") == "application/json")
             #expect(r1.header("Content-Length") == "15")
             #expect(r1.header("Date")?.hasSuffix(" GMT") == true)
+            let serverTime = try #require(r1.header("X-Server-Time").flatMap { Int64($0) }, "every answer carries the server's time in ms")
+            #expect(abs(serverTime - Int64(Date().timeIntervalSince1970 * 1000)) < 60_000)
             #expect(r1.header("X-Request-ID")?.isEmpty == false)
             #expect(r1.header("Connection") == nil)
             #expect(r2.status == 200)

@@ -77,7 +77,7 @@ struct EngineWorld: Hashable, Sendable {
         case .historyConfirmed: w.phase = .rePulling(w.phase.epoch == Self.e1 ? Self.e2 : Self.e3)
         default: break
         }
-        let context = EngineContext(phase: w.phase, resolver: resolver, now: 5_000, clientId: "me", backoff: { _ in 1_000 },
+        let context = EngineContext(phase: w.phase, resolver: resolver, now: 5_000, serverNow: 5_000, clientId: "me", backoff: { _ in 1_000 },
                                     newChangeId: { defer { ids += 1 }; return "n\(ids)" })
         let (record, effects) = Engine.reduce(record, event, context)
         w.record = record
@@ -144,7 +144,7 @@ enum EngineInvariants {
         // A change goes on a copy only when made on that copy (or the state a later history
         // restored or re-offered from it): an acknowledged write is replaced only by a write
         // made on it, or by a resolver's write, which is made on the copy it saw.
-        let context = EngineContext(phase: after.phase, resolver: .serverWins, now: 5_000, clientId: "me", backoff: { _ in 0 }, newChangeId: { "" })
+        let context = EngineContext(phase: after.phase, resolver: .serverWins, now: 5_000, serverNow: 5_000, clientId: "me", backoff: { _ in 0 }, newChangeId: { "" })
         if let change = Engine.outgoing(a, context), let head = a.head, let base = change.baseVersion, head.delivery == .queued {
             let made = a.state(head.madeOn)
             let onIt = made?.version == base || (a.server?.version == base && made.map { a.server!.isState($0) } == true)

@@ -62,7 +62,11 @@ enum Effect: Hashable, Sendable {
 struct EngineContext {
     var phase: Phase
     var resolver: ConflictResolver
+    /// The device's clock (retry times, when a re-offer was queued).
     var now: Int64
+    /// The server's clock as the device estimates it (`OutpostStore.serverNow`): the
+    /// reference the resolvers compare edit times with.
+    var serverNow: Int64
     var clientId: String
     var backoff: (Int) -> Int64
     var newChangeId: () -> String
@@ -369,7 +373,7 @@ enum Engine {
         }
         guard let local = try? LocalEdit(data: latest.body.data.map(decodeObject), deleted: latest.body.deleted, clientTime: latest.clientTime,
                                          changeId: latest.changeId, clientId: context.clientId),
-              server.body != nil, let serverState = try? server.recordState(r.key, fallbackTime: context.now) else {
+              server.body != nil, let serverState = try? server.recordState(r.key, fallbackTime: context.serverNow) else {
             // The server's copy cannot be read here: the edits go again on it.
             settle(latest.body, madeOn: .copy(server))
             return true
@@ -385,7 +389,7 @@ enum Engine {
         }
         let conflict = Conflict(collection: r.key.collection, id: r.key.id, local: local, server: serverState,
                                 serverChangeId: server.changeId, base: base)
-        switch context.resolver.resolve(conflict, now: context.now) {
+        switch context.resolver.resolve(conflict, now: context.serverNow) {
         case .keepServer: settle(nil, madeOn: .nothing)
         case .keepLocal: settle(latest.body, madeOn: .copy(server))
         case .write(let object): settle(Body(data: encodeObject(object)), madeOn: .copy(server))

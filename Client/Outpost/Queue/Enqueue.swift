@@ -39,7 +39,7 @@ extension OutpostStore {
         let ids = ChangeIDSource(rng: rng, now: time)
         let backoff = configuration.backoff
         var jitter = rng
-        let context = EngineContext(phase: try known ?? phase(d), resolver: configuration.resolver, now: time, clientId: clientId,
+        let context = EngineContext(phase: try known ?? phase(d), resolver: configuration.resolver, now: time, serverNow: serverNow(), clientId: clientId,
                                     backoff: { attempt in backoff.delayMs(attempt: attempt, using: &jitter) }, newChangeId: ids.next)
         let (after, effects) = Engine.reduce(before, event, context)
         rng = ids.rng
@@ -65,7 +65,9 @@ extension OutpostStore {
     /// Writes the local edit `body` of `key` in one transaction. Returns what the app now
     /// sees of the record (nil when a delete undid a create never sent).
     func enqueue(_ key: RecordKey, body: Body) throws -> LocalDatabase.Shown? {
-        let time = now()
+        // The edit's time by the server's clock as measured (docs/client.md, "The device's
+        // clock"): what last-write-wins compares with other devices' edits.
+        let time = serverNow()
         var ids = rng
         let changeId = Identifiers.changeID(nowMs: time, using: &ids)
         rng = ids

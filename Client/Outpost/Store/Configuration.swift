@@ -36,6 +36,9 @@ extension OutpostStore {
         /// Per collection, a check a pulled record's data must pass; a record that fails it
         /// goes to the quarantine instead of the store (see `validate(_:in:)`).
         public var validators: [String: @Sendable (JSONObject) throws -> Void] = [:]
+        /// How far the device's clock may differ from the server's before `clockStatus()`
+        /// reports it as an anomaly. Default 2 minutes.
+        public var clockThreshold: Duration = .seconds(120)
         /// How long the server's limits from `/v1/info` are reused before being read again.
         public var limitsLifetime: Duration = .seconds(600)
         /// End-to-end encryption of the space's records (docs/encryption.md); nil: records

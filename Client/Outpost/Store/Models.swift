@@ -92,7 +92,8 @@ public struct QueuedChange: Sendable, Hashable {
     public let lastError: String?
     /// The rejection's code (`invalid_change`, `record_too_large`...), for rejected changes.
     public let errorCode: String?
-    /// The device's time of the edit (ms since 1970).
+    /// The time of the edit (ms since 1970), by the server's clock as the device estimated
+    /// it then (the device's own before its first sync; docs/client.md, "The device's clock").
     public let clientTime: Int64
 }
 

@@ -48,6 +48,8 @@ public actor OutpostStore {
     var cachedLimits: (limits: Limits, fetchedAt: Int64)?
     /// Changes in the push request now awaiting its answer.
     var inFlight: Set<String> = []
+    /// The server's clock minus the device's, as last measured (`clockStatus()`).
+    var clockOffset: Int64?
 
     /// How many epochs the store remembers having left (PROTOCOL.md section 5).
     public static let retiredEpochLimit = 32
@@ -142,6 +144,7 @@ public actor OutpostStore {
         self.database = database
         self.lock = lock
         self.rng = rng
+        self.clockOffset = (try? database.meta("clock_offset")).flatMap { $0.flatMap { Int64($0) } }
     }
 
     /// Closes the store: observers finish, the file and its lock are released. A sync in

@@ -90,7 +90,7 @@ extension OutpostStore {
 
     /// The context of a transition outside `transition` (for reading what would be sent).
     func engineContext(_ d: LocalDatabase) throws -> EngineContext {
-        EngineContext(phase: try phase(d), resolver: configuration.resolver, now: now(), clientId: clientId, backoff: { _ in 0 }, newChangeId: { "" })
+        EngineContext(phase: try phase(d), resolver: configuration.resolver, now: now(), serverNow: serverNow(), clientId: clientId, backoff: { _ in 0 }, newChangeId: { "" })
     }
 
     /// `{"clientId":"…","changes":[…]}` around the changes.

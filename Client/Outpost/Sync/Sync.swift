@@ -22,6 +22,8 @@ extension OutpostStore {
         guard let transport else { throw OutpostError.noTransport }
         await acquireSyncGate()
         defer { releaseSyncGate() }
+        // Every answer of the sync is a reading of the server's clock, failed syncs' too.
+        defer { measureClock(transport) }
         var report = SyncReport()
         pulledThisSync = 0
         announce(.started)

@@ -54,6 +54,7 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
     private let session: URLSession
     private let delegate: SessionDelegate
     /// Set when the server refused a gzip body (415): plain bodies from then on.
+    private let clockReading = Mutex<ServerClockReading?>(nil)
     private let plainBodies = Mutex(false)
 
     /// A transport to `baseURL`. `token` gives the bearer token (nil: send none); it is
@@ -165,7 +166,9 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
                     request.httpBody = Data(body)
                 }
             }
-            let (status, answer) = try await perform(request)
+            let started = ContinuousClock.now
+            let (status, answer, serverTime) = try await perform(request)
+            if let serverTime { keepClockReading(serverTime, started: started) }
             if status == 401 && authorized && !refresh {
                 refresh = true
                 continue
@@ -180,11 +183,29 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
         }
     }
 
-    private func perform(_ request: URLRequest) async throws -> (Int, [UInt8]) {
+    /// Keeps the reading of an answer that arrived now, if it is the best since the last take.
+    private func keepClockReading(_ serverTime: (ms: Int64, resolutionMs: Int64), started: ContinuousClock.Instant) {
+        let arrived = ContinuousClock.now
+        let (seconds, attoseconds) = (arrived - started).components
+        let reading = ServerClockReading(serverTimeMs: serverTime.ms, roundTripMs: seconds * 1000 + attoseconds / 1_000_000_000_000_000,
+                                         resolutionMs: serverTime.resolutionMs, receivedAt: arrived)
+        clockReading.withLock { best in
+            if best.map({ reading.uncertaintyMs <= $0.uncertaintyMs }) ?? true { best = reading }
+        }
+    }
+
+    public func takeServerClockReading() -> ServerClockReading? {
+        clockReading.withLock { best in
+            defer { best = nil }
+            return best
+        }
+    }
+
+    private func perform(_ request: URLRequest) async throws -> (Int, [UInt8], (ms: Int64, resolutionMs: Int64)?) {
         let task = session.dataTask(with: request)
         let id = task.taskIdentifier
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Int, [UInt8]), any Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Int, [UInt8], (ms: Int64, resolutionMs: Int64)?), any Error>) in
                 delegate.register(id, continuation)
                 task.resume()
             }
@@ -197,8 +218,10 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
 /// URLSession's delegate: collects each task's answer up to the cap and resumes its waiter.
 private final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     struct Pending {
-        var continuation: CheckedContinuation<(Int, [UInt8]), any Error>
+        var continuation: CheckedContinuation<(Int, [UInt8], (ms: Int64, resolutionMs: Int64)?), any Error>
         var status = 0
+        /// The server's clock from `X-Server-Time` (or `Date`, to the second).
+        var serverTime: (ms: Int64, resolutionMs: Int64)?
         var body: [UInt8] = []
         var tooLarge = false
     }
@@ -210,16 +233,19 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable 
         self.maxBytes = maxBytes
     }
 
-    func register(_ id: Int, _ continuation: CheckedContinuation<(Int, [UInt8]), any Error>) {
+    func register(_ id: Int, _ continuation: CheckedContinuation<(Int, [UInt8], (ms: Int64, resolutionMs: Int64)?), any Error>) {
         tasks.withLock { $0[id] = Pending(continuation: continuation) }
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
                     completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let http = response as? HTTPURLResponse
+        let status = http?.statusCode ?? 0
+        let serverTime = http.flatMap(Self.serverTime)
         let cap = maxBytes
         let tooLarge = tasks.withLock { tasks -> Bool in
             tasks[dataTask.taskIdentifier]?.status = status
+            tasks[dataTask.taskIdentifier]?.serverTime = serverTime
             if response.expectedContentLength > Int64(cap) {
                 tasks[dataTask.taskIdentifier]?.tooLarge = true
                 return true
@@ -227,6 +253,19 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable 
             return false
         }
         completionHandler(tooLarge ? .cancel : .allow)
+    }
+
+    /// `X-Server-Time` (ms), else `Date` (IMF-fixdate, to the second).
+    static func serverTime(_ response: HTTPURLResponse) -> (ms: Int64, resolutionMs: Int64)? {
+        if let text = response.value(forHTTPHeaderField: "X-Server-Time"), let ms = Int64(text), ms > 0 { return (ms, 0) }
+        guard let text = response.value(forHTTPHeaderField: "Date") else { return nil }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        guard let date = formatter.date(from: text) else { return nil }
+        // The second it names began up to 1 s before the server wrote it.
+        return (Int64(date.timeIntervalSince1970 * 1000) + 500, 500)
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -256,7 +295,7 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, Sendable 
         } else if let error {
             pending.continuation.resume(throwing: TransportError.classifying(error))
         } else {
-            pending.continuation.resume(returning: (pending.status, pending.body))
+            pending.continuation.resume(returning: (pending.status, pending.body, pending.serverTime))
         }
     }
 }

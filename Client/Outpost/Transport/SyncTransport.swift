@@ -21,11 +21,41 @@ public protocol SyncTransport: Sendable {
     /// The largest answer the transport reads, in bytes. The store asks for pages below it
     /// (`maxBytes`) and halves `limit` when a page is larger anyway.
     var maxResponseBytes: Int { get }
+    /// The best reading of the server's clock (the smallest round trip) since the last call,
+    /// and forgets it; nil when there was none. The store calls it after each sync to
+    /// estimate its clock's offset (`OutpostStore.clockStatus()`).
+    func takeServerClockReading() -> ServerClockReading?
 }
 
 extension SyncTransport {
     /// 16 MiB.
     public var maxResponseBytes: Int { 16 << 20 }
+    /// No readings.
+    public func takeServerClockReading() -> ServerClockReading? { nil }
+}
+
+/// One answer's reading of the server's clock: the server wrote `serverTimeMs` at some
+/// instant between the request's start and `receivedAt`, `roundTripMs` apart.
+public struct ServerClockReading: Sendable, Hashable {
+    /// The server's time in ms since 1970 (`X-Server-Time`, or `Date` to the second).
+    public var serverTimeMs: Int64
+    /// From the request's start to the answer's arrival, by a monotonic clock.
+    public var roundTripMs: Int64
+    /// How far the reading itself may be off: 0 for `X-Server-Time`, 500 for `Date` (read as
+    /// the middle of its second).
+    public var resolutionMs: Int64
+    /// When the answer arrived, by a monotonic clock.
+    public var receivedAt: ContinuousClock.Instant
+
+    public init(serverTimeMs: Int64, roundTripMs: Int64, resolutionMs: Int64, receivedAt: ContinuousClock.Instant) {
+        self.serverTimeMs = serverTimeMs
+        self.roundTripMs = roundTripMs
+        self.resolutionMs = resolutionMs
+        self.receivedAt = receivedAt
+    }
+
+    /// The half-width of the interval the offset lies in.
+    public var uncertaintyMs: Int64 { (roundTripMs + 1) / 2 + resolutionMs }
 }
 
 /// Why a request failed.

@@ -1,0 +1,83 @@
+import OutpostCore
+
+/// What the store knows of its device's clock against the server's (docs/client.md, "The
+/// device's clock").
+public struct ClockStatus: Sendable, Hashable {
+    /// Why the device's clock is not to be trusted.
+    public enum Anomaly: Sendable, Hashable {
+        /// It differs from the server's by more than `thresholdMs`.
+        case offsetBeyondThreshold
+        /// It went back between the last two measurements (set back by hand, or by a
+        /// dead battery), by `jumpedBackwardsMs`.
+        case jumpedBackwards
+    }
+
+    /// The server's clock minus the device's, in ms; nil before the first sync that read
+    /// the server's time.
+    public var offsetMs: Int64?
+    /// How far `offsetMs` may be off (half the round trip of the answer it came from, and
+    /// the header's resolution).
+    public var uncertaintyMs: Int64?
+    /// When it was measured, by the device's clock.
+    public var measuredAt: Int64?
+    /// How far the device's clock went back between the last two measurements, when it did.
+    public var jumpedBackwardsMs: Int64?
+    /// The offset beyond which the clock counts as wrong (`Configuration.clockThreshold`).
+    public var thresholdMs: Int64
+
+    public var anomalies: Set<Anomaly> {
+        var out: Set<Anomaly> = []
+        if let offsetMs, abs(offsetMs) > thresholdMs + (uncertaintyMs ?? 0) { out.insert(.offsetBeyondThreshold) }
+        if jumpedBackwardsMs != nil { out.insert(.jumpedBackwards) }
+        return out
+    }
+
+    /// True when there is an anomaly.
+    public var isAnomalous: Bool { !anomalies.isEmpty }
+}
+
+extension OutpostStore {
+    /// The device's clock against the server's, as the last syncs measured it.
+    public func clockStatus() throws -> ClockStatus {
+        try read { d in
+            ClockStatus(offsetMs: try d.meta("clock_offset").flatMap { Int64($0) }, uncertaintyMs: try d.meta("clock_uncertainty").flatMap { Int64($0) },
+                        measuredAt: try d.meta("clock_measured_at").flatMap { Int64($0) },
+                        jumpedBackwardsMs: try d.meta("clock_jumped_back").flatMap { Int64($0) },
+                        thresholdMs: configuration.clockThreshold.milliseconds)
+        }
+    }
+
+    /// The time by the server's clock, as this device estimates it: the device's clock
+    /// corrected by the measured offset (the device's own when none was measured yet).
+    /// The device's edits carry it as their `clientTime`, so last-write-wins compares
+    /// edits by one clock.
+    func serverNow() -> Int64 {
+        now() &+ (clockOffset ?? 0)
+    }
+
+    /// Takes the transport's best reading of the server's clock since the last sync and
+    /// stores the offset it gives; a rise of the offset by more than both measurements'
+    /// uncertainty and a second is the device's clock going back.
+    func measureClock(_ transport: any SyncTransport) {
+        guard let reading = transport.takeServerClockReading(), database != nil else { return }
+        let (seconds, attoseconds) = (ContinuousClock.now - reading.receivedAt).components
+        let deviceAtArrival = now() - (seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        // The server wrote its time between the request's start and the arrival: take the
+        // middle of that interval.
+        let offset = reading.serverTimeMs + reading.roundTripMs / 2 - deviceAtArrival
+        let uncertainty = reading.uncertaintyMs
+        try? write(durability: .normal) { d in
+            var jumped: Int64?
+            if let previous = try d.meta("clock_offset").flatMap({ Int64($0) }) {
+                let previousUncertainty = try d.meta("clock_uncertainty").flatMap { Int64($0) } ?? 0
+                let rise = offset - previous
+                if rise > uncertainty + previousUncertainty + 1000 { jumped = rise }
+            }
+            try d.setMeta("clock_offset", String(offset))
+            try d.setMeta("clock_uncertainty", String(uncertainty))
+            try d.setMeta("clock_measured_at", String(deviceAtArrival))
+            try d.setMeta("clock_jumped_back", jumped.map { String($0) })
+        }
+        clockOffset = offset
+    }
+}

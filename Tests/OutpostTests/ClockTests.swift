@@ -1,0 +1,70 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Testing
+@testable import Outpost
+
+/// The device's clock against the server's (docs/client.md, "The device's clock"), over a
+/// real `outpost-server` child, with injected device clocks.
+@Suite("The device's clock", .serialized, .serverLogs)
+struct ClockTests {
+    static let year: Int64 = 365 * 86_400_000
+
+    @Test func aDeviceAYearAheadLearnsItsOffsetAndNoLongerWinsTheConflictsItResolves() async throws {
+        let world = try RealWorld()
+        let ahead = try world.device("ahead", direct: true, resolver: .lastWriteWins(), clockOffset: Self.year)
+        let other = try world.device("other", direct: true, resolver: .lastWriteWins(), clockOffset: 5_000)
+        #expect(try await ahead.clockStatus().offsetMs == nil, "nothing measured before a sync")
+        try await ahead.put(todo("first"), in: "todos", id: "t0")
+        try await ahead.sync()
+        let status = try await ahead.clockStatus()
+        let offset = try #require(status.offsetMs)
+        #expect(abs(offset + Self.year) < 5_000 && (status.uncertaintyMs ?? .max) < 5_000, "offset \(offset)")
+        #expect(status.anomalies == [.offsetBeyondThreshold])
+
+        // The device a year ahead writes first; another device writes the same record a
+        // little later (its clock a few seconds ahead, within the drift limit), and pushes
+        // first. Resolving the conflict itself, the device a year ahead compares its edit
+        // by the server's clock, so the later edit wins.
+        try await ahead.put(todo("ahead, earlier"), in: "todos", id: "t1")
+        let edit = try #require(try await ahead.pendingChanges().first)
+        #expect(abs(edit.clientTime - systemMilliseconds()) < 5_000, "the edit carries the server's time, not the device's")
+        try await other.put(todo("other, later"), in: "todos", id: "t1")
+        #expect(try await other.sync().pushed == 1)
+        let report = try await ahead.sync()
+        #expect(report.conflicts == 1)
+        #expect(try await ahead.data("todos", "t1") == todo("other, later"))
+        #expect(try await world.serverData("t1") == todo("other, later"))
+        await ahead.close()
+        await other.close()
+    }
+
+    @Test func aDeviceSetBackAnHourBetweenTwoSyncsIsFlagged() async throws {
+        let world = try RealWorld()
+        let clock = ManualClock(systemMilliseconds())
+        let phone = try world.device("phone", direct: true) { $0.clock = clock.reading() }
+        try await phone.sync()
+        let first = try await phone.clockStatus()
+        #expect(first.offsetMs.map { abs($0) < 5_000 } == true && !first.isAnomalous, "\(first)")
+
+        clock.advance(-3_600_000)
+        try await phone.sync()
+        let second = try await phone.clockStatus()
+        #expect(second.anomalies == [.jumpedBackwards, .offsetBeyondThreshold], "\(second)")
+        #expect(second.jumpedBackwardsMs.map { abs($0 - 3_600_000) < 5_000 } == true)
+        #expect(second.offsetMs.map { abs($0 - 3_600_000) < 5_000 } == true)
+
+        // No further jump: the flag clears, the offset stays.
+        try await phone.sync()
+        let third = try await phone.clockStatus()
+        #expect(third.jumpedBackwardsMs == nil && third.anomalies == [.offsetBeyondThreshold], "\(third)")
+        // The threshold is the configuration's.
+        await phone.close()
+        let tolerant = try world.device("phone", direct: true) {
+            $0.clock = clock.reading()
+            $0.clockThreshold = .seconds(7200)
+        }
+        #expect(try await tolerant.clockStatus().isAnomalous == false)
+        await tolerant.close()
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Testing
+@testable import Outpost
+
+/// One device, several spaces (docs/client.md, "Many spaces"), against a real
+/// `outpost-server` child: `OutpostClient` and the CLI's many-spaces sync.
+@Suite("Many spaces on one device", .serialized, .serverLogs)
+struct SpacesTests {
+    @Test func ofThreeSpacesTheOneTheServerRefusesFailsAloneAndADetachedOneKeepsItsEdits() async throws {
+        let world = try RealWorld()
+        let token = try world.server.token(spaces: ["acme", "globex", "team-*"])
+        #expect(OutpostClient.spaces(inToken: token) == ["acme", "globex"], "wildcards name no space to open")
+        #expect(OutpostClient.spaces(inToken: "not a token").isEmpty)
+        let directory = world.dir.appending("spaces")
+        let client = OutpostClient(directory: directory, baseURL: world.server.baseURL, token: { _ in token }) { $0.durability = .normal }
+        // The app lists a third space the token does not grant: the server refuses it.
+        try await client.attach(spaces: ["acme", "initech", "globex"])
+        for space in ["acme", "initech", "globex"] { try await client.store(for: space).put(todo("in \(space)"), in: "todos", id: "t1") }
+        let reports = await client.sync()
+        #expect(reports.map(\.space) == ["acme", "initech", "globex"])
+        #expect(reports.map(\.succeeded) == [true, false, true])
+        if case .failed(let error) = reports[1].outcome {
+            #expect((error as? OutpostError)?.code == "forbidden", "\(error)")
+        }
+        let acme = try await client.store(for: "acme")
+        #expect(try await acme.status().pending == 0)
+        #expect(FileManager.default.fileExists(atPath: client.path(for: "globex")), "one file per space")
+
+        // The token no longer lists initech: detached, its unsent edit still readable, and
+        // not removed while it is unsent.
+        try await client.attach(spaces: OutpostClient.spaces(inToken: token))
+        let detached = await client.detached()
+        #expect(detached.map(\.space) == ["initech"] && detached.first?.pending == 1)
+        #expect(try await client.withStore("initech") { try await $0.data("todos", "t1") } == todo("in initech"))
+        await #expect(throws: OutpostError.self) { try await client.store(for: "initech") }
+        await #expect(throws: OutpostError.self) { try await client.remove(space: "initech") }
+        #expect(await client.sync().map(\.succeeded) == [true, true])
+        await client.close()
+
+        // The CLI: one line per space, a failure in one not stopping the others.
+        let base = ["--store", directory, "--server", world.server.baseURL.absoluteString, "--token", token]
+        let listed = try CLITests.outpost(base + ["--space", "acme", "--space", "initech", "--space", "globex", "sync"])
+        #expect(listed.status == 2, "\(listed.stderr)")
+        #expect(listed.lines.map { $0["space"]?.stringValue } == ["acme", "initech", "globex"])
+        #expect(listed.lines[1]["error"]?["code"] == "forbidden" && listed.lines[0]["pushed"] == 0 && listed.lines[2]["error"] == nil, "\(listed.stdout)")
+        let all = try CLITests.outpost(base + ["sync", "--all"])
+        #expect(all.status == 0 && all.lines.map { $0["space"]?.stringValue } == ["acme", "globex"], "\(all.stdout) \(all.stderr)")
+        try await client.remove(space: "initech", discardingUnsent: true)
+        #expect(!FileManager.default.fileExists(atPath: client.path(for: "initech")))
+    }
+}
