@@ -72,8 +72,9 @@ public final class OutpostApplication: Sendable {
         // Pulls, not the store's waiters: the pulls of one group share one store waiter.
         let sync = sync
         metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(sync.waitingPulls) }
+        let compactor = Compactor(store: store, metrics: metrics, retentionDays: settings.tombstoneRetentionDays)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
-                                       metricsRequireAdmin: settings.metricsRequireAdmin)
+                                       metricsRequireAdmin: settings.metricsRequireAdmin, compactor: compactor)
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
                                                           mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
         mediaConfiguration.synchronous = synchronous
@@ -87,7 +88,8 @@ public final class OutpostApplication: Sendable {
         media.startSweeper()
         self.router = router
 
-        // Forget applied change ids older than the retention, at start and every hour.
+        // Forget applied change ids older than their retention, and purge tombstones older
+        // than theirs (Compactor), at start and every hour.
         let retentionMs = Int64(settings.changeIdRetentionDays) * 86_400_000
         let store = self.store
         sweeper = Task.detached(priority: .background) {
@@ -98,6 +100,9 @@ public final class OutpostApplication: Sendable {
                     if removed > 0 { Log.info("forgot old change ids", ["count": String(removed)]) }
                 } catch {
                     Log.error("change id sweep failed", ["error": "\(error)"])
+                }
+                do { try await compactor.run() } catch {
+                    Log.error("compaction failed", ["error": "\(error)"])
                 }
                 try? await Task.sleep(for: .seconds(3600))
             }

@@ -153,6 +153,8 @@ public final class MutantSyncStore: SyncStore {
     }
 
     public func sweepChangeIDs(appliedBefore cutoff: Int64) async throws -> Int { try await base.sweepChangeIDs(appliedBefore: cutoff) }
+    public func compact(tombstonesBefore cutoff: Int64) async throws -> Compaction { try await base.compact(tombstonesBefore: cutoff) }
+    public func horizon(space: String) async throws -> Int64 { try await base.horizon(space: space) }
     public func isWritable() async -> Bool { await base.isWritable() }
     public func spaces(after: String, limit: Int) async throws -> [SpaceSummary] { try await base.spaces(after: after, limit: limit) }
     public func close() async { await base.close() }

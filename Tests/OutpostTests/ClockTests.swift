@@ -68,3 +68,42 @@ struct ClockTests {
         await tolerant.close()
     }
 }
+
+/// Compaction seen from the SDK (docs/client.md, "Pulling"): `history_compacted` and a new
+/// epoch side by side. Both pull the space from the start; only the new epoch, a history
+/// that may have lost writes, has the store offer its copies again.
+@Suite("Compacted history against a new epoch", .serialized, .serverLogs)
+struct CompactedHistoryTests {
+    @Test func aCompactedHistoryDropsWhatWasDeletedWhereANewEpochOffersItAgain() async throws {
+        let world = try RealWorld()
+        let phone = try world.device("phone")
+        let laptop = try world.device("laptop")
+        try await phone.put(todo("one"), in: "todos", id: "t1")
+        try await phone.put(todo("two"), in: "todos", id: "t2")
+        try await phone.sync()
+        try await laptop.sync()
+        // The laptop goes offline with an unsent edit; meanwhile t1 is deleted, and its
+        // tombstone purged.
+        try await laptop.put(todo("three"), in: "todos", id: "t3")
+        try await phone.delete(from: "todos", id: "t1")
+        try await phone.sync()
+        let admin = try world.server.token(spaces: [], admin: true)
+        let compacted = try await httpRequestAsync(port: world.server.port, "POST", "/v1/admin/compact?retentionDays=0", headers: [("Authorization", "Bearer \(admin)")])
+        #expect(compacted.status == 200 && compacted.text.contains("\"purged\":1"), "\(compacted.text)")
+
+        let report = try await laptop.sync()
+        #expect(report.historyCompacted && !report.epochChanged && report.reoffered == 0, "\(report)")
+        #expect(try await laptop.records(in: "todos").map(\.id) == ["t2", "t3"], "t1 was deleted; its copy is dropped, not offered again")
+        #expect(try await world.serverRecords().keys.sorted() == ["t2", "t3"], "the laptop's edit went; t1 did not come back")
+        #expect(try await laptop.sync().historyCompacted == false, "the cursor is past the horizon now")
+
+        // Side by side: the server loses its data (a new epoch). The store offers its copies
+        // again, as it must: the new history may lack them.
+        try world.restartEmpty()
+        let after = try await laptop.sync()
+        #expect(after.epochChanged && after.reoffered == 2 && !after.historyCompacted, "\(after)")
+        #expect(try await world.serverRecords().keys.sorted() == ["t2", "t3"])
+        await phone.close()
+        await laptop.close()
+    }
+}

@@ -141,6 +141,10 @@ public struct SyncReport: Sendable, Hashable {
     /// True when this sync pulled the space again from the start because the token's view
     /// changed (`view_changed`).
     public var viewChanged = false
+    /// True when this sync pulled the space again from the start because compaction purged
+    /// deletes after the store's cursor (`history_compacted`; the history did not change,
+    /// so nothing was offered again).
+    public var historyCompacted = false
 
     /// An empty report.
     public init() {}

@@ -28,6 +28,9 @@ import OutpostCore
 // goes back to the start of the epoch, each record the pull brings is marked seen, and at
 // its end the copies of every record not seen are dropped the same way, never offered
 // again: the token may no longer read them, which is not a loss of the server's.
+// `history_compacted` (a cursor before the space's history horizon: compaction purged
+// tombstones after it) starts the same re-pull: what the whole history from the start no
+// longer holds was deleted, and its tombstone purged.
 
 extension OutpostStore {
     /// Pulls until the server has nothing more.
@@ -102,12 +105,16 @@ extension OutpostStore {
                 firstRequestOfSwitch = false
                 try await switchEpoch(from: epoch, to: reported, transport, limit: &pageLimit, maxBytes: maxBytes, report: &report)
                 continue
-            } catch OutpostError.transport(.refused(409, let envelope)) where envelope.code == ErrorCode.viewChanged.rawValue {
-                // The rules or the token's claims changed: pull the new view from the start.
-                // A view that changes again within one sync fails it; the next sync goes on.
+            } catch OutpostError.transport(.refused(409, let envelope))
+                        where envelope.code == ErrorCode.viewChanged.rawValue || envelope.code == ErrorCode.historyCompacted.rawValue {
+                // The rules or the token's claims changed, or compaction purged deletes
+                // after the cursor: the same history is pulled again from the start, and
+                // what it no longer holds is dropped, never offered again (a record deleted
+                // and purged elsewhere must not come back from this device's copy). A
+                // second restart within one sync fails it; the next sync goes on.
                 guard viewRestarts < 2 else { throw OutpostError.transport(.refused(status: 409, envelope)) }
                 viewRestarts += 1
-                report.viewChanged = true
+                if envelope.code == ErrorCode.historyCompacted.rawValue { report.historyCompacted = true } else { report.viewChanged = true }
                 try write(durability: .normal) { d in
                     try d.setMeta("cursor", Version.start(of: epoch).text)
                     try d.setMeta("view_repull", "1")

@@ -133,6 +133,21 @@ public enum CheckCommand {
             if ahead.isEmpty && strays == 0 {
                 report.checked.append("\(records) records in \(spaces) spaces; every space's head covers its records' seqs")
             }
+            // Compaction (schema 6): where each space's history is whole from.
+            if try db.scalarInt("SELECT count(*) FROM pragma_table_info('spaces') WHERE name = 'horizon_seq'") == 1 {
+                let compacted = try db.query("SELECT name, horizon_seq FROM spaces WHERE horizon_seq > 0 ORDER BY name") { ($0.text(0), $0.int64(1)) }
+                let tombstones = try db.scalarInt("SELECT count(*) FROM records WHERE deleted = 1") ?? 0
+                if compacted.isEmpty {
+                    report.checked.append("history horizon: no tombstone purged yet; \(tombstones) tombstones kept")
+                } else {
+                    let list = compacted.prefix(20).map { "\($0.0) at \($0.1)" }.joined(separator: ", ")
+                    report.checked.append("history horizon: \(compacted.count) spaces compacted (\(list)\(compacted.count > 20 ? ", ..." : "")); \(tombstones) tombstones kept")
+                }
+                let above = try db.query("SELECT name, horizon_seq, head_seq FROM spaces WHERE horizon_seq > head_seq") { ($0.text(0), $0.int64(1), $0.int64(2)) }
+                for (space, horizon, head) in above {
+                    report.problems.append("space \(space): history horizon \(horizon) is above the space's head \(head)")
+                }
+            }
             guard meta.hasMediaTables else {
                 if meta.mediaSchemaVersion != nil { report.problems.append("store: the media tables are missing") }
                 return nil

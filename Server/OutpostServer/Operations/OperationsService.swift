@@ -2,20 +2,22 @@ import Synchronization
 import OutpostCore
 import OutpostHTTP
 
-/// `GET /v1/info`, `/healthz`, `/readyz`, `/metrics` and `/v1/admin/spaces` (PROTOCOL.md
-/// sections 3 and 7).
+/// `GET /v1/info`, `/healthz`, `/readyz`, `/metrics`, `/v1/admin/spaces` and
+/// `POST /v1/admin/compact` (PROTOCOL.md sections 3 and 7).
 public final class OperationsService: Sendable {
     let store: any SyncStore
     let metrics: Metrics
     let authorizer: Authorizer
     let metricsRequireAdmin: Bool
+    let compactor: Compactor
     /// The `/v1/info` body, encoded once: it changes only with the epoch, which a running
     /// server never changes.
     let infoBody: [UInt8]
     private let draining = Atomic<Bool>(false)
 
-    public init(store: any SyncStore, limits: Limits, metrics: Metrics, authorizer: Authorizer, metricsRequireAdmin: Bool) {
+    public init(store: any SyncStore, limits: Limits, metrics: Metrics, authorizer: Authorizer, metricsRequireAdmin: Bool, compactor: Compactor) {
         self.store = store
+        self.compactor = compactor
         self.metrics = metrics
         self.authorizer = authorizer
         self.metricsRequireAdmin = metricsRequireAdmin
@@ -42,6 +44,9 @@ public final class OperationsService: Sendable {
         router.add(.GET, "/v1/admin/spaces", bodyLimit: 0,
                    preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
                    handler: { [self] request in try await listSpaces(request.head) })
+        router.add(.POST, "/v1/admin/compact", bodyLimit: 0,
+                   preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
+                   handler: { [self] request in try await compact(request.head) })
         router.add(.GET, "/metrics", bodyLimit: 0,
                    preBody: { [self] head, _ in if metricsRequireAdmin { _ = try authorizer.authorizeAdmin(head) } },
                    handler: { [self] _ in
@@ -73,9 +78,22 @@ public final class OperationsService: Sendable {
                 "tombstones": .number(JSONNumber(space.tombstones)),
                 "head": .number(JSONNumber(space.head)),
                 "lastWriteAt": space.lastWriteAt.map { .number(JSONNumber($0)) } ?? .null,
+                "horizon": .number(JSONNumber(space.horizon)),
             ])
         }
         let next: JSONValue = found.count > limit ? .string(page.last!.name) : .null
         return HTTPResponse(json: JSONValue.object(["spaces": .array(spaces), "next": next]).encoded())
+    }
+
+    /// `POST /v1/admin/compact?retentionDays=N` (admin token): runs a compaction now, with
+    /// the server's retention or `N` days (0: every tombstone, whatever its age), and
+    /// answers `{"purged": …, "reclaimedBytes": …, "horizons": {space: seq}}`.
+    func compact(_ head: HTTPRequestHead) async throws -> HTTPResponse {
+        let days = try head.integerQuery("retentionDays", min: 0, max: 36_500)
+        let done = try await compactor.run(retentionMs: days.map { Int64($0) * 86_400_000 })
+        return HTTPResponse(json: JSONValue.object([
+            "purged": .number(JSONNumber(done.purged)), "reclaimedBytes": .number(JSONNumber(done.reclaimedBytes)),
+            "horizons": .object(JSONObject(done.horizons.keys.sorted().map { ($0, JSONValue.number(JSONNumber(done.horizons[$0]!))) })),
+        ]).encoded())
     }
 }

@@ -17,6 +17,8 @@ public struct Settings: Sendable {
     public var limits = Limits()
     /// How long applied change ids are remembered, in days (the protocol asks for at least 7).
     public var changeIdRetentionDays = 30
+    /// How long tombstones are kept before compaction purges them, in days.
+    public var tombstoneRetentionDays = 90
     /// Hours after its last chunk before an open upload expires.
     public var uploadExpiryHours = 24
     /// `full` (default: survives power loss) or `normal` (survives a process crash only).
@@ -106,6 +108,9 @@ public struct Settings: Sendable {
         o += [
             Option(flag: "--change-id-retention-days", env: "OUTPOST_CHANGE_ID_RETENTION_DAYS", help: "days an applied change id is remembered for replays (default 30, at least 7)") { s, v in
                 s.changeIdRetentionDays = try int("--change-id-retention-days", v, min: 7)
+            },
+            Option(flag: "--tombstone-retention-days", env: "OUTPOST_TOMBSTONE_RETENTION_DAYS", help: "days a delete's tombstone is kept before compaction purges it and moves the history horizon (default 90)") { s, v in
+                s.tombstoneRetentionDays = try int("--tombstone-retention-days", v, min: 1)
             },
             Option(flag: "--upload-expiry-hours", env: "OUTPOST_UPLOAD_EXPIRY_HOURS", help: "hours after its last chunk before an open upload expires (default 24)") { s, v in
                 s.uploadExpiryHours = try int("--upload-expiry-hours", v, min: 1)

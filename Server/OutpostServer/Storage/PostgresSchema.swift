@@ -147,6 +147,12 @@ public enum PostgresSchema {
             PRIMARY KEY(space_id, scope, path, key, seq));
         CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
         """#,
+        // 7: compaction (docs/operating.md): each space's history horizon, and the
+        // tombstones by age.
+        #"""
+        ALTER TABLE spaces ADD COLUMN IF NOT EXISTS horizon_seq bigint NOT NULL DEFAULT 0;
+        CREATE INDEX IF NOT EXISTS records_tombstones ON records(updated_at) WHERE deleted;
+        """#,
     ]
 
     /// Brings the database up to `latestVersion` (under the advisory lock) and returns

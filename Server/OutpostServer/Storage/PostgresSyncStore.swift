@@ -262,7 +262,7 @@ public final class PostgresSyncStore: SyncStore {
             let rows = try reader.db.query(SpaceSummary.listingSQL { "$\($0)" }, [.text(after), .int(Int64(limit))])
             return (0..<rows.count).map { i in
                 SpaceSummary(name: rows.text(i, 0), records: rows.int64(i, 2), tombstones: rows.int64(i, 3), head: rows.int64(i, 1),
-                             lastWriteAt: rows.optionalInt64(i, 4))
+                             lastWriteAt: rows.optionalInt64(i, 4), horizon: rows.int64(i, 5))
             }
         }
     }
@@ -283,6 +283,52 @@ public final class PostgresSyncStore: SyncStore {
             }
             total += deleted
             if deleted < 5000 { return total }
+        }
+    }
+
+    public func compact(tombstonesBefore cutoff: Int64) async throws -> Compaction {
+        var total = Compaction()
+        while true {
+            // One transaction per slice: a tombstone re-created meanwhile (a new seq, not
+            // deleted) is not matched by the delete.
+            let (slice, last): (Compaction, Bool) = try await read { reader in
+                try reader.db.execute("BEGIN")
+                do {
+                    var slice = Compaction()
+                    let rows = try reader.db.query(Compaction.sliceSQL(placeholder: { "$\($0)" }, deleted: "true"), [.int(cutoff), .int(Int64(Compaction.sliceSize))])
+                    var spaces: [Int64: (String, Int64)] = [:]
+                    for i in 0..<rows.count {
+                        let space = rows.int64(i, 0), seq = rows.int64(i, 4)
+                        let deleted = try reader.db.run("DELETE FROM records WHERE space_id = $1 AND collection = $2 AND id = $3 AND seq = $4 AND deleted",
+                                                        [.int(space), .text(rows.text(i, 2)), .text(rows.text(i, 3)), .int(seq)])
+                        guard deleted == 1 else { continue }
+                        slice.purged += 1
+                        slice.reclaimedBytes += rows.int64(i, 5)
+                        spaces[space] = (rows.text(i, 1), max(spaces[space]?.1 ?? 0, seq))
+                    }
+                    for (id, (name, seq)) in spaces {
+                        let moved = try reader.db.query("UPDATE spaces SET horizon_seq = greatest(horizon_seq, $1) WHERE space_id = $2 RETURNING horizon_seq",
+                                                        [.int(seq), .int(id)])
+                        slice.horizons[name] = moved.count == 0 ? seq : moved.int64(0, 0)
+                    }
+                    try reader.db.execute("COMMIT")
+                    return (slice, rows.count < Compaction.sliceSize)
+                } catch {
+                    try? reader.db.execute("ROLLBACK")
+                    throw error
+                }
+            }
+            total.purged += slice.purged
+            total.reclaimedBytes += slice.reclaimedBytes
+            total.horizons.merge(slice.horizons) { max($0, $1) }
+            if last { return total }
+        }
+    }
+
+    public func horizon(space: String) async throws -> Int64 {
+        try await read { reader in
+            let rows = try reader.db.query("SELECT horizon_seq FROM spaces WHERE name = $1", [.text(space)])
+            return rows.count == 0 ? 0 : rows.int64(0, 0)
         }
     }
 
@@ -664,7 +710,7 @@ final class PostgresReader {
     static func pageSQL(filtered: Bool) -> String {
         """
         SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
-               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as
+               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, s.horizon_seq
         FROM spaces s LEFT JOIN LATERAL (
             SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records
             WHERE space_id = s.space_id AND seq > $2\(filtered ? " AND collection = ANY($4)" : "")
@@ -772,7 +818,9 @@ final class PostgresReader {
         guard let rows = try recordsAfter(request) else {
             return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
         }
-        return encodePage(rows, limit: request.limit, maxBytes: request.maxBytes)
+        var page = encodePage(rows, limit: request.limit, maxBytes: request.maxBytes)
+        page.horizon = rows.int64(0, 12)
+        return page
     }
 
     /// Encodes rows in `pageSQL`'s columns (`limit + 1` records at most) as a page.

@@ -58,7 +58,7 @@ public final class SQLiteSyncStore: SyncStore {
     /// Current schema version; `migrate` brings older files up to it.
     /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
     /// 3: `records.same_as` (protocol 1.1).
-    static let schemaVersion = 5
+    static let schemaVersion = 6
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -221,6 +221,17 @@ public final class SQLiteSyncStore: SyncStore {
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '5')")
             }
         }
+        if version < 6 {
+            // Compaction (docs/operating.md): each space's history horizon, and the
+            // tombstones by age, so a purge finds them without reading every record.
+            try db.transaction {
+                try db.execute("""
+                    ALTER TABLE spaces ADD COLUMN horizon_seq INTEGER NOT NULL DEFAULT 0;
+                    CREATE INDEX IF NOT EXISTS records_tombstones ON records(updated_at) WHERE deleted = 1;
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '6')")
+            }
+        }
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
@@ -366,11 +377,46 @@ public final class SQLiteSyncStore: SyncStore {
         }
     }
 
+    public func compact(tombstonesBefore cutoff: Int64) async throws -> Compaction {
+        var total = Compaction()
+        while true {
+            let (slice, last): (Compaction, Bool) = try await write { db in
+                var slice = Compaction()
+                var spaces: [Int64: (String, Int64)] = [:]
+                let rows = try db.query(Compaction.sliceSQL(placeholder: { _ in "?" }, deleted: "1"), [.integer(cutoff), .integer(Int64(Compaction.sliceSize))]) {
+                    (space: $0.int64(0), name: $0.text(1), collection: $0.text(2), id: $0.text(3), seq: $0.int64(4), bytes: $0.int64(5))
+                }
+                let delete = try db.cached("DELETE FROM records WHERE space_id = ? AND collection = ? AND id = ? AND seq = ? AND deleted = 1")
+                for row in rows {
+                    try delete.run([.integer(row.space), .text(row.collection), .text(row.id), .integer(row.seq)])
+                    guard db.changes == 1 else { continue }
+                    slice.purged += 1
+                    slice.reclaimedBytes += row.bytes
+                    spaces[row.space] = (row.name, max(spaces[row.space]?.1 ?? 0, row.seq))
+                }
+                for (id, (name, seq)) in spaces {
+                    try db.run("UPDATE spaces SET horizon_seq = max(horizon_seq, ?) WHERE space_id = ?", [.integer(seq), .integer(id)])
+                    slice.horizons[name] = try db.scalarInt("SELECT horizon_seq FROM spaces WHERE space_id = ?", [.integer(id)]) ?? seq
+                }
+                // A slice shorter than asked for was the last.
+                return (slice, rows.count < Compaction.sliceSize)
+            }
+            total.purged += slice.purged
+            total.reclaimedBytes += slice.reclaimedBytes
+            total.horizons.merge(slice.horizons) { max($0, $1) }
+            if last { return total }
+        }
+    }
+
+    public func horizon(space: String) async throws -> Int64 {
+        try await read { try $0.db.scalarInt("SELECT horizon_seq FROM spaces WHERE name = ?", [.text(space)]) ?? 0 }
+    }
+
     public func spaces(after: String, limit: Int) async throws -> [SpaceSummary] {
         try await read { reader in
             try reader.db.query(SpaceSummary.listingSQL { _ in "?" }, [.text(after), .integer(Int64(limit))]) { row in
                 SpaceSummary(name: row.text(0), records: row.int64(2), tombstones: row.int64(3), head: row.int64(1),
-                             lastWriteAt: row.isNull(4) ? nil : row.int64(4))
+                             lastWriteAt: row.isNull(4) ? nil : row.int64(4), horizon: row.int64(5))
             }
         }
     }
@@ -668,12 +714,15 @@ final class SQLiteReader {
 
     func page(_ request: PageRequest) throws -> PageData {
         try db.transaction(.deferred) {
-            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
+            guard case (let spaceID, let head, let horizon)? = try db.queryOne("SELECT space_id, head_seq, horizon_seq FROM spaces WHERE name = ?", [.text(request.space)],
+                                                                               { ($0.int64(0), $0.int64(1), $0.int64(2)) }) else {
                 return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
             }
             let stmt = try recordsAfter(request, spaceID: spaceID)
             defer { stmt.reset() }
-            return try encodePage(stmt, limit: request.limit, maxBytes: request.maxBytes, head: head)
+            var page = try encodePage(stmt, limit: request.limit, maxBytes: request.maxBytes, head: head)
+            page.horizon = horizon
+            return page
         }
     }
 

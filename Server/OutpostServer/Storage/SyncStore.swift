@@ -43,14 +43,18 @@ public struct PageData: Sendable {
     public var hasMore: Bool
     /// The space's newest seq in this epoch when the page was read.
     public var head: Int64
+    /// The space's history horizon when the page was read (`SyncStore.compact`): a cursor
+    /// before it may have missed a purged delete.
+    public var horizon: Int64
 
-    public init(epoch: Epoch, changesJSON: [UInt8], count: Int, lastSeq: Int64?, hasMore: Bool, head: Int64) {
+    public init(epoch: Epoch, changesJSON: [UInt8], count: Int, lastSeq: Int64?, hasMore: Bool, head: Int64, horizon: Int64 = 0) {
         self.epoch = epoch
         self.changesJSON = changesJSON
         self.count = count
         self.lastSeq = lastSeq
         self.hasMore = hasMore
         self.head = head
+        self.horizon = horizon
     }
 }
 
@@ -207,6 +211,12 @@ public protocol SyncStore: Sendable {
 
     /// Deletes idempotency records applied before `cutoff` (ms since 1970); returns how many.
     func sweepChangeIDs(appliedBefore cutoff: Int64) async throws -> Int
+    /// Purges the tombstones last written before `cutoff` (ms since 1970), in slices, and
+    /// moves each space's history horizon up to the newest seq it purged
+    /// (docs/operating.md, "Compaction").
+    func compact(tombstonesBefore cutoff: Int64) async throws -> Compaction
+    /// The space's history horizon (0 when nothing was purged).
+    func horizon(space: String) async throws -> Int64
 
     /// True when the store is open and a write transaction can start.
     func isWritable() async -> Bool
@@ -219,6 +229,38 @@ public protocol SyncStore: Sendable {
     func close() async
 }
 
+/// What one compaction purged.
+public struct Compaction: Sendable, Equatable {
+    /// Tombstones purged.
+    public var purged: Int
+    /// The bytes of the rows purged (key, metadata and row overhead; a tombstone has no
+    /// data), which the store's file reuses.
+    public var reclaimedBytes: Int64
+    /// The spaces whose horizon moved, and their new horizons.
+    public var horizons: [String: Int64]
+
+    public init(purged: Int = 0, reclaimedBytes: Int64 = 0, horizons: [String: Int64] = [:]) {
+        self.purged = purged
+        self.reclaimedBytes = reclaimedBytes
+        self.horizons = horizons
+    }
+
+    /// The tombstones of one slice, oldest first, for both stores (`placeholder(1)` the
+    /// cutoff, `placeholder(2)` the slice size): space id, space name, key, seq and the
+    /// row's size.
+    static func sliceSQL(placeholder: (Int) -> String, deleted: String) -> String {
+        """
+        SELECT r.space_id, s.name, r.collection, r.id, r.seq, length(r.collection) + length(r.id) + length(r.updated_by) + 48
+          FROM records r JOIN spaces s ON s.space_id = r.space_id
+         WHERE r.deleted = \(deleted) AND r.updated_at < \(placeholder(1))
+         ORDER BY r.updated_at LIMIT \(placeholder(2))
+        """
+    }
+
+    /// Tombstones per slice: one write transaction each, so pushes wait for little.
+    static let sliceSize = 2000
+}
+
 /// One space as the operator's list shows it.
 public struct SpaceSummary: Sendable, Equatable {
     public var name: String
@@ -229,13 +271,16 @@ public struct SpaceSummary: Sendable, Equatable {
     public var head: Int64
     /// The server time (ms) of the newest write, nil for a space with no record.
     public var lastWriteAt: Int64?
+    /// The history horizon: the newest seq of a purged tombstone (0: nothing purged).
+    public var horizon: Int64
 
-    public init(name: String, records: Int64, tombstones: Int64, head: Int64, lastWriteAt: Int64?) {
+    public init(name: String, records: Int64, tombstones: Int64, head: Int64, lastWriteAt: Int64?, horizon: Int64 = 0) {
         self.name = name
         self.records = records
         self.tombstones = tombstones
         self.head = head
         self.lastWriteAt = lastWriteAt
+        self.horizon = horizon
     }
 
     /// The one query of the list, for both stores (they share the schema's tables and
@@ -246,10 +291,10 @@ public struct SpaceSummary: Sendable, Equatable {
         SELECT s.name, s.head_seq,
                count(r.id) FILTER (WHERE NOT r.deleted),
                count(r.id) FILTER (WHERE r.deleted),
-               max(r.updated_at)
-          FROM (SELECT space_id, name, head_seq FROM spaces WHERE name > \(placeholder(1)) ORDER BY name LIMIT \(placeholder(2))) s
+               max(r.updated_at), s.horizon_seq
+          FROM (SELECT space_id, name, head_seq, horizon_seq FROM spaces WHERE name > \(placeholder(1)) ORDER BY name LIMIT \(placeholder(2))) s
           LEFT JOIN records r ON r.space_id = s.space_id
-         GROUP BY s.space_id, s.name, s.head_seq
+         GROUP BY s.space_id, s.name, s.head_seq, s.horizon_seq
          ORDER BY s.name
         """
     }

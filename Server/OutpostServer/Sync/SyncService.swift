@@ -203,6 +203,7 @@ public final class SyncService: Sendable {
             throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
                             details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])
         }
+        try Self.checkHorizon(since, page.horizon)
         if page.count == 0 && query.waitMs > 0 {
             // Wait for a commit after what this page saw, with every pull that would read
             // the same page (LongPollHub: one read and one encoded answer for all of them;
@@ -226,6 +227,16 @@ public final class SyncService: Sendable {
         pullBytes.add(page.changesJSON.count)
         let next = page.lastSeq.map { Version(epoch: epoch, seq: $0) } ?? since
         return HTTPResponse(json: Self.encodePage(page, next: next))
+    }
+
+    /// A cursor before the space's history horizon may have missed a delete whose tombstone
+    /// compaction purged: `409 history_compacted`, pull again from the start (which is
+    /// whole). A cursor at the start, or at or after the horizon, has missed nothing.
+    static func checkHorizon(_ since: Version, _ horizon: Int64) throws(HTTPError) {
+        guard since.seq > 0, since.seq < horizon else { return }
+        throw HTTPError(HTTPStatus(code: 409), .historyCompacted,
+                        "deletes after this cursor were purged by compaction (the history is whole from \(since.epoch).\(horizon)); pull again from the start",
+                        details: ["epoch": .string(since.epoch.rawValue), "horizon": .string(Version(epoch: since.epoch, seq: horizon).text)])
     }
 
     /// `{"epoch":…,"changes":[…],"next":…,"hasMore":…,"head":…}` around the store's encoded
@@ -265,6 +276,7 @@ public final class SyncService: Sendable {
     func viewPull(space: String, query: PullQuery, since: Version, view: ReadView) async throws -> HTTPResponse {
         // A cursor at the start holds nothing, whatever view it names.
         if since.seq > 0 && query.sinceView != view.id { throw Self.viewChanged(to: view.id) }
+        if since.seq > 0 { try Self.checkHorizon(since, try await storeCall { try await self.store.horizon(space: space) }) }
         let epoch = store.epoch
         let pager = ViewPager(store: store, view: view, indexed: viewIndex.isReady(view.rules.index))
         let limit = limits.pageLimit(requested: query.limit), maxBytes = limits.pageByteBudget(requested: query.maxBytes)

@@ -1,3 +1,4 @@
+import Foundation
 import OutpostCore
 
 /// Sections 3 and 7, and the routing rules of section 2: info, health, readiness, metrics,
@@ -20,6 +21,38 @@ enum OperationsChecks {
                     throw CheckFailure("limits.\(field.name) is \(limits[field.name]?.description ?? "absent"), expected a positive integer")
                 }
             }
+        },
+        Check("server-time-header", section: "2", "every answer carries X-Server-Time, the server's clock in ms since 1970, within a second of its Date") { c in
+            for (response, what) in [(try await c.get("/v1/info"), "GET /v1/info"), (try await c.get("/v1/no-such-route"), "a 404")] {
+                guard let text = response.header("X-Server-Time"), let ms = Int64(text) else {
+                    throw CheckFailure("\(what): X-Server-Time is \(response.header("X-Server-Time") ?? "absent"), expected an integer of ms")
+                }
+                let formatter = DateFormatter()
+                formatter.locale = Locale(identifier: "en_US_POSIX")
+                formatter.timeZone = TimeZone(identifier: "GMT")
+                formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+                guard let date = response.header("Date").flatMap(formatter.date) else { throw CheckFailure("\(what): Date is not an IMF-fixdate") }
+                let dateMs = Int64(date.timeIntervalSince1970 * 1000)
+                try expect(ms >= dateMs - 1000 && ms < dateMs + 2000, "\(what): X-Server-Time \(ms) is not within the second of Date \(dateMs)")
+            }
+        },
+        Check("compaction-history-compacted", section: "5", "after POST /v1/admin/compact purges a delete, a cursor before it is 409 history_compacted with details.horizon, and the space from the start no longer holds the record") { c in
+            let space = c.newSpace()
+            let x = try await PushChecks.create(c, space, id: "x")
+            _ = try await PushChecks.create(c, space, id: "y")
+            let before = try await c.pull(space).page.next
+            let deletion = try expectApplied(try await c.push(space, [ChangeJSON.delete(c.unique("chg"), id: "x", base: x.text)]).results[0], "delete of x")
+            let admin = c.token([], scope: "read", admin: true)
+            try expectError(try await c.send("POST", "/v1/admin/compact?retentionDays=0", token: c.writeToken(space)), 403, "forbidden", "compact with a token that is not admin")
+            let compacted = try await c.send("POST", "/v1/admin/compact?retentionDays=0", token: admin)
+            try expectStatus(compacted, 200, "POST /v1/admin/compact?retentionDays=0")
+            let horizon = try compacted.json()["horizons"]?[space]?.int64Value
+            try expect(horizon == deletion.seq, "the compaction's horizon of the space is \(horizon.map(String.init) ?? "absent"), expected the delete's seq \(deletion.seq)")
+            let details = try expectError(try await c.pullResponse(space, [("since", before.text)]), 409, "history_compacted", "pull from a cursor before the purged delete")
+            try expect(details["horizon"]?.stringValue == deletion.text, "details.horizon is \(details["horizon"]?.description ?? "absent"), expected \(deletion.text)")
+            let whole = try await c.pullAll(space)
+            try expect(whole.records.map(\.id) == ["y"], "from the start the space holds \(whole.records.map(\.id)), expected only y (x's tombstone purged)")
+            try expectStatus(try await c.pullResponse(space, [("since", deletion.text)]), 200, "pull from the horizon")
         },
         Check("healthz", section: "7", "GET /healthz needs no token and answers 200 {\"status\": \"ok\"}") { c in
             let response = try await c.get("/healthz")

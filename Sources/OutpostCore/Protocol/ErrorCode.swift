@@ -30,6 +30,9 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     /// The cursor was made under another view of the space than the token's now (the
     /// rules or the token's claims changed): pull again from the start (docs/rules.md).
     case viewChanged = "view_changed"
+    /// The cursor is before the space's history horizon: deletes it may not have seen were
+    /// purged by compaction. Pull again from the start (docs/protocol.md section 5).
+    case historyCompacted = "history_compacted"
     case invalidCursor = "invalid_cursor"
     // Section 6: media
     case digestRequired = "digest_required"
