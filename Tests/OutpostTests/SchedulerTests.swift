@@ -12,8 +12,9 @@ struct SchedulerTests {
         var options = SyncScheduler.Options()
         options.interval = .seconds(3600)
         options.longPoll = .seconds(10)
-        let phoneScheduler = SyncScheduler(store: phone, options: options)
-        let laptopScheduler = SyncScheduler(store: laptop, options: options)
+        // The server is in process: the host's network has no say.
+        let phoneScheduler = SyncScheduler(store: phone, options: options, conditions: AlwaysReachableConditions())
+        let laptopScheduler = SyncScheduler(store: laptop, options: options, conditions: AlwaysReachableConditions())
         await phoneScheduler.start()
         await laptopScheduler.start()
         var laptopEvents = await laptop.observe(collection: "todos").makeAsyncIterator()
@@ -36,7 +37,7 @@ struct SchedulerTests {
         options.interval = .seconds(3600)
         options.longPoll = nil
         options.backoff = .init(initial: .seconds(3600), maximum: .seconds(3600))
-        let scheduler = SyncScheduler(store: phone, options: options)
+        let scheduler = SyncScheduler(store: phone, options: options, conditions: AlwaysReachableConditions())
         world.server.inject(.refuseConnection, on: .info)
         var events = scheduler.events.makeAsyncIterator()
         await scheduler.start()

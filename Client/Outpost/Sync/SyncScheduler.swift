@@ -6,10 +6,16 @@ import Synchronization
 /// jittered, growing delay. Between syncs it can hold a long poll open, so another
 /// device's write arrives within moments.
 ///
+/// It syncs only while its `Options.conditions` hold (by default: a network is
+/// reachable), as `NetworkConditions` report them. While they do not, it starts no sync
+/// and no long poll, cancels a running long poll, and emits `.waitingForConditions`;
+/// local edits and `syncNow()` meanwhile are kept, and once the conditions hold again it
+/// syncs at once.
+///
 /// ```swift
 /// let scheduler = SyncScheduler(store: store)
 /// await scheduler.start()
-/// for await event in scheduler.events { ... }   // .synced(report), .failed(error), .remoteChanges
+/// for await event in scheduler.events { ... }   // .synced(report), .failed(error), .remoteChanges, .waitingForConditions(why)
 /// ```
 public actor SyncScheduler {
     /// Settings.
@@ -22,6 +28,9 @@ public actor SyncScheduler {
         public var backoff = OutpostStore.BackoffPolicy(initial: .seconds(2), maximum: .seconds(300))
         /// Sync soon after each local edit. Default true.
         public var syncAfterLocalEdits = true
+        /// When it may sync: the network it needs, and whether it pauses in Low Power
+        /// Mode. Default: any reachable network, in any power mode.
+        public var conditions = SyncConditions()
         /// The defaults.
         public init() {}
     }
@@ -34,27 +43,38 @@ public actor SyncScheduler {
         case failed(OutpostError)
         /// A long poll brought and applied records.
         case remoteChanges
+        /// The conditions stopped holding, or hold for another reason now: it waits (no
+        /// sync, no long poll) until they hold, then syncs at once. Emitted once as the
+        /// wait starts, and again only when the reason changes.
+        case waitingForConditions(SyncConditions.Unmet)
     }
 
     /// The store it runs.
     public let store: OutpostStore
     /// Its settings.
     public let options: Options
+    /// Where it learns whether the network and power allow a sync.
+    public let conditions: any NetworkConditions
     /// Everything it does, as it happens (the newest 256 are kept for a slow reader).
     public nonisolated let events: AsyncStream<Event>
     private let continuation: AsyncStream<Event>.Continuation
     private nonisolated let wake = AsyncSignal()
     private var loop: Task<Void, Never>?
     private var edits: Task<Void, Never>?
+    private var watcher: Task<Void, Never>?
 
-    /// A scheduler for `store` (not started).
-    public init(store: OutpostStore, options: Options = Options()) {
+    /// A scheduler for `store` (not started), checking `options.conditions` against the
+    /// state `conditions` reports (by default the platform's: `platformConditions()`).
+    public init(store: OutpostStore, options: Options = Options(), conditions: any NetworkConditions = SyncScheduler.platformConditions()) {
         self.store = store
         self.options = options
+        self.conditions = conditions
         (events, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(256))
     }
 
-    /// Starts syncing (at once). Does nothing when already started.
+    /// Starts syncing: at once when the conditions hold, else as soon as they do (the
+    /// first sync waits for the conditions' first report). Does nothing when already
+    /// started.
     public func start() async {
         guard loop == nil else { return }
         let store = self.store, options = self.options, wake = self.wake, continuation = self.continuation
@@ -65,28 +85,41 @@ public actor SyncScheduler {
             }
         }
         let inbox = self.inbox
+        // A state from an earlier start is stale: the stream below begins with the current one.
+        inbox.withLock { $0.network = nil }
+        let updates = conditions.updates()
+        watcher = Task { await Self.watch(updates, inbox: inbox, wake: wake) }
         loop = Task { await Self.run(store: store, options: options, wake: wake, inbox: inbox, events: continuation) }
     }
 
     /// Stops: a long poll or a sleep ends at once; a sync in progress finishes first.
     public func stop() async {
         edits?.cancel()
+        watcher?.cancel()
         loop?.cancel()
         await loop?.value
+        // Awaited, so no state from this run lands in the inbox after a next start.
+        await watcher?.value
         loop = nil
         edits = nil
+        watcher = nil
     }
 
-    /// Asks for a sync now (or right after the one in progress).
+    /// Asks for a sync now (or right after the one in progress). While the conditions do
+    /// not hold, the demand is kept: the sync runs as soon as they hold.
     public nonisolated func syncNow() {
         demand()
     }
 
-    /// What woke the loop, besides time: a demand (a local edit or `syncNow()`), or the end
-    /// of the long poll with its outcome.
+    /// What woke the loop, besides time: a demand (a local edit or `syncNow()`), the end of
+    /// a long poll with its outcome, or a new network state.
     private struct Inbox: Sendable {
         var demanded = false
-        var poll: Result<OutpostStore.WaitResult, OutpostError>?
+        /// The number of the poll that ended, and how.
+        var poll: (id: Int, outcome: Result<OutpostStore.WaitResult, OutpostError>)?
+        /// The newest state the conditions reported; nil until the first. It stays until
+        /// the next report (it is not taken like the rest).
+        var network: NetworkState?
     }
 
     /// A reference to the inbox, so the loop and the long-poll task share it.
@@ -103,24 +136,40 @@ public actor SyncScheduler {
         wake.signal()
     }
 
+    /// Puts each state the conditions report in the inbox and wakes the loop.
+    private static func watch(_ updates: AsyncStream<NetworkState>, inbox: Mailbox, wake: AsyncSignal) async {
+        for await state in updates {
+            inbox.withLock { $0.network = state }
+            wake.signal()
+        }
+    }
+
     private static func run(store: OutpostStore, options: Options, wake: AsyncSignal, inbox: Mailbox, events: AsyncStream<Event>.Continuation) async {
         var rng = Randomness(seed: nil)
         var failures = 0
         var nextSync = ContinuousClock.now
         // The long poll runs beside everything else: a local edit syncs at once instead of
         // waiting for the poll to be cancelled, and the poll's page is applied only if the
-        // store's cursor has not moved meanwhile.
+        // store's cursor has not moved meanwhile. Each poll has a number, so the outcome of
+        // one cancelled when the conditions stopped holding is told from the running one's.
         var poll: Task<Void, Never>?
+        var pollId = 0
         defer { poll?.cancel() }
+        // Why it waits for the conditions; nil while they hold.
+        var waiting: SyncConditions.Unmet?
         while !Task.isCancelled {
-            let (demanded, polled) = inbox.withLock { box -> (Bool, Result<OutpostStore.WaitResult, OutpostError>?) in
-                defer { box = Inbox() }
-                return (box.demanded, box.poll)
+            let (demanded, ended, network) = inbox.withLock { box in
+                defer {
+                    box.demanded = false
+                    box.poll = nil
+                }
+                return (box.demanded, box.poll, box.network)
             }
+            // A demand made while it waits stays in `nextSync` until the conditions hold.
             if demanded { nextSync = ContinuousClock.now }
-            if let polled {
+            if let ended, ended.id == pollId, poll != nil {
                 poll = nil
-                switch polled {
+                switch ended.outcome {
                 case .success(.changed): events.yield(.remoteChanges)
                 case .success(.unchanged): break
                 case .success(.needsSync): nextSync = ContinuousClock.now
@@ -130,6 +179,24 @@ public actor SyncScheduler {
                     events.yield(.failed(failure))
                     nextSync = ContinuousClock.now + .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng))
                 }
+            }
+            guard let network else {
+                await wake.wait()
+                continue
+            }
+            if let unmet = options.conditions.unmet(in: network) {
+                if unmet != waiting {
+                    waiting = unmet
+                    events.yield(.waitingForConditions(unmet))
+                }
+                poll?.cancel()
+                poll = nil
+                await wake.wait()
+                continue
+            }
+            if waiting != nil {
+                waiting = nil
+                nextSync = ContinuousClock.now
             }
             if ContinuousClock.now >= nextSync {
                 do {
@@ -151,12 +218,18 @@ public actor SyncScheduler {
                 continue
             }
             if poll == nil, failures == 0, let longPoll = options.longPoll {
+                pollId += 1
+                let id = pollId
                 poll = Task {
                     let outcome: Result<OutpostStore.WaitResult, OutpostError>
                     do { outcome = .success(try await store.waitForChanges(timeout: longPoll)) } catch {
                         outcome = .failure(error as? OutpostError ?? .storage("\(error)"))
                     }
-                    inbox.withLock { $0.poll = outcome }
+                    // A cancelled poll's outcome is the cancellation's, and the loop no longer waits for it.
+                    if Task.isCancelled { return }
+                    inbox.withLock { box in
+                        if (box.poll?.id ?? 0) < id { box.poll = (id, outcome) }
+                    }
                     wake.signal()
                 }
             }

@@ -1,0 +1,265 @@
+import OutpostCore
+import OutpostTestSupport
+import Synchronization
+import Testing
+@testable import Outpost
+
+/// The scheduler's conditions (network, Wi-Fi, Low Power Mode), driven by
+/// `ManualNetworkConditions` over real in-memory stores. Every wait is on the scheduler's
+/// events or the transport's counts, with the suite's deadline.
+///
+/// "No sync happened" is proved without sleeping: after `syncNow()` the test moves the
+/// state to another unmet condition, and the scheduler's event for that new reason comes
+/// from a turn of its loop that had already taken the demand (`syncNow()` sets it before
+/// the state changes); a sync it ran for the demand would have been reported before it.
+/// With the default conditions there is no other reason to move to, so the offline test
+/// checks what was sent up to the network's return, and the Wi-Fi and Low Power tests
+/// carry the proof that a demand does not run while the scheduler waits.
+@Suite("Sync scheduler conditions")
+struct SchedulerConditionsTests {
+    @Test func conditionsNameTheFirstOneUnmet() {
+        let any = SyncConditions()
+        #expect(any.unmet(in: .offline) == .noNetwork)
+        #expect(any.unmet(in: .cellular) == nil)
+        #expect(any.unmet(in: NetworkState(isLowPower: true)) == nil)
+        let wifiOnly = SyncConditions(wifiOnly: true)
+        #expect(wifiOnly.unmet(in: .offline) == .noNetwork)
+        #expect(wifiOnly.unmet(in: .cellular) == .notOnWiFi)
+        #expect(wifiOnly.unmet(in: .wifi) == nil)
+        // Wi-Fi only needs a network even when `requiresNetwork` is off.
+        #expect(SyncConditions(requiresNetwork: false, wifiOnly: true).unmet(in: .offline) == .noNetwork)
+        #expect(SyncConditions(requiresNetwork: false).unmet(in: .offline) == nil)
+        let saver = SyncConditions(pausesInLowPowerMode: true)
+        #expect(saver.unmet(in: NetworkState(isLowPower: true)) == .lowPowerMode)
+        #expect(saver.unmet(in: NetworkState(isReachable: false, isWiFi: false, isLowPower: true)) == .noNetwork)
+        #expect(saver.unmet(in: .cellular) == nil)
+    }
+
+    @Test func offlineAnEditWaitsAndSyncsAtOnceWhenTheNetworkReturns() async throws {
+        let world = World()
+        let transport = CountingTransport(world.server.transport(device: "phone"))
+        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
+        let network = ManualNetworkConditions(.offline)
+        let scheduler = SyncScheduler(store: phone, options: .quiet(), conditions: network)
+        let log = SchedulerEventLog(scheduler)
+        await scheduler.start()
+        try await eventually("the scheduler waits for the network") { log.seen == [.waiting(.noNetwork)] }
+        #expect(transport.requests == 0)
+
+        try await phone.put(todo("written offline"), in: "todos", id: "t1")
+        scheduler.syncNow()
+        // The interval is an hour: only the network's return syncs now.
+        network.set(.wifi)
+        try await eventually("the edit is synced") { log.seen.contains(.synced(pushed: 1)) }
+        #expect(log.throughFirstSync == [.waiting(.noNetwork), .synced(pushed: 1)])
+        #expect(world.serverData("todos", "t1") == todo("written offline"))
+        await scheduler.stop()
+    }
+
+    @Test func wifiOnlyWaitsOnCellularAndSyncsOnWiFi() async throws {
+        let world = World()
+        let transport = CountingTransport(world.server.transport(device: "phone"))
+        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
+        let network = ManualNetworkConditions(.cellular)
+        var options = SyncScheduler.Options.quiet()
+        options.conditions.wifiOnly = true
+        let scheduler = SyncScheduler(store: phone, options: options, conditions: network)
+        let log = SchedulerEventLog(scheduler)
+        await scheduler.start()
+        try await eventually("the scheduler waits for Wi-Fi") { log.seen == [.waiting(.notOnWiFi)] }
+
+        try await phone.put(todo("on cellular"), in: "todos", id: "t1")
+        scheduler.syncNow()
+        network.set(.offline)
+        try await eventually("the scheduler took the demand and waits for a network") {
+            log.seen == [.waiting(.notOnWiFi), .waiting(.noNetwork)]
+        }
+        #expect(transport.requests == 0)
+        #expect(world.serverData("todos", "t1") == nil)
+
+        network.set(.cellular)
+        try await eventually("the scheduler waits for Wi-Fi again") { log.seen.last == .waiting(.notOnWiFi) }
+        #expect(transport.requests == 0)
+        network.set(.wifi)
+        try await eventually("the edit is synced on Wi-Fi") { log.seen.contains(.synced(pushed: 1)) }
+        #expect(log.throughFirstSync == [.waiting(.notOnWiFi), .waiting(.noNetwork), .waiting(.notOnWiFi), .synced(pushed: 1)])
+        #expect(world.serverData("todos", "t1") == todo("on cellular"))
+        await scheduler.stop()
+    }
+
+    @Test func lowPowerModePausesSyncsUntilItEnds() async throws {
+        let world = World()
+        let transport = CountingTransport(world.server.transport(device: "phone"))
+        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
+        let network = ManualNetworkConditions(NetworkState(isReachable: true, isWiFi: true, isLowPower: true))
+        var options = SyncScheduler.Options.quiet()
+        options.conditions.pausesInLowPowerMode = true
+        let scheduler = SyncScheduler(store: phone, options: options, conditions: network)
+        let log = SchedulerEventLog(scheduler)
+        await scheduler.start()
+        try await eventually("the scheduler pauses in Low Power Mode") { log.seen == [.waiting(.lowPowerMode)] }
+
+        try await phone.put(todo("saving power"), in: "todos", id: "t1")
+        scheduler.syncNow()
+        network.set(NetworkState(isReachable: false, isWiFi: false, isLowPower: true))
+        try await eventually("the scheduler took the demand and waits for a network") {
+            log.seen == [.waiting(.lowPowerMode), .waiting(.noNetwork)]
+        }
+        #expect(transport.requests == 0)
+
+        network.set(NetworkState(isReachable: true, isWiFi: false, isLowPower: false))
+        try await eventually("the edit is synced once Low Power Mode ends") { log.seen.contains(.synced(pushed: 1)) }
+        #expect(log.throughFirstSync == [.waiting(.lowPowerMode), .waiting(.noNetwork), .synced(pushed: 1)])
+        #expect(world.serverData("todos", "t1") == todo("saving power"))
+        await scheduler.stop()
+    }
+
+    @Test func aLongPollEndsWhenTheNetworkGoesAndReopensWhenItReturns() async throws {
+        let world = World()
+        let transport = CountingTransport(world.server.transport(device: "phone"))
+        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
+        let network = ManualNetworkConditions(.wifi)
+        var options = SyncScheduler.Options.quiet()
+        options.longPoll = .seconds(60)
+        let scheduler = SyncScheduler(store: phone, options: options, conditions: network)
+        let log = SchedulerEventLog(scheduler)
+        await scheduler.start()
+        try await eventually("a sync, then a long poll") { log.seen == [.synced(pushed: 0)] && transport.openPolls == 1 }
+
+        network.set(.offline)
+        // Cancelled, not timed out: a poll that ran its minute would not count here.
+        try await eventually("the long poll is cancelled") { transport.cancelledPolls == 1 && transport.openPolls == 0 }
+        try await eventually("the scheduler waits for the network") { log.seen == [.synced(pushed: 0), .waiting(.noNetwork)] }
+        #expect(transport.openPolls == 0)
+
+        network.set(.cellular)
+        try await eventually("a sync at once, then a new long poll") {
+            log.seen == [.synced(pushed: 0), .waiting(.noNetwork), .synced(pushed: 0)] && transport.openPolls == 1
+        }
+        #expect(transport.cancelledPolls == 1)
+        await scheduler.stop()
+    }
+
+    #if !canImport(Network)
+    @Test func withoutTheNetworkFrameworkTheConditionsAlwaysHold() async {
+        let conditions = SyncScheduler.platformConditions()
+        #expect(conditions is AlwaysReachableConditions)
+        #expect(conditions.current == NetworkState())
+        var states: [NetworkState] = []
+        for await state in conditions.updates() { states.append(state) }
+        #expect(states == [NetworkState()])
+    }
+    #endif
+}
+
+extension SyncScheduler.Options {
+    /// Options under which nothing but a demand or the conditions start a sync: an hour's
+    /// interval, no long poll.
+    static func quiet() -> Self {
+        var options = Self()
+        options.interval = .seconds(3600)
+        options.longPoll = nil
+        return options
+    }
+}
+
+/// A scheduler's events as they arrive, in a form tests compare.
+final class SchedulerEventLog: Sendable {
+    enum Seen: Equatable, Sendable {
+        case synced(pushed: Int)
+        case failed(OutpostError)
+        case remoteChanges
+        case waiting(SyncConditions.Unmet)
+    }
+
+    private final class Storage: Sendable {
+        let list = Mutex<[Seen]>([])
+    }
+
+    private let storage: Storage
+    private let reader: Task<Void, Never>
+
+    /// Reads `scheduler.events` (the log is then its only reader) until the log is released.
+    init(_ scheduler: SyncScheduler) {
+        let storage = Storage(), events = scheduler.events
+        self.storage = storage
+        reader = Task {
+            for await event in events {
+                let seen: Seen = switch event {
+                case .synced(let report): .synced(pushed: report.pushed)
+                case .failed(let error): .failed(error)
+                case .remoteChanges: .remoteChanges
+                case .waitingForConditions(let why): .waiting(why)
+                }
+                storage.list.withLock { $0.append(seen) }
+            }
+        }
+    }
+
+    deinit { reader.cancel() }
+
+    /// Everything seen so far.
+    var seen: [Seen] { storage.list.withLock { $0 } }
+
+    /// What was seen up to the first sync's end, included. A local edit's demand reaches the
+    /// scheduler through the store's observers, so it may still come after that sync and
+    /// start one more, which a test need not wait for.
+    var throughFirstSync: [Seen] {
+        let seen = self.seen
+        guard let end = seen.firstIndex(where: { if case .synced = $0 { true } else if case .failed = $0 { true } else { false } }) else { return seen }
+        return Array(seen[...end])
+    }
+}
+
+/// A transport that counts the requests a store makes and the long polls it holds open.
+final class CountingTransport: SyncTransport {
+    private struct Counts {
+        var requests = 0
+        var openPolls = 0
+        var cancelledPolls = 0
+    }
+
+    private let inner: any SyncTransport
+    private let counts = Mutex(Counts())
+
+    init(_ inner: any SyncTransport) { self.inner = inner }
+
+    /// Requests of every kind sent.
+    var requests: Int { counts.withLock { $0.requests } }
+    /// Long polls (pulls that wait) not yet answered.
+    var openPolls: Int { counts.withLock { $0.openPolls } }
+    /// Long polls that ended because their task was cancelled.
+    var cancelledPolls: Int { counts.withLock { $0.cancelledPolls } }
+
+    var maxResponseBytes: Int { inner.maxResponseBytes }
+
+    func takeServerClockReading() -> ServerClockReading? { inner.takeServerClockReading() }
+
+    func serverInfo() async throws -> ServerInfo {
+        counts.withLock { $0.requests += 1 }
+        return try await inner.serverInfo()
+    }
+
+    func push(_ request: PushRequest, space: String) async throws -> PushResponse {
+        counts.withLock { $0.requests += 1 }
+        return try await inner.push(request, space: space)
+    }
+
+    func pull(_ query: PullQuery, space: String) async throws -> PulledPage {
+        let waits = query.waitMs > 0
+        counts.withLock { c in
+            c.requests += 1
+            if waits { c.openPolls += 1 }
+        }
+        defer {
+            if waits {
+                let cancelled = Task.isCancelled
+                counts.withLock { c in
+                    c.openPolls -= 1
+                    if cancelled { c.cancelledPolls += 1 }
+                }
+            }
+        }
+        return try await inner.pull(query, space: space)
+    }
+}
