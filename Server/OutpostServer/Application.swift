@@ -20,6 +20,8 @@ public final class OutpostApplication: Sendable {
     public let operations: OperationsService
     /// Media uploads and downloads (PROTOCOL.md section 6; docs/media.md).
     public let media: MediaService
+    /// Device telemetry and the devices list (docs/operating.md, "Devices").
+    public let telemetry: TelemetryService
     public let router: Router
     private let sweeper: Task<Void, Never>
     private let epochChangeHandler = EpochChangeHook()
@@ -75,6 +77,15 @@ public final class OutpostApplication: Sendable {
         let compactor = Compactor(store: store, metrics: metrics, retentionDays: settings.tombstoneRetentionDays)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
                                        metricsRequireAdmin: settings.metricsRequireAdmin, compactor: compactor)
+        // Device telemetry in the store's database, on a session of its own.
+        let telemetryStore: DeviceTelemetry
+        if let url = settings.postgresURL {
+            telemetryStore = try DeviceTelemetry(name: "pg") { PostgresSession(db: try PostgresSyncStore.open(url)) }
+        } else {
+            let path = dataDirectory.storePath
+            telemetryStore = try DeviceTelemetry(name: "outpost") { try SQLiteSession(path: path, durableSynchronous: synchronous) }
+        }
+        telemetry = TelemetryService(telemetry: telemetryStore, authorizer: authorizer, metrics: metrics)
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
                                                           mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
         mediaConfiguration.synchronous = synchronous
@@ -85,6 +96,7 @@ public final class OutpostApplication: Sendable {
         operations.register(&router)
         sync.register(&router)
         media.register(&router)
+        telemetry.register(&router)
         media.startSweeper()
         self.router = router
 
@@ -200,6 +212,14 @@ public final class OutpostApplication: Sendable {
     public func close() async {
         sweeper.cancel()
         await media.close()
+        let telemetry = self.telemetry
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            // Joins its thread: off the cooperative pool.
+            DispatchQueue.global().async {
+                telemetry.stop()
+                c.resume()
+            }
+        }
         await store.close()
         dataDirectory.release()
     }

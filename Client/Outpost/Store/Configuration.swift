@@ -36,6 +36,10 @@ extension OutpostStore {
         /// Per collection, a check a pulled record's data must pass; a record that fails it
         /// goes to the quarantine instead of the store (see `validate(_:in:)`).
         public var validators: [String: @Sendable (JSONObject) throws -> Void] = [:]
+        /// Sends the device's sync telemetry (duration, bytes, counts, errors, latency,
+        /// queue depth, clock offset) to the server in batches after syncs, for an operator
+        /// to watch the devices (docs/client.md, "Telemetry"). Opt-in; default false.
+        public var telemetry = false
         /// How far the device's clock may differ from the server's before `clockStatus()`
         /// reports it as an anomaly. Default 2 minutes.
         public var clockThreshold: Duration = .seconds(120)

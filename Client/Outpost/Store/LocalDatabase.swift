@@ -47,7 +47,7 @@ final class LocalDatabase {
     let db: Connection
 
     /// The schema version this SDK writes; `migrate` brings older files up to it.
-    static let schemaVersion = 5
+    static let schemaVersion = 6
 
     /// Seals the puts of an end-to-end encrypted store (set by the store when it opens one).
     var cipher: RecordCipher?
@@ -177,6 +177,13 @@ final class LocalDatabase {
                 // takes the mode of the store that opens it (OutpostStore.init).
                 if version > 0 { try setMeta("encryption", "none") }
                 try setMeta("schema_version", "5")
+            }
+        }
+        if version < 6 {
+            // The telemetry outbox (Sync/Telemetry.swift).
+            try db.transaction {
+                try db.execute(Self.telemetrySchema)
+                try setMeta("schema_version", "6")
             }
         }
     }

@@ -50,6 +50,10 @@ public actor OutpostStore {
     var inFlight: Set<String> = []
     /// The server's clock minus the device's, as last measured (`clockStatus()`).
     var clockOffset: Int64?
+    /// The round trip of the last sync's best clock reading (telemetry).
+    var lastRoundTripMs: Int64?
+    /// True while the telemetry outbox is being sent.
+    var sendingTelemetry = false
 
     /// How many epochs the store remembers having left (PROTOCOL.md section 5).
     public static let retiredEpochLimit = 32

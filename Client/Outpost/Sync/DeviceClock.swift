@@ -59,7 +59,10 @@ extension OutpostStore {
     /// stores the offset it gives; a rise of the offset by more than both measurements'
     /// uncertainty and a second is the device's clock going back.
     func measureClock(_ transport: any SyncTransport) {
-        guard let reading = transport.takeServerClockReading(), database != nil else { return }
+        guard let reading = transport.takeServerClockReading(), database != nil else {
+            lastRoundTripMs = nil
+            return
+        }
         let (seconds, attoseconds) = (ContinuousClock.now - reading.receivedAt).components
         let deviceAtArrival = now() - (seconds * 1000 + attoseconds / 1_000_000_000_000_000)
         // The server wrote its time between the request's start and the arrival: take the
@@ -79,5 +82,6 @@ extension OutpostStore {
             try d.setMeta("clock_jumped_back", jumped.map { String($0) })
         }
         clockOffset = offset
+        lastRoundTripMs = reading.roundTripMs
     }
 }

@@ -22,9 +22,15 @@ extension OutpostStore {
         guard let transport else { throw OutpostError.noTransport }
         await acquireSyncGate()
         defer { releaseSyncGate() }
-        // Every answer of the sync is a reading of the server's clock, failed syncs' too.
-        defer { measureClock(transport) }
+        let startedAt = now(), started = ContinuousClock.now
+        var failure: OutpostError?
         var report = SyncReport()
+        // Every answer of the sync is a reading of the server's clock, failed syncs' too;
+        // and the sync is one entry of the device's telemetry, when the app opted in.
+        defer {
+            measureClock(transport)
+            recordTelemetry(transport, startedAt: startedAt, started: started, report: report, failure: failure)
+        }
         pulledThisSync = 0
         announce(.started)
         do {
@@ -63,10 +69,11 @@ extension OutpostStore {
             announce(.finished(report))
             return report
         } catch {
-            let failure = error as? OutpostError ?? .storage("\(error)")
-            if failure != .closed { try? write { try $0.setMeta("last_error", failure.description) } }
-            announce(.failed(failure.description))
-            throw failure
+            let failed = error as? OutpostError ?? .storage("\(error)")
+            failure = failed
+            if failed != .closed { try? write { try $0.setMeta("last_error", failed.description) } }
+            announce(.failed(failed.description))
+            throw failed
         }
     }
 

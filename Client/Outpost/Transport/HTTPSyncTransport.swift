@@ -55,6 +55,7 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
     private let delegate: SessionDelegate
     /// Set when the server refused a gzip body (415): plain bodies from then on.
     private let clockReading = Mutex<ServerClockReading?>(nil)
+    private let traffic = Mutex(TransportTraffic())
     private let plainBodies = Mutex(false)
 
     /// A transport to `baseURL`. `token` gives the bearer token (nil: send none); it is
@@ -104,6 +105,19 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
     public func push(_ request: PushRequest, space: String) async throws -> PushResponse {
         let (status, body) = try await send("POST", path: "/v1/spaces/\(Self.escape(space))/push", body: request.encoded())
         return try Self.decode(status, body, as: PushResponse.self)
+    }
+
+    /// `POST /v1/spaces/{space}/telemetry`.
+    public func sendTelemetry(_ batch: TelemetryBatch, space: String) async throws {
+        let (status, body) = try await send("POST", path: "/v1/spaces/\(Self.escape(space))/telemetry", body: batch.encoded())
+        guard status == 202 || status == 200 else { throw Self.failure(status, body) }
+    }
+
+    public func takeTraffic() -> TransportTraffic? {
+        traffic.withLock { t in
+            defer { t = TransportTraffic() }
+            return t
+        }
     }
 
     /// `GET /v1/spaces/{space}/pull`.
@@ -167,7 +181,19 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
                 }
             }
             let started = ContinuousClock.now
-            let (status, answer, serverTime) = try await perform(request)
+            let sent = Int64(request.httpBody?.count ?? 0)
+            let (status, answer, serverTime): (Int, [UInt8], (ms: Int64, resolutionMs: Int64)?)
+            do {
+                (status, answer, serverTime) = try await perform(request)
+            } catch {
+                traffic.withLock { $0.bytesSent += sent; $0.failedRequests += 1 }
+                throw error
+            }
+            traffic.withLock { t in
+                t.bytesSent += sent
+                t.bytesReceived += Int64(answer.count)
+                if status >= 500 || status == 408 || status == 429 { t.failedRequests += 1 }
+            }
             if let serverTime { keepClockReading(serverTime, started: started) }
             if status == 401 && authorized && !refresh {
                 refresh = true

@@ -25,6 +25,25 @@ public protocol SyncTransport: Sendable {
     /// and forgets it; nil when there was none. The store calls it after each sync to
     /// estimate its clock's offset (`OutpostStore.clockStatus()`).
     func takeServerClockReading() -> ServerClockReading?
+    /// The bytes sent and received and the requests that failed since the last call, and
+    /// resets them; nil when the transport does not count.
+    func takeTraffic() -> TransportTraffic?
+    /// `POST /v1/spaces/{space}/telemetry` (docs/protocol.md section 7).
+    func sendTelemetry(_ batch: TelemetryBatch, space: String) async throws
+}
+
+/// What a transport moved (`SyncTransport.takeTraffic`).
+public struct TransportTraffic: Sendable, Hashable {
+    public var bytesSent: Int64 = 0
+    public var bytesReceived: Int64 = 0
+    /// Requests that failed (not sent, no answer, or a 5xx/408/429 answer).
+    public var failedRequests: Int64 = 0
+
+    public init(bytesSent: Int64 = 0, bytesReceived: Int64 = 0, failedRequests: Int64 = 0) {
+        self.bytesSent = bytesSent
+        self.bytesReceived = bytesReceived
+        self.failedRequests = failedRequests
+    }
 }
 
 extension SyncTransport {
@@ -32,6 +51,12 @@ extension SyncTransport {
     public var maxResponseBytes: Int { 16 << 20 }
     /// No readings.
     public func takeServerClockReading() -> ServerClockReading? { nil }
+    /// Not counted.
+    public func takeTraffic() -> TransportTraffic? { nil }
+    /// Not supported: the store keeps its telemetry.
+    public func sendTelemetry(_ batch: TelemetryBatch, space: String) async throws {
+        throw TransportError.notSent("this transport does not send telemetry")
+    }
 }
 
 /// One answer's reading of the server's clock: the server wrote `serverTimeMs` at some

@@ -90,15 +90,15 @@ enum PostgresMediaMetadata {
 final class PostgresLockPool: UploadLockService {
     /// One connection on its own thread, reconnected before a job when it was lost.
     final class Session: Sendable {
-        let thread: WorkerThread<SQLMediaReadJob>
+        let thread: WorkerThread<SQLSessionJob>
 
         init(url: String) throws {
-            thread = try SQLMediaReadJob.thread(name: "pg-media-lock", open: { PostgresSession(db: try PostgresSyncStore.open(url)) })
+            thread = try SQLSessionJob.thread(name: "pg-media-lock", open: { PostgresSession(db: try PostgresSyncStore.open(url)) })
         }
 
         func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
             try await withCheckedThrowingContinuation { continuation in
-                let job = SQLMediaReadJob { db, error in
+                let job = SQLSessionJob { db, error in
                     if let error { continuation.resume(throwing: error); return }
                     continuation.resume(with: Result { try body(db) })
                 }

@@ -14,7 +14,7 @@ import OutpostCore
 /// loss may cost a resend, which `received` then shows). Publishing commits `.durable`.
 final class SQLMediaMetadata: MediaMetadata {
     private let writer: WorkerThread<SQLMediaWriteJob>
-    private let reader: WorkerThread<SQLMediaReadJob>
+    private let reader: WorkerThread<SQLSessionJob>
     private let locks: any UploadLockService
     let largestOpenChunkSize: Int
 
@@ -29,7 +29,7 @@ final class SQLMediaMetadata: MediaMetadata {
             setup: { SQLMediaWriter(db: try openWriter()) },
             handle: { writer, jobs in writer.handle(jobs) },
             teardown: { writer in writer.db.close() })
-        reader = try SQLMediaReadJob.thread(name: "\(name)-media-reader", open: openReader)
+        reader = try SQLSessionJob.thread(name: "\(name)-media-reader", open: openReader)
         self.locks = locks
         self.largestOpenChunkSize = largestOpenChunkSize
     }
@@ -203,7 +203,7 @@ final class SQLMediaMetadata: MediaMetadata {
 
     private func read<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            let job = SQLMediaReadJob { db, error in
+            let job = SQLSessionJob { db, error in
                 if let error { continuation.resume(throwing: error); return }
                 continuation.resume(with: Result { try body(db) })
             }
@@ -259,14 +259,14 @@ enum SQLMediaWriteJob: Sendable {
     case other(@Sendable (any SQLSession, (any Error)?) -> Void)
 }
 
-struct SQLMediaReadJob: Sendable {
+struct SQLSessionJob: Sendable {
     /// Runs with the session, or with the error that made it unusable.
     let run: @Sendable (any SQLSession, (any Error)?) -> Void
 
     /// A thread with its own session, made by `open`, that runs these jobs in order, each
     /// after reconnecting if the connection was lost (the job gets the error when that fails).
-    static func thread(name: String, open: @escaping @Sendable () throws -> any SQLSession) throws -> WorkerThread<SQLMediaReadJob> {
-        try WorkerThread<SQLMediaReadJob>(
+    static func thread(name: String, open: @escaping @Sendable () throws -> any SQLSession) throws -> WorkerThread<SQLSessionJob> {
+        try WorkerThread<SQLSessionJob>(
             name: name,
             setup: open,
             handle: { db, jobs in

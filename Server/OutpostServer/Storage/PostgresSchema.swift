@@ -153,6 +153,28 @@ public enum PostgresSchema {
         ALTER TABLE spaces ADD COLUMN IF NOT EXISTS horizon_seq bigint NOT NULL DEFAULT 0;
         CREATE INDEX IF NOT EXISTS records_tombstones ON records(updated_at) WHERE deleted;
         """#,
+        // 8: device telemetry (DeviceTelemetry): each device's last state and its syncs.
+        #"""
+        CREATE TABLE IF NOT EXISTS devices(
+            space text COLLATE "C" NOT NULL,
+            client_id text COLLATE "C" NOT NULL,
+            first_seen bigint NOT NULL,
+            last_seen bigint NOT NULL,
+            last_sync bigint NOT NULL,
+            sdk_version text NOT NULL,
+            pending bigint NOT NULL,
+            last_error text,
+            clock_offset text,
+            reports bigint NOT NULL,
+            PRIMARY KEY(space, client_id));
+        CREATE TABLE IF NOT EXISTS device_syncs(
+            space text COLLATE "C" NOT NULL,
+            client_id text COLLATE "C" NOT NULL,
+            started_at bigint NOT NULL,
+            received_at bigint NOT NULL,
+            entry text NOT NULL,
+            PRIMARY KEY(space, client_id, started_at));
+        """#,
     ]
 
     /// Brings the database up to `latestVersion` (under the advisory lock) and returns

@@ -58,7 +58,7 @@ public final class SQLiteSyncStore: SyncStore {
     /// Current schema version; `migrate` brings older files up to it.
     /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
     /// 3: `records.same_as` (protocol 1.1).
-    static let schemaVersion = 6
+    static let schemaVersion = 7
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -230,6 +230,33 @@ public final class SQLiteSyncStore: SyncStore {
                     CREATE INDEX IF NOT EXISTS records_tombstones ON records(updated_at) WHERE deleted = 1;
                     """)
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '6')")
+            }
+        }
+        if version < 7 {
+            // Device telemetry (DeviceTelemetry): each device's last state and its syncs.
+            try db.transaction {
+                try db.execute("""
+                    CREATE TABLE IF NOT EXISTS devices(
+                        space TEXT NOT NULL,
+                        client_id TEXT NOT NULL,
+                        first_seen INTEGER NOT NULL,
+                        last_seen INTEGER NOT NULL,
+                        last_sync INTEGER NOT NULL,
+                        sdk_version TEXT NOT NULL,
+                        pending INTEGER NOT NULL,
+                        last_error TEXT,
+                        clock_offset TEXT,
+                        reports INTEGER NOT NULL,
+                        PRIMARY KEY(space, client_id)) WITHOUT ROWID;
+                    CREATE TABLE IF NOT EXISTS device_syncs(
+                        space TEXT NOT NULL,
+                        client_id TEXT NOT NULL,
+                        started_at INTEGER NOT NULL,
+                        received_at INTEGER NOT NULL,
+                        entry TEXT NOT NULL,
+                        PRIMARY KEY(space, client_id, started_at)) WITHOUT ROWID;
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '7')")
             }
         }
     }

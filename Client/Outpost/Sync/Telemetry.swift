@@ -1,0 +1,73 @@
+import OutpostCore
+
+// Device telemetry (docs/client.md, "Telemetry"): with `Configuration.telemetry`, each sync
+// leaves one entry in the store's outbox (`telemetry_outbox`, the newest `outboxLimit`),
+// and after the sync the outbox goes to the server in batches of at most
+// `TelemetryBatch.maxEntries`, in a task of its own: the sync has returned by then, and a
+// batch that fails stays for the next sync. Nothing of it can fail or hold up a sync.
+
+extension LocalDatabase {
+    static let telemetrySchema = """
+        CREATE TABLE IF NOT EXISTS telemetry_outbox(
+            number INTEGER PRIMARY KEY AUTOINCREMENT,
+            entry BLOB NOT NULL);
+        """
+}
+
+extension OutpostStore {
+    /// Entries kept while the server cannot be reached; older ones are dropped.
+    static let outboxLimit = 500
+
+    /// The SDK's version in telemetry.
+    static let sdkVersion = "outpost-swift/\(OutpostProtocol.productVersion)"
+
+    /// Stores the entry of the sync that just ended and starts sending the outbox.
+    func recordTelemetry(_ transport: any SyncTransport, startedAt: Int64, started: ContinuousClock.Instant, report: SyncReport, failure: OutpostError?) {
+        guard configuration.telemetry, database != nil, failure != .closed else { return }
+        let (seconds, attoseconds) = (ContinuousClock.now - started).components
+        var entry = TelemetryEntry(startedAt: startedAt, durationMs: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        let traffic = transport.takeTraffic()
+        entry.bytesSent = traffic?.bytesSent ?? 0
+        entry.bytesReceived = traffic?.bytesReceived ?? 0
+        entry.retries = traffic?.failedRequests ?? 0
+        entry.pushed = Int64(report.pushed)
+        entry.pulled = Int64(report.pulled)
+        entry.conflicts = Int64(report.conflicts)
+        entry.rejected = Int64(report.rejected)
+        entry.lastError = failure.map { String($0.code.prefix(TelemetryEntry.maxErrorLength)) }
+        entry.roundTripMs = lastRoundTripMs
+        entry.queueDepth = Int64((try? read { try $0.count(deliveries: ["queued", "sent"]) }) ?? report.pending)
+        entry.clockOffsetMs = clockOffset
+        let bytes = entry.json.encoded()
+        try? write(durability: .normal) { d in
+            try d.db.run("INSERT INTO telemetry_outbox(entry) VALUES (?)", [.blob(bytes)])
+            try d.db.run("DELETE FROM telemetry_outbox WHERE number <= (SELECT max(number) FROM telemetry_outbox) - ?", [.integer(Int64(Self.outboxLimit))])
+        }
+        guard !sendingTelemetry else { return }
+        sendingTelemetry = true
+        Task { await self.sendTelemetry(transport) }
+    }
+
+    /// Sends the outbox, batch after batch, until it is empty or a batch fails.
+    private func sendTelemetry(_ transport: any SyncTransport) async {
+        defer { sendingTelemetry = false }
+        while true {
+            guard let rows = try? read({ d in
+                try d.db.query("SELECT number, entry FROM telemetry_outbox ORDER BY number LIMIT ?", [.integer(Int64(TelemetryBatch.maxEntries))]) {
+                    ($0.int64(0), $0.blob(1))
+                }
+            }), !rows.isEmpty else { return }
+            let entries = rows.enumerated().compactMap { i, row in (try? JSONParser.parse(row.1)).flatMap { try? TelemetryEntry(json: $0, at: i) } }
+            let batch = TelemetryBatch(clientId: clientId, sdkVersion: Self.sdkVersion, syncs: entries)
+            do { try await transport.sendTelemetry(batch, space: space) } catch { return }
+            let last = rows.last!.0
+            guard (try? write(durability: .normal, { try $0.db.run("DELETE FROM telemetry_outbox WHERE number <= ?", [.integer(last)]) })) != nil else { return }
+            if rows.count < TelemetryBatch.maxEntries { return }
+        }
+    }
+
+    /// Entries waiting in the outbox.
+    public func pendingTelemetry() throws -> Int {
+        try read { Int(try $0.db.scalarInt("SELECT count(*) FROM telemetry_outbox") ?? 0) }
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+import OutpostCore
+import OutpostHTTP
+
+/// What devices report of their syncs (docs/operating.md, "Devices"), kept in the store in
+/// SQL written once for both stores (`SQLSession`): the last state of each device
+/// (`devices`) and a bounded history of its syncs (`device_syncs`, the newest
+/// `historyPerDevice`). One thread with its own session runs every statement.
+final class DeviceTelemetry: Sendable {
+    private let thread: WorkerThread<SQLSessionJob>
+
+    /// Syncs kept per device.
+    static let historyPerDevice = 100
+
+    init(name: String, open: @escaping @Sendable () throws -> any SQLSession) throws {
+        thread = try SQLSessionJob.thread(name: "\(name)-telemetry", open: open)
+    }
+
+    func stop() {
+        thread.stop()
+    }
+
+    /// One device's row, as `GET /v1/admin/devices` lists it.
+    struct Device: Sendable, Equatable {
+        var space: String
+        var clientId: String
+        var firstSeenAt: Int64
+        var lastSeenAt: Int64
+        var lastSyncAt: Int64
+        var sdkVersion: String
+        var pending: Int64
+        var lastError: String?
+        var clockOffsetMs: Int64?
+        var reports: Int64
+    }
+
+    /// Stores a batch received at `now`: the device's row becomes its newest sync's state,
+    /// and each sync joins its history, of which the newest `historyPerDevice` stay.
+    func record(space: String, _ batch: TelemetryBatch, now: Int64) async throws {
+        guard let newest = batch.syncs.max(by: { $0.startedAt < $1.startedAt }) else {
+            try await run { db in
+                try db.run("""
+                    INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports)
+                    VALUES (?, ?, ?, ?, 0, ?, 0, NULL, NULL, 1)
+                    ON CONFLICT (space, client_id) DO UPDATE SET last_seen = excluded.last_seen, sdk_version = excluded.sdk_version,
+                                                                 reports = devices.reports + 1
+                    """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .text(batch.sdkVersion)])
+            }
+            return
+        }
+        let entries = batch.syncs.map { (started: $0.startedAt, json: String(decoding: $0.json.encoded(canonical: true), as: UTF8.self)) }
+        try await run { db in
+            try db.transaction(.process) {
+                try db.run("""
+                    INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+                    ON CONFLICT (space, client_id) DO UPDATE SET
+                        last_seen = excluded.last_seen, sdk_version = excluded.sdk_version, reports = devices.reports + 1,
+                        last_sync = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.last_sync ELSE devices.last_sync END,
+                        pending = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.pending ELSE devices.pending END,
+                        last_error = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.last_error ELSE devices.last_error END,
+                        clock_offset = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.clock_offset ELSE devices.clock_offset END
+                    """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .integer(newest.startedAt), .text(batch.sdkVersion),
+                          .integer(newest.queueDepth), .optionalText(newest.lastError), .optionalText(newest.clockOffsetMs.map { String($0) })])
+                for entry in entries {
+                    try db.run("""
+                        INSERT INTO device_syncs(space, client_id, started_at, received_at, entry) VALUES (?, ?, ?, ?, ?)
+                        ON CONFLICT (space, client_id, started_at) DO NOTHING
+                        """, [.text(space), .text(batch.clientId), .integer(entry.started), .integer(now), .text(entry.json)])
+                }
+                try db.run("""
+                    DELETE FROM device_syncs WHERE space = ? AND client_id = ? AND started_at <
+                      (SELECT started_at FROM device_syncs WHERE space = ? AND client_id = ? ORDER BY started_at DESC LIMIT 1 OFFSET \(Self.historyPerDevice - 1))
+                    """, [.text(space), .text(batch.clientId), .text(space), .text(batch.clientId)])
+            }
+        }
+    }
+
+    /// A page of devices in (space, client id) order after `after`, of `space` only when
+    /// given, and only those not seen since `notSeenSince` when given.
+    func devices(space: String?, after: (space: String, clientId: String)?, notSeenSince: Int64?, limit: Int) async throws -> [Device] {
+        var conditions: [String] = []
+        var values: [SQLValue] = []
+        if let space {
+            conditions.append("space = ?")
+            values.append(.text(space))
+        }
+        if let after {
+            conditions.append("(space > ? OR (space = ? AND client_id > ?))")
+            values += [.text(after.space), .text(after.space), .text(after.clientId)]
+        }
+        if let notSeenSince {
+            conditions.append("last_seen < ?")
+            values.append(.integer(notSeenSince))
+        }
+        let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
+        let sql = """
+            SELECT space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports
+              FROM devices \(filter) ORDER BY space, client_id LIMIT \(limit)
+            """
+        let bound = values
+        return try await run { db in
+            try db.query(sql, bound) { row in
+                Device(space: row.text(0), clientId: row.text(1), firstSeenAt: row.int64(2), lastSeenAt: row.int64(3), lastSyncAt: row.int64(4),
+                       sdkVersion: row.text(5), pending: row.int64(6), lastError: row.optionalText(7),
+                       clockOffsetMs: row.optionalText(8).flatMap { Int64($0) }, reports: row.int64(9))
+            }
+        }
+    }
+
+    /// The syncs a device reported, newest first.
+    func history(space: String, clientId: String) async throws -> [JSONValue] {
+        try await run { db in
+            try db.query("SELECT entry FROM device_syncs WHERE space = ? AND client_id = ? ORDER BY started_at DESC", [.text(space), .text(clientId)]) {
+                (try? JSONParser.parse($0.text(0))) ?? .null
+            }
+        }
+    }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let job = SQLSessionJob { db, error in
+                if let error { continuation.resume(throwing: error); return }
+                continuation.resume(with: Result { try body(db) })
+            }
+            if !thread.submit(job) { continuation.resume(throwing: StoreError("the telemetry store is closed")) }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Testing
+@testable import OutpostServer
+
+/// Device telemetry over a real socket, on each store (docs/operating.md, "Devices"):
+/// `POST /v1/spaces/{space}/telemetry` with its limits, and `GET /v1/admin/devices`.
+@Suite(.serverLogs) struct TelemetryTests {
+    enum Store: String, CaseIterable, Sendable { case sqlite, postgres }
+
+    static func entry(_ startedAt: Int64, pending: Int64 = 0, error: String? = nil, offset: Int64? = nil) -> TelemetryEntry {
+        var e = TelemetryEntry(startedAt: startedAt, durationMs: 120)
+        e.bytesSent = 300
+        e.bytesReceived = 4000
+        e.pushed = 2
+        e.queueDepth = pending
+        e.lastError = error
+        e.roundTripMs = 3
+        e.clockOffsetMs = offset
+        return e
+    }
+
+    @Test(arguments: Store.allCases) func devicesReportTheirSyncsAndAnAdminSeesEachOnesLastState(store: Store) async throws {
+        let url = store == .postgres ? try await PostgresCluster.database(prefix: "telemetry") : nil
+        try await withServer(configure: { if let url { $0.store = url } }) { s in
+            func send(_ space: String, _ batch: TelemetryBatch, token: String? = nil) async throws -> TestResponse {
+                try await s.request("POST", "/v1/spaces/\(space)/telemetry", token: token ?? s.token(spaces: [space], scope: .read), body: batch.encoded())
+            }
+            let first = try await send("team", TelemetryBatch(clientId: "phone-1", sdkVersion: "outpost-swift/0.1.0",
+                                                               syncs: [Self.entry(1_000, pending: 4, error: "no_answer"), Self.entry(2_000, pending: 1, offset: -250)]))
+            let accepted = try json(first)["accepted"]
+            #expect(first.status == 202 && accepted == 2, "\(first.text)")
+            #expect(try await send("team", TelemetryBatch(clientId: "tablet", sdkVersion: "outpost-swift/0.1.0", syncs: [Self.entry(5_000)])).status == 202)
+            #expect(try await send("depot", TelemetryBatch(clientId: "phone-1", sdkVersion: "outpost-swift/0.1.0", syncs: [Self.entry(7_000, error: "forbidden")])).status == 202)
+            // An older batch arriving late does not replace the newest state.
+            #expect(try await send("team", TelemetryBatch(clientId: "phone-1", sdkVersion: "outpost-swift/0.1.1", syncs: [Self.entry(1_500, pending: 9)])).status == 202)
+
+            let admin = s.token(spaces: [], admin: true)
+            let listed = try json(try await s.request("GET", "/v1/admin/devices", token: admin))
+            let devices = listed["devices"]?.arrayValue ?? []
+            #expect(devices.map { "\($0["space"]?.stringValue ?? "")/\($0["clientId"]?.stringValue ?? "")" } == ["depot/phone-1", "team/phone-1", "team/tablet"])
+            let phone = devices[1]
+            #expect(phone["pending"] == 1 && phone["lastError"] == .null && phone["clockOffsetMs"] == -250 && phone["lastSyncAt"] == 2_000, "\(phone)")
+            #expect(phone["reports"] == 2 && phone["sdkVersion"] == "outpost-swift/0.1.1")
+            #expect(devices[0]["lastError"] == "forbidden")
+            // Paging, one space, and the devices not seen for a while (none yet).
+            let page = try json(try await s.request("GET", "/v1/admin/devices?limit=2", token: admin))
+            #expect(page["next"] == "team/phone-1" && page["devices"]?.arrayValue?.count == 2)
+            let rest = try json(try await s.request("GET", "/v1/admin/devices?after=team/phone-1", token: admin))
+            #expect(rest["devices"]?.arrayValue?.map { $0["clientId"] } == ["tablet"] && rest["next"] == .null)
+            #expect(try json(try await s.request("GET", "/v1/admin/devices?space=team", token: admin))["devices"]?.arrayValue?.count == 2)
+            #expect(try json(try await s.request("GET", "/v1/admin/devices?notSeenForHours=72", token: admin))["devices"]?.arrayValue?.isEmpty == true)
+            // The history is bounded per device.
+            for round in 0..<2 {
+                let syncs = (0..<TelemetryBatch.maxEntries).map { Self.entry(10_000 + Int64(round * 1000 + $0)) }
+                #expect(try await send("team", TelemetryBatch(clientId: "tablet", sdkVersion: "v", syncs: syncs)).status == 202)
+            }
+            let history = try await s.app.telemetry.telemetry.history(space: "team", clientId: "tablet")
+            #expect(history.count == DeviceTelemetry.historyPerDevice && history.first?["startedAt"] == 11_099)
+
+            // Auth and limits.
+            #expect(try await s.request("GET", "/v1/admin/devices", token: s.token(spaces: ["*"])).status == 403)
+            #expect(try await s.request("GET", "/v1/admin/devices", token: nil).status == 401)
+            #expect(try await s.request("GET", "/v1/admin/devices?after=nope", token: admin).status == 422)
+            #expect(try await send("team", TelemetryBatch(clientId: "x", sdkVersion: "v", syncs: []), token: s.token(spaces: ["other"])).status == 403)
+            let tooMany = TelemetryBatch(clientId: "x", sdkVersion: "v", syncs: (0...TelemetryBatch.maxEntries).map { Self.entry(Int64($0)) })
+            let refused = try await send("team", tooMany)
+            #expect(refused.status == 422 && errorCode(refused) == "invalid_request")
+            let big = try await s.request("POST", "/v1/spaces/team/telemetry", token: s.token(spaces: ["team"], scope: .read),
+                                          body: Array(repeating: UInt8(ascii: " "), count: TelemetryBatch.maxBytes + 1))
+            #expect(big.status == 413)
+            let bad = try await s.request("POST", "/v1/spaces/team/telemetry", token: s.token(spaces: ["team"], scope: .read),
+                                          body: Array(#"{"clientId":"x","sdkVersion":"v","syncs":[{"startedAt":1,"durationMs":-5}]}"#.utf8))
+            let field = try ErrorEnvelope.decode(bad.body).details?["field"]
+            #expect(bad.status == 422 && field == "syncs[0].durationMs", "\(bad.text)")
+        }
+    }
+}
