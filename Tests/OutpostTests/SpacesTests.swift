@@ -51,3 +51,45 @@ struct SpacesTests {
         #expect(!FileManager.default.fileExists(atPath: client.path(for: "initech")))
     }
 }
+
+/// Device telemetry from the SDK (docs/client.md, "Telemetry"), against a real server.
+@Suite("Device telemetry from the SDK", .serialized, .serverLogs)
+struct DeviceTelemetryTests {
+    @Test func anOptedInStoreReportsItsSyncsAndAStoreWhoseTransportCannotKeepsThemWithoutFailing() async throws {
+        let world = try RealWorld()
+        let admin = try world.server.token(spaces: [], admin: true)
+        func devices() async throws -> [JSONValue] {
+            let r = try await httpRequestAsync(port: world.server.port, "GET", "/v1/admin/devices?space=team", headers: [("Authorization", "Bearer \(admin)")])
+            return (try JSONParser.parse(r.body))["devices"]?.arrayValue ?? []
+        }
+        let quiet = try world.device("quiet", direct: true)
+        let phone = try world.device("phone", direct: true) { $0.telemetry = true }
+        try await quiet.put(todo("a"), in: "todos", id: "a")
+        try await quiet.sync()
+        try await phone.put(todo("b"), in: "todos", id: "b")
+        try await phone.put(todo("c"), in: "todos", id: "c")
+        try await phone.sync()
+        try await phone.sync()
+        try await eventually("the phone's two syncs reached the server") {
+            let list = try await devices()
+            let waiting = try await phone.pendingTelemetry()
+            return list.count == 1 && list[0]["clientId"] == "phone" && (list[0]["reports"]?.int64Value ?? 0) >= 1 && waiting == 0
+        }
+        let row = try #require(try await devices().first)
+        #expect(row["pending"] == 0 && row["lastError"] == .null && row["sdkVersion"] == .string(OutpostStore.sdkVersion), "\(row)")
+        #expect(row["clockOffsetMs"]?.int64Value.map { abs($0) < 5_000 } == true)
+        #expect(try await devices().allSatisfy { $0["clientId"] != "quiet" }, "telemetry is opt-in")
+
+        // A store whose transport sends no telemetry keeps its entries, and syncs as ever.
+        let server = InMemorySyncServer()
+        var c = OutpostStore.Configuration(space: "team")
+        c.telemetry = true
+        let offline = try OutpostStore.inMemory(configuration: c, transport: server.transport(device: "tablet"))
+        try await offline.put(todo("d"), in: "todos", id: "d")
+        #expect(try await offline.sync().pushed == 1)
+        #expect(try await offline.sync().pushed == 0)
+        try await eventually("both entries stay in the outbox") { try await offline.pendingTelemetry() == 2 }
+        await phone.close()
+        await quiet.close()
+    }
+}

@@ -48,7 +48,8 @@ extension OutpostStore {
         Task { await self.sendTelemetry(transport) }
     }
 
-    /// Sends the outbox, batch after batch, until it is empty or a batch fails.
+    /// Sends the outbox, batch after batch, until it is empty (entries recorded meanwhile
+    /// included) or a batch fails.
     private func sendTelemetry(_ transport: any SyncTransport) async {
         defer { sendingTelemetry = false }
         while true {
@@ -61,8 +62,8 @@ extension OutpostStore {
             let batch = TelemetryBatch(clientId: clientId, sdkVersion: Self.sdkVersion, syncs: entries)
             do { try await transport.sendTelemetry(batch, space: space) } catch { return }
             let last = rows.last!.0
+            // Entries a sync added while this batch was out go in the next round.
             guard (try? write(durability: .normal, { try $0.db.run("DELETE FROM telemetry_outbox WHERE number <= ?", [.integer(last)]) })) != nil else { return }
-            if rows.count < TelemetryBatch.maxEntries { return }
         }
     }
 

@@ -54,6 +54,38 @@ enum OperationsChecks {
             try expect(whole.records.map(\.id) == ["y"], "from the start the space holds \(whole.records.map(\.id)), expected only y (x's tombstone purged)")
             try expectStatus(try await c.pullResponse(space, [("since", deletion.text)]), 200, "pull from the horizon")
         },
+        Check("telemetry-limits", section: "7", "POST /v1/spaces/{space}/telemetry takes a batch of at most 100 syncs in 64 KiB (202 accepted), and refuses more (422), a bigger body (413), a bad field (422 with details.field) and a token of another space (403)") { c in
+            let space = c.newSpace()
+            let path = CheckContext.spacePath(space, "telemetry")
+            func batch(_ count: Int) -> JSONValue {
+                .object(["clientId": "conformance-device", "sdkVersion": "conformance/1",
+                         "syncs": .array((0..<count).map { .object(["startedAt": .number(JSONNumber(1_000 + $0)), "durationMs": 10, "pushed": 1]) })])
+            }
+            let ok = try await c.postJSON(path, batch(2), token: c.readToken(space))
+            try expectStatus(ok, 202, "a telemetry batch of 2 syncs")
+            try expect(try ok.json()["accepted"]?.int64Value == 2, "accepted is \(ok.bodyPreview), expected 2")
+            try expectError(try await c.postJSON(path, batch(101), token: c.readToken(space)), 422, "invalid_request", "a batch of 101 syncs")
+            let bad: JSONValue = .object(["clientId": "d", "sdkVersion": "v", "syncs": .array([.object(["startedAt": 1, "durationMs": "slow"])])])
+            let details = try expectError(try await c.postJSON(path, bad, token: c.readToken(space)), 422, "invalid_request", "a sync with a string durationMs")
+            try expect(details["field"]?.stringValue == "syncs[0].durationMs", "details.field is \(details["field"]?.description ?? "absent")")
+            let big = try await c.send("POST", path, headers: [("Content-Type", "application/json")], body: Array(repeating: UInt8(ascii: " "), count: 65_537),
+                                       token: c.readToken(space))
+            try expectError(big, 413, "payload_too_large", "a telemetry body over 64 KiB")
+            try expectError(try await c.postJSON(path, batch(1), token: c.readToken(c.newSpace())), 403, "forbidden", "telemetry with another space's token")
+        },
+        Check("admin-devices-auth", section: "7", "GET /v1/admin/devices answers an admin token with the devices page, 401 without a token and 403 for a token that is not admin") { c in
+            let space = c.newSpace()
+            let reported: JSONValue = .object(["clientId": "conformance-device", "sdkVersion": "conformance/1",
+                                               "syncs": .array([.object(["startedAt": 5, "durationMs": 10, "queueDepth": 3])])])
+            try expectStatus(try await c.postJSON(CheckContext.spacePath(space, "telemetry"), reported, token: c.readToken(space)), 202, "a telemetry batch")
+            let listed = try await c.get("/v1/admin/devices?space=\(space)", token: c.token([], scope: "read", admin: true))
+            try expectStatus(listed, 200, "GET /v1/admin/devices with an admin token")
+            let devices = try listed.json()["devices"]?.arrayValue ?? []
+            try expect(devices.count == 1 && devices[0]["clientId"]?.stringValue == "conformance-device" && devices[0]["pending"]?.int64Value == 3,
+                       "the space's devices are \(listed.bodyPreview), expected conformance-device with pending 3")
+            try expectError(try await c.get("/v1/admin/devices"), 401, "unauthorized", "GET /v1/admin/devices without a token")
+            try expectError(try await c.get("/v1/admin/devices", token: c.token(["*"], scope: "write")), 403, "forbidden", "GET /v1/admin/devices with a token that is not admin")
+        },
         Check("healthz", section: "7", "GET /healthz needs no token and answers 200 {\"status\": \"ok\"}") { c in
             let response = try await c.get("/healthz")
             try expectStatus(response, 200, "GET /healthz")

@@ -30,6 +30,8 @@ public struct TelemetryEntry: Sendable, Hashable {
 
     /// The most characters of `lastError`.
     public static let maxErrorLength = 200
+    /// The largest count: 2^53 - 1, what every JSON reader holds exactly.
+    public static let maxCount: Int64 = 9_007_199_254_740_991
 
     /// The counting fields by name (key paths are immutable values, safe to share).
     nonisolated(unsafe) static let counts: [(String, WritableKeyPath<TelemetryEntry, Int64>)] = [
@@ -50,13 +52,15 @@ public struct TelemetryEntry: Sendable, Hashable {
     public init(json: JSONValue, at index: Int) throws(WireError) {
         func field(_ name: String) -> String { "syncs[\(index)].\(name)" }
         guard case .object(let o) = json else { throw WireError(field: "syncs[\(index)]", message: "must be an object") }
-        func count(_ name: String, required: Bool = false, signed: Bool = false) throws(WireError) -> Int64? {
-            guard let value = o[name], !value.isNull else {
+        // Counts are integers from 0 to 2^53 - 1 (the offset may be negative); only the
+        // fields that may be unknown take null.
+        func count(_ name: String, required: Bool = false, signed: Bool = false, nullable: Bool = false) throws(WireError) -> Int64? {
+            guard let value = o[name], !(nullable && value.isNull) else {
                 if required { throw WireError(field: field(name), message: "is required") }
                 return nil
             }
-            guard let n = value.numberValue, n.isIntegerLexeme, let i = n.int64Value, signed || i >= 0 else {
-                throw WireError(field: field(name), message: signed ? "must be an integer" : "must be a non-negative integer")
+            guard let i = value.int64Value, abs(i) <= Self.maxCount, signed || i >= 0 else {
+                throw WireError(field: field(name), message: signed ? "must be an integer of at most 2^53 - 1" : "must be a non-negative integer of at most 2^53 - 1")
             }
             return i
         }
@@ -64,8 +68,8 @@ public struct TelemetryEntry: Sendable, Hashable {
         for (name, path) in Self.counts where name != "durationMs" {
             if let value = try count(name) { self[keyPath: path] = value }
         }
-        roundTripMs = try count("roundTripMs")
-        clockOffsetMs = try count("clockOffsetMs", signed: true)
+        roundTripMs = try count("roundTripMs", nullable: true)
+        clockOffsetMs = try count("clockOffsetMs", signed: true, nullable: true)
         if let error = o["lastError"], !error.isNull {
             guard let text = error.stringValue, text.count <= Self.maxErrorLength else {
                 throw WireError(field: field("lastError"), message: "must be a string of at most \(Self.maxErrorLength) characters, or null")
