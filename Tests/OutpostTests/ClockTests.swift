@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostCrypto
 import OutpostTestSupport
 import Testing
 @testable import Outpost
@@ -105,5 +106,54 @@ struct CompactedHistoryTests {
         #expect(try await world.serverRecords().keys.sorted() == ["t2", "t3"])
         await phone.close()
         await laptop.close()
+    }
+}
+
+/// The store's own compaction (docs/client.md, "Compaction").
+@Suite("Compacting the store's file", .serialized, .serverLogs)
+struct StoreCompactionTests {
+    @Test func compactionKeepsWhatIsUnsettledAndRemovesWhatNoSyncNeedsOnDemandAndOnItsSchedule() async throws {
+        let world = try RealWorld()
+        let keys = FileKeyStore(path: world.dir.appending("keys"))
+        try SpaceKeys.create(space: "team", in: keys)
+        let clock = ManualClock(systemMilliseconds())
+        let phone = try world.device("phone", direct: true) {
+            $0.encryption = .spaceKey(keys)
+            $0.clock = clock.reading()
+        }
+        for i in 0..<50 { try await phone.put(["text": .string(String(repeating: "x", count: 2000)), "i": .number(JSONNumber(Int64(i)))], in: "notes", id: "n\(i)") }
+        try await phone.sync()
+        for i in 0..<50 { try await phone.delete(from: "notes", id: "n\(i)") }
+        try await phone.sync()
+        // Offline: an edit absorbed by a newer one leaves a sealed form no change needs; an
+        // unsent edit and a rejected change must stay.
+        try await phone.put(["text": "draft"], in: "notes", id: "draft")
+        try await phone.put(["text": "draft, again"], in: "notes", id: "draft")
+        #expect(try await phone.read { d in try d.db.scalarInt("SELECT count(*) FROM sealed") } == 2)
+        // A download's leftover from a crash, an hour and more old, and a fresh one.
+        let downloads = world.dir.appending("downloads")
+        try FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
+        try await phone.noteDownloadDirectory(downloads)
+        let stale = downloads + "/.photo.jpg.abc.outpost-download", fresh = downloads + "/.photo.jpg.def.outpost-download"
+        for path in [stale, fresh] { FileManager.default.createFile(atPath: path, contents: Data("partial".utf8)) }
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-7200)], ofItemAtPath: stale)
+
+        let report = try await phone.compact()
+        #expect(report.sealedFormsPruned == 1 && report.temporaryFilesRemoved == 1, "\(report)")
+        #expect(!FileManager.default.fileExists(atPath: stale) && FileManager.default.fileExists(atPath: fresh))
+        #expect(try await phone.pendingChanges().count == 1)
+        #expect(try await phone.data("notes", "draft") == ["text": "draft, again"])
+        #expect(try await phone.read { d in try d.db.scalarInt("PRAGMA auto_vacuum") } == 2, "the file frees pages incrementally from now on")
+        #expect(try await phone.read { d in try d.db.scalarInt("PRAGMA freelist_count") } == 0)
+        #expect(try await phone.sync().pushed == 1, "the unsent edit still goes")
+
+        // On its schedule: not before the interval has passed since the last compaction.
+        let last = try await phone.read { try $0.meta("compacted_at") }
+        try await phone.sync()
+        #expect(try await phone.read { try $0.meta("compacted_at") } == last)
+        clock.advance(8 * 86_400_000)
+        try await phone.sync()
+        #expect(try await phone.read { try $0.meta("compacted_at") } == String(clock.now), "compacted after the sync, a week later")
+        await phone.close()
     }
 }

@@ -188,6 +188,8 @@ public actor MediaUploader {
     private nonisolated func download(mediaId: String, opener: SegmentedCipher.Decryptor?, expectedSize: Int64?, to destination: URL) async throws {
         guard Names.isValidMediaID(mediaId) else { throw MediaError.invalidArgument("\"\(mediaId)\" is not a media id (64 lowercase hex characters)") }
         let size = try await retryingDownload(mediaId) { [transport, space] in try await transport.mediaSize(mediaId, space: space) }
+        // Compaction removes what a crash leaves in this directory.
+        try? await store.noteDownloadDirectory(destination.deletingLastPathComponent().path)
         let file = try await DownloadFile.create(destination: destination.path)
         do {
             var hasher = StreamingSHA256()

@@ -36,6 +36,9 @@ extension OutpostStore {
         /// Per collection, a check a pulled record's data must pass; a record that fails it
         /// goes to the quarantine instead of the store (see `validate(_:in:)`).
         public var validators: [String: @Sendable (JSONObject) throws -> Void] = [:]
+        /// How often the store compacts its file after a sync (`compact()`); nil: only on
+        /// demand. Default 7 days. The last compaction's time is kept in the file.
+        public var compactionInterval: Duration? = .seconds(7 * 86_400)
         /// Sends the device's sync telemetry (duration, bytes, counts, errors, latency,
         /// queue depth, clock offset) to the server in batches after syncs, for an operator
         /// to watch the devices (docs/client.md, "Telemetry"). Opt-in; default false.

@@ -47,7 +47,7 @@ final class LocalDatabase {
     let db: Connection
 
     /// The schema version this SDK writes; `migrate` brings older files up to it.
-    static let schemaVersion = 6
+    static let schemaVersion = 7
 
     /// Seals the puts of an end-to-end encrypted store (set by the store when it opens one).
     var cipher: RecordCipher?
@@ -79,6 +79,9 @@ final class LocalDatabase {
 
     /// Versioned migrations: each step runs in its own transaction with the version bump.
     private func migrate() throws {
+        // A new file frees its pages with `PRAGMA incremental_vacuum` (compaction); the
+        // setting takes only before the first table.
+        if try db.scalarInt("SELECT count(*) FROM sqlite_master") == 0 { try db.execute("PRAGMA auto_vacuum = INCREMENTAL") }
         try db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
         let version = try meta("schema_version").flatMap { Int($0) } ?? 0
         guard version <= Self.schemaVersion else { throw OutpostError.schemaTooNew(version) }
@@ -184,6 +187,13 @@ final class LocalDatabase {
             try db.transaction {
                 try db.execute(Self.telemetrySchema)
                 try setMeta("schema_version", "6")
+            }
+        }
+        if version < 7 {
+            // Where downloads write their temporary files (Store/Compaction.swift).
+            try db.transaction {
+                try db.execute(Self.downloadDirectoriesSchema)
+                try setMeta("schema_version", "7")
             }
         }
     }

@@ -66,6 +66,7 @@ extension OutpostStore {
             }
             report.epoch = try read { try $0.meta("epoch").flatMap(Epoch.init) }
             report.pending = try read { try $0.count(deliveries: ["queued", "sent"]) }
+            compactIfDue()
             announce(.finished(report))
             return report
         } catch {
