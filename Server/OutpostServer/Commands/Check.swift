@@ -143,6 +143,8 @@ public enum CheckCommand {
                     let list = compacted.prefix(20).map { "\($0.0) at \($0.1)" }.joined(separator: ", ")
                     report.checked.append("history horizon: \(compacted.count) spaces compacted (\(list)\(compacted.count > 20 ? ", ..." : "")); \(tombstones) tombstones kept")
                 }
+                let free = (try db.scalarInt("PRAGMA freelist_count") ?? 0) * (try db.scalarInt("PRAGMA page_size") ?? 0)
+                report.checked.append("free space: \(free) bytes of freed rows (purged tombstones, expired change ids) that new rows reuse")
                 let above = try db.query("SELECT name, horizon_seq, head_seq FROM spaces WHERE horizon_seq > head_seq") { ($0.text(0), $0.int64(1), $0.int64(2)) }
                 for (space, horizon, head) in above {
                     report.problems.append("space \(space): history horizon \(horizon) is above the space's head \(head)")
