@@ -287,41 +287,8 @@ public final class PostgresSyncStore: SyncStore {
     }
 
     public func compact(tombstonesBefore cutoff: Int64) async throws -> Compaction {
-        var total = Compaction()
-        while true {
-            // One transaction per slice: a tombstone re-created meanwhile (a new seq, not
-            // deleted) is not matched by the delete.
-            let (slice, last): (Compaction, Bool) = try await read { reader in
-                try reader.db.execute("BEGIN")
-                do {
-                    var slice = Compaction()
-                    let rows = try reader.db.query(Compaction.sliceSQL(placeholder: { "$\($0)" }, deleted: "true"), [.int(cutoff), .int(Int64(Compaction.sliceSize))])
-                    var spaces: [Int64: (String, Int64)] = [:]
-                    for i in 0..<rows.count {
-                        let space = rows.int64(i, 0), seq = rows.int64(i, 4)
-                        let deleted = try reader.db.run("DELETE FROM records WHERE space_id = $1 AND collection = $2 AND id = $3 AND seq = $4 AND deleted",
-                                                        [.int(space), .text(rows.text(i, 2)), .text(rows.text(i, 3)), .int(seq)])
-                        guard deleted == 1 else { continue }
-                        slice.purged += 1
-                        slice.reclaimedBytes += rows.int64(i, 5)
-                        spaces[space] = (rows.text(i, 1), max(spaces[space]?.1 ?? 0, seq))
-                    }
-                    for (id, (name, seq)) in spaces {
-                        let moved = try reader.db.query("UPDATE spaces SET horizon_seq = greatest(horizon_seq, $1) WHERE space_id = $2 RETURNING horizon_seq",
-                                                        [.int(seq), .int(id)])
-                        slice.horizons[name] = moved.count == 0 ? seq : moved.int64(0, 0)
-                    }
-                    try reader.db.execute("COMMIT")
-                    return (slice, rows.count < Compaction.sliceSize)
-                } catch {
-                    try? reader.db.execute("ROLLBACK")
-                    throw error
-                }
-            }
-            total.purged += slice.purged
-            total.reclaimedBytes += slice.reclaimedBytes
-            total.horizons.merge(slice.horizons) { max($0, $1) }
-            if last { return total }
+        try await Compaction.run {
+            try await read { reader in try Compaction.slice(PostgresSession(db: reader.db), before: cutoff) }
         }
     }
 

@@ -94,6 +94,13 @@ final class SQLiteSession: SQLSession {
         self.durableSynchronous = durableSynchronous
     }
 
+    /// A session over a connection its owner keeps (and closes): the sync store's writer,
+    /// for rules written once for both stores (`Compaction.slice`).
+    init(borrowing db: Connection) {
+        self.db = db
+        durableSynchronous = .normal
+    }
+
     private struct Row: SQLRow {
         let statement: Statement
         func int64(_ column: Int) -> Int64 { statement.int64(Int32(column)) }

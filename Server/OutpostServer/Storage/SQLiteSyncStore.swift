@@ -405,33 +405,8 @@ public final class SQLiteSyncStore: SyncStore {
     }
 
     public func compact(tombstonesBefore cutoff: Int64) async throws -> Compaction {
-        var total = Compaction()
-        while true {
-            let (slice, last): (Compaction, Bool) = try await write { db in
-                var slice = Compaction()
-                var spaces: [Int64: (String, Int64)] = [:]
-                let rows = try db.query(Compaction.sliceSQL(placeholder: { _ in "?" }, deleted: "1"), [.integer(cutoff), .integer(Int64(Compaction.sliceSize))]) {
-                    (space: $0.int64(0), name: $0.text(1), collection: $0.text(2), id: $0.text(3), seq: $0.int64(4), bytes: $0.int64(5))
-                }
-                let delete = try db.cached("DELETE FROM records WHERE space_id = ? AND collection = ? AND id = ? AND seq = ? AND deleted = 1")
-                for row in rows {
-                    try delete.run([.integer(row.space), .text(row.collection), .text(row.id), .integer(row.seq)])
-                    guard db.changes == 1 else { continue }
-                    slice.purged += 1
-                    slice.reclaimedBytes += row.bytes
-                    spaces[row.space] = (row.name, max(spaces[row.space]?.1 ?? 0, row.seq))
-                }
-                for (id, (name, seq)) in spaces {
-                    try db.run("UPDATE spaces SET horizon_seq = max(horizon_seq, ?) WHERE space_id = ?", [.integer(seq), .integer(id)])
-                    slice.horizons[name] = try db.scalarInt("SELECT horizon_seq FROM spaces WHERE space_id = ?", [.integer(id)]) ?? seq
-                }
-                // A slice shorter than asked for was the last.
-                return (slice, rows.count < Compaction.sliceSize)
-            }
-            total.purged += slice.purged
-            total.reclaimedBytes += slice.reclaimedBytes
-            total.horizons.merge(slice.horizons) { max($0, $1) }
-            if last { return total }
+        try await Compaction.run {
+            try await write { db in try Compaction.slice(SQLiteSession(borrowing: db), before: cutoff) }
         }
     }
 

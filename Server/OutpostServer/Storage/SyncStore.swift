@@ -245,16 +245,51 @@ public struct Compaction: Sendable, Equatable {
         self.horizons = horizons
     }
 
-    /// The tombstones of one slice, oldest first, for both stores (`placeholder(1)` the
-    /// cutoff, `placeholder(2)` the slice size): space id, space name, key, seq and the
-    /// row's size.
-    static func sliceSQL(placeholder: (Int) -> String, deleted: String) -> String {
-        """
-        SELECT r.space_id, s.name, r.collection, r.id, r.seq, length(r.collection) + length(r.id) + length(r.updated_by) + 48
-          FROM records r JOIN spaces s ON s.space_id = r.space_id
-         WHERE r.deleted = \(deleted) AND r.updated_at < \(placeholder(1))
-         ORDER BY r.updated_at LIMIT \(placeholder(2))
-        """
+    /// Purges one slice of the tombstones last written before `cutoff`, oldest first, in
+    /// one transaction of `db` (either store's: the SQL is written once), and moves the
+    /// horizon of each space it purged in. A tombstone written again meanwhile (a new seq,
+    /// or not deleted) is not matched by the delete. Returns what it did and whether it was
+    /// the last slice.
+    static func slice(_ db: any SQLSession, before cutoff: Int64) throws -> (Compaction, last: Bool) {
+        try db.transaction(.process) {
+            var slice = Compaction()
+            // `deleted = (1 = 1)`: true in both dialects (SQLite stores 1, PostgreSQL a boolean).
+            let rows = try db.query("""
+                SELECT r.space_id, s.name, r.collection, r.id, r.seq, length(r.collection) + length(r.id) + length(r.updated_by) + 48
+                  FROM records r JOIN spaces s ON s.space_id = r.space_id
+                 WHERE r.deleted = (1 = 1) AND r.updated_at < ?
+                 ORDER BY r.updated_at LIMIT ?
+                """, [.integer(cutoff), .integer(Int64(sliceSize))]) {
+                (space: $0.int64(0), name: $0.text(1), collection: $0.text(2), id: $0.text(3), seq: $0.int64(4), bytes: $0.int64(5))
+            }
+            var spaces: [Int64: (name: String, seq: Int64)] = [:]
+            for row in rows {
+                let deleted = try db.run("DELETE FROM records WHERE space_id = ? AND collection = ? AND id = ? AND seq = ? AND deleted = (1 = 1)",
+                                         [.integer(row.space), .text(row.collection), .text(row.id), .integer(row.seq)])
+                guard deleted == 1 else { continue }
+                slice.purged += 1
+                slice.reclaimedBytes += row.bytes
+                spaces[row.space] = (row.name, max(spaces[row.space]?.seq ?? 0, row.seq))
+            }
+            for (id, space) in spaces {
+                try db.run("UPDATE spaces SET horizon_seq = CASE WHEN horizon_seq < ? THEN ? ELSE horizon_seq END WHERE space_id = ?",
+                           [.integer(space.seq), .integer(space.seq), .integer(id)])
+                slice.horizons[space.name] = try db.queryOne("SELECT horizon_seq FROM spaces WHERE space_id = ?", [.integer(id)]) { $0.int64(0) } ?? space.seq
+            }
+            return (slice, rows.count < sliceSize)
+        }
+    }
+
+    /// Runs `slice` until a slice is the last, adding up what they did.
+    static func run(_ slice: () async throws -> (Compaction, last: Bool)) async throws -> Compaction {
+        var total = Compaction()
+        while true {
+            let (done, last) = try await slice()
+            total.purged += done.purged
+            total.reclaimedBytes += done.reclaimedBytes
+            total.horizons.merge(done.horizons) { max($0, $1) }
+            if last { return total }
+        }
     }
 
     /// Tombstones per slice: one write transaction each, so pushes wait for little.
