@@ -38,7 +38,7 @@ final class DeviceTelemetry: Sendable {
     /// and each sync joins its history, of which the newest `historyPerDevice` stay.
     func record(space: String, _ batch: TelemetryBatch, now: Int64) async throws {
         guard let newest = batch.syncs.max(by: { $0.startedAt < $1.startedAt }) else {
-            try await run { db in
+            _ = try await run { db in
                 try db.run("""
                     INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports)
                     VALUES (?, ?, ?, ?, 0, ?, 0, NULL, NULL, 1)
