@@ -17,6 +17,22 @@ import Testing
 /// carry the proof that a demand does not run while the scheduler waits.
 @Suite("Sync scheduler conditions")
 struct SchedulerConditionsTests {
+    /// A phone's in-memory store on a counting transport, and its scheduler under `state`
+    /// with quiet options adjusted by `configure`, started and logging its events.
+    static func started(_ state: NetworkState, _ configure: (inout SyncScheduler.Options) -> Void = { _ in }) async throws
+        -> (World, CountingTransport, OutpostStore, ManualNetworkConditions, SyncScheduler, SchedulerEventLog) {
+        let world = World()
+        let transport = CountingTransport(world.server.transport(device: "phone"))
+        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
+        let network = ManualNetworkConditions(state)
+        var options = SyncScheduler.Options.quiet()
+        configure(&options)
+        let scheduler = SyncScheduler(store: phone, options: options, conditions: network)
+        let log = SchedulerEventLog(scheduler)
+        await scheduler.start()
+        return (world, transport, phone, network, scheduler, log)
+    }
+
     @Test func conditionsNameTheFirstOneUnmet() {
         let any = SyncConditions()
         #expect(any.unmet(in: .offline) == .noNetwork)
@@ -36,13 +52,7 @@ struct SchedulerConditionsTests {
     }
 
     @Test func offlineAnEditWaitsAndSyncsAtOnceWhenTheNetworkReturns() async throws {
-        let world = World()
-        let transport = CountingTransport(world.server.transport(device: "phone"))
-        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
-        let network = ManualNetworkConditions(.offline)
-        let scheduler = SyncScheduler(store: phone, options: .quiet(), conditions: network)
-        let log = SchedulerEventLog(scheduler)
-        await scheduler.start()
+        let (world, transport, phone, network, scheduler, log) = try await Self.started(.offline)
         try await eventually("the scheduler waits for the network") { log.seen == [.waiting(.noNetwork)] }
         #expect(transport.requests == 0)
 
@@ -57,15 +67,7 @@ struct SchedulerConditionsTests {
     }
 
     @Test func wifiOnlyWaitsOnCellularAndSyncsOnWiFi() async throws {
-        let world = World()
-        let transport = CountingTransport(world.server.transport(device: "phone"))
-        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
-        let network = ManualNetworkConditions(.cellular)
-        var options = SyncScheduler.Options.quiet()
-        options.conditions.wifiOnly = true
-        let scheduler = SyncScheduler(store: phone, options: options, conditions: network)
-        let log = SchedulerEventLog(scheduler)
-        await scheduler.start()
+        let (world, transport, phone, network, scheduler, log) = try await Self.started(.cellular) { $0.conditions.wifiOnly = true }
         try await eventually("the scheduler waits for Wi-Fi") { log.seen == [.waiting(.notOnWiFi)] }
 
         try await phone.put(todo("on cellular"), in: "todos", id: "t1")
@@ -88,15 +90,7 @@ struct SchedulerConditionsTests {
     }
 
     @Test func lowPowerModePausesSyncsUntilItEnds() async throws {
-        let world = World()
-        let transport = CountingTransport(world.server.transport(device: "phone"))
-        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
-        let network = ManualNetworkConditions(NetworkState(isReachable: true, isWiFi: true, isLowPower: true))
-        var options = SyncScheduler.Options.quiet()
-        options.conditions.pausesInLowPowerMode = true
-        let scheduler = SyncScheduler(store: phone, options: options, conditions: network)
-        let log = SchedulerEventLog(scheduler)
-        await scheduler.start()
+        let (world, transport, phone, network, scheduler, log) = try await Self.started(NetworkState(isReachable: true, isWiFi: true, isLowPower: true)) { $0.conditions.pausesInLowPowerMode = true }
         try await eventually("the scheduler pauses in Low Power Mode") { log.seen == [.waiting(.lowPowerMode)] }
 
         try await phone.put(todo("saving power"), in: "todos", id: "t1")
@@ -115,15 +109,7 @@ struct SchedulerConditionsTests {
     }
 
     @Test func aLongPollEndsWhenTheNetworkGoesAndReopensWhenItReturns() async throws {
-        let world = World()
-        let transport = CountingTransport(world.server.transport(device: "phone"))
-        let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
-        let network = ManualNetworkConditions(.wifi)
-        var options = SyncScheduler.Options.quiet()
-        options.longPoll = .seconds(60)
-        let scheduler = SyncScheduler(store: phone, options: options, conditions: network)
-        let log = SchedulerEventLog(scheduler)
-        await scheduler.start()
+        let (_, transport, _, network, scheduler, log) = try await Self.started(.wifi) { $0.longPoll = .seconds(60) }
         try await eventually("a sync, then a long poll") { log.seen == [.synced(pushed: 0)] && transport.openPolls == 1 }
 
         network.set(.offline)
