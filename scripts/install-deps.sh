@@ -48,6 +48,19 @@ if [ "$purpose" = "test" ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$schemathesis_version" \
       -c "$(dirname "$0")/schemathesis-constraints.txt"
   fi
+
+  # tuspy, the standard tus client TusTests drives against a live outpost-server (through
+  # Tests/OutpostServerTests/tus/tus_client.py). Pinned the same way, in its own venv; the
+  # test reads this line for the version.
+  tuspy_version=1.1.0
+  venv="$(cd "$(dirname "$0")/.." && pwd)/.build/tools/tuspy-$tuspy_version"
+  if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('tuspy') != '$tuspy_version')" 2>/dev/null; then
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "tuspy==$tuspy_version" \
+      -c "$(dirname "$0")/tuspy-constraints.txt"
+  fi
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

@@ -495,7 +495,7 @@ final class Connection {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(256)
         encodeHead(
-            status: prepared.status, headers: prepared.headers, framing: prepared.framing, requestID: requestID,
+            status: prepared.status, headers: Connection.withAnswerHeaders(prepared.headers, of: r?.route), framing: prepared.framing, requestID: requestID,
             date: runner.dateCache.current(), connection: .close, into: &bytes)
         if case .bytes(let body) = prepared.body { bytes += body }
         out.append(bytes)
@@ -512,6 +512,15 @@ final class Connection {
         input = []
         inputStart = 0
         sm.startDiscarding(now: now)
+    }
+
+    /// A response's fields with the route's `answerHeaders` added (those the response
+    /// already has are left as the response set them).
+    private static func withAnswerHeaders(_ headers: HTTPHeaders, of route: Route?) -> HTTPHeaders {
+        guard let route, !route.answerHeaders.isEmpty else { return headers }
+        var out = headers
+        for (name, value) in route.answerHeaders where !out.contains(name: name) { out.add(name: name, value: value) }
+        return out
     }
 
     /// A handler task's response arrived.
@@ -532,7 +541,7 @@ final class Connection {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(320)
         encodeHead(
-            status: prepared.status, headers: prepared.headers, framing: prepared.framing, requestID: r.head.requestID,
+            status: prepared.status, headers: Connection.withAnswerHeaders(prepared.headers, of: r.route), framing: prepared.framing, requestID: r.head.requestID,
             date: runner.dateCache.current(), connection: connection, into: &bytes)
         switch prepared.body {
         case .none:

@@ -214,24 +214,33 @@ struct RequestIDGenerator {
     }
 }
 
+/// Dates as HTTP fields carry them (RFC 9110 section 5.6.7, IMF-fixdate): `Date`, and
+/// fields of protocols on top such as tus's `Upload-Expires`.
+public enum HTTPDate {
+    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    /// `Sun, 06 Nov 1994 08:49:37 GMT` for a time in seconds since 1970 (UTC).
+    public static func imfFixdate(secondsSince1970 seconds: Int64) -> String {
+        var time = time_t(seconds)
+        var t = tm()
+        gmtime_r(&time, &t)
+        func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        return "\(days[Int(t.tm_wday)]), \(two(t.tm_mday)) \(months[Int(t.tm_mon)]) \(t.tm_year + 1900) \(two(t.tm_hour)):\(two(t.tm_min)):\(two(t.tm_sec)) GMT"
+    }
+}
+
 /// The `Date` field (RFC 9110 section 6.6.1, IMF-fixdate), formatted once per second.
 struct DateCache {
     private var second: Int = -1
     private(set) var line: [UInt8] = []
 
-    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-
     /// `Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n` for the current second.
     mutating func current() -> [UInt8] {
-        var now = time(nil)
+        let now = time(nil)
         if Int(now) != second {
             second = Int(now)
-            var t = tm()
-            gmtime_r(&now, &t)
-            func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
-            let text = "Date: \(DateCache.days[Int(t.tm_wday)]), \(two(t.tm_mday)) \(DateCache.months[Int(t.tm_mon)]) \(t.tm_year + 1900) \(two(t.tm_hour)):\(two(t.tm_min)):\(two(t.tm_sec)) GMT\r\n"
-            line = Array(text.utf8)
+            line = Array("Date: \(HTTPDate.imfFixdate(secondsSince1970: Int64(now)))\r\n".utf8)
         }
         return line
     }

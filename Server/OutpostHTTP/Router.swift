@@ -30,6 +30,10 @@ public struct Route: Sendable {
     public let pattern: String
     /// The most body bytes (after gzip decompression) accepted; nil: the server default.
     public let bodyLimit: Int?
+    /// Fields every answer of the route carries, whoever writes it: the handler, a
+    /// pre-body check's error, or the engine's own (a body over the limit, a timeout).
+    /// For protocols that require a field on every response (tus's `Tus-Resumable`).
+    public let answerHeaders: HTTPHeaders
     let preBody: HTTPPreBodyCheck?
     let handler: Handler
     let parameterNames: [String]
@@ -84,11 +88,12 @@ public struct Router: Sendable {
     ///     `HTTPServerConfiguration.defaultBodyLimit`. A larger `Content-Length` is
     ///     answered `413` before the body is read.
     ///   - preBody: optional check run before the body is read.
+    ///   - answerHeaders: fields added to every answer of the route (`Route.answerHeaders`).
     public mutating func add(
-        _ method: HTTPMethod, _ pattern: String, bodyLimit: Int? = nil,
+        _ method: HTTPMethod, _ pattern: String, bodyLimit: Int? = nil, answerHeaders: HTTPHeaders = HTTPHeaders(),
         preBody: HTTPPreBodyCheck? = nil, handler: @escaping HTTPHandler
     ) {
-        insert(method, pattern, bodyLimit: bodyLimit, preBody: preBody, handler: .async(handler))
+        insert(method, pattern, bodyLimit: bodyLimit, answerHeaders: answerHeaders, preBody: preBody, handler: .async(handler))
     }
 
     /// Registers a synchronous handler run on the event-loop thread (see
@@ -97,7 +102,7 @@ public struct Router: Sendable {
         _ method: HTTPMethod, _ pattern: String, bodyLimit: Int? = nil,
         preBody: HTTPPreBodyCheck? = nil, inline handler: @escaping HTTPInlineHandler
     ) {
-        insert(method, pattern, bodyLimit: bodyLimit, preBody: preBody, handler: .inline(handler))
+        insert(method, pattern, bodyLimit: bodyLimit, answerHeaders: HTTPHeaders(), preBody: preBody, handler: .inline(handler))
     }
 
     /// Middleware for one registered route: its handler is replaced by `body`, which gets
@@ -115,7 +120,7 @@ public struct Router: Sendable {
         case .async(let h): next = h
         case .inline(let h): next = { request in try h(request) }
         }
-        let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit ?? old.bodyLimit, preBody: old.preBody,
+        let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit ?? old.bodyLimit, answerHeaders: old.answerHeaders, preBody: old.preBody,
                           handler: .async({ request in try await body(request, next) }), parameterNames: old.parameterNames)
         Router.insert(route, kinds: kinds[...], into: &root, replacing: true)
         if old.parameterNames.isEmpty { literalRoutes[pattern, default: [:]][method] = route }
@@ -150,10 +155,12 @@ public struct Router: Sendable {
         return (kinds, names)
     }
 
-    private mutating func insert(_ method: HTTPMethod, _ pattern: String, bodyLimit: Int?, preBody: HTTPPreBodyCheck?, handler: Route.Handler) {
+    private mutating func insert(_ method: HTTPMethod, _ pattern: String, bodyLimit: Int?, answerHeaders: HTTPHeaders,
+                                 preBody: HTTPPreBodyCheck?, handler: Route.Handler) {
         precondition(bodyLimit.map { $0 >= 0 } ?? true, "negative body limit for \(pattern)")
         let (kinds, names) = Router.parse(pattern)
-        let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit, preBody: preBody, handler: handler, parameterNames: names)
+        let route = Route(method: method, pattern: pattern, bodyLimit: bodyLimit, answerHeaders: answerHeaders, preBody: preBody,
+                          handler: handler, parameterNames: names)
         Router.insert(route, kinds: kinds[...], into: &root)
         if names.isEmpty { literalRoutes[pattern, default: [:]][method] = route }
     }

@@ -29,7 +29,7 @@ import OutpostHTTP
                 path = String(line.dropFirst(2).dropLast())
             } else if line.hasPrefix("    "), !line.hasPrefix("     "), let path {
                 let key = line.dropFirst(4).split(separator: ":")[0]
-                if ["get", "post", "put", "delete", "head", "patch"].contains(String(key)) {
+                if ["get", "post", "put", "delete", "head", "patch", "options"].contains(String(key)) {
                     out.insert("\(key.uppercased()) \(path)")
                 }
             }

@@ -191,11 +191,15 @@ public enum BackupCommand {
             var leftOut = 0
             if meta.hasMediaTables {
                 leftOut = Int(try db.scalarInt("SELECT count(*) FROM uploads WHERE state = 'open'") ?? 0)
+                // tus uploads (media schema 2) hold their bytes in upload files too.
+                let tus = try db.scalarInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tus_uploads'") == 1
+                if tus { leftOut += Int(try db.scalarInt("SELECT count(*) FROM tus_uploads WHERE state = 'open'") ?? 0) }
                 try db.transaction {
                     try db.execute("""
                         DELETE FROM upload_chunks WHERE upload_id IN (SELECT upload_id FROM uploads WHERE state = 'open');
                         DELETE FROM uploads WHERE state = 'open';
                         """)
+                    if tus { try db.execute("DELETE FROM tus_uploads WHERE state = 'open'") }
                 }
             }
             let media: [BackupManifest.MediaFile] = meta.hasMediaTables

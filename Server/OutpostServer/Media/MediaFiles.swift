@@ -6,8 +6,9 @@ import OutpostCrypto
 /// ```
 /// DATA/media/
 ///   uploads/<uploadId>             an open upload's bytes: chunk i at offset i × chunkSize
-///                                  (sparse until every chunk is in); the temporary file
-///                                  finalize checks, fsyncs and renames
+///                                  (sparse until every chunk is in), or a tus upload's
+///                                  bytes up to its offset; the temporary file finalize
+///                                  checks, fsyncs and renames
 ///   spaces/<space>/<aa>/<sha256>   a published file, named by its SHA-256 (aa: its first
 ///                                  two hex digits, so no directory holds millions)
 /// ```
@@ -53,6 +54,10 @@ struct MediaFiles: Sendable {
         let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw MediaIOError("open", path) }
         defer { close(fd) }
+        try writeAll(fd, path: path, offset: offset, bytes: bytes)
+    }
+
+    private func writeAll(_ fd: Int32, path: String, offset: Int64, bytes: [UInt8]) throws {
         var written = 0
         while written < bytes.count {
             let n = bytes.withUnsafeBytes { raw in
@@ -64,6 +69,69 @@ struct MediaFiles: Sendable {
             }
             written += n
         }
+    }
+
+    // MARK: tus appends
+
+    /// Makes a tus upload's file hold no byte past `offset`, the stored offset: bytes past
+    /// it are an append that was cut before its offset was committed (a kill between the
+    /// write and the commit), never counted, so they go. Returns how many bytes the file
+    /// holds now: `offset`, or fewer when the file is shorter (bytes lost on the disk; 0
+    /// when there is no file).
+    func settleTusPart(_ id: UploadID, offset: Int64) throws -> Int64 {
+        let path = partPath(id)
+        var status = stat()
+        guard stat(path, &status) == 0 else {
+            guard errno == ENOENT else { throw MediaIOError("stat", path) }
+            return 0
+        }
+        let size = Int64(status.st_size)
+        guard size > offset else { return size }
+        guard truncate(path, off_t(offset)) == 0 else { throw MediaIOError("truncate", path) }
+        return offset
+    }
+
+    /// Appends `bytes` to a tus upload's file at `offset` (creating the file at offset 0)
+    /// and fsyncs them, and the directory entry of a new file, before returning: the
+    /// caller commits the new offset only then. The file must hold at least `offset`
+    /// bytes (`settleTusPart` made it hold exactly that many).
+    func appendTusPart(_ id: UploadID, offset: Int64, bytes: [UInt8]) throws {
+        let path = partPath(id)
+        var created = false
+        var fd = open(path, O_WRONLY | O_CLOEXEC)
+        if fd < 0 {
+            guard errno == ENOENT, offset == 0 else { throw MediaIOError("open", path) }
+            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw MediaIOError("open", path) }
+            created = true
+        }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw MediaIOError("fstat", path) }
+        guard Int64(status.st_size) >= offset else { throw MediaIOError("append", path, errno: EIO) }
+        if Int64(status.st_size) > offset {
+            guard ftruncate(fd, off_t(offset)) == 0 else { throw MediaIOError("ftruncate", path) }
+        }
+        try writeAll(fd, path: path, offset: offset, bytes: bytes)
+        guard fdatasync(fd) == 0 else { throw MediaIOError("fdatasync", path) }
+        if created { try syncDirectory(uploadsDirectory) }
+    }
+
+    /// The SHA-256 (lowercase hex) of an upload file's first `length` bytes, read
+    /// sequentially; nil when the file holds fewer.
+    func hashPart(_ id: UploadID, length: Int64) throws -> String? {
+        let path = partPath(id)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            guard errno == ENOENT else { throw MediaIOError("open", path) }
+            return length == 0 ? Hex.encode(SHA256.hash([UInt8]())) : nil
+        }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw MediaIOError("fstat", path) }
+        guard Int64(status.st_size) >= length else { return nil }
+        _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
+        return try hashFile(fd, path: path, length: length)
     }
 
     /// Starts writing the upload's file back to disk now (fdatasync), so that finalize's

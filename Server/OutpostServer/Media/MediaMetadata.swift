@@ -1,4 +1,4 @@
-/// Where media metadata lives — uploads, chunk receipts, published files — and how
+/// Where media metadata lives — uploads (section 6's and tus's), chunk receipts, published files — and how
 /// instances keep chunk writes and finalize of one upload apart. `MediaStore` holds one:
 /// `SQLMediaMetadata`, the rules written once over `SQLSession`, opened on the server's
 /// SQLite file by `SQLiteMediaMetadata` (the embedded default, one process) or on
@@ -11,6 +11,8 @@
 /// - A chunk counts as received only once `recordChunk` committed its receipt, and
 ///   `recordChunk` refuses an upload that is no longer open or has expired.
 /// - `publish` commits the media row and the upload's completion together, durably.
+/// - A tus upload's offset moves only forward, from the offset the caller read, and only
+///   while it is open and not expired (`advanceTusUpload`).
 /// - `withUploadLock` excludes, across every process that shares the metadata, an
 ///   exclusive holder from any other holder of the same upload; `MediaService` takes it
 ///   inside its own in-process `UploadLocks`.
@@ -44,6 +46,18 @@ protocol MediaMetadata: Sendable {
     func publish(_ upload: UploadRecord, now: Int64, expiresAt: Int64) async throws -> MediaRecord
     /// Deletes an upload's rows; with `expiredAt`, only when it is expired then.
     func deleteUpload(_ id: UploadID, expiredAt: Int64?) async throws -> Bool
+
+    /// A tus upload, whatever its space or expiry (the caller checks both).
+    func tusUpload(_ id: UploadID) async throws -> TusUploadRecord?
+    /// A new tus upload at offset 0.
+    func createTusUpload(_ upload: TusUploadRecord) async throws
+    /// Moves an open tus upload's offset from `from` to `to`; false when it is no longer
+    /// open, at `from`, or live at `now`.
+    func advanceTusUpload(_ id: UploadID, from: Int64, to: Int64, now: Int64, expiresAt: Int64) async throws -> Bool
+    /// Lowers an open tus upload's offset to what its file holds.
+    func lowerTusOffset(_ id: UploadID, to offset: Int64) async throws
+    /// Records (durably) the SHA-256 a whole tus upload's bytes hash to, or forgets it.
+    func assembleTusUpload(_ id: UploadID, mediaID: MediaID?) async throws
 
     /// Runs `body` holding the upload's cross-process lock, shared or exclusive.
     func withUploadLock<T: Sendable>(_ id: UploadID, exclusive: Bool, _ body: () async throws -> T) async throws -> T

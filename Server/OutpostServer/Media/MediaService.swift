@@ -4,7 +4,8 @@ import OutpostCrypto
 import OutpostHTTP
 import Synchronization
 
-/// Media uploads and downloads (PROTOCOL.md section 6) on a `MediaStore`. Knows HTTP
+/// Media uploads and downloads (PROTOCOL.md section 6), and tus uploads into the same
+/// store (`MediaService+Tus.swift`), on a `MediaStore`. Knows HTTP
 /// requests and responses but no sockets; decisions are written down in docs/media.md.
 ///
 /// Every id from a path is validated before anything is looked up or built from it, and
@@ -43,10 +44,11 @@ public final class MediaService: Sendable {
         self.clock = clock
         metrics.declare("outpost_media_bytes_received_total", help: "Media chunk bytes received, checked and kept.", kind: "counter")
         metrics.declare("outpost_media_uploads_started_total", help: "Uploads created by an init.", kind: "counter")
-        metrics.declare("outpost_media_uploads_finalized_total", help: "Uploads finalized into a published file.", kind: "counter")
-        metrics.declare("outpost_media_uploads_expired_total", help: "Uploads removed by the expiry sweep.", kind: "counter")
+        metrics.declare("outpost_media_uploads_finalized_total", help: "Uploads finalized into a published file (chunked and tus).", kind: "counter")
+        metrics.declare("outpost_media_uploads_expired_total", help: "Uploads (chunked and tus) removed by the expiry sweep.", kind: "counter")
         metrics.declare("outpost_media_downloads_total", help: "Media downloads served (200 and 206).", kind: "counter")
         metrics.declare("outpost_media_download_bytes_total", help: "Media bytes sent by downloads.", kind: "counter")
+        declareTusMetrics()
     }
 
     // MARK: Routes
@@ -72,6 +74,7 @@ public final class MediaService: Sendable {
         router.add(.GET, "/v1/spaces/{space}/media/{mediaId}", bodyLimit: 0,
                    preBody: { [self] head, parameters in _ = try authorize(head, parameters, .read) },
                    handler: { [self] request in try await download(request) })
+        registerTus(&router)
     }
 
     // MARK: Parameters and errors
@@ -285,14 +288,8 @@ public final class MediaService: Sendable {
             let missing = (0..<upload.chunkCount).filter { digests[$0] == nil }
             guard missing.isEmpty else { throw Self.incomplete(missing) }
             let ordered = (0..<upload.chunkCount).map { digests[$0]! }
-            let outcome = try await storeCall {
-                try await store.finalizeFile(upload, digests: ordered)
-            }
-            switch outcome {
-            case .published, .alreadyPublished:
-                let now = clock()
-                let media = try await storeCall { try await store.publish(upload, now: now, expiresAt: now + uploadExpiryMs) }
-                metrics.increment("outpost_media_uploads_finalized_total")
+            switch try await publishFile(upload, digests: ordered) {
+            case .published(let media):
                 return HTTPResponse(json: UploadComplete(media: media.info).encoded())
             case .checksumMismatch(let actual):
                 try await storeCall {
@@ -308,6 +305,34 @@ public final class MediaService: Sendable {
                 throw Self.incomplete(damaged)
             }
         } } }
+    }
+
+    /// What publishing an upload's file came to.
+    enum PublishOutcome: Sendable {
+        case published(MediaRecord)
+        /// Every chunk is as recorded, but the whole file hashes to `actual`.
+        case checksumMismatch(actual: String)
+        /// These chunks' bytes differ from their recorded digests.
+        case damagedChunks([Int])
+    }
+
+    /// Steps 2 to 5 of finalize, for an upload whose every chunk is held, under its
+    /// exclusive lock: the file checked against `upload.sha256` and the chunk digests,
+    /// fsynced and renamed into place (`MediaFiles.finalize`), then the media row and the
+    /// upload's completion committed (`publish`). A tus upload completes through here too.
+    func publishFile(_ upload: UploadRecord, digests: [[UInt8]]) async throws -> PublishOutcome {
+        let outcome = try await storeCall { try await store.finalizeFile(upload, digests: digests) }
+        switch outcome {
+        case .published, .alreadyPublished:
+            let now = clock()
+            let media = try await storeCall { try await store.publish(upload, now: now, expiresAt: now + uploadExpiryMs) }
+            metrics.increment("outpost_media_uploads_finalized_total")
+            return .published(media)
+        case .checksumMismatch(let actual):
+            return .checksumMismatch(actual: actual)
+        case .damagedChunks(let damaged):
+            return .damagedChunks(damaged)
+        }
     }
 
     static func incomplete(_ missing: [Int]) -> HTTPError {

@@ -14,6 +14,9 @@ import Synchronization
 ///   chunk_count, state, created_at, expires_at)`: uploads, `open` or `complete` (kept
 ///   after finalize until it expires, so finalizing again answers the same).
 /// - `upload_chunks(upload_id, idx, sha256)`: the chunks held, with their digests.
+/// - `tus_uploads(upload_id, space, length, upload_offset, metadata, content_type,
+///   filename, media_id, state, created_at, expires_at)`: tus uploads (docs/media.md,
+///   "tus"); their bytes are upload files like the others, and they publish the same way.
 ///
 /// Threads: database and file calls block, so none runs on Swift's concurrency pool
 /// (see `WorkerThread`). The metadata has its own threads and connections; a few file
@@ -177,6 +180,51 @@ public final class MediaStore: Sendable {
         try await metadata.tryUploadLock(id, body)
     }
 
+    // MARK: tus uploads
+
+    /// A tus upload, whatever its space or expiry (the caller checks both).
+    func tusUpload(_ id: UploadID) async throws -> TusUploadRecord? {
+        try await metadata.tusUpload(id)
+    }
+
+    /// A new tus upload at offset 0.
+    func createTusUpload(_ upload: TusUploadRecord) async throws {
+        try await metadata.createTusUpload(upload)
+    }
+
+    /// Moves an open tus upload's offset from `from` to `to` (see `SQLMediaMetadata`).
+    func advanceTusUpload(_ id: UploadID, from: Int64, to: Int64, now: Int64, expiresAt: Int64) async throws -> Bool {
+        try await metadata.advanceTusUpload(id, from: from, to: to, now: now, expiresAt: expiresAt)
+    }
+
+    /// Lowers an open tus upload's offset to what its file holds.
+    func lowerTusOffset(_ id: UploadID, to offset: Int64) async throws {
+        try await metadata.lowerTusOffset(id, to: offset)
+    }
+
+    /// Records, durably, the SHA-256 of a whole tus upload's bytes (nil forgets it).
+    func assembleTusUpload(_ id: UploadID, mediaID: MediaID?) async throws {
+        try await metadata.assembleTusUpload(id, mediaID: mediaID)
+    }
+
+    /// `MediaFiles.settleTusPart` on a file thread.
+    func settleTusPart(_ id: UploadID, offset: Int64) async throws -> Int64 {
+        let files = self.files
+        return try await onFileThread { try files.settleTusPart(id, offset: offset) }
+    }
+
+    /// `MediaFiles.appendTusPart` on a file thread: the bytes are on disk when it returns.
+    func appendTusPart(_ id: UploadID, offset: Int64, bytes: [UInt8]) async throws {
+        let files = self.files
+        try await onFileThread { try files.appendTusPart(id, offset: offset, bytes: bytes) }
+    }
+
+    /// `MediaFiles.hashPart` on a file thread.
+    func hashPart(_ id: UploadID, length: Int64) async throws -> MediaID? {
+        let files = self.files
+        return try await onFileThread { try files.hashPart(id, length: length) }.flatMap(MediaID.init)
+    }
+
     // MARK: Files (file threads)
 
     /// Writes a chunk into the upload's file, and queues writeback every
@@ -232,7 +280,6 @@ public final class MediaStore: Sendable {
         files.mediaPath(space: space, id: id)
     }
 
-    /// Lets queued work finish, then stops the threads and closes the connections.
     /// Lets queued work finish, then stops the threads and closes the connections.
     public func close() async {
         let io = self.io, flusher = self.flusher
@@ -302,6 +349,38 @@ struct UploadRecord: Sendable, Equatable {
     func state(received: [Int]) -> UploadState {
         UploadState(uploadId: id.rawValue, status: "open", size: size, sha256: sha256.rawValue, chunkSize: chunkSize,
                     chunkCount: chunkCount, received: received, expiresAt: expiresAt)
+    }
+}
+
+/// A tus upload's row (docs/media.md, "tus").
+struct TusUploadRecord: Sendable, Equatable {
+    enum State: String, Sendable {
+        case open
+        case complete
+    }
+
+    let id: UploadID
+    let space: SpaceName
+    /// `Upload-Length`.
+    let length: Int64
+    /// How many bytes the server holds (fsynced before they were counted).
+    var offset: Int64
+    /// The `Upload-Metadata` field as the creation sent it (`""` when it sent none).
+    let metadata: String
+    let contentType: String
+    let filename: String?
+    /// The SHA-256 of the whole bytes, recorded before publishing; the media id after.
+    var mediaID: MediaID?
+    var state: State
+    let createdAt: Int64
+    var expiresAt: Int64
+
+    /// The upload as section 6's finalize takes it, once its bytes' SHA-256 is known: one
+    /// chunk of the whole length whose digest is the file's, so the per-chunk check after
+    /// a mismatch checks the whole file again.
+    func finalizable(sha256: MediaID) -> UploadRecord {
+        UploadRecord(id: id, space: space, sha256: sha256, size: length, contentType: contentType, filename: filename,
+                     chunkSize: Int(max(length, 1)), chunkCount: 1, state: .open, createdAt: createdAt, expiresAt: expiresAt)
     }
 }
 

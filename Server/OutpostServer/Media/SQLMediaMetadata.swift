@@ -2,7 +2,7 @@ import Foundation
 import OutpostCore
 
 /// The media metadata rules (docs/media.md), written once in SQL over `SQLSession`: the
-/// `media`, `uploads` and `upload_chunks` tables of either store. `SQLiteMediaMetadata`
+/// `media`, `uploads`, `upload_chunks` and `tus_uploads` tables of either store. `SQLiteMediaMetadata`
 /// and `PostgresMediaMetadata` only open sessions, migrate their schema and say how
 /// upload locks reach other processes.
 ///
@@ -72,19 +72,29 @@ final class SQLMediaMetadata: MediaMetadata {
         }
     }
 
+    /// Both kinds of upload: section 6's and tus's share one id space and one directory.
     func expiredUploads(now: Int64, limit: Int) async throws -> [UploadID] {
         try await read { db in
-            try db.query("SELECT upload_id FROM uploads WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
-                         [.integer(now), .integer(Int64(limit))]) { $0.text(0) }.compactMap(UploadID.init)
+            try db.query("""
+                SELECT upload_id, expires_at FROM uploads WHERE expires_at <= ?
+                UNION ALL SELECT upload_id, expires_at FROM tus_uploads WHERE expires_at <= ?
+                ORDER BY expires_at LIMIT ?
+                """, [.integer(now), .integer(now), .integer(Int64(limit))]) { $0.text(0) }.compactMap(UploadID.init)
         }
     }
 
     func existingUploads(_ ids: [UploadID]) async throws -> Set<UploadID> {
         try await read { db in
-            Set(try db.query("SELECT upload_id FROM uploads WHERE \(db.anyOf("upload_id"))", [.texts(ids.map(\.rawValue))]) {
-                $0.text(0)
-            }.compactMap(UploadID.init))
+            let list = SQLValue.texts(ids.map(\.rawValue))
+            return Set(try db.query("""
+                SELECT upload_id FROM uploads WHERE \(db.anyOf("upload_id"))
+                UNION SELECT upload_id FROM tus_uploads WHERE \(db.anyOf("upload_id"))
+                """, [list, list]) { $0.text(0) }.compactMap(UploadID.init))
         }
+    }
+
+    func tusUpload(_ id: UploadID) async throws -> TusUploadRecord? {
+        try await read { db in try SQLMediaWriter.tusUpload(db, id) }
     }
 
     // MARK: Writes (writer thread)
@@ -143,6 +153,8 @@ final class SQLMediaMetadata: MediaMetadata {
     /// Publishes a finalized upload: the media row (kept when the space already had the
     /// file) and the upload marked complete until `expiresAt`, in one durable commit.
     /// Returns the space's media row.
+    /// A tus upload (`tus_uploads`) is published by the same statements: its row is the
+    /// one the `tus_uploads` update finds, and it records the media id there.
     func publish(_ upload: UploadRecord, now: Int64, expiresAt: Int64) async throws -> MediaRecord {
         try await write { db in
             try db.transaction(.durable) {
@@ -152,6 +164,8 @@ final class SQLMediaMetadata: MediaMetadata {
                     """, [.text(upload.space.rawValue), .text(upload.sha256.rawValue), .integer(upload.size), .text(upload.contentType),
                           .optionalText(upload.filename), .integer(now)])
                 try db.run("UPDATE uploads SET state = 'complete', expires_at = ? WHERE upload_id = ?", [.integer(expiresAt), .text(upload.id.rawValue)])
+                try db.run("UPDATE tus_uploads SET state = 'complete', media_id = ?, expires_at = ? WHERE upload_id = ?",
+                           [.text(upload.sha256.rawValue), .integer(expiresAt), .text(upload.id.rawValue)])
                 try db.run("DELETE FROM upload_chunks WHERE upload_id = ?", [.text(upload.id.rawValue)])
                 guard let media = try SQLMediaWriter.media(db, space: upload.space.rawValue, id: upload.sha256.rawValue) else {
                     throw StoreError("media row of \(upload.sha256) missing right after its insert")
@@ -163,16 +177,73 @@ final class SQLMediaMetadata: MediaMetadata {
 
     /// Deletes an upload's rows; with `expiredAt`, only when it is expired at that time.
     /// Returns whether a row was deleted.
+    /// Either kind of upload (a tus upload's row is in `tus_uploads`).
     func deleteUpload(_ id: UploadID, expiredAt: Int64?) async throws -> Bool {
         try await write { db in
             try db.transaction(.process) {
-                let deleted = if let expiredAt {
-                    try db.run("DELETE FROM uploads WHERE upload_id = ? AND expires_at <= ?", [.text(id.rawValue), .integer(expiredAt)])
-                } else {
-                    try db.run("DELETE FROM uploads WHERE upload_id = ?", [.text(id.rawValue)])
+                var deleted = 0
+                for table in ["uploads", "tus_uploads"] {
+                    if let expiredAt {
+                        deleted += try db.run("DELETE FROM \(table) WHERE upload_id = ? AND expires_at <= ?", [.text(id.rawValue), .integer(expiredAt)])
+                    } else {
+                        deleted += try db.run("DELETE FROM \(table) WHERE upload_id = ?", [.text(id.rawValue)])
+                    }
                 }
                 if deleted > 0 { try db.run("DELETE FROM upload_chunks WHERE upload_id = ?", [.text(id.rawValue)]) }
                 return deleted > 0
+            }
+        }
+    }
+
+    // MARK: tus uploads (writer thread)
+
+    func createTusUpload(_ upload: TusUploadRecord) async throws {
+        try await write { db in
+            try db.transaction(.process) {
+                _ = try db.run("""
+                    INSERT INTO tus_uploads(upload_id, space, length, upload_offset, metadata, content_type, filename, media_id, state,
+                                            created_at, expires_at)
+                    VALUES (?, ?, ?, 0, ?, ?, ?, NULL, 'open', ?, ?)
+                    """, [.text(upload.id.rawValue), .text(upload.space.rawValue), .integer(upload.length), .text(upload.metadata),
+                          .text(upload.contentType), .optionalText(upload.filename), .integer(upload.createdAt), .integer(upload.expiresAt)])
+            }
+        }
+    }
+
+    /// Moves an open upload's offset from `from` to `to` and its expiry to `expiresAt`,
+    /// when it is still open, at `from` and not expired at `now`. The caller fsynced the
+    /// bytes first, so the stored offset never counts a byte the disk may not hold;
+    /// `.process` durability suffices: an offset lost to a power failure is behind the
+    /// bytes, which the next request truncates back to it.
+    func advanceTusUpload(_ id: UploadID, from: Int64, to: Int64, now: Int64, expiresAt: Int64) async throws -> Bool {
+        try await write { db in
+            try db.transaction(.process) {
+                try db.run("""
+                    UPDATE tus_uploads SET upload_offset = ?, expires_at = ?
+                    WHERE upload_id = ? AND upload_offset = ? AND state = 'open' AND expires_at > ?
+                    """, [.integer(to), .integer(expiresAt), .text(id.rawValue), .integer(from), .integer(now)]) > 0
+            }
+        }
+    }
+
+    /// Lowers an open upload's offset to what its file holds (bytes lost on the disk).
+    func lowerTusOffset(_ id: UploadID, to offset: Int64) async throws {
+        try await write { db in
+            try db.transaction(.process) {
+                _ = try db.run("UPDATE tus_uploads SET upload_offset = ? WHERE upload_id = ? AND state = 'open' AND upload_offset > ?",
+                               [.integer(offset), .text(id.rawValue), .integer(offset)])
+            }
+        }
+    }
+
+    /// Records the SHA-256 of a whole upload's bytes before its file is renamed into
+    /// place, durably: after a crash between the rename and the publish commit, only this
+    /// row still says which published file the upload became.
+    func assembleTusUpload(_ id: UploadID, mediaID: MediaID?) async throws {
+        try await write { db in
+            try db.transaction(.durable) {
+                _ = try db.run("UPDATE tus_uploads SET media_id = ? WHERE upload_id = ? AND state = 'open'",
+                               [.optionalText(mediaID?.rawValue), .text(id.rawValue)])
             }
         }
     }
@@ -362,6 +433,18 @@ final class SQLMediaWriter {
             return UploadRecord(id: id, space: space, sha256: sha, size: row.int64(2), contentType: row.text(3),
                                 filename: row.optionalText(4), chunkSize: row.int(5), chunkCount: row.int(6), state: state,
                                 createdAt: row.int64(8), expiresAt: row.int64(9))
+        } ?? nil
+    }
+
+    static func tusUpload(_ db: any SQLSession, _ id: UploadID) throws -> TusUploadRecord? {
+        try db.queryOne("""
+            SELECT space, length, upload_offset, metadata, content_type, filename, media_id, state, created_at, expires_at
+            FROM tus_uploads WHERE upload_id = ?
+            """, [.text(id.rawValue)]) { row -> TusUploadRecord? in
+            guard let space = SpaceName(row.text(0)), let state = TusUploadRecord.State(rawValue: row.text(7)) else { return nil }
+            return TusUploadRecord(id: id, space: space, length: row.int64(1), offset: row.int64(2), metadata: row.text(3),
+                                   contentType: row.text(4), filename: row.optionalText(5), mediaID: row.optionalText(6).flatMap(MediaID.init),
+                                   state: state, createdAt: row.int64(8), expiresAt: row.int64(9))
         } ?? nil
     }
 

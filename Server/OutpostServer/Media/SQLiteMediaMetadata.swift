@@ -2,14 +2,16 @@ import Foundation
 import OutpostCore
 import OutpostSQLite
 
-/// Media metadata in the server's SQLite file: the `media`, `uploads` and `upload_chunks`
-/// tables (docs/media.md), kept by the rules of `SQLMediaMetadata` on `SQLiteSession`s.
+/// Media metadata in the server's SQLite file: the `media`, `uploads`, `upload_chunks` and
+/// `tus_uploads` tables (docs/media.md), kept by the rules of `SQLMediaMetadata` on
+/// `SQLiteSession`s.
 ///
 /// The sync store's writer is another connection on the same file: WAL and the busy
 /// timeout settle the rare overlap. One process owns the file (`DataDirectory`'s lock),
 /// so the upload locks of `MediaService` alone keep chunk writes and finalize apart.
 enum SQLiteMediaMetadata {
-    static let schemaVersion = 1
+    /// 1: media, uploads, upload_chunks. 2: tus_uploads.
+    static let schemaVersion = 2
 
     /// Opens the media tables of the file at `path` (creating them when absent). Publishing
     /// commits with `publishSynchronous` (FULL by default), receipts with NORMAL.
@@ -65,6 +67,26 @@ enum SQLiteMediaMetadata {
                         PRIMARY KEY(upload_id, idx)) WITHOUT ROWID;
                     """)
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('media_schema_version', '1')")
+            }
+        }
+        if version < 2 {
+            try db.transaction {
+                try db.execute("""
+                    CREATE TABLE tus_uploads(
+                        upload_id TEXT PRIMARY KEY,
+                        space TEXT NOT NULL,
+                        length INTEGER NOT NULL,
+                        upload_offset INTEGER NOT NULL,
+                        metadata TEXT NOT NULL,
+                        content_type TEXT NOT NULL,
+                        filename TEXT,
+                        media_id TEXT,
+                        state TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE INDEX tus_uploads_expiry ON tus_uploads(expires_at);
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('media_schema_version', '2')")
             }
         }
     }

@@ -44,4 +44,16 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case checksumMismatch = "checksum_mismatch"
     case mediaNotFound = "media_not_found"
     case rangeNotSatisfiable = "range_not_satisfiable"
+    // Section 6: tus uploads (docs/media.md, "tus")
+    /// `412`: `Tus-Resumable` missing or another version than 1.0.0; `Tus-Version` lists ours.
+    case unsupportedTusVersion = "unsupported_tus_version"
+    /// `400`: a tus header (`Upload-Length`, `Upload-Offset`, `Upload-Metadata`,
+    /// `Upload-Checksum`) missing where required or malformed; `details.header` names it.
+    case invalidHeader = "invalid_header"
+    /// `400`: `Upload-Checksum` names an algorithm other than those of `Tus-Checksum-Algorithm`.
+    case unsupportedChecksumAlgorithm = "unsupported_checksum_algorithm"
+    /// `409`: `Upload-Offset` is not the upload's offset; `details.offset` is.
+    case offsetMismatch = "offset_mismatch"
+    /// `410`: the tus upload expired (until the sweep removes it; then `404 upload_not_found`).
+    case uploadExpired = "upload_expired"
 }
