@@ -69,6 +69,8 @@ import OutpostTestSupport
                 let run = try Subprocess("/usr/bin/nice", ["-n", "19", schemathesis] + arguments,
                                          environment: Subprocess.environment(adding: [
                                              "OUTPOST_SCHEMATHESIS_TOKEN": token, "OUTPOST_SCHEMATHESIS_ADMIN_TOKEN": admin,
+                                             // The serializer of the tus PATCH body's media type.
+                                             "SCHEMATHESIS_HOOKS": Self.root.appendingPathComponent("openapi/schemathesis_hooks.py").path,
                                          ]),
                                          workingDirectory: dir.path, output: .capture, errorToOutput: true)
                 // A deadline well past the usual 20 s, for a slow, loaded machine; past it the

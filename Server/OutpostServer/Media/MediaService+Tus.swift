@@ -61,12 +61,18 @@ extension MediaService {
 
     // MARK: Headers and errors
 
-    /// `412` unless the request speaks tus 1.0.0 (OPTIONS is exempt, tus 1.0.0 "Tus-Resumable").
+    /// The request speaks tus 1.0.0 (OPTIONS is exempt, tus 1.0.0 "Tus-Resumable"): another
+    /// version is `412` (the spec's answer), no `Tus-Resumable` at all `400 invalid_header`
+    /// (a request that is not tus); both say `Tus-Version`.
     static func checkTusVersion(_ head: HTTPRequestHead) throws(HTTPError) {
-        let sent = head.headers["Tus-Resumable"]?.trimmingSpacesAndTabs
+        guard let sent = head.headers["Tus-Resumable"]?.trimmingSpacesAndTabs else {
+            var error = invalidHeader("Tus-Resumable", "is required: send Tus-Resumable: \(Tus.version)")
+            error.headers.add(name: "Tus-Version", value: Tus.version)
+            throw error
+        }
         guard sent != Substring(Tus.version) else { return }
         throw HTTPError(HTTPStatus(code: 412), .unsupportedTusVersion,
-                        sent.map { "tus version \($0) is not spoken here; send Tus-Resumable: \(Tus.version)" } ?? "send Tus-Resumable: \(Tus.version)",
+                        "tus version \(sent.prefix(40)) is not spoken here; send Tus-Resumable: \(Tus.version)",
                         headers: ["Tus-Version": Tus.version])
     }
 

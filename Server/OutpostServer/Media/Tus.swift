@@ -22,11 +22,12 @@ enum Tus {
     /// The field that names the media id once the upload is complete.
     static let mediaIDHeader = "Outpost-Media-Id"
 
-    /// `Upload-Length` and `Upload-Offset`: a non-negative decimal integer (digits only,
-    /// at most 2^53 - 1, the protocol's largest integer). Nil otherwise.
+    /// `Upload-Length` and `Upload-Offset`: a non-negative decimal integer (digits only, no
+    /// leading zero, at most 2^53 - 1, the protocol's largest integer). Nil otherwise.
     static func parseSize(_ text: String) -> Int64? {
         let utf8 = text.utf8
         guard !utf8.isEmpty, utf8.count <= 16, utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        if utf8.count > 1 && utf8.first == UInt8(ascii: "0") { return nil }
         guard let value = Int64(text), value <= (1 << 53) - 1 else { return nil }
         return value
     }
@@ -56,10 +57,12 @@ enum Tus {
     }
 
     /// Parses `Upload-Metadata` (tus 1.0.0, "Upload-Metadata"): comma-separated pairs of a
-    /// key (not empty, no space or comma) and an optional base64 value after one space,
-    /// keys unique. An empty field is no metadata. On failure, says what is wrong. The
-    /// values used here are checked as the JSON init checks them: `filename` UTF-8 of at
-    /// most 255 bytes, `filetype`/`contentType` a media type.
+    /// key (printable ASCII, not empty, no space or comma) and an optional value after one
+    /// space, in padded canonical base64; keys unique. Nothing else is taken (no spaces
+    /// around pairs), so openapi/outpost.yaml's pattern says exactly what is accepted. An
+    /// empty field is no metadata. On failure, says what is wrong. The values used here are
+    /// checked as the JSON init checks them: `filename` UTF-8 of at most 255 bytes,
+    /// `filetype`/`contentType` a media type.
     static func parseMetadata(_ raw: String) -> Result<Metadata, TusHeaderProblem> {
         let field = String(raw.trimmingSpacesAndTabs)
         guard field.utf8.count <= maxMetadataBytes else { return .failure(.init("is over \(maxMetadataBytes) bytes")) }
@@ -67,15 +70,13 @@ enum Tus {
         var values: [String: [UInt8]] = [:]
         if !field.isEmpty {
             for pair in field.split(separator: ",", omittingEmptySubsequences: false) {
-                let trimmed = pair.trimmingSpacesAndTabs
-                let parts = trimmed.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
+                let parts = pair.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
                 let key = String(parts[0])
-                guard !key.isEmpty, !key.contains("\t") else { return .failure(.init("has a pair without a key")) }
-                guard values[key] == nil else { return .failure(.init("names the key \(key) twice")) }
+                guard !key.isEmpty else { return .failure(.init("has a pair without a key")) }
+                guard values[key] == nil else { return .failure(.init("names the key \(key.prefix(40)) twice")) }
                 if parts.count == 2 {
-                    let text = String(parts[1])
-                    guard !text.contains(" "), let bytes = decodeBase64(text) else {
-                        return .failure(.init("has a value for \(key) that is not base64"))
+                    guard let bytes = Base64.decode(String(parts[1])) else {
+                        return .failure(.init("has a value for \(key.prefix(40)) that is not padded base64"))
                     }
                     values[key] = bytes
                 } else {
@@ -115,7 +116,7 @@ enum Tus {
         guard parts.count == 2 else { return .malformed(.init("must be an algorithm and a base64 digest, separated by a space")) }
         let algorithm = String(parts[0])
         guard algorithm.lowercased() == checksumAlgorithm else { return .unsupported(algorithm) }
-        guard let digest = decodeBase64(String(parts[1])), digest.count == 32 else {
+        guard let digest = Base64.decode(String(parts[1])), digest.count == 32 else {
             return .malformed(.init("must hold the base64 of a 32-byte SHA-256"))
         }
         return .sha256(digest)
@@ -127,12 +128,6 @@ enum Tus {
         HTTPDate.imfFixdate(secondsSince1970: ms / 1000)
     }
 
-    /// Standard base64, padded or not (clients differ).
-    private static func decodeBase64(_ text: String) -> [UInt8]? {
-        let missing = (4 - text.utf8.count % 4) % 4
-        guard missing < 3 else { return nil }
-        return Base64.decode(text + String(repeating: "=", count: missing))
-    }
 }
 
 /// Why a tus header field was refused, for the error's message.
