@@ -138,6 +138,12 @@ final class StopFlag: Sendable {
                 let picture = mediaBytes(18_000, seed: 7)
                 let (_, mediaId) = try Self.upload(port, token, "pics", picture)
                 let (openUpload, _) = try Self.upload(port, token, "pics", mediaBytes(9_000, seed: 8), finalize: false)
+                // And an open tus upload, with bytes.
+                let tusHeaders = [("Authorization", "Bearer \(token)"), ("Tus-Resumable", "1.0.0")]
+                let tus = try #require(try httpRequest(port: port, "POST", "/v1/spaces/pics/tus", headers: tusHeaders + [("Upload-Length", "5000")]).header("Location"))
+                let appended = try httpRequest(port: port, "PATCH", tus, headers: tusHeaders + [("Upload-Offset", "0"), ("Content-Type", "application/offset+octet-stream")],
+                                               body: mediaBytes(1000, seed: 9))
+                #expect(appended.status == 204)
 
                 let first = try PushResponse.decode(try Self.push(port, token, "load", [put("first", "first")]).body)
                 let oldEpoch = first.epoch
@@ -197,7 +203,7 @@ final class StopFlag: Sendable {
                 let manifest = try BackupManifest.read(backup: backupPath)
                 #expect(manifest.epoch == oldEpoch.rawValue)
                 #expect(manifest.media == [BackupManifest.MediaFile(space: "pics", sha256: mediaId, size: Int64(picture.count))])
-                #expect(manifest.openUploadsLeftOut == 1)
+                #expect(manifest.openUploadsLeftOut == 2)
                 #expect(!manifest.includesSecret && !FileManager.default.fileExists(atPath: backupPath + "/jwt-secret"))
                 #expect(manifest.counts.records >= Int64(before.count))
                 let storeMode = try FileManager.default.attributesOfItem(atPath: backupPath + "/outpost.sqlite")[.posixPermissions] as? Int
@@ -238,6 +244,7 @@ final class StopFlag: Sendable {
                 #expect(download.status == 200 && download.body == picture)
                 let upload = try httpRequest(port: restored.port, "GET", "/v1/spaces/pics/media/uploads/\(openUpload)", headers: [("Authorization", "Bearer \(token)")])
                 #expect(upload.status == 404 && errorCode(upload) == "upload_not_found")
+                #expect(try httpRequest(port: restored.port, "HEAD", tus, headers: tusHeaders).status == 404)
             }
         }
     }

@@ -292,6 +292,56 @@ func detailInt(_ response: TestResponse, _ key: String) -> Int? {
     }
 }
 
+/// `outpost-server` children killed with SIGKILL while a PATCH's bytes are being written,
+/// fsynced, counted or published, then restarted on the same data directory: the offset a
+/// HEAD gives is always one the bytes on disk back up, and the upload finishes whole.
+@Suite(.serialized, .serverLogs) struct TusCrashTests {
+    @Test func aServerKilledDuringAPatchLeavesAnOffsetItsBytesBackUp() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-tus-crash") { dir in
+            let data = dir.appending("data")
+            let server = try await blocking { try ServerProcess(dataDirectory: data) }
+            let token = try server.token(spaces: ["sp"])
+            let half = 8 << 20
+            // How long after the last PATCH is sent the server is killed, in ms: the kill
+            // lands while the body arrives, is written, fsynced, counted or published.
+            for (round, delay) in [0, 2, 10, 30, 80, 200].enumerated() {
+                let file = mediaBytes(2 * half, seed: UInt64(300 + round))
+                var raw = TusRaw(port: server.port, token: token)
+                let url = try TusHTTPTests.location(try await raw.create("sp", length: file.count))
+                #expect(try await raw.patch(url, offset: 0, Array(file[0..<half])).status == 204)
+                let port = server.port
+                let last = Array(file[half...])
+                try await blocking {
+                    let client = try TestHTTPClient(port: port)
+                    try client.send(TestHTTPClient.encode("PATCH", url, headers: [
+                        ("Authorization", "Bearer \(token)"), ("Tus-Resumable", Tus.version), ("Upload-Offset", String(half)),
+                        ("Content-Type", Tus.patchContentType), ("Upload-Checksum", TusRaw.sha256Checksum(last)),
+                    ], body: last))
+                    usleep(UInt32(delay) * 1000)
+                    server.kill9()
+                }
+                try await blocking { try server.restart() }
+                raw = TusRaw(port: server.port, token: token)
+                let state = try await raw.head(url)
+                let offset = Int(state.header("Upload-Offset") ?? "") ?? -1
+                #expect(state.status == 200 && (offset == half || offset == file.count), "round \(round): \(state.status) offset \(offset)")
+                let part = data + "/media/uploads/" + String(url.split(separator: "/").last!)
+                if offset == half {
+                    #expect(try FileManager.default.attributesOfItem(atPath: part)[.size] as? Int == half, "round \(round): bytes past the offset stayed")
+                    let done = try await raw.patch(url, offset: half, last)
+                    #expect(done.status == 204 && done.header(Tus.mediaIDHeader) == SHA256.hex(file), "round \(round): \(done.text)")
+                } else {
+                    #expect(state.header(Tus.mediaIDHeader) == SHA256.hex(file), "round \(round): complete without a media id")
+                    #expect(!FileManager.default.fileExists(atPath: part))
+                }
+                let got = try await MediaClient(port: server.port, token: token).download("sp", SHA256.hex(file))
+                #expect(got.status == 200 && summary(got.body) == summary(file), "round \(round)")
+            }
+            _ = try await blocking { server.stop() }
+        }
+    }
+}
+
 // MARK: - Raw HTTP
 
 /// The protocol's edge cases over raw HTTP against an in-process media service on a real
