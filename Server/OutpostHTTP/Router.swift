@@ -64,7 +64,8 @@ enum RouteMatch: Sendable {
 /// never a media id `uploads`, even for a method only `/media/{mediaId}` has. Unknown path
 /// `404 not_found`; a method that resource lacks `405 method_not_allowed` with `Allow`
 /// naming the resource's own methods (HEAD is allowed wherever GET is and is answered by
-/// the GET route without a body). Path segments are
+/// the GET route without a body, unless a route is registered for HEAD itself, as tus's
+/// upload resource has without a GET). Path segments are
 /// percent-decoded before matching; a segment that decodes to something containing `/`
 /// or NUL, a `.` or `..` segment, or a bad escape is `400 bad_request`.
 public struct Router: Sendable {
