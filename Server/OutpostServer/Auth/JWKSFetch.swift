@@ -208,8 +208,11 @@ final class BoundedDownload: NSObject, URLSessionDataDelegate, @unchecked Sendab
         if let failure {
             finish(.failure(failure))
         } else if let error {
-            let timedOut = (error as? URLError)?.code == .timedOut
-            finish(.failure(JWKSFetchError(kind: timedOut ? .timeout : .network, description: "the JWKS URL did not answer: \(error.localizedDescription)")))
+            if (error as? URLError)?.code == .timedOut {
+                finish(.failure(JWKSFetchError(kind: .timeout, description: "no whole answer within the timeout")))
+            } else {
+                finish(.failure(JWKSFetchError(kind: .network, description: "the JWKS URL did not answer: \(error.localizedDescription)")))
+            }
         } else if let response, response.statusCode == 200 {
             let maxAge = JWKSRefreshPolicy.maxAge(cacheControl: response.value(forHTTPHeaderField: "Cache-Control"),
                                                   age: response.value(forHTTPHeaderField: "Age"))
