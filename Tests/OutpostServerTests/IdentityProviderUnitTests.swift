@@ -308,8 +308,8 @@ enum SignatureVectors {
     }
 
     @Test func aKeySetFileVerifiesTokensAndIsReadAgainForANewKey() async throws {
-        let first = try ProviderKey.ec("file-1")
-        let second = try ProviderKey.rsa("file-2")
+        let first = try await ProviderKey.ec("file-1")
+        let second = try await ProviderKey.rsa("file-2")
         try await withTemporaryDirectory(prefix: "outpost-jwks-file") { dir in
             let path = dir.appending("jwks.json")
             try Self.write([first], to: path)
@@ -324,7 +324,17 @@ enum SignatureVectors {
                 // A new key in the file: its first token reads the file again.
                 try Self.write([first, second], to: path)
                 #expect(try await s.push("s", [put("c1", "a")], token: try second.token(Self.claims())).status == 200)
-                #expect(s.app.metrics.render().contains("outpost_jwks_keys 2"))
+                let rendered = s.app.metrics.render()
+                #expect(rendered.contains("outpost_jwks_keys 2"))
+                // The provider's metrics, which a server without one does not declare, are
+                // described in docs/operating.md as every other.
+                let operating = try OperatorDocsTests.read("docs/operating.md")
+                let names = rendered.split(separator: "\n").compactMap { line -> String? in
+                    guard line.hasPrefix("# TYPE outpost_jwks") else { return nil }
+                    return line.split(separator: " ").dropFirst(2).first.map(String.init)
+                }
+                #expect(names.count == 3)
+                for name in names { #expect(operating.contains("| `\(name)` |"), "docs/operating.md does not describe \(name)") }
             }
         }
     }
@@ -349,7 +359,7 @@ enum SignatureVectors {
             try Data("keys".utf8).write(to: URL(fileURLWithPath: notJSON))
             #expect(start(notJSON)?.contains("not a JSON object") == true)
             let big = dir.appending("big.json")
-            try Self.write([try ProviderKey.rsa("k1"), try ProviderKey.rsa("k2"), try ProviderKey.rsa("k3")], to: big)
+            try Self.write([try await ProviderKey.rsa("k1"), try await ProviderKey.rsa("k2"), try await ProviderKey.rsa("k3")], to: big)
             #expect(start(big, maxBytes: 1024)?.contains("over the limit of 1024 bytes") == true)
         }
     }
@@ -357,7 +367,7 @@ enum SignatureVectors {
     /// `OutpostApplication.Parts.tokens` still wraps the verifier the settings make, with an
     /// identity provider in it.
     @Test func partsWrapTheVerifierOfProviderTokensToo() async throws {
-        let key = try ProviderKey.rsa("wrapped")
+        let key = try await ProviderKey.rsa("wrapped")
         try await withTemporaryDirectory(prefix: "outpost-jwks-parts") { dir in
             let path = dir.appending("jwks.json")
             try Self.write([key], to: path)

@@ -153,12 +153,14 @@ struct ProviderKey: Sendable {
     /// Members added to (or replacing those of) the public JWK: `alg`, `use`, `crv`…
     var jwkExtra: JSONObject = [:]
 
-    static func rsa(_ kid: String, bits: Int = 2048) throws -> ProviderKey {
-        ProviderKey(kid: kid, material: .rsa(try RSAPrivateKey.generate(bits: bits)))
+    /// A new RSA key, generated on a thread of its own: key generation takes a core for a
+    /// while, and the concurrency pool must stay free for the in-process servers' handlers.
+    static func rsa(_ kid: String, bits: Int = 2048) async throws -> ProviderKey {
+        ProviderKey(kid: kid, material: .rsa(try await blocking { try RSAPrivateKey.generate(bits: bits) }))
     }
 
-    static func ec(_ kid: String) throws -> ProviderKey {
-        ProviderKey(kid: kid, material: .ec(try P256PrivateKey.generate()))
+    static func ec(_ kid: String) async throws -> ProviderKey {
+        ProviderKey(kid: kid, material: .ec(try await blocking { try P256PrivateKey.generate() }))
     }
 
     /// The algorithm this key signs.

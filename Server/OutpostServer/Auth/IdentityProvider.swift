@@ -75,7 +75,8 @@ public final class ProviderTokens: Sendable {
         }
         guard case .string(let sub)? = payload["sub"], !sub.isEmpty else { throw .missingClaim("sub") }
         guard let exp = try CompactJWS.numericDate(payload, "exp") else { throw .missingClaim("exp") }
-        guard now < exp + Self.leewaySeconds else { throw .expired }
+        // `now - leeway`, not `exp + leeway`: a token's exp may be near Int64.max.
+        guard now - Self.leewaySeconds < exp else { throw .expired }
         if let nbf = try CompactJWS.numericDate(payload, "nbf") {
             guard now + Self.leewaySeconds >= nbf else { throw .notYetValid }
         }
@@ -92,6 +93,8 @@ public final class ProviderTokens: Sendable {
 public struct ServerTokens: TokenVerifier {
     public let shared: JWTAuthority
     public let provider: ProviderTokens
+    /// Every algorithm either verifier takes.
+    static let accepted = ["HS256"] + ProviderTokens.algorithms
 
     public init(shared: JWTAuthority, provider: ProviderTokens) {
         self.shared = shared
@@ -99,7 +102,7 @@ public struct ServerTokens: TokenVerifier {
     }
 
     public func verify(_ token: String, now: Int64) async throws(TokenError) -> Claims {
-        let jws = try CompactJWS(token, accepted: ["HS256"] + ProviderTokens.algorithms)
+        let jws = try CompactJWS(token, accepted: Self.accepted)
         if jws.alg == "HS256" { return try shared.verify(jws, now: now) }
         return try await provider.verify(jws, now: now)
     }

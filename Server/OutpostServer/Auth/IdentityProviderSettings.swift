@@ -81,7 +81,7 @@ public struct IdentityProviderSettings: Sendable {
             }
             s.identityProvider.jwksURL = url
         },
-        Settings.Option(flag: "--jwks-file", env: "OUTPOST_JWKS_FILE", help: "a JWK Set file instead of --jwks-url, read at start and again when a token names a key it lacks") { s, v in
+        Settings.Option(flag: "--jwks-file", env: "OUTPOST_JWKS_FILE", help: "a JWK Set file instead of --jwks-url, read at start, every 10 minutes and when a token names a key it lacks") { s, v in
             guard !v.isEmpty else { throw Settings.Invalid(description: "--jwks-file must not be empty") }
             s.identityProvider.jwksFile = v
         },
