@@ -72,7 +72,7 @@ public struct ClaimPath: Sendable, Equatable, CustomStringConvertible {
 /// grants write, which the roles the rules see as `auth.roles`, and which claim and value,
 /// if any, make a token admin. HS256 tokens, which the server's own secret signs, keep the
 /// fixed claims of PROTOCOL.md section 2 and never go through a mapping.
-public struct ClaimsMapping: Sendable, Equatable {
+public struct ClaimsMapping: Sendable {
     /// The claim naming the spaces: an array of names, or one string of names separated by
     /// spaces. Absent: no space.
     public var spaces: ClaimPath
@@ -88,11 +88,6 @@ public struct ClaimsMapping: Sendable, Equatable {
     /// array holding it, or a string of words holding it (`true` matches a boolean true).
     /// Nil: a provider token is never admin, whatever it carries.
     public var admin: (path: ClaimPath, value: String)?
-
-    public static func == (a: ClaimsMapping, b: ClaimsMapping) -> Bool {
-        a.spaces == b.spaces && a.scope == b.scope && a.writeScope == b.writeScope && a.roles == b.roles
-            && a.admin?.path == b.admin?.path && a.admin?.value == b.admin?.value
-    }
 
     /// The defaults: the same claim names an HS256 token uses.
     public init() {
