@@ -14,6 +14,9 @@ public final class OutpostApplication: Sendable {
     public let store: any SyncStore
     public let metrics: Metrics
     public let authorizer: Authorizer
+    /// The identity provider whose tokens are accepted beside HS256 ones (`--jwks-url`,
+    /// `--jwks-file`), nil without one.
+    public let identityProvider: ProviderTokens?
     public let sync: SyncService
     /// The rules file in force (`--rules`), reloaded by `reloadRules` (SIGHUP).
     public let rules: RulesHolder
@@ -62,12 +65,15 @@ public final class OutpostApplication: Sendable {
             store = parts.store(try SQLiteSyncStore(configuration: storeConfiguration))
         }
 
-        let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
-        let previous = (environment["OUTPOST_JWT_PREVIOUS_SECRETS"] ?? "").split(separator: ",").map { Array($0.utf8) }
-        authorizer = Authorizer(authority: parts.tokens(JWTAuthority(secret: secret, previousSecrets: previous)))
-
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
+        let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
+        let previous = (environment["OUTPOST_JWT_PREVIOUS_SECRETS"] ?? "").split(separator: ",").map { Array($0.utf8) }
+        let shared = JWTAuthority(secret: secret, previousSecrets: previous)
+        // Without a provider the verifier is the HS256 authority alone, as it always was.
+        identityProvider = settings.identityProvider.isConfigured ? try ProviderTokens(settings: settings.identityProvider, metrics: metrics) : nil
+        let tokens: any TokenVerifier = identityProvider.map { ServerTokens(shared: shared, provider: $0) } ?? shared
+        authorizer = Authorizer(authority: parts.tokens(tokens))
         sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, rules: rules)
         sync.viewIndex.follow(rules.rules)
         metrics.declare("outpost_rules_reloads_total", help: "Reloads of the rules file, by result (applied, refused).", kind: "counter")
@@ -99,6 +105,12 @@ public final class OutpostApplication: Sendable {
         telemetry.register(&router)
         media.startSweeper()
         self.router = router
+        if let identityProvider {
+            if case .url(let url) = settings.identityProvider.source, url.scheme?.lowercased() == "http", !Self.isLoopback(url.host ?? "") {
+                Log.error("the JWKS URL is plain http: anyone on the path can swap the provider's keys; use https", ["url": url.absoluteString])
+            }
+            identityProvider.start()
+        }
 
         // Forget applied change ids older than their retention, and purge tombstones older
         // than theirs (Compactor), at start and every hour.
@@ -208,9 +220,15 @@ public final class OutpostApplication: Sendable {
         epochChangeHandler.set(handler)
     }
 
+    /// True for a host name or address of this machine's loopback interface.
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+
     /// Stops background work and closes the store.
     public func close() async {
         sweeper.cancel()
+        identityProvider?.stop()
         await media.close()
         let telemetry = self.telemetry
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in

@@ -244,7 +244,7 @@ final class SimServer {
             return (413, HTTPError.payloadTooLarge(limit: limits.maxRequestBytes).jsonEnvelope())
         }
         do {
-            try service.authorizePush(head, parameters)
+            try await service.authorizePush(head, parameters)
             return answer(try await service.push(HTTPRequest(head: head, body: body, pathParameters: parameters)))
         } catch {
             return failure(error)
@@ -258,7 +258,7 @@ final class SimServer {
         let head = HTTPRequestHead(method: .GET, target: "/v1/spaces/\(space)/pull" + (items.isEmpty ? "" : "?" + items),
                                    headers: ["Authorization": "Bearer \(token)"])
         do {
-            try service.authorizePull(head, parameters)
+            try await service.authorizePull(head, parameters)
             return answer(try await service.pull(HTTPRequest(head: head, pathParameters: parameters)))
         } catch {
             return failure(error)

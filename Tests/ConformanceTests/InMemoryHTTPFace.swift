@@ -94,10 +94,10 @@ final class InMemoryHTTPFace: Sendable {
         router.add(.GET, "/readyz", bodyLimit: 0, inline: { _ in HTTPResponse(json: Array(#"{"status":"ready"}"#.utf8)) })
         // As the real server: the space name and the token are checked before the body is read.
         router.add(.POST, "/v1/spaces/{space}/push", bodyLimit: server.limits.maxRequestBytes,
-                   preBody: { head, parameters in _ = try authorizer.authorize(head, space: SyncService.space(parameters), scope: .write) },
+                   preBody: { head, parameters in _ = try await authorizer.authorize(head, space: SyncService.space(parameters), scope: .write) },
                    handler: { request in try await Self.push(request, to: server) })
         router.add(.GET, "/v1/spaces/{space}/pull", bodyLimit: 0,
-                   preBody: { head, parameters in _ = try authorizer.authorize(head, space: SyncService.space(parameters), scope: .read) },
+                   preBody: { head, parameters in _ = try await authorizer.authorize(head, space: SyncService.space(parameters), scope: .read) },
                    handler: { request in try await Self.pull(request, from: server) })
         return router
     }

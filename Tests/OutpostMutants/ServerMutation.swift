@@ -165,14 +165,14 @@ struct AcceptAlgNone: TokenVerifier {
     let base: any TokenVerifier
     let secret: [UInt8]
 
-    func verify(_ token: String, now: Int64) throws(TokenError) -> Claims {
+    func verify(_ token: String, now: Int64) async throws(TokenError) -> Claims {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let header = Base64.decodeURL(String(parts[0])), case .object(let o)? = try? JSONParser.parse(header),
               o["alg"] == .string("none") else {
-            return try base.verify(token, now: now)
+            return try await base.verify(token, now: now)
         }
         let signingInput = Base64.encodeURL(JSONValue.object(["alg": "HS256", "typ": "JWT"]).encoded()) + "." + parts[1]
         let signature = HMACSHA256.authenticate(Array(signingInput.utf8), key: secret)
-        return try base.verify(signingInput + "." + Base64.encodeURL(signature), now: now)
+        return try await base.verify(signingInput + "." + Base64.encodeURL(signature), now: now)
     }
 }

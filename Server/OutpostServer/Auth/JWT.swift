@@ -64,31 +64,132 @@ public struct Claims: Sendable, Equatable {
 /// Why a token was refused. Every case is answered with `401 unauthorized`.
 public enum TokenError: Error, Equatable, Sendable {
     case malformed(String)
-    case unsupportedAlgorithm(String)
+    /// The header's `alg`, and the algorithms this server accepts.
+    case unsupportedAlgorithm(String, accepted: [String])
+    /// A header parameter that would bring a key or a rule from the token itself.
+    case refusedHeader(String)
     case badSignature
     case expired
     case notYetValid
     case missingClaim(String)
+    /// A provider token's `iss`, which is not the configured issuer.
+    case wrongIssuer(String)
+    /// A provider token whose `aud` lacks the configured audience.
+    case wrongAudience
+    /// A provider token's `kid`, which the provider's key set lacks (after a refresh, or
+    /// while refreshes are held back).
+    case unknownKey(String)
+    /// A provider token's key that exists but cannot verify it, and why.
+    case unusableKey(String, String)
+    /// The provider's key set has not been loaded yet; why the last fetch failed.
+    case keysUnavailable(String)
 
     public var message: String {
         switch self {
         case .malformed(let why): return "malformed token: \(why)"
-        case .unsupportedAlgorithm(let alg): return "token algorithm \(alg) is not accepted; only HS256 is"
+        case .unsupportedAlgorithm(let alg, let accepted):
+            let list = accepted.count == 1 ? "only \(accepted[0]) is" : "only " + accepted.dropLast().joined(separator: ", ") + " and \(accepted.last!) are"
+            return "token algorithm \(Self.shown(alg)) is not accepted; \(list)"
+        case .refusedHeader(let name): return "token header \(name) is not accepted: keys come only from the server's own configuration"
         case .badSignature: return "token signature does not verify"
         case .expired: return "token has expired"
         case .notYetValid: return "token is not valid yet"
         case .missingClaim(let claim): return "token lacks a valid \(claim) claim"
+        case .wrongIssuer(let iss): return "token issuer \(Self.shown(iss)) is not the issuer this server accepts"
+        case .wrongAudience: return "token audience does not include this server's"
+        case .unknownKey(let kid): return "token key \(Self.shown(kid)) is not in the identity provider's key set"
+        case .unusableKey(let kid, let why): return "token key \(Self.shown(kid)) cannot verify it: \(why)"
+        case .keysUnavailable(let why): return "the identity provider's keys are not loaded (\(why)); try again later"
         }
+    }
+
+    /// A value from a token, quoted and cut short for a message.
+    static func shown(_ text: String) -> String {
+        let cut = text.count > 64 ? String(text.prefix(64)) + "…" : text
+        return "\"" + cut + "\""
     }
 }
 
 /// Turns a bearer token into verified claims, or refuses it: what `Authorizer` asks of
-/// the server's tokens. `JWTAuthority` (HS256 with the server's secrets) is the one the
-/// server uses; an application may wrap it (an audit log, say) when it builds its parts
-/// (`OutpostApplication.Parts`).
+/// the server's tokens. `JWTAuthority` (HS256 with the server's secrets) verifies them,
+/// with `ServerTokens` in front when an identity provider is configured (RS256 and ES256
+/// against its JWK Set); an application may wrap either (an audit log, say) when it
+/// builds its parts (`OutpostApplication.Parts`).
+///
+/// Async because a provider's token may name a key the server has to fetch first; a
+/// verifier that never waits (HS256) implements it with a synchronous method, and costs
+/// its callers no suspension.
 public protocol TokenVerifier: Sendable {
     /// The claims of `token` at time `now` (seconds since 1970).
-    func verify(_ token: String, now: Int64) throws(TokenError) -> Claims
+    func verify(_ token: String, now: Int64) async throws(TokenError) -> Claims
+}
+
+/// A compact JWS (RFC 7515 section 7.1) split into its three parts, with its protected
+/// header parsed and checked: what every verifier reads first.
+struct CompactJWS: Sendable {
+    /// The longest token accepted, in bytes.
+    static let maximumBytes = 8192
+    /// Header parameters that would make the token name its own key or rules (RFC 7515
+    /// sections 4.1.2 to 4.1.6 and 4.1.11): the server never follows them, and a token that
+    /// carries one is refused rather than verified as if it did not.
+    static let refusedHeaders = ["jku", "jwk", "x5u", "x5c", "crit"]
+
+    let token: String
+    let header: JSONObject
+    let alg: String
+    private let headerLength: Int
+    private let payloadPart: Substring
+    private let signaturePart: Substring
+
+    /// Splits and checks `token`; `accepted` are the algorithms the caller verifies. The
+    /// algorithm is checked first: a token that names another is refused whatever else
+    /// it holds (the classic `alg: none` and key-confusion attacks).
+    init(_ token: String, accepted: [String]) throws(TokenError) {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, token.utf8.count <= Self.maximumBytes else { throw .malformed("expected three dot-separated parts") }
+        guard let headerBytes = Base64.decodeURL(String(parts[0])),
+              case .object(let header)? = try? JSONParser.parse(headerBytes)
+        else { throw .malformed("header is not base64url JSON") }
+        guard case .string(let alg)? = header["alg"] else { throw .malformed("header has no alg") }
+        guard accepted.contains(alg) else { throw .unsupportedAlgorithm(alg, accepted: accepted) }
+        for name in Self.refusedHeaders where header[name] != nil { throw .refusedHeader(name) }
+        self.token = token
+        self.header = header
+        self.alg = alg
+        headerLength = parts[0].utf8.count
+        payloadPart = parts[1]
+        signaturePart = parts[2]
+    }
+
+    /// The bytes the signature covers: `header.payload` as sent (RFC 7515 section 5.2).
+    var signingInput: [UInt8] { Array(token.utf8.prefix(headerLength + 1 + payloadPart.utf8.count)) }
+
+    /// The decoded signature, nil when it is not base64url.
+    var signature: [UInt8]? { Base64.decodeURL(String(signaturePart)) }
+
+    /// The payload's claims: read only after the signature verified.
+    func claims() throws(TokenError) -> JSONObject {
+        guard let payloadBytes = Base64.decodeURL(String(payloadPart)),
+              case .object(let payload)? = try? JSONParser.parse(payloadBytes)
+        else { throw .malformed("payload is not base64url JSON") }
+        return payload
+    }
+
+    /// A NumericDate claim (RFC 7519 section 2) in whole seconds; nil when absent; throws
+    /// when present but not a number.
+    static func numericDate(_ payload: JSONObject, _ name: String) throws(TokenError) -> Int64? {
+        guard let value = payload[name], value != .null else { return nil }
+        guard let seconds = value.int64Value ?? wholeSeconds(value) else { throw .missingClaim(name) }
+        return seconds
+    }
+
+    /// NumericDate may carry a fraction (RFC 7519 section 2); it counts in whole seconds.
+    private static func wholeSeconds(_ value: JSONValue) -> Int64? {
+        guard case .number(let n) = value else { return nil }
+        let d = n.doubleValue
+        guard d.isFinite, abs(d) < 1e15 else { return nil }
+        return Int64(d.rounded(.down))
+    }
 }
 
 /// HS256 JSON Web Tokens (RFC 7519, RFC 7515) for Outpost's access rules. Any `alg` other
@@ -119,31 +220,26 @@ public struct JWTAuthority: TokenVerifier {
 
     /// Verifies `token` at time `now` (seconds since 1970) and returns its claims.
     public func verify(_ token: String, now: Int64) throws(TokenError) -> Claims {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, token.utf8.count <= 8192 else { throw .malformed("expected three dot-separated parts") }
-        guard let headerBytes = Base64.decodeURL(String(parts[0])),
-              case .object(let header)? = try? JSONParser.parse(headerBytes)
-        else { throw .malformed("header is not base64url JSON") }
-        // The algorithm is checked first: a token that names another algorithm is refused
-        // whatever its signature (the classic `alg: none` and key-confusion attacks).
-        guard case .string(let alg)? = header["alg"] else { throw .malformed("header has no alg") }
-        guard alg == "HS256" else { throw .unsupportedAlgorithm(alg) }
-        guard let signature = Base64.decodeURL(String(parts[2])), signature.count == SHA256.byteCount else {
+        try verify(CompactJWS(token, accepted: ["HS256"]), now: now)
+    }
+
+    /// Verifies a token already split (its `alg` is HS256) with the server's secrets only:
+    /// no key of an identity provider is ever an HMAC key here.
+    func verify(_ jws: CompactJWS, now: Int64) throws(TokenError) -> Claims {
+        guard jws.alg == "HS256" else { throw .unsupportedAlgorithm(jws.alg, accepted: ["HS256"]) }
+        guard let signature = jws.signature, signature.count == SHA256.byteCount else {
             throw .malformed("signature is not base64url of 32 bytes")
         }
-        let signingInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
+        let signingInput = jws.signingInput
         var verified = false
         for key in keys where HMACSHA256.verify(signature, message: signingInput, key: key) { verified = true }
         guard verified else { throw .badSignature }
 
-        guard let payloadBytes = Base64.decodeURL(String(parts[1])),
-              case .object(let payload)? = try? JSONParser.parse(payloadBytes)
-        else { throw .malformed("payload is not base64url JSON") }
+        let payload = try jws.claims()
         guard case .string(let sub)? = payload["sub"], !sub.isEmpty else { throw .missingClaim("sub") }
-        guard let exp = payload["exp"]?.int64Value ?? payload["exp"].flatMap(Self.wholeSeconds) else { throw .missingClaim("exp") }
+        guard let exp = try CompactJWS.numericDate(payload, "exp") else { throw .missingClaim("exp") }
         guard now < exp else { throw .expired }
-        if let nbfValue = payload["nbf"] {
-            guard let nbf = nbfValue.int64Value ?? Self.wholeSeconds(nbfValue) else { throw .missingClaim("nbf") }
+        if let nbf = try CompactJWS.numericDate(payload, "nbf") {
             guard now >= nbf else { throw .notYetValid }
         }
         var spaces: [String] = []
@@ -171,14 +267,6 @@ public struct JWTAuthority: TokenVerifier {
         default: throw .missingClaim("admin")
         }
         return Claims(sub: sub, exp: exp, spaces: spaces, scope: scope, admin: admin, extra: payload)
-    }
-
-    /// NumericDate may carry a fraction (RFC 7519 section 2); it counts in whole seconds.
-    private static func wholeSeconds(_ value: JSONValue) -> Int64? {
-        guard case .number(let n) = value else { return nil }
-        let d = n.doubleValue
-        guard d.isFinite, abs(d) < 1e15 else { return nil }
-        return Int64(d.rounded(.down))
     }
 }
 

@@ -57,22 +57,22 @@ public final class MediaService: Sendable {
     public func register(_ router: inout Router) {
         let uploads = "/v1/spaces/{space}/media/uploads"
         router.add(.POST, uploads, bodyLimit: Self.jsonBodyLimit,
-                   preBody: { [self] head, parameters in _ = try authorize(head, parameters, .write) },
+                   preBody: { [self] head, parameters in _ = try await authorize(head, parameters, .write) },
                    handler: { [self] request in try await begin(request) })
         router.add(.GET, uploads + "/{uploadId}", bodyLimit: 0,
-                   preBody: { [self] head, parameters in _ = try authorize(head, parameters, .write) },
+                   preBody: { [self] head, parameters in _ = try await authorize(head, parameters, .write) },
                    handler: { [self] request in try await uploadState(request) })
         router.add(.DELETE, uploads + "/{uploadId}", bodyLimit: 0,
-                   preBody: { [self] head, parameters in _ = try authorize(head, parameters, .write) },
+                   preBody: { [self] head, parameters in _ = try await authorize(head, parameters, .write) },
                    handler: { [self] request in try await abort(request) })
         router.add(.PUT, uploads + "/{uploadId}/chunks/{index}", bodyLimit: max(limits.chunkSize, store.largestOpenChunkSize),
                    preBody: { [self] head, parameters in try await checkChunk(head, parameters) },
                    handler: { [self] request in try await putChunk(request) })
         router.add(.POST, uploads + "/{uploadId}/finalize", bodyLimit: Self.jsonBodyLimit,
-                   preBody: { [self] head, parameters in _ = try authorize(head, parameters, .write) },
+                   preBody: { [self] head, parameters in _ = try await authorize(head, parameters, .write) },
                    handler: { [self] request in try await finalize(request) })
         router.add(.GET, "/v1/spaces/{space}/media/{mediaId}", bodyLimit: 0,
-                   preBody: { [self] head, parameters in _ = try authorize(head, parameters, .read) },
+                   preBody: { [self] head, parameters in _ = try await authorize(head, parameters, .read) },
                    handler: { [self] request in try await download(request) })
         registerTus(&router)
     }
@@ -81,9 +81,9 @@ public final class MediaService: Sendable {
 
     /// The path's space, checked against the token: `404` for a name that cannot be a
     /// space, `401`/`403` from the authorizer.
-    func authorize(_ head: HTTPRequestHead, _ parameters: [String: String], _ scope: Claims.Scope) throws(HTTPError) -> SpaceName {
+    func authorize(_ head: HTTPRequestHead, _ parameters: [String: String], _ scope: Claims.Scope) async throws(HTTPError) -> SpaceName {
         guard let space = parameters["space"].flatMap(SpaceName.init) else { throw .invalidSpace(parameters["space"]) }
-        _ = try authorizer.authorize(head, space: space.rawValue, scope: scope)
+        _ = try await authorizer.authorize(head, space: space.rawValue, scope: scope)
         return space
     }
 
@@ -191,7 +191,7 @@ public final class MediaService: Sendable {
     /// refusal before it sends half a megabyte: token, ids, `Content-Digest` present, the
     /// upload live, the index in range and, when `Content-Length` says it, the length.
     func checkChunk(_ head: HTTPRequestHead, _ parameters: [String: String]) async throws {
-        let space = try authorize(head, parameters, .write)
+        let space = try await authorize(head, parameters, .write)
         let id = try Self.uploadID(parameters)
         let index = try Self.chunkIndex(parameters)
         _ = try Self.declaredDigest(head.headers)

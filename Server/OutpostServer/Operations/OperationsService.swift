@@ -42,13 +42,13 @@ public final class OperationsService: Sendable {
             return HTTPResponse(json: Array(#"{"status":"ready"}"#.utf8))
         })
         router.add(.GET, "/v1/admin/spaces", bodyLimit: 0,
-                   preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
+                   preBody: { [self] head, _ in _ = try await authorizer.authorizeAdmin(head) },
                    handler: { [self] request in try await listSpaces(request.head) })
         router.add(.POST, "/v1/admin/compact", bodyLimit: 0,
-                   preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
+                   preBody: { [self] head, _ in _ = try await authorizer.authorizeAdmin(head) },
                    handler: { [self] request in try await compact(request.head) })
         router.add(.GET, "/metrics", bodyLimit: 0,
-                   preBody: { [self] head, _ in if metricsRequireAdmin { _ = try authorizer.authorizeAdmin(head) } },
+                   preBody: { [self] head, _ in if metricsRequireAdmin { _ = try await authorizer.authorizeAdmin(head) } },
                    handler: { [self] _ in
                        var headers = HTTPHeaders()
                        headers.add(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")

@@ -38,6 +38,8 @@ public struct Settings: Sendable {
     /// A rules file (docs/rules.md): who reads and writes what, and the shape of records.
     /// Nil: a space's tokens read and write everything in it.
     public var rulesPath: String?
+    /// An identity provider whose RS256 and ES256 tokens are accepted (`--jwks-url`…).
+    public var identityProvider = IdentityProviderSettings()
 
     public init() {}
 
@@ -138,6 +140,7 @@ public struct Settings: Sendable {
                 s.bodyTimeoutSeconds = try int("--body-timeout", v, min: 1)
             },
         ]
+        o += IdentityProviderSettings.options
         return o
     }()
 
@@ -194,6 +197,7 @@ public struct Settings: Sendable {
             throw Invalid(description: "--max-record-bytes must leave room for a change in --max-request-bytes")
         }
         guard limits.chunkSize <= 64 * 1024 * 1024 else { throw Invalid(description: "--chunk-size must be at most 64 MiB") }
+        try identityProvider.validate()
     }
 
     /// The text of `outpost-server serve --help`.

@@ -29,11 +29,11 @@ public final class TelemetryService: Sendable {
     public func register(_ router: inout Router) {
         router.add(.POST, "/v1/spaces/{space}/telemetry", bodyLimit: TelemetryBatch.maxBytes,
                    preBody: { [self] head, parameters in
-                       _ = try authorizer.authorize(head, space: try SyncService.space(parameters), scope: .read)
+                       _ = try await authorizer.authorize(head, space: try SyncService.space(parameters), scope: .read)
                    },
                    handler: { [self] request in try await receive(request) })
         router.add(.GET, "/v1/admin/devices", bodyLimit: 0,
-                   preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
+                   preBody: { [self] head, _ in _ = try await authorizer.authorizeAdmin(head) },
                    handler: { [self] request in try await list(request.head) })
     }
 

@@ -60,8 +60,8 @@ public final class SyncService: Sendable {
     // MARK: Push
 
     /// Checks done before a push body is read: the space name and a write token.
-    public func authorizePush(_ head: HTTPRequestHead, _ parameters: [String: String]) throws(HTTPError) {
-        _ = try authorizer.authorize(head, space: Self.space(parameters), scope: .write)
+    public func authorizePush(_ head: HTTPRequestHead, _ parameters: [String: String]) async throws(HTTPError) {
+        _ = try await authorizer.authorize(head, space: Self.space(parameters), scope: .write)
     }
 
     /// `POST /v1/spaces/{space}/push`.
@@ -70,8 +70,10 @@ public final class SyncService: Sendable {
         let decoded = try Self.decodePush(request.body, maxChanges: limits.maxChangesPerPush)
         // Under rules, every change is judged in the store's transaction, on the state it
         // would replace (PushRules), by the rules of this moment for this token.
-        let judge = try rules.rules.map { rules throws(HTTPError) in
-            RulesJudge(view: rules.view(for: try authorizer.authorize(request.head, space: space, scope: .write)))
+        let judge: RulesJudge? = if let rules = rules.rules {
+            RulesJudge(view: rules.view(for: try await authorizer.authorize(request.head, space: space, scope: .write)))
+        } else {
+            nil
         }
         let items = decoded.changes.map { prepare($0, judge: judge) }
 
@@ -147,8 +149,8 @@ public final class SyncService: Sendable {
     // MARK: Pull
 
     /// Checks done before a pull is served: the space name and a read token.
-    public func authorizePull(_ head: HTTPRequestHead, _ parameters: [String: String]) throws(HTTPError) {
-        _ = try authorizer.authorize(head, space: Self.space(parameters), scope: .read)
+    public func authorizePull(_ head: HTTPRequestHead, _ parameters: [String: String]) async throws(HTTPError) {
+        _ = try await authorizer.authorize(head, space: Self.space(parameters), scope: .read)
     }
 
     /// Parses and validates the pull query (PROTOCOL.md section 5): `400 invalid_cursor`, or
@@ -186,7 +188,7 @@ public final class SyncService: Sendable {
                             details: ["epoch": .string(epoch.rawValue)])
         }
         if let rules = rules.rules {
-            let view = rules.view(for: try authorizer.authorize(request.head, space: space, scope: .read))
+            let view = rules.view(for: try await authorizer.authorize(request.head, space: space, scope: .read))
             return try await viewPull(space: space, query: query, since: since, view: view)
         }
         if query.sinceView != nil && since.seq > 0 { throw Self.viewChanged(to: nil) }
