@@ -46,16 +46,16 @@ extension MediaService {
         router.add(.OPTIONS, collection, bodyLimit: 0, answerHeaders: answer,
                    handler: { [self] request in try tusOptions(request) })
         router.add(.POST, collection, bodyLimit: 0, answerHeaders: answer,
-                   preBody: { [self] head, parameters in _ = try tusCreation(head, parameters) },
+                   preBody: { [self] head, parameters in _ = try await tusCreation(head, parameters) },
                    handler: { [self] request in try await tusCreate(request) })
         router.add(.HEAD, upload, bodyLimit: 0, answerHeaders: answer,
-                   preBody: { [self] head, parameters in _ = try tusAuthorize(head, parameters) },
+                   preBody: { [self] head, parameters in _ = try await tusAuthorize(head, parameters) },
                    handler: { [self] request in try await tusState(request) })
         router.add(.PATCH, upload, bodyLimit: limits.maxRequestBytes, answerHeaders: answer,
                    preBody: { [self] head, parameters in try await checkTusAppend(head, parameters) },
                    handler: { [self] request in try await tusAppend(request) })
         router.add(.DELETE, upload, bodyLimit: 0, answerHeaders: answer,
-                   preBody: { [self] head, parameters in _ = try tusAuthorize(head, parameters) },
+                   preBody: { [self] head, parameters in _ = try await tusAuthorize(head, parameters) },
                    handler: { [self] request in try await tusTerminate(request) })
     }
 
@@ -77,9 +77,9 @@ extension MediaService {
     }
 
     /// The version checked, then the token for the path's space with write scope.
-    func tusAuthorize(_ head: HTTPRequestHead, _ parameters: [String: String]) throws(HTTPError) -> SpaceName {
+    func tusAuthorize(_ head: HTTPRequestHead, _ parameters: [String: String]) async throws(HTTPError) -> SpaceName {
         try Self.checkTusVersion(head)
-        return try authorize(head, parameters, .write)
+        return try await authorize(head, parameters, .write)
     }
 
     static func invalidHeader(_ name: String, _ reason: String) -> HTTPError {
@@ -176,8 +176,8 @@ extension MediaService {
 
     /// What a creation asks for, checked before anything is stored: version, token,
     /// `Upload-Length` (at most `maxMediaBytes`, else 413) and `Upload-Metadata`.
-    func tusCreation(_ head: HTTPRequestHead, _ parameters: [String: String]) throws(HTTPError) -> (SpaceName, Int64, Tus.Metadata) {
-        let space = try tusAuthorize(head, parameters)
+    func tusCreation(_ head: HTTPRequestHead, _ parameters: [String: String]) async throws(HTTPError) -> (SpaceName, Int64, Tus.Metadata) {
+        let space = try await tusAuthorize(head, parameters)
         if head.headers.contains(name: "Upload-Defer-Length") {
             throw Self.invalidHeader("Upload-Defer-Length", "is not supported (no creation-defer-length); send Upload-Length")
         }
@@ -198,7 +198,7 @@ extension MediaService {
     /// `POST /v1/spaces/{space}/tus`: `201` with `Location`. An empty file is complete at
     /// once and published like any other.
     func tusCreate(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let (space, length, metadata) = try tusCreation(request.head, request.pathParameters)
+        let (space, length, metadata) = try await tusCreation(request.head, request.pathParameters)
         let now = clock()
         let upload = TusUploadRecord(id: .random(), space: space, length: length, offset: 0, metadata: metadata.field,
                                      contentType: metadata.contentType ?? Tus.defaultContentType, filename: metadata.filename,
@@ -235,7 +235,7 @@ extension MediaService {
     /// Checks done before a PATCH's body is read: version, token, headers, the upload live,
     /// the offset its own and, from `Content-Length`, the body within the length.
     func checkTusAppend(_ head: HTTPRequestHead, _ parameters: [String: String]) async throws {
-        let space = try tusAuthorize(head, parameters)
+        let space = try await tusAuthorize(head, parameters)
         let id = try Self.uploadID(parameters)
         let offset = try Self.tusOffset(head.headers)
         try Self.checkPatchContentType(head.headers)
