@@ -236,15 +236,15 @@ class Console:
         self.until(lambda: self.js("return document.getElementById('page').dataset.page") == "records", "the space's link did not open its records")
         button = self.until(lambda: self.d.find_elements(By.CSS_SELECTOR, f'#collections button[data-collection="{f["collection"]}"]'),
                             "the collections of the space never showed")[0]
-        names = [b.get_attribute("data-collection") for b in self.d.find_elements(By.CSS_SELECTOR, "#collections button")]
+        names = self.js("return Array.from(document.querySelectorAll('#collections button'), (b) => b.dataset.collection)")
         check(names == sorted(names) and set(names) == {"inspections", "notes", "sites", "work-orders"}, f"the collections are {names}")
         self.click(button)
         # Page through the whole collection: more than one page, each record once, in id order.
         seen = []
         pages = 0
         while True:
-            self.until(lambda: self.d.find_elements(By.CSS_SELECTOR, "#records-rows tr[data-id]"), "a page of records never showed")
-            ids = [r.get_attribute("data-id") for r in self.d.find_elements(By.CSS_SELECTOR, "#records-rows tr[data-id]")]
+            self.until(lambda: self.record_ids(), "a page of records never showed")
+            ids = self.record_ids()
             check(len(ids) <= 25, f"a page holds {len(ids)} records")
             seen += ids
             pages += 1
@@ -287,8 +287,7 @@ class Console:
         # The JSON view shows strings as JSON does, with their quotes escaped.
         check(json.dumps(f["imagePayload"]) in self.text_of("record-json"), "the onerror payload is not shown as text")
         check(self.text_of("record-id") == f["xssId"], f"the markup id shows as {self.text_of('record-id')!r}")
-        self.until(lambda: any(r.get_attribute("data-id") == f["xssId"] for r in self.d.find_elements(By.CSS_SELECTOR, "#records-rows tr")),
-                   "the records list does not show the markup id")
+        self.until(lambda: f["xssId"] in self.record_ids(), "the records list does not show the markup id")
         check(f["scriptPayload"][:30] in self.content_of("records-rows"), "the list's data preview does not show the payload as text")
         self.not_pwned("a record with markup")
         self.shot("records-xss")
@@ -350,7 +349,9 @@ class Console:
     # ---------- helpers ----------
 
     def record_ids(self):
-        return [r.get_attribute("data-id") for r in self.d.find_elements(By.CSS_SELECTOR, "#records-rows tr[data-id]")]
+        # Read in one script: the rows are replaced as a page loads, so elements found one
+        # call earlier may be gone by the next.
+        return self.js("return Array.from(document.querySelectorAll('#records-rows tr[data-id]'), (r) => r.dataset.id)")
 
     def first_record_id(self):
         ids = self.record_ids()

@@ -87,8 +87,10 @@ enum ConsoleScript {
             return n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2);
           }
 
-          function timeCell(ms) {
-            return el('td', { class: 'nowrap', title: ms === null || ms === undefined ? null : ago(ms) }, formatTime(ms));
+          function timeCell(ms, short) {
+            const text = formatTime(ms);
+            const known = ms !== null && ms !== undefined;
+            return el('td', { class: 'nowrap', title: known ? text + ' · ' + ago(ms) : null }, short && known ? text.slice(0, 16) : text);
           }
 
           /** The payload of a JWT, for showing who is signed in (the server verifies it; this only reads it). */
@@ -587,7 +589,7 @@ enum ConsoleScript {
                   searchForm),
                 el('div', { class: 'table-wrap' }, el('table', { class: 'fixed' },
                   el('colgroup', {}, ['c-id', 'c-version', 'c-time', 'c-by', 'c-size', 'c-data'].map((c) => el('col', { class: c }))),
-                  el('thead', {}, el('tr', {}, ['Id', 'Version', 'Updated', 'By', 'Size', 'Data'].map((h) =>
+                  el('thead', {}, el('tr', {}, ['Id', 'Seq', 'Updated', 'By', 'Size', 'Data'].map((h) =>
                     el('th', { class: h === 'Size' ? 'num' : null, text: h })))),
                   rows)),
                 el('div', { class: 'panel-foot' }, where, el('div', { class: 'pager' }, prev, next))));
@@ -606,7 +608,7 @@ enum ConsoleScript {
                   const row = el('tr', { class: 'clickable', dataset: { id: r.id } },
                     el('td', { class: 'cell-id', title: r.id, text: r.id }),
                     el('td', { class: 'cell-mono nowrap', title: r.version, text: r.version.split('.').pop() }),
-                    timeCell(r.updatedAt),
+                    timeCell(r.updatedAt, true),
                     el('td', { class: 'cell-mono', text: r.updatedBy }),
                     el('td', { class: 'num', text: r.deleted ? '—' : bytes(dataBytes) }),
                     el('td', { class: 'cell-preview' }, r.deleted ? el('span', { class: 'badge badge-bad', text: 'deleted' }) : preview(r)));

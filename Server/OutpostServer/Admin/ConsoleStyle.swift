@@ -125,7 +125,7 @@ enum ConsoleStyle {
         table.fixed td.empty { white-space: normal; }
         col.c-id { width: 17%; }
         col.c-name { width: 30%; }
-        col.c-version { width: 7%; }
+        col.c-version { width: 6%; }
         col.c-type { width: 14%; }
         col.c-time { width: 19%; }
         col.c-by { width: 14%; }
