@@ -256,7 +256,7 @@ import Testing
             #expect(try await issue("{").status == 400)
             #expect(try await s.request("POST", "/v1/admin/tokens", token: nil, body: Array(#"{"sub":"x","space":"field"}"#.utf8)).status == 401)
             #expect(try await s.request("POST", "/v1/admin/tokens", token: admin, body: Array(repeating: UInt8(ascii: " "), count: 5000)).status == 413)
-            #expect(try s.app.metrics.render().contains(#"outpost_admin_tokens_issued_total{scope="read"} 2"#))
+            #expect(s.app.metrics.render().contains(#"outpost_admin_tokens_issued_total{scope="read"} 2"#))
         }
     }
 
@@ -369,33 +369,11 @@ import Testing
         try FileManager.default.createDirectory(at: artifacts, withIntermediateDirectories: true)
         let (ended, output) = try await withTemporaryDirectory(prefix: "outpost-console") { dir in
             let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data")) }
-            defer { server.stop() }
-            let admin = try await blocking { try server.token(sub: "ops-lead", spaces: [], admin: true) }
-            let writer = try await blocking { try server.token(sub: "loader", spaces: [Fixture.space, Fixture.otherSpace, Fixture.trafficSpace], scope: "write") }
-            let media = try await Self.seed(server, token: writer)
-            let fixture = JSONValue.object([
-                "url": .string(server.baseURL.absoluteString), "adminToken": .string(admin), "writeToken": .string(writer),
-                "space": .string(Fixture.space), "otherSpace": .string(Fixture.otherSpace), "trafficSpace": .string(Fixture.trafficSpace),
-                "collection": "inspections", "inspections": .number(JSONNumber(Fixture.inspections)),
-                "knownId": .string(Fixture.knownID), "knownValue": .string(Fixture.knownValue),
-                "xssCollection": "notes", "xssId": .string(Fixture.imagePayload),
-                "scriptPayload": .string(Fixture.scriptPayload), "imagePayload": .string(Fixture.imagePayload),
-                "image": .object(["mediaId": .string(media.imageID), "filename": "site-7-valve.png", "width": 160, "height": 100]),
-                "device": "tablet-ops-3",
-                "artifacts": .string(artifacts.path), "chromium": .string(tools.chromium), "chromedriver": .string(tools.driver),
-                "profile": .string(dir.appending("chromium-profile")),
-            ])
-            let fixturePath = dir.appending("fixture.json")
-            try Data(fixture.encoded()).write(to: URL(fileURLWithPath: fixturePath))
-            let script = Self.root.appendingPathComponent("Tests/admin-console/console_test.py").path
-            return try await blocking { () throws -> (Subprocess.Termination?, String) in
-                let run = try Subprocess(tools.python, ["-u", script, fixturePath], workingDirectory: dir.path, output: .capture, errorToOutput: true)
-                // Each wait of the script has its own deadline; this one only ends a run that hangs.
-                let ended = run.wait(timeout: 600)
-                if ended == nil { run.stop(grace: 10) }
-                run.waitForStreams()
-                return (ended, run.outputText())
-            }
+            // Stopped by its PID off the cooperative pool, whether the run passed or threw.
+            let run: Result<(Subprocess.Termination?, String), any Error>
+            do { run = .success(try await Self.runBrowser(server, in: dir, tools: tools, artifacts: artifacts)) } catch { run = .failure(error) }
+            _ = try await blocking { server.stop() }
+            return try run.get()
         }
         let shots = output.split(separator: "\n").filter { $0.hasPrefix("screenshot: ") }.map { String($0.dropFirst("screenshot: ".count)) }
         for shot in shots { print("admin console screenshot: \(shot)") }
@@ -403,6 +381,38 @@ import Testing
         for page in ["signin", "overview", "spaces", "records", "records-xss", "media", "devices", "tokens"] {
             let path = artifacts.appendingPathComponent("\(page).png").path
             #expect(shots.contains(path) && FileManager.default.fileExists(atPath: path), "no screenshot of \(page) at \(path)")
+        }
+    }
+
+    /// Seeds `server`, writes the fixture and runs the Selenium script to its end; its exit
+    /// (nil when it had to be stopped) and everything it printed.
+    static func runBrowser(_ server: ServerProcess, in dir: TemporaryDirectory, tools: (python: String, chromium: String, driver: String),
+                           artifacts: URL) async throws -> (Subprocess.Termination?, String) {
+        let admin = try await blocking { try server.token(sub: "ops-lead", spaces: [], admin: true) }
+        let writer = try await blocking { try server.token(sub: "loader", spaces: [Fixture.space, Fixture.otherSpace, Fixture.trafficSpace], scope: "write") }
+        let media = try await Self.seed(server, token: writer)
+        let fixture = JSONValue.object([
+            "url": .string(server.baseURL.absoluteString), "adminToken": .string(admin), "writeToken": .string(writer),
+            "space": .string(Fixture.space), "otherSpace": .string(Fixture.otherSpace), "trafficSpace": .string(Fixture.trafficSpace),
+            "collection": "inspections", "inspections": .number(JSONNumber(Fixture.inspections)),
+            "knownId": .string(Fixture.knownID), "knownValue": .string(Fixture.knownValue),
+            "xssCollection": "notes", "xssId": .string(Fixture.imagePayload),
+            "scriptPayload": .string(Fixture.scriptPayload), "imagePayload": .string(Fixture.imagePayload),
+            "image": .object(["mediaId": .string(media.imageID), "filename": "site-7-valve.png", "width": 160, "height": 100]),
+            "device": "tablet-ops-3",
+            "artifacts": .string(artifacts.path), "chromium": .string(tools.chromium), "chromedriver": .string(tools.driver),
+            "profile": .string(dir.appending("chromium-profile")),
+        ])
+        let fixturePath = dir.appending("fixture.json")
+        try Data(fixture.encoded()).write(to: URL(fileURLWithPath: fixturePath))
+        let script = Self.root.appendingPathComponent("Tests/admin-console/console_test.py").path
+        return try await blocking { () throws -> (Subprocess.Termination?, String) in
+            let run = try Subprocess(tools.python, ["-u", script, fixturePath], workingDirectory: dir.path, output: .capture, errorToOutput: true)
+            // Each wait of the script has its own deadline; this one only ends a run that hangs.
+            let ended = run.wait(timeout: 600)
+            if ended == nil { run.stop(grace: 10) }
+            run.waitForStreams()
+            return (ended, run.outputText())
         }
     }
 
