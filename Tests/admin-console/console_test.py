@@ -12,6 +12,7 @@ Every wait is an explicit WebDriverWait with a deadline and a message; nothing s
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -382,6 +383,9 @@ class Console:
 
 
 def main():
+    # Stopped by its parent (a run past the test's deadline): leave through `finally`, so
+    # the browser and its driver are quit by their PIDs too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     with open(sys.argv[1]) as f:
         fixture = json.load(f)
     os.makedirs(fixture["artifacts"], exist_ok=True)
