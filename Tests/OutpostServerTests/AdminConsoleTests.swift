@@ -34,7 +34,7 @@ import Testing
             func get(_ path: String) async throws -> JSONValue {
                 let r = try await s.request("GET", path, token: admin)
                 guard r.status == 200 else { throw ProcessFailure("GET \(path) answered \(r.status): \(r.text)") }
-                // The console's own routes are never cached (the spaces list keeps its headers as before).
+                // The console's own routes are never cached; the spaces list is not one of them.
                 if !path.hasPrefix("/v1/admin/spaces?") && path != "/v1/admin/spaces" {
                     #expect(r.header("Cache-Control") == "no-store", "GET \(path)")
                 }
