@@ -13,8 +13,10 @@ if [ "$purpose" = "test" ]; then
   # them); the benchmarks' nginx-light and wrk are not needed. postgresql: the PostgreSQL store's tests
   # start a throwaway cluster (initdb, postgres) as the postgres user it creates;
   # util-linux has runuser.
-  # python3-venv: the venv schemathesis is installed into (below).
-  packages+=(gzip procps curl postgresql util-linux python3 python3-venv)
+  # python3-venv: the venvs schemathesis and Selenium are installed into (below).
+  # chromium, chromium-driver and fonts-dejavu-core: the admin console's browser test
+  # (AdminConsoleTests) drives headless Chromium through Selenium and saves screenshots.
+  packages+=(gzip procps curl postgresql util-linux python3 python3-venv chromium chromium-driver fonts-dejavu-core)
 fi
 
 missing=()
@@ -60,6 +62,20 @@ if [ "$purpose" = "test" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "tuspy==$tuspy_version" \
       -c "$(dirname "$0")/tuspy-constraints.txt"
+  fi
+
+  # Selenium, which AdminConsoleTests runs Tests/admin-console/console_test.py with against
+  # Debian's chromium and chromedriver (named by path: Selenium never fetches a driver).
+  # Pinned the same way, with its dependencies in scripts/selenium-constraints.txt; the
+  # test reads this line for the version and finds the venv by it.
+  selenium_version=4.51.0
+  venv="$(cd "$(dirname "$0")/.." && pwd)/.build/tools/selenium-$selenium_version"
+  if ! "$venv/bin/python" -c "import selenium, sys; sys.exit(selenium.__version__ != '$selenium_version')" 2>/dev/null; then
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "selenium==$selenium_version" \
+      -c "$(dirname "$0")/selenium-constraints.txt"
   fi
 fi
 

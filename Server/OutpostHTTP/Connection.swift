@@ -39,6 +39,8 @@ final class RequestState {
     var task: Task<Void, Never>?
     var writer: HTTPBodyWriter?
     var status = 0
+    /// The error the response rendered, for the log.
+    var failure: HTTPFailure?
     var bytesOut = 0
     var closeAfter = false
 
@@ -503,7 +505,7 @@ final class Connection {
             let log = HTTPRequestLog(
                 method: r.map { HTTPMethod(rawValue: $0.parsed.method) }, route: r?.route?.pattern,
                 status: error.status.code, duration: .zero, requestID: requestID, bytesIn: requestBytes,
-                bytesOut: bytes.count, remoteAddress: remoteAddress)
+                bytesOut: bytes.count, remoteAddress: remoteAddress, failure: prepared.failure)
             out.appendMarker(log, started: r?.started ?? firstByteAt ?? now)
         }
         request = nil
@@ -536,6 +538,7 @@ final class Connection {
             return
         }
         r.status = prepared.status.code
+        r.failure = prepared.failure
         let close = !r.parsed.keepAlive || sm.draining || prepared.wantsClose || prepared.framing == .closeDelimited
         let connection: ConnectionHeader = close ? .close : (r.parsed.version == .http1_0 ? .keepAlive : .none)
         var bytes: [UInt8] = []
@@ -607,7 +610,7 @@ final class Connection {
             let log = HTTPRequestLog(
                 method: HTTPMethod(rawValue: r.parsed.method), route: r.route?.pattern, status: r.status,
                 duration: .zero, requestID: r.head.requestID, bytesIn: requestBytes, bytesOut: r.bytesOut,
-                remoteAddress: remoteAddress)
+                remoteAddress: remoteAddress, failure: r.failure)
             out.appendMarker(log, started: r.started)
         }
         r.task = nil

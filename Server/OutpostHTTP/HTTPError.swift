@@ -137,7 +137,9 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
             // PROTOCOL.md section 2: a 503 always says when to come back.
             headers.add(name: "Retry-After", value: "1")
         }
-        return HTTPResponse(status: status, headers: headers, body: .bytes(jsonEnvelope()))
+        var response = HTTPResponse(status: status, headers: headers, body: .bytes(jsonEnvelope()))
+        response.failure = HTTPFailure(code: code, message: message)
+        return response
     }
 
     /// `{"error":{"code":...,"message":...,"details":{...}}}`; detail keys sorted so the

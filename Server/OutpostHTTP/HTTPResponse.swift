@@ -41,6 +41,9 @@ public struct HTTPResponse: Sendable {
     public var headers: HTTPHeaders
     /// The content.
     public var body: HTTPResponseBody
+    /// The error this response renders, when `HTTPError.response` made it: reported in the
+    /// request's `HTTPRequestLog`, never sent.
+    public var failure: HTTPFailure?
 
     /// Creates a response.
     public init(status: HTTPStatus = .ok, headers: HTTPHeaders = HTTPHeaders(), body: HTTPResponseBody = .empty) {
@@ -84,6 +87,21 @@ public struct HTTPRequestLog: Sendable {
     public var bytesOut: Int
     /// The peer address.
     public var remoteAddress: String
+    /// The error answered, when the response was an `HTTPError`'s envelope.
+    public var failure: HTTPFailure?
+}
+
+/// The code and message of an error answer, as `HTTPRequestLog` reports it.
+public struct HTTPFailure: Sendable, Equatable {
+    /// The envelope's `code`.
+    public var code: String
+    /// The envelope's `message`.
+    public var message: String
+
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
 }
 
 /// Errors `HTTPBodyWriter.write` throws.

@@ -31,6 +31,8 @@ struct PreparedResponse: Sendable {
     var framing: ResponseFraming
     /// The handler asked for `Connection: close`.
     var wantsClose: Bool
+    /// The error the response renders (`HTTPResponse.failure`), for the request's log.
+    var failure: HTTPFailure?
 
     /// Frees what the response holds when it will not be sent.
     func release() {
@@ -57,6 +59,12 @@ struct ResponsePolicy: Sendable {
     /// Applies content coding and framing. Returns the producer to run for a streamed
     /// body (nil for HEAD and other bodies).
     func prepare(_ response: HTTPResponse, notify: @escaping @Sendable () -> Void) -> (PreparedResponse, HTTPBodyProducer?) {
+        var (prepared, producer) = encode(response, notify: notify)
+        prepared.failure = prepared.failure ?? response.failure
+        return (prepared, producer)
+    }
+
+    private func encode(_ response: HTTPResponse, notify: @escaping @Sendable () -> Void) -> (PreparedResponse, HTTPBodyProducer?) {
         var headers = response.headers
         let wantsClose = headers.containsToken("close", in: "Connection")
         for name in ResponsePolicy.reserved { headers.remove(name: name) }

@@ -25,6 +25,10 @@ public final class OutpostApplication: Sendable {
     public let media: MediaService
     /// Device telemetry and the devices list (docs/operating.md, "Devices").
     public let telemetry: TelemetryService
+    /// The admin console and its routes (docs/operating.md, "Admin console").
+    public let admin: AdminService
+    /// The last error answers, which the admin console lists.
+    public let errors = RecentErrors()
     public let router: Router
     private let sweeper: Task<Void, Never>
     private let epochChangeHandler = EpochChangeHook()
@@ -81,8 +85,6 @@ public final class OutpostApplication: Sendable {
         let sync = sync
         metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(sync.waitingPulls) }
         let compactor = Compactor(store: store, metrics: metrics, retentionDays: settings.tombstoneRetentionDays)
-        operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
-                                       metricsRequireAdmin: settings.metricsRequireAdmin, compactor: compactor)
         // Device telemetry in the store's database, on a session of its own.
         let telemetryStore: DeviceTelemetry
         if let url = settings.postgresURL {
@@ -98,11 +100,28 @@ public final class OutpostApplication: Sendable {
         mediaConfiguration.postgresURL = settings.postgresURL
         media = MediaService(store: try MediaStore(configuration: mediaConfiguration), limits: settings.limits, authorizer: authorizer,
                              metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours)
+        operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
+                                       metricsRequireAdmin: settings.metricsRequireAdmin, compactor: compactor, media: media.store)
+        // The admin console reads records on a session of its own (read-only on SQLite).
+        let browser: RecordBrowser
+        if let url = settings.postgresURL {
+            browser = try RecordBrowser(name: "pg", epoch: store.epoch) { PostgresSession(db: try PostgresSyncStore.open(url)) }
+        } else {
+            let path = dataDirectory.storePath
+            browser = try RecordBrowser(name: "outpost", epoch: store.epoch) {
+                try SQLiteSession(path: path, flags: [.readOnly], durableSynchronous: synchronous)
+            }
+        }
+        let signer = JWTAuthority(secret: secret)
+        admin = AdminService(browser: browser, media: media, authorizer: authorizer, metrics: metrics, errors: errors,
+                             storeKind: settings.postgresURL == nil ? "sqlite" : "postgresql",
+                             startedAt: Int64(Date().timeIntervalSince1970 * 1000), sign: { signer.sign($0) })
         var router = Router()
         operations.register(&router)
         sync.register(&router)
         media.register(&router)
         telemetry.register(&router)
+        admin.register(&router)
         media.startSweeper()
         self.router = router
         if let identityProvider {
@@ -173,6 +192,7 @@ public final class OutpostApplication: Sendable {
     /// JSON line: method, route, status, duration, request id, bytes; never a token or
     /// record data).
     public func record(_ log: HTTPRequestLog) {
+        if log.status >= 400 { errors.record(log, at: Int64(Date().timeIntervalSince1970 * 1000)) }
         let route = log.route ?? "unmatched"
         let seconds = Double(log.duration.components.seconds) + Double(log.duration.components.attoseconds) / 1e18
         // One lock and two small lookups per request instead of four trips through the
@@ -230,11 +250,12 @@ public final class OutpostApplication: Sendable {
         sweeper.cancel()
         identityProvider?.stop()
         await media.close()
-        let telemetry = self.telemetry
+        let telemetry = self.telemetry, admin = self.admin
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            // Joins its thread: off the cooperative pool.
+            // Joins their threads: off the cooperative pool.
             DispatchQueue.global().async {
                 telemetry.stop()
+                admin.stop()
                 c.resume()
             }
         }

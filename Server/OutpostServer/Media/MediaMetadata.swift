@@ -34,6 +34,11 @@ protocol MediaMetadata: Sendable {
     func expiredUploads(now: Int64, limit: Int) async throws -> [UploadID]
     /// Of `ids`, those that have an upload row.
     func existingUploads(_ ids: [UploadID]) async throws -> Set<UploadID>
+    /// At most `limit` published files of `space` whose ids sort after `after`, in id
+    /// order (the admin console's list).
+    func files(space: SpaceName, after: String, limit: Int) async throws -> [MediaFile]
+    /// The count and bytes of the published files of each of `spaces` that has any.
+    func usage(spaces: [String]) async throws -> [String: MediaUsage]
 
     /// Step 1 of section 6, atomically (see `MediaStore.begin`).
     func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, make: @escaping @Sendable () -> UploadRecord) async throws -> MediaStore.BeginOutcome

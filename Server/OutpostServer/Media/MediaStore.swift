@@ -134,6 +134,16 @@ public final class MediaStore: Sendable {
         try await metadata.existingUploads(ids)
     }
 
+    /// At most `limit` published files of `space` whose ids sort after `after`, in id order.
+    func files(space: SpaceName, after: String, limit: Int) async throws -> [MediaFile] {
+        try await metadata.files(space: space, after: after, limit: limit)
+    }
+
+    /// The count and bytes of the published files of each of `spaces` that has any.
+    func usage(spaces: [String]) async throws -> [String: MediaUsage] {
+        try await metadata.usage(spaces: spaces)
+    }
+
     /// Step 1 of section 6, in one transaction so two inits of one file cannot both
     /// create an upload: the space's file, else its open upload of the same `sha256` and
     /// `size` (not expired at `now`), else a new upload made by `make`.
@@ -319,6 +329,22 @@ struct MediaRecord: Sendable, Equatable {
         MediaInfo(mediaId: id.rawValue, sha256: id.rawValue, size: size, contentType: contentType,
                   url: "/v1/spaces/\(space.rawValue)/media/\(id.rawValue)", createdAt: createdAt)
     }
+}
+
+/// A published file as the admin console lists it.
+struct MediaFile: Sendable, Equatable {
+    let id: MediaID
+    let size: Int64
+    let contentType: String
+    /// The name the upload declared, if any.
+    let filename: String?
+    let createdAt: Int64
+}
+
+/// How many published files a space holds, and their bytes.
+struct MediaUsage: Sendable, Equatable {
+    var files: Int64
+    var bytes: Int64
 }
 
 /// An upload's row.

@@ -97,6 +97,29 @@ final class SQLMediaMetadata: MediaMetadata {
         try await read { db in try SQLMediaWriter.tusUpload(db, id) }
     }
 
+    func files(space: SpaceName, after: String, limit: Int) async throws -> [MediaFile] {
+        try await read { db in
+            try db.query("""
+                SELECT media_id, size, content_type, filename, created_at FROM media
+                 WHERE space = ? AND media_id > ? ORDER BY media_id LIMIT ?
+                """, [.text(space.rawValue), .text(after), .integer(Int64(limit))]) { row -> MediaFile? in
+                guard let id = MediaID(row.text(0)) else { return nil }
+                return MediaFile(id: id, size: row.int64(1), contentType: row.text(2), filename: row.optionalText(3), createdAt: row.int64(4))
+            }.compactMap { $0 }
+        }
+    }
+
+    func usage(spaces: [String]) async throws -> [String: MediaUsage] {
+        guard !spaces.isEmpty else { return [:] }
+        return try await read { db in
+            // The sum is cast: PostgreSQL sums a bigint as numeric.
+            let rows = try db.query("""
+                SELECT space, count(*), CAST(coalesce(sum(size), 0) AS BIGINT) FROM media WHERE \(db.anyOf("space")) GROUP BY space
+                """, [.texts(spaces)]) { (space: $0.text(0), usage: MediaUsage(files: $0.int64(1), bytes: $0.int64(2))) }
+            return Dictionary(rows.map { ($0.space, $0.usage) }, uniquingKeysWith: { a, _ in a })
+        }
+    }
+
     // MARK: Writes (writer thread)
 
     /// Step 1 of section 6, in one transaction holding the file's lock, so two inits of one

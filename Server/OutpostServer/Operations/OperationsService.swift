@@ -10,14 +10,18 @@ public final class OperationsService: Sendable {
     let authorizer: Authorizer
     let metricsRequireAdmin: Bool
     let compactor: Compactor
+    /// The media files, for each listed space's count and bytes of them.
+    let media: MediaStore
     /// The `/v1/info` body, encoded once: it changes only with the epoch, which a running
     /// server never changes.
     let infoBody: [UInt8]
     private let draining = Atomic<Bool>(false)
 
-    public init(store: any SyncStore, limits: Limits, metrics: Metrics, authorizer: Authorizer, metricsRequireAdmin: Bool, compactor: Compactor) {
+    public init(store: any SyncStore, limits: Limits, metrics: Metrics, authorizer: Authorizer, metricsRequireAdmin: Bool, compactor: Compactor,
+                media: MediaStore) {
         self.store = store
         self.compactor = compactor
+        self.media = media
         self.metrics = metrics
         self.authorizer = authorizer
         self.metricsRequireAdmin = metricsRequireAdmin
@@ -61,9 +65,9 @@ public final class OperationsService: Sendable {
     static let defaultSpacesPerPage = 100
 
     /// `GET /v1/admin/spaces?after=NAME&limit=N` (admin token): a page of spaces in name
-    /// order with their record counts, head and last write; `next` is the `after` of the
-    /// following page, null on the last one. An admin token lists spaces; it does not read
-    /// their records (a token names the spaces it may sync).
+    /// order with their record counts, head, last write and media files; `next` is the
+    /// `after` of the following page, null on the last one. An admin token lists spaces;
+    /// it does not pull their records (a token names the spaces it may sync).
     func listSpaces(_ head: HTTPRequestHead) async throws -> HTTPResponse {
         let after = head.query("after") ?? ""
         guard after.isEmpty || Names.isValidSpace(after) else { throw HTTPError.invalidQuery("after", "must be a space name") }
@@ -71,14 +75,18 @@ public final class OperationsService: Sendable {
         // One more than asked tells whether another page follows.
         let found = try await store.spaces(after: after, limit: limit + 1)
         let page = found.prefix(limit)
+        let usage = try await media.usage(spaces: page.map(\.name))
         let spaces: [JSONValue] = page.map { space in
-            .object([
+            let files = usage[space.name] ?? MediaUsage(files: 0, bytes: 0)
+            return .object([
                 "name": .string(space.name),
                 "records": .number(JSONNumber(space.records)),
                 "tombstones": .number(JSONNumber(space.tombstones)),
                 "head": .number(JSONNumber(space.head)),
                 "lastWriteAt": space.lastWriteAt.map { .number(JSONNumber($0)) } ?? .null,
                 "horizon": .number(JSONNumber(space.horizon)),
+                "mediaFiles": .number(JSONNumber(files.files)),
+                "mediaBytes": .number(JSONNumber(files.bytes)),
             ])
         }
         let next: JSONValue = found.count > limit ? .string(page.last!.name) : .null

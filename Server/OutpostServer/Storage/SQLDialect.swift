@@ -67,10 +67,13 @@ protocol SQLRow {
     func text(_ column: Int) -> String
     func optionalText(_ column: Int) -> String?
     func bytes(_ column: Int) -> [UInt8]
+    func isNull(_ column: Int) -> Bool
 }
 
 extension SQLRow {
     func int(_ column: Int) -> Int { Int(int64(column)) }
+    /// NULL reads as nil.
+    func optionalInt64(_ column: Int) -> Int64? { isNull(column) ? nil : int64(column) }
 }
 
 extension SQLSession {
@@ -107,6 +110,7 @@ final class SQLiteSession: SQLSession {
         func text(_ column: Int) -> String { statement.text(Int32(column)) }
         func optionalText(_ column: Int) -> String? { statement.optionalText(Int32(column)) }
         func bytes(_ column: Int) -> [UInt8] { statement.blob(Int32(column)) }
+        func isNull(_ column: Int) -> Bool { statement.isNull(Int32(column)) }
     }
 
     func query<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> [T] {
@@ -180,6 +184,7 @@ final class PostgresSession: SQLSession {
         func text(_ column: Int) -> String { rows.text(index, column) }
         func optionalText(_ column: Int) -> String? { rows.optionalText(index, column) }
         func bytes(_ column: Int) -> [UInt8] { rows.bytes(index, column) }
+        func isNull(_ column: Int) -> Bool { rows.isNull(index, column) }
     }
 
     func query<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> [T] {

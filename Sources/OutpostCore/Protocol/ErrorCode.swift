@@ -1,4 +1,4 @@
-/// Every error code of the protocol, in one place (PROTOCOL.md sections 2, 4, 5, 6).
+/// Every error code of the protocol, in one place (PROTOCOL.md sections 2, 4, 5, 6, 7).
 /// The raw value is the `code` sent in the error envelope or in a rejected change.
 public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     // Section 2: common
@@ -56,4 +56,8 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case offsetMismatch = "offset_mismatch"
     /// `410`: the tus upload expired (until the sweep removes it; then `404 upload_not_found`).
     case uploadExpired = "upload_expired"
+    // Section 7: operations
+    /// `404` from the admin console's record lookup: the space has no record by that
+    /// collection and id (docs/protocol.md section 7).
+    case recordNotFound = "record_not_found"
 }
