@@ -73,7 +73,7 @@ public final class AdminService: Sendable {
             }
             return ConsoleAssets.response(asset, request.head)
         })
-        let admin: HTTPPreBodyCheck = { [authorizer] head, _ in _ = try authorizer.authorizeAdmin(head) }
+        let admin: HTTPPreBodyCheck = { [authorizer] head, _ in _ = try await authorizer.authorizeAdmin(head) }
         router.add(.GET, "/v1/admin/status", bodyLimit: 0, preBody: admin, inline: { [self] _ in status() })
         router.add(.GET, "/v1/admin/errors", bodyLimit: 0, preBody: admin, inline: { [self] request in try recentErrors(request.head) })
         let space = "/v1/admin/spaces/{space}"
@@ -85,7 +85,7 @@ public final class AdminService: Sendable {
         router.add(.GET, space + "/media", bodyLimit: 0, preBody: admin, handler: { [self] request in try await mediaFiles(request) })
         router.add(.GET, space + "/media/{mediaId}", bodyLimit: 0, preBody: admin, handler: { [self] request in try await mediaBytes(request) })
         router.add(.POST, "/v1/admin/tokens", bodyLimit: Self.tokenBodyLimit, preBody: admin,
-                   handler: { [self] request in try issueToken(request) })
+                   handler: { [self] request in try await issueToken(request) })
     }
 
     // MARK: Overview
@@ -212,8 +212,8 @@ public final class AdminService: Sendable {
     /// for one space, never an admin token; `201 {"token", "sub", "spaces", "scope",
     /// "expiresAt"}`. The token is in this answer only (`Cache-Control: no-store`); the log
     /// line names who asked and for what, never the token.
-    func issueToken(_ request: HTTPRequest) throws -> HTTPResponse {
-        let asker = try authorizer.authorizeAdmin(request.head)
+    func issueToken(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let asker = try await authorizer.authorizeAdmin(request.head)
         guard case .object(let body) = try parseJSONBody(request.body, maxDepth: 4) else {
             throw Self.badField("body", "must be a JSON object")
         }
