@@ -44,4 +44,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case checksumMismatch = "checksum_mismatch"
     case mediaNotFound = "media_not_found"
     case rangeNotSatisfiable = "range_not_satisfiable"
+    // Section 7: operations
+    /// `404`: no dead letter of that id (`/v1/admin/webhooks/dead-letters/{id}`).
+    case deadLetterNotFound = "dead_letter_not_found"
+    /// `409`: a dead letter's webhook is not configured on this server, so it cannot be
+    /// replayed here.
+    case webhookNotConfigured = "webhook_not_configured"
 }
