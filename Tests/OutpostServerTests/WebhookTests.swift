@@ -25,20 +25,41 @@ import OutpostTestSupport
         await receiver.stop()
     }
 
+    /// Runs `body` with an `outpost-server` child on `data`, and always stops it by its PID.
+    static func withServer(_ data: String, arguments: [String], environment: [String: String] = [:],
+                           _ body: (ServerProcess) async throws -> Void) async throws {
+        let server = try await blocking { try ServerProcess(dataDirectory: data, arguments: arguments, environment: environment) }
+        do {
+            try await body(server)
+        } catch {
+            _ = try? await blocking { server.stop() }
+            throw error
+        }
+        _ = try await blocking { server.stop() }
+    }
+
+    static func token(_ server: ServerProcess, admin: Bool = false) async throws -> String {
+        try await blocking { try server.token(spaces: admin ? [] : ["*"], admin: admin) }
+    }
+
+    static func metric(_ server: ServerProcess, _ series: String, token: String) async throws -> Double? {
+        try await blocking { try server.metric(series, token: token) }
+    }
+
     /// Pushes `changes` to `space` and returns the seqs applied, in order; any status but
-    /// 200 fails.
-    static func push(_ server: ServerProcess, token: String, _ space: String, _ changes: [Change], clientId: String = "tester") throws -> [Int64] {
-        let r = try httpRequest(port: server.port, "POST", "/v1/spaces/\(space)/push",
-                                headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")],
-                                body: PushRequest(clientId: clientId, changes: changes).encoded())
+    /// 200, or a change not applied, fails.
+    static func push(_ server: ServerProcess, token: String, _ space: String, _ changes: [Change], clientId: String = "tester") async throws -> [Int64] {
+        let r = try await httpRequestAsync(port: server.port, "POST", "/v1/spaces/\(space)/push",
+                                           headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")],
+                                           body: PushRequest(clientId: clientId, changes: changes).encoded())
         guard r.status == 200 else { throw ProcessFailure("push to \(space) answered \(r.status): \(r.text)") }
         let answer = try PushResponse.decode(r.body)
         guard answer.results.allSatisfy({ $0.status == .applied }) else { throw ProcessFailure("push to \(space) was not applied: \(r.text)") }
         return answer.results.compactMap { $0.version?.seq }
     }
 
-    static func request(_ server: ServerProcess, _ method: String, _ target: String, token: String?) throws -> TestResponse {
-        try httpRequest(port: server.port, method, target, headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [])
+    static func request(_ server: ServerProcess, _ method: String, _ target: String, token: String?) async throws -> TestResponse {
+        try await httpRequestAsync(port: server.port, method, target, headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [])
     }
 
     /// The seqs delivered (answered 2xx) per space, in the order they arrived.
@@ -50,7 +71,7 @@ import OutpostTestSupport
 
     /// The receiver's verification code of docs/operating.md ("Webhooks"), run by Python on
     /// the bytes as they arrived: true when it accepts `signature` for `body`.
-    static func pythonVerifies(secret: [UInt8], signature: String, body: [UInt8], in dir: TemporaryDirectory) throws -> Bool {
+    static func pythonVerifies(secret: [UInt8], signature: String, body: [UInt8], in dir: TemporaryDirectory) async throws -> Bool {
         let doc = try DockerImageTests.read("docs/operating.md")
         let section = try #require(doc.range(of: "## Webhooks").map { doc[$0.upperBound...] })
         let start = try #require(section.range(of: "```python\n"))
@@ -66,8 +87,8 @@ import OutpostTestSupport
         try Data(script.utf8).write(to: URL(fileURLWithPath: dir.appending("verify-\(name).py")))
         try Data(secret).write(to: URL(fileURLWithPath: dir.appending("secret-\(name)")))
         try Data(body).write(to: URL(fileURLWithPath: dir.appending("body-\(name)")))
-        let (status, output) = try runToCompletion("/usr/bin/python3", [dir.appending("verify-\(name).py"), dir.appending("secret-\(name)"), signature, dir.appending("body-\(name)")],
-                                                   standardError: true)
+        let arguments = [dir.appending("verify-\(name).py"), dir.appending("secret-\(name)"), signature, dir.appending("body-\(name)")]
+        let (status, output) = try await blocking { try runToCompletion("/usr/bin/python3", arguments, standardError: true) }
         guard status == 0 || status == 3 else { throw ProcessFailure("python3 exited \(status): \(output)") }
         return status == 0
     }
@@ -142,58 +163,60 @@ import OutpostTestSupport
     @Test func deliveriesAreSignedAndCarryEveryCommitInOrder() async throws {
         try await Self.withReceiver { receiver in
             try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
-                try await blocking {
-                    let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--webhook", receiver.url, "--webhook-batch-changes", "3"])
-                    defer { server.stop() }
-                    let token = try server.token(spaces: ["*"])
+                try await Self.withServer(dir.appending("data"), arguments: ["--webhook", receiver.url, "--webhook-batch-changes", "3"]) { server in
+                    let token = try await Self.token(server)
                     var acknowledged: [String: [Int64]] = [:]
-                    acknowledged["team", default: []] += try Self.push(server, token: token, "team", [put("c1", "a", ["title": "milk"]), put("c2", "b")])
-                    acknowledged["depot", default: []] += try Self.push(server, token: token, "depot", [put("c3", "x", ["n": 1])])
-                    let info = try JSONParser.parse(try Self.request(server, "GET", "/v1/info", token: nil).body)
-                    let epoch = try #require(info["epoch"]?.stringValue)
-                    acknowledged["team", default: []] += try Self.push(server, token: token, "team", [
-                        put("c4", "a", ["title": "oat milk"], base: Version(epoch: Epoch(epoch)!, seq: 1)),
-                        Change(changeId: "c5", collection: "todos", id: "b", op: .delete, data: nil, baseVersion: Version(epoch: Epoch(epoch)!, seq: 2)),
+                    acknowledged["team", default: []] += try await Self.push(server, token: token, "team", [put("c1", "a", ["title": "milk"]), put("c2", "b")])
+                    acknowledged["depot", default: []] += try await Self.push(server, token: token, "depot", [put("c3", "x", ["n": 1])])
+                    let info = try JSONParser.parse(try await Self.request(server, "GET", "/v1/info", token: nil).body)
+                    let epoch = try #require(info["epoch"]?.stringValue.flatMap(Epoch.init))
+                    acknowledged["team", default: []] += try await Self.push(server, token: token, "team", [
+                        put("c4", "a", ["title": "oat milk"], base: Version(epoch: epoch, seq: 1)),
+                        Change(changeId: "c5", collection: "todos", id: "b", op: .delete, data: nil, baseVersion: Version(epoch: epoch, seq: 2)),
                     ], clientId: "phone-2")
-                    try eventuallyBlocking("every acknowledged commit delivered") { Self.deliveredSeqs(receiver) == acknowledged }
+                    let expected = acknowledged
+                    try await eventually("every acknowledged commit delivered") { Self.deliveredSeqs(receiver) == expected }
                     #expect(acknowledged == ["team": [1, 2, 3, 4], "depot": [1]])
 
                     let secret = try Self.secret(of: server)
                     for request in receiver.requests {
                         #expect(request.behaviour == .accept && request.contentType == "application/json" && request.attempt == "1")
                         #expect(request.delivery?.count == 32 && request.delivery?.allSatisfy(\.isHexDigit) == true)
-                        #expect(request.json["epoch"]?.stringValue == epoch && !request.overlapped)
+                        #expect(request.json["epoch"]?.stringValue == epoch.rawValue && !request.overlapped)
                         let signature = try #require(request.signature)
                         #expect(signature.hasPrefix("t=") && signature.contains(",v1="))
-                        #expect(try Self.pythonVerifies(secret: secret, signature: signature, body: request.body, in: dir), "\(signature)")
+                        #expect(try await Self.pythonVerifies(secret: secret, signature: signature, body: request.body, in: dir), "\(signature)")
                         var tampered = request.body
                         tampered[tampered.count / 2] ^= 0x01
-                        #expect(try !Self.pythonVerifies(secret: secret, signature: signature, body: tampered, in: dir))
+                        #expect(try await !Self.pythonVerifies(secret: secret, signature: signature, body: tampered, in: dir))
                         var forged = Array(signature.utf8)
                         forged[forged.count - 1] = forged[forged.count - 1] == UInt8(ascii: "0") ? UInt8(ascii: "1") : UInt8(ascii: "0")
-                        #expect(try !Self.pythonVerifies(secret: secret, signature: String(decoding: forged, as: UTF8.self), body: request.body, in: dir))
-                        #expect(try !Self.pythonVerifies(secret: Array("another secret".utf8), signature: signature, body: request.body, in: dir))
+                        #expect(try await !Self.pythonVerifies(secret: secret, signature: String(decoding: forged, as: UTF8.self), body: request.body, in: dir))
+                        #expect(try await !Self.pythonVerifies(secret: Array("another secret".utf8), signature: signature, body: request.body, in: dir))
                     }
                     // The records as a pull page has them, with their seq, in commit order.
                     let team = receiver.delivered.filter { $0.space == "team" }.flatMap { $0.json["changes"]?.arrayValue ?? [] }
                     #expect(team.map { $0["seq"]?.int64Value } == [1, 2, 3, 4])
-                    #expect(team.map { $0["version"]?.stringValue } == (1...4).map { "\(epoch).\($0)" })
-                    #expect(team[0]["data"]?["title"]?.stringValue == "milk" && team[2]["data"]?["title"]?.stringValue == "oat milk")
-                    #expect(team[3]["deleted"]?.boolValue == true && team[3]["data"] == nil && team[3]["updatedBy"]?.stringValue == "phone-2")
-                    #expect(team[0]["collection"]?.stringValue == "todos" && team[0]["id"]?.stringValue == "a" && team[0]["updatedAt"]?.int64Value != nil)
-                    #expect(team[0]["clientTime"]?.int64Value == 1_764_430_000_000)
+                    #expect(team.map { $0["version"]?.stringValue } == (1...4).map { "\(epoch.rawValue).\($0)" })
+                    #expect(team.first?["data"]?["title"]?.stringValue == "milk" && team.dropFirst(2).first?["data"]?["title"]?.stringValue == "oat milk")
+                    #expect(team.last?["deleted"]?.boolValue == true && team.last?["data"] == nil && team.last?["updatedBy"]?.stringValue == "phone-2")
+                    #expect(team.first?["collection"]?.stringValue == "todos" && team.first?["id"]?.stringValue == "a" && team.first?["updatedAt"]?.int64Value != nil)
+                    #expect(team.first?["clientTime"]?.int64Value == 1_764_430_000_000)
 
                     // Delivered rows are pruned; the metrics count what happened.
-                    try eventuallyBlocking("the outbox emptied") {
-                        let db = try Connection(path: (server.dataDirectory as NSString).appendingPathComponent("outpost.sqlite"), flags: [.readOnly])
-                        defer { db.close() }
-                        return try db.scalarInt("SELECT count(*) FROM webhook_outbox") == 0
+                    let store = (server.dataDirectory as NSString).appendingPathComponent("outpost.sqlite")
+                    try await eventually("the outbox emptied") {
+                        try await blocking {
+                            let db = try Connection(path: store, flags: [.readOnly])
+                            defer { db.close() }
+                            return try db.scalarInt("SELECT count(*) FROM webhook_outbox") == 0
+                        }
                     }
-                    let admin = try server.token(spaces: [], admin: true)
+                    let admin = try await Self.token(server, admin: true)
                     let label = "webhook=\"\(receiver.url)\""
-                    #expect(try server.metric("outpost_webhook_deliveries_total{\(label),result=\"delivered\"}", token: admin) == Double(receiver.requests.count))
-                    #expect(try server.metric("outpost_webhook_changes_delivered_total{\(label)}", token: admin) == 5)
-                    #expect(try server.metric("outpost_webhook_lag_seconds{\(label)}", token: admin) == 0)
+                    #expect(try await Self.metric(server, "outpost_webhook_deliveries_total{\(label),result=\"delivered\"}", token: admin) == Double(receiver.requests.count))
+                    #expect(try await Self.metric(server, "outpost_webhook_changes_delivered_total{\(label)}", token: admin) == 5)
+                    #expect(try await Self.metric(server, "outpost_webhook_lag_seconds{\(label)}", token: admin) == 0)
                 }
             }
         }
@@ -206,31 +229,30 @@ import OutpostTestSupport
     @Test func aFailingThenHangingReceiverGetsEveryCommitInOrderOnceItRecovers() async throws {
         try await Self.withReceiver(.fail(500)) { receiver in
             try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
-                try await blocking {
-                    let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: [
-                        "--webhook", receiver.url, "--webhook-timeout", "1", "--webhook-retry-delay-ms", "20", "--webhook-attempts", "100",
-                        "--webhook-batch-changes", "2",
-                    ])
-                    defer { server.stop() }
-                    let token = try server.token(spaces: ["*"])
+                try await Self.withServer(dir.appending("data"), arguments: [
+                    "--webhook", receiver.url, "--webhook-timeout", "1", "--webhook-retry-delay-ms", "20", "--webhook-attempts", "100",
+                    "--webhook-batch-changes", "2",
+                ]) { server in
+                    let token = try await Self.token(server)
                     var acknowledged: [String: [Int64]] = [:]
                     var n = 0
-                    func pushBoth() throws {
+                    func pushBoth() async throws {
                         for space in ["north", "south"] {
                             n += 1
-                            acknowledged[space, default: []] += try Self.push(server, token: token, space, [put("c\(n)", "r\(n)"), put("d\(n)", "s\(n)")])
+                            acknowledged[space, default: []] += try await Self.push(server, token: token, space, [put("c\(n)", "r\(n)"), put("d\(n)", "s\(n)")])
                         }
                     }
-                    try pushBoth()
-                    try eventuallyBlocking("three refused deliveries") { receiver.requests.count >= 3 }
+                    try await pushBoth()
+                    try await eventually("three refused deliveries") { receiver.requests.count >= 3 }
                     // Pushes while every delivery fails.
-                    try pushBoth()
+                    try await pushBoth()
                     receiver.plan([], otherwise: .hang)
-                    try eventuallyBlocking("a delivery held past the timeout and given up") { receiver.hungEnded >= 1 }
+                    try await eventually("a delivery held past the timeout and given up") { receiver.hungEnded >= 1 }
                     // Pushes while the receiver hangs.
-                    try pushBoth()
+                    try await pushBoth()
                     receiver.plan([], otherwise: .accept)
-                    try eventuallyBlocking("every acknowledged commit delivered") { Self.deliveredSeqs(receiver) == acknowledged }
+                    let expected = acknowledged
+                    try await eventually("every acknowledged commit delivered") { Self.deliveredSeqs(receiver) == expected }
                     #expect(acknowledged["north"] == Array(1...6) && acknowledged["south"] == Array(1...6))
                     let requests = receiver.requests
                     #expect(requests.contains { $0.behaviour == .fail(500) } && requests.contains { $0.behaviour == .hang })
@@ -241,12 +263,12 @@ import OutpostTestSupport
                         #expect(Set(sent.map(\.body)).count == 1 && sent.last?.behaviour == .accept)
                         #expect(sent.dropLast().allSatisfy { $0.behaviour != .accept })
                     }
-                    let admin = try server.token(spaces: [], admin: true)
+                    let admin = try await Self.token(server, admin: true)
                     let label = "webhook=\"\(receiver.url)\""
-                    #expect(try server.metric("outpost_webhook_deliveries_total{\(label),result=\"failed\"}", token: admin) ?? 0 >= 3)
-                    #expect(try server.metric("outpost_webhook_deliveries_total{\(label),result=\"no_answer\"}", token: admin) ?? 0 >= 1)
-                    try eventuallyBlocking("the lag back to 0") { try server.metric("outpost_webhook_lag_seconds{\(label)}", token: admin) == 0 }
-                    #expect(try server.metric("outpost_webhook_dead_letters_total{\(label)}", token: admin) == nil)
+                    #expect(try await Self.metric(server, "outpost_webhook_deliveries_total{\(label),result=\"failed\"}", token: admin) ?? 0 >= 3)
+                    #expect(try await Self.metric(server, "outpost_webhook_deliveries_total{\(label),result=\"no_answer\"}", token: admin) ?? 0 >= 1)
+                    try await eventually("the lag back to 0") { try await Self.metric(server, "outpost_webhook_lag_seconds{\(label)}", token: admin) == 0 }
+                    #expect(try await Self.metric(server, "outpost_webhook_dead_letters_total{\(label)}", token: admin) == nil)
                 }
             }
         }
@@ -258,20 +280,19 @@ import OutpostTestSupport
     @Test func everyAcknowledgedCommitArrivesAfterAKillNineAndARestart() async throws {
         try await Self.withReceiver(.hang) { receiver in
             try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
-                try await blocking {
-                    let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--webhook", receiver.url, "--webhook-timeout", "60"])
-                    defer { server.stop() }
-                    let token = try server.token(spaces: ["*"])
-                    var acknowledged = try Self.push(server, token: token, "k", [put("c0", "r0"), put("d0", "s0")])
-                    try eventuallyBlocking("the first batch held by the receiver") { receiver.requests.count == 1 }
-                    for i in 1...4 { acknowledged += try Self.push(server, token: token, "k", [put("c\(i)", "r\(i)"), put("d\(i)", "s\(i)")]) }
+                try await Self.withServer(dir.appending("data"), arguments: ["--webhook", receiver.url, "--webhook-timeout", "60"]) { server in
+                    let token = try await Self.token(server)
+                    var acknowledged = try await Self.push(server, token: token, "k", [put("c0", "r0"), put("d0", "s0")])
+                    try await eventually("the first batch held by the receiver") { receiver.requests.count == 1 }
+                    for i in 1...4 { acknowledged += try await Self.push(server, token: token, "k", [put("c\(i)", "r\(i)"), put("d\(i)", "s\(i)")]) }
                     #expect(acknowledged == Array(1...10))
                     let held = try #require(receiver.requests.first)
-                    server.kill9()
+                    try await blocking { server.kill9() }
                     receiver.plan([], otherwise: .accept)
                     receiver.release()
-                    try server.restart()
-                    try eventuallyBlocking("every acknowledged commit delivered after the restart") { Self.deliveredSeqs(receiver)["k"] == acknowledged }
+                    try await blocking { try server.restart() }
+                    let expected = acknowledged
+                    try await eventually("every acknowledged commit delivered after the restart") { Self.deliveredSeqs(receiver)["k"] == expected }
                     let again = try #require(receiver.delivered.first)
                     #expect(again.delivery == held.delivery && again.body == held.body && again.seqs == held.seqs && again.attempt == "1")
                     #expect(receiver.delivered.dropFirst().allSatisfy { $0.delivery != held.delivery })
@@ -287,69 +308,70 @@ import OutpostTestSupport
     @Test func aBatchOutOfAttemptsIsADeadLetterThatAReplayDelivers() async throws {
         try await Self.withReceiver(.fail(500)) { receiver in
             try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
-                try await blocking {
-                    let arguments = ["--webhook", receiver.url, "--webhook-attempts", "3", "--webhook-retry-delay-ms", "10"]
-                    let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: arguments)
-                    defer { server.stop() }
-                    let token = try server.token(spaces: ["*"])
-                    let admin = try server.token(spaces: [], admin: true)
-                    #expect(try Self.push(server, token: token, "d", [put("c1", "a"), put("c2", "b")]) == [1, 2])
-                    func list(_ query: String = "") throws -> JSONValue {
-                        let r = try Self.request(server, "GET", "/v1/admin/webhooks/dead-letters\(query)", token: admin)
+                let arguments = ["--webhook", receiver.url, "--webhook-attempts", "3", "--webhook-retry-delay-ms", "10"]
+                try await Self.withServer(dir.appending("data"), arguments: arguments) { server in
+                    let token = try await Self.token(server)
+                    let admin = try await Self.token(server, admin: true)
+                    #expect(try await Self.push(server, token: token, "d", [put("c1", "a"), put("c2", "b")]) == [1, 2])
+                    func list(_ query: String = "") async throws -> JSONValue {
+                        let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters\(query)", token: admin)
                         guard r.status == 200 else { throw ProcessFailure("the dead-letter list answered \(r.status): \(r.text)") }
                         return try JSONParser.parse(r.body)
                     }
-                    try eventuallyBlocking("the batch in the dead-letter list") { try list()["deadLetters"]?.arrayValue?.count == 1 }
-                    let page = try list()
+                    func replay(_ id: String, token: String? = admin) async throws -> TestResponse {
+                        try await Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: token)
+                    }
+                    try await eventually("the batch in the dead-letter list") { try await list()["deadLetters"]?.arrayValue?.count == 1 }
+                    let page = try await list()
                     #expect(page["next"] == .null)
                     let letter = try #require(page["deadLetters"]?[0])
                     let sent = receiver.requests
                     #expect(sent.count == 3 && sent.map(\.attempt) == ["1", "2", "3"] && Set(sent.map(\.delivery)).count == 1)
                     #expect(letter["space"]?.stringValue == "d" && letter["firstSeq"]?.int64Value == 1 && letter["lastSeq"]?.int64Value == 2)
                     #expect(letter["changes"]?.int64Value == 2 && letter["attempts"]?.int64Value == 3 && letter["webhook"]?.stringValue == receiver.url)
-                    #expect(letter["deliveryId"]?.stringValue == sent[0].delivery && letter["bytes"]?.int64Value == Int64(sent[0].body.count))
+                    #expect(letter["deliveryId"]?.stringValue == sent.first?.delivery && letter["bytes"]?.int64Value == sent.first.map { Int64($0.body.count) })
                     #expect(letter["lastError"]?.stringValue?.contains("500") == true && letter["epoch"]?.stringValue != nil)
                     let id = try #require(letter["id"]?.int64Value)
-                    #expect(try server.metric("outpost_webhook_dead_letters_total{webhook=\"\(receiver.url)\"}", token: admin) == 1)
+                    #expect(try await Self.metric(server, "outpost_webhook_dead_letters_total{webhook=\"\(receiver.url)\"}", token: admin) == 1)
 
                     // A replay while the receiver still fails: answered, not delivered, kept.
-                    let failed = try JSONParser.parse(try Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: admin).body)
+                    let failed = try JSONParser.parse(try await replay("\(id)").body)
                     #expect(failed["delivered"]?.boolValue == false && failed["status"]?.int64Value == 500 && failed["error"]?.stringValue?.contains("500") == true)
-                    #expect(try list()["deadLetters"]?[0]?["attempts"]?.int64Value == 4)
+                    #expect(try await list()["deadLetters"]?[0]?["attempts"]?.int64Value == 4)
 
                     // The space's later commits go on; the dead letter is not sent by itself.
                     receiver.plan([], otherwise: .accept)
-                    #expect(try Self.push(server, token: token, "d", [put("c3", "c")]) == [3])
-                    try eventuallyBlocking("the later commit delivered") { Self.deliveredSeqs(receiver)["d"] == [3] }
+                    #expect(try await Self.push(server, token: token, "d", [put("c3", "c")]) == [3])
+                    try await eventually("the later commit delivered") { Self.deliveredSeqs(receiver)["d"] == [3] }
 
                     // Admin only, and ids that name no dead letter.
-                    #expect(try Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: token).status == 403)
-                    #expect(try Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: nil).status == 401)
-                    #expect(try Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: token).status == 403)
+                    #expect(try await replay("\(id)", token: token).status == 403)
+                    #expect(try await replay("\(id)", token: nil).status == 401)
+                    #expect(try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: token).status == 403)
                     for bad in ["\(id + 100)", "0", "01", "abc", "99999999999999999"] {
-                        let r = try Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(bad)/replay", token: admin)
+                        let r = try await replay(bad)
                         #expect(r.status == 404 && errorCode(r) == "dead_letter_not_found", "\(bad): \(r.status) \(r.text)")
                     }
                     for query in ["?after=-1", "?limit=0", "?limit=1001", "?after=x"] {
-                        let r = try Self.request(server, "GET", "/v1/admin/webhooks/dead-letters\(query)", token: admin)
+                        let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters\(query)", token: admin)
                         #expect(r.status == 422 && errorCode(r) == "invalid_request", "\(query): \(r.status)")
                     }
-                    #expect(try list("?after=\(id)")["deadLetters"]?.arrayValue?.isEmpty == true)
+                    #expect(try await list("?after=\(id)")["deadLetters"]?.arrayValue?.isEmpty == true)
 
                     // A server without that webhook cannot replay it.
-                    try server.restart(arguments: [])
-                    let elsewhere = try Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: admin)
+                    try await blocking { try server.restart(arguments: []) }
+                    let elsewhere = try await replay("\(id)")
                     #expect(elsewhere.status == 409 && errorCode(elsewhere) == "webhook_not_configured", "\(elsewhere.text)")
-                    #expect(try list()["deadLetters"]?.arrayValue?.count == 1)
+                    #expect(try await list()["deadLetters"]?.arrayValue?.count == 1)
 
                     // Back with it: the replay sends the batch as it was, and removes it.
-                    try server.restart(arguments: arguments)
-                    let replayed = try JSONParser.parse(try Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: admin).body)
+                    try await blocking { try server.restart(arguments: arguments) }
+                    let replayed = try JSONParser.parse(try await replay("\(id)").body)
                     #expect(replayed["delivered"]?.boolValue == true && replayed["status"]?.int64Value == 204 && replayed["error"] == .null && replayed["id"]?.int64Value == id)
                     let last = try #require(receiver.requests.last)
-                    #expect(last.behaviour == .accept && last.delivery == sent[0].delivery && last.body == sent[0].body && last.attempt == "5")
-                    #expect(try list()["deadLetters"]?.arrayValue?.isEmpty == true)
-                    let gone = try Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: admin)
+                    #expect(last.behaviour == .accept && last.delivery == sent.first?.delivery && last.body == sent.first?.body && last.attempt == "5")
+                    #expect(try await list()["deadLetters"]?.arrayValue?.isEmpty == true)
+                    let gone = try await replay("\(id)")
                     #expect(gone.status == 404 && errorCode(gone) == "dead_letter_not_found")
                 }
             }
@@ -364,52 +386,55 @@ import OutpostTestSupport
         let url = try await PostgresCluster.database(prefix: "webhooks")
         try await Self.withReceiver(.fail(503)) { receiver in
             try await withTemporaryDirectory(prefix: "outpost-webhooks-pg") { dir in
-                try await blocking {
-                    let db = try PostgresConnection(url: url)
-                    defer { db.close() }
-                    // Instances of one database share one media directory.
-                    let media = dir.appending("shared-media")
-                    try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)
-                    let arguments = ["--store", url, "--media-dir", media, "--webhook", receiver.url, "--webhook-retry-delay-ms", "20",
-                                     "--webhook-attempts", "100", "--webhook-batch-changes", "3"]
-                    let environment = ["OUTPOST_WEBHOOK_SECRET": "shared-webhook-secret"]
-                    var servers: [ServerProcess] = []
-                    defer { for s in servers { s.stop() } }
-                    servers.append(try ServerProcess(dataDirectory: dir.appending("a"), arguments: arguments, environment: environment))
-                    servers.append(try ServerProcess(dataDirectory: dir.appending("b"), arguments: arguments, environment: environment))
-                    servers.append(try ServerProcess(dataDirectory: dir.appending("c"), arguments: ["--store", url, "--media-dir", media]))
-                    let token = try servers[0].token(spaces: ["*"])
-                    func rows() throws -> Int64 { try db.query("SELECT count(*) FROM webhook_outbox").int64(0, 0) }
-
-                    var acknowledged: [String: [Int64]] = [:]
-                    acknowledged["p", default: []] += try Self.push(servers[0], token: token, "p", [put("c1", "a"), put("c2", "b"), put("c3", "c")])
-                    // In the push's transaction: there as soon as the push is answered, with
-                    // the versions it answered.
-                    #expect(try rows() == 3)
-                    let queued = try db.query("SELECT seq, record_id, epoch FROM webhook_outbox ORDER BY id")
-                    #expect((0..<queued.count).map { queued.int64($0, 0) } == [1, 2, 3] && queued.text(0, 1) == "a")
-                    // A conflict writes nothing; nor does an instance without webhooks.
-                    let conflict = try httpRequest(port: servers[1].port, "POST", "/v1/spaces/p/push", headers: [("Authorization", "Bearer \(token)")],
-                                                   body: PushRequest(clientId: "t", changes: [put("c4", "a")]).encoded())
-                    #expect(try PushResponse.decode(conflict.body).results.map(\.status) == [.conflict])
-                    _ = try Self.push(servers[2], token: token, "elsewhere", [put("c5", "e")])
-                    #expect(try rows() == 3)
-
-                    try eventuallyBlocking("refused deliveries") { receiver.requests.count >= 2 }
-                    receiver.plan([], otherwise: .accept)
-                    for i in 0..<6 {
-                        let space = i % 2 == 0 ? "p" : "q"
-                        acknowledged[space, default: []] += try Self.push(servers[i % 2], token: token, space, [put("e\(i)", "r\(i)"), put("f\(i)", "s\(i)")])
+                // Instances of one database share one media directory.
+                let media = dir.appending("shared-media")
+                try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)
+                let arguments = ["--store", url, "--media-dir", media, "--webhook", receiver.url, "--webhook-retry-delay-ms", "20",
+                                 "--webhook-attempts", "100", "--webhook-batch-changes", "3"]
+                let environment = ["OUTPOST_WEBHOOK_SECRET": "shared-webhook-secret"]
+                try await Self.withServer(dir.appending("a"), arguments: arguments, environment: environment) { a in
+                    try await Self.withServer(dir.appending("b"), arguments: arguments, environment: environment) { b in
+                        try await Self.withServer(dir.appending("c"), arguments: ["--store", url, "--media-dir", media]) { c in
+                            try await Self.deliverOnPostgreSQL(url: url, receiver: receiver, a: a, b: b, withoutWebhooks: c)
+                        }
                     }
-                    try eventuallyBlocking("every commit through the instances with webhooks delivered") { Self.deliveredSeqs(receiver) == acknowledged }
-                    #expect(acknowledged["p"] == Array(1...9) && acknowledged["q"] == Array(1...6))
-                    #expect(!receiver.requests.contains { $0.overlapped }, "two requests of one space were in flight at once")
-                    #expect(!receiver.requests.contains { $0.space == "elsewhere" })
-                    try eventuallyBlocking("the delivered rows pruned") { try rows() == 0 }
-                    #expect(try db.query("SELECT count(*) FROM webhook_dead_letters").int64(0, 0) == 0)
-                    #expect(try db.query("SELECT count(*) FROM webhooks").int64(0, 0) == 1)
                 }
             }
         }
+    }
+
+    static func deliverOnPostgreSQL(url: String, receiver: WebhookReceiver, a: ServerProcess, b: ServerProcess, withoutWebhooks c: ServerProcess) async throws {
+        let db = try PostgresConnection(url: url)
+        defer { db.close() }
+        func rows() throws -> Int64 { try db.query("SELECT count(*) FROM webhook_outbox").int64(0, 0) }
+        let token = try await Self.token(a)
+        var acknowledged: [String: [Int64]] = [:]
+        acknowledged["p", default: []] += try await Self.push(a, token: token, "p", [put("c1", "a"), put("c2", "b"), put("c3", "c")])
+        // In the push's transaction: there as soon as the push is answered, with the
+        // versions it answered.
+        #expect(try rows() == 3)
+        let queued = try db.query("SELECT seq, record_id FROM webhook_outbox ORDER BY id")
+        #expect((0..<queued.count).map { queued.int64($0, 0) } == [1, 2, 3] && (0..<queued.count).map { queued.text($0, 1) } == ["a", "b", "c"])
+        // A conflict writes nothing; nor does an instance without webhooks.
+        let conflict = try await httpRequestAsync(port: b.port, "POST", "/v1/spaces/p/push", headers: [("Authorization", "Bearer \(token)")],
+                                                  body: PushRequest(clientId: "t", changes: [put("c4", "a")]).encoded())
+        #expect(try PushResponse.decode(conflict.body).results.map(\.status) == [.conflict])
+        _ = try await Self.push(c, token: token, "elsewhere", [put("c5", "e")])
+        #expect(try rows() == 3)
+
+        try await eventually("refused deliveries") { receiver.requests.count >= 2 }
+        receiver.plan([], otherwise: .accept)
+        for i in 0..<6 {
+            let space = i % 2 == 0 ? "p" : "q"
+            acknowledged[space, default: []] += try await Self.push(i % 2 == 0 ? a : b, token: token, space, [put("e\(i)", "r\(i)"), put("f\(i)", "s\(i)")])
+        }
+        let expected = acknowledged
+        try await eventually("every commit through the instances with webhooks delivered") { Self.deliveredSeqs(receiver) == expected }
+        #expect(acknowledged["p"] == Array(1...9) && acknowledged["q"] == Array(1...6))
+        #expect(!receiver.requests.contains { $0.overlapped }, "two requests of one space were in flight at once")
+        #expect(!receiver.requests.contains { $0.space == "elsewhere" })
+        try await eventually("the delivered rows pruned") { try rows() == 0 }
+        #expect(try db.query("SELECT count(*) FROM webhook_dead_letters").int64(0, 0) == 0)
+        #expect(try db.query("SELECT count(*) FROM webhooks").int64(0, 0) == 1)
     }
 }
