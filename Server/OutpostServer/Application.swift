@@ -45,6 +45,8 @@ public final class OutpostApplication: Sendable {
     /// with `parts` wrapping the store and the token verifier.
     public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment, parts: Parts = Parts()) throws {
         self.settings = settings
+        // Settings built in code are not parsed: their webhooks are checked here.
+        try settings.webhooks.validate()
         // A rules file that does not check refuses the start, before anything is opened.
         rules = try RulesHolder(path: settings.rulesPath)
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
