@@ -29,6 +29,8 @@ public final class OutpostApplication: Sendable {
     public let admin: AdminService
     /// The last error answers, which the admin console lists.
     public let errors = RecentErrors()
+    /// Webhook deliveries and their dead letters (docs/operating.md, "Webhooks").
+    public let webhooks: WebhookService
     public let router: Router
     private let sweeper: Task<Void, Never>
     private let epochChangeHandler = EpochChangeHook()
@@ -50,6 +52,8 @@ public final class OutpostApplication: Sendable {
     /// with `parts` wrapping the store and the token verifier.
     public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment, parts: Parts = Parts()) throws {
         self.settings = settings
+        // Settings built in code are not parsed: their webhooks are checked here.
+        try settings.webhooks.validate()
         // A rules file that does not check refuses the start, before anything is opened.
         rules = try RulesHolder(path: settings.rulesPath)
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
@@ -59,13 +63,18 @@ public final class OutpostApplication: Sendable {
             guard let secret = environment["OUTPOST_JWT_SECRET"], !secret.isEmpty else {
                 throw Settings.Invalid(description: "--store postgres://… needs OUTPOST_JWT_SECRET: every instance on the database must sign and verify tokens with the same secret")
             }
+            if !settings.webhooks.urls.isEmpty, (environment["OUTPOST_WEBHOOK_SECRET"] ?? "").isEmpty {
+                throw Settings.Invalid(description: "--webhook with --store postgres://… needs OUTPOST_WEBHOOK_SECRET: every instance on the database must sign deliveries with the same secret")
+            }
             var configuration = PostgresSyncStore.Configuration(url: url)
+            configuration.outbox = !settings.webhooks.urls.isEmpty
             let handler = epochChangeHandler
             configuration.onEpochChange = { _ in handler.run() }
             store = parts.store(try PostgresSyncStore(configuration: configuration))
         } else {
             var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
             storeConfiguration.synchronous = synchronous
+            storeConfiguration.outbox = !settings.webhooks.urls.isEmpty
             store = parts.store(try SQLiteSyncStore(configuration: storeConfiguration))
         }
 
@@ -94,6 +103,21 @@ public final class OutpostApplication: Sendable {
             telemetryStore = try DeviceTelemetry(name: "outpost") { try SQLiteSession(path: path, durableSynchronous: synchronous) }
         }
         telemetry = TelemetryService(telemetry: telemetryStore, authorizer: authorizer, metrics: metrics)
+        // Webhooks in the store's database, on a session of their own; the secret only when
+        // there is something to sign.
+        let webhookSecret = try settings.webhooks.urls.isEmpty ? nil
+            : SecretFile.load(environmentValue: environment["OUTPOST_WEBHOOK_SECRET"], dataDirectory: settings.dataDirectory,
+                                  fileName: WebhookService.secretFileName)
+        if let url = settings.postgresURL {
+            webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics, soleOwner: false) {
+                PostgresSession(db: try PostgresSyncStore.open(url))
+            }
+        } else {
+            let path = dataDirectory.storePath
+            webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics, soleOwner: true) {
+                try SQLiteSession(path: path, durableSynchronous: synchronous)
+            }
+        }
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
                                                           mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
         mediaConfiguration.synchronous = synchronous
@@ -122,7 +146,9 @@ public final class OutpostApplication: Sendable {
         media.register(&router)
         telemetry.register(&router)
         admin.register(&router)
+        webhooks.register(&router)
         media.startSweeper()
+        webhooks.start(notifier: store.notifier)
         self.router = router
         if let identityProvider {
             if case .url(let url) = settings.identityProvider.source, url.scheme?.lowercased() == "http", !Self.isLoopback(url.host ?? "") {
@@ -249,6 +275,7 @@ public final class OutpostApplication: Sendable {
     public func close() async {
         sweeper.cancel()
         identityProvider?.stop()
+        await webhooks.stop()
         await media.close()
         let telemetry = self.telemetry, admin = self.admin
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in

@@ -12,9 +12,12 @@ import OutpostCore
         try DockerImageTests.read(relativePath)
     }
 
+    /// The variables the server reads that are no setting of `Settings.options` (no flag).
+    static let environmentOnly = ["OUTPOST_JWT_SECRET", "OUTPOST_JWT_PREVIOUS_SECRETS", "OUTPOST_WEBHOOK_SECRET", "OUTPOST_LOG_FILE"]
+
     /// Every environment variable the server reads.
     static var knownVariables: Set<String> {
-        Set(Settings.options.map(\.env)).union(["OUTPOST_JWT_SECRET", "OUTPOST_JWT_PREVIOUS_SECRETS", "OUTPOST_LOG_FILE"])
+        Set(Settings.options.map(\.env)).union(environmentOnly)
     }
 
     /// The default a setting's help text states (`(default 8080; …)` → `8080`), if it states one.
@@ -49,10 +52,10 @@ import OutpostCore
                 #expect(row.contains("`\(value)`"), "the row of \(option.env) does not give its default \(value)")
             }
         }
-        for name in ["OUTPOST_JWT_SECRET", "OUTPOST_JWT_PREVIOUS_SECRETS", "OUTPOST_LOG_FILE"] {
+        for name in Self.environmentOnly {
             #expect(rows.contains { $0.hasPrefix("| `\(name)` |") }, "docs/deploying.md has no table row for \(name)")
         }
-        #expect(rows.count == Settings.options.count + 3, "the settings table has rows for variables the server does not read")
+        #expect(rows.count == Settings.options.count + Self.environmentOnly.count, "the settings table has rows for variables the server does not read")
         #expect(Self.documentedDefault("TCP port (default 8080; 0 picks a free one)") == "8080")
         #expect(Self.documentedDefault("full (default: an applied change survives)") == nil)
     }

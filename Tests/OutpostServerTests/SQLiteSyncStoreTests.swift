@@ -22,6 +22,8 @@ final class StoreFixture {
     /// The PostgreSQL database's URL (postgres only).
     let url: String?
     var store: (any SyncStore)!
+    /// Whether the stores opened write the webhook outbox (`open` reads it).
+    var outbox = false
 
     /// `url` is the PostgreSQL database to use (postgres only), made by the caller off the
     /// concurrency pool (`PostgresCluster.database`).
@@ -36,8 +38,14 @@ final class StoreFixture {
 
     func open() throws -> any SyncStore {
         switch kind {
-        case .sqlite: return try SQLiteSyncStore(configuration: .init(path: path))
-        case .postgres: return try PostgresSyncStore(configuration: .init(url: url!))
+        case .sqlite:
+            var configuration = SQLiteSyncStore.Configuration(path: path)
+            configuration.outbox = outbox
+            return try SQLiteSyncStore(configuration: configuration)
+        case .postgres:
+            var configuration = PostgresSyncStore.Configuration(url: url!)
+            configuration.outbox = outbox
+            return try PostgresSyncStore(configuration: configuration)
         }
     }
 

@@ -4,8 +4,8 @@ import Foundation
 /// `/readyz`; exits 0 on a 2xx answer and 1 otherwise. The container's `HEALTHCHECK` runs
 /// it, so the runtime image needs no curl.
 ///
-/// It speaks plain HTTP/1.1 over a blocking socket (no URLSession: FoundationNetworking
-/// would add libcurl to the binary's libraries, and so to the image). The default URL is
+/// It speaks plain HTTP/1.1 over a blocking socket: a one-shot probe of a local server
+/// needs no TLS and no event loop. The default URL is
 /// `http://127.0.0.1:$OUTPOST_PORT/readyz`, or `OUTPOST_HOST` instead of 127.0.0.1 when
 /// the server listens on one address rather than all of them.
 public enum HealthCheckCommand {

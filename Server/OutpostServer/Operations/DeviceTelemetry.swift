@@ -118,12 +118,6 @@ final class DeviceTelemetry: Sendable {
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let job = SQLSessionJob { db, error in
-                if let error { continuation.resume(throwing: error); return }
-                continuation.resume(with: Result { try body(db) })
-            }
-            if !thread.submit(job) { continuation.resume(throwing: StoreError("the telemetry store is closed")) }
-        }
+        try await thread.run("telemetry", body)
     }
 }

@@ -40,6 +40,8 @@ public struct Settings: Sendable {
     public var rulesPath: String?
     /// An identity provider whose RS256 and ES256 tokens are accepted (`--jwks-url`…).
     public var identityProvider = IdentityProviderSettings()
+    /// Webhooks: what committed changes are posted to and how (docs/operating.md, "Webhooks").
+    public var webhooks = WebhookSettings()
 
     public init() {}
 
@@ -53,11 +55,31 @@ public struct Settings: Sendable {
         let flag: String
         let env: String
         let help: String
+        /// For a list setting: empties the list. Its environment variable is a
+        /// comma-separated list; its flag may be given several times, and the flags given
+        /// replace the variable's list.
+        var reset: (@Sendable (inout Settings) -> Void)? = nil
         let apply: @Sendable (inout Settings, String) throws -> Void
+
+        init(flag: String, env: String, help: String, reset: (@Sendable (inout Settings) -> Void)? = nil,
+             apply: @escaping @Sendable (inout Settings, String) throws -> Void) {
+            self.flag = flag
+            self.env = env
+            self.help = help
+            self.reset = reset
+            self.apply = apply
+        }
     }
 
     static func int(_ name: String, _ text: String, min: Int = 0) throws -> Int {
         guard let v = Int(text), v >= min else { throw Invalid(description: "\(name) must be an integer of at least \(min), not \"\(text)\"") }
+        return v
+    }
+
+    static func int(_ name: String, _ text: String, in range: ClosedRange<Int>) throws -> Int {
+        guard let v = Int(text), range.contains(v) else {
+            throw Invalid(description: "\(name) must be an integer from \(range.lowerBound) to \(range.upperBound), not \"\(text)\"")
+        }
         return v
     }
 
@@ -141,6 +163,7 @@ public struct Settings: Sendable {
             },
         ]
         o += IdentityProviderSettings.options
+        o += WebhookSettings.options
         return o
     }()
 
@@ -157,8 +180,17 @@ public struct Settings: Sendable {
     public static func parse(arguments: [String], environment: [String: String]) throws -> Settings {
         var s = Settings()
         for option in options {
-            if let v = environment[option.env] { try option.apply(&s, v) }
+            guard let v = environment[option.env] else { continue }
+            if let reset = option.reset {
+                reset(&s)
+                for item in v.split(separator: ",") where !item.trimmingCharacters(in: .whitespaces).isEmpty {
+                    try option.apply(&s, item.trimmingCharacters(in: .whitespaces))
+                }
+            } else {
+                try option.apply(&s, v)
+            }
         }
+        var listsGiven: Set<String> = []
         var i = 0
         while i < arguments.count {
             let arg = arguments[i]
@@ -176,6 +208,7 @@ public struct Settings: Sendable {
                 guard i < arguments.count else { throw Invalid(description: "\(flag) needs a value") }
                 value = arguments[i]
             }
+            if let reset = option.reset, listsGiven.insert(option.flag).inserted { reset(&s) }
             try option.apply(&s, value!)
             i += 1
         }
@@ -198,6 +231,7 @@ public struct Settings: Sendable {
         }
         guard limits.chunkSize <= 64 * 1024 * 1024 else { throw Invalid(description: "--chunk-size must be at most 64 MiB") }
         try identityProvider.validate()
+        try webhooks.validate()
     }
 
     /// The text of `outpost-server serve --help`.
@@ -208,6 +242,7 @@ public struct Settings: Sendable {
         }
         out += "  OUTPOST_JWT_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the HS256 secret for tokens; when unset, a random one is created in DATA/jwt-secret (mode 0600)\n"
         out += "  OUTPOST_JWT_PREVIOUS_SECRETS".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      comma-separated older secrets that still verify tokens while they are rotated out\n"
+        out += "  OUTPOST_WEBHOOK_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the secret webhook deliveries are signed with; when unset, a random one is created in DATA/webhook-secret (mode 0600)\n"
         out += "  OUTPOST_LOG_FILE".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      append the JSON log lines to this file instead of standard error\n"
         return out
     }

@@ -20,6 +20,7 @@ public final class CommitNotifier: Sendable {
         var waiters: [String: [UInt64: Waiter]] = [:]
         var nextID: UInt64 = 0
         var count = 0
+        var observers: [@Sendable (String?) -> Void] = []
     }
 
     private let state = Mutex(State())
@@ -36,13 +37,21 @@ public final class CommitNotifier: Sendable {
         state.withLock { $0.heads[space] }
     }
 
+    /// Calls `action` after every commit that makes a space's head longer, with the
+    /// space's name, and after `wakeAll` with nil (commits may have been missed). It runs on
+    /// the committing thread, so it must only hand the news on (the webhook deliverer
+    /// rings its doorbell).
+    public func observe(_ action: @escaping @Sendable (String?) -> Void) {
+        state.withLock { $0.observers.append(action) }
+    }
+
     /// Records a commit that made `space`'s head `head`, and wakes its waiters that wait
     /// for anything after a smaller seq.
     public func committed(space: String, head: Int64) {
-        let woken: [CheckedContinuation<Bool, Never>] = state.withLock { s in
-            if let known = s.heads[space], known >= head { return [] }
+        let (woken, observers): ([CheckedContinuation<Bool, Never>], [@Sendable (String?) -> Void]) = state.withLock { s in
+            if let known = s.heads[space], known >= head { return ([], []) }
             s.heads[space] = head
-            guard var list = s.waiters[space] else { return [] }
+            guard var list = s.waiters[space] else { return ([], s.observers) }
             var out: [CheckedContinuation<Bool, Never>] = []
             for (id, waiter) in list where waiter.afterSeq < head {
                 out.append(waiter.continuation)
@@ -50,22 +59,24 @@ public final class CommitNotifier: Sendable {
             }
             s.count -= out.count
             s.waiters[space] = list.isEmpty ? nil : list
-            return out
+            return (out, s.observers)
         }
         for c in woken { c.resume(returning: true) }
+        for observer in observers { observer(space) }
     }
 
     /// Wakes every waiting pull (each reads again and waits on if nothing is due). For a
     /// notifier fed from outside the process, after a gap in which commits may have been
     /// missed (`PostgresSyncStore`'s listener reconnecting).
     public func wakeAll() {
-        let woken: [CheckedContinuation<Bool, Never>] = state.withLock { s in
+        let (woken, observers): ([CheckedContinuation<Bool, Never>], [@Sendable (String?) -> Void]) = state.withLock { s in
             let all = s.waiters.values.flatMap { $0.values.map(\.continuation) }
             s.waiters.removeAll()
             s.count = 0
-            return all
+            return (all, s.observers)
         }
         for c in woken { c.resume(returning: true) }
+        for observer in observers { observer(nil) }
     }
 
     /// Forgets what is known of `space`'s head (after an epoch change the seq may restart).

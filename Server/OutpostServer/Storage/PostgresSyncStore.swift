@@ -71,6 +71,9 @@ public final class PostgresSyncStore: SyncStore {
         /// Makes the epoch of a database that has none, as `SQLiteSyncStore.Configuration`'s
         /// does (the simulation passes a virtual clock and a seeded source).
         public var makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch
+        /// Whether every commit also writes its records to the webhook outbox (only while
+        /// webhooks are configured; docs/operating.md, "Webhooks").
+        public var outbox = false
 
         /// A configuration with the defaults.
         public init(url: String) { self.url = url }
@@ -101,11 +104,12 @@ public final class PostgresSyncStore: SyncStore {
         self.stale = stale
 
         let notifierRef = notifier
+        let outbox = configuration.outbox
         var writers: [WorkerThread<PostgresWriteJob>] = []
         for i in 0..<max(1, configuration.writers) {
             writers.append(try WorkerThread<PostgresWriteJob>(
                 name: "pg-writer-\(i)", maxBatch: max(1, configuration.maxPushesPerCommit),
-                setup: { PostgresWriter(db: try Self.open(url), epoch: epoch, notifier: notifierRef, stale: stale) },
+                setup: { PostgresWriter(db: try Self.open(url), epoch: epoch, notifier: notifierRef, stale: stale, outbox: outbox) },
                 handle: { writer, jobs in writer.handle(jobs) },
                 teardown: { writer in writer.db.close() }))
         }
@@ -411,12 +415,15 @@ final class PostgresWriter {
     let epoch: Epoch
     let notifier: CommitNotifier
     let stale: StaleEpoch
+    /// Whether pushes write the webhook outbox.
+    let outbox: Bool
 
-    init(db: PostgresConnection, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch) {
+    init(db: PostgresConnection, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch, outbox: Bool = false) {
         self.db = db
         self.epoch = epoch
         self.notifier = notifier
         self.stale = stale
+        self.outbox = outbox
     }
 
     func handle(_ jobs: [PostgresWriteJob]) {
@@ -514,6 +521,7 @@ final class PostgresWriter {
         guard !inputs.isEmpty else { return (PushItem.merge([], into: job.items), nil) }
         let (storage0, head) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)
         var storage = storage0
+        if outbox { storage.outboxAt = job.now }
         let (decided, newHead) = try PushRules.apply(inputs, epoch: epoch, head: head, clientId: job.clientId, now: job.now, storage: &storage,
                                                      judge: job.judge)
         return (PushItem.merge(decided, into: job.items), newHead > head ? newHead : nil)
@@ -535,6 +543,9 @@ struct PostgresPushStorage: PushStorage {
     let spaceID: Int64
     let space: String
     let epoch: Epoch
+    /// While webhooks are configured, the push's time: every record written also gets a
+    /// row in `webhook_outbox`, in the same statement (`WebhookOutbox`).
+    var outboxAt: Int64? = nil
 
     /// The storage of `space` in the transaction open on `db`, with the space's head read
     /// under its row lock, held until the transaction ends (see "Seq allocation" on
@@ -612,6 +623,12 @@ struct PostgresPushStorage: PushStorage {
               ON CONFLICT (space_id, collection, id) DO UPDATE SET
                 seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
                 updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as
+              RETURNING r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as),
+            queued AS (
+              INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time,
+                                         lineage, same_as, committed_at)
+              SELECT $1, $12, w.seq, w.collection, w.id, w.deleted, w.data, w.updated_at, w.updated_by, w.client_time, w.lineage, w.same_as, $19::bigint
+                FROM written w WHERE $19::bigint IS NOT NULL ORDER BY w.seq
               RETURNING 1),
             remembered AS (
               INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at)
@@ -629,7 +646,7 @@ struct PostgresPushStorage: PushStorage {
                 .text(epoch.rawValue),
                 .textArray(remember.map(\.changeId)), .bytesArray(remember.map(\.fingerprint)),
                 .intArray(remember.map(\.seq)), .intArray(remember.map(\.appliedAt)),
-                .int(head), .text(space),
+                .int(head), .text(space), outboxAt.map { .int($0) } ?? .null,
             ])
     }
 

@@ -63,6 +63,7 @@ enum SQLDurability: Sendable {
 /// A row of a `SQLSession` query, by column index.
 protocol SQLRow {
     func int64(_ column: Int) -> Int64
+    func optionalInt64(_ column: Int) -> Int64?
     /// NULL reads as the empty string.
     func text(_ column: Int) -> String
     func optionalText(_ column: Int) -> String?
@@ -107,6 +108,7 @@ final class SQLiteSession: SQLSession {
     private struct Row: SQLRow {
         let statement: Statement
         func int64(_ column: Int) -> Int64 { statement.int64(Int32(column)) }
+        func optionalInt64(_ column: Int) -> Int64? { statement.optionalInt64(Int32(column)) }
         func text(_ column: Int) -> String { statement.text(Int32(column)) }
         func optionalText(_ column: Int) -> String? { statement.optionalText(Int32(column)) }
         func bytes(_ column: Int) -> [UInt8] { statement.blob(Int32(column)) }
@@ -181,6 +183,7 @@ final class PostgresSession: SQLSession {
         let rows: PostgresRows
         let index: Int
         func int64(_ column: Int) -> Int64 { rows.int64(index, column) }
+        func optionalInt64(_ column: Int) -> Int64? { rows.optionalInt64(index, column) }
         func text(_ column: Int) -> String { rows.text(index, column) }
         func optionalText(_ column: Int) -> String? { rows.optionalText(index, column) }
         func bytes(_ column: Int) -> [UInt8] { rows.bytes(index, column) }

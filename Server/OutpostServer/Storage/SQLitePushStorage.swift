@@ -9,6 +9,9 @@ struct SQLitePushStorage: PushStorage {
     let db: Connection
     let spaceID: Int64
     let epoch: Epoch
+    /// While webhooks are configured, the push's time: every record written also gets a
+    /// row in `webhook_outbox`, in the same transaction (`WebhookOutbox`).
+    var outboxAt: Int64? = nil
 
     func applied(_ changeIds: [String]) throws -> [String: PushRules.Applied] {
         let find = try db.cached("SELECT fingerprint, epoch, seq, applied_at FROM applied_changes WHERE space_id = ? AND change_id = ?")
@@ -85,6 +88,32 @@ struct SQLitePushStorage: PushStorage {
             try insert.bind(text: epoch.rawValue, at: 4)
             try insert.bind(int: r.seq, at: 5)
             try insert.bind(int: r.appliedAt, at: 6)
+            while try insert.step() {}
+            insert.reset()
+        }
+        if let outboxAt { try queue(writes, at: outboxAt) }
+    }
+
+    /// One outbox row per record written, in seq order.
+    private func queue(_ writes: [PushRules.Write], at committedAt: Int64) throws {
+        let insert = try db.cached("""
+            INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, committed_at)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+            """)
+        for w in writes {
+            try insert.bind(int: spaceID, at: 1)
+            try insert.bind(text: epoch.rawValue, at: 2)
+            try insert.bind(int: w.seq, at: 3)
+            try insert.bind(text: w.key.collection, at: 4)
+            try insert.bind(text: w.key.id, at: 5)
+            try insert.bind(int: w.deleted ? 1 : 0, at: 6)
+            if let data = w.data { try insert.bind(blob: data, at: 7) } else { try insert.bindNull(at: 7) }
+            try insert.bind(int: w.updatedAt, at: 8)
+            try insert.bind(text: w.updatedBy, at: 9)
+            if let t = w.clientTime { try insert.bind(int: t, at: 10) } else { try insert.bindNull(at: 10) }
+            if let v = w.lineage { try insert.bind(text: v.text, at: 11) } else { try insert.bindNull(at: 11) }
+            if let v = w.sameAs { try insert.bind(text: v.text, at: 12) } else { try insert.bindNull(at: 12) }
+            try insert.bind(int: committedAt, at: 13)
             while try insert.step() {}
             insert.reset()
         }

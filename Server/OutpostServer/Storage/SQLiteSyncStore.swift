@@ -31,6 +31,9 @@ public final class SQLiteSyncStore: SyncStore {
         /// simulation (`outpost-sim`) passes a virtual clock and a seeded source so that a run
         /// replays exactly from its seed.
         public var makeEpoch: EpochMaker = SQLiteSyncStore.systemEpoch
+        /// Whether every commit also writes its records to the webhook outbox (only while
+        /// webhooks are configured; docs/operating.md, "Webhooks").
+        public var outbox = false
 
         public init(path: String) { self.path = path }
     }
@@ -57,8 +60,9 @@ public final class SQLiteSyncStore: SyncStore {
 
     /// Current schema version; `migrate` brings older files up to it.
     /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
-    /// 3: `records.same_as` (protocol 1.1).
-    static let schemaVersion = 7
+    /// 3: `records.same_as` (protocol 1.1). 4: departures. 5: the view index. 6: history
+    /// horizons. 7: device telemetry. 8: the webhook outbox (`WebhookOutbox`).
+    static let schemaVersion = 8
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -76,6 +80,7 @@ public final class SQLiteSyncStore: SyncStore {
         let path = configuration.path
         let synchronous = configuration.synchronous
         let maxBatch = configuration.maxPushesPerCommit
+        let outbox = configuration.outbox
         let notifierRef = notifier
         writer = try WorkerThread<WriteJob>(
             name: "sqlite-writer", maxBatch: maxBatch,
@@ -86,7 +91,7 @@ public final class SQLiteSyncStore: SyncStore {
                 // and fsyncs the database file, and would stall every push queued behind
                 // it. The checkpointer thread does that work instead.
                 try db.execute("PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; PRAGMA wal_autocheckpoint=0")
-                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef)
+                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef, outbox: outbox)
             },
             handle: { writer, jobs in writer.handle(jobs) },
             teardown: { writer in writer.close() })
@@ -257,6 +262,65 @@ public final class SQLiteSyncStore: SyncStore {
                         PRIMARY KEY(space, client_id, started_at)) WITHOUT ROWID;
                     """)
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '7')")
+            }
+        }
+        if version < 8 {
+            // Webhooks (WebhookOutbox): each committed change while webhooks are configured,
+            // written in its push's transaction; the webhooks, each one's delivery cursor per
+            // space, and the batches that ran out of attempts. AUTOINCREMENT: an outbox id
+            // is never handed out twice, also once every row up to it is pruned, because
+            // the cursors count by it.
+            try db.transaction {
+                try db.execute("""
+                    CREATE TABLE IF NOT EXISTS webhook_outbox(
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        space_id INTEGER NOT NULL,
+                        epoch TEXT NOT NULL,
+                        seq INTEGER NOT NULL,
+                        collection TEXT NOT NULL,
+                        record_id TEXT NOT NULL,
+                        deleted INTEGER NOT NULL,
+                        data BLOB,
+                        updated_at INTEGER NOT NULL,
+                        updated_by TEXT NOT NULL,
+                        client_time INTEGER,
+                        lineage TEXT,
+                        same_as TEXT,
+                        committed_at INTEGER NOT NULL);
+                    CREATE INDEX IF NOT EXISTS webhook_outbox_space ON webhook_outbox(space_id, id);
+                    CREATE TABLE IF NOT EXISTS webhooks(
+                        webhook TEXT PRIMARY KEY,
+                        name TEXT NOT NULL,
+                        start_id INTEGER NOT NULL,
+                        seen_at INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE IF NOT EXISTS webhook_cursors(
+                        webhook TEXT NOT NULL,
+                        space_id INTEGER NOT NULL,
+                        delivered_id INTEGER NOT NULL,
+                        batch_last INTEGER,
+                        delivery_id TEXT,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        next_attempt_at INTEGER NOT NULL DEFAULT 0,
+                        last_error TEXT,
+                        lease_owner TEXT,
+                        lease_until INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY(webhook, space_id)) WITHOUT ROWID;
+                    CREATE TABLE IF NOT EXISTS webhook_dead_letters(
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        webhook TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        space TEXT NOT NULL,
+                        epoch TEXT NOT NULL,
+                        first_seq INTEGER NOT NULL,
+                        last_seq INTEGER NOT NULL,
+                        changes INTEGER NOT NULL,
+                        delivery_id TEXT NOT NULL,
+                        body BLOB NOT NULL,
+                        attempts INTEGER NOT NULL,
+                        last_error TEXT NOT NULL,
+                        failed_at INTEGER NOT NULL);
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '8')")
             }
         }
     }
@@ -490,13 +554,16 @@ final class SQLiteWriter {
     let db: Connection
     let epoch: Epoch
     let notifier: CommitNotifier
+    /// Whether pushes write the webhook outbox.
+    let outbox: Bool
     /// space name -> (space_id, head seq), as committed.
     private var spaces: [String: (id: Int64, head: Int64)] = [:]
 
-    init(db: Connection, epoch: Epoch, notifier: CommitNotifier) {
+    init(db: Connection, epoch: Epoch, notifier: CommitNotifier, outbox: Bool = false) {
         self.db = db
         self.epoch = epoch
         self.notifier = notifier
+        self.outbox = outbox
     }
 
     func close() {
@@ -580,7 +647,7 @@ final class SQLiteWriter {
         for item in job.items {
             if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
         }
-        var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch)
+        var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch, outboxAt: outbox ? job.now : nil)
         let (decided, head) = try PushRules.apply(inputs, epoch: epoch, head: space.head, clientId: job.clientId, now: job.now, storage: &storage,
                                                   judge: job.judge)
         space.head = head

@@ -60,4 +60,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     /// `404` from the admin console's record lookup: the space has no record by that
     /// collection and id (docs/protocol.md section 7).
     case recordNotFound = "record_not_found"
+    // Section 7: operations
+    /// `404`: no dead letter of that id (`/v1/admin/webhooks/dead-letters/{id}`).
+    case deadLetterNotFound = "dead_letter_not_found"
+    /// `409`: a dead letter's webhook is not configured on this server, so it cannot be
+    /// replayed here.
+    case webhookNotConfigured = "webhook_not_configured"
 }

@@ -1,0 +1,205 @@
+import Foundation
+import OutpostCore
+import OutpostCrypto
+
+/// Delivers one webhook's batches, in a task of its own, so a slow or failing receiver
+/// never slows a push (a push only writes its outbox rows).
+///
+/// It keeps the spaces that have commits due for the webhook, each with the time it may be
+/// tried again (a retry's backoff, another server's lease), and delivers them space by
+/// space: in each, batch after batch (`WebhookOutbox.claim`) until nothing is left or a
+/// delivery fails. Between rounds it waits on its doorbell, which the commit notifier
+/// rings with each commit's space (on PostgreSQL also for other servers' commits, through
+/// `LISTEN`), until the next retry is due or the next scan of every space: every second
+/// while anything is waiting (which also updates the lag metric), every `scanIntervalMs`
+/// otherwise, as a backstop.
+final class WebhookDeliverer: Sendable {
+    let target: WebhookTarget
+    let doorbell = Doorbell()
+    private let store: WorkerThread<SQLSessionJob>
+    private let client: WebhookHTTPClient
+    private let settings: WebhookSettings
+    private let secret: [UInt8]
+    private let owner: String
+    private let metrics: WebhookMetrics
+
+    /// The backstop: how often every space is looked at while nothing is known to wait.
+    static let scanIntervalMs: Int64 = 30_000
+    /// How often the spaces are looked at, and the lag measured, while something waits.
+    static let busyScanIntervalMs: Int64 = 1_000
+
+    init(target: WebhookTarget, store: WorkerThread<SQLSessionJob>, client: WebhookHTTPClient, settings: WebhookSettings, secret: [UInt8],
+         owner: String, metrics: WebhookMetrics) {
+        self.target = target
+        self.store = store
+        self.client = client
+        self.settings = settings
+        self.secret = secret
+        self.owner = owner
+        self.metrics = metrics
+    }
+
+    /// A lease outlasts the longest delivery: the request's timeout, twice, and a margin.
+    var leaseMs: Int64 { Int64(settings.timeoutSeconds) * 2_000 + 10_000 }
+
+    private var bounds: WebhookOutbox.Bounds {
+        WebhookOutbox.Bounds(changes: settings.batchChanges, bytes: settings.batchBytes, leaseMs: leaseMs)
+    }
+
+    static func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Delivers until the task is cancelled.
+    func run() async {
+        var due: [String: Int64] = [:]
+        var scanAt: Int64 = 0
+        while !Task.isCancelled {
+            var now = Self.nowMs()
+            if now >= scanAt {
+                do {
+                    let key = target.key
+                    let pending = try await store.run("webhook") { db in try WebhookOutbox.pending(db, webhook: key) }
+                    for (space, _) in pending where due[space] == nil { due[space] = now }
+                    metrics.lag(target, seconds: pending.map(\.oldest).min().map { max(0, now - $0) / 1000 } ?? 0)
+                } catch {
+                    Log.error("webhook scan failed", ["webhook": target.name, "error": "\(error)"])
+                }
+                scanAt = now + (due.isEmpty ? Self.scanIntervalMs : Self.busyScanIntervalMs)
+            }
+            for (space, at) in due.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) where at <= now {
+                if Task.isCancelled { return }
+                due[space] = await deliver(space: space)
+            }
+            if due.isEmpty { metrics.lag(target, seconds: 0) }
+            now = Self.nowMs()
+            let rung = await doorbell.wait(untilMs: min(due.values.min() ?? .max, scanAt))
+            now = Self.nowMs()
+            for space in rung.spaces where due[space] == nil { due[space] = now }
+            if rung.everything { scanAt = now }
+            if !due.isEmpty { scanAt = min(scanAt, now + Self.busyScanIntervalMs) }
+        }
+    }
+
+    /// Batches of one space delivered in a row before the other spaces get their turn.
+    static let batchesPerTurn = 16
+
+    /// Delivers `space`'s batches in order until none is left (nil) or the space must wait:
+    /// the time it may be tried again (now, after `batchesPerTurn` batches).
+    func deliver(space: String) async -> Int64? {
+        for _ in 0..<Self.batchesPerTurn {
+            if Task.isCancelled { return nil }
+            let now = Self.nowMs()
+            let (key, owner, bounds) = (target.key, self.owner, self.bounds)
+            let claim: WebhookOutbox.Claim
+            do {
+                claim = try await store.run("webhook") { db in try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: now, bounds: bounds) }
+            } catch {
+                Log.error("webhook claim failed", ["webhook": target.name, "space": space, "error": "\(error)"])
+                return now + 1000
+            }
+            let batch: WebhookOutbox.Batch
+            switch claim {
+            case .idle: return nil
+            case .notBefore(let at): return at
+            case .batch(let b): batch = b
+            }
+            let body: [UInt8]
+            do { body = try WebhookOutbox.body(batch) } catch {
+                Log.error("webhook batch cannot be encoded", ["webhook": target.name, "space": space, "error": "\(error)"])
+                return now + 1000
+            }
+            let answer = await send(body, deliveryID: batch.deliveryID, attempt: batch.failures + 1)
+            if Task.isCancelled { return nil }
+            metrics.delivery(target, answer)
+            let done = Self.nowMs()
+            if answer.delivered {
+                metrics.delivered(target, changes: batch.changes.count)
+                let leaseMs = self.leaseMs
+                do {
+                    if !(try await store.run("webhook") { db in try WebhookOutbox.delivered(db, batch, owner: owner, now: done, leaseMs: leaseMs) }) {
+                        return done + 1000
+                    }
+                } catch {
+                    Log.error("webhook delivery could not be recorded; it will be sent again", ["webhook": target.name, "space": space, "error": "\(error)"])
+                    return done + 1000
+                }
+                continue
+            }
+            let (settings, leaseMs, name) = (self.settings, self.leaseMs, target.name)
+            let failure: WebhookOutbox.Failure
+            do {
+                failure = try await store.run("webhook") { db in
+                    try WebhookOutbox.failed(db, batch, webhookName: name, body: body, error: answer.failure, owner: owner, now: done,
+                                             settings: settings, leaseMs: leaseMs, random: Double.random(in: 0..<1))
+                }
+            } catch {
+                Log.error("webhook failure could not be recorded", ["webhook": target.name, "space": space, "error": "\(error)"])
+                return done + 1000
+            }
+            switch failure {
+            case .retry(let at):
+                Log.info("webhook delivery failed; retrying", ["webhook": target.name, "space": space, "attempt": String(batch.failures + 1),
+                                                                 "error": answer.failure])
+                return at
+            case .deadLettered:
+                metrics.deadLettered(target)
+                Log.error("webhook batch is a dead letter after its last attempt", ["webhook": target.name, "space": space,
+                                                                                    "deliveryId": batch.deliveryID, "error": answer.failure])
+            case .leaseLost:
+                return done + 1000
+            }
+        }
+        return Self.nowMs()
+    }
+
+    /// One signed POST of `body`.
+    func send(_ body: [UInt8], deliveryID: String, attempt: Int) async -> WebhookHTTPClient.Answer {
+        let timestamp = Int64(Date().timeIntervalSince1970)
+        return await client.post(target.url, body: body, headers: [
+            ("Content-Type", "application/json"),
+            ("User-Agent", "outpost-server"),
+            ("Outpost-Delivery", deliveryID),
+            ("Outpost-Attempt", String(attempt)),
+            ("Outpost-Signature", Self.signature(secret: secret, timestamp: timestamp, body: body)),
+        ], timeout: settings.timeoutSeconds)
+    }
+
+    /// `t=<unix seconds>,v1=<hex of HMAC-SHA256(secret, "<t>.<body>")>` (docs/operating.md,
+    /// "Webhooks").
+    static func signature(secret: [UInt8], timestamp: Int64, body: [UInt8]) -> String {
+        "t=\(timestamp),v1=\(Hex.encode(HMACSHA256.authenticate(Array("\(timestamp).".utf8) + body, key: secret)))"
+    }
+}
+
+/// The webhook series of `/metrics` (docs/operating.md, "Webhooks").
+struct WebhookMetrics: Sendable {
+    let metrics: Metrics
+
+    init(_ metrics: Metrics) {
+        self.metrics = metrics
+        metrics.declare("outpost_webhook_deliveries_total", help: "Webhook deliveries by webhook and result (delivered, failed, no_answer).", kind: "counter")
+        metrics.declare("outpost_webhook_changes_delivered_total", help: "Changes in the webhook batches delivered, by webhook.", kind: "counter")
+        metrics.declare("outpost_webhook_dead_letters_total", help: "Webhook batches that ran out of attempts, by webhook.", kind: "counter")
+        metrics.declare("outpost_webhook_lag_seconds", help: "Age of the oldest commit a webhook has not had yet, by webhook (0: none waits).", kind: "gauge")
+    }
+
+    func delivery(_ target: WebhookTarget, _ answer: WebhookHTTPClient.Answer) {
+        let result: String
+        switch answer {
+        case .status: result = answer.delivered ? "delivered" : "failed"
+        case .noAnswer: result = "no_answer"
+        }
+        metrics.increment("outpost_webhook_deliveries_total", .init([("webhook", target.name), ("result", result)]))
+    }
+
+    func delivered(_ target: WebhookTarget, changes: Int) {
+        metrics.increment("outpost_webhook_changes_delivered_total", .init([("webhook", target.name)]), by: Double(changes))
+    }
+
+    func deadLettered(_ target: WebhookTarget) {
+        metrics.increment("outpost_webhook_dead_letters_total", .init([("webhook", target.name)]))
+    }
+
+    func lag(_ target: WebhookTarget, seconds: Int64) {
+        metrics.set("outpost_webhook_lag_seconds", .init([("webhook", target.name)]), to: Double(seconds))
+    }
+}

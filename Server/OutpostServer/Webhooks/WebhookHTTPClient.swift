@@ -1,0 +1,147 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+
+/// Posts webhook deliveries, over URLSession (FoundationNetworking on Linux: http and
+/// https, with the system's certificate roots). A delivery is bounded twice: the whole
+/// request, from connecting to the end of the answer, takes at most its timeout, and at most
+/// `maxAnswerBytes` of the answer's body are read (only its status matters). Redirects are
+/// not followed: a 3xx is a failed delivery, as a receiver that moved must be configured
+/// again.
+final class WebhookHTTPClient: Sendable {
+    /// What became of one request.
+    enum Answer: Sendable, Equatable {
+        /// The receiver answered with this status.
+        case status(Int)
+        /// No answer: no connection, a reset, or nothing within the timeout.
+        case noAnswer(String)
+
+        var delivered: Bool {
+            if case .status(let code) = self { return (200..<300).contains(code) }
+            return false
+        }
+
+        /// Why a delivery failed, as the dead-letter list and the log say it.
+        var failure: String {
+            switch self {
+            case .status(let code): "the receiver answered HTTP \(code)"
+            case .noAnswer(let why): why
+            }
+        }
+    }
+
+    /// The most bytes of an answer's body read before the rest is dropped.
+    static let maxAnswerBytes = 65_536
+
+    private let session: URLSession
+    private let delegate: Delegate
+    private static let timers = DispatchQueue(label: "outpost.webhooks.timeouts")
+
+    init() {
+        let delegate = Delegate()
+        self.delegate = delegate
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.httpShouldSetCookies = false
+        configuration.httpCookieAcceptPolicy = .never
+        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+    }
+
+    /// Cancels what is in flight; the client cannot be used after.
+    func close() {
+        session.invalidateAndCancel()
+    }
+
+    /// Posts `body` to `url` with `headers`, and returns the answer's status, or why there
+    /// was none within `timeout` seconds. Cancelling the calling task cancels the request.
+    func post(_ url: URL, body: [UInt8], headers: [(String, String)], timeout: Int) async -> Answer {
+        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: TimeInterval(timeout))
+        request.httpMethod = "POST"
+        request.httpBody = Data(body)
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let task = session.dataTask(with: request)
+        let id = task.taskIdentifier
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Answer, Never>) in
+                delegate.register(id, continuation)
+                Self.timers.asyncAfter(deadline: .now() + .seconds(timeout)) { [delegate] in
+                    if delegate.expire(id) { task.cancel() }
+                }
+                task.resume()
+            }
+        } onCancel: {
+            task.cancel()
+        }
+    }
+
+    /// URLSession's delegate: keeps each task's status and how much of its body came, and
+    /// resumes its waiter exactly once, when the task completes.
+    private final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
+        struct Pending {
+            var continuation: CheckedContinuation<Answer, Never>
+            var status: Int?
+            var received = 0
+            /// The body went past `maxAnswerBytes`: the task was cancelled, the status stands.
+            var enough = false
+            var timedOut = false
+        }
+
+        private let tasks = Mutex<[Int: Pending]>([:])
+
+        func register(_ id: Int, _ continuation: CheckedContinuation<Answer, Never>) {
+            tasks.withLock { $0[id] = Pending(continuation: continuation) }
+        }
+
+        /// Marks the task as out of time; true when it was still running.
+        func expire(_ id: Int) -> Bool {
+            tasks.withLock { tasks in
+                guard tasks[id] != nil else { return false }
+                tasks[id]?.timedOut = true
+                return true
+            }
+        }
+
+        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+                        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+            let status = (response as? HTTPURLResponse)?.statusCode
+            tasks.withLock { $0[dataTask.taskIdentifier]?.status = status }
+            completionHandler(.allow)
+        }
+
+        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+            let enough = tasks.withLock { tasks -> Bool in
+                let id = dataTask.taskIdentifier
+                guard let received = tasks[id]?.received else { return false }
+                tasks[id]?.received = received + data.count
+                if received + data.count > WebhookHTTPClient.maxAnswerBytes, tasks[id]?.enough == false {
+                    tasks[id]?.enough = true
+                    return true
+                }
+                return false
+            }
+            if enough { dataTask.cancel() }
+        }
+
+        func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+                        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void) {
+            completionHandler(nil)
+        }
+
+        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+            guard let pending = tasks.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
+            let answer: Answer
+            if pending.timedOut {
+                answer = .noAnswer("no answer within the timeout")
+            } else if let status = pending.status, error == nil || pending.enough {
+                answer = .status(status)
+            } else {
+                answer = .noAnswer(error.map { "no answer: \($0.localizedDescription)" } ?? "no answer")
+            }
+            pending.continuation.resume(returning: answer)
+        }
+    }
+}

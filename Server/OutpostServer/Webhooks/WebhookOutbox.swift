@@ -1,0 +1,395 @@
+import Foundation
+import OutpostCore
+import OutpostCrypto
+
+/// The webhook outbox's rules, written once in SQL for both stores over `SQLSession`
+/// (docs/operating.md, "Webhooks"). The stores only write the rows: while webhooks are
+/// configured, every record a push writes also gets a `webhook_outbox` row in the push's
+/// own transaction (`SQLitePushStorage`, `PostgresPushStorage`), so a crash between the
+/// commit and its delivery loses nothing. Everything after that is here:
+///
+/// - **Webhooks** (`webhooks`): each configured one by its key, with the outbox id it
+///   started after (commits made before it was configured are not its) and when a server
+///   last named it. One that no server has named for `forgetAfterMs` is forgotten with its
+///   cursors, so its backlog stops being kept.
+/// - **A cursor per webhook and space** (`webhook_cursors`): the last outbox id delivered
+///   (or dead-lettered), the batch being delivered (the space's rows after the cursor up
+///   to `batch_last`, fixed when first picked, so every retry sends the same changes under
+///   the same delivery id), its failures, when it may be tried again, and a lease: the
+///   server delivering the space holds it, so that servers sharing a PostgreSQL database
+///   never deliver one space's batches at once. Within a space, outbox ids grow in commit
+///   order (the space's writes are serialized by its lock), so the batches of a space go
+///   out in commit order: the next is picked only once the previous one is delivered or
+///   dead-lettered.
+/// - **Retries**: exponential backoff with jitter (`retryDelay`); after the configured
+///   attempts the batch becomes a **dead letter** (`webhook_dead_letters`, its body kept as
+///   it was sent) and the space's later batches go on.
+/// - **Pruning**: a row is deleted once every webhook's cursor of its space is past it.
+enum WebhookOutbox {
+    /// One outbox row: a record state a commit wrote.
+    struct Change: Sendable, Equatable {
+        var id: Int64
+        var epoch: String
+        var seq: Int64
+        var collection: String
+        var recordID: String
+        var deleted: Bool
+        /// The stored JSON object; nil for a tombstone.
+        var data: [UInt8]?
+        var updatedAt: Int64
+        var updatedBy: String
+        var clientTime: Int64?
+        var lineage: String?
+        var sameAs: String?
+        /// When the push that wrote it arrived (ms since 1970).
+        var committedAt: Int64
+    }
+
+    /// A batch claimed for delivery: the space's rows after `after` up to `last`, all of one
+    /// epoch.
+    struct Batch: Sendable, Equatable {
+        var webhook: String
+        var spaceID: Int64
+        var space: String
+        var after: Int64
+        var last: Int64
+        var deliveryID: String
+        /// Deliveries of this batch that failed so far.
+        var failures: Int
+        var changes: [Change]
+    }
+
+    /// What `claim` found for a webhook in a space.
+    enum Claim: Sendable, Equatable {
+        case batch(Batch)
+        /// Nothing is waiting: every commit of the space was delivered or dead-lettered.
+        case idle
+        /// The space waits for a retry, or another server holds its lease, until this time
+        /// (ms since 1970).
+        case notBefore(Int64)
+    }
+
+    /// How a failed delivery was recorded.
+    enum Failure: Sendable, Equatable {
+        /// It will be sent again at this time (ms since 1970).
+        case retry(at: Int64)
+        /// It ran out of attempts: it is a dead letter, and the space's next batch is due.
+        case deadLettered
+        /// Another server took the lease meanwhile (it sends the batch itself).
+        case leaseLost
+    }
+
+    /// The bounds of a batch and of a lease.
+    struct Bounds: Sendable {
+        var changes: Int
+        var bytes: Int
+        /// How long a claim keeps other servers off the space: longer than a delivery can take.
+        var leaseMs: Int64
+    }
+
+    /// A webhook that no server has named for this long is forgotten.
+    static let forgetAfterMs: Int64 = 3_600_000
+    /// Rows deleted per statement when pruning.
+    static let pruneSlice = 2000
+
+    // MARK: Webhooks
+
+    /// Records that this server delivers to `targets` at `now`: a webhook new to the store
+    /// starts after the newest outbox row; a known one keeps its cursors.
+    static func register(_ db: any SQLSession, _ targets: [WebhookTarget], now: Int64) throws {
+        try db.transaction(.process) {
+            for target in targets {
+                try db.run("""
+                    INSERT INTO webhooks(webhook, name, start_id, seen_at)
+                    VALUES (?, ?, (SELECT coalesce(max(id), 0) FROM webhook_outbox), ?)
+                    ON CONFLICT (webhook) DO UPDATE SET name = excluded.name, seen_at = excluded.seen_at
+                    """, [.text(target.key), .text(target.name), .integer(now)])
+            }
+        }
+    }
+
+    /// Forgets the webhooks no server named since `before` (ms) with their cursors, and
+    /// prunes what only they still needed. Returns how many it forgot.
+    @discardableResult
+    static func forget(_ db: any SQLSession, seenBefore before: Int64) throws -> Int {
+        let forgotten = try db.transaction(.process) { () throws -> Int in
+            try db.run("DELETE FROM webhook_cursors WHERE webhook IN (SELECT webhook FROM webhooks WHERE seen_at < ?)", [.integer(before)])
+            return try db.run("DELETE FROM webhooks WHERE seen_at < ?", [.integer(before)])
+        }
+        if forgotten > 0 {
+            let spaces = try db.query("SELECT DISTINCT space_id FROM webhook_outbox", []) { $0.int64(0) }
+            for space in spaces { try db.transaction(.process) { try prune(db, spaceID: space) } }
+        }
+        return forgotten
+    }
+
+    /// Deletes the rows older than every webhook's start: no webhook was configured when
+    /// they were written, so none will deliver them.
+    static func pruneBeforeEveryStart(_ db: any SQLSession) throws {
+        guard let start = try db.queryOne("SELECT min(start_id) FROM webhooks", [], { $0.optionalInt64(0) }) ?? nil else { return }
+        while try db.run("DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox WHERE id <= ? ORDER BY id LIMIT ?)",
+                         [.integer(start), .integer(Int64(pruneSlice))]) == pruneSlice {}
+    }
+
+    /// Gives up every lease: the one process that owns an SQLite data directory calls it at
+    /// start, since a lease left by a killed process has no other owner.
+    static func clearLeases(_ db: any SQLSession) throws {
+        try db.run("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = 0 WHERE lease_owner IS NOT NULL", [])
+    }
+
+    /// Gives up the leases `owner` holds (a server stopping): its batches stay as they
+    /// were, for whoever delivers next.
+    static func release(_ db: any SQLSession, owner: String) throws {
+        try db.run("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = 0 WHERE lease_owner = ?", [.text(owner)])
+    }
+
+    // MARK: Delivery
+
+    /// The spaces with commits `webhook` has not had, each with the commit time of the
+    /// oldest of them (what the lag metric shows).
+    static func pending(_ db: any SQLSession, webhook: String) throws -> [(space: String, oldest: Int64)] {
+        try db.query("""
+            SELECT name, oldest FROM (
+              SELECT s.name AS name,
+                     (SELECT o.committed_at FROM webhook_outbox o
+                       WHERE o.space_id = s.space_id
+                         AND o.id > coalesce((SELECT c.delivered_id FROM webhook_cursors c WHERE c.webhook = ? AND c.space_id = s.space_id),
+                                             (SELECT w.start_id FROM webhooks w WHERE w.webhook = ?))
+                       ORDER BY o.id LIMIT 1) AS oldest
+                FROM spaces s) t
+             WHERE oldest IS NOT NULL
+            """, [.text(webhook), .text(webhook)]) { ($0.text(0), $0.int64(1)) }
+    }
+
+    /// Takes `space` for `webhook` on behalf of `owner` at `now`, and returns its batch: the
+    /// one already being delivered, or the next one picked (at most `bounds.changes` rows and
+    /// `bounds.bytes` bytes of them, never fewer than one, all of one epoch). One
+    /// transaction; the lease it takes lasts `bounds.leaseMs`.
+    static func claim(_ db: any SQLSession, webhook: String, space: String, owner: String, now: Int64, bounds: Bounds) throws -> Claim {
+        try db.transaction(.process) {
+            guard let spaceID = try db.queryOne("SELECT space_id FROM spaces WHERE name = ?", [.text(space)], { $0.int64(0) }) else { return .idle }
+            // A webhook forgotten by another server has no row: nothing to deliver for it
+            // until this server registers it again.
+            try db.run("""
+                INSERT INTO webhook_cursors(webhook, space_id, delivered_id) SELECT webhook, ?, start_id FROM webhooks WHERE webhook = ?
+                ON CONFLICT (webhook, space_id) DO NOTHING
+                """, [.integer(spaceID), .text(webhook)])
+            let key: [SQLValue] = [.text(webhook), .integer(spaceID)]
+            let taken = try db.run("""
+                UPDATE webhook_cursors SET lease_owner = ?, lease_until = ?
+                 WHERE webhook = ? AND space_id = ? AND (lease_owner IS NULL OR lease_owner = ? OR lease_until <= ?) AND next_attempt_at <= ?
+                """, [.text(owner), .integer(now + bounds.leaseMs)] + key + [.text(owner), .integer(now), .integer(now)])
+            guard let cursor = try db.queryOne("""
+                SELECT delivered_id, batch_last, delivery_id, attempts, next_attempt_at, lease_owner, lease_until
+                  FROM webhook_cursors WHERE webhook = ? AND space_id = ?
+                """, key, { row in
+                    (delivered: row.int64(0), last: row.optionalInt64(1), deliveryID: row.optionalText(2), failures: row.int(3),
+                     nextAttempt: row.int64(4), leaseOwner: row.optionalText(5), leaseUntil: row.int64(6))
+                }) else { return .idle }
+            guard taken == 1 else {
+                let leased = cursor.leaseOwner != nil && cursor.leaseOwner != owner ? cursor.leaseUntil : 0
+                return .notBefore(max(leased, cursor.nextAttempt, now + 1))
+            }
+            var last = cursor.last
+            var deliveryID = cursor.deliveryID ?? ""
+            var failures = cursor.failures
+            if last == nil {
+                let sizes = try db.query("""
+                    SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
+                                      + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + length(epoch) + 160
+                      FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
+                    """, [.integer(spaceID), .integer(cursor.delivered), .integer(Int64(bounds.changes))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
+                guard let first = sizes.first else {
+                    try db.run("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = 0 WHERE webhook = ? AND space_id = ?", key)
+                    return .idle
+                }
+                var bytes: Int64 = 0
+                for (id, epoch, size) in sizes {
+                    guard epoch == first.1, last == nil || bytes + size <= Int64(bounds.bytes) else { break }
+                    bytes += size
+                    last = id
+                }
+                deliveryID = Hex.encode(SecureRandom.bytes(16))
+                failures = 0
+                try db.run("UPDATE webhook_cursors SET batch_last = ?, delivery_id = ?, attempts = 0, last_error = NULL WHERE webhook = ? AND space_id = ?",
+                           [.integer(last!), .text(deliveryID)] + key)
+            }
+            let changes = try db.query("""
+                SELECT id, epoch, seq, collection, record_id, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by,
+                       client_time, lineage, same_as, committed_at
+                  FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? ORDER BY id
+                """, [.integer(spaceID), .integer(cursor.delivered), .integer(last!)]) { row in
+                    let deleted = row.int64(5) != 0
+                    return Change(id: row.int64(0), epoch: row.text(1), seq: row.int64(2), collection: row.text(3), recordID: row.text(4),
+                                  deleted: deleted, data: deleted ? nil : row.bytes(6), updatedAt: row.int64(7), updatedBy: row.text(8),
+                                  clientTime: row.optionalInt64(9), lineage: row.optionalText(10), sameAs: row.optionalText(11),
+                                  committedAt: row.int64(12))
+                }
+            guard !changes.isEmpty else {
+                // The rows are gone (pruned while this webhook was forgotten): nothing is
+                // left to send of that batch.
+                try db.run("""
+                    UPDATE webhook_cursors SET delivered_id = batch_last, batch_last = NULL, delivery_id = NULL, attempts = 0, lease_owner = NULL, lease_until = 0
+                     WHERE webhook = ? AND space_id = ?
+                    """, key)
+                return .notBefore(now)
+            }
+            return .batch(Batch(webhook: webhook, spaceID: spaceID, space: space, after: cursor.delivered, last: last!,
+                                deliveryID: deliveryID, failures: failures, changes: changes))
+        }
+    }
+
+    /// Records that `batch` was delivered: the cursor moves past it (the lease stays, for
+    /// the next batch), and rows every webhook has had are pruned. False when `owner` no
+    /// longer holds the lease (another server took it and sends the batch again).
+    @discardableResult
+    static func delivered(_ db: any SQLSession, _ batch: Batch, owner: String, now: Int64, leaseMs: Int64) throws -> Bool {
+        try db.transaction(.process) {
+            guard try advance(db, batch, owner: owner, now: now, leaseMs: leaseMs) else { return false }
+            try prune(db, spaceID: batch.spaceID)
+            return true
+        }
+    }
+
+    /// Records a failed delivery of `batch` (`error` says why; `body` is what was sent):
+    /// the batch is due again after `retryDelay`, or, at its `attempts`th failure, becomes a
+    /// dead letter and the cursor moves past it. `random` (in 0..<1) draws the jitter.
+    static func failed(_ db: any SQLSession, _ batch: Batch, webhookName: String, body: [UInt8], error: String, owner: String, now: Int64,
+                       settings: WebhookSettings, leaseMs: Int64, random: Double) throws -> Failure {
+        try db.transaction(.process) {
+            let failures = batch.failures + 1
+            let error = String(error.prefix(500))
+            guard failures >= settings.attempts else {
+                let at = now + retryDelay(failures: failures, firstMs: settings.retryDelayMs, capMs: WebhookSettings.maxRetryDelayMs, random: random)
+                let updated = try db.run("""
+                    UPDATE webhook_cursors SET attempts = ?, next_attempt_at = ?, last_error = ?, lease_owner = NULL, lease_until = 0
+                     WHERE webhook = ? AND space_id = ? AND lease_owner = ? AND batch_last = ?
+                    """, [.integer(Int64(failures)), .integer(at), .text(error), .text(batch.webhook), .integer(batch.spaceID),
+                          .text(owner), .integer(batch.last)])
+                return updated == 1 ? .retry(at: at) : .leaseLost
+            }
+            guard try advance(db, batch, owner: owner, now: now, leaseMs: leaseMs) else { return .leaseLost }
+            try db.run("""
+                INSERT INTO webhook_dead_letters(webhook, name, space, epoch, first_seq, last_seq, changes, delivery_id, body, attempts, last_error, failed_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, [.text(batch.webhook), .text(webhookName), .text(batch.space), .text(batch.changes[0].epoch),
+                      .integer(batch.changes.map(\.seq).min()!), .integer(batch.changes.map(\.seq).max()!), .integer(Int64(batch.changes.count)),
+                      .text(batch.deliveryID), .bytes(body), .integer(Int64(failures)), .text(error), .integer(now)])
+            try prune(db, spaceID: batch.spaceID)
+            return .deadLettered
+        }
+    }
+
+    /// Moves the cursor past `batch` while `owner` holds its lease, renewing the lease.
+    private static func advance(_ db: any SQLSession, _ batch: Batch, owner: String, now: Int64, leaseMs: Int64) throws -> Bool {
+        try db.run("""
+            UPDATE webhook_cursors SET delivered_id = ?, batch_last = NULL, delivery_id = NULL, attempts = 0, next_attempt_at = 0,
+                                       last_error = NULL, lease_until = ?
+             WHERE webhook = ? AND space_id = ? AND lease_owner = ? AND batch_last = ?
+            """, [.integer(batch.last), .integer(now + leaseMs), .text(batch.webhook), .integer(batch.spaceID), .text(owner), .integer(batch.last)]) == 1
+    }
+
+    /// Deletes the space's rows that every webhook has had (delivered or dead-lettered), or
+    /// that came before its start; all of them when no webhook is left.
+    static func prune(_ db: any SQLSession, spaceID: Int64) throws {
+        let upTo = try db.queryOne("""
+            SELECT min(coalesce(c.delivered_id, w.start_id)) FROM webhooks w
+              LEFT JOIN webhook_cursors c ON c.webhook = w.webhook AND c.space_id = ?
+            """, [.integer(spaceID)]) { $0.optionalInt64(0) } ?? nil
+        while try db.run("DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox WHERE space_id = ? AND id <= ? ORDER BY id LIMIT ?)",
+                         [.integer(spaceID), .integer(upTo ?? Int64.max), .integer(Int64(pruneSlice))]) == pruneSlice {}
+    }
+
+    /// The wait before the delivery after the `failures`th failure: `firstMs` doubled for
+    /// each failure before it, at most `capMs`, less a random part of up to half
+    /// (`random` in 0..<1), so that receivers coming back are not hit by every server at once.
+    static func retryDelay(failures: Int, firstMs: Int, capMs: Int, random: Double) -> Int64 {
+        let doubled = Double(firstMs) * pow(2, Double(min(max(failures - 1, 0), 40)))
+        let full = min(doubled, Double(capMs))
+        return max(1, Int64(full * (1 - 0.5 * min(max(random, 0), 1))))
+    }
+
+    // MARK: The body
+
+    /// The JSON body of a batch: `{"space", "epoch", "changes": [{"seq", "collection",
+    /// "id", "version", "deleted", "data", "updatedAt", "updatedBy", "clientTime",
+    /// "lineage", "sameAs"}]}`, each change a record as a pull page has it (docs/protocol.md
+    /// section 5) with its `seq` first, in commit order. The same batch always encodes to
+    /// the same bytes.
+    static func body(_ batch: Batch) throws -> [UInt8] {
+        guard let epoch = Epoch(batch.changes.first?.epoch ?? "") else { throw StoreError("an outbox row of \(batch.space) names no valid epoch") }
+        var out: [UInt8] = []
+        out.append(contentsOf: #"{"space":"#.utf8)
+        JSONWriter.appendString(batch.space, to: &out)
+        out.append(contentsOf: #","epoch":"#.utf8)
+        JSONWriter.appendString(epoch.rawValue, to: &out)
+        out.append(contentsOf: #","changes":["#.utf8)
+        var record: [UInt8] = []
+        for (index, change) in batch.changes.sorted(by: { $0.seq < $1.seq }).enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"seq":"#.utf8)
+            JSONWriter.appendInt(change.seq, to: &out)
+            out.append(UInt8(ascii: ","))
+            record.removeAll(keepingCapacity: true)
+            func encode(_ data: UnsafeRawBufferPointer?) {
+                RecordJSON.append(to: &record, collection: change.collection, id: change.recordID, epoch: epoch, seq: change.seq,
+                                  deleted: change.deleted, data: data, updatedAt: change.updatedAt, updatedBy: change.updatedBy,
+                                  clientTime: change.clientTime, lineage: change.lineage, sameAs: change.sameAs)
+            }
+            if let data = change.data, !change.deleted { data.withUnsafeBytes { encode($0) } } else { encode(nil) }
+            // The record's own members after its opening brace.
+            out.append(contentsOf: record.dropFirst())
+        }
+        out.append(contentsOf: "]}".utf8)
+        return out
+    }
+
+    // MARK: Dead letters
+
+    /// A batch that ran out of attempts, as the admin list shows it.
+    struct DeadLetter: Sendable, Equatable {
+        var id: Int64
+        var webhook: String
+        var name: String
+        var space: String
+        var epoch: String
+        var firstSeq: Int64
+        var lastSeq: Int64
+        var changes: Int64
+        var deliveryID: String
+        var bytes: Int64
+        var attempts: Int64
+        var lastError: String
+        var failedAt: Int64
+    }
+
+    private static let deadLetterColumns = "id, webhook, name, space, epoch, first_seq, last_seq, changes, delivery_id, length(body), attempts, last_error, failed_at"
+
+    private static func deadLetter(_ row: any SQLRow) -> DeadLetter {
+        DeadLetter(id: row.int64(0), webhook: row.text(1), name: row.text(2), space: row.text(3), epoch: row.text(4), firstSeq: row.int64(5),
+                   lastSeq: row.int64(6), changes: row.int64(7), deliveryID: row.text(8), bytes: row.int64(9), attempts: row.int64(10),
+                   lastError: row.text(11), failedAt: row.int64(12))
+    }
+
+    /// At most `limit` dead letters with an id after `after`, oldest first.
+    static func deadLetters(_ db: any SQLSession, after: Int64, limit: Int) throws -> [DeadLetter] {
+        try db.query("SELECT \(deadLetterColumns) FROM webhook_dead_letters WHERE id > ? ORDER BY id LIMIT ?",
+                     [.integer(after), .integer(Int64(limit))], deadLetter)
+    }
+
+    /// One dead letter with the body it was sent with.
+    static func deadLetter(_ db: any SQLSession, id: Int64) throws -> (DeadLetter, body: [UInt8])? {
+        try db.queryOne("SELECT \(deadLetterColumns), body FROM webhook_dead_letters WHERE id = ?", [.integer(id)]) { (deadLetter($0), $0.bytes(13)) }
+    }
+
+    /// Removes a dead letter once its replay was delivered.
+    static func replayed(_ db: any SQLSession, id: Int64) throws {
+        try db.run("DELETE FROM webhook_dead_letters WHERE id = ?", [.integer(id)])
+    }
+
+    /// Records a replay that failed too.
+    static func replayFailed(_ db: any SQLSession, id: Int64, error: String, now: Int64) throws {
+        try db.run("UPDATE webhook_dead_letters SET attempts = attempts + 1, last_error = ?, failed_at = ? WHERE id = ?",
+                   [.text(String(error.prefix(500))), .integer(now), .integer(id)])
+    }
+}
