@@ -165,7 +165,7 @@ final class SQLMediaMetadata: MediaMetadata {
 
     /// Forgets chunks (their bytes are to be sent again).
     func forgetChunks(_ id: UploadID, _ indexes: [Int]) async throws {
-        try await write { db in
+        _ = try await write { db in
             try db.transaction(.process) {
                 try db.run("DELETE FROM upload_chunks WHERE upload_id = ? AND \(db.anyOf("idx"))",
                            [.text(id.rawValue), .integers(indexes.map { Int64($0) })])

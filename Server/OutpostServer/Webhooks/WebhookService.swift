@@ -60,10 +60,10 @@ public final class WebhookService: Sendable {
 
     public func register(_ router: inout Router) {
         router.add(.GET, "/v1/admin/webhooks/dead-letters", bodyLimit: 0,
-                   preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
+                   preBody: { [self] head, _ in _ = try await authorizer.authorizeAdmin(head) },
                    handler: { [self] request in try await listDeadLetters(request.head) })
         router.add(.POST, "/v1/admin/webhooks/dead-letters/{id}/replay", bodyLimit: 0,
-                   preBody: { [self] head, _ in _ = try authorizer.authorizeAdmin(head) },
+                   preBody: { [self] head, _ in _ = try await authorizer.authorizeAdmin(head) },
                    handler: { [self] request in try await replay(request.parameter("id") ?? "") })
     }
 
