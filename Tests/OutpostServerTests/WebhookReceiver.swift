@@ -1,14 +1,18 @@
 import Foundation
 import OutpostCore
-import OutpostHTTP
 import OutpostTestSupport
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// A webhook receiver for tests: the project's HTTP engine on 127.0.0.1 port 0 with one
-/// route, `POST /hook`, that records every request (its raw body and the webhook headers)
-/// and answers as it is told: accept (204), fail with a status, or hang (hold the request
-/// until `release()`, or until the server gives up and closes the connection). It notes
-/// when a request of a space arrives while another of the same space is still in flight.
+/// A webhook receiver for tests on 127.0.0.1 and an ephemeral port, taking `POST /hook`:
+/// it records every request (its raw body and the webhook headers) and answers as it is
+/// told: accept (204), fail with a status, or hang (hold the request until `release()`, or
+/// until the server gives up and closes the connection). It notes when a request of a
+/// space arrives while another of the same space is still in flight. Each connection is
+/// served on a thread of its own (`LoopbackListener`), so the receiver answers on time
+/// however busy the test process's cooperative pool is.
 final class WebhookReceiver: Sendable {
     enum Behaviour: Sendable, Equatable {
         case accept
@@ -40,34 +44,28 @@ final class WebhookReceiver: Sendable {
         var otherwise: Behaviour = .accept
         var requests: [Request] = []
         var inFlight: [String: Int] = [:]
-        var hung: [UInt64: CheckedContinuation<Void, Never>] = [:]
-        var nextHung: UInt64 = 0
+        /// The write ends of the pipes hung requests wait on; `release()` writes to each.
+        var hung: [Int32] = []
         /// Hung requests that ended (released, or closed by the client).
         var hungEnded = 0
     }
 
     private let state = Mutex(State())
-    private let http: HTTPServer
-    let port: Int
+    private let box = Box()
+    private let listener: LoopbackListener
+    var port: Int { listener.port }
 
     /// Starts listening; `behaviour` answers every request until `plan` says otherwise.
     init(_ behaviour: Behaviour = .accept) throws {
-        var router = Router()
-        let box = Box()
-        router.add(.POST, "/hook", bodyLimit: 64 * 1024 * 1024) { request in
-            try await box.receiver!.receive(request)
-        }
-        var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
-        configuration.eventLoopCount = 1
-        http = HTTPServer(configuration: configuration, router: router)
-        port = try http.start()
+        let box = self.box
+        listener = try LoopbackListener { fd in box.receiver?.serve(fd) }
         state.withLock { $0.otherwise = behaviour }
         box.receiver = self
     }
 
-    /// The route's handler reaches the receiver through this (set once, before the first request).
+    /// The listener's connections reach the receiver through this (set once, before any connects).
     private final class Box: @unchecked Sendable {
-        // @unchecked: written once in init, before the server can route a request to it.
+        // @unchecked: written once in init, before the port is known to any client.
         var receiver: WebhookReceiver?
     }
 
@@ -92,54 +90,65 @@ final class WebhookReceiver: Sendable {
 
     /// Ends every hung request (with 503).
     func release() {
-        let waiting = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+        let waiting = state.withLock { s -> [Int32] in
             defer { s.hung.removeAll() }
-            return Array(s.hung.values)
+            return s.hung
         }
-        for c in waiting { c.resume() }
+        for fd in waiting { _ = Glibc.write(fd, [UInt8(1)], 1) }
     }
 
     func stop() async {
         release()
-        await http.shutdown(grace: .seconds(1))
+        listener.stop()
     }
 
-    private func receive(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let space = (try? JSONParser.parse(request.body))?["space"]?.stringValue ?? ""
+    /// Serves the requests of one connection, one after the other, until the client closes it.
+    private func serve(_ fd: Int32) {
+        while let (head, start) = LoopbackListener.readHead(fd) {
+            var body = start
+            let length = LoopbackListener.field("Content-Length", in: head).flatMap { Int($0) } ?? 0
+            guard LoopbackListener.read(fd, into: &body, upTo: length) else { return }
+            let status = receive(head: head, body: Array(body.prefix(length)), fd)
+            guard let status else { return }
+            let reason = status == 204 ? "No Content" : "Refused"
+            let text = status == 204 ? "" : "refused on purpose"
+            LoopbackListener.writeAll(fd, Array("HTTP/1.1 \(status) \(reason)\r\nContent-Length: \(text.utf8.count)\r\n\r\n\(text)".utf8))
+        }
+    }
+
+    /// Records one request and answers it: the status to send, or nil when the client
+    /// closed the connection while the request hung.
+    private func receive(head: String, body: [UInt8], _ fd: Int32) -> Int? {
+        let space = (try? JSONParser.parse(body))?["space"]?.stringValue ?? ""
         let behaviour = state.withLock { s -> Behaviour in
             let b = s.plan.isEmpty ? s.otherwise : s.plan.removeFirst()
             s.inFlight[space, default: 0] += 1
-            s.requests.append(Request(body: request.body, signature: request.header("Outpost-Signature"), delivery: request.header("Outpost-Delivery"),
-                                      attempt: request.header("Outpost-Attempt"), contentType: request.header("Content-Type"),
+            s.requests.append(Request(body: body, signature: LoopbackListener.field("Outpost-Signature", in: head),
+                                      delivery: LoopbackListener.field("Outpost-Delivery", in: head),
+                                      attempt: LoopbackListener.field("Outpost-Attempt", in: head),
+                                      contentType: LoopbackListener.field("Content-Type", in: head),
                                       behaviour: b, space: space, overlapped: s.inFlight[space]! > 1))
             return b
         }
         defer { state.withLock { $0.inFlight[space]! -= 1 } }
         switch behaviour {
         case .accept:
-            return HTTPResponse(status: HTTPStatus(code: 204))
+            return 204
         case .fail(let code):
-            return HTTPResponse(status: HTTPStatus(code: code), text: "refused on purpose")
+            return code
         case .hang:
-            let id = state.withLock { s -> UInt64 in
-                s.nextHung += 1
-                return s.nextHung
+            // Waits for release() (a byte on the pipe) or the client's close, whichever first.
+            var pipeEnds: [Int32] = [0, 0]
+            guard pipe(&pipeEnds) == 0 else { return 503 }
+            defer { close(pipeEnds[0]); close(pipeEnds[1]) }
+            state.withLock { $0.hung.append(pipeEnds[1]) }
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: pipeEnds[0], events: Int16(POLLIN), revents: 0)]
+            while poll(&fds, 2, -1) < 0 && errno == EINTR {}
+            state.withLock { s in
+                s.hung.removeAll { $0 == pipeEnds[1] }
+                s.hungEnded += 1
             }
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                    let cancelled = state.withLock { s -> Bool in
-                        if Task.isCancelled { return true }
-                        s.hung[id] = c
-                        return false
-                    }
-                    if cancelled { c.resume() }
-                }
-            } onCancel: {
-                let c = state.withLock { $0.hung.removeValue(forKey: id) }
-                c?.resume()
-            }
-            state.withLock { $0.hungEnded += 1 }
-            return HTTPResponse(status: HTTPStatus(code: 503), text: "held, then let go")
+            return fds[1].revents & Int16(POLLIN) != 0 ? 503 : nil
         }
     }
 }
