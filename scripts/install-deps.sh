@@ -34,49 +34,39 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 if [ "$purpose" = "test" ]; then
+  # The PyPI tools the tests run, each pinned on a `<tool>_version=` line here (the tests read
+  # that line for the version) and installed into a venv of its own under .build/tools (no
+  # root needed, nothing outside the checkout; `make clean` removes them and `make test` puts
+  # them back). Each constraints file pins what its tool pulls in, and names the tool at this
+  # same version (pip refuses the install when the two disagree).
+  pinned_venv() {
+    local package="$1" version="$2" tool="$3"
+    local venv
+    venv="$(cd "$(dirname "$0")/.." && pwd)/.build/tools/$tool-$version"
+    if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$package') != '$version')" 2>/dev/null; then
+      rm -rf "$venv"
+      mkdir -p "$(dirname "$venv")"
+      python3 -m venv "$venv"
+      "$venv/bin/pip" install --quiet --disable-pip-version-check "$package==$version" \
+        -c "$(dirname "$0")/$tool-constraints.txt"
+    fi
+  }
+
   # schemathesis, which SchemathesisTests runs against a live outpost-server to hold
   # openapi/outpost.yaml to it. Pinned: its checks and its generation change from version
-  # to version, and the test's run must be the same every time. The test reads this line
-  # for the version and finds the tool in its own venv under .build/tools (no root needed,
-  # nothing outside the checkout; `make clean` removes it and `make test` puts it back).
+  # to version, and the test's run must be the same every time.
   schemathesis_version=4.32.5
-  venv="$(cd "$(dirname "$0")/.." && pwd)/.build/tools/schemathesis-$schemathesis_version"
-  if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "version $schemathesis_version\$"; then
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    python3 -m venv "$venv"
-    # The constraints pin what schemathesis pulls in, and name schemathesis at this same
-    # version (pip refuses the install when the two disagree).
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$schemathesis_version" \
-      -c "$(dirname "$0")/schemathesis-constraints.txt"
-  fi
+  pinned_venv schemathesis "$schemathesis_version" schemathesis
 
   # tuspy, the standard tus client TusTests drives against a live outpost-server (through
-  # Tests/OutpostServerTests/tus/tus_client.py). Pinned the same way, in its own venv; the
-  # test reads this line for the version.
+  # Tests/OutpostServerTests/tus/tus_client.py).
   tuspy_version=1.1.0
-  venv="$(cd "$(dirname "$0")/.." && pwd)/.build/tools/tuspy-$tuspy_version"
-  if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('tuspy') != '$tuspy_version')" 2>/dev/null; then
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "tuspy==$tuspy_version" \
-      -c "$(dirname "$0")/tuspy-constraints.txt"
-  fi
+  pinned_venv tuspy "$tuspy_version" tuspy
 
   # Selenium, which AdminConsoleTests runs Tests/admin-console/console_test.py with against
   # Debian's chromium and chromedriver (named by path: Selenium never fetches a driver).
-  # Pinned the same way, with its dependencies in scripts/selenium-constraints.txt; the
-  # test reads this line for the version and finds the venv by it.
   selenium_version=4.51.0
-  venv="$(cd "$(dirname "$0")/.." && pwd)/.build/tools/selenium-$selenium_version"
-  if ! "$venv/bin/python" -c "import selenium, sys; sys.exit(selenium.__version__ != '$selenium_version')" 2>/dev/null; then
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "selenium==$selenium_version" \
-      -c "$(dirname "$0")/selenium-constraints.txt"
-  fi
+  pinned_venv selenium "$selenium_version" selenium
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

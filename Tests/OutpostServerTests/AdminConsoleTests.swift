@@ -321,21 +321,11 @@ import Testing
 
     // MARK: In a browser
 
-    /// The pinned Selenium, from its one place: `selenium_version=` in scripts/install-deps.sh.
-    static func seleniumVersion() throws -> String {
-        let script = try String(contentsOf: root.appendingPathComponent("scripts/install-deps.sh"), encoding: .utf8)
-        let prefix = "selenium_version="
-        guard let line = script.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }).first(where: { $0.hasPrefix(prefix) }) else {
-            throw ProcessFailure("scripts/install-deps.sh has no \(prefix) line")
-        }
-        return String(line.dropFirst(prefix.count))
-    }
-
     /// The venv's Python with Selenium, and Debian's chromium and chromedriver: all three
     /// are a failure when missing, never a skip (`scripts/install-deps.sh test` installs them).
     static func browserTools() throws -> (python: String, chromium: String, driver: String) {
-        let version = try seleniumVersion()
-        let python = root.appendingPathComponent(".build/tools/selenium-\(version)/bin/python").path
+        let version = try PinnedTools.version("selenium")
+        let python = PinnedTools.venvPath("selenium", version: version, "python")
         var missing: [String] = []
         if !FileManager.default.isExecutableFile(atPath: python) { missing.append("Selenium \(version) (a venv at \(python))") }
         for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] where !FileManager.default.isExecutableFile(atPath: tool) { missing.append(tool) }

@@ -11,26 +11,16 @@ import OutpostTestSupport
 /// A missing schemathesis is a failure, never a skip, as for PostgreSQL: the test runs in
 /// CI, where `make test` installs it (`scripts/install-deps.sh test`).
 @Suite(.serverLogs) struct SchemathesisTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let root = PinnedTools.root
 
     /// Test cases per operation and phase: enough to reach every operation's status codes,
     /// few enough for a run of about 20 s on two cores.
     static let maxExamples = 20
 
-    /// The pinned version, from its one place: `schemathesis_version=` in scripts/install-deps.sh.
-    static func pinnedVersion() throws -> String {
-        let script = try String(contentsOf: root.appendingPathComponent("scripts/install-deps.sh"), encoding: .utf8)
-        let prefix = "schemathesis_version="
-        guard let line = script.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }).first(where: { $0.hasPrefix(prefix) }) else {
-            throw ProcessFailure("scripts/install-deps.sh has no \(prefix) line")
-        }
-        return String(line.dropFirst(prefix.count))
-    }
-
     /// The schemathesis executable: `OUTPOST_SCHEMATHESIS`, or the venv install-deps.sh makes.
     static func executable(version: String) throws -> String {
         let path = ProcessInfo.processInfo.environment["OUTPOST_SCHEMATHESIS"]
-            ?? root.appendingPathComponent(".build/tools/schemathesis-\(version)/bin/schemathesis").path
+            ?? PinnedTools.venvPath("schemathesis", version: version, "schemathesis")
         guard FileManager.default.isExecutableFile(atPath: path) else {
             throw ProcessFailure("schemathesis \(version) is not installed at \(path): run scripts/install-deps.sh test (or set OUTPOST_SCHEMATHESIS to a schemathesis \(version) executable)")
         }
@@ -38,7 +28,7 @@ import OutpostTestSupport
     }
 
     @Test func theOpenAPIDocumentIsTrueToALiveServer() async throws {
-        let version = try Self.pinnedVersion()
+        let version = try PinnedTools.version("schemathesis")
         let schemathesis = try Self.executable(version: version)
         let reported = try await blocking { try runToCompletion("/usr/bin/nice", ["-n", "19", schemathesis, "--version"], standardError: true) }
         try #require(reported.status == 0 && reported.output.contains("version \(version)\n"),

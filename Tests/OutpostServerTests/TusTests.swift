@@ -20,20 +20,10 @@ import OutpostHTTP
 enum TusPy {
     static let root = SchemathesisTests.root
 
-    /// `tuspy_version=` in scripts/install-deps.sh.
-    static func pinnedVersion() throws -> String {
-        let script = try String(contentsOf: root.appendingPathComponent("scripts/install-deps.sh"), encoding: .utf8)
-        let prefix = "tuspy_version="
-        guard let line = script.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }).first(where: { $0.hasPrefix(prefix) }) else {
-            throw ProcessFailure("scripts/install-deps.sh has no \(prefix) line")
-        }
-        return String(line.dropFirst(prefix.count))
-    }
-
     /// The venv's python, checked to import tuspy at the pinned version.
     static func python() throws -> String {
-        let version = try pinnedVersion()
-        let path = root.appendingPathComponent(".build/tools/tuspy-\(version)/bin/python").path
+        let version = try PinnedTools.version("tuspy")
+        let path = PinnedTools.venvPath("tuspy", version: version, "python")
         guard FileManager.default.isExecutableFile(atPath: path) else {
             throw ProcessFailure("tuspy \(version) is not installed at \(path): run scripts/install-deps.sh test")
         }

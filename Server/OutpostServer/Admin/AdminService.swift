@@ -290,13 +290,6 @@ public final class AdminService: Sendable {
 
     /// A store call; a failure of the store becomes `503 unavailable` with `Retry-After`.
     func storeCall<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch let error as HTTPError {
-            throw error
-        } catch {
-            Log.error("admin console read failed", ["error": "\(error)"])
-            throw HTTPError.unavailable(retryAfterSeconds: 1, "the store cannot answer now")
-        }
+        try await HTTPError.fromStore("admin console read failed", "the store cannot answer now", body)
     }
 }

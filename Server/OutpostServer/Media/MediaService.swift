@@ -140,14 +140,7 @@ public final class MediaService: Sendable {
     /// Runs a store call; a failure of the store or the disk becomes `503 unavailable`
     /// with `Retry-After`, never a half-answer (the same rule as the sync routes).
     func storeCall<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch let error as HTTPError {
-            throw error
-        } catch {
-            Log.error("media store failure", ["error": "\(error)"])
-            throw HTTPError.unavailable(retryAfterSeconds: 1, "the media store cannot serve this request now; retry")
-        }
+        try await HTTPError.fromStore("media store failure", "the media store cannot serve this request now; retry", body)
     }
 
     // MARK: 1. Init

@@ -37,6 +37,21 @@ extension HTTPError {
         let shown = String((name ?? "").prefix(80))
         return HTTPError(HTTPStatus(code: 400), .invalidSpace, Names.invalidSpaceMessage(shown), details: ["space": .string(shown)])
     }
+
+    /// Runs a store call for a handler: an `HTTPError` passes through, and any other
+    /// failure of the store or the disk (full, I/O error, closed) is logged as `logMessage`
+    /// and answered `503 unavailable` with `Retry-After` and `message`, never a half-answer.
+    /// The one rule of the sync, media and admin routes.
+    static func fromStore<T: Sendable>(_ logMessage: String, _ message: String, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as HTTPError {
+            throw error
+        } catch {
+            Log.error(logMessage, ["error": "\(error)"])
+            throw HTTPError.unavailable(retryAfterSeconds: 1, message)
+        }
+    }
 }
 
 extension HTTPRequestHead {

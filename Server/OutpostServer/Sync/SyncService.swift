@@ -314,13 +314,6 @@ public final class SyncService: Sendable {
     /// Runs a store call; a failure of the store (disk full, I/O error, closed) becomes
     /// `503 unavailable` with `Retry-After`, never a half-answer.
     func storeCall<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch let error as HTTPError {
-            throw error
-        } catch {
-            Log.error("store failure", ["error": "\(error)"])
-            throw HTTPError.unavailable(retryAfterSeconds: 1, "the store cannot serve this request now; retry")
-        }
+        try await HTTPError.fromStore("store failure", "the store cannot serve this request now; retry", body)
     }
 }
