@@ -54,7 +54,7 @@ final class TusProxy: Sendable {
     func stop() { listener.stop() }
 
     private func serve(_ client: Int32) {
-        guard let (head, start) = LoopbackListener.readHead(client) else { return }
+        guard let (head, start) = ProxySocket.readHead(client) else { return }
         let lines = head.split(separator: "\r\n", omittingEmptySubsequences: false).map(String.init)
         let isPatch = lines.first?.hasPrefix("PATCH ") == true
         let fault = state.withLock { s -> Fault? in
@@ -62,18 +62,17 @@ final class TusProxy: Sendable {
             s.patches += 1
             return s.faults.removeValue(forKey: s.patches)
         }
-        let length = LoopbackListener.field("Content-Length", in: head).flatMap { Int($0) } ?? 0
-        var body = start
+        let length = ProxySocket.contentLength(lines)
         let wanted: Int
         if case .cut(let bytes) = fault { wanted = min(bytes, length) } else { wanted = length }
-        guard LoopbackListener.read(client, into: &body, upTo: wanted) else { return }
+        guard var body = ProxySocket.readBody(client, start, wanted) else { return }
         if body.count > wanted { body = Array(body[0..<wanted]) }
         if case .flip(let index) = fault, index < body.count { body[index] ^= 0xFF }
         let upstreamHead = ([lines[0]] + lines.dropFirst().filter { !$0.lowercased().hasPrefix("connection:") && !$0.isEmpty })
             .joined(separator: "\r\n") + "\r\nConnection: close\r\n\r\n"
-        guard let upstream = LoopbackListener.connect(port: upstreamPort) else { return }
+        guard let upstream = ProxySocket.connect(port: upstreamPort) else { return }
         defer { close(upstream) }
-        LoopbackListener.writeAll(upstream, Array(upstreamHead.utf8) + body)
+        ProxySocket.writeAll(upstream, Array(upstreamHead.utf8) + body)
         if isPatch { state.withLock { $0.patchBodyBytes += body.count } }
         if case .cut = fault {
             // The connection breaks mid-body: the server sees its end, the client a reset.
@@ -85,7 +84,7 @@ final class TusProxy: Sendable {
         while true {
             let n = read(upstream, &chunk, chunk.count)
             if n <= 0 { break }
-            LoopbackListener.writeAll(client, Array(chunk[0..<n]))
+            ProxySocket.writeAll(client, Array(chunk[0..<n]))
         }
     }
 }

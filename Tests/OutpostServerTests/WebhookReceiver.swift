@@ -104,15 +104,14 @@ final class WebhookReceiver: Sendable {
 
     /// Serves the requests of one connection, one after the other, until the client closes it.
     private func serve(_ fd: Int32) {
-        while let (head, start) = LoopbackListener.readHead(fd) {
-            var body = start
-            let length = LoopbackListener.field("Content-Length", in: head).flatMap { Int($0) } ?? 0
-            guard LoopbackListener.read(fd, into: &body, upTo: length) else { return }
+        while let (head, start) = ProxySocket.readHead(fd) {
+            let length = Int(ProxySocket.field("Content-Length", in: head) ?? "") ?? 0
+            guard let body = ProxySocket.readBody(fd, start, length) else { return }
             let status = receive(head: head, body: Array(body.prefix(length)), fd)
             guard let status else { return }
             let reason = status == 204 ? "No Content" : "Refused"
             let text = status == 204 ? "" : "refused on purpose"
-            LoopbackListener.writeAll(fd, Array("HTTP/1.1 \(status) \(reason)\r\nContent-Length: \(text.utf8.count)\r\n\r\n\(text)".utf8))
+            ProxySocket.writeAll(fd, Array("HTTP/1.1 \(status) \(reason)\r\nContent-Length: \(text.utf8.count)\r\n\r\n\(text)".utf8))
         }
     }
 
@@ -123,10 +122,10 @@ final class WebhookReceiver: Sendable {
         let behaviour = state.withLock { s -> Behaviour in
             let b = s.plan.isEmpty ? s.otherwise : s.plan.removeFirst()
             s.inFlight[space, default: 0] += 1
-            s.requests.append(Request(body: body, signature: LoopbackListener.field("Outpost-Signature", in: head),
-                                      delivery: LoopbackListener.field("Outpost-Delivery", in: head),
-                                      attempt: LoopbackListener.field("Outpost-Attempt", in: head),
-                                      contentType: LoopbackListener.field("Content-Type", in: head),
+            s.requests.append(Request(body: body, signature: ProxySocket.field("Outpost-Signature", in: head),
+                                      delivery: ProxySocket.field("Outpost-Delivery", in: head),
+                                      attempt: ProxySocket.field("Outpost-Attempt", in: head),
+                                      contentType: ProxySocket.field("Content-Type", in: head),
                                       behaviour: b, space: space, overlapped: s.inFlight[space]! > 1))
             return b
         }

@@ -1,4 +1,5 @@
 import Foundation
+import OutpostTestSupport
 import Synchronization
 #if canImport(Glibc)
 import Glibc
