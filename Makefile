@@ -49,7 +49,7 @@ release:
 ## Every benchmark area, one after the other (each prints its figures beside its ceiling).
 bench: deps
 	swift build -c release
-	for area in http json push pull client media; do .build/release/outpost-bench $$area || exit 1; done
+	for area in http json push pull client media integrations; do .build/release/outpost-bench $$area || exit 1; done
 
 ## Rewrite the engine's transition table in docs/client.md from what the engine does.
 engine-table:

@@ -241,10 +241,10 @@ enum MediaBench {
         return info.limits.chunkSize
     }
 
-    static func initUpload(port: Int, token: String, size: Int64, sha256: String) throws -> String {
+    static func initUpload(port: Int, token: String, size: Int64, sha256: String, space: String = "bench") throws -> String {
         let connection = try BenchConnection(port: port)
         let body = UploadRequest(size: size, sha256: sha256, contentType: "video/mp4", filename: "bench.mp4").encoded()
-        let response = try connection.request("POST", "/v1/spaces/bench/media/uploads",
+        let response = try connection.request("POST", "/v1/spaces/\(space)/media/uploads",
                                               headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: body)
         guard response.status == 201, let state = try? UploadState.decode(response.body) else {
             throw HTTPBench.BenchError("init answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
@@ -253,9 +253,9 @@ enum MediaBench {
     }
 
     /// Every chunk, spread over `connections` keep-alive connections (each takes the next
-    /// index not yet taken), each on a thread of its own.
+    /// index not yet taken), each on a thread of its own, into `space`.
     static func sendChunks(port: Int, token: String, uploadId: String, filePath: String, size: Int64, chunkSize: Int,
-                           digests: [String], connections: Int) async throws {
+                           digests: [String], connections: Int, space: String = "bench") async throws {
         let cursor = ChunkCursor()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<connections {
@@ -273,7 +273,7 @@ enum MediaBench {
                             let n = Int(min(Int64(chunkSize), size - offset))
                             try preadFully(fd, &buffer, count: n, offset: offset)
                             let response = try connection.request(
-                                "PUT", "/v1/spaces/bench/media/uploads/\(uploadId)/chunks/\(index)",
+                                "PUT", "/v1/spaces/\(space)/media/uploads/\(uploadId)/chunks/\(index)",
                                 headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/octet-stream"),
                                           ("Content-Digest", digests[index])],
                                 body: buffer, bodyCount: n)
@@ -288,9 +288,9 @@ enum MediaBench {
         }
     }
 
-    static func finalize(port: Int, token: String, uploadId: String) throws {
+    static func finalize(port: Int, token: String, uploadId: String, space: String = "bench") throws {
         let connection = try BenchConnection(port: port)
-        let response = try connection.request("POST", "/v1/spaces/bench/media/uploads/\(uploadId)/finalize",
+        let response = try connection.request("POST", "/v1/spaces/\(space)/media/uploads/\(uploadId)/finalize",
                                               headers: [("Authorization", "Bearer \(token)")], body: [])
         guard response.status == 200 else {
             throw HTTPBench.BenchError("finalize answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
@@ -443,6 +443,14 @@ final class BenchConnection {
     struct Response {
         var status: Int
         var body: [UInt8]
+        /// The answer's header fields, as sent.
+        var headers: [(String, String)] = []
+
+        /// The first field named `name` (case-insensitive).
+        func header(_ name: String) -> String? {
+            let lower = name.lowercased()
+            return headers.first { $0.0.lowercased() == lower }?.1
+        }
     }
 
     /// `bufferSize` bounds one read; thousands of idle long-poll connections want it small.
@@ -489,7 +497,7 @@ final class BenchConnection {
 
     /// Reads the next answer on this connection.
     func readResponse() throws -> Response {
-        let (status, length, chunked) = try readHead()
+        let (status, length, chunked, fields) = try readHead()
         var out: [UInt8] = []
         if chunked {
             // RFC 9112 section 7.1 (peers' servers answer large bodies this way).
@@ -507,7 +515,7 @@ final class BenchConnection {
             out.reserveCapacity(length)
             try readBody(length) { out.append(contentsOf: $0) }
         }
-        return Response(status: status, body: out)
+        return Response(status: status, body: out, headers: fields)
     }
 
     /// One CRLF-terminated line, without its CRLF.
@@ -551,7 +559,7 @@ final class BenchConnection {
     func download(_ target: String, headers: [(String, String)], sink: (UnsafeRawBufferPointer) -> Void) throws -> Int64 {
         let h = head("GET", target, headers, bodyCount: nil)
         try h.withUnsafeBytes { try sendAll($0.baseAddress!, $0.count) }
-        let (status, length, chunked) = try readHead()
+        let (status, length, chunked, _) = try readHead()
         guard status == 200, !chunked else { throw HTTPBench.BenchError("GET \(target) answered \(status)\(chunked ? " chunked" : "")") }
         try readBody(length, sink)
         return Int64(length)
@@ -564,7 +572,7 @@ final class BenchConnection {
         end += n
     }
 
-    private func readHead() throws -> (status: Int, length: Int, chunked: Bool) {
+    private func readHead() throws -> (status: Int, length: Int, chunked: Bool, fields: [(String, String)]) {
         while true {
             if let range = findHeadEnd() {
                 let text = String(decoding: buffer[start..<range], as: UTF8.self)
@@ -575,7 +583,11 @@ final class BenchConnection {
                 }
                 var length = 0
                 var chunked = false
+                var fields: [(String, String)] = []
                 for line in lines.dropFirst() {
+                    if let colon = line.firstIndex(of: ":") {
+                        fields.append((String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
+                    }
                     let lower = line.lowercased()
                     if lower.hasPrefix("content-length:") {
                         length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
@@ -584,7 +596,7 @@ final class BenchConnection {
                     }
                 }
                 if status == 100 { continue }
-                return (status, length, chunked)
+                return (status, length, chunked, fields)
             }
             compact()
             try fill()
