@@ -58,6 +58,9 @@ public final class OutpostApplication: Sendable {
         rules = try RulesHolder(path: settings.rulesPath)
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
         let synchronous: Connection.Synchronous = settings.synchronous == "normal" ? .normal : .full
+        // Where the webhook outbox's SQL runs: on PostgreSQL a session of its own, on SQLite
+        // the store's writer thread.
+        let webhookSQL: () throws -> any SQLRunner
         if let url = settings.postgresURL {
             // Instances behind one load balancer must verify each other's tokens.
             guard let secret = environment["OUTPOST_JWT_SECRET"], !secret.isEmpty else {
@@ -71,11 +74,14 @@ public final class OutpostApplication: Sendable {
             let handler = epochChangeHandler
             configuration.onEpochChange = { _ in handler.run() }
             store = parts.store(try PostgresSyncStore(configuration: configuration))
+            webhookSQL = { try SQLSessionJob.thread(name: "webhooks", open: { PostgresSession(db: try PostgresSyncStore.open(url)) }) }
         } else {
             var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
             storeConfiguration.synchronous = synchronous
             storeConfiguration.outbox = !settings.webhooks.urls.isEmpty
-            store = parts.store(try SQLiteSyncStore(configuration: storeConfiguration))
+            let sqlite = try SQLiteSyncStore(configuration: storeConfiguration)
+            webhookSQL = { sqlite.writerSessions }
+            store = parts.store(sqlite)
         }
 
         metrics = Metrics()
@@ -103,21 +109,12 @@ public final class OutpostApplication: Sendable {
             telemetryStore = try DeviceTelemetry(name: "outpost") { try SQLiteSession(path: path, durableSynchronous: synchronous) }
         }
         telemetry = TelemetryService(telemetry: telemetryStore, authorizer: authorizer, metrics: metrics)
-        // Webhooks in the store's database, on a session of their own; the secret only when
-        // there is something to sign.
+        // Webhooks in the store's database; the secret only when there is something to sign.
         let webhookSecret = try settings.webhooks.urls.isEmpty ? nil
             : SecretFile.load(environmentValue: environment["OUTPOST_WEBHOOK_SECRET"], dataDirectory: settings.dataDirectory,
                                   fileName: WebhookService.secretFileName)
-        if let url = settings.postgresURL {
-            webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics, soleOwner: false) {
-                PostgresSession(db: try PostgresSyncStore.open(url))
-            }
-        } else {
-            let path = dataDirectory.storePath
-            webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics, soleOwner: true) {
-                try SQLiteSession(path: path, durableSynchronous: synchronous)
-            }
-        }
+        webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics,
+                                      soleOwner: settings.postgresURL == nil, store: webhookSQL())
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
                                                           mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
         mediaConfiguration.synchronous = synchronous

@@ -274,6 +274,33 @@ import OutpostTestSupport
         }
     }
 
+    /// The lag is measured at every scrape, not only when the deliverer scans: while the
+    /// receiver holds the first delivery (its timeout far away), the commits wait and the
+    /// lag grows past 0; once the receiver answers, it is back to 0.
+    @Test func theLagGrowsWhileAReceiverHoldsADelivery() async throws {
+        try await Self.withReceiver(.hang) { receiver in
+            try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
+                try await Self.withServer(dir.appending("data"), arguments: [
+                    "--webhook", receiver.url, "--webhook-timeout", "300", "--webhook-retry-delay-ms", "20",
+                ]) { server in
+                    let token = try await Self.token(server)
+                    let admin = try await Self.token(server, admin: true)
+                    let lag = "outpost_webhook_lag_seconds{webhook=\"\(receiver.url)\"}"
+                    #expect(try await Self.metric(server, lag, token: admin) == 0)
+                    _ = try await Self.push(server, token: token, "north", [put("c1", "r1")])
+                    try await eventually("the first delivery held by the receiver") { receiver.requests.count >= 1 }
+                    _ = try await Self.push(server, token: token, "south", [put("c2", "r2")])
+                    try await eventually("the lag past 1 s while the delivery is held") { try await Self.metric(server, lag, token: admin) ?? 0 >= 1 }
+                    #expect(receiver.hungEnded == 0, "the held delivery ended before the lag was seen")
+                    receiver.plan([], otherwise: .accept)
+                    receiver.release()
+                    try await eventually("every commit delivered") { Self.deliveredSeqs(receiver) == ["north": [1], "south": [1]] }
+                    try await eventually("the lag back to 0") { try await Self.metric(server, lag, token: admin) == 0 }
+                }
+            }
+        }
+    }
+
     /// The server is killed (SIGKILL) while a delivery is held by the receiver and later
     /// commits wait: restarted on the same data directory, it sends the batch in flight
     /// again under the same delivery id, then the rest: every acknowledged commit arrives.

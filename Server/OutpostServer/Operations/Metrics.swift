@@ -71,6 +71,8 @@ public final class Metrics: Sendable {
         let bounds: [Double]
         var counters: [Labels: Counter] = [:]
         var histograms: [Labels: Histogram] = [:]
+        /// Gauge series whose value is read when metrics are scraped.
+        var readers: [Labels: @Sendable () -> Double] = [:]
     }
 
     private struct Registry {
@@ -139,9 +141,19 @@ public final class Metrics: Sendable {
         registry.withLock { $0.collectors.append((name, help, read)) }
     }
 
+    /// A series `name{labels}` of a declared gauge whose value `read` gives when metrics
+    /// are scraped (a value that changes with time, not with events).
+    public func gauge(_ name: String, _ labels: Labels, read: @escaping @Sendable () -> Double) {
+        registry.withLock { r in
+            guard r.families[name]?.kind == .gauge else { return }
+            r.families[name]!.readers[labels] = read
+        }
+    }
+
     /// The current value of a counter or gauge (for tests and the benchmark).
     public func value(_ name: String, _ labels: Labels = .none) -> Double {
-        let counter: Counter? = registry.withLock { $0.families[name]?.counters[labels] }
+        let (counter, reader) = registry.withLock { ($0.families[name]?.counters[labels], $0.families[name]?.readers[labels]) }
+        if let reader { return reader() }
         return Double(counter?.value.load(ordering: .relaxed) ?? 0)
     }
 
@@ -154,8 +166,10 @@ public final class Metrics: Sendable {
             out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.kind.rawValue)\n"
             switch family.kind {
             case .counter, .gauge:
-                for (labels, counter) in family.counters.sorted(by: { $0.key.render() < $1.key.render() }) {
-                    out += "\(name)\(labels.render()) \(counter.value.load(ordering: .relaxed))\n"
+                var series = family.counters.filter { family.readers[$0.key] == nil }.map { ($0.key.render(), "\($0.value.value.load(ordering: .relaxed))") }
+                series += family.readers.map { ($0.key.render(), Self.format($0.value())) }
+                for (labels, value) in series.sorted(by: { $0.0 < $1.0 }) {
+                    out += "\(name)\(labels) \(value)\n"
                 }
             case .histogram:
                 for (labels, histogram) in family.histograms.sorted(by: { $0.key.render() < $1.key.render() }) {

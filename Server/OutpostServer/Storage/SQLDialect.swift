@@ -91,18 +91,32 @@ extension SQLSession {
 final class SQLiteSession: SQLSession {
     let db: Connection
     private let durableSynchronous: Connection.Synchronous
+    /// The level the connection is at between transactions.
+    private let level: Connection.Synchronous
 
     init(path: String, flags: Connection.OpenFlags = [.readWrite, .create], durableSynchronous: Connection.Synchronous) throws {
         db = try Connection(path: path, flags: flags)
         if !flags.contains(.readOnly) { try db.enableWAL(synchronous: .normal) }
         self.durableSynchronous = durableSynchronous
+        level = .normal
     }
 
     /// A session over a connection its owner keeps (and closes): the sync store's writer,
-    /// for rules written once for both stores (`Compaction.slice`).
+    /// for rules written once for both stores (`Compaction.slice`). Every transaction
+    /// commits at the connection's own level.
     init(borrowing db: Connection) {
         self.db = db
         durableSynchronous = .normal
+        level = .normal
+    }
+
+    /// A session over a connection its owner keeps, which is at `level` (the sync store's
+    /// writer at the store's `synchronous`): `.durable` transactions commit at that level,
+    /// `.process` ones at NORMAL, and the connection is put back at `level` after each.
+    init(borrowing db: Connection, at level: Connection.Synchronous) {
+        self.db = db
+        durableSynchronous = level
+        self.level = level
     }
 
     private struct Row: SQLRow {
@@ -125,9 +139,10 @@ final class SQLiteSession: SQLSession {
     }
 
     func transaction<T>(_ durability: SQLDurability, _ body: () throws -> T) throws -> T {
-        let raise = durability == .durable && durableSynchronous != .normal
-        if raise { try db.execute("PRAGMA synchronous=\(durableSynchronous.rawValue)") }
-        defer { if raise { try? db.execute("PRAGMA synchronous=NORMAL") } }
+        let wanted = durability == .durable ? durableSynchronous : .normal
+        let change = wanted != level
+        if change { try db.execute("PRAGMA synchronous=\(wanted.rawValue)") }
+        defer { if change { try? db.execute("PRAGMA synchronous=\(level.rawValue)") } }
         return try db.transaction(.immediate, body)
     }
 

@@ -508,6 +508,26 @@ public final class SQLiteSyncStore: SyncStore {
         }
     }
 
+    /// Sessions on the writer thread, borrowing its connection between push transactions:
+    /// for SQL whose write transactions must queue fairly with the pushes' (the webhook
+    /// outbox's claims), where a second connection would contend for SQLite's write lock
+    /// with a writer that commits back to back, and rarely get it. `.process` transactions
+    /// commit at NORMAL, `.durable` ones at the store's `synchronous`.
+    var writerSessions: any SQLRunner { WriterSessions(store: self, level: configuration.synchronous) }
+
+    private struct WriterSessions: SQLRunner {
+        let store: SQLiteSyncStore
+        let level: Connection.Synchronous
+
+        func run<T: Sendable>(_ what: String, _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
+            let level = self.level
+            return try await store.write { db in try body(SQLiteSession(borrowing: db, at: level)) }
+        }
+
+        /// The store owns the writer: `close` ends it.
+        func stop() {}
+    }
+
     /// Runs `body` on the writer thread (outside any push transaction).
     func write<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in

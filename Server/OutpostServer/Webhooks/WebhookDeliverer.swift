@@ -1,6 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import Synchronization
 
 /// Delivers one webhook's batches, in a task of its own, so a slow or failing receiver
 /// never slows a push (a push only writes its outbox rows).
@@ -11,12 +12,19 @@ import OutpostCrypto
 /// delivery fails. Between rounds it waits on its doorbell, which the commit notifier
 /// rings with each commit's space (on PostgreSQL also for other servers' commits, through
 /// `LISTEN`), until the next retry is due or the next scan of every space: every second
-/// while anything is waiting (which also updates the lag metric), every `scanIntervalMs`
-/// otherwise, as a backstop.
+/// while anything is waiting, every `scanIntervalMs` otherwise, as a backstop.
+///
+/// The lag metric is computed when it is scraped, from the commit time of the oldest
+/// change each space still waits with (`Waiting`): the scan gives it for every space, a
+/// claimed batch for its space (its first change is the space's oldest), a commit rung
+/// in a space that had none waiting its own time, and a space found idle is dropped. So
+/// the lag keeps growing while a delivery hangs or the receiver is down, when the
+/// deliverer does not scan.
 final class WebhookDeliverer: Sendable {
     let target: WebhookTarget
     let doorbell = Doorbell()
-    private let store: WorkerThread<SQLSessionJob>
+    private let store: any SQLRunner
+    private let waiting = Waiting()
     private let client: WebhookHTTPClient
     private let settings: WebhookSettings
     private let secret: [UInt8]
@@ -28,7 +36,7 @@ final class WebhookDeliverer: Sendable {
     /// How often the spaces are looked at, and the lag measured, while something waits.
     static let busyScanIntervalMs: Int64 = 1_000
 
-    init(target: WebhookTarget, store: WorkerThread<SQLSessionJob>, client: WebhookHTTPClient, settings: WebhookSettings, secret: [UInt8],
+    init(target: WebhookTarget, store: any SQLRunner, client: WebhookHTTPClient, settings: WebhookSettings, secret: [UInt8],
          owner: String, metrics: WebhookMetrics) {
         self.target = target
         self.store = store
@@ -37,6 +45,14 @@ final class WebhookDeliverer: Sendable {
         self.secret = secret
         self.owner = owner
         self.metrics = metrics
+        let waiting = self.waiting
+        metrics.lag(target) { waiting.lagSeconds(nowMs: Self.nowMs()) }
+    }
+
+    /// A commit in `space` (nil: any space may have commits): noted for the lag, and rung.
+    func committed(_ space: String?) {
+        if let space { waiting.committed(space, at: Self.nowMs()) }
+        doorbell.ring(space)
     }
 
     /// A lease outlasts the longest delivery: the request's timeout, twice, and a margin.
@@ -59,7 +75,7 @@ final class WebhookDeliverer: Sendable {
                     let key = target.key
                     let pending = try await store.run("webhook") { db in try WebhookOutbox.pending(db, webhook: key) }
                     for (space, _) in pending where due[space] == nil { due[space] = now }
-                    metrics.lag(target, seconds: pending.map(\.oldest).min().map { max(0, now - $0) / 1000 } ?? 0)
+                    waiting.scanned(pending, startedAt: now)
                 } catch {
                     Log.error("webhook scan failed", ["webhook": target.name, "error": "\(error)"])
                 }
@@ -69,7 +85,6 @@ final class WebhookDeliverer: Sendable {
                 if Task.isCancelled { return }
                 due[space] = await deliver(space: space)
             }
-            if due.isEmpty { metrics.lag(target, seconds: 0) }
             now = Self.nowMs()
             let rung = await doorbell.wait(untilMs: min(due.values.min() ?? .max, scanAt))
             now = Self.nowMs()
@@ -98,10 +113,13 @@ final class WebhookDeliverer: Sendable {
             }
             let batch: WebhookOutbox.Batch
             switch claim {
-            case .idle: return nil
+            case .idle:
+                waiting.idle(space)
+                return nil
             case .notBefore(let at): return at
             case .batch(let b): batch = b
             }
+            if let oldest = batch.changes.first?.committedAt { waiting.oldest(space, oldest) }
             let body: [UInt8]
             do { body = try WebhookOutbox.body(batch) } catch {
                 Log.error("webhook batch cannot be encoded", ["webhook": target.name, "space": space, "error": "\(error)"])
@@ -170,6 +188,43 @@ final class WebhookDeliverer: Sendable {
     }
 }
 
+/// The commit time (ms since 1970) of the oldest change each space still waits with, as
+/// far as the deliverer knows; the lag metric reads it at every scrape.
+final class Waiting: Sendable {
+    private let spaces = Mutex<[String: Int64]>([:])
+
+    /// Seconds since the oldest waiting change was committed; 0 when none waits.
+    func lagSeconds(nowMs: Int64) -> Double {
+        guard let oldest = spaces.withLock({ $0.values.min() }) else { return 0 }
+        return Double(max(0, nowMs - oldest)) / 1000
+    }
+
+    /// A commit in `space` at `at`: the space's oldest, unless one is already known.
+    func committed(_ space: String, at: Int64) {
+        spaces.withLock { if $0[space] == nil { $0[space] = at } }
+    }
+
+    /// The scan's answer for every space, begun at `startedAt`; a space rung since then
+    /// (after the scan read the outbox) keeps what the ring noted.
+    func scanned(_ pending: [(space: String, oldest: Int64)], startedAt: Int64) {
+        spaces.withLock { spaces in
+            var found = spaces.filter { $0.value >= startedAt }
+            for (space, oldest) in pending { found[space] = oldest }
+            spaces = found
+        }
+    }
+
+    /// The oldest change `space` waits with was committed at `at`.
+    func oldest(_ space: String, _ at: Int64) {
+        spaces.withLock { $0[space] = at }
+    }
+
+    /// `space` has nothing waiting.
+    func idle(_ space: String) {
+        _ = spaces.withLock { $0.removeValue(forKey: space) }
+    }
+}
+
 /// The webhook series of `/metrics` (docs/operating.md, "Webhooks").
 struct WebhookMetrics: Sendable {
     let metrics: Metrics
@@ -199,7 +254,8 @@ struct WebhookMetrics: Sendable {
         metrics.increment("outpost_webhook_dead_letters_total", .init([("webhook", target.name)]))
     }
 
-    func lag(_ target: WebhookTarget, seconds: Int64) {
-        metrics.set("outpost_webhook_lag_seconds", .init([("webhook", target.name)]), to: Double(seconds))
+    /// The webhook's lag series, read from `seconds` at every scrape.
+    func lag(_ target: WebhookTarget, seconds: @escaping @Sendable () -> Double) {
+        metrics.gauge("outpost_webhook_lag_seconds", .init([("webhook", target.name)]), read: seconds)
     }
 }

@@ -5,8 +5,10 @@ import FoundationNetworking
 #endif
 import Synchronization
 
-/// Posts webhook deliveries, over URLSession (FoundationNetworking on Linux: http and
-/// https, with the system's certificate roots). A delivery is bounded twice: the whole
+/// Posts webhook deliveries: to `http://` receivers over a socket of the project's own
+/// (`PlainHTTPPost`, which waits in poll(2)), to `https://` ones over URLSession
+/// (FoundationNetworking on Linux, with the system's certificate roots; it keeps a core
+/// busy while a receiver holds a request unanswered). A delivery is bounded twice: the whole
 /// request, from connecting to the end of the answer, takes at most its timeout, and at most
 /// `maxAnswerBytes` of the answer's body are read (only its status matters). Redirects are
 /// not followed: a 3xx is a failed delivery, as a receiver that moved must be configured
@@ -59,6 +61,9 @@ final class WebhookHTTPClient: Sendable {
     /// Posts `body` to `url` with `headers`, and returns the answer's status, or why there
     /// was none within `timeout` seconds. Cancelling the calling task cancels the request.
     func post(_ url: URL, body: [UInt8], headers: [(String, String)], timeout: Int) async -> Answer {
+        if url.scheme?.lowercased() == "http" {
+            return await PlainHTTPPost.post(url, body: body, headers: headers, timeout: timeout)
+        }
         var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: TimeInterval(timeout))
         request.httpMethod = "POST"
         request.httpBody = Data(body)

@@ -9,8 +9,10 @@ import Synchronization
 /// list an operator sees and replays, `GET /v1/admin/webhooks/dead-letters` and
 /// `POST /v1/admin/webhooks/dead-letters/{id}/replay` (docs/protocol.md section 7).
 ///
-/// Its SQL runs on one thread with a session of its own in the store's database
-/// (`WebhookOutbox`); each webhook is delivered by its own task (`WebhookDeliverer`),
+/// Its SQL (`WebhookOutbox`) runs on SQLite on the store's writer thread, between push
+/// transactions, so claims queue with the pushes instead of contending for the write lock
+/// from a second connection; on PostgreSQL on one thread with a session of its own. Each
+/// webhook is delivered by its own task (`WebhookDeliverer`),
 /// woken by the store's commit notifier. A maintenance task keeps the webhooks registered
 /// (`WebhookOutbox.register`), forgets the ones no server names any more and prunes.
 public final class WebhookService: Sendable {
@@ -26,7 +28,7 @@ public final class WebhookService: Sendable {
     let settings: WebhookSettings
     let targets: [WebhookTarget]
     let deliverers: [WebhookDeliverer]
-    private let store: WorkerThread<SQLSessionJob>
+    private let store: any SQLRunner
     private let client: WebhookHTTPClient
     private let authorizer: Authorizer
     private let metrics: WebhookMetrics
@@ -40,9 +42,9 @@ public final class WebhookService: Sendable {
     /// - Parameters:
     ///   - secret: the signing secret; nil only when no webhook is configured.
     ///   - soleOwner: true on SQLite, where the data directory's lock keeps other servers out.
-    ///   - open: opens the session the service's thread uses.
+    ///   - store: where its SQL runs; `stop` stops it.
     init(settings: WebhookSettings, secret: [UInt8]?, authorizer: Authorizer, metrics: Metrics, soleOwner: Bool,
-         open: @escaping @Sendable () throws -> any SQLSession) throws {
+         store: any SQLRunner) throws {
         self.settings = settings
         targets = settings.targets
         precondition(targets.isEmpty || secret != nil, "webhooks need a signing secret")
@@ -50,7 +52,7 @@ public final class WebhookService: Sendable {
         self.metrics = WebhookMetrics(metrics)
         self.soleOwner = soleOwner
         owner = Hex.encode(SecureRandom.bytes(8))
-        store = try SQLSessionJob.thread(name: "webhooks", open: open)
+        self.store = store
         client = WebhookHTTPClient()
         let (store, client, owner, webhookMetrics) = (self.store, self.client, self.owner, self.metrics)
         deliverers = targets.map {
@@ -72,7 +74,7 @@ public final class WebhookService: Sendable {
     func start(notifier: CommitNotifier) {
         guard !deliverers.isEmpty else { return }
         let deliverers = self.deliverers
-        notifier.observe { space in for d in deliverers { d.doorbell.ring(space) } }
+        notifier.observe { space in for d in deliverers { d.committed(space) } }
         let task = Task.detached(priority: .utility) { [self] in
             do {
                 try await maintain(first: true)
@@ -113,7 +115,7 @@ public final class WebhookService: Sendable {
     }
 
     /// Stops delivering (a batch in flight is sent again by whoever delivers next), gives
-    /// up this process's leases and closes the session. Blocks while the thread joins.
+    /// up this process's leases and stops its SQL runner. Blocks while a thread joins.
     func stop() async {
         let running = tasks.withLock { t -> [Task<Void, Never>] in
             defer { t.removeAll() }
