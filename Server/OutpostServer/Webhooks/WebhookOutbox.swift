@@ -123,12 +123,15 @@ enum WebhookOutbox {
         return forgotten
     }
 
-    /// Deletes the rows older than every webhook's start: no webhook was configured when
-    /// they were written, so none will deliver them.
-    static func pruneBeforeEveryStart(_ db: any SQLSession) throws {
-        guard let start = try db.queryOne("SELECT min(start_id) FROM webhooks", [], { $0.optionalInt64(0) }) ?? nil else { return }
-        while try db.run("DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox WHERE id <= ? ORDER BY id LIMIT ?)",
-                         [.integer(start), .integer(Int64(pruneSlice))]) == pruneSlice {}
+    /// Deletes up to `pruneSlice` of the rows older than every webhook's start (no webhook
+    /// was configured when they were written, so none will deliver them), and returns how
+    /// many: the caller runs it again while that is a whole slice, each slice a job of its
+    /// own, so that on SQLite the pushes queued on the writer go between them.
+    @discardableResult
+    static func pruneBeforeEveryStart(_ db: any SQLSession) throws -> Int {
+        guard let start = try db.queryOne("SELECT min(start_id) FROM webhooks", [], { $0.optionalInt64(0) }) ?? nil else { return 0 }
+        return try db.run("DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox WHERE id <= ? ORDER BY id LIMIT ?)",
+                          [.integer(start), .integer(Int64(pruneSlice))])
     }
 
     /// Gives up every lease: the one process that owns an SQLite data directory calls it at

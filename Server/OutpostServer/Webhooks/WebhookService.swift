@@ -109,8 +109,8 @@ public final class WebhookService: Sendable {
             try WebhookOutbox.register(db, targets, now: now)
             let forgotten = try WebhookOutbox.forget(db, seenBefore: now - WebhookOutbox.forgetAfterMs)
             if forgotten > 0 { Log.info("forgot webhooks no server names any more", ["count": String(forgotten)]) }
-            try WebhookOutbox.pruneBeforeEveryStart(db)
         }
+        while try await store.run("webhook", { db in try WebhookOutbox.pruneBeforeEveryStart(db) }) == WebhookOutbox.pruneSlice {}
         if first { for d in deliverers { d.doorbell.ring(nil) } }
     }
 
