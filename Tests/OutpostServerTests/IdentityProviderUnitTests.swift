@@ -465,9 +465,14 @@ enum SignatureVectors {
 
             // The provider drops a key and adds one; the new key's first token reads the file.
             try Self.write([stays, arrives], to: path)
-            #expect(try await tokens.verify(try arrives.token(Self.claims("new")), now: now).sub == "new")
+            let arrived = try arrives.token(Self.claims("new"))
+            #expect(try await tokens.verify(arrived, now: now).sub == "new")
             await #expect(throws: TokenError.unknownKey("leaves")) { try await tokens.verify(gone, now: now) }
             #expect(try await tokens.verify(kept, now: now).sub == "kept")
+            // The token whose lookup brought the new set was verified under the set before it
+            // began, so it was not kept; from its next request on it is.
+            #expect(provider.verified.count == 1)
+            #expect(try await tokens.verify(arrived, now: now).sub == "new")
             #expect(provider.verified.count == 2)
         }
     }
