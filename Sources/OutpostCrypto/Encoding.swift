@@ -69,6 +69,12 @@ public enum Base64 {
         decode(Array(text.utf8), urlSafe: true)
     }
 
+    /// Decodes base64url, padded or not, from its ASCII bytes (a part of a larger buffer,
+    /// such as one segment of a compact JWS) without making a string of them.
+    public static func decodeURL(bytes: ArraySlice<UInt8>) -> [UInt8]? {
+        bytes.withUnsafeBufferPointer { decode($0, urlSafe: true) }
+    }
+
     private static func encode(_ input: [UInt8], alphabet: [UInt8], pad: Bool) -> String {
         var out: [UInt8] = []
         out.reserveCapacity((input.count + 2) / 3 * 4)
@@ -108,6 +114,10 @@ public enum Base64 {
     }
 
     private static func decode(_ input: [UInt8], urlSafe: Bool) -> [UInt8]? {
+        input.withUnsafeBufferPointer { decode($0, urlSafe: urlSafe) }
+    }
+
+    private static func decode(_ input: UnsafeBufferPointer<UInt8>, urlSafe: Bool) -> [UInt8]? {
         // Strip padding; standard base64 must be padded to a multiple of 4.
         if !urlSafe && input.count % 4 != 0 { return nil }
         var count = input.count
@@ -122,38 +132,37 @@ public enum Base64 {
         let tail = count - whole
         return [UInt8](unsafeUninitializedCapacity: whole / 4 * 3 + max(0, tail - 1)) { out, written in
             written = 0
-            let ok = input.withUnsafeBufferPointer { chars in
-                table.withUnsafeBufferPointer { t -> Bool in
-                    var o = 0
-                    var i = 0
-                    while i < whole {
-                        let a = t[Int(chars[i])], b = t[Int(chars[i + 1])], c = t[Int(chars[i + 2])], d = t[Int(chars[i + 3])]
-                        if (a | b | c | d) & 0xC0 != 0 { return false }
-                        let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                        out[o] = UInt8(truncatingIfNeeded: n >> 16)
-                        out[o + 1] = UInt8(truncatingIfNeeded: n >> 8)
-                        out[o + 2] = UInt8(truncatingIfNeeded: n)
-                        o += 3
-                        i += 4
-                    }
-                    if tail >= 2 {
-                        let a = t[Int(chars[i])], b = t[Int(chars[i + 1])]
-                        let c = tail == 3 ? t[Int(chars[i + 2])] : 0
-                        if (a | b | c) & 0xC0 != 0 { return false }
-                        let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
-                        // Non-zero leftover bits mean a non-canonical encoding.
-                        if tail == 2 && n & 0xFFFF != 0 { return false }
-                        if tail == 3 && n & 0xFF != 0 { return false }
-                        out[o] = UInt8(truncatingIfNeeded: n >> 16)
-                        o += 1
-                        if tail == 3 {
-                            out[o] = UInt8(truncatingIfNeeded: n >> 8)
-                            o += 1
-                        }
-                    }
-                    written = o
-                    return true
+            let chars = input
+            let ok = table.withUnsafeBufferPointer { t -> Bool in
+                var o = 0
+                var i = 0
+                while i < whole {
+                    let a = t[Int(chars[i])], b = t[Int(chars[i + 1])], c = t[Int(chars[i + 2])], d = t[Int(chars[i + 3])]
+                    if (a | b | c | d) & 0xC0 != 0 { return false }
+                    let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    out[o] = UInt8(truncatingIfNeeded: n >> 16)
+                    out[o + 1] = UInt8(truncatingIfNeeded: n >> 8)
+                    out[o + 2] = UInt8(truncatingIfNeeded: n)
+                    o += 3
+                    i += 4
                 }
+                if tail >= 2 {
+                    let a = t[Int(chars[i])], b = t[Int(chars[i + 1])]
+                    let c = tail == 3 ? t[Int(chars[i + 2])] : 0
+                    if (a | b | c) & 0xC0 != 0 { return false }
+                    let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+                    // Non-zero leftover bits mean a non-canonical encoding.
+                    if tail == 2 && n & 0xFFFF != 0 { return false }
+                    if tail == 3 && n & 0xFF != 0 { return false }
+                    out[o] = UInt8(truncatingIfNeeded: n >> 16)
+                    o += 1
+                    if tail == 3 {
+                        out[o] = UInt8(truncatingIfNeeded: n >> 8)
+                        o += 1
+                    }
+                }
+                written = o
+                return true
             }
             if !ok { written = 0 }
         }.nilIfInvalid(count: whole / 4 * 3 + max(0, tail - 1))

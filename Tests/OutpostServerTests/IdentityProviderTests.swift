@@ -193,6 +193,37 @@ import Testing
         }
     }
 
+    /// The server keeps the tokens that verified: the same token again passes, one byte
+    /// changed is verified (and refused), and a key the provider drops stops its tokens as
+    /// soon as the server has the new set, cached or not.
+    @Test func cachedTokensStopWhenTheirKeyLeavesTheSetAndAChangedByteIsVerified() async throws {
+        let old = try await ProviderKey.rsa("cache-old")
+        let ec = try await ProviderKey.ec("cache-stays")
+        let new = try await ProviderKey.rsa("cache-new")
+        try await Self.withProvider(serve: { $0.serve(keys: [old, ec]) }) { jwks, server in
+            let admin = try await blocking { try server.token(spaces: [], admin: true) }
+            try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 2 }
+            let oldToken = try old.token(Self.claims()), ecToken = try ec.token(Self.claims(sub: "bob"))
+            for _ in 0..<3 {
+                #expect(try await Self.pull(server, oldToken).status == 200)
+                #expect(try await Self.pull(server, ecToken).status == 200)
+            }
+            var bytes = Array(oldToken.utf8)
+            bytes[bytes.count - 20] = bytes[bytes.count - 20] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            Self.expectRefused(try await Self.pull(server, String(decoding: bytes, as: UTF8.self)), "signature does not verify")
+            #expect(try await Self.pull(server, oldToken).status == 200)
+
+            // The provider rotates; the new key's first token makes the server fetch the set.
+            let loaded = jwks.fetches
+            jwks.serve(keys: [new, ec])
+            let pushed = try await Self.push(server, try new.token(Self.claims()), [put("c1", "r1")])
+            #expect(try pushed.status == 200 && Self.appliedCount(pushed) == 1, "\(pushed.text)")
+            #expect(jwks.fetches == loaded + 1)
+            Self.expectRefused(try await Self.pull(server, oldToken), "\"cache-old\" is not in the identity provider's key set")
+            #expect(try await Self.pull(server, ecToken).status == 200)
+        }
+    }
+
     @Test func aProviderUnreachableAtStartIsRetriedWhileHS256Serves() async throws {
         let key = try await ProviderKey.ec("late")
         try await Self.withProvider(serve: { $0.serve(.status(503)) }) { jwks, server in

@@ -387,6 +387,96 @@ enum SignatureVectors {
         }
     }
 
+    /// The token with one character of its signature changed to another base64url
+    /// character, in the middle (the last one may carry padding bits).
+    static func tampered(_ token: String) -> String {
+        var bytes = Array(token.utf8)
+        let at = bytes.count - 20
+        bytes[at] = bytes[at] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The verifier a server builds for a key set file, in this process with its clock
+    /// moved by the test: a verified token is served from the cache until its `exp` (with
+    /// the leeway), never before its `nbf`, and a token differing by one byte is verified.
+    @Test func aCachedTokenStopsAtItsExpAndNotBeforeItsNbfAndAnotherByteIsVerified() async throws {
+        let key = try await ProviderKey.ec("cached")
+        try await withTemporaryDirectory(prefix: "outpost-token-cache") { dir in
+            let path = dir.appending("jwks.json")
+            try Self.write([key], to: path)
+            var settings = IdentityProviderSettings()
+            settings.jwksFile = path
+            settings.issuer = Self.issuer
+            let provider = try ProviderTokens(settings: settings, metrics: Metrics())
+            let tokens = ServerTokens(shared: JWTAuthority(secret: Array("secret".utf8)), provider: provider)
+            let leeway = ProviderTokens.leewaySeconds
+            let t0: Int64 = 1_800_000_000
+            var payload = Self.claims("timed")
+            payload["exp"] = .number(JSONNumber(t0 + 100))
+            let token = try key.token(payload)
+
+            #expect(try await tokens.verify(token, now: t0).sub == "timed")
+            #expect(provider.verified.count == 1)
+            #expect(try await tokens.verify(token, now: t0 + 50).sub == "timed")
+            #expect(provider.verified.count == 1)
+            // The last second of the leeway still passes; the next is refused as expired.
+            #expect(try await tokens.verify(token, now: t0 + 100 + leeway - 1).sub == "timed")
+            await #expect(throws: TokenError.expired) { try await tokens.verify(token, now: t0 + 100 + leeway) }
+            #expect(provider.verified.count == 0)
+
+            // One byte changed: verified, refused, not stored; the token itself still passes.
+            #expect(try await tokens.verify(token, now: t0).sub == "timed")
+            await #expect(throws: TokenError.badSignature) { try await tokens.verify(Self.tampered(token), now: t0) }
+            #expect(provider.verified.count == 1)
+            #expect(try await tokens.verify(token, now: t0).sub == "timed")
+
+            // Not before its nbf, with the leeway, even once cached.
+            var early = Self.claims("early")
+            early["exp"] = .number(JSONNumber(t0 + 1000))
+            early["nbf"] = .number(JSONNumber(t0 + 500))
+            let later = try key.token(early)
+            #expect(try await tokens.verify(later, now: t0 + 500 - leeway).sub == "early")
+            #expect(provider.verified.count == 2)
+            #expect(try await tokens.verify(later, now: t0 + 500 - leeway).sub == "early")
+            await #expect(throws: TokenError.notYetValid) { try await tokens.verify(later, now: t0 + 500 - leeway - 1) }
+        }
+    }
+
+    /// A key gone from the set stops its cached tokens as soon as the set is read again; the
+    /// tokens of the keys that stay are verified again under the new set, and pass.
+    @Test func aKeyRemovedFromTheFileStopsItsCachedTokens() async throws {
+        let stays = try await ProviderKey.ec("stays")
+        let leaves = try await ProviderKey.rsa("leaves")
+        let arrives = try await ProviderKey.ec("arrives")
+        try await withTemporaryDirectory(prefix: "outpost-token-cache") { dir in
+            let path = dir.appending("jwks.json")
+            try Self.write([stays, leaves], to: path)
+            var settings = IdentityProviderSettings()
+            settings.jwksFile = path
+            settings.issuer = Self.issuer
+            let provider = try ProviderTokens(settings: settings, metrics: Metrics())
+            let tokens = ServerTokens(shared: JWTAuthority(secret: Array("secret".utf8)), provider: provider)
+            let now = epochSeconds()
+            let kept = try stays.token(Self.claims("kept")), gone = try leaves.token(Self.claims("gone"))
+            #expect(try await tokens.verify(kept, now: now).sub == "kept")
+            #expect(try await tokens.verify(gone, now: now).sub == "gone")
+            #expect(try await tokens.verify(gone, now: now).sub == "gone")
+            #expect(provider.verified.count == 2)
+
+            // The provider drops a key and adds one; the new key's first token reads the file.
+            try Self.write([stays, arrives], to: path)
+            let arrived = try arrives.token(Self.claims("new"))
+            #expect(try await tokens.verify(arrived, now: now).sub == "new")
+            await #expect(throws: TokenError.unknownKey("leaves")) { try await tokens.verify(gone, now: now) }
+            #expect(try await tokens.verify(kept, now: now).sub == "kept")
+            // The token whose lookup brought the new set was verified under the set before it
+            // began, so it was not kept; from its next request on it is.
+            #expect(provider.verified.count == 1)
+            #expect(try await tokens.verify(arrived, now: now).sub == "new")
+            #expect(provider.verified.count == 2)
+        }
+    }
+
     struct Counting: TokenVerifier {
         final class Seen: Sendable {
             let count = Atomic<Int>(0)
@@ -399,5 +489,56 @@ enum SignatureVectors {
             seen.count.add(1, ordering: .relaxed)
             return try await base.verify(token, now: now)
         }
+    }
+}
+
+/// The cache of verified provider tokens on its own: its bound, its order of eviction, and
+/// its emptying when the key set changes.
+@Suite struct VerifiedTokenCacheTests {
+    static func key(_ n: Int) -> VerifiedTokenCache.Key { VerifiedTokenCache.Key(Array("token-\(n)".utf8)) }
+
+    static func claims(_ n: Int, exp: Int64 = 2_000_000_000) -> Claims { Claims(sub: "user-\(n)", exp: exp, spaces: ["s"]) }
+
+    @Test func theBoundHoldsAndTheOldestEntryGoesFirst() {
+        let cache = VerifiedTokenCache(capacity: 3, leewaySeconds: 60)
+        let now: Int64 = 1_800_000_000
+        for n in 0..<5 {
+            cache.store(Self.key(n), claims: Self.claims(n), notBefore: nil, generation: 1)
+            #expect(cache.count == min(n + 1, 3))
+        }
+        #expect(cache.claims(Self.key(0), now: now, generation: 1) == nil)
+        #expect(cache.claims(Self.key(1), now: now, generation: 1) == nil)
+        for n in 2..<5 { #expect(cache.claims(Self.key(n), now: now, generation: 1)?.sub == "user-\(n)") }
+        // Storing a token held already takes no second place.
+        cache.store(Self.key(4), claims: Self.claims(4), notBefore: nil, generation: 1)
+        cache.store(Self.key(5), claims: Self.claims(5), notBefore: nil, generation: 1)
+        #expect(cache.count == 3)
+        #expect(cache.claims(Self.key(2), now: now, generation: 1) == nil)
+        for n in 3..<6 { #expect(cache.claims(Self.key(n), now: now, generation: 1)?.sub == "user-\(n)") }
+        // An entry dropped when it expired leaves the bound and the order right.
+        cache.store(Self.key(6), claims: Self.claims(6, exp: now), notBefore: nil, generation: 1)
+        #expect(cache.claims(Self.key(6), now: now + 60, generation: 1) == nil)
+        #expect(cache.count == 2)
+        for n in 7..<12 { cache.store(Self.key(n), claims: Self.claims(n), notBefore: nil, generation: 1) }
+        #expect(cache.count == 3)
+        for n in 9..<12 { #expect(cache.claims(Self.key(n), now: now, generation: 1)?.sub == "user-\(n)") }
+    }
+
+    @Test func aNewKeySetGenerationEmptiesItAndAnOlderOneIsNotStored() {
+        let cache = VerifiedTokenCache(capacity: 10, leewaySeconds: 60)
+        let now: Int64 = 1_800_000_000
+        for n in 0..<4 { cache.store(Self.key(n), claims: Self.claims(n), notBefore: nil, generation: 3) }
+        #expect(cache.count == 4)
+        #expect(cache.claims(Self.key(0), now: now, generation: 4) == nil)
+        #expect(cache.count == 0)
+        // Verified under the set before: not stored, and not served.
+        cache.store(Self.key(1), claims: Self.claims(1), notBefore: nil, generation: 3)
+        #expect(cache.count == 0)
+        #expect(cache.claims(Self.key(1), now: now, generation: 3) == nil)
+        cache.store(Self.key(2), claims: Self.claims(2), notBefore: nil, generation: 5)
+        #expect(cache.claims(Self.key(2), now: now, generation: 5)?.sub == "user-2")
+        #expect(cache.claims(Self.key(2), now: now, generation: 4) == nil)
+        // A key differing from another in one byte is another entry.
+        #expect(cache.claims(VerifiedTokenCache.Key(Array("token-3".utf8)), now: now, generation: 5) == nil)
     }
 }

@@ -19,12 +19,16 @@ public final class ProviderTokens: Sendable {
     public let audience: String?
     public let mapping: ClaimsMapping
     let keys: JWKSKeys
+    /// The tokens that verified, until their `exp` or a change of the key set.
+    let verified: VerifiedTokenCache
 
-    init(issuer: String, audience: String?, mapping: ClaimsMapping, keys: JWKSKeys) {
+    init(issuer: String, audience: String?, mapping: ClaimsMapping, keys: JWKSKeys,
+         cacheCapacity: Int = VerifiedTokenCache.defaultCapacity) {
         self.issuer = issuer
         self.audience = audience
         self.mapping = mapping
         self.keys = keys
+        verified = VerifiedTokenCache(capacity: cacheCapacity, leewaySeconds: Self.leewaySeconds)
     }
 
     /// The provider of `settings`, with its key set loaded when it is a file (a file that
@@ -53,11 +57,25 @@ public final class ProviderTokens: Sendable {
         keys.stop()
     }
 
-    /// Verifies a provider token already split, whose `alg` is one of `algorithms`.
+    /// Verifies a provider token already split, whose `alg` is one of `algorithms`: from
+    /// the cache when this very token verified under the key set in use and is still
+    /// within its time; otherwise in full, and then cached.
     func verify(_ jws: CompactJWS, now: Int64) async throws(TokenError) -> Claims {
         guard case .string(let kid)? = jws.header["kid"], !kid.isEmpty else {
             throw .malformed("a \(jws.alg) token needs a kid header naming its key")
         }
+        let cacheKey = VerifiedTokenCache.Key(jws.bytes)
+        // Read before the key is looked up: a set put in use meanwhile makes this entry stale.
+        let generation = keys.generation
+        if let claims = verified.claims(cacheKey, now: now, generation: generation) { return claims }
+        let (claims, notBefore) = try await verifyInFull(jws, kid: kid, now: now)
+        verified.store(cacheKey, claims: claims, notBefore: notBefore, generation: generation)
+        return claims
+    }
+
+    /// The signature, issuer, audience, times and mapping of a token of key `kid`: its
+    /// claims and its `nbf`.
+    private func verifyInFull(_ jws: CompactJWS, kid: String, now: Int64) async throws(TokenError) -> (Claims, Int64?) {
         let key = try await keys.key(kid: kid, alg: jws.alg)
         guard let signature = jws.signature else { throw .malformed("signature is not base64url") }
         guard key.verifies(signature, jws.signingInput) else { throw .badSignature }
@@ -77,10 +95,11 @@ public final class ProviderTokens: Sendable {
         guard let exp = try CompactJWS.numericDate(payload, "exp") else { throw .missingClaim("exp") }
         // `now - leeway`, not `exp + leeway`: a token's exp may be near Int64.max.
         guard now - Self.leewaySeconds < exp else { throw .expired }
-        if let nbf = try CompactJWS.numericDate(payload, "nbf") {
+        let nbf = try CompactJWS.numericDate(payload, "nbf")
+        if let nbf {
             guard now + Self.leewaySeconds >= nbf else { throw .notYetValid }
         }
-        return try mapping.claims(payload, sub: sub, exp: exp)
+        return (try mapping.claims(payload, sub: sub, exp: exp), nbf)
     }
 }
 

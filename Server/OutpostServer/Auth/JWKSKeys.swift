@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostCrypto
 import Synchronization
 
 /// The identity provider's keys as the server holds them: the last good JWK Set, fetched
@@ -12,10 +13,16 @@ final class JWKSKeys: Sendable {
     let timeout: Duration
     private let metrics: Metrics
     private let state: Mutex<State>
+    /// Counts the key sets put in use that differ from the one before (by the SHA-256 of
+    /// the document): what a cache of verified tokens compares to know its entries were
+    /// verified with the keys in use now.
+    private let changes = Atomic<UInt64>(0)
 
     private struct State {
         var policy: JWKSRefreshPolicy
         var set: JSONWebKeySet?
+        /// The SHA-256 of the document `set` was parsed from.
+        var documentDigest: [UInt8] = []
         /// Why the last fetch failed, while the set is not loaded or stale because of it.
         var lastFailure: String?
         var inFlight: Task<Void, Never>?
@@ -49,7 +56,7 @@ final class JWKSKeys: Sendable {
         do { set = try JSONWebKeySet(parsing: document.bytes) } catch {
             throw JWKSFetchError(kind: .invalid, description: "\(path): \(error.description)")
         }
-        install(set, maxAge: document.maxAge)
+        install(set, document: document.bytes, maxAge: document.maxAge)
         metrics.increment("outpost_jwks_fetches_total", .init([("result", "ok")]))
     }
 
@@ -117,11 +124,11 @@ final class JWKSKeys: Sendable {
     /// scheduled fetch is set.
     private func fetch() async {
         let result = await JWKSFetch.fetch(source, maxBytes: maxBytes, timeout: timeout)
-        var outcome: Result<(JSONWebKeySet, Duration?), JWKSFetchError>
+        var outcome: Result<(JSONWebKeySet, [UInt8], Duration?), JWKSFetchError>
         switch result {
         case .success(let document):
             do {
-                outcome = .success((try JSONWebKeySet(parsing: document.bytes), document.maxAge))
+                outcome = .success((try JSONWebKeySet(parsing: document.bytes), document.bytes, document.maxAge))
             } catch {
                 outcome = .failure(JWKSFetchError(kind: .invalid, description: error.description))
             }
@@ -129,9 +136,9 @@ final class JWKSKeys: Sendable {
             outcome = .failure(error)
         }
         switch outcome {
-        case .success(let (set, maxAge)):
+        case .success(let (set, bytes, maxAge)):
             metrics.increment("outpost_jwks_fetches_total", .init([("result", "ok")]))
-            install(set, maxAge: maxAge)
+            install(set, document: bytes, maxAge: maxAge)
         case .failure(let error):
             metrics.increment("outpost_jwks_fetches_total", .init([("result", error.kind.rawValue)]))
             let hadSet = state.withLock { s -> Bool in
@@ -146,12 +153,22 @@ final class JWKSKeys: Sendable {
         schedule()
     }
 
-    /// Puts `set` in use and logs what changed.
-    private func install(_ set: JSONWebKeySet, maxAge: Duration?) {
+    /// The key set generation: it grows each time a set unlike the one before is put in
+    /// use, in the same step (so a caller that reads it before looking a key up, and sees it
+    /// unchanged after, used the keys of that generation).
+    var generation: UInt64 { changes.load(ordering: .acquiring) }
+
+    /// Puts `set`, parsed from `document`, in use and logs what changed.
+    private func install(_ set: JSONWebKeySet, document: [UInt8], maxAge: Duration?) {
+        let digest = SHA256.hash(document)
         let (previous, recovered) = state.withLock { s -> (Set<String>?, Bool) in
             let previous = s.set.map { Set($0.entries.keys) }
             let recovered = s.lastFailure != nil
             s.set = set
+            if digest != s.documentDigest {
+                s.documentDigest = digest
+                changes.add(1, ordering: .releasing)
+            }
             s.lastFailure = nil
             s.policy.succeeded(at: .now, maxAge: maxAge)
             return (previous, recovered)

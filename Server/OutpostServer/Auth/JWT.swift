@@ -125,7 +125,8 @@ public protocol TokenVerifier: Sendable {
 }
 
 /// A compact JWS (RFC 7515 section 7.1) split into its three parts, with its protected
-/// header parsed and checked: what every verifier reads first.
+/// header parsed and checked: what every verifier reads first. It works on the token's
+/// UTF-8 bytes: the parts are ranges of them, decoded from base64url where they lie.
 struct CompactJWS: Sendable {
     /// The longest token accepted, in bytes.
     static let maximumBytes = 8192
@@ -134,42 +135,47 @@ struct CompactJWS: Sendable {
     /// carries one is refused rather than verified as if it did not.
     static let refusedHeaders = ["jku", "jwk", "x5u", "x5c", "crit"]
 
-    let token: String
+    /// The whole token, as sent.
+    let bytes: [UInt8]
     let header: JSONObject
     let alg: String
-    private let headerLength: Int
-    private let payloadPart: Substring
-    private let signaturePart: Substring
+    /// Where the two dots are in `bytes`.
+    private let firstDot: Int
+    private let secondDot: Int
 
     /// Splits and checks `token`; `accepted` are the algorithms the caller verifies. The
     /// algorithm is checked first: a token that names another is refused whatever else
     /// it holds (the classic `alg: none` and key-confusion attacks).
     init(_ token: String, accepted: [String]) throws(TokenError) {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, token.utf8.count <= Self.maximumBytes else { throw .malformed("expected three dot-separated parts") }
-        guard let headerBytes = Base64.decodeURL(String(parts[0])),
+        guard token.utf8.count <= Self.maximumBytes else { throw .malformed("expected three dot-separated parts") }
+        let bytes = Array(token.utf8)
+        let dot = UInt8(ascii: ".")
+        guard let first = bytes.firstIndex(of: dot),
+              let second = bytes[(first + 1)...].firstIndex(of: dot),
+              !bytes[(second + 1)...].contains(dot)
+        else { throw .malformed("expected three dot-separated parts") }
+        guard let headerBytes = Base64.decodeURL(bytes: bytes[..<first]),
               case .object(let header)? = try? JSONParser.parse(headerBytes)
         else { throw .malformed("header is not base64url JSON") }
         guard case .string(let alg)? = header["alg"] else { throw .malformed("header has no alg") }
         guard accepted.contains(alg) else { throw .unsupportedAlgorithm(alg, accepted: accepted) }
         for name in Self.refusedHeaders where header[name] != nil { throw .refusedHeader(name) }
-        self.token = token
+        self.bytes = bytes
         self.header = header
         self.alg = alg
-        headerLength = parts[0].utf8.count
-        payloadPart = parts[1]
-        signaturePart = parts[2]
+        firstDot = first
+        secondDot = second
     }
 
     /// The bytes the signature covers: `header.payload` as sent (RFC 7515 section 5.2).
-    var signingInput: [UInt8] { Array(token.utf8.prefix(headerLength + 1 + payloadPart.utf8.count)) }
+    var signingInput: [UInt8] { Array(bytes[..<secondDot]) }
 
     /// The decoded signature, nil when it is not base64url.
-    var signature: [UInt8]? { Base64.decodeURL(String(signaturePart)) }
+    var signature: [UInt8]? { Base64.decodeURL(bytes: bytes[(secondDot + 1)...]) }
 
     /// The payload's claims: read only after the signature verified.
     func claims() throws(TokenError) -> JSONObject {
-        guard let payloadBytes = Base64.decodeURL(String(payloadPart)),
+        guard let payloadBytes = Base64.decodeURL(bytes: bytes[(firstDot + 1)..<secondDot]),
               case .object(let payload)? = try? JSONParser.parse(payloadBytes)
         else { throw .malformed("payload is not base64url JSON") }
         return payload

@@ -23,15 +23,32 @@ public struct Authorizer: Sendable {
         guard let header = head.headers["Authorization"] else {
             throw .unauthorizedToken("an Authorization: Bearer token is required", error: nil)
         }
-        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+        guard let token = Self.bearerToken(header) else {
             throw .unauthorizedToken("the Authorization header must be Bearer <token>", error: "invalid_request")
         }
         do {
-            return try await authority.verify(String(parts[1]).trimmingCharacters(in: .whitespaces), now: now())
+            return try await authority.verify(token, now: now())
         } catch {
             throw .unauthorizedToken(error.message)
         }
+    }
+
+    /// The token of an `Authorization: Bearer <token>` value, read on its UTF-8 bytes: the
+    /// scheme (any case) after any spaces, one space, then the token without the spaces
+    /// and tabs around it; nil when the value is not of that shape.
+    static func bearerToken(_ value: String) -> String? {
+        let utf8 = value.utf8
+        let space = UInt8(ascii: " "), tab = UInt8(ascii: "\t")
+        guard let schemeStart = utf8.firstIndex(where: { $0 != space }) else { return nil }
+        guard let schemeEnd = utf8[schemeStart...].firstIndex(of: space) else { return nil }
+        let scheme = utf8[schemeStart..<schemeEnd]
+        guard scheme.count == 6, zip(scheme, "bearer".utf8).allSatisfy({ $0 | 0x20 == $1 }) else { return nil }
+        let rest = utf8[utf8.index(after: schemeEnd)...]
+        guard !rest.isEmpty else { return nil }
+        guard let first = rest.firstIndex(where: { $0 != space && $0 != tab }),
+              let last = rest.lastIndex(where: { $0 != space && $0 != tab })
+        else { return "" }
+        return String(Substring(value.utf8[first...last]))
     }
 
     /// Claims that allow `scope` in `space`: `401` for a bad token, `403` otherwise.
