@@ -151,7 +151,7 @@ func detailInt(_ response: TestResponse, _ key: String) -> Int? {
     }
 
     static func withChild(arguments: [String] = [], store: StoreKind = .sqlite, _ body: @escaping @Sendable (Child) throws -> Void) async throws {
-        _ = try TusPy.python()
+        _ = try await blocking { try TusPy.python() }
         let url = store == .postgres ? try await PostgresCluster.database(prefix: "tus") : nil
         try await withTemporaryDirectory(prefix: "outpost-tus") { dir in
             try await blocking {
