@@ -226,7 +226,11 @@ final class TestClient: Sendable {
     func close() { Glibc.close(fd) }
 }
 
-/// A server on 127.0.0.1 with a free port and timeouts short enough for tests.
+/// A server on 127.0.0.1 with a free port. Its header and body timeouts are the tests'
+/// deadline: a test's task may wait that long for a thread of the cooperative pool while
+/// the whole suite runs on two cores, between connecting and sending its request, and a
+/// shorter timeout would close the connection under it. The tests of the timeouts set
+/// their own.
 struct TestServer: Sendable {
     let server: HTTPServer
     let port: Int
@@ -234,8 +238,8 @@ struct TestServer: Sendable {
     static func configuration() -> HTTPServerConfiguration {
         var c = HTTPServerConfiguration(host: "127.0.0.1", port: 0)
         c.eventLoopCount = 2
-        c.headerTimeout = .seconds(5)
-        c.bodyTimeout = .seconds(5)
+        c.headerTimeout = .seconds(testDeadlineSeconds)
+        c.bodyTimeout = .seconds(testDeadlineSeconds)
         c.idleTimeout = .seconds(30)
         c.discardTimeout = .milliseconds(300)
         return c
