@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Errors of the primitives.
 public enum CryptoError: Error, Equatable, CustomStringConvertible {
     /// The GCM tag did not verify: the sealed bytes were tampered with, or the key, the
@@ -27,14 +33,15 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
 }
 
 /// Overwrites `buffer` with zeros, for key material and unverified plaintext that must not
-/// outlive its use. The same Swift on every platform: the function is never inlined and
-/// never optimized (`@_optimize(none)`), so neither Swift's optimizer nor LLVM's sees what
-/// it writes, and neither can drop its stores as dead because the buffer is freed or never
-/// read after it.
+/// outlive its use. The same code on every platform: a `memset` in a function that is
+/// never inlined and never optimized (`@_optimize(none)`), so no optimizer sees what it
+/// writes, and none can drop the stores as dead because the buffer is freed or never read
+/// after it. (C's `memset` rather than Swift's `initializeMemory`, which unoptimized code
+/// would run a byte at a time: scrypt zeroes its whole table, 128 MiB.)
 @inline(never) @_optimize(none)
 package func cleanse(_ buffer: UnsafeMutableRawBufferPointer) {
     guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-    base.initializeMemory(as: UInt8.self, repeating: 0, count: buffer.count)
+    _ = memset(base, 0, buffer.count)
 }
 
 /// Overwrites the bytes of `array` with zeros. Best effort: Swift may already have made
