@@ -17,10 +17,15 @@ import Testing
         let graph = try await PackageGraph.dump(packageAt: Self.root.path)
         for platform in ["ios", "macos"] {
             let reached = try graph.systemLibraries(reachedBy: "Outpost", on: platform, links: Self.currentLinks)
-            let refused = reached.filter { !$0.links.isSubset(of: Self.appleLibraries) || $0.links.isEmpty }
-            #expect(refused.isEmpty, "on \(platform): \(refused.map(\.description).joined(separator: "; "))")
+            #expect(Self.refused(reached).isEmpty, "on \(platform): \(Self.refused(reached).map(\.description).joined(separator: "; "))")
             #expect(Set(reached.map(\.target)) == ["OutpostCSQLite", "OutpostCZlib"], "on \(platform)")
+            // And no other library an app can pick reaches more.
+            for product in graph.libraryProducts where product != "Outpost" {
+                let refused = Self.refused(try graph.systemLibraries(reachedBy: product, on: platform, links: Self.currentLinks))
+                #expect(refused.isEmpty, "\(product) on \(platform): \(refused)")
+            }
         }
+        #expect(graph.libraryProducts == ["Outpost", "OutpostCore"])
         // The walk honours conditions: on Linux the same product does reach libcrypto.
         let linux = try graph.systemLibraries(reachedBy: "Outpost", on: "linux", links: Self.currentLinks)
         #expect(linux.contains { $0.links.contains("crypto") }, "\(linux)")
@@ -39,12 +44,22 @@ import Testing
                 try Self.links(ofModuleMapAt: Self.root.appendingPathComponent("Sources/Outpost\(target.name)/module.modulemap"))
             }
             for platform in ["ios", "macos"] {
-                let reached = try graph.systemLibraries(reachedBy: "Outpost", on: platform, links: links)
-                let refused = reached.filter { !$0.links.isSubset(of: Self.appleLibraries) || $0.links.isEmpty }
-                #expect(refused.map(\.target) == ["CCrypto"], "on \(platform): \(reached)")
+                let refused = Self.refused(try graph.systemLibraries(reachedBy: "Outpost", on: platform, links: links))
+                #expect(refused.map(\.target) == ["CCrypto"], "on \(platform): \(refused)")
                 #expect(refused.first?.path == ["Outpost", "OutpostCrypto", "CCrypto"])
+                // Its test-support and conformance products reached the Linux headers.
+                for product in ["OutpostTestSupport", "OutpostConformance"] {
+                    let linux = Self.refused(try graph.systemLibraries(reachedBy: product, on: platform, links: links))
+                    #expect(linux.contains { $0.target == "CLinux" }, "\(product) on \(platform): \(linux)")
+                }
             }
         }
+    }
+
+    /// The reached system libraries an Apple SDK lacks: any that links something else, or
+    /// nothing (a module of the host's own headers, such as OutpostCLinux).
+    static func refused(_ reached: [PackageGraph.Reached]) -> [PackageGraph.Reached] {
+        reached.filter { !$0.links.isSubset(of: appleLibraries) || $0.links.isEmpty }
     }
 
     static func currentLinks(_ target: PackageGraph.Target) throws -> Set<String> {
@@ -97,6 +112,8 @@ struct PackageGraph {
 
     var targets: [String: Target]
     var products: [String: [String]]
+    /// The names of the library products, sorted.
+    var libraryProducts: [String]
 
     /// Runs `swift package dump-package` on the package at `directory`, with a scratch
     /// directory of its own so that it never waits for the build directory's lock.
@@ -143,12 +160,15 @@ struct PackageGraph {
                                    dependencies: dependencies, linkedLibraries: libraries)
         }
         var products: [String: [String]] = [:]
+        var libraries: [String] = []
         for entry in productList {
             guard let name = entry["name"] as? String, let names = entry["targets"] as? [String] else { continue }
             products[name] = names
+            if let type = entry["type"] as? [String: Any], type["library"] != nil { libraries.append(name) }
         }
         self.targets = targets
         self.products = products
+        libraryProducts = libraries.sorted()
     }
 
     /// Every system library `product` reaches on `platform` (a name of
