@@ -150,7 +150,7 @@ let package = Package(
             name: "OutpostCryptoTests",
             dependencies: ["OutpostCrypto", "OutpostCore", "Outpost", libcrypto],
             path: "Tests/OutpostCryptoTests",
-            // The formats' bytes (docs/encryption.md), made by FixtureGenerator.
+            // The formats' bytes (docs/encryption.md), made by FormatFixtureTests' generator.
             exclude: ["Fixtures"],
             swiftSettings: swiftSettings),
         .testTarget(
