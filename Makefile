@@ -8,7 +8,7 @@ PREFIX ?= /usr/local
 # Where `make test` keeps the logs of the servers the tests start (one directory a run).
 TEST_LOGS ?= $(CURDIR)/.build/test-logs
 
-.PHONY: run test build release install deps deps-test bench clean engine-table
+.PHONY: run test build release install deps deps-test bench clean engine-table crypto-fixtures
 
 ## Install what is needed, build the server and the command-line client, and run the
 ## server on its embedded SQLite store (the first start prints what to do next).
@@ -56,6 +56,12 @@ engine-table:
 	swift build --build-tests
 	OUTPOST_WRITE_ENGINE_TABLE=$(CURDIR)/docs/client.md swift test --skip-build --disable-xctest --filter theTransitionTableInTheDocsIsTheEngines || true
 	swift test --skip-build --disable-xctest --filter theTransitionTableInTheDocsIsTheEngines
+
+## Rewrite the encryption formats' fixtures (Tests/OutpostCryptoTests/Fixtures) from their
+## fixed inputs, after a deliberate change of a format (docs/encryption.md changes with it).
+crypto-fixtures:
+	swift build --build-tests
+	OUTPOST_WRITE_CRYPTO_FIXTURES=1 swift test --skip-build --disable-xctest --filter theGeneratorMakesTheCommittedBytes
 
 clean:
 	rm -rf .build

@@ -2,23 +2,32 @@
 // Outpost: a self-hosted sync server and a Swift client SDK for offline-first apps.
 //
 // Layers (arrows point one way; see docs/architecture.md):
-//   C system libraries  <- OutpostSQLite, OutpostPostgres, OutpostCrypto, OutpostCompression
+//   C system libraries  <- OutpostSQLite, OutpostPostgres, OutpostCrypto, OutpostSignatures, OutpostCompression
 //   OutpostCore (wire types, no I/O) <- everything
 //   OutpostHTTP (engine, knows bytes and HTTP only) <- OutpostServer <- outpost-server
 //   Outpost (client SDK) <- outpost (CLI); never depends on the server.
+//
+// Tools version 6.0: the oldest with Swift 6 language mode (Xcode 16, docs/client.md,
+// "Platforms and compilers"). The SDK's Apple platforms are the oldest that have the
+// Synchronization module (Mutex, Atomic), which the SDK and the modules under it use.
 import PackageDescription
 
 let swiftSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
 ]
 
+/// libcrypto, for Linux alone: on Apple platforms OutpostCrypto uses CryptoKit and
+/// CommonCrypto (its Primitives/Apple.swift), and nothing else an app can link needs it.
+let libcrypto: Target.Dependency = .target(name: "OutpostCCrypto", condition: .when(platforms: [.linux]))
+
 let package = Package(
     name: "Outpost",
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
+        // The libraries an app or another package links. The conformance suite and the
+        // tests' support are targets, not products: the suite is offered as the
+        // outpost-conformance command, and neither builds anywhere but Linux.
         .library(name: "OutpostCore", targets: ["OutpostCore"]),
-        .library(name: "OutpostTestSupport", targets: ["OutpostTestSupport"]),
-        .library(name: "OutpostConformance", targets: ["OutpostConformance"]),
         .library(name: "Outpost", targets: ["Outpost"]),
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
@@ -29,46 +38,53 @@ let package = Package(
     targets: [
         // MARK: C at the edge
         .systemLibrary(
-            name: "CSQLite", path: "Sources/CSQLite",
+            name: "OutpostCSQLite", path: "Sources/OutpostCSQLite",
             providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
+        // Linux only (see `libcrypto` above).
         .systemLibrary(
-            name: "CCrypto", path: "Sources/CCrypto",
-            providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
+            name: "OutpostCCrypto", path: "Sources/OutpostCCrypto",
+            providers: [.apt(["libssl-dev"])]),
         .systemLibrary(
-            name: "CZlib", path: "Sources/CZlib",
+            name: "OutpostCZlib", path: "Sources/OutpostCZlib",
             providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(
-            name: "CLibPQ", path: "Sources/CLibPQ",
+            name: "OutpostCLibPQ", path: "Sources/OutpostCLibPQ",
             providers: [.apt(["libpq-dev"]), .brew(["libpq"])]),
         // epoll, eventfd, sendfile, accept4: Linux calls the Glibc module does not import.
-        .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
+        .systemLibrary(name: "OutpostCLinux", path: "Sources/OutpostCLinux"),
 
         // MARK: Shared building blocks
         .target(name: "OutpostCore", path: "Sources/OutpostCore", swiftSettings: swiftSettings),
         .target(
-            name: "OutpostSQLite", dependencies: ["CSQLite"], path: "Sources/OutpostSQLite",
+            name: "OutpostSQLite", dependencies: ["OutpostCSQLite"], path: "Sources/OutpostSQLite",
             swiftSettings: swiftSettings),
         .target(
-            name: "OutpostCrypto", dependencies: ["CCrypto"], path: "Sources/OutpostCrypto",
+            name: "OutpostCrypto", dependencies: [libcrypto], path: "Sources/OutpostCrypto",
+            swiftSettings: swiftSettings),
+        // RS256 and ES256 keys built from JWKs, their signing side, and HMAC-SHA256: what the
+        // server verifies tokens and signs webhooks with, and what the conformance suite and
+        // the tests sign tokens with. Linux only; the SDK never signs or verifies.
+        .target(
+            name: "OutpostSignatures", dependencies: ["OutpostCrypto", libcrypto], path: "Sources/OutpostSignatures",
             swiftSettings: swiftSettings),
         .target(
-            name: "OutpostPostgres", dependencies: ["CLibPQ"], path: "Sources/OutpostPostgres",
+            name: "OutpostPostgres", dependencies: ["OutpostCLibPQ"], path: "Sources/OutpostPostgres",
             swiftSettings: swiftSettings),
         // Child processes through posix_spawn (tests, benchmarks, conformance hooks).
         .target(
-            name: "OutpostSubprocess", dependencies: ["CLinux"], path: "Sources/OutpostSubprocess",
+            name: "OutpostSubprocess", dependencies: ["OutpostCLinux"], path: "Sources/OutpostSubprocess",
             swiftSettings: swiftSettings),
         .target(
-            name: "OutpostCompression", dependencies: ["CZlib"], path: "Sources/OutpostCompression",
+            name: "OutpostCompression", dependencies: ["OutpostCZlib"], path: "Sources/OutpostCompression",
             swiftSettings: swiftSettings),
 
         // MARK: Server
         .target(
-            name: "OutpostHTTP", dependencies: ["OutpostCompression", "CLinux"], path: "Server/OutpostHTTP",
+            name: "OutpostHTTP", dependencies: ["OutpostCompression", "OutpostCLinux"], path: "Server/OutpostHTTP",
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
-            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "CLinux"],
+            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
             path: "Server/OutpostServer", swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
@@ -85,7 +101,7 @@ let package = Package(
 
         // MARK: Conformance suite (checks any server over HTTP: never depends on Server/)
         .target(
-            name: "OutpostConformance", dependencies: ["OutpostCore", "OutpostCrypto", "OutpostSubprocess"], path: "Sources/OutpostConformance",
+            name: "OutpostConformance", dependencies: ["OutpostCore", "OutpostCrypto", "OutpostSignatures", "OutpostSubprocess"], path: "Sources/OutpostConformance",
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-conformance", dependencies: ["OutpostConformance"], path: "Sources/outpost-conformance",
@@ -103,7 +119,8 @@ let package = Package(
         // MARK: Benchmarks
         .executableTarget(
             name: "outpost-bench",
-            dependencies: ["OutpostCore", "OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "CLinux", "Outpost", "OutpostSubprocess"],
+            dependencies: ["OutpostCore", "OutpostServer", "OutpostHTTP", "OutpostSQLite", "OutpostCrypto", "OutpostSignatures", libcrypto, "OutpostCLinux", "Outpost",
+                           "OutpostSubprocess"],
             path: "Benchmarks/outpost-bench", swiftSettings: swiftSettings),
 
         // MARK: Tests
@@ -113,7 +130,7 @@ let package = Package(
         // Deliberate bugs for the mutation tests, as decorators of a real server's parts;
         // only test targets link it.
         .target(
-            name: "OutpostMutants", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostCrypto"], path: "Tests/OutpostMutants",
+            name: "OutpostMutants", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostCrypto", "OutpostSignatures"], path: "Tests/OutpostMutants",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
@@ -126,8 +143,24 @@ let package = Package(
         .testTarget(
             name: "OutpostSQLiteTests", dependencies: ["OutpostSQLite"], path: "Tests/OutpostSQLiteTests",
             swiftSettings: swiftSettings),
+        // Portable: the primitives, scrypt and the formats, and the fixtures of
+        // docs/encryption.md opened through the SDK. On Linux, libcrypto is the oracle the
+        // pure-Swift parts are checked against (OutpostTests has Python open the fixtures).
         .testTarget(
-            name: "OutpostCryptoTests", dependencies: ["OutpostCrypto", "OutpostCore"], path: "Tests/OutpostCryptoTests",
+            name: "OutpostCryptoTests",
+            dependencies: ["OutpostCrypto", "OutpostCore", "Outpost", libcrypto],
+            path: "Tests/OutpostCryptoTests",
+            // The formats' bytes (docs/encryption.md), made by FormatFixtureTests' generator.
+            exclude: ["Fixtures"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostSignaturesTests", dependencies: ["OutpostSignatures", "OutpostCrypto", "OutpostCore"],
+            path: "Tests/OutpostSignaturesTests", swiftSettings: swiftSettings),
+        // Reads `swift package dump-package`: what the Outpost product links on Apple platforms.
+        .testTarget(
+            name: "PackageGraphTests", dependencies: ["OutpostTestSupport"], path: "Tests/PackageGraphTests",
+            // The manifest as it was before the crypto seam, which the check must refuse.
+            exclude: ["Fixtures"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCompressionTests", dependencies: ["OutpostCompression", "OutpostSubprocess"],
@@ -145,9 +178,28 @@ let package = Package(
             dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore", "OutpostTestSupport", "OutpostMutants"],
             path: "Tests/SimulationTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostPostgres", "OutpostTestSupport"], path: "Tests/OutpostServerTests",
+            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostPostgres", "OutpostSignatures", "OutpostTestSupport"],
+            path: "Tests/OutpostServerTests",
             // The tus client script the tests run with tuspy (TusTests).
             exclude: ["tus"],
             swiftSettings: swiftSettings),
     ]
 )
+
+// The server, the conformance suite, the simulation, the benchmarks, the tests' support and
+// the tests that use them need Linux: epoll, eventfd and glibc's posix_spawn extensions
+// (OutpostCLinux), and libcrypto's signatures. They are declared only where the manifest
+// runs on Linux, so that on a Mac the package is the SDK, the modules under it, the
+// `outpost` command and their portable tests, and `swift test` there builds
+// (scripts/check-apple.sh). A target added above that depends on one of these belongs here.
+#if !os(Linux)
+let linuxOnly: Set<String> = [
+    "OutpostCLinux", "OutpostCLibPQ", "OutpostPostgres", "OutpostSubprocess", "OutpostSignatures",
+    "OutpostHTTP", "OutpostServer", "outpost-server", "OutpostConformance", "outpost-conformance",
+    "OutpostSimulation", "outpost-sim", "outpost-bench", "OutpostTestSupport", "OutpostMutants",
+    "OutpostTests", "OutpostCompressionTests", "OutpostHTTPTests", "ConformanceTests", "SimulationTests",
+    "OutpostServerTests", "OutpostSignaturesTests", "PackageGraphTests",
+]
+package.targets.removeAll { linuxOnly.contains($0.name) }
+package.products.removeAll { linuxOnly.contains($0.name) }
+#endif

@@ -13,7 +13,7 @@ if [ "$purpose" = "test" ]; then
   # them); the benchmarks' nginx-light and wrk are not needed. postgresql: the PostgreSQL store's tests
   # start a throwaway cluster (initdb, postgres) as the postgres user it creates;
   # util-linux has runuser.
-  # python3-venv: the venvs schemathesis and Selenium are installed into (below).
+  # python3-venv: the venvs schemathesis, tuspy, Selenium and cryptography are installed into (below).
   # chromium, chromium-driver and fonts-dejavu-core: the admin console's browser test
   # (AdminConsoleTests) drives headless Chromium through Selenium and saves screenshots.
   packages+=(gzip procps curl postgresql util-linux python3 python3-venv chromium chromium-driver fonts-dejavu-core)
@@ -67,6 +67,12 @@ if [ "$purpose" = "test" ]; then
   # Debian's chromium and chromedriver (named by path: Selenium never fetches a driver).
   selenium_version=4.51.0
   pinned_venv selenium "$selenium_version" selenium
+
+  # cryptography, whose AES-256-GCM (with Python's hashlib.scrypt) opens the encryption
+  # formats' fixtures from docs/encryption.md alone (Tests/encryption-spec/open_fixtures.py,
+  # run by EncryptionSpecTests): what a web or Android client would have to do.
+  cryptography_version=50.0.2
+  pinned_venv cryptography "$cryptography_version" cryptography
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

@@ -33,6 +33,7 @@ import OutpostCore
 import OutpostCrypto
 import OutpostHTTP
 import OutpostServer
+import OutpostSignatures
 import Synchronization
 
 enum IntegrationsBench {

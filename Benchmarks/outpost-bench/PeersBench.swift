@@ -22,7 +22,7 @@
 //
 // Choices made for the peer are printed with the table and recorded in docs/benchmarks.md.
 import Foundation
-import CLinux
+import OutpostCLinux
 import Glibc
 import OutpostCore
 import OutpostCrypto

@@ -16,7 +16,7 @@
 // records/s; page time at 1,000,000 within 1.5 x of 10,000; long-poll wake-up p99 < 50 ms
 // with 2,000 waiting pulls and < 150 ms with 10,000.
 import Foundation
-import CLinux
+import OutpostCLinux
 import Glibc
 import OutpostCore
 import OutpostSQLite

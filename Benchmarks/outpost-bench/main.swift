@@ -17,6 +17,7 @@ let usage = """
       client   the client SDK: local save latency, initial sync, write-to-other-device latency
       rules    what a rules file costs: a partial first sync, a page, a judged push, each beside the same without
       e2e      what end-to-end encryption costs: save + sync, initial sync, media upload, each beside the same in clear
+      kdf      the Swift scrypt of key exports beside OpenSSL's EVP_PBE_scrypt at the shipped parameters
       integrations what webhooks, provider tokens and tus cost: pushes with a fast and a hanging webhook receiver,
                pulls with ES256 and RS256 tokens, a tus upload, each beside the same without
 
@@ -44,6 +45,8 @@ do {
         try await RulesBench.run(arguments: Array(arguments.dropFirst()))
     case "e2e":
         try await E2EBench.run(arguments: Array(arguments.dropFirst()))
+    case "kdf":
+        try KDFBench.run(arguments: Array(arguments.dropFirst()))
     case "integrations":
         try await IntegrationsBench.run(arguments: Array(arguments.dropFirst()))
     case "-h", "--help", "help":

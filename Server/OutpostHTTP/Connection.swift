@@ -1,6 +1,6 @@
 // One client connection: bytes in through the parser, requests to handlers, responses
 // out through the output queue. Lives on one loop thread; never shared.
-import CLinux
+import OutpostCLinux
 import Glibc
 import OutpostCompression
 

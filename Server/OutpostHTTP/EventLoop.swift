@@ -1,6 +1,6 @@
 // One epoll event loop per thread. Connections live on exactly one loop and are touched
 // only by its thread; other threads (handler tasks) talk to a loop by posting messages.
-import CLinux
+import OutpostCLinux
 import Glibc
 import Synchronization
 

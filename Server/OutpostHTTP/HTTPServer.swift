@@ -1,5 +1,5 @@
 // The public server: event-loop threads, start, graceful shutdown, gauges and hooks.
-import CLinux
+import OutpostCLinux
 import Glibc
 import Synchronization
 

@@ -1,5 +1,5 @@
 // Bytes and file ranges waiting for a socket, in order.
-import CLinux
+import OutpostCLinux
 import Glibc
 
 /// A connection's pending output: byte buffers (small ones coalesced so a head and a

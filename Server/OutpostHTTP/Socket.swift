@@ -1,5 +1,5 @@
 // Thin POSIX socket helpers. Every fd made here is non-blocking and close-on-exec.
-import CLinux
+import OutpostCLinux
 import Glibc
 
 /// A failure starting the server.

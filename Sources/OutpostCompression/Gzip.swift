@@ -1,4 +1,4 @@
-import CZlib
+import OutpostCZlib
 
 /// A gzip failure.
 public enum GzipError: Error, Equatable, Sendable {

@@ -1,14 +1,13 @@
-import CCrypto
-
-/// AES-256-GCM (NIST SP 800-38D) through libcrypto's EVP interface (`EVP_aes_256_gcm`),
-/// with 96-bit nonces and 128-bit tags.
+/// AES-256-GCM (NIST SP 800-38D) with 96-bit nonces and 128-bit tags. The cipher is a
+/// platform primitive (`GCMContext`: libcrypto's EVP on Linux, CryptoKit on Apple
+/// platforms); the checks and the buffer handling around it are here, the same everywhere.
 ///
 /// Sealed bytes are the ciphertext followed by the tag, so a sealed value is always
 /// `plaintext.count + 16` bytes. A nonce must never be used twice under one key: GCM
 /// loses both confidentiality and authenticity when it is.
 ///
-/// Each call here sets up a fresh EVP context and key schedule; for many small records
-/// under one key, `AESGCMKey` keeps the context and sets only the nonce per call.
+/// Each call here sets up a fresh context and key schedule; for many small records under
+/// one key, `AESGCMKey` keeps the context and sets only the nonce per call.
 public enum AESGCM {
     public static let keyByteCount = 32
     public static let nonceByteCount = 12
@@ -47,14 +46,15 @@ public enum AESGCM {
     }
 }
 
-/// One key's AES-256-GCM contexts, reused across calls: the key schedule is computed once
-/// in `init`, and each call sets only the nonce. For many small records (a few hundred
-/// bytes each) this avoids an `EVP_CIPHER_CTX_new` and a key expansion per record.
+/// One key's AES-256-GCM contexts, reused across calls: the key is set up once in `init`,
+/// and each call sets only the nonce. For many small records (a few hundred bytes each)
+/// this avoids a context and a key expansion per record (on Linux, an
+/// `EVP_CIPHER_CTX_new`).
 ///
-/// Not thread-safe, and deliberately not `Sendable`: a call mutates the EVP context, so
-/// one instance belongs to one thread, task or actor (an actor may keep it as a stored
-/// property). The contexts, and the key schedule in them, are freed and cleansed by
-/// libcrypto when the instance is deinitialized.
+/// Not thread-safe, and deliberately not `Sendable`: a call may mutate the context, so one
+/// instance belongs to one thread, task or actor (an actor may keep it as a stored
+/// property). The contexts, and the key schedule in them, are freed and cleansed when the
+/// instance is deinitialized.
 public final class AESGCMKey {
     private let encryptor: GCMContext
     private let decryptor: GCMContext
@@ -112,53 +112,10 @@ public final class AESGCMKey {
     }
 }
 
-/// One EVP_CIPHER_CTX set up for AES-256-GCM in one direction, with the IV length set to
-/// 12 bytes and the key installed; each operation installs only its nonce.
-struct GCMContext: ~Copyable {
-    private let ctx: OpaquePointer
-    private let encrypts: Bool
-
-    /// libcrypto takes lengths as `int`; longer inputs are fed in pieces of this size.
-    private static let maxPiece = 1 << 30
-
-    init(key: [UInt8], encrypt: Bool) throws {
-        guard key.count == AESGCM.keyByteCount else { throw CryptoError.invalidKeyLength(key.count) }
-        guard let ctx = EVP_CIPHER_CTX_new() else { throw CryptoError.library("EVP_CIPHER_CTX_new") }
-        let initName = encrypt ? "EVP_EncryptInit_ex" : "EVP_DecryptInit_ex"
-        // The cipher first, then the IV length (the default is 12 already, but it is set
-        // here so that nothing depends on the default), then the key without an IV.
-        guard Self.initialize(ctx, encrypt: encrypt, cipher: EVP_aes_256_gcm(), key: nil, iv: nil) else {
-            EVP_CIPHER_CTX_free(ctx)
-            throw CryptoError.library(initName)
-        }
-        guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, Int32(AESGCM.nonceByteCount), nil) == 1 else {
-            EVP_CIPHER_CTX_free(ctx)
-            throw CryptoError.library("EVP_CIPHER_CTX_ctrl(EVP_CTRL_GCM_SET_IVLEN)")
-        }
-        let keyed = key.withUnsafeBufferPointer {
-            Self.initialize(ctx, encrypt: encrypt, cipher: nil, key: $0.baseAddress, iv: nil)
-        }
-        guard keyed else {
-            EVP_CIPHER_CTX_free(ctx)
-            throw CryptoError.library(initName)
-        }
-        self.ctx = ctx
-        self.encrypts = encrypt
-    }
-
-    deinit {
-        EVP_CIPHER_CTX_free(ctx)
-    }
-
-    private static func initialize(
-        _ ctx: OpaquePointer, encrypt: Bool, cipher: OpaquePointer?,
-        key: UnsafePointer<UInt8>?, iv: UnsafePointer<UInt8>?
-    ) -> Bool {
-        encrypt
-            ? EVP_EncryptInit_ex(ctx, cipher, nil, key, iv) == 1
-            : EVP_DecryptInit_ex(ctx, cipher, nil, key, iv) == 1
-    }
-
+/// What every platform's `GCMContext` shares: arrays in and out, and the checks of lengths
+/// and room before the primitive runs. The primitive (`GCMContext.init(key:encrypt:)`,
+/// `primitiveSeal`, `primitiveOpen`) is in Primitives/.
+extension GCMContext {
     // MARK: Arrays
 
     func seal(_ plaintext: [UInt8], nonce: [UInt8], aad: [UInt8]) throws -> [UInt8] {
@@ -204,86 +161,43 @@ struct GCMContext: ~Copyable {
         _ plaintext: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
         nonce: UnsafeRawBufferPointer, aad: UnsafeRawBufferPointer
     ) throws -> Int {
-        precondition(encrypts, "GCMContext: seal on a decryption context")
         guard nonce.count == AESGCM.nonceByteCount else { throw CryptoError.invalidNonceLength(nonce.count) }
         let (needed, overflow) = plaintext.count.addingReportingOverflow(AESGCM.tagByteCount)
         guard !overflow else { throw CryptoError.invalidInput("plaintext too long") }
         guard output.count >= needed, let out = output.baseAddress?.assumingMemoryBound(to: UInt8.self) else {
             throw CryptoError.invalidInput("output has room for \(output.count) bytes, sealing needs \(needed)")
         }
-        guard EVP_EncryptInit_ex(ctx, nil, nil, nil, nonce.baseAddress?.assumingMemoryBound(to: UInt8.self)) == 1 else {
-            throw CryptoError.library("EVP_EncryptInit_ex")
-        }
-        try feed(aad, into: nil, function: "EVP_EncryptUpdate")
-        try feed(plaintext, into: out, function: "EVP_EncryptUpdate")
-        // GCM is a stream mode in libcrypto: Update has written every byte, Final writes none.
-        var finalLength: Int32 = 0
-        guard EVP_EncryptFinal_ex(ctx, out + plaintext.count, &finalLength) == 1, finalLength == 0 else {
-            throw CryptoError.library("EVP_EncryptFinal_ex")
-        }
-        guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, Int32(AESGCM.tagByteCount), out + plaintext.count) == 1 else {
-            throw CryptoError.library("EVP_CIPHER_CTX_ctrl(EVP_CTRL_GCM_GET_TAG)")
-        }
+        try primitiveSeal(plaintext, into: out, nonce: nonce, aad: aad)
         return needed
     }
 
+    /// When the tag does not verify, whatever the primitive decrypted into `output` is
+    /// zeroed before `.authenticationFailed` is thrown.
     func open(
         _ sealed: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
         nonce: UnsafeRawBufferPointer, aad: UnsafeRawBufferPointer
     ) throws -> Int {
-        precondition(!encrypts, "GCMContext: open on an encryption context")
         guard nonce.count == AESGCM.nonceByteCount else { throw CryptoError.invalidNonceLength(nonce.count) }
-        guard sealed.count >= AESGCM.tagByteCount, let sealedBase = sealed.baseAddress else {
-            throw Self.shorterThanTag(sealed.count)
-        }
+        guard sealed.count >= AESGCM.tagByteCount else { throw Self.shorterThanTag(sealed.count) }
         let length = sealed.count - AESGCM.tagByteCount
         guard output.count >= length else {
             throw CryptoError.invalidInput("output has room for \(output.count) bytes, opening needs \(length)")
         }
-        let out = output.baseAddress?.assumingMemoryBound(to: UInt8.self)
-        guard EVP_DecryptInit_ex(ctx, nil, nil, nil, nonce.baseAddress?.assumingMemoryBound(to: UInt8.self)) == 1 else {
-            throw CryptoError.library("EVP_DecryptInit_ex")
-        }
-        let tag = UnsafeMutableRawPointer(mutating: sealedBase + length)
-        guard EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, Int32(AESGCM.tagByteCount), tag) == 1 else {
-            throw CryptoError.library("EVP_CIPHER_CTX_ctrl(EVP_CTRL_GCM_SET_TAG)")
-        }
         let unverified = UnsafeMutableRawBufferPointer(rebasing: output[0..<length])
+        let verified: Bool
         do {
-            try feed(aad, into: nil, function: "EVP_DecryptUpdate")
-            try feed(UnsafeRawBufferPointer(rebasing: sealed[0..<length]), into: out, function: "EVP_DecryptUpdate")
+            verified = try primitiveOpen(
+                UnsafeRawBufferPointer(rebasing: sealed[0..<length]), tag: UnsafeRawBufferPointer(rebasing: sealed[length...]),
+                into: output.baseAddress?.assumingMemoryBound(to: UInt8.self), nonce: nonce, aad: aad)
         } catch {
             cleanse(unverified)
             throw error
         }
-        // Final compares the tag (in constant time) and writes no bytes; it is given a
-        // scratch buffer because `output` may be empty.
-        let verified = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: AESGCM.tagByteCount) { scratch in
-            var finalLength: Int32 = 0
-            return EVP_DecryptFinal_ex(ctx, scratch.baseAddress, &finalLength) == 1 && finalLength == 0
-        }
         guard verified else {
             cleanse(unverified)
-            ERR_clear_error()
             throw CryptoError.authenticationFailed
         }
         return length
-    }
-
-    /// Passes `input` through the context: as associated data when `out` is nil, else as
-    /// text whose result goes to `out` (which must have room for `input.count` bytes).
-    private func feed(_ input: UnsafeRawBufferPointer, into out: UnsafeMutablePointer<UInt8>?, function: String) throws {
-        guard let base = input.baseAddress?.assumingMemoryBound(to: UInt8.self), input.count > 0 else { return }
-        var offset = 0
-        while offset < input.count {
-            let piece = min(Self.maxPiece, input.count - offset)
-            var written: Int32 = 0
-            let ok = encrypts
-                ? EVP_EncryptUpdate(ctx, out.map { $0 + offset }, &written, base + offset, Int32(piece))
-                : EVP_DecryptUpdate(ctx, out.map { $0 + offset }, &written, base + offset, Int32(piece))
-            guard ok == 1, out == nil || Int(written) == piece else { throw CryptoError.library(function) }
-            offset += piece
-        }
     }
 
     private static func shorterThanTag(_ count: Int) -> CryptoError {

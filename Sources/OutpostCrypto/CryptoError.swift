@@ -1,4 +1,8 @@
-import CCrypto
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Errors of the primitives.
 public enum CryptoError: Error, Equatable, CustomStringConvertible {
@@ -12,8 +16,9 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
     /// The input cannot be processed as given (sealed text shorter than a tag, an output
     /// buffer too small, KDF parameters out of range, ...).
     case invalidInput(String)
-    /// A libcrypto call failed where it should not have; the text names the function and
-    /// carries libcrypto's own error text when it left one.
+    /// A platform library call failed where it should not have (libcrypto on Linux,
+    /// CryptoKit or CommonCrypto on Apple platforms); the text names the function and
+    /// carries the library's own error text when it left one.
     case libraryFailure(String)
 
     public var description: String {
@@ -22,32 +27,39 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
         case .invalidKeyLength(let n): return "invalid key length: \(n) bytes"
         case .invalidNonceLength(let n): return "invalid nonce length: \(n) bytes"
         case .invalidInput(let why): return "invalid input: \(why)"
-        case .libraryFailure(let what): return "libcrypto failure: \(what)"
+        case .libraryFailure(let what): return "crypto library failure: \(what)"
         }
-    }
-
-    /// A `.libraryFailure` naming `function`, with the oldest error libcrypto queued on this
-    /// thread; the queue is then cleared so that a later failure does not report this one.
-    static func library(_ function: String) -> CryptoError {
-        let code = ERR_get_error()
-        ERR_clear_error()
-        guard code != 0 else { return .libraryFailure("\(function) failed") }
-        var text = [CChar](repeating: 0, count: 256)
-        ERR_error_string_n(code, &text, text.count)
-        let message = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return .libraryFailure("\(function) failed: \(message)")
     }
 }
 
-/// Overwrites `buffer` with zeros in a way the optimizer may not remove, for key material
-/// and unverified plaintext that must not outlive its use.
-func cleanse(_ buffer: UnsafeMutableRawBufferPointer) {
+/// Overwrites `buffer` with zeros, for key material and unverified plaintext that must not
+/// outlive its use. The same code on every platform: a `memset` in a function that is
+/// never inlined and never optimized (`@_optimize(none)`), so no optimizer sees what it
+/// writes, and none can drop the stores as dead because the buffer is freed or never read
+/// after it. (C's `memset` rather than Swift's `initializeMemory`, which unoptimized code
+/// would run a byte at a time: scrypt zeroes its whole table, 128 MiB.)
+@inline(never) @_optimize(none)
+package func cleanse(_ buffer: UnsafeMutableRawBufferPointer) {
     guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-    OPENSSL_cleanse(base, buffer.count)
+    _ = memset(base, 0, buffer.count)
 }
 
 /// Overwrites the bytes of `array` with zeros. Best effort: Swift may already have made
 /// copies of the array's storage that this cannot reach.
-func cleanse(_ array: inout [UInt8]) {
+package func cleanse(_ array: inout [UInt8]) {
     array.withUnsafeMutableBytes { cleanse($0) }
+}
+
+/// Compares two byte strings in time that depends only on their lengths, never on where
+/// they first differ (the defence against timing attacks on signatures and tags): every
+/// byte is read, and the differences are OR-ed together before the one comparison.
+public func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    return a.withUnsafeBufferPointer { pa in
+        b.withUnsafeBufferPointer { pb in
+            var difference: UInt8 = 0
+            for i in 0..<pa.count { difference |= pa[i] ^ pb[i] }
+            return difference == 0
+        }
+    }
 }

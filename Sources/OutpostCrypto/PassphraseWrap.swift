@@ -59,10 +59,17 @@ public struct PassphraseWrap: Sendable, Equatable {
     /// is authenticated as associated data (the caller passes e.g. the key id and the
     /// space), so that a wrap cannot be relabelled as another key's.
     public static func wrap(key: [UInt8], passphrase: String, context: [UInt8], function: Function = defaultScrypt) throws -> PassphraseWrap {
+        try wrap(key: key, passphrase: passphrase, context: context, function: function,
+                 salt: SecureRandom.bytes(saltByteCount), nonce: SecureRandom.bytes(AESGCM.nonceByteCount))
+    }
+
+    /// Wraps with the salt and nonce given: the wrap is then a function of its inputs, as
+    /// the format's fixtures need (docs/encryption.md). Never reuse a nonce under one
+    /// passphrase and salt.
+    package static func wrap(key: [UInt8], passphrase: String, context: [UInt8], function: Function, salt: [UInt8], nonce: [UInt8]) throws -> PassphraseWrap {
         guard key.count == AESGCM.keyByteCount else { throw CryptoError.invalidKeyLength(key.count) }
         try check(function)
-        let salt = SecureRandom.bytes(saltByteCount)
-        let nonce = SecureRandom.bytes(AESGCM.nonceByteCount)
+        guard salt.count == saltByteCount else { throw CryptoError.invalidInput("salt of \(salt.count) bytes, not \(saltByteCount)") }
         var wrappingKey = try derive(function, passphrase: passphrase, salt: salt)
         defer { cleanse(&wrappingKey) }
         let sealed = try AESGCM.seal(key, key: wrappingKey, nonce: nonce, aad: context)

@@ -1,21 +1,32 @@
-import CCrypto
-
-/// Cryptographically secure random bytes from libcrypto's CSPRNG (seeded from the kernel).
+/// Cryptographically secure random bytes from the standard library's
+/// `SystemRandomNumberGenerator`: the kernel's generator on every platform (`getrandom(2)`
+/// on Linux, `arc4random_buf(3)` on Apple platforms), with no library state of its own to
+/// seed. The same Swift everywhere.
 public enum SecureRandom {
     /// `count` random bytes.
     public static func bytes(_ count: Int) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: count)
-        guard count > 0 else { return out }
-        let rc = out.withUnsafeMutableBufferPointer { RAND_bytes($0.baseAddress, Int32($0.count)) }
-        // RAND_bytes fails only when the generator cannot be seeded; continuing with
-        // predictable bytes would be worse than stopping.
-        precondition(rc == 1, "RAND_bytes failed: the random generator is not seeded")
-        return out
+        guard count > 0 else { return [] }
+        return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            var generator = SystemRandomNumberGenerator()
+            var offset = 0
+            while offset < count {
+                // Eight bytes a draw, in little-endian order (any fixed order would do).
+                var word = generator.next()
+                let take = min(8, count - offset)
+                for i in 0..<take {
+                    buffer[offset + i] = UInt8(truncatingIfNeeded: word)
+                    word >>= 8
+                }
+                offset += take
+            }
+            initialized = count
+        }
     }
 
     /// A random unsigned 64-bit integer.
     public static func uint64() -> UInt64 {
-        bytes(8).reduce(0) { ($0 << 8) | UInt64($1) }
+        var generator = SystemRandomNumberGenerator()
+        return generator.next()
     }
 }
 

@@ -1,4 +1,4 @@
-import CLibPQ
+import OutpostCLibPQ
 #if canImport(Glibc)
 import Glibc
 #endif

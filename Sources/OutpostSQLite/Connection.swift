@@ -1,4 +1,4 @@
-import CSQLite
+import OutpostCSQLite
 
 /// One SQLite database connection.
 ///

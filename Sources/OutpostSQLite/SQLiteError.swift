@@ -1,4 +1,4 @@
-import CSQLite
+import OutpostCSQLite
 
 /// A failure reported by SQLite.
 ///

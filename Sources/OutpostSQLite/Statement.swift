@@ -1,4 +1,4 @@
-import CSQLite
+import OutpostCSQLite
 
 /// A value SQLite stores in a column or takes as a parameter.
 public enum SQLiteValue: Sendable, Equatable, Hashable {

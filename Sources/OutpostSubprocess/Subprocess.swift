@@ -12,7 +12,7 @@
 //   child never blocks on a full pipe and a caller never deadlocks reading one while the
 //   child fills the other;
 // - every wait is on a condition that the reaper or a reader signals, with a deadline.
-import CLinux
+import OutpostCLinux
 import Foundation
 import Glibc
 

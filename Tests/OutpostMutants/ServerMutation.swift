@@ -3,6 +3,7 @@ import OutpostCore
 import OutpostCrypto
 import OutpostHTTP
 import OutpostServer
+import OutpostSignatures
 import Synchronization
 
 /// Deliberate bugs, one at a time, for the mutation tests: a suite that cannot fail proves

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import CSQLite
+import OutpostCSQLite
 @testable import OutpostSQLite
 
 /// A fresh temporary directory per test, removed afterwards.

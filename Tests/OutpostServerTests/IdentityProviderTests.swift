@@ -1,6 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import OutpostSignatures
 import OutpostTestSupport
 import Testing
 @testable import OutpostServer

@@ -2,6 +2,7 @@ import Foundation
 import OutpostCore
 import OutpostCrypto
 import OutpostHTTP
+import OutpostSignatures
 import OutpostTestSupport
 import Synchronization
 

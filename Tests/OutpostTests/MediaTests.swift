@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostCrypto
 import OutpostTestSupport
 import Synchronization
 import Testing
@@ -84,7 +85,7 @@ func mediaBytes(_ count: Int, seed: UInt64) -> Data {
     return Data(random.bytes(count))
 }
 
-func sha256Hex(_ data: Data) -> String { hexString(StreamingSHA256.hash(data)) }
+func sha256Hex(_ data: Data) -> String { hexString(SHA256.hash(data)) }
 
 /// A file's bytes, read on a thread of its own.
 func contents(of url: URL) async throws -> Data {
@@ -408,7 +409,7 @@ actor FakeMediaServer: MediaTransport {
     func putChunk(_ bytes: Data, digest: [UInt8], index: Int, uploadId: String, space: String) async throws -> ChunkReceipt {
         puts.append(index)
         guard uploads[uploadId] != nil else { throw Self.refused(404, "upload_not_found") }
-        guard StreamingSHA256.hash(bytes) == digest else { throw Self.refused(422, "digest_mismatch") }
+        guard SHA256.hash(bytes) == digest else { throw Self.refused(422, "digest_mismatch") }
         uploads[uploadId]!.chunks[index] = bytes
         return ChunkReceipt(index: index, received: uploads[uploadId]!.chunks.count)
     }

@@ -78,8 +78,9 @@ final class RecordCipher: Sendable {
         let description: String
     }
 
-    /// The wire data of a put whose content is `data` (compact JSON of an object).
-    func seal(collection: String, id: String, data: [UInt8]) throws -> JSONObject {
+    /// The wire data of a put whose content is `data` (compact JSON of an object), sealed
+    /// under `nonce` (random; given only to make the format's fixtures).
+    func seal(collection: String, id: String, data: [UInt8], nonce: [UInt8] = SecureRandom.bytes(AESGCM.nonceByteCount)) throws -> JSONObject {
         let clear = clearFields[collection] ?? []
         var plaintext = data
         var clearPart = JSONObject()
@@ -91,7 +92,6 @@ final class RecordCipher: Sendable {
             }
             plaintext = encodeObject(sealedPart)
         }
-        let nonce = SecureRandom.bytes(AESGCM.nonceByteCount)
         let (kid, sealed) = try state.withLock { s -> (String, [UInt8]) in
             let kid = s.ring.current
             guard let context = try s.context(kid) else { throw EncryptionError.noKeyring(space: space) }

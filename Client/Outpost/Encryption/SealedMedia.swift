@@ -191,7 +191,7 @@ final class PieceHasher: Sendable {
 
     init() {
         DispatchQueue(label: "outpost.media.seal-hash").async { [self] in
-            var hasher = StreamingSHA256()
+            var hasher = SHA256()
             while true {
                 ready.wait()
                 guard let piece = pieces.withLock({ $0.removeFirst() }) else { break }

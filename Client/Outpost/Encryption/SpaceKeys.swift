@@ -287,9 +287,16 @@ public enum SpaceKeys {
         let function = derivation == .scrypt ? PassphraseWrap.defaultScrypt : PassphraseWrap.defaultPBKDF2
         guard let ring = try keys.keyring(space: space) else { throw EncryptionError.noKeyring(space: space) }
         guard !passphrase.isEmpty else { throw EncryptionError.invalidKeyring("the passphrase is empty") }
-        let transport = SecureRandom.bytes(AESGCM.keyByteCount)
-        let wrap = try PassphraseWrap.wrap(key: transport, passphrase: passphrase, context: context(space), function: function)
-        let ringNonce = SecureRandom.bytes(AESGCM.nonceByteCount)
+        return try export(ring, space: space, passphrase: passphrase, function: function,
+                          salt: SecureRandom.bytes(PassphraseWrap.saltByteCount), nonce: SecureRandom.bytes(AESGCM.nonceByteCount),
+                          transport: SecureRandom.bytes(AESGCM.keyByteCount), ringNonce: SecureRandom.bytes(AESGCM.nonceByteCount))
+    }
+
+    /// The export of `ring` with every random input given: a function of its inputs, which
+    /// the format's fixtures are made with (docs/encryption.md, "Formats").
+    static func export(_ ring: Keyring, space: String, passphrase: String, function: PassphraseWrap.Function,
+                       salt: [UInt8], nonce: [UInt8], transport: [UInt8], ringNonce: [UInt8]) throws -> String {
+        let wrap = try PassphraseWrap.wrap(key: transport, passphrase: passphrase, context: context(space), function: function, salt: salt, nonce: nonce)
         let sealedRing = try AESGCM.seal(ring.json.encoded(canonical: true), key: transport, nonce: ringNonce, aad: context(space))
         let kdf: JSONValue
         switch wrap.function {

@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostCrypto
 import Synchronization
 
 /// An Outpost server in process, for tests and previews: two stores on one
@@ -383,7 +384,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
                 }
                 order.append(inputs.count)
                 results.append(.rejected(change.changeId, .invalidChange, ""))
-                inputs.append(PushRules.Input(change: change, fingerprint: Digest.sha256(change.fingerprintMaterial()), data: change.canonicalData()))
+                inputs.append(PushRules.Input(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), data: change.canonicalData()))
             }
             let decided: [PushResult]
             if conflictAll {

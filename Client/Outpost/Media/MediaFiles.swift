@@ -4,36 +4,18 @@
 // hash; a blocked pool thread would stall every other task of the app).
 import Dispatch
 import Foundation
-import Synchronization
-#if canImport(CryptoKit)
-import CryptoKit
-#else
 import OutpostCrypto
-#endif
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
 
-/// Streaming SHA-256 behind the same seam as `Digest` (CryptoKit on Apple platforms,
-/// libcrypto here).
-struct StreamingSHA256: ~Copyable {
-    #if canImport(CryptoKit)
-    private var hasher = CryptoKit.SHA256()
-    mutating func update(_ bytes: UnsafeRawBufferPointer) { hasher.update(bufferPointer: bytes) }
-    consuming func finalize() -> [UInt8] { Array(hasher.finalize()) }
-    #else
-    private var hasher = OutpostCrypto.SHA256()
-    mutating func update(_ bytes: UnsafeRawBufferPointer) { hasher.update(bytes) }
-    consuming func finalize() -> [UInt8] { hasher.finalize() }
-    #endif
-
-    init() {}
-
-    /// The digest of `data`.
+extension SHA256 {
+    /// The digest of `data`, hashed where it lies.
     static func hash(_ data: Data) -> [UInt8] {
-        var h = StreamingSHA256()
+        var h = SHA256()
         data.withUnsafeBytes { h.update($0) }
         return h.finalize()
     }
@@ -133,7 +115,7 @@ enum MediaFiles {
             for _ in 0..<3 {
                 let (fd, before) = try openForReading(path)
                 defer { close(fd) }
-                var hasher = StreamingSHA256()
+                var hasher = SHA256()
                 var buffer = [UInt8](repeating: 0, count: 1 << 20)
                 var total: Int64 = 0
                 while true {

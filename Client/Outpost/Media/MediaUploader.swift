@@ -192,7 +192,7 @@ public actor MediaUploader {
         try? await store.noteDownloadDirectory(destination.deletingLastPathComponent().path)
         let file = try await DownloadFile.create(destination: destination.path)
         do {
-            var hasher = StreamingSHA256()
+            var hasher = SHA256()
             var offset: Int64 = 0
             var written: Int64 = 0
             let piece = Int64(max(1, options.downloadPieceBytes))
@@ -568,7 +568,7 @@ public actor MediaUploader {
                     group.addTask {
                         let offset = Int64(index) * Int64(chunkSize)
                         let bytes = try await reader.read(offset: offset, length: Int(min(Int64(chunkSize), size - offset)))
-                        let digest = StreamingSHA256.hash(bytes)
+                        let digest = SHA256.hash(bytes)
                         let receipt = try await transport.putChunk(bytes, digest: digest, index: index, uploadId: uploadId, space: space)
                         guard receipt.index == index else {
                             throw MediaError.protocolViolation("chunk \(index) was answered as chunk \(receipt.index)")

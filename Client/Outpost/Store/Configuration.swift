@@ -60,7 +60,7 @@ extension OutpostStore {
         /// Pulled records of `collection` must decode as `type`, else they are quarantined
         /// (`OutpostStore.quarantinedRecords()`) instead of stopping the pull or breaking
         /// `all(_:in:)` later.
-        public mutating func validate<T: Decodable & SendableMetatype>(_ type: T.Type, in collection: String) {
+        public mutating func validate<T: Decodable & OutpostSendableMetatype>(_ type: T.Type, in collection: String) {
             validators[collection] = { object in _ = try JSONValue.object(object).decode(T.self) }
         }
     }

@@ -1,5 +1,6 @@
 import OutpostCore
 import OutpostCrypto
+import OutpostSignatures
 
 /// A key that verifies provider tokens: RSA for RS256, P-256 for ES256.
 enum VerificationKey: Sendable {

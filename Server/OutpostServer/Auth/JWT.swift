@@ -1,6 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import OutpostSignatures
 
 /// What a verified token allows (PROTOCOL.md section 2).
 public struct Claims: Sendable, Equatable {

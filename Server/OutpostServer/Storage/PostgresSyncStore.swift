@@ -1,4 +1,4 @@
-import CLinux
+import OutpostCLinux
 import Foundation
 import OutpostCore
 import OutpostPostgres

@@ -1,6 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import OutpostSignatures
 import Synchronization
 
 /// Delivers one webhook's batches, in a task of its own, so a slow or failing receiver

@@ -83,4 +83,5 @@ func unixNowMs() -> Int64 {
 
 #if canImport(Glibc)
 import Glibc
+import OutpostSignatures
 #endif

@@ -1,6 +1,8 @@
-import CCrypto
+import OutpostCCrypto
+import OutpostCrypto
 
-/// HMAC-SHA256 (RFC 2104) through libcrypto.
+/// HMAC-SHA256 (RFC 2104) through libcrypto: the server's HS256 tokens and webhook
+/// signatures. The SDK has no use for it, so it is not one of OutpostCrypto's primitives.
 public enum HMACSHA256 {
     /// The 32-byte authentication code of `message` under `key`.
     public static func authenticate<Key: Sequence, Message: Sequence>(_ message: Message, key: Key) -> [UInt8]
@@ -26,15 +28,5 @@ public enum HMACSHA256 {
     public static func verify<Key: Sequence, Message: Sequence>(_ mac: [UInt8], message: Message, key: Key) -> Bool
     where Key.Element == UInt8, Message.Element == UInt8 {
         constantTimeEquals(mac, authenticate(message, key: key))
-    }
-}
-
-/// Compares two byte strings in time that depends only on their lengths, never on where
-/// they first differ (the defence against timing attacks on signatures).
-public func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    guard a.count == b.count else { return false }
-    if a.isEmpty { return true }
-    return a.withUnsafeBytes { pa in
-        b.withUnsafeBytes { pb in CRYPTO_memcmp(pa.baseAddress, pb.baseAddress, a.count) == 0 }
     }
 }

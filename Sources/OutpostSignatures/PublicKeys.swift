@@ -1,4 +1,5 @@
-import CCrypto
+import OutpostCCrypto
+import OutpostCrypto
 
 // Public-key signatures for JSON Web Tokens (RFC 7518 section 3): RS256 (RSASSA-PKCS1-v1_5
 // with SHA-256) and ES256 (ECDSA on P-256 with SHA-256), through libcrypto's EVP

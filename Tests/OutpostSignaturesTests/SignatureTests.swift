@@ -1,5 +1,6 @@
+import OutpostCrypto
 import Testing
-@testable import OutpostCrypto
+@testable import OutpostSignatures
 
 /// RS256 and ES256 (RFC 7518 section 3) against the examples of RFC 7515 appendix A, and
 /// the refusals the verifiers make before libcrypto sees a byte.
