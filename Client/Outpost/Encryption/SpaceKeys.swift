@@ -120,6 +120,11 @@ public protocol KeyStore: Sendable {
 public enum EncryptionError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The store is configured for encryption but the key store has no keyring for its space.
     case noKeyring(space: String)
+    /// The store file was restored from a backup of another device (whose client id it
+    /// had is given), and its space's keys did not come with it: they never leave the
+    /// device they were made or imported on. Import them (`SpaceKeys.import`) from a
+    /// device that has them; the store's queued edits wait meanwhile.
+    case keysNotOnThisDevice(space: String, restoredFrom: String)
     /// The store file was written with encryption and is opened without it (or the reverse
     /// would push plaintext: see `OutpostStore.init`).
     case encryptionRequired(space: String)
@@ -135,6 +140,8 @@ public enum EncryptionError: Error, Sendable, Hashable, CustomStringConvertible 
     public var description: String {
         switch self {
         case .noKeyring(let s): "there is no key for space \(s) on this device: create one (outpost key create) or import one (outpost key import)"
+        case .keysNotOnThisDevice(let s, let from):
+            "this store was restored from a backup of another device (client \(from)) and the keys of space \(s) are not on this device: import them from a device that has them (SpaceKeys.import, outpost key import); the store's queued edits are kept"
         case .encryptionRequired(let s): "the store of space \(s) is end-to-end encrypted: open it with Configuration.encryption set"
         case .invalidKeyring(let m): "invalid keyring: \(m)"
         case .wrongPassphrase: "wrong passphrase: it does not open this exported key (or the export was altered)"
@@ -145,9 +152,10 @@ public enum EncryptionError: Error, Sendable, Hashable, CustomStringConvertible 
 }
 
 /// Keyrings in one JSON file of mode 0600 (`{"v":1,"spaces":{space: keyring}}`), written
-/// whole to a temporary file of mode 0600 and renamed into place, so a crash leaves the old
-/// file or the new one. A file that others can read is refused, as ssh refuses a key file:
-/// its keys may already be known to someone else.
+/// whole to a temporary file of mode 0600, synced and renamed into place, and the directory
+/// synced, so a crash or a power loss leaves the old file or the new one. A file that
+/// others can read is refused, as ssh refuses a key file: its keys may already be known to
+/// someone else.
 public struct FileKeyStore: KeyStore {
     /// The file.
     public let path: String
@@ -164,16 +172,8 @@ public struct FileKeyStore: KeyStore {
         var all = try read()
         all[space] = keyring
         let document = JSONValue.object(["v": 1, "spaces": .object(JSONObject(all.keys.sorted().map { ($0, all[$0]!.json) }))])
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw EncryptionError.keyFile("cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        let bytes = document.encoded(canonical: true)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == bytes.count, synced, rename(temporary, path) == 0 else {
-            unlink(temporary)
-            throw EncryptionError.keyFile("cannot write \(path): \(String(cString: strerror(errno)))")
+        do { try Platform.writeDurably(document.encoded(canonical: true), to: path, mode: 0o600) } catch {
+            throw EncryptionError.keyFile("cannot write \(path): \(error)")
         }
     }
 

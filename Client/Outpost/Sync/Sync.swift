@@ -17,11 +17,23 @@ extension OutpostStore {
     }
 
     /// One sync; with `dueOnly` (the scheduler's syncs), a change waits for its retry time.
+    ///
+    /// It runs in a task of its own, kept in `runningSync`, so that a suspension whose
+    /// time runs out can cancel it (`suspend()`); cancelling the caller cancels it too.
     @discardableResult
     func sync(dueOnly: Bool) async throws -> SyncReport {
+        guard file?.readOnly != true else { throw OutpostError.readOnly }
         guard let transport else { throw OutpostError.noTransport }
-        await acquireSyncGate()
+        try await acquireSyncGate()
         defer { releaseSyncGate() }
+        let work = Task { try await self.run(transport, dueOnly: dueOnly) }
+        runningSync = work
+        defer { runningSync = nil }
+        return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
+    }
+
+    /// The sync itself, under the gate.
+    private func run(_ transport: any SyncTransport, dueOnly: Bool) async throws -> SyncReport {
         let startedAt = now(), started = ContinuousClock.now
         var failure: OutpostError?
         var report = SyncReport()
