@@ -291,7 +291,7 @@ func run(_ o: Options) async throws -> Int32 {
     case "upload":
         return try await upload(o, args)
     case "key":
-        return try key(o, args)
+        return try await key(o, args)
     case "reencrypt":
         try expect(0...0)
         let store = try openStore(o, needsSync: false)
@@ -401,7 +401,7 @@ func syncSpaces(_ o: Options, all: Bool) async throws -> Int32 {
 }
 
 /// `key create|export|import|rotate`: the space's keys in `--key-file`.
-func key(_ o: Options, _ args: [String]) throws -> Int32 {
+func key(_ o: Options, _ args: [String]) async throws -> Int32 {
     guard let keyFile = o.keyFile else { throw UsageError(message: "key commands need --key-file (or OUTPOST_KEY_FILE)") }
     let keys = FileKeyStore(path: keyFile)
     var rest = args.dropFirst()
@@ -437,7 +437,7 @@ func key(_ o: Options, _ args: [String]) throws -> Int32 {
         let key = try SpaceKeys.create(space: try space(), in: keys)
         print(json(["space": .string(try space()), "kid": .string(key.id)]))
     case "export":
-        print(try SpaceKeys.export(space: try space(), from: keys, passphrase: try passphrase(), derivation: pbkdf2 ? .pbkdf2SHA256 : .scrypt))
+        print(try await SpaceKeys.export(space: try space(), from: keys, passphrase: try passphrase(), derivation: pbkdf2 ? .pbkdf2SHA256 : .scrypt))
     case "import":
         guard positional.count == 1 else { throw UsageError(message: "usage: key import FILE|-") }
         let text: String
@@ -447,7 +447,7 @@ func key(_ o: Options, _ args: [String]) throws -> Int32 {
             guard let data = FileManager.default.contents(atPath: positional[0]) else { throw UsageError(message: "cannot read \(positional[0])") }
             text = String(decoding: data, as: UTF8.self)
         }
-        let imported = try SpaceKeys.import(text, passphrase: try passphrase(), into: keys, space: o.space)
+        let imported = try await SpaceKeys.import(text, passphrase: try passphrase(), into: keys, space: o.space)
         let ring = try keys.keyring(space: imported)
         print(json(["space": .string(imported), "kid": ring.map { .string($0.current) } ?? .null,
                     "keys": .number(JSONNumber(ring?.keys.count ?? 0))]))
