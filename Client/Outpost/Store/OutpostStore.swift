@@ -53,7 +53,7 @@ public actor OutpostStore {
     /// Records the running sync's pull has received so far (for `SyncProgress`).
     var pulledThisSync = 0
     /// One sync (or re-pull, epoch change, long-poll page) at a time.
-    let syncGate = SyncGate()
+    nonisolated let syncGate = SyncGate()
     /// The task of the sync running now: `suspend()` cancels it when its caller is.
     var runningSync: Task<SyncReport, any Error>?
     var cachedLimits: (limits: Limits, fetchedAt: Int64)?

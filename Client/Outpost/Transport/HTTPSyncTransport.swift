@@ -332,10 +332,13 @@ extension TransportError {
     static func classifying(_ error: any Error) -> TransportError {
         let code = (error as? URLError)?.code.rawValue ?? (error as NSError).code
         switch code {
+        case NSURLErrorAppTransportSecurityRequiresSecureConnection:
+            // The app's own setting refused it, before any byte left: say which.
+            return .notSent("App Transport Security refused a plain http:// request (use https, or allow the host with an NSAppTransportSecurity exception in Info.plist; docs/client.md): \(error.localizedDescription)")
         case NSURLErrorCannotConnectToHost, NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed, NSURLErrorNotConnectedToInternet,
              NSURLErrorBadURL, NSURLErrorUnsupportedURL, NSURLErrorSecureConnectionFailed, NSURLErrorServerCertificateUntrusted,
              NSURLErrorServerCertificateHasBadDate, NSURLErrorServerCertificateHasUnknownRoot, NSURLErrorServerCertificateNotYetValid,
-             NSURLErrorClientCertificateRejected, NSURLErrorClientCertificateRequired, NSURLErrorAppTransportSecurityRequiresSecureConnection,
+             NSURLErrorClientCertificateRejected, NSURLErrorClientCertificateRequired,
              NSURLErrorInternationalRoamingOff, NSURLErrorDataNotAllowed:
             return .notSent(error.localizedDescription)
         default:

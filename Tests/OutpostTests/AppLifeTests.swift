@@ -1,0 +1,281 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Synchronization
+import Testing
+@testable import Outpost
+
+/// An app's life on iOS, on the portable paths Linux runs (docs/client.md, "An app's life on
+/// iOS"): suspension releases the store's file and lock, readers in other processes, a
+/// store that opens in a directory not made yet, durable renames, the cancellable sync
+/// gate, and a store restored from another device's backup.
+@Suite("An app's life: suspension, readers, restores, durability", .serialized, .serverLogs)
+struct AppLifeTests {
+    /// The `outpost` command-line client on the store's file: a second process.
+    static func outpost(_ arguments: [String], environment: [String: String] = [:]) async throws -> CLITests.Run {
+        try await blocking { try CLITests.outpost(arguments, environment: environment) }
+    }
+
+    @Test func aSuspendedStoreLetsAnotherProcessTakeTheFileAndResumesWhereItWas() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appending("s.sqlite")
+            let world = World()
+            let store = try world.device("phone", path: path)
+            try await store.put(todo("first"), in: "todos", id: "t1")
+
+            // Held: another process cannot write, and reads alongside.
+            let refused = try await Self.outpost(["--store", path, "put", "todos", "t2", #"{"title":"from the extension"}"#])
+            #expect(refused.status == 1 && refused.stderr.contains("already open"), "\(refused.stderr)")
+            let listed = try await Self.outpost(["--store", path, "list", "todos"])
+            #expect(listed.status == 0 && listed.lines.map { $0["id"] } == ["t1"], "\(listed.stdout) \(listed.stderr)")
+
+            await store.suspend()
+            #expect(await store.isSuspended)
+            await #expect(throws: OutpostError.suspended) { try await store.put(todo("x"), in: "todos", id: "t9") }
+            await #expect(throws: OutpostError.suspended) { try await store.sync() }
+            let written = try await Self.outpost(["--store", path, "put", "todos", "t2", #"{"title":"from the extension"}"#])
+            #expect(written.status == 0, "the lock is free while the store is suspended: \(written.stderr)")
+
+            try await store.resume()
+            #expect(try await store.data("todos", "t2") == ["title": "from the extension"], "what the other process wrote")
+            try await store.put(todo("after"), in: "todos", id: "t3")
+            #expect(try await store.sync().pushed == 3)
+            #expect(world.serverData("todos", "t2") == ["title": "from the extension"])
+            let again = try await Self.outpost(["--store", path, "put", "todos", "t4", "{}"])
+            #expect(again.status == 1, "resumed: the lock is held again")
+
+            // A store of this process opened while it is suspended (an extension in the same
+            // process): the suspended one cannot resume until that one is closed.
+            await store.suspend()
+            let other = try world.device("phone", path: path)
+            #expect(try await other.data("todos", "t3") == todo("after"))
+            await #expect(throws: OutpostError.storeInUse(path: path)) { try await store.resume() }
+            #expect(await store.isSuspended)
+            await other.close()
+            try await store.resume()
+            #expect(try await store.records(in: "todos").count == 3)
+            await store.close()
+            await #expect(throws: OutpostError.closed) { try await store.resume() }
+
+            // Reopened after a suspension and a close: the file is whole.
+            let reopened = try world.device("phone", path: path)
+            #expect(try await reopened.records(in: "todos").map(\.id) == ["t1", "t2", "t3"])
+            #expect(try await reopened.pendingChanges().isEmpty)
+            await reopened.close()
+        }
+    }
+
+    @Test func aSuspensionWaitsForTheRunningSyncAndItsCancellationCancelsTheSync() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appending("s.sqlite")
+            let world = World()
+            let store = try world.device("phone", path: path)
+            try await store.put(todo("kept"), in: "todos", id: "t1")
+            world.server.inject(.hang, on: .push, times: 2)
+
+            // A resume() while the suspension waits calls it off: the store stays open.
+            var sync = Task { try await store.sync() }
+            try await eventually("the sync is under way") { await store.runningSync != nil }
+            var suspension = Task { await store.suspend() }
+            try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
+            try await store.resume()
+            sync.cancel()
+            _ = await sync.result
+            await suspension.value
+            #expect(await store.isSuspended == false)
+            #expect(throws: OutpostError.storeInUse(path: path)) { try world.device("phone", path: path) }
+
+            // Cancelling the suspension's task (a background task's time is up) cancels the
+            // sync, and the store suspends without waiting for its answer.
+            sync = Task { try await store.sync() }
+            try await eventually("the sync is under way") { await store.runningSync != nil }
+            suspension = Task { await store.suspend() }
+            try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
+            suspension.cancel()
+            await suspension.value
+            #expect(await store.isSuspended)
+            await #expect(throws: (any Error).self) { try await sync.value }
+            let other = try world.device("phone", path: path)
+            #expect(try await other.pendingChanges().map(\.id) == ["t1"], "the change is kept, in doubt")
+            await other.close()
+            await store.close()
+        }
+    }
+
+    @Test func aCancelledSyncWaitingForTheGateLeavesAtOnce() async throws {
+        let world = World()
+        let store = try world.device("phone")
+        try await store.put(todo("x"), in: "todos", id: "t1")
+        world.server.inject(.hang, on: .push)
+        let foreground = Task { try await store.sync() }
+        try await eventually("the foreground sync holds the gate") { await store.runningSync != nil }
+        let finished = Atomic(false)
+        let background = Task {
+            defer { finished.store(true, ordering: .relaxed) }
+            return try await store.sync()
+        }
+        try await eventually("the background sync waits its turn") { store.syncGate.waiting == 1 }
+        background.cancel()
+        try await eventually("the cancelled sync returned while the other still holds the gate") { finished.load(ordering: .relaxed) }
+        await #expect(throws: CancellationError.self) { try await background.value }
+        #expect(store.syncGate.waiting == 0)
+        #expect(await store.runningSync != nil, "the foreground sync still runs")
+        foreground.cancel()
+        _ = await foreground.result
+        #expect(try await store.sync().pushed == 1, "the gate is free again")
+    }
+
+    @Test func theLifecycleSuspendsInTheBackgroundUnlessBackgroundWorkHoldsTheStore() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appending("s.sqlite")
+            let world = World()
+            let store = try world.device("phone", path: path)
+            let lifecycle = StoreLifecycle(store: store)
+            try await store.put(todo("a"), in: "todos", id: "t1")
+
+            await lifecycle.enteredBackground()
+            #expect(await store.isSuspended)
+            let extensionStore = try world.device("phone", path: path)
+            await extensionStore.close()
+
+            // A background task's sync: the store is open for it, suspended after it.
+            let report = try await lifecycle.whileOpen { store in
+                #expect(await store.isSuspended == false)
+                return try await store.sync()
+            }
+            #expect(report.pushed == 1)
+            #expect(await store.isSuspended)
+
+            // Back to the foreground while a suspension waits for a sync: it stays open.
+            try await lifecycle.enteringForeground()
+            #expect(await store.isSuspended == false)
+            try await store.put(todo("b"), in: "todos", id: "t2")
+            world.server.inject(.hang, on: .push)
+            let sync = Task { try await store.sync() }
+            try await eventually("the sync is under way") { await store.runningSync != nil }
+            let background = Task { await lifecycle.enteredBackground() }
+            try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
+            try await lifecycle.enteringForeground()
+            sync.cancel()
+            _ = await sync.result
+            await background.value
+            #expect(await store.isSuspended == false)
+            #expect(try await store.sync().pushed == 1)
+            await store.close()
+        }
+    }
+
+    @Test func aReaderInAnotherProcessOrThisOneReadsWhileTheAppHoldsTheStore() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appending("s.sqlite")
+            let world = World()
+            let app = try world.device("phone", path: path)
+            try await app.put(todo("one"), in: "todos", id: "t1")
+            let reader = try OutpostStore.reader(path: path, configuration: world.configuration("phone"))
+            #expect(reader.clientId == "phone")
+            #expect(try await reader.data("todos", "t1") == todo("one"))
+            try await app.put(todo("two"), in: "todos", id: "t2")
+            #expect(try await reader.records(in: "todos").count == 2, "the app's later write")
+            #expect(try await reader.status().pending == 2)
+            await #expect(throws: OutpostError.readOnly) { try await reader.put(todo("x"), in: "todos", id: "t3") }
+            await #expect(throws: OutpostError.readOnly) { try await reader.sync() }
+
+            // The app suspended (its connection closed): the reader still opens the file.
+            await app.suspend()
+            let later = try OutpostStore.reader(path: path, configuration: world.configuration("phone"))
+            #expect(try await later.records(in: "todos").count == 2)
+            await later.close()
+            await reader.close()
+            #expect(throws: OutpostError.spaceMismatch(stored: "team", configured: "other")) {
+                try OutpostStore.reader(path: path, configuration: .init(space: "other"))
+            }
+            #expect(throws: OutpostError.self) { try OutpostStore.reader(path: dir.appending("absent.sqlite"), configuration: .init(space: "team")) }
+            try await app.resume()
+            await app.close()
+            let status = try await Self.outpost(["--store", path, "status"])
+            #expect(status.status == 0 && status.json?["pending"] == 2, "\(status.stdout) \(status.stderr)")
+        }
+    }
+
+    @Test func aStoreOpensInADirectoryThatDoesNotExistYet() async throws {
+        try await withTemporaryDirectory { dir in
+            // Application Support does not exist at an app's first launch.
+            let path = dir.appending("Library/Application Support/Outpost/s.sqlite")
+            var configuration = World().configuration("phone")
+            #expect(configuration.fileProtection == .completeUntilFirstUserAuthentication, "the default lets a locked phone sync")
+            configuration.fileProtection = .complete
+            let store = try OutpostStore(path: path, configuration: configuration)
+            try await store.put(todo("x"), in: "todos", id: "t1")
+            await store.close()
+            #expect(FileManager.default.fileExists(atPath: path))
+        }
+    }
+
+    @Test func fullDurabilityAsksForFullFsyncAndCheckpointsAlwaysDo() async throws {
+        try await withTemporaryDirectory { dir in
+            var configuration = World().configuration("phone")
+            configuration.durability = .full
+            let store = try OutpostStore(path: dir.appending("full.sqlite"), configuration: configuration)
+            #expect(try await store.pragma("fullfsync") == 1)
+            #expect(try await store.pragma("checkpoint_fullfsync") == 1)
+            #expect(try await store.pragma("synchronous") == 2)
+            // The sync's own bookkeeping commits with NORMAL, without the drive flush.
+            try await store.useDurability(.normal)
+            #expect(try await store.pragma("fullfsync") == 0)
+            #expect(try await store.pragma("checkpoint_fullfsync") == 1)
+            try await store.useDurability(.full)
+            #expect(try await store.pragma("fullfsync") == 1)
+            await store.close()
+            configuration.durability = .normal
+            let normal = try OutpostStore(path: dir.appending("normal.sqlite"), configuration: configuration)
+            #expect(try await normal.pragma("fullfsync") == 0)
+            #expect(try await normal.pragma("checkpoint_fullfsync") == 1)
+            await normal.close()
+        }
+    }
+
+    /// The key file is written to a temporary file, synced, renamed over the old one, and
+    /// then its directory is synced (a rename is an entry of the directory, which POSIX
+    /// leaves to the directory's own sync): seen from outside with strace.
+    @Test func theKeyFileIsRenamedIntoPlaceAndItsDirectorySynced() async throws {
+        try await withTemporaryDirectory { dir in
+            let keys = dir.appending("team.keys"), trace = dir.appending("trace")
+            let run = try await blocking {
+                try Subprocess.run("/usr/bin/strace", ["-f", "-qq", "-e", "trace=openat,rename,renameat,renameat2,fsync,fdatasync", "-o", trace,
+                                                        BuildProducts.executable("outpost"), "--key-file", keys, "--space", "team", "key", "create"])
+            }
+            #expect(run.status == 0, "\(run.output) \(run.error)")
+            let lines = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").map(String.init)
+            let renamed = try #require(lines.firstIndex { $0.contains("rename") && $0.contains("\"\(keys)\"") && $0.hasSuffix("= 0") },
+                                       "no rename onto the key file in:\n\(lines.joined(separator: "\n"))")
+            let after = lines[renamed...]
+            let opened = try #require(after.first { $0.contains("openat(") && $0.contains("\"\(dir.path)\"") && $0.contains("O_DIRECTORY") },
+                                      "the directory was not opened after the rename:\n\(after.joined(separator: "\n"))")
+            let fd = try #require(opened.split(separator: "=").last?.trimmingCharacters(in: .whitespaces))
+            #expect(after.contains { $0.contains("fsync(\(fd))") && $0.hasSuffix("= 0") }, "the directory was not synced:\n\(after.joined(separator: "\n"))")
+            // The temporary file was synced before the rename.
+            #expect(lines[..<renamed].contains { $0.contains("fsync(") && $0.hasSuffix("= 0") })
+        }
+    }
+
+    @Test func plainHTTPRefusedByAppTransportSecuritySaysSo() {
+        let error = TransportError.classifying(URLError(.appTransportSecurityRequiresSecureConnection))
+        guard case .notSent(let message) = error else {
+            Issue.record("\(error) is not notSent: nothing left the device")
+            return
+        }
+        #expect(message.contains("App Transport Security") && message.contains("NSAppTransportSecurity"), "\(message)")
+    }
+}
+
+extension OutpostStore {
+    /// A pragma's value on the store's connection.
+    func pragma(_ name: String) throws -> Int64? {
+        try read { try $0.db.scalarInt("PRAGMA \(name)") }
+    }
+
+    /// The durability of the next commits (as a sync's bookkeeping sets it).
+    func useDurability(_ durability: Durability) throws {
+        try read { try $0.use(durability) }
+    }
+}
