@@ -80,8 +80,8 @@ struct AppLifeTests {
             try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
             try await store.resume()
             sync.cancel()
-            _ = await sync.result
-            await suspension.value
+            _ = try await ended(sync, "the cancelled sync")
+            _ = try await ended(suspension, "the suspension called off")
             #expect(await store.isSuspended == false)
             #expect(throws: OutpostError.storeInUse(path: path)) { try world.device("phone", path: path) }
 
@@ -92,9 +92,10 @@ struct AppLifeTests {
             suspension = Task { await store.suspend() }
             try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
             suspension.cancel()
-            await suspension.value
+            _ = try await ended(suspension, "the cancelled suspension")
             #expect(await store.isSuspended)
-            await #expect(throws: (any Error).self) { try await sync.value }
+            let cancelled = try await ended(sync, "the sync the suspension cancelled")
+            #expect(throws: (any Error).self) { try cancelled.get() }
             let other = try world.device("phone", path: path)
             #expect(try await other.pendingChanges().map(\.id) == ["t1"], "the change is kept, in doubt")
             await other.close()
@@ -109,19 +110,15 @@ struct AppLifeTests {
         world.server.inject(.hang, on: .push)
         let foreground = Task { try await store.sync() }
         try await eventually("the foreground sync holds the gate") { await store.runningSync != nil }
-        let finished = Atomic(false)
-        let background = Task {
-            defer { finished.store(true, ordering: .relaxed) }
-            return try await store.sync()
-        }
+        let background = Task { try await store.sync() }
         try await eventually("the background sync waits its turn") { store.syncGate.waiting == 1 }
         background.cancel()
-        try await eventually("the cancelled sync returned while the other still holds the gate") { finished.load(ordering: .relaxed) }
-        await #expect(throws: CancellationError.self) { try await background.value }
+        let outcome = try await ended(background, "the cancelled sync, while the other holds the gate")
+        #expect(throws: CancellationError.self) { try outcome.get() }
         #expect(store.syncGate.waiting == 0)
         #expect(await store.runningSync != nil, "the foreground sync still runs")
         foreground.cancel()
-        _ = await foreground.result
+        _ = try await ended(foreground, "the cancelled foreground sync")
         #expect(try await store.sync().pushed == 1, "the gate is free again")
     }
 
@@ -157,8 +154,8 @@ struct AppLifeTests {
             try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
             try await lifecycle.enteringForeground()
             sync.cancel()
-            _ = await sync.result
-            await background.value
+            _ = try await ended(sync, "the cancelled sync")
+            _ = try await ended(background, "the suspension called off")
             #expect(await store.isSuspended == false)
             #expect(try await store.sync().pushed == 1)
             await store.close()
@@ -266,6 +263,23 @@ struct AppLifeTests {
         }
         #expect(message.contains("App Transport Security") && message.contains("NSAppTransportSecurity"), "\(message)")
     }
+}
+
+/// How `task` ended, once it has; `NotReached` when it has not within the tests' deadline,
+/// so that a task that waits for ever fails the test instead of hanging it.
+func ended<T: Sendable, Failure: Error>(_ task: Task<T, Failure>, _ what: String, fileID: String = #fileID, line: Int = #line) async throws -> Result<T, Failure> {
+    let outcome = Outcome<Result<T, Failure>>()
+    let watcher = Task { outcome.set(await task.result) }
+    try await eventually("\(what) ended", fileID: fileID, line: line) { outcome.value != nil }
+    await watcher.value
+    return outcome.value!
+}
+
+/// A value another task sets once.
+final class Outcome<Value: Sendable>: Sendable {
+    private let state = Mutex<Value?>(nil)
+    var value: Value? { state.withLock { $0 } }
+    func set(_ value: Value) { state.withLock { $0 = value } }
 }
 
 extension OutpostStore {
