@@ -293,3 +293,135 @@ extension OutpostStore {
         try read { try $0.use(durability) }
     }
 }
+
+/// Uploads keyed by a path relative to the app's container, and a store restored from a
+/// backup onto another device.
+@Suite("An app's life: container moves and restores", .serialized, .serverLogs)
+struct ContainerAndRestoreTests {
+    /// An app update moves the whole container: the first run's upload (its chunks 0 and 1
+    /// acknowledged) resumes in the second from where it was. With no base directory in
+    /// the first run (an earlier SDK), the row kept the absolute path and is rebased when
+    /// the store opens.
+    @Test(arguments: [true, false])
+    func anUploadResumesAfterTheAppsContainerMoved(baseDirectoryInTheFirstRun: Bool) async throws {
+        let world = try await MediaWorld.make()
+        let before = world.dir.url.appendingPathComponent("Containers/Data/Application/1A2B")
+        let after = world.dir.url.appendingPathComponent("Containers/Data/Application/9F8E")
+        func store(in container: URL, base: Bool) throws -> OutpostStore {
+            var c = OutpostStore.Configuration(space: world.space)
+            c.clientId = "phone"
+            c.durability = .normal
+            c.randomSeed = 5
+            c.clock = world.clock.reading()
+            c.backoff = .init(initial: .seconds(60), maximum: .seconds(120))
+            if base { c.baseDirectory = container }
+            return try OutpostStore(path: container.appendingPathComponent("Library/Application Support/app.sqlite").path, configuration: c,
+                                    transport: HTTPSyncTransport(baseURL: world.proxy.url, token: world.token))
+        }
+        let size = 5 * MediaWorld.chunkSize - 10
+        let data = mediaBytes(size, seed: 21)
+        let photo = before.appendingPathComponent("Documents/photo.jpg")
+        try await blocking {
+            try FileManager.default.createDirectory(at: photo.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try data.write(to: photo)
+        }
+        world.proxy.on("/chunks/2", .cutRequest(afterBodyBytes: 20_000))
+        var app = try store(in: before, base: baseDirectoryInTheFirstRun)
+        await #expect(throws: MediaError.self) { try await world.uploader(app, attempts: 1).upload(file: photo, contentType: "image/jpeg") }
+        #expect(try await world.uploader(app).pendingUploads().first?.chunksAcknowledged == 2)
+        await app.close()
+
+        try await blocking { try FileManager.default.moveItem(at: before, to: after) }
+        app = try store(in: after, base: true)
+        let uploader = world.uploader(app)
+        let pending = try #require(try await uploader.pendingUploads().first)
+        #expect(pending.path == after.appendingPathComponent("Documents/photo.jpg").path)
+        #expect(try await app.uploadKeys() == ["Documents/photo.jpg"], "kept relative to the container")
+        world.clock.advance(121_000)
+        let mark = world.proxy.log.count
+        let media = try #require(try await uploader.resumeUploads().first)
+        #expect(media.mediaId == sha256Hex(data))
+        #expect(world.proxy.chunkPuts(since: mark) == [2, 3, 4], "only the chunks the server lacked")
+        #expect(try await uploader.pendingUploads().isEmpty)
+        await app.close()
+    }
+
+    /// Files outside the base directory keep their absolute path; an absolute row is rebased
+    /// only when its file is gone and found again at the same place under the base.
+    @Test func onlyUploadsInsideTheBaseDirectoryAreKeptRelativeToIt() async throws {
+        try await withTemporaryDirectory { dir in
+            let container = dir.url.appendingPathComponent("app/C1"), elsewhere = dir.url.appendingPathComponent("app/shared")
+            for (folder, name) in [(container, "in.bin"), (elsewhere, "out.bin")] {
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                try Data("bytes of \(name)".utf8).write(to: folder.appendingPathComponent(name))
+            }
+            var configuration = World().configuration("phone")
+            configuration.baseDirectory = container
+            let path = container.appendingPathComponent("s.sqlite").path
+            var store = try OutpostStore(path: path, configuration: configuration)
+            let uploader = MediaUploader(store: store, transport: HTTPMediaTransport(baseURL: URL(string: "http://127.0.0.1:9")!, token: "unused"))
+            _ = try await uploader.enqueue(file: container.appendingPathComponent("in.bin"), contentType: "application/octet-stream")
+            _ = try await uploader.enqueue(file: elsewhere.appendingPathComponent("out.bin"), contentType: "application/octet-stream")
+            #expect(try await store.uploadKeys() == ["in.bin", elsewhere.appendingPathComponent("out.bin").path])
+            await store.close()
+            // `shared` differs from `C1` in one directory, but its file is still there: kept.
+            store = try OutpostStore(path: path, configuration: configuration)
+            #expect(try await store.uploadKeys() == ["in.bin", elsewhere.appendingPathComponent("out.bin").path])
+            #expect(try await MediaUploader(store: store, transport: uploader.transport).pendingUploads().map(\.path)
+                    == [container.appendingPathComponent("in.bin").path, elsewhere.appendingPathComponent("out.bin").path])
+            await store.close()
+        }
+    }
+
+    /// A backup restored onto another device brings the store file but not the marker
+    /// beside it (kept out of backups) nor the keys (they never leave a device).
+    @Test func aStoreRestoredOntoAnotherDeviceTakesANewClientIdAndSaysItsKeysAreMissing() async throws {
+        try await withTemporaryDirectory { dir in
+            let world = World()
+            let phoneDir = dir.appending("phone"), newDir = dir.appending("new-phone")
+            for d in [phoneDir, newDir] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+            let phoneKeys = FileKeyStore(path: phoneDir + "/keys"), newKeys = FileKeyStore(path: newDir + "/keys")
+            try SpaceKeys.create(space: "team", in: phoneKeys)
+            func open(_ directory: String, _ keys: FileKeyStore) throws -> OutpostStore {
+                try world.device("phone", path: directory + "/s.sqlite") { $0.encryption = .spaceKey(keys) }
+            }
+            let phone = try open(phoneDir, phoneKeys)
+            try await phone.put(todo("synced"), in: "todos", id: "t1")
+            try await phone.sync()
+            try await phone.put(todo("queued"), in: "todos", id: "t2")
+            await phone.close()
+            #expect(FileManager.default.fileExists(atPath: phoneDir + "/s.sqlite-device"))
+
+            for name in try FileManager.default.contentsOfDirectory(atPath: phoneDir)
+            where name.hasPrefix("s.sqlite") && !name.hasSuffix("-device") && !name.hasSuffix("-lock") {
+                try FileManager.default.copyItem(atPath: phoneDir + "/" + name, toPath: newDir + "/" + name)
+            }
+            #expect(throws: EncryptionError.keysNotOnThisDevice(space: "team", restoredFrom: "phone")) { try open(newDir, newKeys) }
+            let exported = try await SpaceKeys.export(space: "team", from: phoneKeys, passphrase: "pw", derivation: .pbkdf2SHA256)
+            try await SpaceKeys.import(exported, passphrase: "pw", into: newKeys)
+
+            let restored = try open(newDir, newKeys)
+            #expect(restored.clientId != "phone" && restored.restoredFrom == "phone")
+            #expect(try await restored.status().restoredFrom == "phone")
+            #expect(try await restored.data("todos", "t1") == todo("synced"))
+            #expect(try await restored.pendingChanges().map(\.id) == ["t2"], "the queued edit came with the file")
+            #expect(try await restored.sync().pushed == 1)
+            #expect(world.server.record(space: "team", collection: "todos", id: "t2")?.updatedBy == restored.clientId)
+            await restored.close()
+            let reopened = try open(newDir, newKeys)
+            #expect(reopened.clientId == restored.clientId, "bound to the new device now: no second change")
+            await reopened.close()
+
+            let original = try open(phoneDir, phoneKeys)
+            #expect(original.clientId == "phone" && original.restoredFrom == nil)
+            await original.close()
+        }
+    }
+}
+
+extension OutpostStore {
+    /// The paths the upload rows keep, in order.
+    func uploadKeys() throws -> [String] {
+        try read { try $0.db.query("SELECT path FROM media_uploads ORDER BY number", []) { $0.text(0) } }
+    }
+}
