@@ -263,6 +263,19 @@ struct AppLifeTests {
         }
         #expect(message.contains("App Transport Security") && message.contains("NSAppTransportSecurity"), "\(message)")
     }
+
+    /// The form URLSession gives a request to the LAN that local network privacy refused
+    /// (an offline-looking error whose underlying error's path says why).
+    @Test func aServerOnTheLANTheUserHasNotAllowedSaysSo() {
+        let path = NSError(domain: "kCFErrorDomainCFNetwork", code: -1020, userInfo: ["_NSURLErrorNWPathKey": "unsatisfied (Local network prohibited), interface: en0[802.11], ipv4"])
+        let error = TransportError.classifying(URLError(.dataNotAllowed, userInfo: [NSUnderlyingErrorKey: path]))
+        guard case .notSent(let message) = error else {
+            Issue.record("\(error) is not notSent")
+            return
+        }
+        #expect(message.contains("local network") && message.contains("NSLocalNetworkUsageDescription"), "\(message)")
+        #expect(TransportError.classifying(URLError(.dataNotAllowed)) == .notSent(URLError(.dataNotAllowed).localizedDescription), "offline stays offline")
+    }
 }
 
 /// How `task` ended, once it has; `NotReached` when it has not within the tests' deadline,
