@@ -162,6 +162,33 @@ struct AppLifeTests {
         }
     }
 
+    @Test func theLifecycleStopsTheSchedulerWhileSuspendedAndStartsItAfresh() async throws {
+        let world = World()
+        try await withTemporaryDirectory { dir in
+            let store = try world.device("phone", path: dir.appending("s.sqlite"))
+            var options = SyncScheduler.Options()
+            options.interval = .seconds(3600)
+            options.longPoll = nil
+            let scheduler = SyncScheduler(store: store, options: options, conditions: AlwaysReachableConditions())
+            let lifecycle = StoreLifecycle(store: store, scheduler: scheduler)
+            let seen = Outcome<[String]>()
+            let collector = Task {
+                for await event in scheduler.events { seen.set((seen.value ?? []) + ["\(event)"]) }
+            }
+            await scheduler.start()
+            try await eventually("the first sync at start") { seen.value?.count == 1 }
+            await lifecycle.enteredBackground()
+            #expect(await store.isSuspended)
+            try await lifecycle.enteringForeground()
+            // Started afresh, it syncs at once; a loop left running would wait an hour.
+            try await eventually("the sync of the new start") { seen.value?.count == 2 }
+            #expect(seen.value?.allSatisfy { $0.hasPrefix("synced(") } == true, "\(seen.value ?? [])")
+            collector.cancel()
+            await scheduler.stop()
+            await store.close()
+        }
+    }
+
     @Test func aReaderInAnotherProcessOrThisOneReadsWhileTheAppHoldsTheStore() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir.appending("s.sqlite")

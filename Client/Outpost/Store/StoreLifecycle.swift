@@ -18,15 +18,23 @@
 /// Calls may arrive in any order (each comes from a task of its own): after each call to
 /// the store it checks the wanted state again, so the store ends in the state of the
 /// latest report.
+///
+/// A `SyncScheduler` given to it is stopped once the store is suspended and started again
+/// once it is resumed, so the app's first sync back in the foreground is at once, not
+/// after the backoff its syncs refused while suspended would have built.
 public actor StoreLifecycle {
     /// The store it suspends and resumes.
     public nonisolated let store: OutpostStore
+    /// The app's scheduler of the store, if any.
+    public nonisolated let scheduler: SyncScheduler?
     private var inBackground = false
     private var holds = 0
 
-    /// A lifecycle for `store`, which starts in the foreground (open).
-    public init(store: OutpostStore) {
+    /// A lifecycle for `store` (and its `scheduler`), which starts in the foreground
+    /// (open).
+    public init(store: OutpostStore, scheduler: SyncScheduler? = nil) {
         self.store = store
+        self.scheduler = scheduler
     }
 
     /// The app moved to the background: the store is suspended once no `whileOpen` holds
@@ -69,7 +77,13 @@ public actor StoreLifecycle {
     private func settle() async throws {
         while true {
             let suspend = inBackground && holds == 0
-            if suspend { await store.suspend() } else { try await store.resume() }
+            if suspend {
+                await store.suspend()
+                await scheduler?.stop()
+            } else {
+                try await store.resume()
+                await scheduler?.start()
+            }
             if suspend == (inBackground && holds == 0) { return }
         }
     }
