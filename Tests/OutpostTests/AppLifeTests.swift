@@ -74,10 +74,8 @@ struct AppLifeTests {
             world.server.inject(.hang, on: .push, times: 2)
 
             // A resume() while the suspension waits calls it off: the store stays open.
-            var sync = Task { try await store.sync() }
-            try await eventually("the sync is under way") { await store.runningSync != nil }
-            var suspension = Task { await store.suspend() }
-            try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
+            var sync = try await hungSync(store)
+            var suspension = try await waitingForTheGate(store) { await store.suspend() }
             try await store.resume()
             sync.cancel()
             _ = try await ended(sync, "the cancelled sync")
@@ -87,10 +85,8 @@ struct AppLifeTests {
 
             // Cancelling the suspension's task (a background task's time is up) cancels the
             // sync, and the store suspends without waiting for its answer.
-            sync = Task { try await store.sync() }
-            try await eventually("the sync is under way") { await store.runningSync != nil }
-            suspension = Task { await store.suspend() }
-            try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
+            sync = try await hungSync(store)
+            suspension = try await waitingForTheGate(store) { await store.suspend() }
             suspension.cancel()
             _ = try await ended(suspension, "the cancelled suspension")
             #expect(await store.isSuspended)
@@ -108,10 +104,8 @@ struct AppLifeTests {
         let store = try world.device("phone")
         try await store.put(todo("x"), in: "todos", id: "t1")
         world.server.inject(.hang, on: .push)
-        let foreground = Task { try await store.sync() }
-        try await eventually("the foreground sync holds the gate") { await store.runningSync != nil }
-        let background = Task { try await store.sync() }
-        try await eventually("the background sync waits its turn") { store.syncGate.waiting == 1 }
+        let foreground = try await hungSync(store)
+        let background = try await waitingForTheGate(store) { try await store.sync() }
         background.cancel()
         let outcome = try await ended(background, "the cancelled sync, while the other holds the gate")
         #expect(throws: CancellationError.self) { try outcome.get() }
@@ -148,10 +142,8 @@ struct AppLifeTests {
             #expect(await store.isSuspended == false)
             try await store.put(todo("b"), in: "todos", id: "t2")
             world.server.inject(.hang, on: .push)
-            let sync = Task { try await store.sync() }
-            try await eventually("the sync is under way") { await store.runningSync != nil }
-            let background = Task { await lifecycle.enteredBackground() }
-            try await eventually("the suspension waits for the sync") { store.syncGate.waiting == 1 }
+            let sync = try await hungSync(store)
+            let background = try await waitingForTheGate(store) { await lifecycle.enteredBackground() }
             try await lifecycle.enteringForeground()
             sync.cancel()
             _ = try await ended(sync, "the cancelled sync")
@@ -303,6 +295,22 @@ struct AppLifeTests {
         #expect(message.contains("local network") && message.contains("NSLocalNetworkUsageDescription"), "\(message)")
         #expect(TransportError.classifying(URLError(.dataNotAllowed)) == .notSent(URLError(.dataNotAllowed).localizedDescription), "offline stays offline")
     }
+}
+
+/// A sync of `store` whose push hangs (the test injected `.hang`), once it holds the gate.
+func hungSync(_ store: OutpostStore, fileID: String = #fileID, line: Int = #line) async throws -> Task<SyncReport, any Error> {
+    let sync = Task { try await store.sync() }
+    try await eventually("the sync is under way", fileID: fileID, line: line) { await store.runningSync != nil }
+    return sync
+}
+
+/// `body` run in a task of its own, once it waits for the sync gate (behind a hung sync).
+func waitingForTheGate<T: Sendable>(_ store: OutpostStore, fileID: String = #fileID, line: Int = #line,
+                                    _ body: @escaping @Sendable () async throws -> T) async throws -> Task<T, any Error> {
+    let waiting = store.syncGate.waiting
+    let task = Task { try await body() }
+    try await eventually("it waits for the gate", fileID: fileID, line: line) { store.syncGate.waiting == waiting + 1 }
+    return task
 }
 
 /// How `task` ended, once it has; `NotReached` when it has not within the tests' deadline,
