@@ -18,9 +18,9 @@ import UIKit
 /// store. Keep the object as long as the store is open.
 ///
 /// ```swift
-/// let lifecycle = StoreLifecycle(store: store)
-/// let suspension = AppLifecycleSuspension(lifecycle: lifecycle)   // on the main actor, at launch
-/// BackgroundSync.register(identifier: "com.example.app.refresh", lifecycle: { lifecycle })
+/// // Once the app has opened its store (on the main actor):
+/// let lifecycle = StoreLifecycle(store: store, scheduler: scheduler)
+/// let suspension = AppLifecycleSuspension(lifecycle: lifecycle)
 /// ```
 ///
 /// `@unchecked Sendable`: the notification tokens are set in `init` and only read in

@@ -14,7 +14,8 @@ import Synchronization
 ///
 /// ```swift
 /// // At launch, before it finishes (App.init or application(_:didFinishLaunchingWithOptions:)):
-/// BackgroundSync.register(identifier: "com.example.app.sync") { await AppStores.shared.lifecycle() }
+/// // AppStores opens the store on first use, and keeps its StoreLifecycle.
+/// BackgroundSync.register(identifier: "com.example.app.sync") { try await AppStores.shared.lifecycle() }
 /// // When the app moves to the background:
 /// try? BackgroundSync.schedule(identifier: "com.example.app.sync")
 /// ```
