@@ -342,6 +342,75 @@ extension OutpostStore {
     }
 }
 
+/// Key export and import, whose scrypt takes 128 MiB and about a second, never run on the
+/// caller's executor (the main actor, or an actor of the app).
+@Suite("An app's life: key export and import off the caller's thread")
+struct KeyTransferThreadTests {
+    /// The app's actor that exports and imports.
+    actor Caller {
+        func export(_ keys: any KeyStore) async throws -> String {
+            try await SpaceKeys.export(space: "team", from: keys, passphrase: "pw", derivation: .pbkdf2SHA256)
+        }
+
+        func `import`(_ exported: String, into keys: any KeyStore) async throws -> String {
+            try await SpaceKeys.import(exported, passphrase: "pw", into: keys)
+        }
+
+        func ping() -> Bool { true }
+    }
+
+    /// A key store whose reads and writes wait until the test opens it, as a slow key
+    /// derivation would hold its thread.
+    final class GatedKeyStore: KeyStore {
+        let inner: FileKeyStore
+        private let gate = DispatchSemaphore(value: 0)
+        private let waiting = Atomic(0)
+        var waiters: Int { waiting.load(ordering: .relaxed) }
+
+        init(_ inner: FileKeyStore) { self.inner = inner }
+
+        func open() { gate.signal() }
+
+        private func pass() {
+            waiting.add(1, ordering: .relaxed)
+            gate.wait()
+            waiting.subtract(1, ordering: .relaxed)
+        }
+
+        func keyring(space: String) throws -> Keyring? {
+            pass()
+            return try inner.keyring(space: space)
+        }
+
+        func save(_ keyring: Keyring, space: String) throws {
+            try inner.save(keyring, space: space)
+        }
+    }
+
+    @Test func exportAndImportLeaveTheCallersExecutorFree() async throws {
+        try await withTemporaryDirectory { dir in
+            let caller = Caller()
+            let phone = FileKeyStore(path: dir.appending("phone.keys"))
+            try SpaceKeys.create(space: "team", in: phone)
+            let gatedPhone = GatedKeyStore(phone)
+            let export = Task { try await caller.export(gatedPhone) }
+            try await eventually("the export is under way") { gatedPhone.waiters == 1 }
+            let ping = Task { await caller.ping() }
+            #expect(try await ended(ping, "a call to the caller's actor while the export works").get())
+            gatedPhone.open()
+            let exported = try await ended(export, "the export").get()
+
+            let laptop = GatedKeyStore(FileKeyStore(path: dir.appending("laptop.keys")))
+            let imported = Task { try await caller.import(exported, into: laptop) }
+            try await eventually("the import is under way") { laptop.waiters == 1 }
+            #expect(try await ended(Task { await caller.ping() }, "a call to the caller's actor while the import works").get())
+            laptop.open()
+            #expect(try await ended(imported, "the import").get() == "team")
+            #expect(try laptop.inner.keyring(space: "team") == phone.keyring(space: "team"))
+        }
+    }
+}
+
 /// Uploads keyed by a path relative to the app's container, and a store restored from a
 /// backup onto another device.
 @Suite("An app's life: container moves and restores", .serialized, .serverLogs)
