@@ -165,7 +165,7 @@ public actor OutpostStore {
                 if let from = opened.restoredFrom { throw EncryptionError.keysNotOnThisDevice(space: configuration.space, restoredFrom: from) }
                 throw EncryptionError.noKeyring(space: configuration.space)
             }
-            cipher = RecordCipher(space: configuration.space, ring: ring, clearFields: configuration.encryption?.clearFields ?? [:])
+            cipher = RecordCipher(space: configuration.space, ring: ring, clearFields: encryption.clearFields)
         }
         let mode = cipher == nil ? "none" : "e2e-1"
         do {
