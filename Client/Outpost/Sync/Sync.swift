@@ -8,9 +8,11 @@ extension OutpostStore {
     /// included, whatever their retry time: the app or the user asked for it now. The
     /// stored retry times pace only a `SyncScheduler`'s automatic syncs.
     ///
-    /// A second call waits for the first. On failure nothing local is lost: sent changes
+    /// A second call waits for the first; cancelled while it waits, it throws
+    /// `CancellationError` at once. On failure nothing local is lost: sent changes
     /// whose answer was not read are in doubt, others get a retry time, and the error is
-    /// kept in `status().lastError`.
+    /// kept in `status().lastError`. While the store is suspended it throws
+    /// `OutpostError.suspended`; a store opened by `reader` throws `readOnly`.
     @discardableResult
     public func sync() async throws -> SyncReport {
         try await sync(dueOnly: false)
