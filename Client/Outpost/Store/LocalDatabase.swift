@@ -60,9 +60,9 @@ final class LocalDatabase {
     private(set) var durability: OutpostStore.Durability
 
     /// Opens the store file at `path` for reading and writing (creating it, in the
-    /// protection class, and bringing its schema up to date).
-    init(path: String, durability: OutpostStore.Durability, protection: OutpostStore.FileProtection = .none) throws {
-        db = try Connection(path: path, flags: [.readWrite, .create, .init(rawValue: Platform.sqliteOpenFlags(protection))])
+    /// protection class when one is given, and bringing its schema up to date).
+    init(path: String, durability: OutpostStore.Durability, protection: OutpostStore.FileProtection? = nil) throws {
+        db = try Connection(path: path, flags: [.readWrite, .create, .init(rawValue: protection.map(Platform.sqliteOpenFlags) ?? 0)])
         self.durability = durability
         if path != ":memory:" {
             try db.enableWAL(synchronous: durability == .full ? .full : .normal)

@@ -45,7 +45,8 @@ extension OutpostStore {
             if let file, file.readOnly {
                 database = try LocalDatabase(readingAt: file.path)
             } else {
-                database = try LocalDatabase(path: file?.path ?? ":memory:", durability: configuration.durability, protection: configuration.fileProtection)
+                database = try LocalDatabase(path: file?.path ?? ":memory:", durability: configuration.durability,
+                                             protection: file == nil ? nil : configuration.fileProtection)
             }
         } catch let e as SQLiteError {
             throw OutpostError.storage(e.description)
