@@ -95,6 +95,8 @@ let package = Package(
             name: "Outpost",
             dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto", "OutpostCompression"],
             path: "Client/Outpost",
+            // The privacy manifest Apple's App Store reads from the SDK's bundle.
+            resources: [.copy("PrivacyInfo.xcprivacy")],
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),

@@ -12,11 +12,12 @@ if [ "$purpose" = "test" ]; then
   # gzip and procps (ps) are used by tests, curl by the README's commands (a test runs
   # them); the benchmarks' nginx-light and wrk are not needed. postgresql: the PostgreSQL store's tests
   # start a throwaway cluster (initdb, postgres) as the postgres user it creates;
-  # util-linux has runuser.
+  # util-linux has runuser. strace: AppLifeTests watches the client's renames and
+  # directory fsyncs from outside.
   # python3-venv: the venvs schemathesis, tuspy, Selenium and cryptography are installed into (below).
   # chromium, chromium-driver and fonts-dejavu-core: the admin console's browser test
   # (AdminConsoleTests) drives headless Chromium through Selenium and saves screenshots.
-  packages+=(gzip procps curl postgresql util-linux python3 python3-venv chromium chromium-driver fonts-dejavu-core)
+  packages+=(gzip procps curl postgresql util-linux strace python3 python3-venv chromium chromium-driver fonts-dejavu-core)
 fi
 
 missing=()

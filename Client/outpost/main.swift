@@ -26,7 +26,7 @@ let usage = """
                                (--progress: "pulled N of about M records" lines on standard error)
       sync --all               sync every space the token names (see "Many spaces" below)
       pending                  one JSON line per queued change: changeId, collection, id, op, state
-      status                   JSON: epoch, cursor, pending, lastSyncAt, lastError
+      status                   JSON: epoch, cursor, pending, lastSyncAt, lastError, restoredFrom
       upload FILE [--content-type TYPE]
                                upload a media file (resuming an interrupted upload of the same
                                file); print the media as JSON (in an encrypted store: the sealed
@@ -45,6 +45,8 @@ let usage = """
     command line.
 
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
+    get, list, pending and status read a store another process has open (an app, a sync
+    running) alongside it; the other commands need it to themselves.
 
     Many spaces: with --space given more than once, or `sync --all` (the token's spaces
     claim), --store names a directory (default .) holding one store per space,
@@ -131,7 +133,17 @@ func recordJSON(_ r: StoredRecord) -> JSONValue {
     ]
 }
 
-func openStore(_ o: Options, needsSync: Bool) throws -> OutpostStore {
+/// The store for a command that only reads: opened as usual, or, while another process
+/// (an app, a running `sync`) has it open, read alongside it (`OutpostStore.reader`).
+func openStoreForReading(_ o: Options) throws -> OutpostStore {
+    do {
+        return try openStore(o, needsSync: false)
+    } catch OutpostError.storeInUse {
+        return try openStore(o, needsSync: false, reader: true)
+    }
+}
+
+func openStore(_ o: Options, needsSync: Bool, reader: Bool = false) throws -> OutpostStore {
     let space: String
     if let s = o.space {
         space = s
@@ -157,6 +169,7 @@ func openStore(_ o: Options, needsSync: Bool) throws -> OutpostStore {
     } else if needsSync {
         throw UsageError(message: "--server (or OUTPOST_SERVER) is needed to sync")
     }
+    if reader { return try OutpostStore.reader(path: o.store, configuration: configuration) }
     return try OutpostStore(path: o.store, configuration: configuration, transport: transport)
 }
 
@@ -215,14 +228,14 @@ func run(_ o: Options) async throws -> Int32 {
         await store.close()
     case "get":
         try expect(2...2)
-        let store = try openStore(o, needsSync: false)
+        let store = try openStoreForReading(o)
         let record = try await store.record(in: args[0], id: args[1])
         await store.close()
         guard let record, let data = record.data, !record.deleted else { return 3 }
         print(json(.object(data)))
     case "list":
         try expect(0...1)
-        let store = try openStore(o, needsSync: false)
+        let store = try openStoreForReading(o)
         for r in try await store.records(in: args.first) { print(json(recordJSON(r))) }
         await store.close()
     case "sync" where args == ["--all"] || o.spaces.count > 1:
@@ -263,7 +276,7 @@ func run(_ o: Options) async throws -> Int32 {
         }
     case "pending":
         try expect(0...0)
-        let store = try openStore(o, needsSync: false)
+        let store = try openStoreForReading(o)
         let changes = try await store.pendingChanges() + store.rejectedChanges()
         for c in changes.sorted(by: { $0.clientTime < $1.clientTime }) {
             var line: JSONObject = [
@@ -278,7 +291,7 @@ func run(_ o: Options) async throws -> Int32 {
         await store.close()
     case "status":
         try expect(0...0)
-        let store = try openStore(o, needsSync: false)
+        let store = try openStoreForReading(o)
         let s = try await store.status()
         print(json([
             "epoch": s.epoch.map { .string($0.rawValue) } ?? .null,
@@ -286,12 +299,13 @@ func run(_ o: Options) async throws -> Int32 {
             "pending": .number(JSONNumber(s.pending)),
             "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber($0)) } ?? .null,
             "lastError": s.lastError.map { .string($0) } ?? .null,
+            "restoredFrom": s.restoredFrom.map { .string($0) } ?? .null,
         ]))
         await store.close()
     case "upload":
         return try await upload(o, args)
     case "key":
-        return try key(o, args)
+        return try await key(o, args)
     case "reencrypt":
         try expect(0...0)
         let store = try openStore(o, needsSync: false)
@@ -401,7 +415,7 @@ func syncSpaces(_ o: Options, all: Bool) async throws -> Int32 {
 }
 
 /// `key create|export|import|rotate`: the space's keys in `--key-file`.
-func key(_ o: Options, _ args: [String]) throws -> Int32 {
+func key(_ o: Options, _ args: [String]) async throws -> Int32 {
     guard let keyFile = o.keyFile else { throw UsageError(message: "key commands need --key-file (or OUTPOST_KEY_FILE)") }
     let keys = FileKeyStore(path: keyFile)
     var rest = args.dropFirst()
@@ -437,7 +451,7 @@ func key(_ o: Options, _ args: [String]) throws -> Int32 {
         let key = try SpaceKeys.create(space: try space(), in: keys)
         print(json(["space": .string(try space()), "kid": .string(key.id)]))
     case "export":
-        print(try SpaceKeys.export(space: try space(), from: keys, passphrase: try passphrase(), derivation: pbkdf2 ? .pbkdf2SHA256 : .scrypt))
+        print(try await SpaceKeys.export(space: try space(), from: keys, passphrase: try passphrase(), derivation: pbkdf2 ? .pbkdf2SHA256 : .scrypt))
     case "import":
         guard positional.count == 1 else { throw UsageError(message: "usage: key import FILE|-") }
         let text: String
@@ -447,7 +461,7 @@ func key(_ o: Options, _ args: [String]) throws -> Int32 {
             guard let data = FileManager.default.contents(atPath: positional[0]) else { throw UsageError(message: "cannot read \(positional[0])") }
             text = String(decoding: data, as: UTF8.self)
         }
-        let imported = try SpaceKeys.import(text, passphrase: try passphrase(), into: keys, space: o.space)
+        let imported = try await SpaceKeys.import(text, passphrase: try passphrase(), into: keys, space: o.space)
         let ring = try keys.keyring(space: imported)
         print(json(["space": .string(imported), "kid": ring.map { .string($0.current) } ?? .null,
                     "keys": .number(JSONNumber(ring?.keys.count ?? 0))]))

@@ -200,6 +200,15 @@ public final class Connection {
         try execute("PRAGMA synchronous=\(synchronous.rawValue)")
     }
 
+    /// Keeps the `-wal` and `-shm` files when the last connection closes
+    /// (`SQLITE_FCNTL_PERSIST_WAL`), so that a read-only connection of another process can
+    /// open the database while no writer has it open (it cannot create them itself).
+    public func keepWALFiles() throws(SQLiteError) {
+        var on: Int32 = 1
+        let rc = sqlite3_file_control(handle, "main", SQLITE_FCNTL_PERSIST_WAL, &on)
+        guard rc == SQLITE_OK else { throw SQLiteError.from(rc, db: handle) }
+    }
+
     private func scalarTextPragma(_ sql: String) throws(SQLiteError) -> String? {
         let stmt = try prepare(sql)
         guard try stmt.step() else { return nil }

@@ -153,15 +153,20 @@ struct CLITests {
         #expect(pending.lines.first?["error"]?["code"] == "record_too_large")
     }
 
-    @Test func aSecondProcessCannotOpenAStoreThatIsOpen() async throws {
+    /// A command that writes needs the store to itself; one that only reads reads it
+    /// alongside the process that holds it.
+    @Test func aSecondProcessCannotWriteAStoreThatIsOpenAndReadsItAlongside() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir.appending("held.sqlite")
             let held = try OutpostStore(path: path, configuration: .init(space: "team"))
-            let other = try Self.outpost(["--store", path, "list"])
+            try await held.put(["title": "held"], in: "todos", id: "t1")
+            let other = try Self.outpost(["--store", path, "put", "todos", "t2", "{}"])
             #expect(other.status == 1)
             #expect(other.stderr.contains("already open"))
+            let listed = try Self.outpost(["--store", path, "list"])
+            #expect(listed.status == 0 && listed.lines.map { $0["id"] } == ["t1"], "\(listed.stdout) \(listed.stderr)")
             await held.close()
-            #expect(try Self.outpost(["--store", path, "list"]).status == 0)
+            #expect(try Self.outpost(["--store", path, "put", "todos", "t2", "{}"]).status == 0)
         }
     }
 

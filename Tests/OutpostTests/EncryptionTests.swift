@@ -82,13 +82,13 @@ struct EncryptionTests {
         let world = try await World(arguments: ["--chunk-size", "65536"] + (database.map { ["--store", $0] } ?? []))
         // The phone makes the key; the laptop imports it (scrypt, the default wrap).
         let created = try SpaceKeys.create(space: "team", in: world.keys("phone"))
-        let exported = try SpaceKeys.export(space: "team", from: world.keys("phone"), passphrase: "correct horse battery staple")
+        let exported = try await SpaceKeys.export(space: "team", from: world.keys("phone"), passphrase: "correct horse battery staple")
         #expect(!exported.contains(Base64.encodeURL(created.bytes)))
-        #expect(throws: EncryptionError.wrongPassphrase) {
-            try SpaceKeys.import(exported, passphrase: "wrong horse", into: world.keys("laptop"))
+        await #expect(throws: EncryptionError.wrongPassphrase) {
+            try await SpaceKeys.import(exported, passphrase: "wrong horse", into: world.keys("laptop"))
         }
         #expect(try world.keys("laptop").keyring(space: "team") == nil, "a wrong passphrase imports nothing")
-        #expect(try SpaceKeys.import(exported, passphrase: "correct horse battery staple", into: world.keys("laptop")) == "team")
+        #expect(try await SpaceKeys.import(exported, passphrase: "correct horse battery staple", into: world.keys("laptop")) == "team")
         #expect(try world.keys("laptop").keyring(space: "team")?.currentKey == created)
 
         let phone = try world.device("phone")
@@ -220,8 +220,8 @@ struct EncryptionTests {
     @Test func rotationSealsNewWritesUnderANewKeyAndReencryptAllRewritesTheRest() async throws {
         let world = try await World()
         let first = try SpaceKeys.create(space: "team", in: world.keys("phone"))
-        try SpaceKeys.import(try SpaceKeys.export(space: "team", from: world.keys("phone"), passphrase: "pw", derivation: Self.quickWrap),
-                             passphrase: "pw", into: world.keys("laptop"))
+        try await SpaceKeys.import(try await SpaceKeys.export(space: "team", from: world.keys("phone"), passphrase: "pw", derivation: Self.quickWrap),
+                                   passphrase: "pw", into: world.keys("laptop"))
         let phone = try world.device("phone")
         let laptop = try world.device("laptop")
         for i in 0..<5 { try await phone.put(["i": .number(JSONNumber(Int64(i)))], in: "notes", id: "n\(i)") }
@@ -234,8 +234,8 @@ struct EncryptionTests {
         try await phone.sync()
         // The laptop lacks the new key until it imports the rotated keyring.
         #expect(try await laptop.sync().quarantined == 1)
-        try SpaceKeys.import(try SpaceKeys.export(space: "team", from: world.keys("phone"), passphrase: "pw", derivation: Self.quickWrap),
-                             passphrase: "pw", into: world.keys("laptop"))
+        try await SpaceKeys.import(try await SpaceKeys.export(space: "team", from: world.keys("phone"), passphrase: "pw", derivation: Self.quickWrap),
+                                   passphrase: "pw", into: world.keys("laptop"))
         try await laptop.reloadKeys()
         #expect(try await laptop.retryQuarantined() == 1)
         #expect(try await laptop.data("notes", "new") == ["i": 99])

@@ -107,7 +107,8 @@ public struct Keyring: Sendable, Hashable {
 }
 
 /// Where a device keeps its keyrings. Implementations: `FileKeyStore` (a file of mode 0600)
-/// everywhere, and `KeychainKeyStore` on Apple platforms.
+/// everywhere, and `KeychainKeyStore` (Encryption/KeychainKeyStore.swift) on Apple
+/// platforms.
 public protocol KeyStore: Sendable {
     /// The keyring of `space`; nil when the device has none.
     func keyring(space: String) throws -> Keyring?
@@ -120,6 +121,11 @@ public protocol KeyStore: Sendable {
 public enum EncryptionError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The store is configured for encryption but the key store has no keyring for its space.
     case noKeyring(space: String)
+    /// The store file was restored from a backup of another device (whose client id it
+    /// had is given), and its space's keys did not come with it: they never leave the
+    /// device they were made or imported on. Import them (`SpaceKeys.import`) from a
+    /// device that has them; the store's queued edits wait meanwhile.
+    case keysNotOnThisDevice(space: String, restoredFrom: String)
     /// The store file was written with encryption and is opened without it (or the reverse
     /// would push plaintext: see `OutpostStore.init`).
     case encryptionRequired(space: String)
@@ -135,6 +141,8 @@ public enum EncryptionError: Error, Sendable, Hashable, CustomStringConvertible 
     public var description: String {
         switch self {
         case .noKeyring(let s): "there is no key for space \(s) on this device: create one (outpost key create) or import one (outpost key import)"
+        case .keysNotOnThisDevice(let s, let from):
+            "this store was restored from a backup of another device (client \(from)) and the keys of space \(s) are not on this device: import them from a device that has them (SpaceKeys.import, outpost key import); the store's queued edits are kept"
         case .encryptionRequired(let s): "the store of space \(s) is end-to-end encrypted: open it with Configuration.encryption set"
         case .invalidKeyring(let m): "invalid keyring: \(m)"
         case .wrongPassphrase: "wrong passphrase: it does not open this exported key (or the export was altered)"
@@ -145,9 +153,10 @@ public enum EncryptionError: Error, Sendable, Hashable, CustomStringConvertible 
 }
 
 /// Keyrings in one JSON file of mode 0600 (`{"v":1,"spaces":{space: keyring}}`), written
-/// whole to a temporary file of mode 0600 and renamed into place, so a crash leaves the old
-/// file or the new one. A file that others can read is refused, as ssh refuses a key file:
-/// its keys may already be known to someone else.
+/// whole to a temporary file of mode 0600, synced and renamed into place, and the directory
+/// synced, so a crash or a power loss leaves the old file or the new one. A file that
+/// others can read is refused, as ssh refuses a key file: its keys may already be known to
+/// someone else.
 public struct FileKeyStore: KeyStore {
     /// The file.
     public let path: String
@@ -164,16 +173,8 @@ public struct FileKeyStore: KeyStore {
         var all = try read()
         all[space] = keyring
         let document = JSONValue.object(["v": 1, "spaces": .object(JSONObject(all.keys.sorted().map { ($0, all[$0]!.json) }))])
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw EncryptionError.keyFile("cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        let bytes = document.encoded(canonical: true)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == bytes.count, synced, rename(temporary, path) == 0 else {
-            unlink(temporary)
-            throw EncryptionError.keyFile("cannot write \(path): \(String(cString: strerror(errno)))")
+        do { try Platform.writeDurably(document.encoded(canonical: true), to: path, mode: 0o600) } catch {
+            throw EncryptionError.keyFile("cannot write \(path): \(error)")
         }
     }
 
@@ -198,59 +199,18 @@ public struct FileKeyStore: KeyStore {
     }
 }
 
-#if canImport(Security)
-import Security
 
-/// Keyrings in the Keychain: one generic password item per space (service
-/// `dev.outpost.keyring`, account = the space), readable after the device's first unlock
-/// and never synced to other devices through iCloud (`kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly`).
-public struct KeychainKeyStore: KeyStore {
-    /// The item's service name.
-    public let service: String
-
-    public init(service: String = "dev.outpost.keyring") {
-        self.service = service
-    }
-
-    public func keyring(space: String) throws -> Keyring? {
-        var query = base(space)
-        query[kSecReturnData as String] = true
-        query[kSecMatchLimit as String] = kSecMatchLimitOne
-        var result: CFTypeRef?
-        let status = SecItemCopyMatching(query as CFDictionary, &result)
-        if status == errSecItemNotFound { return nil }
-        guard status == errSecSuccess, let data = result as? Data else { throw EncryptionError.keyFile("Keychain read failed (OSStatus \(status))") }
-        do { return try Keyring(json: try JSONParser.parse([UInt8](data))) } catch let e as EncryptionError { throw e } catch {
-            throw EncryptionError.invalidKeyring("the Keychain item of \(space) is not a keyring")
-        }
-    }
-
-    public func save(_ keyring: Keyring, space: String) throws {
-        let data = Data(keyring.json.encoded(canonical: true))
-        let status = SecItemUpdate(base(space) as CFDictionary, [kSecValueData as String: data] as CFDictionary)
-        if status == errSecItemNotFound {
-            var item = base(space)
-            item[kSecValueData as String] = data
-            item[kSecAttrAccessible as String] = kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly
-            let added = SecItemAdd(item as CFDictionary, nil)
-            guard added == errSecSuccess else { throw EncryptionError.keyFile("Keychain write failed (OSStatus \(added))") }
-        } else if status != errSecSuccess {
-            throw EncryptionError.keyFile("Keychain write failed (OSStatus \(status))")
-        }
-    }
-
-    private func base(_ space: String) -> [String: Any] {
-        [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service, kSecAttrAccount as String: space,
-         kSecAttrSynchronizable as String: false]
-    }
-}
-#endif
-
-/// How `SpaceKeys.export` derives the wrapping key from the passphrase.
+/// How `SpaceKeys.export` derives the wrapping key from the passphrase. The export records
+/// it, and `SpaceKeys.import` spends the same again.
 public enum KeyDerivation: Sendable, Hashable {
-    /// scrypt, N = 2^17, r = 8, p = 1 (128 MiB of memory per attempt): the default.
+    /// scrypt, N = 2^17, r = 8, p = 1: 128 MiB of memory (128 × r × N bytes) and about a
+    /// second of one core, for the export and again for each import. The default. App
+    /// extensions may be stopped for that memory (a widget or a share extension has far
+    /// less): import in the app, and share the keyring with the extensions
+    /// (`KeychainKeyStore.accessGroup`).
     case scrypt
-    /// PBKDF2-HMAC-SHA256, 600,000 iterations: for devices that cannot spare the memory.
+    /// PBKDF2-HMAC-SHA256, 600,000 iterations: a few hundred bytes of memory and a similar
+    /// time, for devices that cannot spare scrypt's memory.
     case pbkdf2SHA256
 }
 
@@ -283,7 +243,16 @@ public enum SpaceKeys {
     /// the passphrase by scrypt (N = 2^17, r = 8, p = 1; or PBKDF2-HMAC-SHA256, 600,000
     /// iterations), then AES-256-GCM (`sealed`). Both have the space as additional data,
     /// so an export cannot be relabelled for another space.
-    public static func export(space: String, from keys: any KeyStore, passphrase: String, derivation: KeyDerivation = .scrypt) throws -> String {
+    ///
+    /// The key derivation runs on a thread of its own, never the caller's (it takes about a
+    /// second, and scrypt 128 MiB: see `KeyDerivation`).
+    public static func export(space: String, from keys: any KeyStore, passphrase: String, derivation: KeyDerivation = .scrypt) async throws -> String {
+        try await MediaFiles.run(on: DispatchQueue(label: "outpost.keys.export")) {
+            try exportNow(space: space, from: keys, passphrase: passphrase, derivation: derivation)
+        }
+    }
+
+    private static func exportNow(space: String, from keys: any KeyStore, passphrase: String, derivation: KeyDerivation) throws -> String {
         let function = derivation == .scrypt ? PassphraseWrap.defaultScrypt : PassphraseWrap.defaultPBKDF2
         guard let ring = try keys.keyring(space: space) else { throw EncryptionError.noKeyring(space: space) }
         guard !passphrase.isEmpty else { throw EncryptionError.invalidKeyring("the passphrase is empty") }
@@ -313,10 +282,20 @@ public enum SpaceKeys {
     /// Opens an export made by `export` with `passphrase` and adds its keys to the device's
     /// keyring of its space (its current key becomes current). Returns the space.
     ///
+    /// The key derivation runs on a thread of its own, never the caller's, and costs what
+    /// the export's derivation names (`KeyDerivation`: 128 MiB for the default scrypt;
+    /// parameters asking for more than 1 GiB are refused before any is spent).
+    ///
     /// - Throws: `EncryptionError.wrongPassphrase` when the passphrase does not open it;
     ///   `spaceMismatch` when `space` is given and the export is for another.
     @discardableResult
-    public static func `import`(_ exported: String, passphrase: String, into keys: any KeyStore, space wanted: String? = nil) throws -> String {
+    public static func `import`(_ exported: String, passphrase: String, into keys: any KeyStore, space wanted: String? = nil) async throws -> String {
+        try await MediaFiles.run(on: DispatchQueue(label: "outpost.keys.import")) {
+            try importNow(exported, passphrase: passphrase, into: keys, space: wanted)
+        }
+    }
+
+    private static func importNow(_ exported: String, passphrase: String, into keys: any KeyStore, space wanted: String?) throws -> String {
         let document: JSONValue
         do { document = try JSONParser.parse(exported.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {
             throw EncryptionError.invalidKeyring("the export is not JSON: \(error)")

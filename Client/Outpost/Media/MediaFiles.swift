@@ -235,15 +235,19 @@ final class DownloadFile: Sendable {
         }
     }
 
-    /// Flushes the file to disk and renames it over the destination.
+    /// Flushes the file to disk, renames it over the destination and syncs the directory,
+    /// so that the new name survives a power loss too.
     func commit() async throws {
         try await MediaFiles.run(on: queue) { [self] in
-            guard fsync(fd) == 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
+            guard Platform.fullSync(fd) else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
             closeOnce()
             guard rename(temporary, destination) == 0 else {
                 let reason = MediaFiles.errnoText()
                 unlink(temporary)
                 throw MediaError.destinationUnwritable(path: destination, reason: reason)
+            }
+            do { try Platform.syncDirectory(Platform.directory(of: destination)) } catch {
+                throw MediaError.destinationUnwritable(path: destination, reason: "\(error)")
             }
         }
     }

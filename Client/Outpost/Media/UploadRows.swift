@@ -1,3 +1,4 @@
+import Foundation
 import OutpostCore
 import OutpostCrypto
 import OutpostSQLite
@@ -15,7 +16,8 @@ struct Sealing: Sendable, Hashable {
 /// One row of `media_uploads`: an upload the store keeps until the server holds the file.
 struct UploadRow: Sendable, Hashable {
     var number: Int64
-    /// The file's absolute path; one row per path.
+    /// The file's absolute path; one row per path. The row keeps it relative to the
+    /// store's base directory when the file is inside it (`LocalDatabase.uploadKey`).
     var path: String
     /// The file as it was hashed.
     var identity: FileIdentity
@@ -115,9 +117,9 @@ extension LocalDatabase {
         ALTER TABLE media_uploads ADD COLUMN seal_segment INTEGER;
         """
 
-    private static func readUpload(_ s: Statement) -> UploadRow {
+    private func readUpload(_ s: Statement) -> UploadRow {
         UploadRow(
-            number: s.int64(0), path: s.text(1),
+            number: s.int64(0), path: uploadPath(s.text(1)),
             identity: FileIdentity(size: s.int64(2), modifiedNs: s.int64(3), device: UInt64(bitPattern: s.int64(4)), inode: UInt64(bitPattern: s.int64(5))),
             sha256: s.text(6), contentType: s.text(7), filename: s.optionalText(8), uploadId: s.optionalText(9),
             chunkSize: s.optionalInt64(10).map(Int.init), received: s.optionalBlob(11) ?? [],
@@ -127,22 +129,84 @@ extension LocalDatabase {
     }
 
     func upload(path: String) throws -> UploadRow? {
-        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE path = ?", [.text(path)], Self.readUpload)
+        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE path = ?", [.text(uploadKey(path))], readUpload)
     }
 
     func upload(number: Int64) throws -> UploadRow? {
-        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE number = ?", [.integer(number)], Self.readUpload)
+        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE number = ?", [.integer(number)], readUpload)
     }
 
     func uploads() throws -> [UploadRow] {
-        try db.query("SELECT \(Self.uploadColumns) FROM media_uploads ORDER BY number", [], Self.readUpload)
+        try db.query("SELECT \(Self.uploadColumns) FROM media_uploads ORDER BY number", [], readUpload)
+    }
+
+    // MARK: Paths relative to the base directory
+
+    // An app's files live in its container, whose absolute path changes with every app
+    // update on iOS (and with a move of the directory anywhere). A row keeps the path of a
+    // file inside the base directory relative to it, so the upload finds its file again
+    // wherever the container went; files elsewhere keep their absolute path.
+
+    /// The key a row keeps for the file at the absolute `path`.
+    func uploadKey(_ path: String) -> String {
+        guard let base = baseDirectory, let relative = Self.relative(path, to: base) else { return path }
+        return relative
+    }
+
+    /// The absolute path of a row's key.
+    func uploadPath(_ key: String) -> String {
+        guard !key.hasPrefix("/"), let base = baseDirectory else { return key }
+        return base.hasSuffix("/") ? base + key : base + "/" + key
+    }
+
+    /// `path` relative to `base` when it lies inside it.
+    static func relative(_ path: String, to base: String) -> String? {
+        let prefix = base.hasSuffix("/") ? base : base + "/"
+        guard path.hasPrefix(prefix), path.count > prefix.count else { return nil }
+        return String(path.dropFirst(prefix.count))
+    }
+
+    /// Rows kept by an absolute path that lies under the base directory become relative.
+    /// So does a row whose file is gone and whose path matches the base in every directory
+    /// but one, with its file found at the same place under the base: the container an app
+    /// update renamed, for rows written before the store had a base directory (or under
+    /// an earlier one). Other absolute rows stay as they are.
+    func rebaseUploads() throws {
+        guard let base = baseDirectory else { return }
+        let rows = try db.query("SELECT number, path FROM media_uploads WHERE path LIKE '/%'", []) { ($0.int64(0), $0.text(1)) }
+        let baseParts = base.split(separator: "/")
+        var moves: [(number: Int64, key: String)] = []
+        for (number, path) in rows {
+            if let relative = Self.relative(path, to: base) {
+                moves.append((number, relative))
+                continue
+            }
+            let parts = path.split(separator: "/")
+            guard parts.count > baseParts.count,
+                  zip(parts, baseParts).count(where: { $0 != $1 }) == 1,
+                  !FileManager.default.fileExists(atPath: path) else { continue }
+            let key = parts.dropFirst(baseParts.count).joined(separator: "/")
+            if FileManager.default.fileExists(atPath: uploadPath(key)) { moves.append((number, key)) }
+        }
+        guard !moves.isEmpty else { return }
+        try db.transaction {
+            for move in moves {
+                if try db.scalarInt("SELECT number FROM media_uploads WHERE path = ?", [.text(move.key)]) != nil {
+                    // The file has a row under its relative path already, made later: the
+                    // absolute one is an older upload of it.
+                    try deleteUpload(number: move.number)
+                } else {
+                    try db.run("UPDATE media_uploads SET path = ? WHERE number = ?", [.text(move.key), .integer(move.number)])
+                }
+            }
+        }
     }
 
     /// Inserts `row` (a new number) or, when `row.number` names a row, rewrites it.
     @discardableResult
     func save(_ row: UploadRow, insert: Bool) throws -> Int64 {
         let values: [SQLiteValue] = [
-            .text(row.path), .integer(row.identity.size), .integer(row.identity.modifiedNs),
+            .text(uploadKey(row.path)), .integer(row.identity.size), .integer(row.identity.modifiedNs),
             .integer(Int64(bitPattern: row.identity.device)), .integer(Int64(bitPattern: row.identity.inode)),
             .text(row.sha256), .text(row.contentType), row.filename.map { .text($0) } ?? .null, row.uploadId.map { .text($0) } ?? .null,
             row.chunkSize.map { .integer(Int64($0)) } ?? .null, .blob(row.received), .text(row.state.rawValue),

@@ -143,7 +143,7 @@ public actor OutpostClient {
         guard pending == 0 || discardingUnsent else {
             throw OutpostError.storage("space \(space) holds \(pending) unsent edits; remove(space:discardingUnsent: true) discards them")
         }
-        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path(for: space) + suffix) }
+        for suffix in ["", "-wal", "-shm", "-device"] { try? FileManager.default.removeItem(atPath: path(for: space) + suffix) }
     }
 
     /// Syncs every attached space in turn and reports each. Never throws: a space that

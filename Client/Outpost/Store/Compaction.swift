@@ -50,7 +50,7 @@ extension OutpostStore {
             report.sealedFormsPruned = Int(sealed - (try d.db.scalarInt("SELECT count(*) FROM sealed") ?? 0))
             if try d.meta("view_repull") == nil { try d.clearViewSeen() }
             try d.setMeta("compacted_at", String(now()))
-            return try d.db.query("SELECT path FROM download_directories", []) { $0.text(0) }
+            return try d.db.query("SELECT path FROM download_directories", []) { d.uploadPath($0.text(0)) }
         }
         report.temporaryFilesRemoved = Self.removeStaleDownloads(in: directories)
         report.bytesReclaimed = try reclaimSpace()
@@ -58,9 +58,12 @@ extension OutpostStore {
     }
 
     /// Remembers where a download writes its temporary file, so that compaction can remove
-    /// what a crash leaves there.
+    /// what a crash leaves there (relative to the base directory when inside it, as
+    /// uploads are).
     func noteDownloadDirectory(_ path: String) throws {
-        try write(durability: .normal) { try $0.db.run("INSERT OR IGNORE INTO download_directories(path) VALUES (?)", [.text(path)]) }
+        try write(durability: .normal) { d in
+            try d.db.run("INSERT OR IGNORE INTO download_directories(path) VALUES (?)", [.text(d.uploadKey(MediaFiles.absolutePath(path)))])
+        }
     }
 
     /// Compacts after a sync when the interval has passed since the last compaction (never

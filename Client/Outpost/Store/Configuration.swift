@@ -1,3 +1,4 @@
+import Foundation
 import OutpostCore
 
 extension OutpostStore {
@@ -7,8 +8,27 @@ extension OutpostStore {
         /// may be lost if the device loses power before the next checkpoint.
         case normal
         /// WAL with `synchronous=FULL`: every save is on disk when `save` returns, and
-        /// survives power loss. The default: an edit must never be lost.
+        /// survives power loss. The default: an edit must never be lost. On Apple platforms
+        /// it adds `PRAGMA fullfsync`: SQLite syncs with `F_FULLFSYNC`, since `fsync` there
+        /// leaves the bytes in the drive's cache.
         case full
+    }
+
+    /// The data-protection class of the store's files on iOS, iPadOS, tvOS, visionOS and
+    /// Mac Catalyst (`FileProtectionType`): whether they can be opened while the device is
+    /// locked. Elsewhere it has no effect.
+    public enum FileProtection: Sendable, Hashable {
+        /// Readable only while the device is unlocked: a background sync of a locked
+        /// phone fails with `OutpostError.storage`.
+        case complete
+        /// A file open when the device locks stays usable; one that is not cannot be opened
+        /// until the next unlock.
+        case completeUnlessOpen
+        /// Readable from the first unlock after the device starts until it shuts down: a
+        /// background sync of a locked phone works. The default.
+        case completeUntilFirstUserAuthentication
+        /// Never encrypted with a key tied to the passcode.
+        case none
     }
 
     /// Settings of a store, with documented defaults.
@@ -28,6 +48,17 @@ extension OutpostStore {
         public var pageLimit: Int = 1000
         /// Commit durability. Default `.full`.
         public var durability: Durability = .full
+        /// The data-protection class of the store's files (`FileProtection`). Default
+        /// `.completeUntilFirstUserAuthentication`, so a background sync can open the store
+        /// while the phone is locked.
+        public var fileProtection: FileProtection = .completeUntilFirstUserAuthentication
+        /// The directory the app keeps its files in (on iOS the app's container:
+        /// `URL.homeDirectory`, or an App Group container). Media uploads of files inside it
+        /// are kept by their path relative to it, so they survive the move of the container
+        /// that every app update makes; files elsewhere are kept by their absolute path.
+        /// nil (the default): every upload is kept by its absolute path. See
+        /// docs/client.md, "Files and the app's container".
+        public var baseDirectory: URL?
         /// The device's clock, in ms since 1970. Tests move it.
         public var clock: @Sendable () -> Int64 = systemMilliseconds
         /// A fixed seed makes change ids and backoff jitter repeatable (tests); nil uses the

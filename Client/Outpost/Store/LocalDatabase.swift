@@ -52,26 +52,58 @@ final class LocalDatabase {
     /// Seals the puts of an end-to-end encrypted store (set by the store when it opens one).
     var cipher: RecordCipher?
 
+    /// `Configuration.baseDirectory`, absolute: uploads of files inside it are kept by
+    /// their path relative to it (Media/UploadRows.swift).
+    var baseDirectory: String?
+
     /// The commit durability in force on the connection.
     private(set) var durability: OutpostStore.Durability
 
-    init(path: String, durability: OutpostStore.Durability) throws {
-        db = try Connection(path: path)
+    /// Opens the store file at `path` for reading and writing (creating it, in the
+    /// protection class when one is given, and bringing its schema up to date).
+    init(path: String, durability: OutpostStore.Durability, protection: OutpostStore.FileProtection? = nil) throws {
+        db = try Connection(path: path, flags: [.readWrite, .create, .init(rawValue: protection.map(Platform.sqliteOpenFlags) ?? 0)])
         self.durability = durability
         if path != ":memory:" {
             try db.enableWAL(synchronous: durability == .full ? .full : .normal)
+            // A reader in another process (an app extension) opens the file read-only,
+            // and cannot create these files while the app has the store closed.
+            try db.keepWALFiles()
         }
+        // Checkpoints always use F_FULLFSYNC where it exists (Darwin): they copy the log
+        // into the database and then reset the log, and a drive that reordered those
+        // writes across a power loss would lose committed pages, whatever the durability.
+        try db.execute("PRAGMA checkpoint_fullfsync=ON; PRAGMA fullfsync=\(durability == .full ? "ON" : "OFF")")
         try db.execute("PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY; PRAGMA cache_size=-16384")
         try migrate()
+    }
+
+    /// Opens the store file at `path` for reading only: nothing is created, written or
+    /// migrated, and no lock is taken beyond SQLite's own (WAL lets readers in other
+    /// processes read while the app writes).
+    init(readingAt path: String) throws {
+        db = try Connection(path: path, flags: [.readOnly])
+        durability = .normal
+        try db.execute("PRAGMA temp_store=MEMORY; PRAGMA cache_size=-4096")
+        guard try db.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'meta'") == 1 else {
+            throw OutpostError.storage("\(path) is not a store file")
+        }
+        let version = try meta("schema_version").flatMap { Int($0) } ?? 0
+        guard version <= Self.schemaVersion else { throw OutpostError.schemaTooNew(version) }
+        guard version == Self.schemaVersion else {
+            throw OutpostError.storage("the store file has schema version \(version): the app must open it once to bring it to \(Self.schemaVersion) before it can be read here")
+        }
     }
 
     func close() { db.close() }
 
     /// Sets the durability of the next commits (outside a transaction). In WAL mode a
     /// `FULL` commit syncs the log with every `NORMAL` commit before it, so order is kept.
+    /// `FULL` commits use `F_FULLFSYNC` where it exists (`PRAGMA fullfsync`; Darwin).
     func use(_ wanted: OutpostStore.Durability) throws {
         guard wanted != durability, !db.isInTransaction else { return }
-        try db.execute("PRAGMA synchronous=\(wanted == .full ? "FULL" : "NORMAL")")
+        let full = wanted == .full
+        try db.execute("PRAGMA synchronous=\(full ? "FULL" : "NORMAL"); PRAGMA fullfsync=\(full ? "ON" : "OFF")")
         durability = wanted
     }
 

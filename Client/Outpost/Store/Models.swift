@@ -207,6 +207,9 @@ public struct SyncStatus: Sendable, Hashable {
     public let retiredEpochs: [Epoch]
     /// True while a new epoch's history is being pulled (local changes wait for it).
     public let rebasing: Bool
+    /// The client id the file had on another device, when it was restored here from that
+    /// device's backup (`OutpostStore.restoredFrom`); nil for a file made here.
+    public let restoredFrom: String?
 }
 
 /// A change of the store that observers hear about.

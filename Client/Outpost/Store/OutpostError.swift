@@ -9,6 +9,12 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
     case storeInUse(path: String)
     /// The store was closed; open it again.
     case closed
+    /// The store is suspended (`suspend()`): its file and lock are released until
+    /// `resume()`. Nothing was changed.
+    case suspended
+    /// The store was opened for reading only (`OutpostStore.reader`): it cannot save or
+    /// sync. Nothing was changed.
+    case readOnly
     /// A collection name or record id the protocol does not allow (PROTOCOL.md section 1).
     case invalidName(String)
     /// The file belongs to another space than the configuration names.
@@ -42,6 +48,8 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .storeInUse(let path): "the store \(path) is already open (one store per file)"
         case .closed: "the store is closed"
+        case .suspended: "the store is suspended: resume() it first"
+        case .readOnly: "the store was opened for reading only"
         case .invalidName(let m): m
         case .spaceMismatch(let stored, let configured): "the store belongs to space \(stored), not \(configured)"
         case .schemaTooNew(let v): "the store file has schema version \(v), newer than this SDK understands"
@@ -62,6 +70,8 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .storeInUse: "store_in_use"
         case .closed: "closed"
+        case .suspended: "suspended"
+        case .readOnly: "read_only"
         case .invalidName: "invalid_name"
         case .spaceMismatch: "space_mismatch"
         case .schemaTooNew: "schema_too_new"

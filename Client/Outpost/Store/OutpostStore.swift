@@ -24,7 +24,9 @@ import OutpostSQLite
 /// Concurrency: the actor owns the only SQLite connection, which never leaves it. While a
 /// sync waits for the network, saves and reads go on; a second `sync()` waits for the
 /// first. One store per file: a second open of the same file, in this process or another,
-/// fails with `OutpostError.storeInUse`.
+/// fails with `OutpostError.storeInUse`, until the first is closed or suspended
+/// (`suspend()`, when the app leaves the foreground). Another process reads the file at any
+/// time through `OutpostStore.reader(path:configuration:)`.
 public actor OutpostStore {
     /// The configuration the store was opened with.
     public nonisolated let configuration: Configuration
@@ -32,19 +34,28 @@ public actor OutpostStore {
     public nonisolated let clientId: String
     /// The space.
     public nonisolated var space: String { configuration.space }
+    /// The client id the file had on another device when it was restored here from that
+    /// device's backup (this store then took a new `clientId`); nil for a file made here.
+    public nonisolated let restoredFrom: String?
 
     let transport: (any SyncTransport)?
     /// Seals puts and opens pulled copies when the store is end-to-end encrypted.
     nonisolated let cipher: RecordCipher?
+    /// The store's file (nil in memory), and whether it was opened for reading only.
+    nonisolated let file: StoreFile?
     var database: LocalDatabase?
-    private var lock: StoreLock?
+    var lock: StoreLock?
+    /// Open, suspended (file and lock released until `resume()`), or closed for good.
+    var lifecycle = Lifecycle.open
     var rng: Randomness
     private var observers: [UUID: Observer] = [:]
     private var activityObservers: [UUID: AsyncStream<SyncActivity>.Continuation] = [:]
     /// Records the running sync's pull has received so far (for `SyncProgress`).
     var pulledThisSync = 0
-    private var syncRunning = false
-    private var syncWaiters: [CheckedContinuation<Void, Never>] = []
+    /// One sync (or re-pull, epoch change, long-poll page) at a time.
+    nonisolated let syncGate = SyncGate()
+    /// The task of the sync running now: `suspend()` cancels it when its caller is.
+    var runningSync: Task<SyncReport, any Error>?
     var cachedLimits: (limits: Limits, fetchedAt: Int64)?
     /// Changes in the push request now awaiting its answer.
     var inFlight: Set<String> = []
@@ -65,9 +76,27 @@ public actor OutpostStore {
     ///   `configuration.encryption` is set and the device has no key for the space;
     ///   `EncryptionError.encryptionRequired` when a file of an encrypted space is opened
     ///   without `encryption`, or a file that synced in clear is opened with it.
+    ///   Opening a file restored from another device's backup gives the store a new
+    ///   `clientId` (the old one stays with that device; `restoredFrom` names it) and keeps
+    ///   its queued edits; an encrypted one then throws
+    ///   `EncryptionError.keysNotOnThisDevice` until its keys are imported.
     public init(path: String, configuration: Configuration, transport: (any SyncTransport)? = nil) throws {
-        let lock = try StoreLock.acquire(databasePath: path)
-        try self.init(databasePath: path, lock: lock, configuration: configuration, transport: transport)
+        try Platform.createDirectory(holding: path, protection: configuration.fileProtection)
+        let lock = try StoreLock.acquire(databasePath: path, protection: configuration.fileProtection)
+        try self.init(file: StoreFile(path: path, readOnly: false), lock: lock, configuration: configuration, transport: transport)
+    }
+
+    /// Opens the store at `path` for reading only, alongside the store another process (the
+    /// app, when this is its extension) has open: no lock is taken and nothing is written.
+    /// Reads, status and observation of its own events work; saves and syncs throw
+    /// `OutpostError.readOnly`. What the other process writes meanwhile is read by the next
+    /// call (it is not announced to observers).
+    ///
+    /// - Throws: `OutpostError.storage` when there is no store file at `path`, or the app
+    ///   has not yet opened it with this SDK version; `spaceMismatch` and the encryption
+    ///   errors as `init(path:configuration:transport:)`.
+    public static func reader(path: String, configuration: Configuration) throws -> OutpostStore {
+        try OutpostStore(file: StoreFile(path: path, readOnly: true), lock: nil, configuration: configuration, transport: nil)
     }
 
     /// A new record id: a UUID version 7 in lower case, whose first 48 bits are the time in
@@ -96,59 +125,57 @@ public actor OutpostStore {
 
     /// A store in memory, for tests and previews: nothing is written to disk.
     public static func inMemory(configuration: Configuration, transport: (any SyncTransport)? = nil) throws -> OutpostStore {
-        try OutpostStore(databasePath: ":memory:", lock: nil, configuration: configuration, transport: transport)
+        try OutpostStore(file: nil, lock: nil, configuration: configuration, transport: transport)
     }
 
-    private init(databasePath: String, lock: StoreLock?, configuration: Configuration, transport: (any SyncTransport)?) throws {
+    private init(file: StoreFile?, lock: StoreLock?, configuration: Configuration, transport: (any SyncTransport)?) throws {
         guard Names.isValidSpace(configuration.space) else { throw OutpostError.invalidName("invalid space name \"\(configuration.space)\"") }
         if let id = configuration.clientId, !Names.isValidClientID(id) {
             throw OutpostError.invalidName("invalid client id \"\(id)\": 1 to 128 characters of [A-Za-z0-9_.:-]")
         }
         var rng = Randomness(seed: configuration.randomSeed)
-        let database: LocalDatabase
-        do { database = try LocalDatabase(path: databasePath, durability: configuration.durability) } catch let e as SQLiteError {
-            throw OutpostError.storage(e.description)
-        }
-        let clientId: String
-        var cipher: RecordCipher?
+        let opened = try Self.open(file, configuration: configuration, rng: &rng)
+        let cipher: RecordCipher?
         do {
-            if let stored = try database.meta("space"), stored != configuration.space {
-                database.close()
-                throw OutpostError.spaceMismatch(stored: stored, configured: configuration.space)
-            }
-            try database.setMeta("space", configuration.space)
-            if let existing = try database.meta("client_id") {
-                clientId = existing
-            } else {
-                clientId = configuration.clientId ?? Identifiers.clientID(using: &rng)
-                try database.setMeta("client_id", clientId)
-            }
-            if let encryption = configuration.encryption {
-                guard let ring = try encryption.keys.keyring(space: configuration.space) else { throw EncryptionError.noKeyring(space: configuration.space) }
-                cipher = RecordCipher(space: configuration.space, ring: ring, clearFields: encryption.clearFields)
-            }
-            // A file keeps the mode it was made with: an encrypted one opened without its
-            // keys would queue edits in clear, and a clear one would meet its own copies
-            // as records it cannot open.
-            let mode = cipher == nil ? "none" : "e2e-1"
-            if let stored = try database.meta("encryption"), stored != mode { throw EncryptionError.encryptionRequired(space: configuration.space) }
-            try database.setMeta("encryption", mode)
-            database.cipher = cipher
-        } catch let e as SQLiteError {
-            database.close()
-            throw OutpostError.storage(e.description)
-        } catch let e as EncryptionError {
-            database.close()
-            throw e
+            cipher = try Self.cipher(opened, configuration: configuration, readOnly: file?.readOnly == true)
+        } catch {
+            opened.database.close()
+            throw error
         }
+        opened.database.cipher = cipher
         self.configuration = configuration
-        self.clientId = clientId
+        self.clientId = opened.clientId
+        self.restoredFrom = opened.restoredFrom
         self.cipher = cipher
         self.transport = transport
-        self.database = database
+        self.file = file
+        self.database = opened.database
         self.lock = lock
         self.rng = rng
-        self.clockOffset = (try? database.meta("clock_offset")).flatMap { $0.flatMap { Int64($0) } }
+        self.clockOffset = (try? opened.database.meta("clock_offset")).flatMap { $0.flatMap { Int64($0) } }
+    }
+
+    /// The store's record cipher when `configuration.encryption` is set. A file keeps the
+    /// mode it was made with: an encrypted one opened without its keys would queue edits in
+    /// clear, and a clear one would meet its own copies as records it cannot open.
+    private static func cipher(_ opened: OpenedFile, configuration: Configuration, readOnly: Bool) throws -> RecordCipher? {
+        var cipher: RecordCipher?
+        if let encryption = configuration.encryption {
+            guard let ring = try encryption.keys.keyring(space: configuration.space) else {
+                if let from = opened.restoredFrom { throw EncryptionError.keysNotOnThisDevice(space: configuration.space, restoredFrom: from) }
+                throw EncryptionError.noKeyring(space: configuration.space)
+            }
+            cipher = RecordCipher(space: configuration.space, ring: ring, clearFields: encryption.clearFields)
+        }
+        let mode = cipher == nil ? "none" : "e2e-1"
+        do {
+            let stored = try opened.database.meta("encryption")
+            if let stored, stored != mode { throw EncryptionError.encryptionRequired(space: configuration.space) }
+            if !readOnly { try opened.database.setMeta("encryption", mode) }
+        } catch let e as SQLiteError {
+            throw OutpostError.storage(e.description)
+        }
+        return cipher
     }
 
     /// Closes the store: observers finish, the file and its lock are released. A sync in
@@ -157,15 +184,16 @@ public actor OutpostStore {
         database?.close()
         database = nil
         lock = nil
+        lifecycle = .closed
         for observer in observers.values { observer.continuation.finish() }
         observers.removeAll()
         for continuation in activityObservers.values { continuation.finish() }
         activityObservers.removeAll()
     }
 
-    /// The database, or `closed`.
+    /// The database, or `closed` (`suspended` while the store is suspended).
     func db() throws -> LocalDatabase {
-        guard let database else { throw OutpostError.closed }
+        guard let database else { throw lifecycle == .suspended ? OutpostError.suspended : OutpostError.closed }
         return database
     }
 
@@ -179,6 +207,7 @@ public actor OutpostStore {
     /// saved.
     func write<T>(durability: Durability? = nil, _ body: (LocalDatabase) throws -> T) throws -> T {
         let d = try db()
+        guard file?.readOnly != true else { throw OutpostError.readOnly }
         do {
             try d.use(durability ?? configuration.durability)
             return try d.db.transaction { try body(d) }
@@ -384,7 +413,7 @@ public actor OutpostStore {
                 pending: try d.count(deliveries: ["queued", "sent"]),
                 rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
                 lastSyncAt: try d.meta("last_sync_at").flatMap { Int64($0) }, lastError: try d.meta("last_error"),
-                retiredEpochs: try d.retiredEpochs(), rebasing: try d.meta("rebasing") != nil)
+                retiredEpochs: try d.retiredEpochs(), rebasing: try d.meta("rebasing") != nil, restoredFrom: restoredFrom)
         }
     }
 
@@ -508,15 +537,18 @@ public actor OutpostStore {
 
     // MARK: - One sync at a time
 
-    func acquireSyncGate() async {
-        while syncRunning {
-            await withCheckedContinuation { syncWaiters.append($0) }
+    /// Takes the sync gate (`SyncGate`): a cancelled waiter throws `CancellationError` at
+    /// once. Refused with `suspended` while the store is suspending or suspended: a sync
+    /// queued behind the one a suspension waits for does not prolong it.
+    func acquireSyncGate() async throws {
+        try await syncGate.acquire()
+        guard lifecycle == .open || lifecycle == .closed else {
+            syncGate.release()
+            throw OutpostError.suspended
         }
-        syncRunning = true
     }
 
     func releaseSyncGate() {
-        syncRunning = false
-        if !syncWaiters.isEmpty { syncWaiters.removeFirst().resume() }
+        syncGate.release()
     }
 }

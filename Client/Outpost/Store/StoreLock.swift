@@ -10,6 +10,10 @@ import Darwin
 /// description, so released by the kernel when the process dies, even by SIGKILL) plus a
 /// registry of the paths this process has open (so a second open in the same process fails
 /// with the same clear error and never touches the file).
+///
+/// A store holds it while it is open and not suspended: `OutpostStore.suspend()` releases
+/// it (iOS stops an app that holds a file lock in a shared container while suspended,
+/// 0xdead10cc) and `resume()` takes it again. Readers (`OutpostStore.reader`) never take it.
 final class StoreLock: Sendable {
     /// Canonical paths open in this process.
     private static let registry = Mutex<Set<String>>([])
@@ -22,8 +26,10 @@ final class StoreLock: Sendable {
         self.fd = fd
     }
 
-    /// Takes the lock for the database at `databasePath`, or throws `storeInUse`.
-    static func acquire(databasePath: String) throws -> StoreLock {
+    /// Takes the lock for the database at `databasePath`, or throws `storeInUse`. The lock
+    /// file gets the store's protection class, so it opens while the device is locked
+    /// whenever the database does.
+    static func acquire(databasePath: String, protection: OutpostStore.FileProtection) throws -> StoreLock {
         let canonical = canonicalPath(databasePath)
         let registered = registry.withLock { open in open.insert(canonical).inserted }
         guard registered else { throw OutpostError.storeInUse(path: databasePath) }
@@ -32,12 +38,12 @@ final class StoreLock: Sendable {
             _ = registry.withLock { $0.remove(canonical) }
             throw OutpostError.storage("cannot open \(canonical)-lock: \(String(cString: strerror(errno)))")
         }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            close(fd)
-            _ = registry.withLock { $0.remove(canonical) }
-            throw OutpostError.storeInUse(path: databasePath)
+        let lock = StoreLock(path: canonical, fd: fd)
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { throw OutpostError.storeInUse(path: databasePath) }
+        do { try Platform.protect(canonical + "-lock", protection) } catch {
+            throw OutpostError.storage("cannot set the protection of \(canonical)-lock: \(error)")
         }
-        return StoreLock(path: canonical, fd: fd)
+        return lock
     }
 
     deinit {

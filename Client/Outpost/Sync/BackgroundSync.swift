@@ -2,16 +2,20 @@
 // macOS or watchOS, nor on Linux, which skip this file).
 #if canImport(BackgroundTasks) && !os(macOS) && !os(watchOS)
 import BackgroundTasks
+import Dispatch
 import Foundation
+import Synchronization
 
 /// Syncs a store from the system's background tasks (`BGAppRefreshTask`,
-/// `BGProcessingTask`): each launch runs one `store.sync()`, stopped when the system's time
-/// runs out, and asks for the next launch. docs/client.md ("The scheduler") has the whole
-/// recipe.
+/// `BGProcessingTask`): each launch runs one `store.sync()` with the store resumed for it
+/// (`StoreLifecycle.whileOpen`), completes the task when the sync returns or the
+/// moment the system's time runs out, and asks for the next launch. docs/client.md
+/// ("Background tasks (iOS)") has the whole recipe. Never compiled in this repository.
 ///
 /// ```swift
 /// // At launch, before it finishes (App.init or application(_:didFinishLaunchingWithOptions:)):
-/// BackgroundSync.register(identifier: "com.example.app.sync", store: store)
+/// // AppStores opens the store on first use, and keeps its StoreLifecycle.
+/// BackgroundSync.register(identifier: "com.example.app.sync") { try await AppStores.shared.lifecycle() }
 /// // When the app moves to the background:
 /// try? BackgroundSync.schedule(identifier: "com.example.app.sync")
 /// ```
@@ -29,29 +33,50 @@ public enum BackgroundSync {
         case processing(requiresExternalPower: Bool)
     }
 
-    /// Registers the launch handler of `identifier`: it syncs `store` once, ends with
-    /// `setTaskCompleted(success:)` (true when the sync succeeded), cancels the sync from
-    /// the task's expiration handler, and first schedules the next launch `interval` later
-    /// (nil: none). Call it once per identifier at every launch, before the app finishes
-    /// launching (the system stops an app that registers an identifier twice). Syncs of the
-    /// app's own scheduler and of this handler take turns on the store.
+    /// Registers the launch handler of `identifier`. Call it once per identifier at every
+    /// launch, before the app finishes launching (the system stops an app that registers
+    /// an identifier twice); it opens nothing.
+    ///
+    /// The handler first schedules the next launch `interval` later (nil: none), then, in a
+    /// task of its own, gets the store's lifecycle from `lifecycle` (which may open the
+    /// store then, off the main thread: never at launch) and runs one sync inside
+    /// `whileOpen`, so a suspended store is resumed for it and suspended again after it
+    /// while the app stays in the background. `setTaskCompleted(success:)` is called once:
+    /// when the sync returns (true when it succeeded), or from the expiration handler, which
+    /// cancels the sync and waits at most a second for the store to suspend again; a sync
+    /// still waiting for the foreground's sync to end leaves its turn at once (the sync
+    /// gate is cancellable). Cancelling a sync cancels its
+    /// request; every change the server did not confirm stays queued.
     ///
     /// - Returns: false when the system refused the identifier (it is missing from
     ///   `BGTaskSchedulerPermittedIdentifiers`).
     @discardableResult
-    public static func register(identifier: String, kind: Kind = .appRefresh, store: OutpostStore,
-                                interval: Duration? = .seconds(15 * 60)) -> Bool {
+    public static func register(identifier: String, kind: Kind = .appRefresh, interval: Duration? = .seconds(15 * 60),
+                                lifecycle: @escaping @Sendable () async throws -> StoreLifecycle) -> Bool {
         BGTaskScheduler.shared.register(forTaskWithIdentifier: identifier, using: nil) { task in
             // Scheduled first, so a task the system ends early still has a successor.
             if let interval { try? BackgroundSync.schedule(identifier: identifier, kind: kind, after: interval) }
-            let handle = TaskHandle(task: task)
+            let completion = Completion(task: task)
+            let finished = DispatchSemaphore(value: 0)
             let sync = Task {
-                let succeeded = (try? await store.sync()) != nil
-                handle.task.setTaskCompleted(success: succeeded)
+                let succeeded: Bool
+                do {
+                    _ = try await lifecycle().whileOpen { try await $0.sync() }
+                    succeeded = true
+                } catch {
+                    succeeded = false
+                }
+                completion.complete(success: succeeded)
+                finished.signal()
             }
-            // Cancelling the sync cancels its request; the store keeps every change it had
-            // not confirmed, and the next sync sends it again.
-            task.expirationHandler = { sync.cancel() }
+            task.expirationHandler = {
+                // The cancelled sync unwinds and the store suspends again on the store's
+                // executor (never this thread): waited for, briefly, so that the app is
+                // not suspended holding the store's file.
+                sync.cancel()
+                _ = finished.wait(timeout: .now() + 1)
+                completion.complete(success: false)
+            }
         }
     }
 
@@ -76,11 +101,22 @@ public enum BackgroundSync {
         try BGTaskScheduler.shared.submit(request)
     }
 
-    /// The system's task, carried into the Swift task that syncs. `BGTask` is not marked
-    /// `Sendable`; the sync's task only calls `setTaskCompleted(success:)` on it, once, which
-    /// the framework accepts from any thread.
-    private struct TaskHandle: @unchecked Sendable {
-        let task: BGTask
+    /// Completes the system's task once, from whichever comes first: the sync's end or
+    /// the expiration handler. `@unchecked Sendable`: `BGTask` is not marked `Sendable`;
+    /// it is only used for one `setTaskCompleted(success:)` (the atomic makes it one),
+    /// which the framework accepts from any thread.
+    private final class Completion: @unchecked Sendable {
+        private let task: BGTask
+        private let done = Atomic(false)
+
+        init(task: BGTask) {
+            self.task = task
+        }
+
+        func complete(success: Bool) {
+            guard done.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+            task.setTaskCompleted(success: success)
+        }
     }
 }
 #endif

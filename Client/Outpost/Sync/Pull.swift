@@ -295,7 +295,7 @@ extension OutpostStore {
     /// record comes again and is applied by the usual rules, never over a newer version).
     /// Pending changes are kept.
     public func resetSync() async throws {
-        await acquireSyncGate()
+        try await acquireSyncGate()
         defer { releaseSyncGate() }
         try write { d in
             if let epoch = try d.meta("epoch").flatMap(Epoch.init) { try d.setMeta("cursor", Version.start(of: epoch).text) }
@@ -314,7 +314,7 @@ extension OutpostStore {
     ///   yet), so records of another deployment (staging, another region) never reach the
     ///   one the store follows next; the app's own unsettled edits are kept and re-based.
     public func leaveEpoch(discardingCopies: Bool = false) async throws {
-        await acquireSyncGate()
+        try await acquireSyncGate()
         defer { releaseSyncGate() }
         var dropped: [RecordKey] = []
         try write { d in
@@ -360,7 +360,7 @@ extension OutpostStore {
         } catch OutpostError.transport(.refused(409, _)) {
             return .needsSync
         }
-        await acquireSyncGate()
+        try await acquireSyncGate()
         defer { releaseSyncGate() }
         let current = try db()
         guard page.epoch == epoch, try current.meta("epoch") == epoch.rawValue, try current.meta("rebasing") == nil else { return .needsSync }

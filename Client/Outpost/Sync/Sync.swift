@@ -8,20 +8,34 @@ extension OutpostStore {
     /// included, whatever their retry time: the app or the user asked for it now. The
     /// stored retry times pace only a `SyncScheduler`'s automatic syncs.
     ///
-    /// A second call waits for the first. On failure nothing local is lost: sent changes
+    /// A second call waits for the first; cancelled while it waits, it throws
+    /// `CancellationError` at once. On failure nothing local is lost: sent changes
     /// whose answer was not read are in doubt, others get a retry time, and the error is
-    /// kept in `status().lastError`.
+    /// kept in `status().lastError`. While the store is suspended it throws
+    /// `OutpostError.suspended`; a store opened by `reader` throws `readOnly`.
     @discardableResult
     public func sync() async throws -> SyncReport {
         try await sync(dueOnly: false)
     }
 
     /// One sync; with `dueOnly` (the scheduler's syncs), a change waits for its retry time.
+    ///
+    /// It runs in a task of its own, kept in `runningSync`, so that a suspension whose
+    /// time runs out can cancel it (`suspend()`); cancelling the caller cancels it too.
     @discardableResult
     func sync(dueOnly: Bool) async throws -> SyncReport {
+        guard file?.readOnly != true else { throw OutpostError.readOnly }
         guard let transport else { throw OutpostError.noTransport }
-        await acquireSyncGate()
+        try await acquireSyncGate()
         defer { releaseSyncGate() }
+        let work = Task { try await self.run(transport, dueOnly: dueOnly) }
+        runningSync = work
+        defer { runningSync = nil }
+        return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
+    }
+
+    /// The sync itself, under the gate.
+    private func run(_ transport: any SyncTransport, dueOnly: Bool) async throws -> SyncReport {
         let startedAt = now(), started = ContinuousClock.now
         var failure: OutpostError?
         var report = SyncReport()

@@ -331,11 +331,20 @@ extension TransportError {
     /// before a request can leave; anything else may have reached the server (`noAnswer`).
     static func classifying(_ error: any Error) -> TransportError {
         let code = (error as? URLError)?.code.rawValue ?? (error as NSError).code
+        // Local network privacy (iOS 14, macOS 15): a request to a server on the LAN that
+        // the user has not allowed fails as if offline; only the error's network path
+        // (its underlying error) says why.
+        if (error as NSError).description.contains("Local network prohibited") {
+            return .notSent("the app may not reach the local network: the user allows it in Settings, Privacy & Security, Local Network, after the app's prompt, which Info.plist's NSLocalNetworkUsageDescription explains (docs/client.md): \(error.localizedDescription)")
+        }
         switch code {
+        case NSURLErrorAppTransportSecurityRequiresSecureConnection:
+            // The app's own setting refused it, before any byte left: say which.
+            return .notSent("App Transport Security refused a plain http:// request (use https, or allow the host with an NSAppTransportSecurity exception in Info.plist; docs/client.md): \(error.localizedDescription)")
         case NSURLErrorCannotConnectToHost, NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed, NSURLErrorNotConnectedToInternet,
              NSURLErrorBadURL, NSURLErrorUnsupportedURL, NSURLErrorSecureConnectionFailed, NSURLErrorServerCertificateUntrusted,
              NSURLErrorServerCertificateHasBadDate, NSURLErrorServerCertificateHasUnknownRoot, NSURLErrorServerCertificateNotYetValid,
-             NSURLErrorClientCertificateRejected, NSURLErrorClientCertificateRequired, NSURLErrorAppTransportSecurityRequiresSecureConnection,
+             NSURLErrorClientCertificateRejected, NSURLErrorClientCertificateRequired,
              NSURLErrorInternationalRoamingOff, NSURLErrorDataNotAllowed:
             return .notSent(error.localizedDescription)
         default:

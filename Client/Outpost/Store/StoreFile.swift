@@ -1,0 +1,188 @@
+import Foundation
+import OutpostCore
+import OutpostSQLite
+
+// Opening a store's file, and the store's life around it on a phone (docs/client.md, "An
+// app's life on iOS"): suspension, which releases the file and its lock while the app is
+// suspended; readers in other processes; and a file restored onto another device.
+
+/// A store's file and how it was opened.
+struct StoreFile: Sendable, Hashable {
+    let path: String
+    /// Opened by `OutpostStore.reader`: no lock, nothing written.
+    let readOnly: Bool
+
+    /// The device marker beside the file (`<file>-device`), kept out of backups.
+    var markerPath: String { path + "-device" }
+}
+
+extension OutpostStore {
+    /// Where a store is in its life.
+    enum Lifecycle: Sendable, Hashable {
+        case open
+        /// `suspend()` waits for the running sync; new syncs are refused.
+        case suspending
+        /// File and lock released until `resume()`; every call throws `suspended`.
+        case suspended
+        /// `close()` was called.
+        case closed
+    }
+
+    /// What opening the file found.
+    struct OpenedFile {
+        let database: LocalDatabase
+        let clientId: String
+        let restoredFrom: String?
+    }
+
+    /// Opens the database of `file` (in memory when nil) and checks it belongs to the
+    /// configured space. A file opened for writing gets its client id on first open, is
+    /// bound to this device (`bindToDevice`), and has its uploads' paths rebased on
+    /// `configuration.baseDirectory`.
+    static func open(_ file: StoreFile?, configuration: Configuration, rng: inout Randomness) throws -> OpenedFile {
+        let database: LocalDatabase
+        do {
+            if let file, file.readOnly {
+                database = try LocalDatabase(readingAt: file.path)
+            } else {
+                database = try LocalDatabase(path: file?.path ?? ":memory:", durability: configuration.durability,
+                                             protection: file == nil ? nil : configuration.fileProtection)
+            }
+        } catch let e as SQLiteError {
+            throw OutpostError.storage(e.description)
+        }
+        database.baseDirectory = configuration.baseDirectory.map { MediaFiles.absolutePath($0.path) }
+        do {
+            if let stored = try database.meta("space"), stored != configuration.space {
+                throw OutpostError.spaceMismatch(stored: stored, configured: configuration.space)
+            }
+            if let file, file.readOnly {
+                guard let clientId = try database.meta("client_id") else { throw OutpostError.storage("\(file.path) is not a store file") }
+                return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta("restored_from"))
+            }
+            try database.setMeta("space", configuration.space)
+            var clientId: String
+            if let existing = try database.meta("client_id") {
+                clientId = existing
+            } else {
+                clientId = configuration.clientId ?? Identifiers.clientID(using: &rng)
+                try database.setMeta("client_id", clientId)
+            }
+            if let file {
+                if try bindToDevice(file, database, protection: configuration.fileProtection) {
+                    // Restored from another device's backup: that device may still be
+                    // syncing under the old client id, so this copy takes a new one.
+                    // Its queued edits stay queued and go with its next sync under the
+                    // same changeIds (the server answers those it applied as replayed).
+                    let old = clientId
+                    clientId = Identifiers.clientID(using: &rng)
+                    try database.db.transaction {
+                        try database.setMeta("client_id", clientId)
+                        try database.setMeta("restored_from", old)
+                    }
+                }
+                try database.rebaseUploads()
+            }
+            return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta("restored_from"))
+        } catch let e as SQLiteError {
+            database.close()
+            throw OutpostError.storage(e.description)
+        } catch {
+            database.close()
+            throw error
+        }
+    }
+
+    /// Binds the file to this device and tells whether it came from another one.
+    ///
+    /// The file keeps a random marker (meta `device_marker`) and so does a small file
+    /// beside it (`<file>-device`) that backups leave out (`Platform.excludeFromBackup`;
+    /// on Apple platforms, iCloud and computer backups and the migration to a new device
+    /// skip it). Equal markers: the file never left this device. A file without a marker
+    /// (new, or made before markers) gets one. A file whose marker is not the one beside it
+    /// was restored from a backup: it gets a new marker, and the caller a true.
+    ///
+    /// The marker beside the file is written first, so a crash between the two writes
+    /// leaves a new file unmarked (marked again at the next open), never a file of this
+    /// device that looks restored.
+    private static func bindToDevice(_ file: StoreFile, _ database: LocalDatabase, protection: FileProtection) throws -> Bool {
+        let beside = FileManager.default.contents(atPath: file.markerPath).map { String(decoding: $0, as: UTF8.self) }
+        let stored = try database.meta("device_marker")
+        if let stored, stored == beside {
+            try? Platform.excludeFromBackup(file.markerPath)
+            return false
+        }
+        var random = SystemRandomNumberGenerator()
+        let marker = hexString((0..<16).map { _ in UInt8.random(in: 0...255, using: &random) })
+        do {
+            try Platform.writeDurably(Array(marker.utf8), to: file.markerPath, mode: 0o600)
+            try Platform.protect(file.markerPath, protection)
+            try Platform.excludeFromBackup(file.markerPath)
+        } catch {
+            throw OutpostError.storage("cannot write the device marker \(file.markerPath): \(error)")
+        }
+        try database.setMeta("device_marker", marker)
+        return stored != nil
+    }
+
+    // MARK: - Suspension
+
+    /// Releases the store's file and lock until `resume()`, for an app about to be
+    /// suspended: iOS stops an app that holds a file lock in a shared (App Group) container
+    /// while suspended (0xdead10cc), and an extension could not open the store meanwhile.
+    ///
+    /// A sync in progress is waited for; cancelling the task that called `suspend()` (as a
+    /// background task's expiration handler does) cancels that sync and suspends at once
+    /// (its sent changes stay in doubt, as after a lost answer). Syncs waiting for their
+    /// turn, and any started before `resume()`, throw `OutpostError.suspended`; saves and
+    /// reads work until the file closes, then throw `suspended` too. Observers stay. An
+    /// in-memory store holds no file: nothing happens. `resume()` before the sync ended
+    /// calls the suspension off.
+    public func suspend() async {
+        guard lifecycle == .open, file != nil else { return }
+        lifecycle = .suspending
+        var holdsGate = true
+        do { try await syncGate.acquire() } catch {
+            holdsGate = false
+            runningSync?.cancel()
+        }
+        defer { if holdsGate { syncGate.release() } }
+        // A resume() or close() while it waited ends the suspension here.
+        guard lifecycle == .suspending else { return }
+        database?.close()
+        database = nil
+        lock = nil
+        lifecycle = .suspended
+    }
+
+    /// Opens the file and takes its lock again after `suspend()`; nothing happens when the
+    /// store is not suspended, and a suspension still waiting for a sync is called off.
+    ///
+    /// - Throws: `OutpostError.storeInUse` when another process (an extension) has the
+    ///   file open meanwhile: the store stays suspended, and `resume()` may be called
+    ///   again; `closed` after `close()`; the errors of opening the file.
+    public func resume() throws {
+        switch lifecycle {
+        case .open: return
+        case .suspending:
+            lifecycle = .open
+            return
+        case .closed: throw OutpostError.closed
+        case .suspended: break
+        }
+        guard let file else { return }
+        let lock = file.readOnly ? nil : try StoreLock.acquire(databasePath: file.path, protection: configuration.fileProtection)
+        let opened = try Self.open(file, configuration: configuration, rng: &rng)
+        guard opened.clientId == clientId else {
+            opened.database.close()
+            throw OutpostError.storage("the store file was replaced while the store was suspended (its client id is \(opened.clientId), not \(clientId))")
+        }
+        opened.database.cipher = cipher
+        database = opened.database
+        self.lock = lock
+        lifecycle = .open
+    }
+
+    /// True while the store is suspended (or suspending).
+    public var isSuspended: Bool { lifecycle == .suspending || lifecycle == .suspended }
+}
