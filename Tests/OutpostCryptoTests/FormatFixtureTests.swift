@@ -106,15 +106,15 @@ enum CryptoFixtures {
 
     /// The export opens through `SpaceKeys.import`, the path an app takes on any platform,
     /// into a key file, and holds the keyring it was made of.
-    @Test func thePassphraseExportImports() throws {
+    @Test func thePassphraseExportImports() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("outpost-fixture-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let keys = FileKeyStore(path: dir.appendingPathComponent("imported.keys").path)
         let text = String(decoding: try CryptoFixtures.committed("keyring-export.json"), as: UTF8.self)
-        #expect(throws: EncryptionError.wrongPassphrase) { try SpaceKeys.import(text, passphrase: "Correct horse battery staple", into: keys) }
+        await #expect(throws: EncryptionError.wrongPassphrase) { try await SpaceKeys.import(text, passphrase: "Correct horse battery staple", into: keys) }
         #expect(try keys.keyring(space: CryptoFixtures.space) == nil)
-        #expect(try SpaceKeys.import(text, passphrase: CryptoFixtures.passphrase, into: keys) == CryptoFixtures.space)
+        #expect(try await SpaceKeys.import(text, passphrase: CryptoFixtures.passphrase, into: keys) == CryptoFixtures.space)
         #expect(try keys.keyring(space: CryptoFixtures.space) == CryptoFixtures.keyring)
     }
 

@@ -31,9 +31,7 @@ import Testing
             #expect(document["kdf"] == ["name": "scrypt", "n": 131072, "r": 8, "p": 1])
 
             let appKeys = FileKeyStore(path: dir.appending("app.keys"))
-            let space = try await blocking {
-                try SpaceKeys.import(export.output, passphrase: "a passphrase from the command line", into: appKeys)
-            }
+            let space = try await SpaceKeys.import(export.output, passphrase: "a passphrase from the command line", into: appKeys)
             #expect(space == "survey")
             let exported = try #require(try FileKeyStore(path: cliKeys).keyring(space: "survey"))
             #expect(exported.keys.count == 2)
