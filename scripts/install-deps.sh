@@ -16,7 +16,10 @@ if [ "$purpose" = "test" ]; then
   # python3-venv: the venvs schemathesis and Selenium are installed into (below).
   # chromium, chromium-driver and fonts-dejavu-core: the admin console's browser test
   # (AdminConsoleTests) drives headless Chromium through Selenium and saves screenshots.
-  packages+=(gzip procps curl postgresql util-linux python3 python3-venv chromium chromium-driver fonts-dejavu-core)
+  # podman, runc and debootstrap: scripts/container-test.sh builds the server's image and
+  # runs it (runc: Debian's default crun refuses some machines' cgroups); debootstrap makes
+  # its base images where no registry is reachable.
+  packages+=(gzip procps curl postgresql util-linux python3 python3-venv chromium chromium-driver fonts-dejavu-core podman runc debootstrap)
 fi
 
 missing=()
@@ -67,6 +70,10 @@ if [ "$purpose" = "test" ]; then
   # Debian's chromium and chromedriver (named by path: Selenium never fetches a driver).
   selenium_version=4.51.0
   pinned_venv selenium "$selenium_version" selenium
+
+  # podman-compose, which scripts/container-test.sh runs docker/compose.yaml with.
+  podman_compose_version=1.6.0
+  pinned_venv podman-compose "$podman_compose_version" podman-compose
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

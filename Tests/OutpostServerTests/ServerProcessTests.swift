@@ -228,6 +228,50 @@ import OutpostTestSupport
         }
     }
 
+    /// A data directory the server's user cannot write (a volume or host directory owned by
+    /// root, as a container's unprivileged user meets it), or a store file in it owned by
+    /// another user: the start is refused at once, exit 1, with one message that says what
+    /// is not writable by whom and what to do, and nothing listens. scripts/container-test.sh
+    /// checks the same in the image. Root writes anywhere, so as root the server runs as
+    /// `nobody` (runuser); as another user, its own directory is made read-only.
+    @Test func aDataDirectoryTheServerCannotWriteIsRefusedWithWhatToDo() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let asRoot = getuid() == 0
+                if asRoot { chmod(dir.path, 0o755) }
+                func start(_ data: String) throws -> Subprocess.Result {
+                    let serve = [BuildProducts.executable("outpost-server"), "serve", "--host", "127.0.0.1", "--port", "0", "--data", data]
+                    let environment = Subprocess.environment { $0.hasPrefix("OUTPOST_") }
+                    return asRoot
+                        ? try Subprocess.run("/usr/sbin/runuser", ["-u", "nobody", "--"] + serve, environment: environment, workingDirectory: "/")
+                        : try Subprocess.run(serve[0], Array(serve.dropFirst()), environment: environment)
+                }
+                let user = asRoot ? "uid 65534" : "uid \(getuid())"
+
+                // The directory itself: made by root (or read-only for its owner).
+                let data = dir.appending("data")
+                try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: false, attributes: [.posixPermissions: asRoot ? 0o755 : 0o500])
+                let refused = try start(data)
+                #expect(refused.status == 1, "exit \(refused.status): \(refused.error)")
+                #expect(!refused.output.contains("listening on"), "\(refused.output)")
+                #expect(refused.error.contains("data directory \(data) is not writable by this process (\(user)"), "\(refused.error)")
+                #expect(refused.error.contains("mode 755 (Permission denied)") || refused.error.contains("mode 500 (Permission denied)"), "\(refused.error)")
+                #expect(refused.error.contains("chown -R"), "\(refused.error)")
+                #expect(!FileManager.default.fileExists(atPath: data + "/outpost.lock"))
+
+                // A writable directory whose store file the user may not write.
+                guard asRoot else { return }
+                let owned = dir.appending("owned")
+                try FileManager.default.createDirectory(atPath: owned, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+                chown(owned, 65534, 65534)
+                #expect(FileManager.default.createFile(atPath: owned + "/outpost.sqlite", contents: Data(), attributes: [.posixPermissions: 0o644]))
+                let store = try start(owned)
+                #expect(store.status == 1, "exit \(store.status): \(store.error)")
+                #expect(store.error.contains("data directory \(owned) is not writable by this process (uid 65534, gid 65534): \(owned)/outpost.sqlite in it is owned by uid 0"), "\(store.error)")
+            }
+        }
+    }
+
     @Test func serveHelpListsEverySetting() async throws {
         let (status, output) = try await blocking { try ServerProcess.run(["serve", "--help"]) }
         #expect(status == 0)
