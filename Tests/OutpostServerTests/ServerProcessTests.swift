@@ -272,6 +272,40 @@ import OutpostTestSupport
         }
     }
 
+    /// SIGTERM while a long poll waits: the pull is answered at once (an empty page, as at
+    /// its deadline) and the server exits 0 without waiting out its grace period. Before,
+    /// the drain held the shutdown until the grace ended and then cut the pull without an
+    /// answer (with a container engine's stop timeout equal to the grace, the server was
+    /// killed). Here the grace (120 s) and the pull's wait (60 s) are both longer than the
+    /// test waits for the exit, so only an answered pull lets the server end in time.
+    @Test func sigtermAnswersAWaitingLongPollAndEndsWithoutWaitingOutTheGrace() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--shutdown-grace", "120"])
+                defer { server.stop() }
+                let token = try server.token(spaces: ["sp"], scope: "read")
+                let admin = try server.token(spaces: [], admin: true)
+                let answer = Mutex<Result<TestResponse, any Error>?>(nil)
+                let answered = DispatchSemaphore(value: 0)
+                let port = server.port
+                Thread {
+                    let r = Result { try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")], timeout: 90) }
+                    answer.withLock { $0 = r }
+                    answered.signal()
+                }.start()
+                try eventuallyBlocking("the pull waits") { try server.metric("outpost_long_polls_waiting", token: admin) == 1 }
+                server.process.send(SIGTERM)
+                let exit = server.process.wait(timeout: 45)
+                #expect(exit?.status == 0, "the server did not exit 0 within 45 s of SIGTERM (grace 120 s): \(String(describing: exit))")
+                #expect(answered.wait(timeout: .now() + 10) == .success, "the waiting pull was never answered")
+                let response = try #require(answer.withLock { $0 }).get()
+                #expect(response.status == 200, "\(response.status): \(response.text)")
+                let page = try PullPage.decode(response.body)
+                #expect(page.changes.isEmpty && !page.hasMore)
+            }
+        }
+    }
+
     @Test func serveHelpListsEverySetting() async throws {
         let (status, output) = try await blocking { try ServerProcess.run(["serve", "--help"]) }
         #expect(status == 0)
