@@ -278,9 +278,11 @@ PY
 all_applied() {
   python3 -c '
 import json, sys
-answer = json.loads(sys.argv[1])
-bad = [r for r in answer["results"] if r["status"] != "applied"]
-sys.exit(f"not applied: {bad}" if bad else 0)' "$1"
+try:
+    results = json.loads(sys.argv[1])["results"]
+except (ValueError, KeyError, TypeError):
+    sys.exit(1)
+sys.exit(1 if not results or any(r["status"] != "applied" for r in results) else 0)' "$1"
 }
 
 # ---------------------------------------------------------------------------------------
