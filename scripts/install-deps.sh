@@ -17,7 +17,10 @@ if [ "$purpose" = "test" ]; then
   # python3-venv: the venvs schemathesis, tuspy, Selenium and cryptography are installed into (below).
   # chromium, chromium-driver and fonts-dejavu-core: the admin console's browser test
   # (AdminConsoleTests) drives headless Chromium through Selenium and saves screenshots.
-  packages+=(gzip procps curl postgresql util-linux strace python3 python3-venv chromium chromium-driver fonts-dejavu-core)
+  # podman, runc and debootstrap: scripts/container-test.sh builds the server's image and
+  # runs it (runc: Debian's default crun refuses some machines' cgroups); debootstrap makes
+  # its base images where no registry is reachable.
+  packages+=(gzip procps curl postgresql util-linux strace python3 python3-venv chromium chromium-driver fonts-dejavu-core podman runc debootstrap)
 fi
 
 missing=()
@@ -71,9 +74,13 @@ if [ "$purpose" = "test" ]; then
 
   # cryptography, whose AES-256-GCM (with Python's hashlib.scrypt) opens the encryption
   # formats' fixtures from docs/encryption.md alone (Tests/encryption-spec/open_fixtures.py,
-  # run by EncryptionSpecTests): what a web or Android client would have to do.
+  # run by PortableFormatTests): what a web or Android client would have to do.
   cryptography_version=50.0.2
   pinned_venv cryptography "$cryptography_version" cryptography
+
+  # podman-compose, which scripts/container-test.sh runs docker/compose.yaml with.
+  podman_compose_version=1.6.0
+  pinned_venv podman-compose "$podman_compose_version" podman-compose
 fi
 
 if ! command -v swift >/dev/null 2>&1; then

@@ -268,6 +268,13 @@ public final class OutpostApplication: Sendable {
         host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
     }
 
+    /// The server is shutting down: `/readyz` answers 503, and waiting long polls are
+    /// answered now (`SyncService.beginDraining`).
+    public func beginDraining() {
+        operations.beginDraining()
+        sync.beginDraining()
+    }
+
     /// Stops background work and closes the store.
     public func close() async {
         sweeper.cancel()

@@ -221,7 +221,7 @@ public enum ServerApp {
             Log.error("second signal during shutdown; exiting at once", ["signal": again == SIGTERM ? "SIGTERM" : "SIGINT"])
             exit(1)
         }
-        app.operations.beginDraining()
+        app.beginDraining()
         await server.shutdown(grace: configuration.shutdownGrace)
         await app.close()
         return 0

@@ -9,7 +9,7 @@ import OutpostCore
 /// the server does not read.
 @Suite struct OperatorDocsTests {
     static func read(_ relativePath: String) throws -> String {
-        try DockerImageTests.read(relativePath)
+        try DockerfileTests.read(relativePath)
     }
 
     /// The variables the server reads that are no setting of `Settings.options` (no flag).

@@ -34,7 +34,7 @@ import Testing
     }
 
     @Test func theMarkedBlocksOfTheReadmeRunAsWrittenAfterMakeRun() async throws {
-        let blocks = Self.markedBlocks(try DockerImageTests.read("README.md"))
+        let blocks = Self.markedBlocks(try DockerfileTests.read("README.md"))
         #expect(blocks.count >= 2, "the README has no marked blocks")
         try await withTemporaryDirectory(prefix: "outpost-readme") { dir in
             try FileManager.default.createDirectory(atPath: dir.appending(".build"), withIntermediateDirectories: true)

@@ -228,6 +228,84 @@ import OutpostTestSupport
         }
     }
 
+    /// A data directory the server's user cannot write (a volume or host directory owned by
+    /// root, as a container's unprivileged user meets it), or a store file in it owned by
+    /// another user: the start is refused at once, exit 1, with one message that says what
+    /// is not writable by whom and what to do, and nothing listens. scripts/container-test.sh
+    /// checks the same in the image. Root writes anywhere, so as root the server runs as
+    /// `nobody` (runuser); as another user, its own directory is made read-only.
+    @Test func aDataDirectoryTheServerCannotWriteIsRefusedWithWhatToDo() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let asRoot = getuid() == 0
+                if asRoot { chmod(dir.path, 0o755) }
+                func start(_ data: String) throws -> Subprocess.Result {
+                    let serve = [BuildProducts.executable("outpost-server"), "serve", "--host", "127.0.0.1", "--port", "0", "--data", data]
+                    let environment = Subprocess.environment { $0.hasPrefix("OUTPOST_") }
+                    return asRoot
+                        ? try Subprocess.run("/usr/sbin/runuser", ["-u", "nobody", "--"] + serve, environment: environment, workingDirectory: "/")
+                        : try Subprocess.run(serve[0], Array(serve.dropFirst()), environment: environment)
+                }
+                let user = asRoot ? "uid 65534" : "uid \(getuid())"
+
+                // The directory itself: made by root (or read-only for its owner).
+                let data = dir.appending("data")
+                try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: false, attributes: [.posixPermissions: asRoot ? 0o755 : 0o500])
+                let refused = try start(data)
+                #expect(refused.status == 1, "exit \(refused.status): \(refused.error)")
+                #expect(!refused.output.contains("listening on"), "\(refused.output)")
+                #expect(refused.error.contains("data directory \(data) is not writable by this process (\(user)"), "\(refused.error)")
+                #expect(refused.error.contains("mode 755 (Permission denied)") || refused.error.contains("mode 500 (Permission denied)"), "\(refused.error)")
+                #expect(refused.error.contains("chown -R"), "\(refused.error)")
+                #expect(!FileManager.default.fileExists(atPath: data + "/outpost.lock"))
+
+                // A writable directory whose store file the user may not write.
+                guard asRoot else { return }
+                let owned = dir.appending("owned")
+                try FileManager.default.createDirectory(atPath: owned, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+                chown(owned, 65534, 65534)
+                #expect(FileManager.default.createFile(atPath: owned + "/outpost.sqlite", contents: Data(), attributes: [.posixPermissions: 0o644]))
+                let store = try start(owned)
+                #expect(store.status == 1, "exit \(store.status): \(store.error)")
+                #expect(store.error.contains("data directory \(owned) is not writable by this process (uid 65534, gid 65534): \(owned)/outpost.sqlite in it is owned by uid 0"), "\(store.error)")
+            }
+        }
+    }
+
+    /// SIGTERM while a long poll waits: the pull is answered at once (an empty page, as at
+    /// its deadline) and the server exits 0 without waiting out its grace period. Before,
+    /// the drain held the shutdown until the grace ended and then cut the pull without an
+    /// answer (with a container engine's stop timeout equal to the grace, the server was
+    /// killed). Here the grace (120 s) and the pull's wait (60 s) are both longer than the
+    /// test waits for the exit, so only an answered pull lets the server end in time.
+    @Test func sigtermAnswersAWaitingLongPollAndEndsWithoutWaitingOutTheGrace() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--shutdown-grace", "120"])
+                defer { server.stop() }
+                let token = try server.token(spaces: ["sp"], scope: "read")
+                let admin = try server.token(spaces: [], admin: true)
+                let answer = Mutex<Result<TestResponse, any Error>?>(nil)
+                let answered = DispatchSemaphore(value: 0)
+                let port = server.port
+                Thread {
+                    let r = Result { try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")], timeout: 90) }
+                    answer.withLock { $0 = r }
+                    answered.signal()
+                }.start()
+                try eventuallyBlocking("the pull waits") { try server.metric("outpost_long_polls_waiting", token: admin) == 1 }
+                server.process.send(SIGTERM)
+                let exit = server.process.wait(timeout: 45)
+                #expect(exit?.status == 0, "the server did not exit 0 within 45 s of SIGTERM (grace 120 s): \(String(describing: exit))")
+                #expect(answered.wait(timeout: .now() + 10) == .success, "the waiting pull was never answered")
+                let response = try #require(answer.withLock { $0 }).get()
+                #expect(response.status == 200, "\(response.status): \(response.text)")
+                let page = try PullPage.decode(response.body)
+                #expect(page.changes.isEmpty && !page.hasMore)
+            }
+        }
+    }
+
     @Test func serveHelpListsEverySetting() async throws {
         let (status, output) = try await blocking { try ServerProcess.run(["serve", "--help"]) }
         #expect(status == 0)

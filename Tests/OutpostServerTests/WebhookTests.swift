@@ -72,7 +72,7 @@ import OutpostTestSupport
     /// The receiver's verification code of docs/operating.md ("Webhooks"), run by Python on
     /// the bytes as they arrived: true when it accepts `signature` for `body`.
     static func pythonVerifies(secret: [UInt8], signature: String, body: [UInt8], in dir: TemporaryDirectory) async throws -> Bool {
-        let doc = try DockerImageTests.read("docs/operating.md")
+        let doc = try DockerfileTests.read("docs/operating.md")
         let section = try #require(doc.range(of: "## Webhooks").map { doc[$0.upperBound...] })
         let start = try #require(section.range(of: "```python\n"))
         let end = try #require(section[start.upperBound...].range(of: "```"))

@@ -46,6 +46,7 @@ public final class DataDirectory: Sendable {
         } catch {
             throw Unavailable(description: "cannot create data directory \(path): \(error.localizedDescription)")
         }
+        try Self.requireWritable(path)
         let lockPath = (path as NSString).appendingPathComponent("outpost.lock")
         let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Unavailable(description: "cannot open \(lockPath): \(String(cString: strerror(errno)))") }
@@ -54,6 +55,27 @@ public final class DataDirectory: Sendable {
             throw Unavailable(description: "data directory \(path) is in use by another outpost-server process; stop it first")
         }
         lockDescriptor = Mutex(fd)
+    }
+
+    /// Refuses a directory this process cannot write, and existing files in it that the
+    /// server writes but may not: a volume or host directory owned by another user (a
+    /// container's unprivileged user on a directory made by root), or one mounted
+    /// read-only. The refusal names the user, the owner and the mode, so the operator
+    /// fixes the ownership once instead of reading a lock or SQLite error at each start.
+    static func requireWritable(_ path: String) throws {
+        let written = ["outpost.lock", storeFileName, storeFileName + "-wal", storeFileName + "-shm", "media"]
+        for entry in [path] + written.map({ (path as NSString).appendingPathComponent($0) }) {
+            var info = stat()
+            // An absent file is created by the server, in the directory checked first.
+            guard stat(entry, &info) == 0 else { continue }
+            let isDirectory = info.st_mode & S_IFMT == S_IFDIR
+            guard access(entry, isDirectory ? W_OK | X_OK : R_OK | W_OK) != 0 else { continue }
+            let reason = String(cString: strerror(errno))
+            let owner = "owned by uid \(info.st_uid), gid \(info.st_gid), mode \(String(info.st_mode & 0o7777, radix: 8))"
+            let what = entry == path ? "\(path) is" : "\(entry) in it is"
+            throw Unavailable(description: "data directory \(path) is not writable by this process (uid \(getuid()), gid \(getgid())): \(what) \(owner) (\(reason)); "
+                + "give it to this user (chown -R \(getuid()):\(getgid()) on the host directory or volume), or mount it read-write")
+        }
     }
 
     /// Gives the directory up, so that another server (or a command) may take it. Call it

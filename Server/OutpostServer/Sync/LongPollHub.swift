@@ -21,7 +21,8 @@ import Dispatch
 ///
 /// Each pull leaves at its own deadline or when its task is cancelled, answered by the
 /// newest empty page its group read (or none: its own first page), exactly as a pull that
-/// waited alone would. A group whose last pull left stops waiting.
+/// waited alone would. A group whose last pull left stops waiting. When the server drains
+/// (`releaseAll`), every pull leaves as at its deadline, and later pulls do not wait.
 final class LongPollHub: Sendable {
     /// The page a group waits for; its `head` is the head of the pulls' empty first page.
     typealias Key = PageCoalescer.Key
@@ -49,6 +50,8 @@ final class LongPollHub: Sendable {
         var nextID: UInt64 = 0
         /// Pulls waiting in all groups (the `outpost_long_polls_waiting` gauge).
         var count = 0
+        /// Set by `releaseAll`: no pull waits any more.
+        var released = false
     }
 
     private let state = Mutex(State())
@@ -75,7 +78,7 @@ final class LongPollHub: Sendable {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
                 let joined = state.withLock { s -> Bool in
-                    if Task.isCancelled || ContinuousClock.now >= deadline { return false }
+                    if s.released || Task.isCancelled || ContinuousClock.now >= deadline { return false }
                     if s.groups[key] == nil {
                         s.nextID += 1
                         var group = Group(generation: s.nextID)
@@ -100,6 +103,17 @@ final class LongPollHub: Sendable {
         } onCancel: {
             leave(key, id: id)
         }
+    }
+
+    /// The server is shutting down: every waiting pull is answered now, as at its deadline,
+    /// and pulls that come later answer at once. A long poll held until the shutdown's grace
+    /// period ends would be cut without an answer, and would hold the shutdown that long.
+    func releaseAll() {
+        let waiting = state.withLock { s -> [(Key, UInt64)] in
+            s.released = true
+            return s.groups.flatMap { key, group in group.waiters.keys.map { (key, $0) } }
+        }
+        for (key, id) in waiting { leave(key, id: id) }
     }
 
     /// A pull leaves its group (deadline or cancellation); the last one out stops the group.

@@ -51,6 +51,12 @@ public final class SyncService: Sendable {
     /// Pulls held open by a long poll now.
     public var waitingPulls: Int { hub.waitingCount }
 
+    /// The server is shutting down: long polls waiting in the hub are answered now, as at
+    /// their deadline, and later ones do not wait, so the shutdown is not held until its
+    /// grace period ends. (A pull under rules, `viewPull`, still waits until its deadline
+    /// or the end of the grace period.)
+    public func beginDraining() { hub.releaseAll() }
+
     /// The space named in the path: `400 invalid_space` when it cannot be a space name.
     public static func space(_ parameters: [String: String]) throws(HTTPError) -> String {
         guard let space = parameters["space"], Names.isValidSpace(space) else { throw .invalidSpace(parameters["space"]) }

@@ -3,16 +3,22 @@ import Testing
 import OutpostTestSupport
 @testable import OutpostServer
 
-/// `docker/Dockerfile` held to the code. No Docker engine runs where the tests run, so the
-/// image is never built here; instead the runtime stage's package list is compared with what
-/// `ldd` says the built `outpost-server` loads, each library mapped to its Debian package
-/// with `dpkg -S`. A new library dependency without its package in the image (or a package
-/// that nothing needs any more) fails this test instead of the container at start.
+/// `docker/Dockerfile` read as text and held to the code, in the Swift suite, without a
+/// container engine. What it reads is only what the file says: that the image really
+/// starts, runs as that user, holds no toolchain and passes its health check is
+/// scripts/container-test.sh's to check (it builds the image with podman and runs it, after
+/// the suite in `make test`).
+///
+/// The runtime stage's package list is compared with what `ldd` says the `outpost-server`
+/// built beside the tests (and a release build, when there is one) loads, each library
+/// mapped to its Debian package with `dpkg -S`: a package that nothing needs any more, or a
+/// new library whose package is missing, fails here in seconds. The binary in the image is
+/// another build (`--static-swift-stdlib`, in the build stage); container-test.sh runs it.
 ///
 /// What it cannot see: a library opened with dlopen(3) at run time (none today), and a
 /// package whose name differs in the image's Debian release from this machine's (both are
 /// Debian 12 here).
-@Suite struct DockerImageTests {
+@Suite struct DockerfileTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     static func read(_ relativePath: String) throws -> String {
@@ -214,8 +220,8 @@ import OutpostTestSupport
 
     // MARK: Tests
 
-    @Test(.enabled(if: DockerImageTests.hasTools, "needs ldd and dpkg (Debian)"))
-    func theRuntimeImageInstallsExactlyThePackagesOfTheLibrariesTheBinaryLoads() async throws {
+    @Test(.enabled(if: DockerfileTests.hasTools, "needs ldd and dpkg (Debian)"))
+    func theRuntimeStageInstallsExactlyThePackagesOfTheLibrariesTheBinaryLoads() async throws {
         let stages = Self.stages(try Self.read("docker/Dockerfile"))
         let runtime = try #require(stages.last)
         #expect(runtime.name == "runtime")
@@ -294,10 +300,10 @@ import OutpostTestSupport
         #expect(stages.last?.base == "debian:bookworm-slim")
     }
 
-    @Test func theRuntimeImageRunsUnprivilegedWithItsVolumePortAndHealthcheck() throws {
+    @Test func theRuntimeStageNamesAnUnprivilegedUserItsVolumePortAndHealthcheck() throws {
         let runtime = try #require(Self.stages(try Self.read("docker/Dockerfile")).last)
         let user = try #require(runtime.all("USER").last)
-        #expect(!["root", "0", "0:0"].contains(user) && !user.hasPrefix("0:"), "the image runs as \(user)")
+        #expect(!["root", "0", "0:0"].contains(user) && !user.hasPrefix("0:"), "the Dockerfile's USER is \(user)")
         #expect(runtime.all("VOLUME").contains("/data"))
         #expect(runtime.all("EXPOSE").contains("8080"))
         let env = runtime.all("ENV").joined(separator: " ")
