@@ -7,19 +7,6 @@ import OutpostTestSupport
 /// Long polls that would read the same page wait as one group (`LongPollHub`): one store
 /// waiter, one read and one answer for all of them, each pull counted and answered.
 @Suite struct LongPollHubTests {
-    /// Polls `condition` until it holds; fails with `what` after 60 s instead of hanging (the
-    /// whole suite runs in parallel on two cores, and a busy run has taken over 10 s).
-    func eventually(_ what: String, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while !condition() {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("not within 60 s: \(what)")
-                return
-            }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-    }
-
     @Test func pullsWithOneCursorShareOneWaiterAndAllGetTheCommit() async throws {
         try await withServer { s in
             let port = s.port

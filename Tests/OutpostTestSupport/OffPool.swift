@@ -1,0 +1,96 @@
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// The test process's cooperative pool has one thread per core: two here. Whatever answers
+// a test (the in-process servers, whose handlers run on their own event-loop threads; the
+// proxies and receivers, on threads of their own) must never wait for it, and a test that
+// keeps a core busy for long must not take a pool thread to do it, or every other test
+// running beside it waits.
+
+/// A task executor with one thread of its own: jobs run there in the order they came.
+/// CPU-bound async work (a simulation slice, an enumeration) runs on one of these instead
+/// of the cooperative pool; `stop()` ends the thread once its last job has run.
+public final class DedicatedThreadExecutor: TaskExecutor, Sendable {
+    private struct Queue {
+        var jobs: [UnownedJob] = []
+        var stopping = false
+    }
+
+    private let queue = Mutex(Queue())
+    private let wakeup = DispatchSemaphore(value: 0)
+
+    public init(name: String) {
+        let thread = Thread { [self] in run() }
+        thread.name = name
+        thread.stackSize = 8 << 20
+        thread.start()
+    }
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.withLock { $0.jobs.append(job) }
+        wakeup.signal()
+    }
+
+    /// Ends the thread after the jobs queued so far (a job queued later would never run:
+    /// call it once the work that prefers this executor is done).
+    public func stop() {
+        queue.withLock { $0.stopping = true }
+        wakeup.signal()
+    }
+
+    private func run() {
+        while true {
+            wakeup.wait()
+            let (jobs, stopping) = queue.withLock { q in
+                defer { q.jobs = [] }
+                return (q.jobs, q.stopping)
+            }
+            for job in jobs { job.runSynchronously(on: asUnownedTaskExecutor()) }
+            if stopping && queue.withLock({ $0.jobs.isEmpty }) { return }
+        }
+    }
+}
+
+/// Runs CPU-bound async work on a thread of its own (SE-0417's task executor preference:
+/// its nonisolated code, the default actors it calls and its child tasks run there), so it
+/// holds no thread of the cooperative pool. Unstructured tasks it starts (`Task {}`) do
+/// not follow it.
+public func offPool<T: Sendable>(_ name: String = "test-cpu", _ body: @Sendable () async throws -> T) async rethrows -> T {
+    let executor = DedicatedThreadExecutor(name: name)
+    defer { executor.stop() }
+    return try await withTaskExecutorPreference(executor) { try await body() }
+}
+
+/// Holds every thread of the cooperative pool with a task blocked on a semaphore while
+/// `body` runs on a thread of its own, then lets them go: what a suite of CPU-bound tests
+/// does to the pool, on purpose, so a test can prove that what answers it does not need
+/// the pool. Throws `NotReached` when the holding tasks do not all start within the
+/// test deadline.
+public func whilePoolIsHeld<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    // The pool has one thread per active core on Linux.
+    let width = ProcessInfo.processInfo.activeProcessorCount
+    let started = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    for _ in 0..<width {
+        Task.detached { holdPoolThread(started: started, release: release) }
+    }
+    return try await blocking {
+        defer { for _ in 0..<width { release.signal() } }
+        for held in 0..<width {
+            guard started.wait(timeout: .now() + .seconds(testDeadlineSeconds)) == .success else {
+                throw NotReached("only \(held) of the pool's \(width) threads were held within \(testDeadlineSeconds) s")
+            }
+        }
+        return try body()
+    }
+}
+
+/// Blocks the pool thread that runs it until `release` (synchronous on purpose).
+private func holdPoolThread(started: DispatchSemaphore, release: DispatchSemaphore) {
+    started.signal()
+    release.wait()
+}
