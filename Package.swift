@@ -127,7 +127,7 @@ let package = Package(
             name: "OutpostSQLiteTests", dependencies: ["OutpostSQLite"], path: "Tests/OutpostSQLiteTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostCryptoTests", dependencies: ["OutpostCrypto", "OutpostCore"], path: "Tests/OutpostCryptoTests",
+            name: "OutpostCryptoTests", dependencies: ["OutpostCrypto", "OutpostCore", "OutpostTestSupport"], path: "Tests/OutpostCryptoTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCompressionTests", dependencies: ["OutpostCompression", "OutpostSubprocess"],

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -59,10 +60,11 @@ public final class DedicatedThreadExecutor: TaskExecutor, Sendable {
 /// its nonisolated code, the default actors it calls and its child tasks run there), so it
 /// holds no thread of the cooperative pool. Unstructured tasks it starts (`Task {}`) do
 /// not follow it.
-public func offPool<T: Sendable>(_ name: String = "test-cpu", _ body: @Sendable () async throws -> T) async rethrows -> T {
+public func offPool<T, Failure: Error>(_ name: String = "test-cpu", isolation: isolated (any Actor)? = #isolation,
+                                      _ body: () async throws(Failure) -> T) async throws(Failure) -> T {
     let executor = DedicatedThreadExecutor(name: name)
     defer { executor.stop() }
-    return try await withTaskExecutorPreference(executor) { try await body() }
+    return try await withTaskExecutorPreference(executor, isolation: isolation, operation: body)
 }
 
 /// Holds every thread of the cooperative pool with a task blocked on a semaphore while
@@ -93,4 +95,25 @@ public func whilePoolIsHeld<T: Sendable>(_ body: @escaping @Sendable () throws -
 private func holdPoolThread(started: DispatchSemaphore, release: DispatchSemaphore) {
     started.signal()
     release.wait()
+}
+
+/// Runs each test it marks (or each test of a suite it marks) on a thread of its own
+/// through `offPool`: for tests that keep a core busy (a simulation slice, scrypt, key
+/// generation), so they hold no thread of the cooperative pool while the rest of the
+/// suite runs beside them.
+public struct OffPoolTrait: TestTrait, SuiteTrait, TestScoping {
+    public var isRecursive: Bool { true }
+
+    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+        testCase == nil ? nil : self
+    }
+
+    public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+        try await OutpostTestSupport.offPool("test-cpu") { try await function() }
+    }
+}
+
+extension Trait where Self == OffPoolTrait {
+    /// Runs the test, or each test of the suite, off the cooperative pool (`OffPoolTrait`).
+    public static var offPool: Self { Self() }
 }

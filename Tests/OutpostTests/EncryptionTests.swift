@@ -76,7 +76,8 @@ struct EncryptionTests {
         return found
     }
 
-    @Test(arguments: [false, true])
+    // Off the pool: the default wrap's scrypt (three derivations of 128 MiB).
+    @Test(.offPool, arguments: [false, true])
     func twoDevicesShareAKeyByPassphraseSyncAndMergeAndTheServerKeepsNoMarker(postgres: Bool) async throws {
         let database = postgres ? try await PostgresCluster.database(prefix: "e2e") : nil
         let world = try await World(arguments: ["--chunk-size", "65536"] + (database.map { ["--store", $0] } ?? []))
