@@ -113,9 +113,20 @@ enum HTTPBench {
                 _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup)
                 if let pull { _ = try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.warmup) }
             }
+            // The server's CPU per request beside the rates: on a machine shared with other
+            // work it moves far less than requests/s do.
+            func measured(_ run: () throws -> WrkResult) rethrows -> WrkResult {
+                let before = MemorySampler.cpu(pid: server.pid).total
+                var result = try run()
+                let cpu = MemorySampler.cpu(pid: server.pid).total - before
+                result.serverMicrosecondsPerRequest = cpu * 1e6 / max(1, result.requestsPerSecond * Double(o.seconds))
+                return result
+            }
             for _ in 0..<o.rounds {
-                outpostRuns.append(try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds))
-                if let pull { pullRuns.append(try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.seconds)) }
+                outpostRuns.append(try measured { try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds) })
+                if let pull {
+                    pullRuns.append(try measured { try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.seconds) })
+                }
             }
             print("outpost-server RSS after load: \(formatMB(rss(pid: server.pid)))")
         }
@@ -134,9 +145,9 @@ enum HTTPBench {
         let best = outpostRuns.max { $0.requestsPerSecond < $1.requestsPerSecond }!
         if o.rounds > 1 {
             print("rounds (requests/s, p99):")
-            print("  outpost-server: " + outpostRuns.map { String(format: "%.0f, %.2f ms", $0.requestsPerSecond, $0.p99Milliseconds) }.joined(separator: "; "))
+            print("  outpost-server: " + outpostRuns.map { String(format: "%.0f, %.2f ms, %.1f µs CPU", $0.requestsPerSecond, $0.p99Milliseconds, $0.serverMicrosecondsPerRequest) }.joined(separator: "; "))
             if !pullRuns.isEmpty {
-                print("  one-record pull: " + pullRuns.map { String(format: "%.0f, %.2f ms", $0.requestsPerSecond, $0.p99Milliseconds) }.joined(separator: "; "))
+                print("  one-record pull: " + pullRuns.map { String(format: "%.0f, %.2f ms, %.1f µs CPU", $0.requestsPerSecond, $0.p99Milliseconds, $0.serverMicrosecondsPerRequest) }.joined(separator: "; "))
             }
             if !nginxRuns.isEmpty {
                 print("  nginx:          " + nginxRuns.map { String(format: "%.0f, %.2f ms", $0.requestsPerSecond, $0.p99Milliseconds) }.joined(separator: "; "))
@@ -249,6 +260,8 @@ enum HTTPBench {
         var p50Milliseconds: Double
         var p99Milliseconds: Double
         var errors: String
+        /// The server's CPU time (user and system, all threads) per request, when measured.
+        var serverMicrosecondsPerRequest: Double = .nan
     }
 
     static func runWrk(url: String, headers: [String] = [], threads: Int, connections: Int, seconds: Int) throws -> WrkResult {
