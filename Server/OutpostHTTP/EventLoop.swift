@@ -122,14 +122,7 @@ final class EventLoop: TaskExecutor, Sendable {
     /// Queues a message for the loop thread; from another thread, wakes it (one eventfd
     /// write per batch).
     func post(_ message: LoopMessage) {
-        let local = inLoop
-        let accepted = inbox.withLock { box -> Bool in
-            if box.closed { return false }
-            box.messages.append(message)
-            if !local { wake(&box) }
-            return true
-        }
-        if !accepted { message.release() }
+        if !add({ $0.messages.append(message) }) { message.release() }
     }
 
     /// Runs a job of a task that prefers this executor: queued for the loop thread, or,
@@ -137,14 +130,19 @@ final class EventLoop: TaskExecutor, Sendable {
     /// task, a cancelled handler finishing, would never end).
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
+        if !add({ $0.jobs.append(job) }) { runElsewhere(job) }
+    }
+
+    /// Puts something in the inbox under its lock and, from another thread, wakes the loop.
+    /// False once the loop has stopped.
+    private func add(_ put: (inout Inbox) -> Void) -> Bool {
         let local = inLoop
-        let accepted = inbox.withLock { box -> Bool in
+        return inbox.withLock { box in
             if box.closed { return false }
-            box.jobs.append(job)
+            put(&box)
             if !local { wake(&box) }
             return true
         }
-        if !accepted { runElsewhere(job) }
     }
 
     private func runElsewhere(_ job: UnownedJob) {

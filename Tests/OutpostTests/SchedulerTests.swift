@@ -54,17 +54,23 @@ struct SchedulerTests {
 
     // MARK: By the clock (a TestClock moves only when the test says)
 
+    /// A phone's scheduler on a `TestClock`, with no long poll and an hour's interval unless
+    /// `configure` says otherwise (not started).
+    static func onTestClock(_ configure: (inout SyncScheduler.Options) -> Void) throws -> (World, TestClock, SyncScheduler) {
+        let world = World()
+        let clock = TestClock()
+        var options = SyncScheduler.Options()
+        options.interval = .seconds(3600)
+        options.longPoll = nil
+        configure(&options)
+        return (world, clock, SyncScheduler(store: try world.device("phone"), options: options, conditions: AlwaysReachableConditions(), clock: clock))
+    }
+
     /// After the sync at start, the next one is due an interval later by the scheduler's
     /// clock: it sleeps until then, a second short of it wakes nothing, and at the interval
     /// it syncs and sleeps until the next.
     @Test func syncsComeOneIntervalApartByTheClock() async throws {
-        let world = World()
-        let phone = try world.device("phone")
-        let clock = TestClock()
-        var options = SyncScheduler.Options()
-        options.interval = .seconds(60)
-        options.longPoll = nil
-        let scheduler = SyncScheduler(store: phone, options: options, conditions: AlwaysReachableConditions(), clock: clock)
+        let (world, clock, scheduler) = try Self.onTestClock { $0.interval = .seconds(60) }
         var events = scheduler.events.makeAsyncIterator()
         await scheduler.start()
         guard case .synced = await events.next() else { Issue.record("expected the sync at start"); return }
@@ -83,14 +89,7 @@ struct SchedulerTests {
     /// A failed sync is tried again after the backoff's delay by the scheduler's clock
     /// (2 s, half jittered: between 1 and 2 s), not before.
     @Test func aFailedSyncIsRetriedAfterItsBackoffByTheClock() async throws {
-        let world = World()
-        let phone = try world.device("phone")
-        let clock = TestClock()
-        var options = SyncScheduler.Options()
-        options.interval = .seconds(3600)
-        options.longPoll = nil
-        options.backoff = .init(initial: .seconds(2), maximum: .seconds(300))
-        let scheduler = SyncScheduler(store: phone, options: options, conditions: AlwaysReachableConditions(), clock: clock)
+        let (world, clock, scheduler) = try Self.onTestClock { $0.backoff = .init(initial: .seconds(2), maximum: .seconds(300)) }
         world.server.inject(.refuseConnection, on: .info)
         var events = scheduler.events.makeAsyncIterator()
         await scheduler.start()
