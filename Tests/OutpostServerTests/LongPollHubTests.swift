@@ -12,8 +12,8 @@ import OutpostTestSupport
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
             let pulls = (0..<3).map { _ in
-                Task.detached {
-                    try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+                OnThread {
+                    try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
                 }
             }
             // One group: the store has one waiter for the three pulls (the group's task
@@ -44,8 +44,8 @@ import OutpostTestSupport
 
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
-            let long = Task.detached {
-                try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+            let long = OnThread {
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
             }
             try await eventually("the long pull waiting") { s.app.sync.waitingPulls == 1 }
             // The same cursor with a short wait joins the group and leaves it at its own

@@ -218,8 +218,8 @@ import OutpostTestSupport
         try await withServer { s in
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
-            let waiting = Task.detached {
-                try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+            let waiting = OnThread {
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
             }
             // Let the pull reach the server and wait, then commit.
             try await eventually("the pull waits") { s.app.store.notifier.waitingCount == 1 }
@@ -232,8 +232,8 @@ import OutpostTestSupport
             let empty = try PullPage.decode(try await s.pull("sp", query: "since=\(page.next.text)&wait=200").body)
             #expect(empty.changes.isEmpty && empty.next == page.next)
             // A filtered long poll is not answered by a commit to another collection.
-            let filtered = Task.detached {
-                try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?collections=notes&since=\(page.next.text)&wait=20000", headers: [("Authorization", "Bearer \(token)")])
+            let filtered = OnThread {
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?collections=notes&since=\(page.next.text)&wait=20000", headers: [("Authorization", "Bearer \(token)")])
             }
             try await eventually("the filtered pull waits") { s.app.store.notifier.waitingCount == 1 }
             _ = try await s.push("sp", [put("c2", "b")])
