@@ -18,6 +18,7 @@ public final class DedicatedThreadExecutor: TaskExecutor, Sendable {
     private struct Queue {
         var jobs: [UnownedJob] = []
         var stopping = false
+        var exited = false
     }
 
     private let queue = Mutex(Queue())
@@ -32,12 +33,21 @@ public final class DedicatedThreadExecutor: TaskExecutor, Sendable {
 
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        queue.withLock { $0.jobs.append(job) }
-        wakeup.signal()
+        let queued = queue.withLock { q -> Bool in
+            if q.exited { return false }
+            q.jobs.append(job)
+            return true
+        }
+        if queued {
+            wakeup.signal()
+        } else {
+            // The thread has ended; a job is never dropped (its task would never finish).
+            DispatchQueue.global().async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+        }
     }
 
-    /// Ends the thread after the jobs queued so far (a job queued later would never run:
-    /// call it once the work that prefers this executor is done).
+    /// Ends the thread once the jobs queued so far have run (one queued later runs on a
+    /// Dispatch thread: call it once the work that prefers this executor is done).
     public func stop() {
         queue.withLock { $0.stopping = true }
         wakeup.signal()
@@ -51,7 +61,12 @@ public final class DedicatedThreadExecutor: TaskExecutor, Sendable {
                 return (q.jobs, q.stopping)
             }
             for job in jobs { job.runSynchronously(on: asUnownedTaskExecutor()) }
-            if stopping && queue.withLock({ $0.jobs.isEmpty }) { return }
+            let exit = stopping && queue.withLock { q -> Bool in
+                if !q.jobs.isEmpty { return false }
+                q.exited = true
+                return true
+            }
+            if exit { return }
         }
     }
 }
@@ -70,9 +85,12 @@ public func offPool<T, Failure: Error>(_ name: String = "test-cpu", isolation: i
 /// Holds every thread of the cooperative pool with a task blocked on a semaphore while
 /// `body` runs on a thread of its own, then lets them go: what a suite of CPU-bound tests
 /// does to the pool, on purpose, so a test can prove that what answers it does not need
-/// the pool. Throws `NotReached` when the holding tasks do not all start within the
-/// test deadline.
+/// the pool. One test at a time holds it (two would each hold half and wait for the
+/// rest). Throws `NotReached` when the holding tasks do not all start within the test
+/// deadline.
 public func whilePoolIsHeld<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    await poolHolders.acquire()
+    defer { poolHolders.release() }
     // The pool has one thread per active core on Linux.
     let width = ProcessInfo.processInfo.activeProcessorCount
     let started = DispatchSemaphore(value: 0)
@@ -91,6 +109,8 @@ public func whilePoolIsHeld<T: Sendable>(_ body: @escaping @Sendable () throws -
     }
 }
 
+private let poolHolders = AsyncSlots(1)
+
 /// Blocks the pool thread that runs it until `release` (synchronous on purpose).
 private func holdPoolThread(started: DispatchSemaphore, release: DispatchSemaphore) {
     started.signal()
@@ -100,7 +120,9 @@ private func holdPoolThread(started: DispatchSemaphore, release: DispatchSemapho
 /// Runs each test it marks (or each test of a suite it marks) on a thread of its own
 /// through `offPool`: for tests that keep a core busy (a simulation slice, scrypt, key
 /// generation), so they hold no thread of the cooperative pool while the rest of the
-/// suite runs beside them.
+/// suite runs beside them. As many of them run at once as there are cores, as when they
+/// ran on the pool (44 simulations at once, one thread each, made the machine crawl); the
+/// others wait for a turn suspended, holding no thread.
 public struct OffPoolTrait: TestTrait, SuiteTrait, TestScoping {
     public var isRecursive: Bool { true }
 
@@ -109,7 +131,49 @@ public struct OffPoolTrait: TestTrait, SuiteTrait, TestScoping {
     }
 
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+        await Self.turns.acquire()
+        defer { Self.turns.release() }
         try await OutpostTestSupport.offPool("test-cpu") { try await function() }
+    }
+
+    private static let turns = AsyncSlots(ProcessInfo.processInfo.activeProcessorCount)
+}
+
+/// A counting semaphore for tasks: `acquire` suspends (holding no thread) until one of
+/// `count` slots is free.
+final class AsyncSlots: Sendable {
+    private struct State {
+        var free: Int
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state: Mutex<State>
+
+    init(_ count: Int) { state = Mutex(State(free: max(1, count))) }
+
+    func acquire() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.free > 0 {
+                    s.free -= 1
+                    return true
+                }
+                s.waiters.append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+
+    func release() {
+        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if s.waiters.isEmpty {
+                s.free += 1
+                return nil
+            }
+            return s.waiters.removeFirst()
+        }
+        next?.resume()
     }
 }
 

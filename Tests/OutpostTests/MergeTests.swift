@@ -1,10 +1,9 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
 import Testing
 @testable import Outpost
 
-@Suite("Three-way merge (the default resolver)", .offPool)
+@Suite("Three-way merge (the default resolver)")
 struct MergeTests {
     func conflict(base: JSONObject?, local: JSONObject?, server: JSONObject?, localTime: Int64 = 2_000, serverTime: Int64 = 1_000) -> Conflict {
         Conflict(collection: "c", id: "r",

@@ -8,7 +8,7 @@ import Testing
 
 /// A long first sync reports how far it has come (pages carry the space's head seq), and
 /// the `@Observable` status model follows a store's syncs.
-@Suite("Sync progress and the status model", .offPool, .serverLogs)
+@Suite("Sync progress and the status model", .serverLogs)
 struct ProgressTests {
     /// Every activity of `store` until a sync ends, collected while `body` runs.
     static func activity(of store: OutpostStore, during body: () async throws -> Void) async throws -> [SyncActivity] {

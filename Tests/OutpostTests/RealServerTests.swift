@@ -93,7 +93,7 @@ final class RealWorld {
     }
 }
 
-@Suite("Against a real outpost-server", .offPool, .serialized, .serverLogs)
+@Suite("Against a real outpost-server", .serialized, .serverLogs)
 struct RealServerTests {
     @Test func twoDevicesSyncOverHTTP() async throws {
         let world = try RealWorld()

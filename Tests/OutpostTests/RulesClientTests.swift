@@ -6,7 +6,7 @@ import Testing
 
 /// The SDK against a real `outpost-server` with a rules file (docs/rules.md): what a
 /// worker's phone holds as jobs are created, reassigned and refused, and as the rules change.
-@Suite(.offPool) struct RulesClientTests {
+@Suite struct RulesClientTests {
     static let rules = #"""
     {"collections": {"jobs": {
        "read": "data.assignee == auth.sub || 'supervisor' in auth.roles",
