@@ -25,9 +25,11 @@ struct ServerTests {
 
     @Test func getKeepAliveDateAndRequestID() async throws {
         try await withServer(routes: echoRoutes) { s in
-            let c = try await s.connect()
-            defer { c.close() }
+            // Connected and used on one thread: no wait for the test's task in between.
+            let port = s.port
             let (r1, r2, r3) = try await io {
+                let c = try TestClient.connect(port: port)
+                defer { c.close() }
                 try c.send(request("GET", "/healthz"))
                 let r1 = try c.readResponse()
                 try c.send(request("GET", "/hello/w%C3%B6rld?q=a+b", headers: [("X-Request-ID", "client-id_1.2:3")]))

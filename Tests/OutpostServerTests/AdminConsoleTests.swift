@@ -10,7 +10,7 @@ import Testing
 /// each store, the headers it is served with, the tokens it issues, the ring of recent
 /// errors, and the console itself driven in headless Chromium by Selenium
 /// (`Tests/admin-console/console_test.py`) against an `outpost-server` child.
-@Suite(.serverLogs) struct AdminConsoleTests {
+@Suite(.offPoolWhileBlocking, .serverLogs) struct AdminConsoleTests {
     enum Store: String, CaseIterable, Sendable { case sqlite, postgres }
 
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -234,9 +234,16 @@ import Testing
             #expect(try await Self.push(server, hs, [put("h1", "a")]).status == 200)
             Self.expectRefused(try await Self.pull(server, try key.token(Self.claims())), "keys are not loaded")
             #expect(try await Self.metric(server, "outpost_jwks_keys", admin) == 0)
-            // The provider comes back: the server's retries load the keys on their own.
+            // The provider comes back: the server's retries load the keys on their own, the
+            // next one within the backoff its failures so far have grown to (1 s doubling,
+            // at most 300 s: on a busy machine the steps above can see many), plus the
+            // tests' deadline.
             jwks.serve(keys: [key])
-            try await eventually("the retried fetch loaded the keys") { try await Self.metric(server, "outpost_jwks_keys", admin) == 1 }
+            let failures = Int(try await Self.metric(server, "outpost_jwks_fetches_total{result=\"http_error\"}", admin))
+            let backoff = JWKSRefreshPolicy.retryDelay(afterFailures: failures)
+            try await eventually("the retried fetch loaded the keys", within: backoff + .seconds(testDeadlineSeconds)) {
+                try await Self.metric(server, "outpost_jwks_keys", admin) == 1
+            }
             let pulled = try await Self.pull(server, try key.token(Self.claims()))
             #expect(try pulled.status == 200 && PullPage.decode(pulled.body).changes.map(\.id) == ["a"])
         }

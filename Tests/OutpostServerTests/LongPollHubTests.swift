@@ -13,11 +13,12 @@ import OutpostTestSupport
             let token = s.token(spaces: ["sp"], scope: .read)
             let pulls = (0..<3).map { _ in
                 OnThread {
-                    try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+                    try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")])
                 }
             }
             // One group: the store has one waiter for the three pulls (the group's task
-            // registers it once it runs).
+            // registers it once it runs). The pulls wait as long as the protocol lets them:
+            // this task may wait that long for a thread of the pool to look.
             try await eventually("three pulls waiting in one group") {
                 s.app.sync.waitingPulls == 3 && s.app.store.notifier.waitingCount == 1
             }
@@ -45,7 +46,7 @@ import OutpostTestSupport
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
             let long = OnThread {
-                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")])
             }
             try await eventually("the long pull waiting") { s.app.sync.waitingPulls == 1 }
             // The same cursor with a short wait joins the group and leaves it at its own

@@ -309,7 +309,7 @@ let fieldTeamRules = #"""
 }
 
 /// The rules file of a real `outpost-server` process: refused at start, reloaded by SIGHUP.
-@Suite struct RulesProcessTests {
+@Suite(.offPoolWhileBlocking) struct RulesProcessTests {
     @Test func aMalformedRulesFileIsRefusedAtStartAndSIGHUPReloads() async throws {
         try await withTemporaryDirectory(prefix: "outpost-rules") { dir in
             try await blocking {

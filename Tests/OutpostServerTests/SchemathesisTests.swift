@@ -10,7 +10,7 @@ import OutpostTestSupport
 ///
 /// A missing schemathesis is a failure, never a skip, as for PostgreSQL: the test runs in
 /// CI, where `make test` installs it (`scripts/install-deps.sh test`).
-@Suite(.serverLogs) struct SchemathesisTests {
+@Suite(.offPoolWhileBlocking, .serverLogs) struct SchemathesisTests {
     static let root = PinnedTools.root
 
     /// Test cases per operation and phase: enough to reach every operation's status codes,

@@ -219,7 +219,7 @@ import OutpostTestSupport
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
             let waiting = OnThread {
-                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")])
             }
             // Let the pull reach the server and wait, then commit.
             try await eventually("the pull waits") { s.app.store.notifier.waitingCount == 1 }
@@ -233,7 +233,7 @@ import OutpostTestSupport
             #expect(empty.changes.isEmpty && empty.next == page.next)
             // A filtered long poll is not answered by a commit to another collection.
             let filtered = OnThread {
-                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?collections=notes&since=\(page.next.text)&wait=20000", headers: [("Authorization", "Bearer \(token)")])
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?collections=notes&since=\(page.next.text)&wait=60000", headers: [("Authorization", "Bearer \(token)")])
             }
             try await eventually("the filtered pull waits") { s.app.store.notifier.waitingCount == 1 }
             _ = try await s.push("sp", [put("c2", "b")])
@@ -261,7 +261,7 @@ import OutpostTestSupport
             let body = PushRequest(clientId: "held", changes: [put("c1", "a")]).encoded()
             let (pushed, woken) = try await whilePoolIsHeld {
                 let pull = try TestHTTPClient(port: port)
-                try pull.send(TestHTTPClient.encode("GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(read)")]))
+                try pull.send(TestHTTPClient.encode("GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(read)")]))
                 try eventuallyBlocking("the pull waits") { notifier.waitingCount == 1 }
                 let pushed = try httpRequest(port: port, "POST", "/v1/spaces/sp/push",
                                              headers: [("Authorization", "Bearer \(write)"), ("Content-Type", "application/json")], body: body)

@@ -118,12 +118,20 @@ private func holdPoolThread(started: DispatchSemaphore, release: DispatchSemapho
 }
 
 /// Runs each test it marks (or each test of a suite it marks) on a thread of its own
-/// through `offPool`: for tests that keep a core busy (a simulation slice, scrypt, key
-/// generation), so they hold no thread of the cooperative pool while the rest of the
-/// suite runs beside them. As many of them run at once as there are cores, as when they
-/// ran on the pool (44 simulations at once, one thread each, made the machine crawl); the
-/// others wait for a turn suspended, holding no thread.
+/// through `offPool`, so it holds no thread of the cooperative pool while the rest of the
+/// suite runs beside it:
+/// - `.offPool`, for tests that keep a core busy (a simulation slice, scrypt, key
+///   generation): as many at once as there are cores, as when they ran on the pool (44
+///   simulations at once, one thread each, made the machine crawl);
+/// - `.offPoolWhileBlocking`, for tests that wait in blocking calls (child processes run
+///   to their end, servers started and stopped, sockets read): four per core at once. On
+///   the pool, two of them held both its threads for seconds at a time, and a test beside
+///   them whose server answered at once could not look for the answer before its long
+///   poll ran out.
+/// The others wait for a turn suspended, holding no thread.
 public struct OffPoolTrait: TestTrait, SuiteTrait, TestScoping {
+    let turns: AsyncSlots
+
     public var isRecursive: Bool { true }
 
     public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
@@ -131,17 +139,26 @@ public struct OffPoolTrait: TestTrait, SuiteTrait, TestScoping {
     }
 
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
-        await Self.turns.acquire()
-        defer { Self.turns.release() }
-        try await OutpostTestSupport.offPool("test-cpu") { try await function() }
+        await turns.acquire()
+        defer { turns.release() }
+        try await OutpostTestSupport.offPool("test-off-pool") { try await function() }
     }
 
-    private static let turns = AsyncSlots(ProcessInfo.processInfo.activeProcessorCount)
+    static let computing = AsyncSlots(ProcessInfo.processInfo.activeProcessorCount)
+    static let blocking = AsyncSlots(4 * ProcessInfo.processInfo.activeProcessorCount)
+}
+
+extension Trait where Self == OffPoolTrait {
+    /// Runs a CPU-bound test, or each test of the suite, off the cooperative pool (`OffPoolTrait`).
+    public static var offPool: Self { Self(turns: OffPoolTrait.computing) }
+
+    /// Runs a test that blocks, or each test of the suite, off the cooperative pool (`OffPoolTrait`).
+    public static var offPoolWhileBlocking: Self { Self(turns: OffPoolTrait.blocking) }
 }
 
 /// A counting semaphore for tasks: `acquire` suspends (holding no thread) until one of
 /// `count` slots is free.
-final class AsyncSlots: Sendable {
+public final class AsyncSlots: Sendable {
     private struct State {
         var free: Int
         var waiters: [CheckedContinuation<Void, Never>] = []
@@ -177,7 +194,3 @@ final class AsyncSlots: Sendable {
     }
 }
 
-extension Trait where Self == OffPoolTrait {
-    /// Runs the test, or each test of the suite, off the cooperative pool (`OffPoolTrait`).
-    public static var offPool: Self { Self() }
-}

@@ -9,7 +9,7 @@ import Glibc
 #endif
 
 /// The `outpost` command-line client, run as a child process.
-@Suite("outpost command-line client", .serialized, .serverLogs)
+@Suite("outpost command-line client", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct CLITests {
     struct Run {
         var status: Int32

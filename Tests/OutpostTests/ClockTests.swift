@@ -8,7 +8,7 @@ import Testing
 
 /// The device's clock against the server's (docs/client.md, "The device's clock"), over a
 /// real `outpost-server` child, with injected device clocks.
-@Suite("The device's clock", .serialized, .serverLogs)
+@Suite("The device's clock", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct ClockTests {
     static let year: Int64 = 365 * 86_400_000
 
@@ -79,7 +79,7 @@ struct ClockTests {
 /// Compaction seen from the SDK (docs/client.md, "Pulling"): `history_compacted` and a new
 /// epoch side by side. Both pull the space from the start; only the new epoch, a history
 /// that may have lost writes, has the store offer its copies again.
-@Suite("Compacted history against a new epoch", .serialized, .serverLogs)
+@Suite("Compacted history against a new epoch", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct CompactedHistoryTests {
     @Test func aCompactedHistoryDropsWhatWasDeletedWhereANewEpochOffersItAgain() async throws {
         let world = try RealWorld()
@@ -116,7 +116,7 @@ struct CompactedHistoryTests {
 }
 
 /// The store's own compaction (docs/client.md, "Compaction").
-@Suite("Compacting the store's file", .serialized, .serverLogs)
+@Suite("Compacting the store's file", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct StoreCompactionTests {
     @Test func compactionKeepsWhatIsUnsettledAndRemovesWhatNoSyncNeedsOnDemandAndOnItsSchedule() async throws {
         let world = try RealWorld()

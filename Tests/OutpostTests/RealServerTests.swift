@@ -93,7 +93,7 @@ final class RealWorld {
     }
 }
 
-@Suite("Against a real outpost-server", .serialized, .serverLogs)
+@Suite("Against a real outpost-server", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct RealServerTests {
     @Test func twoDevicesSyncOverHTTP() async throws {
         let world = try RealWorld()
