@@ -150,13 +150,13 @@ let package = Package(
         // pure-Swift parts are checked against (OutpostTests has Python open the fixtures).
         .testTarget(
             name: "OutpostCryptoTests",
-            dependencies: ["OutpostCrypto", "OutpostCore", "Outpost", libcrypto],
+            dependencies: ["OutpostCrypto", "OutpostCore", "Outpost", libcrypto, .target(name: "OutpostTestSupport", condition: .when(platforms: [.linux]))],
             path: "Tests/OutpostCryptoTests",
             // The formats' bytes (docs/encryption.md), made by FormatFixtureTests' generator.
             exclude: ["Fixtures"],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostSignaturesTests", dependencies: ["OutpostSignatures", "OutpostCrypto", "OutpostCore"],
+            name: "OutpostSignaturesTests", dependencies: ["OutpostSignatures", "OutpostCrypto", "OutpostCore", "OutpostTestSupport"],
             path: "Tests/OutpostSignaturesTests", swiftSettings: swiftSettings),
         // Reads `swift package dump-package`: what the Outpost product links on Apple platforms.
         .testTarget(
@@ -204,4 +204,14 @@ let linuxOnly: Set<String> = [
 ]
 package.targets.removeAll { linuxOnly.contains($0.name) }
 package.products.removeAll { linuxOnly.contains($0.name) }
+// A portable target may use a Linux-only one where it exists (OutpostCryptoTests runs its
+// CPU-bound tests off the cooperative pool through OutpostTestSupport on Linux).
+for target in package.targets {
+    target.dependencies.removeAll { dependency in
+        switch dependency {
+        case .targetItem(let name, _), .byNameItem(let name, _): return linuxOnly.contains(name)
+        default: return false
+        }
+    }
+}
 #endif

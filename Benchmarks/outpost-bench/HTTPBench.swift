@@ -5,6 +5,8 @@
 //    a static file as large as the /healthz body on a free port.
 // 2. Drives both with wrk: keep-alive, the same connections, threads and duration, after
 //    a short warm-up each; prints requests/s and p50/p99 side by side and the ratio.
+//    Then a pull of one record (`limit=1` from the middle of a space of 10,000, an HS256
+//    token) on the same connections, its rounds interleaved with /healthz's.
 // 3. On a fresh server: RSS at start, then with 10,000 idle keep-alive connections open
 //    (each has sent one request and read its answer).
 //
@@ -28,6 +30,7 @@ enum HTTPBench {
         var server: String?
         var skipNginx = false
         var skipIdle = false
+        var skipPull = false
         var fileMegabytes = 1024
         var nice: Int?
     }
@@ -40,7 +43,7 @@ enum HTTPBench {
     static let help = """
         usage: outpost-bench http [--connections 64] [--threads 2] [--duration 10] [--warmup 2]
                                   [--rounds 1] [--idle 10000] [--event-loops N] [--server PATH]
-                                  [--no-nginx] [--no-idle] [--file-mb 1024] [--nice N]
+                                  [--no-nginx] [--no-idle] [--no-pull] [--file-mb 1024] [--nice N]
         --file-mb 0 skips the file download (sendfile) measurement.
         --nice N runs the bench and every process it starts at that nice value (e.g. -10,
         as root) so other work on a shared machine preempts neither side.
@@ -61,6 +64,7 @@ enum HTTPBench {
             case "--server": o.server = try options.value()
             case "--no-nginx": o.skipNginx = true
             case "--no-idle": o.skipIdle = true
+            case "--no-pull": o.skipPull = true
             case "--file-mb": o.fileMegabytes = try options.number()
             case "--nice":
                 let v = try options.value()
@@ -94,15 +98,35 @@ enum HTTPBench {
 
         let loadBefore = loadAverage()
         var outpostRuns: [WrkResult] = []
+        var pullRuns: [WrkResult] = []
         var nginxRuns: [WrkResult] = []
         do {
+            // The pull's token is signed with the secret the server is started with.
+            setenv("OUTPOST_JWT_SECRET", IntegrationsBench.secret, 1)
             let server = try ServerChild.start(path: serverPath, data: work + "/data", eventLoops: o.eventLoops)
             defer { server.stop() }
             let url = "http://127.0.0.1:\(server.port)/healthz"
             try check(url: url)
-            if o.warmup > 0 { _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup) }
+            let pull = o.skipPull ? nil : try onePullURL(port: server.port)
+            let authorization = ["Authorization: Bearer \(IntegrationsBench.hsToken())"]
+            if o.warmup > 0 {
+                _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup)
+                if let pull { _ = try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.warmup) }
+            }
+            // The server's CPU per request beside the rates: on a machine shared with other
+            // work it moves far less than requests/s do.
+            func measured(_ run: () throws -> WrkResult) rethrows -> WrkResult {
+                let before = MemorySampler.cpu(pid: server.pid).total
+                var result = try run()
+                let cpu = MemorySampler.cpu(pid: server.pid).total - before
+                result.serverMicrosecondsPerRequest = cpu * 1e6 / max(1, result.requestsPerSecond * Double(o.seconds))
+                return result
+            }
             for _ in 0..<o.rounds {
-                outpostRuns.append(try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds))
+                outpostRuns.append(try measured { try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds) })
+                if let pull {
+                    pullRuns.append(try measured { try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.seconds) })
+                }
             }
             print("outpost-server RSS after load: \(formatMB(rss(pid: server.pid)))")
         }
@@ -121,7 +145,10 @@ enum HTTPBench {
         let best = outpostRuns.max { $0.requestsPerSecond < $1.requestsPerSecond }!
         if o.rounds > 1 {
             print("rounds (requests/s, p99):")
-            print("  outpost-server: " + outpostRuns.map { String(format: "%.0f, %.2f ms", $0.requestsPerSecond, $0.p99Milliseconds) }.joined(separator: "; "))
+            print("  outpost-server: " + outpostRuns.map { String(format: "%.0f, %.2f ms, %.1f µs CPU", $0.requestsPerSecond, $0.p99Milliseconds, $0.serverMicrosecondsPerRequest) }.joined(separator: "; "))
+            if !pullRuns.isEmpty {
+                print("  one-record pull: " + pullRuns.map { String(format: "%.0f, %.2f ms, %.1f µs CPU", $0.requestsPerSecond, $0.p99Milliseconds, $0.serverMicrosecondsPerRequest) }.joined(separator: "; "))
+            }
             if !nginxRuns.isEmpty {
                 print("  nginx:          " + nginxRuns.map { String(format: "%.0f, %.2f ms", $0.requestsPerSecond, $0.p99Milliseconds) }.joined(separator: "; "))
             }
@@ -130,6 +157,7 @@ enum HTTPBench {
         print("")
         print(pad("", 16) + pad("requests/s", 14) + pad("p50", 12) + pad("p99", 12) + "errors")
         print(row("outpost-server", best))
+        if let pullBest = pullRuns.max(by: { $0.requestsPerSecond < $1.requestsPerSecond }) { print(row("one-record pull", pullBest)) }
         if let nginxBest = nginxRuns.max(by: { $0.requestsPerSecond < $1.requestsPerSecond }) {
             print(row("nginx", nginxBest))
             let ratio = best.requestsPerSecond / nginxBest.requestsPerSecond
@@ -210,15 +238,34 @@ enum HTTPBench {
 
     // MARK: wrk
 
+    /// Fills a space of 10,000 records on the server at `port` and returns the URL of a pull
+    /// of one record from its middle (what a device that is almost up to date asks for).
+    static func onePullURL(port: Int) throws -> String {
+        let connection = try BenchConnection(port: port)
+        for r in 0..<20 {
+            _ = try SyncBench.push(SyncBench.pushBody(space: "bench", prefix: "seed-\(r)", count: 500), on: connection,
+                                   path: "/v1/spaces/bench/push", token: IntegrationsBench.hsToken())
+        }
+        let epoch = try SyncBench.epochOf(connection: connection)
+        let path = "/v1/spaces/bench/pull?limit=1&since=\(epoch).5000"
+        let (status, body) = try connection.exchange(method: "GET", path: path, token: IntegrationsBench.hsToken(), body: nil)
+        guard status == 200, SyncBench.count(#""collection":"#, in: body) == 1 else {
+            throw BenchError("the one-record pull answered \(status): \(String(decoding: body.prefix(300), as: UTF8.self))")
+        }
+        return "http://127.0.0.1:\(port)" + path
+    }
+
     struct WrkResult {
         var requestsPerSecond: Double
         var p50Milliseconds: Double
         var p99Milliseconds: Double
         var errors: String
+        /// The server's CPU time (user and system, all threads) per request, when measured.
+        var serverMicrosecondsPerRequest: Double = .nan
     }
 
-    static func runWrk(url: String, threads: Int, connections: Int, seconds: Int) throws -> WrkResult {
-        let output = try runCommand("/usr/bin/env", ["wrk", "-t\(threads)", "-c\(connections)", "-d\(seconds)s", "--latency", url])
+    static func runWrk(url: String, headers: [String] = [], threads: Int, connections: Int, seconds: Int) throws -> WrkResult {
+        let output = try runCommand("/usr/bin/env", ["wrk", "-t\(threads)", "-c\(connections)", "-d\(seconds)s", "--latency"] + headers.flatMap { ["-H", $0] } + [url])
         var result = WrkResult(requestsPerSecond: 0, p50Milliseconds: .nan, p99Milliseconds: .nan, errors: "")
         var errors: [String] = []
         for line in output.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }) {

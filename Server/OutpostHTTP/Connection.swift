@@ -330,7 +330,7 @@ final class Connection {
             r.phase = .check
             let loop = runner.loop, id = self.id, serial = r.serial
             let head = r.head, parameters = r.parameters
-            r.task = Task {
+            r.task = Task(executorPreference: runner.loop) {
                 var failure: HTTPError?
                 do {
                     try await check(head, parameters)
@@ -425,11 +425,11 @@ final class Connection {
             }
             let (prepared, producer) = policy.prepare(response, notify: notify)
             if let producer, case .stream(let writer?) = prepared.body {
-                r.task = Task { await Connection.produce(producer, writer) }
+                r.task = Task(executorPreference: runner.loop) { await Connection.produce(producer, writer) }
             }
             queueResponse(serial: serial, prepared)
         case .async(let handler):
-            r.task = Task {
+            r.task = Task(executorPreference: runner.loop) {
                 let response: HTTPResponse
                 do {
                     response = try await handler(request)

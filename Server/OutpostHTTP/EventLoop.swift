@@ -1,6 +1,8 @@
 // One epoll event loop per thread. Connections live on exactly one loop and are touched
-// only by its thread; other threads (handler tasks) talk to a loop by posting messages.
+// only by its thread; handler tasks run on that thread too (the loop is their task
+// executor), and other threads talk to a loop by posting messages and jobs.
 import OutpostCLinux
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -54,12 +56,26 @@ final class CompletionHook: Sendable {
     init(_ call: @escaping @Sendable (HTTPRequestLog) -> Void) { self.call = call }
 }
 
-/// The thread-safe face of a loop: its epoll and wake-up fds and its inbox.
-final class EventLoop: Sendable {
+/// The thread-safe face of a loop: its epoll and wake-up fds, its inbox, and the task
+/// executor that runs handler tasks on the loop's thread.
+///
+/// As swift-nio runs a channel's handlers on its event loop, a request's handler task is
+/// created with this loop as its executor preference (SE-0417), so it runs here, between
+/// epoll rounds, and never waits for Swift's cooperative pool (which other work in the
+/// process, such as a test suite's CPU-bound tests, may hold). Under that preference the
+/// task's nonisolated code, the default actors it calls, its child tasks (`async let`,
+/// task groups) and every continuation resumed from another thread run here too; an
+/// unstructured `Task {}` does not inherit it (`HTTPServer.currentEventLoop` gives the
+/// executor to pass on). A job enqueued from the loop's own thread is queued with no
+/// system call; from another thread, one eventfd write wakes the loop per batch.
+final class EventLoop: TaskExecutor, Sendable {
     struct Inbox {
         var messages: [LoopMessage] = []
+        var jobs: [UnownedJob] = []
         var wakePending = false
         var closed = false
+
+        var isEmpty: Bool { messages.isEmpty && jobs.isEmpty }
     }
 
     let epollFD: Int32
@@ -77,44 +93,105 @@ final class EventLoop: Sendable {
         }
     }
 
-    /// Queues a message for the loop thread and wakes it (one eventfd write per batch).
+    // MARK: The loop's thread
+
+    /// Holds, on each loop thread, the loop that thread runs (unretained: the runner keeps
+    /// it alive for as long as the thread runs).
+    private static let threadKey: pthread_key_t = {
+        var key = pthread_key_t()
+        precondition(pthread_key_create(&key, nil) == 0, "pthread_key_create failed")
+        return key
+    }()
+
+    /// Marks the calling thread as this loop's (the runner, when its thread starts).
+    func adoptCurrentThread() {
+        pthread_setspecific(Self.threadKey, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// The loop whose thread is running the caller, or nil on any other thread.
+    static var current: EventLoop? {
+        guard let raw = pthread_getspecific(threadKey) else { return nil }
+        return Unmanaged<EventLoop>.fromOpaque(raw).takeUnretainedValue()
+    }
+
+    /// True on this loop's own thread.
+    var inLoop: Bool { pthread_getspecific(Self.threadKey) == Unmanaged.passUnretained(self).toOpaque() }
+
+    // MARK: Inbox
+
+    /// Queues a message for the loop thread; from another thread, wakes it (one eventfd
+    /// write per batch).
     func post(_ message: LoopMessage) {
-        let accepted = inbox.withLock { box -> Bool in
+        if !add({ $0.messages.append(message) }) { message.release() }
+    }
+
+    /// Runs a job of a task that prefers this executor: queued for the loop thread, or,
+    /// once the loop has stopped, on a Dispatch thread (a job must never be dropped: its
+    /// task, a cancelled handler finishing, would never end).
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        if !add({ $0.jobs.append(job) }) { runElsewhere(job) }
+    }
+
+    /// Puts something in the inbox under its lock and, from another thread, wakes the loop.
+    /// False once the loop has stopped.
+    private func add(_ put: (inout Inbox) -> Void) -> Bool {
+        let local = inLoop
+        return inbox.withLock { box in
             if box.closed { return false }
-            box.messages.append(message)
-            if !box.wakePending {
-                box.wakePending = true
-                // Written under the lock so the loop cannot close the fd in between.
-                var one: UInt64 = 1
-                _ = write(wakeFD, &one, 8)
-            }
+            put(&box)
+            if !local { wake(&box) }
             return true
         }
-        if !accepted { message.release() }
     }
 
-    /// Takes the queued messages (loop thread).
-    func takeMessages() -> [LoopMessage] {
+    private func runElsewhere(_ job: UnownedJob) {
+        DispatchQueue.global().async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+
+    /// Written under the inbox's lock so the loop cannot close the fd in between.
+    private func wake(_ box: inout Inbox) {
+        guard !box.wakePending else { return }
+        box.wakePending = true
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    /// Consumes the eventfd's wake-up (loop thread, when epoll reports it).
+    func consumeWakeUp() {
         var drained: UInt64 = 0
         _ = read(wakeFD, &drained, 8)
-        return inbox.withLock { box in
+    }
+
+    /// Takes the queued jobs and messages (loop thread).
+    func takeWork() -> (jobs: [UnownedJob], messages: [LoopMessage]) {
+        inbox.withLock { box in
             box.wakePending = false
-            let messages = box.messages
-            box.messages = []
-            return messages
+            defer {
+                box.jobs = []
+                box.messages = []
+            }
+            return (box.jobs, box.messages)
         }
     }
 
-    /// Refuses further messages and closes the fds (loop thread, at exit).
+    /// True when jobs or messages wait (loop thread, before it blocks in epoll_wait).
+    var hasWork: Bool { inbox.withLock { !$0.isEmpty } }
+
+    /// Refuses further messages, sends further jobs elsewhere, and closes the fds (loop
+    /// thread, at exit). Jobs still queued run elsewhere.
     func close() {
-        let leftover = inbox.withLock { box in
+        let (messages, jobs) = inbox.withLock { box in
             box.closed = true
-            let m = box.messages
-            box.messages = []
+            defer {
+                box.messages = []
+                box.jobs = []
+            }
             Glibc.close(wakeFD)
-            return m
+            return (box.messages, box.jobs)
         }
-        for m in leftover { m.release() }
+        for m in messages { m.release() }
+        for job in jobs { runElsewhere(job) }
         Glibc.close(epollFD)
     }
 }
@@ -197,13 +274,16 @@ final class LoopRunner {
     }
 
     func run() {
+        loop.adoptCurrentThread()
         register(fd: loop.wakeFD, events: EPOLLIN.rawValue, token: wakeToken)
         register(fd: listenFD, events: EPOLLIN.rawValue, token: listenerToken)
         let maxEvents = 256
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: maxEvents)
         defer { events.deallocate() }
         while running {
-            let n = epoll_wait(loop.epollFD, events, Int32(maxEvents), waitTimeoutMillis())
+            // Work queued by the last round (a job that queued another, say) must not wait.
+            let timeout = loop.hasWork ? 0 : waitTimeoutMillis()
+            let n = epoll_wait(loop.epollFD, events, Int32(maxEvents), timeout)
             now = Instant.now()
             hook = shared.completionHook()
             if n < 0 {
@@ -213,7 +293,7 @@ final class LoopRunner {
             for i in 0..<Int(n) {
                 let event = events[i]
                 switch event.data.u64 {
-                case wakeToken: handleMessages()
+                case wakeToken: loop.consumeWakeUp()
                 case listenerToken: acceptConnections()
                 default:
                     if let connection = connections[event.data.u64] {
@@ -223,10 +303,25 @@ final class LoopRunner {
                 }
             }
             fireTimers()
+            runQueuedWork()
         }
         for connection in Array(connections.values) { connection.closeNow() }
         if listenFD >= 0 { close(listenFD) }
         loop.close()
+    }
+
+    /// Runs the jobs of handler tasks and handles the messages queued for this loop. The
+    /// responses those jobs post are handled in the same round; a few rounds at most, so
+    /// tasks that keep queueing work cannot starve the sockets.
+    private func runQueuedWork() {
+        for _ in 0..<4 {
+            let (jobs, messages) = loop.takeWork()
+            if jobs.isEmpty && messages.isEmpty { return }
+            let executor = loop.asUnownedTaskExecutor()
+            for job in jobs { job.runSynchronously(on: executor) }
+            if !jobs.isEmpty { now = Instant.now() }
+            handle(messages)
+        }
     }
 
     private func waitTimeoutMillis() -> Int32 {
@@ -294,8 +389,8 @@ final class LoopRunner {
 
     // MARK: Messages
 
-    private func handleMessages() {
-        for message in loop.takeMessages() {
+    private func handle(_ messages: [LoopMessage]) {
+        for message in messages {
             switch message {
             case .checkDone(let id, let serial, let error):
                 if let c = connections[id] {

@@ -231,6 +231,10 @@ public final class HTTPBodyWriter: Sendable {
         if mustWait { try await waitForRoom() }
     }
 
+    /// True while the producer is suspended in a write, waiting for the client to read
+    /// (back-pressure holds it).
+    var isWaitingForRoom: Bool { state.withLock { $0.waiter != nil } }
+
     private func waitForRoom() async throws {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in

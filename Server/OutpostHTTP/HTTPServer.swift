@@ -16,9 +16,13 @@ import Synchronization
 /// ```
 ///
 /// Threads: `eventLoopCount` loop threads do all socket work; a connection belongs to
-/// one loop for its life. Async handlers and pre-body checks run as tasks on Swift's
-/// concurrency pool and hold no thread while suspended, so thousands of idle or
-/// long-polling connections cost memory only. Inline handlers run on the loop thread.
+/// one loop for its life. Async handlers and pre-body checks run as tasks whose executor
+/// is that loop (SE-0417's task executor preference): they run on the loop's thread
+/// between epoll rounds, never on Swift's cooperative pool, so the server answers
+/// whatever else the process's tasks are doing; suspended, they hold no thread, so
+/// thousands of idle or long-polling connections cost memory only. Handlers must not
+/// block (blocking work belongs on threads of its own, awaited through a continuation).
+/// Inline handlers run on the loop thread directly.
 /// The server ignores `SIGPIPE` process-wide (a write to a closed socket must be an
 /// error, not a signal) and raises `RLIMIT_NOFILE` to its hard limit when started.
 public final class HTTPServer: Sendable {
@@ -88,6 +92,13 @@ public final class HTTPServer: Sendable {
             }
         }
     }
+
+    /// The executor of the event loop whose thread runs the caller (a handler, or a task
+    /// it started with this preference), or nil off the loops. An unstructured task that a
+    /// handler starts does not inherit the handler's executor: pass this one
+    /// (`Task(executorPreference: HTTPServer.currentEventLoop) { ... }`) to keep its work
+    /// on the loop too; nil means the global pool.
+    public static var currentEventLoop: (any TaskExecutor)? { EventLoop.current }
 
     /// The bound port while running (nil before `start()` and after shutdown).
     public var port: Int? {

@@ -7,7 +7,7 @@ import Testing
 
 /// The whole suite against a real `outpost-server serve` child process, as CI runs it, and
 /// the `outpost-conformance` command's output and exit status.
-@Suite(.serialized, .serverLogs) struct ConformanceSuiteTests {
+@Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct ConformanceSuiteTests {
     /// Every check, restart and epoch rotation included, against the server executable
     /// with its default limits (only the header and body timeouts are shortened).
     @Test func outpostServerConformsToTheProtocol() async throws {

@@ -6,7 +6,7 @@ import Testing
 /// The whole conformance suite against an `outpost-server` child on the PostgreSQL store
 /// (`--store postgres://…`, a fresh database of the test run's throwaway cluster): the
 /// protocol does not depend on the backend.
-@Suite(.serialized, .serverLogs) struct PostgresConformanceTests {
+@Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct PostgresConformanceTests {
     @Test func outpostServerOnPostgreSQLConformsToTheProtocol() async throws {
         let url = try await PostgresCluster.database(prefix: "conformance")
         try await withTemporaryDirectory(prefix: "outpost-conformance-pg") { directory in

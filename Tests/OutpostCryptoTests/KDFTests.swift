@@ -1,10 +1,13 @@
 import OutpostCore
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
+#endif
 import Testing
 @testable import OutpostCrypto
 
 @Suite struct ScryptTests {
     // RFC 7914 section 12.
-    @Test func rfc7914Vectors() throws {
+    @Test(.offPool) func rfc7914Vectors() throws {
         #expect(Hex.encode(try KDF.scrypt(password: [], salt: [], n: 16, r: 1, p: 1, length: 64))
             == "77d6576238657b203b19ca42c18a0497f16b4844e3074ae8dfdffa3fede21442"
             + "fcd0069ded0948f8326a753a0fc81f17e8d3e0fb2e0d3628cf35e20c38d18906")

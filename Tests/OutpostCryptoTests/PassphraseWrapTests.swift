@@ -1,8 +1,12 @@
 import OutpostCore
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
+#endif
 import Testing
 @testable import OutpostCrypto
 
-@Suite struct PassphraseWrapTests {
+/// scrypt of 128 MiB and PBKDF2 of 600,000 rounds keep a core busy: off the pool.
+@Suite(.offPool) struct PassphraseWrapTests {
     let key = (0..<32).map { UInt8($0 * 7 & 0xFF) }
     let context = Array("key:k1 space:notes".utf8)
 

@@ -25,9 +25,11 @@ struct ServerTests {
 
     @Test func getKeepAliveDateAndRequestID() async throws {
         try await withServer(routes: echoRoutes) { s in
-            let c = try await s.connect()
-            defer { c.close() }
+            // Connected and used on one thread: no wait for the test's task in between.
+            let port = s.port
             let (r1, r2, r3) = try await io {
+                let c = try TestClient.connect(port: port)
+                defer { c.close() }
                 try c.send(request("GET", "/healthz"))
                 let r1 = try c.readResponse()
                 try c.send(request("GET", "/hello/w%C3%B6rld?q=a+b", headers: [("X-Request-ID", "client-id_1.2:3")]))
@@ -544,10 +546,12 @@ struct ServerTests {
     @Test func streamWriterAppliesBackPressure() async throws {
         let written = Atomic<Int>(0)
         let finished = Flag()
+        let writer = Mutex<HTTPBodyWriter?>(nil)
         let total = 64 * 1024 * 1024
         try await withServer(configure: { $0.streamHighWater = 64 * 1024 }, routes: { r in
             r.add(.GET, "/firehose") { _ in
                 HTTPResponse(headers: ["Content-Type": "application/octet-stream"], body: .stream(length: total) { w in
+                    writer.withLock { $0 = w }
                     let piece = [UInt8](repeating: 7, count: 64 * 1024)
                     for _ in 0..<(total / piece.count) {
                         try await w.write(piece)
@@ -560,10 +564,10 @@ struct ServerTests {
             let c = try await s.connect()
             defer { c.close() }
             try await io { try c.send(request("GET", "/firehose")) }
-            // The client reads nothing: the producer must stall once the socket buffers
-            // and the writer's high-water mark are full, far short of 64 MiB.
-            try await eventually("the producer wrote its first piece") { written.load(ordering: .relaxed) > 0 }
-            try await Task.sleep(for: .milliseconds(500))
+            // The client reads nothing: the producer is stalled once the socket buffers and
+            // the writer's high-water mark are full, far short of 64 MiB, and only a read
+            // by the client lets it go on.
+            try await eventually("the producer waits for room") { writer.withLock { $0?.isWaitingForRoom } == true }
             #expect(!finished.isFired)
             #expect(written.load(ordering: .relaxed) < total / 2)
             let r = try await io { try c.readResponse() }

@@ -226,11 +226,12 @@ final class TestClient: Sendable {
     func close() { Glibc.close(fd) }
 }
 
-/// A server on 127.0.0.1 with a free port. Its header and body timeouts are the tests'
-/// deadline: a test's task may wait that long for a thread of the cooperative pool while
-/// the whole suite runs on two cores, between connecting and sending its request, and a
-/// shorter timeout would close the connection under it. The tests of the timeouts set
-/// their own.
+/// A server on 127.0.0.1 with a free port. Its header, body and idle timeouts are the
+/// tests' deadline: between connecting (one `io` call) and sending (the next), a test's
+/// task may wait seconds for a thread of the cooperative pool while the whole suite runs
+/// on two cores, and a shorter timeout would close the connection under it (an idle
+/// timeout of 30 s did: the test read EOF where its first answer belonged). The tests of
+/// the timeouts set their own.
 struct TestServer: Sendable {
     let server: HTTPServer
     let port: Int
@@ -240,7 +241,7 @@ struct TestServer: Sendable {
         c.eventLoopCount = 2
         c.headerTimeout = .seconds(testDeadlineSeconds)
         c.bodyTimeout = .seconds(testDeadlineSeconds)
-        c.idleTimeout = .seconds(30)
+        c.idleTimeout = .seconds(testDeadlineSeconds)
         c.discardTimeout = .milliseconds(300)
         return c
     }

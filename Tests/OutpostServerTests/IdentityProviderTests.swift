@@ -235,9 +235,16 @@ import Testing
             #expect(try await Self.push(server, hs, [put("h1", "a")]).status == 200)
             Self.expectRefused(try await Self.pull(server, try key.token(Self.claims())), "keys are not loaded")
             #expect(try await Self.metric(server, "outpost_jwks_keys", admin) == 0)
-            // The provider comes back: the server's retries load the keys on their own.
+            // The provider comes back: the server's retries load the keys on their own, the
+            // next one within the backoff its failures so far have grown to (1 s doubling,
+            // at most 300 s: on a busy machine the steps above can see many), plus the
+            // tests' deadline.
             jwks.serve(keys: [key])
-            try await eventually("the retried fetch loaded the keys") { try await Self.metric(server, "outpost_jwks_keys", admin) == 1 }
+            let failures = Int(try await Self.metric(server, "outpost_jwks_fetches_total{result=\"http_error\"}", admin))
+            let backoff = JWKSRefreshPolicy.retryDelay(afterFailures: failures)
+            try await eventually("the retried fetch loaded the keys", within: backoff + .seconds(testDeadlineSeconds)) {
+                try await Self.metric(server, "outpost_jwks_keys", admin) == 1
+            }
             let pulled = try await Self.pull(server, try key.token(Self.claims()))
             #expect(try pulled.status == 200 && PullPage.decode(pulled.body).changes.map(\.id) == ["a"])
         }
@@ -275,7 +282,12 @@ import Testing
 
     @Test func aKeySetTooSlowIsGivenUpAtTheTimeoutWhileHS256Serves() async throws {
         let key = try await ProviderKey.ec("slow")
-        try await Self.withProvider(arguments: ["--jwks-timeout", "1"], serve: { $0.serve(keys: [key]); $0.hold() }) { jwks, server in
+        // A cooldown of a second: once the provider answers again, a provider token soon
+        // causes a fetch of its own, whatever the backoff of the scheduled retries has grown
+        // to while the provider held them (it doubles after every failure, up to 300 s: on a
+        // busy machine, longer than the test waits).
+        try await Self.withProvider(arguments: ["--jwks-timeout", "1", "--jwks-refresh-cooldown", "1"],
+                                    serve: { $0.serve(keys: [key]); $0.hold() }) { jwks, server in
             try await eventually("the first fetch is held") { jwks.heldCount >= 1 }
             // While the provider holds the server's fetch, HS256 tokens are served at once.
             let hs = try await blocking { try server.token(spaces: ["team-1"]) }
@@ -287,10 +299,12 @@ import Testing
             #expect(try await Self.metric(server, "outpost_jwks_fetches_total{result=\"timeout\"}", admin) >= 1)
             #expect(try await Self.metric(server, "outpost_jwks_keys", admin) == 0)
             #expect(try await Self.pull(server, hs).status == 200)
-            // Once the provider answers again, a retry loads the keys.
+            // Once the provider answers again, a token naming its key loads the keys (each
+            // try is refused while the cooldown runs, then fetches or joins a fetch).
             jwks.release()
-            try await eventually("a retry loaded the keys") { try await Self.metric(server, "outpost_jwks_keys", admin) == 1 }
-            #expect(try await Self.pull(server, try key.token(Self.claims())).status == 200)
+            let token = try key.token(Self.claims())
+            try await eventually("a provider token loaded the keys") { try await Self.pull(server, token).status == 200 }
+            #expect(try await Self.metric(server, "outpost_jwks_keys", admin) == 1)
         }
     }
 

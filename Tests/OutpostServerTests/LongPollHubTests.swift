@@ -7,30 +7,18 @@ import OutpostTestSupport
 /// Long polls that would read the same page wait as one group (`LongPollHub`): one store
 /// waiter, one read and one answer for all of them, each pull counted and answered.
 @Suite struct LongPollHubTests {
-    /// Polls `condition` until it holds; fails with `what` after 60 s instead of hanging (the
-    /// whole suite runs in parallel on two cores, and a busy run has taken over 10 s).
-    func eventually(_ what: String, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while !condition() {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("not within 60 s: \(what)")
-                return
-            }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-    }
-
     @Test func pullsWithOneCursorShareOneWaiterAndAllGetTheCommit() async throws {
         try await withServer { s in
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
             let pulls = (0..<3).map { _ in
-                Task.detached {
-                    try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+                OnThread {
+                    try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")])
                 }
             }
             // One group: the store has one waiter for the three pulls (the group's task
-            // registers it once it runs).
+            // registers it once it runs). The pulls wait as long as the protocol lets them:
+            // this task may wait that long for a thread of the pool to look.
             try await eventually("three pulls waiting in one group") {
                 s.app.sync.waitingPulls == 3 && s.app.store.notifier.waitingCount == 1
             }
@@ -57,8 +45,8 @@ import OutpostTestSupport
 
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
-            let long = Task.detached {
-                try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+            let long = OnThread {
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")])
             }
             try await eventually("the long pull waiting") { s.app.sync.waitingPulls == 1 }
             // The same cursor with a short wait joins the group and leaves it at its own

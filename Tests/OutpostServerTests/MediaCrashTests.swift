@@ -8,7 +8,7 @@ import Testing
 /// `outpost-server` children killed with SIGKILL in the middle of media work, then
 /// restarted on the same data directory (PROTOCOL.md section 6: a file never appears
 /// half-written, even when the server is killed mid-finalize).
-@Suite(.serialized, .serverLogs) struct MediaCrashTests {
+@Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct MediaCrashTests {
     /// The published file, checked with the server dead: absent, or whole and correct.
     static func expectAbsentOrWhole(_ path: String, _ file: [UInt8], round: Int) {
         guard FileManager.default.fileExists(atPath: path) else { return }

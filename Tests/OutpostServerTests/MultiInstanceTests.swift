@@ -8,7 +8,7 @@ import OutpostTestSupport
 
 /// Three `outpost-server` processes on one PostgreSQL database and one shared media
 /// directory, as operators run them behind a load balancer (docs/scaling.md).
-@Suite(.serialized, .serverLogs) struct MultiInstanceTests {
+@Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct MultiInstanceTests {
     /// Starts three instances on a fresh database, runs `body`, stops them by PID.
     func withInstances(_ body: @escaping @Sendable ([ServerProcess], String) throws -> Void) async throws {
         let url = try await PostgresCluster.database()

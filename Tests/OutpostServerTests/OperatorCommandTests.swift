@@ -23,7 +23,7 @@ final class StopFlag: Sendable {
 
 /// `outpost-server backup`, `restore`, `check` and `healthcheck` as an operator runs them:
 /// child processes on real data directories, with a real server under load.
-@Suite(.serialized, .serverLogs) struct OperatorCommandTests {
+@Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct OperatorCommandTests {
     /// What a finished `outpost-server` command printed.
     struct CommandResult: CustomStringConvertible {
         let status: Int32

@@ -10,7 +10,7 @@ import Testing
 /// Two things differ from a newcomer's terminal, and only these: the executables are the
 /// ones this test run built (so `swift build -c release` lines are left out), and the
 /// server listens on a free port, which replaces `8080` in the blocks.
-@Suite(.serverLogs) struct ReadmeCommandsTests {
+@Suite(.offPoolWhileBlocking, .serverLogs) struct ReadmeCommandsTests {
     static let marker = "<!-- readme-test: runs after `make run` -->"
 
     /// The marked blocks of `text`, each as its lines.

@@ -293,7 +293,8 @@ let fieldTeamRules = #"""
             _ = try await pushed(s, boss, [job("b1", "j1", "Fix pump", "w1")])
             let first = try await pull(s, w1)
             let since = Cursor(first.next, view: first.view).text
-            let held = Task { try await s.pull("team", query: "since=\(since)&wait=60000", token: w1) }
+            let port = s.port
+            let held = OnThread { try httpRequest(port: port, "GET", "/v1/spaces/team/pull?since=\(since)&wait=60000", headers: [("Authorization", "Bearer \(w1)")]) }
             // A commit outside the view, then one inside it: the pull answers with the second only.
             try await eventually("the pull waits on the store") { s.app.store.notifier.waitingCount >= 1 }
             _ = try await pushed(s, boss, [job("b2", "j2", "Paint wall", "w2")])
@@ -308,7 +309,7 @@ let fieldTeamRules = #"""
 }
 
 /// The rules file of a real `outpost-server` process: refused at start, reloaded by SIGHUP.
-@Suite struct RulesProcessTests {
+@Suite(.offPoolWhileBlocking) struct RulesProcessTests {
     @Test func aMalformedRulesFileIsRefusedAtStartAndSIGHUPReloads() async throws {
         try await withTemporaryDirectory(prefix: "outpost-rules") { dir in
             try await blocking {

@@ -10,7 +10,7 @@ import OutpostTestSupport
 ///
 /// A missing schemathesis is a failure, never a skip, as for PostgreSQL: the test runs in
 /// CI, where `make test` installs it (`scripts/install-deps.sh test`).
-@Suite(.serverLogs) struct SchemathesisTests {
+@Suite(.offPoolWhileBlocking, .serverLogs) struct SchemathesisTests {
     static let root = PinnedTools.root
 
     /// Test cases per operation and phase: enough to reach every operation's status codes,
@@ -30,7 +30,7 @@ import OutpostTestSupport
     @Test func theOpenAPIDocumentIsTrueToALiveServer() async throws {
         let version = try PinnedTools.version("schemathesis")
         let schemathesis = try Self.executable(version: version)
-        let reported = try await blocking { try runToCompletion("/usr/bin/nice", ["-n", "19", schemathesis, "--version"], standardError: true) }
+        let reported = try await blocking { try runToCompletion(schemathesis, ["--version"], standardError: true) }
         try #require(reported.status == 0 && reported.output.contains("version \(version)\n"),
                      "\(schemathesis) is not schemathesis \(version): \(reported.output)")
         let operations = OpenAPITests.operations(try OpenAPITests.specText).count
@@ -53,26 +53,28 @@ import OutpostTestSupport
                     "--no-color",
                 ]
                 // Its working directory is the temporary one: whatever it writes goes there.
-                // At the lowest CPU priority: its Python takes a core for the whole run, and
-                // the suite's other tests, whose servers answer on the same two cores within
-                // their own deadlines, come first; the server it tests keeps its priority.
-                let run = try Subprocess("/usr/bin/nice", ["-n", "19", schemathesis] + arguments,
+                // At the usual CPU priority: at the lowest, two busy processes beside the
+                // suite (scripts/test-under-load.sh) left it a few percent of a core, and it
+                // did not finish in 300 s; the in-process servers of the other tests answer
+                // on their own loop threads whatever it takes.
+                let run = try Subprocess(schemathesis, arguments,
                                          environment: Subprocess.environment(adding: [
                                              "OUTPOST_SCHEMATHESIS_TOKEN": token, "OUTPOST_SCHEMATHESIS_ADMIN_TOKEN": admin,
                                              // The serializer of the tus PATCH body's media type.
                                              "SCHEMATHESIS_HOOKS": Self.root.appendingPathComponent("openapi/schemathesis_hooks.py").path,
                                          ]),
                                          workingDirectory: dir.path, output: .capture, errorToOutput: true)
-                // A deadline well past the usual 20 s, for a slow, loaded machine; past it the
-                // run is stopped by its PID and reported with what it printed.
-                let ended = run.wait(timeout: 300)
+                // A deadline well past the usual 20 s, for a machine whose cores other work
+                // holds (its CPU time, not a signal, sets how long it takes); past it the run
+                // is stopped by its PID and reported with what it printed.
+                let ended = run.wait(timeout: 900)
                 if ended == nil { run.stop(grace: 5) }
                 run.waitForStreams()
                 return (ended, run.outputText(), server.stop())
             }
         }
         guard let ended else {
-            Issue.record("schemathesis did not finish within 300 s; its output:\n\(output)")
+            Issue.record("schemathesis did not finish within 900 s; its output:\n\(output)")
             return
         }
         #expect(ended == .exited(0), "schemathesis \(version) reports findings (\(ended)): openapi/outpost.yaml and the server disagree\n\(output)")

@@ -7,7 +7,7 @@ import OutpostTestSupport
 
 /// The `outpost-server` executable as operators and the conformance suite drive it
 /// (PROTOCOL.md section 8), over real sockets and a real SQLite file.
-@Suite(.serialized, .serverLogs) struct ServerProcessTests {
+@Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct ServerProcessTests {
     func push(_ server: ServerProcess, _ token: String, _ space: String, _ changes: [Change], client: TestHTTPClient? = nil) throws -> TestResponse {
         let body = PushRequest(clientId: "proc-test", changes: changes).encoded()
         let headers = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]

@@ -218,8 +218,8 @@ import OutpostTestSupport
         try await withServer { s in
             let port = s.port
             let token = s.token(spaces: ["sp"], scope: .read)
-            let waiting = Task.detached {
-                try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?wait=20000", headers: [("Authorization", "Bearer \(token)")])
+            let waiting = OnThread {
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(token)")])
             }
             // Let the pull reach the server and wait, then commit.
             try await eventually("the pull waits") { s.app.store.notifier.waitingCount == 1 }
@@ -232,8 +232,8 @@ import OutpostTestSupport
             let empty = try PullPage.decode(try await s.pull("sp", query: "since=\(page.next.text)&wait=200").body)
             #expect(empty.changes.isEmpty && empty.next == page.next)
             // A filtered long poll is not answered by a commit to another collection.
-            let filtered = Task.detached {
-                try await httpRequestAsync(port: port, "GET", "/v1/spaces/sp/pull?collections=notes&since=\(page.next.text)&wait=20000", headers: [("Authorization", "Bearer \(token)")])
+            let filtered = OnThread {
+                try httpRequest(port: port, "GET", "/v1/spaces/sp/pull?collections=notes&since=\(page.next.text)&wait=60000", headers: [("Authorization", "Bearer \(token)")])
             }
             try await eventually("the filtered pull waits") { s.app.store.notifier.waitingCount == 1 }
             _ = try await s.push("sp", [put("c2", "b")])
@@ -244,6 +244,32 @@ import OutpostTestSupport
             _ = try await s.push("sp", [put("c3", "n", collection: "notes")])
             let notes = try PullPage.decode(try await filtered.value.body)
             #expect(notes.changes.map(\.id) == ["n"])
+        }
+    }
+
+    /// The long poll of `longPollIsWokenByACommitAndTimesOutEmpty` with every thread of the
+    /// test process's cooperative pool held throughout: the pull waits, the push is handled
+    /// and the pull woken, all on the server's event loops. With the handlers on the pool,
+    /// nothing was handled while the pool was held; held past a pull's wait, its deadline
+    /// (a Dispatch timer) ended its group first and it answered its own empty page,
+    /// unwoken: the `[] == ["a"]` and `longPollsWoken == 0` of a run on two busy cores.
+    @Test func aLongPollIsWokenWhileTheTestPoolIsHeld() async throws {
+        try await withServer { s in
+            let port = s.port
+            let read = s.token(spaces: ["sp"], scope: .read), write = s.token(spaces: ["sp"])
+            let notifier = s.app.store.notifier
+            let body = PushRequest(clientId: "held", changes: [put("c1", "a")]).encoded()
+            let (pushed, woken) = try await whilePoolIsHeld {
+                let pull = try TestHTTPClient(port: port)
+                try pull.send(TestHTTPClient.encode("GET", "/v1/spaces/sp/pull?wait=60000", headers: [("Authorization", "Bearer \(read)")]))
+                try eventuallyBlocking("the pull waits") { notifier.waitingCount == 1 }
+                let pushed = try httpRequest(port: port, "POST", "/v1/spaces/sp/push",
+                                             headers: [("Authorization", "Bearer \(write)"), ("Content-Type", "application/json")], body: body)
+                return (pushed, try pull.readResponse())
+            }
+            #expect(pushed.status == 200)
+            #expect(try PullPage.decode(woken.body).changes.map(\.id) == ["a"])
+            #expect(s.app.sync.longPollsWoken.value.load(ordering: .relaxed) == 1)
         }
     }
 

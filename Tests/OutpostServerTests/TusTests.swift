@@ -116,7 +116,7 @@ func detailInt(_ response: TestResponse, _ key: String) -> Int? {
 
 /// tuspy against a real `outpost-server` child on a real SQLite file (and, where the
 /// store matters, on PostgreSQL); results checked over the media download.
-@Suite(.serverLogs) struct TusClientTests {
+@Suite(.offPoolWhileBlocking, .serverLogs) struct TusClientTests {
     static let chunk = 65536
 
     /// A server child for space `s`, with a write token, an admin token and a scratch
@@ -285,7 +285,7 @@ func detailInt(_ response: TestResponse, _ key: String) -> Int? {
 /// `outpost-server` children killed with SIGKILL while a PATCH's bytes are being written,
 /// fsynced, counted or published, then restarted on the same data directory: the offset a
 /// HEAD gives is always one the bytes on disk back up, and the upload finishes whole.
-@Suite(.serialized, .serverLogs) struct TusCrashTests {
+@Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct TusCrashTests {
     @Test func aServerKilledDuringAPatchLeavesAnOffsetItsBytesBackUp() async throws {
         try await withTemporaryDirectory(prefix: "outpost-tus-crash") { dir in
             let data = dir.appending("data")

@@ -1,4 +1,5 @@
 import OutpostCrypto
+import OutpostTestSupport
 import Testing
 @testable import OutpostSignatures
 
@@ -65,7 +66,7 @@ import Testing
         #expect(try RSAPublicKey(modulus: [0, 0] + A2.n, exponent: A2.e).bits == 2048)
     }
 
-    @Test func rsaKeysUnder2048BitsAndBrokenKeysAreRefused() throws {
+    @Test(.offPool) func rsaKeysUnder2048BitsAndBrokenKeysAreRefused() throws {
         let small = try RSAPrivateKey.generate(bits: 1024)
         #expect(small.bits == 1024)
         #expect(throws: CryptoError.invalidInput("an RSA key of 1024 bits; at least 2048 are required")) {
@@ -139,7 +140,7 @@ import Testing
         #expect(throws: CryptoError.self) { try P256PublicKey(x: [UInt8](repeating: 0, count: 32), y: [UInt8](repeating: 0, count: 32)) }
     }
 
-    @Test func generatedKeysSignAndVerifyAndExportTheirPublicHalf() throws {
+    @Test(.offPool) func generatedKeysSignAndVerifyAndExportTheirPublicHalf() throws {
         let rsa = try RSAPrivateKey.generate(bits: 2048)
         let message = Array("header.payload".utf8)
         let rsaPublic = try rsa.publicKey()

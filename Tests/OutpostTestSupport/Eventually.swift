@@ -41,3 +41,18 @@ public func eventuallyBlocking(_ what: String, within limit: Duration = .seconds
         usleep(2_000)
     }
 }
+
+/// Milliseconds since 1970 on the system's wall clock (what a server child and a device
+/// stamp their records with).
+public func wallClockMilliseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+}
+
+/// Waits until the wall clock reads later than `milliseconds`: a timestamp taken after
+/// this returns is greater than one taken before `milliseconds` was read. Only the clock
+/// can tell; it is read every 2 ms, with the tests' deadline.
+public func untilWallClockPasses(_ milliseconds: Int64, fileID: String = #fileID, line: Int = #line) async throws {
+    try await eventually("the wall clock passed \(milliseconds) ms", fileID: fileID, line: line) { wallClockMilliseconds() > milliseconds }
+}

@@ -1,6 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostTestSupport
+import Synchronization
 import Testing
 @testable import Outpost
 #if canImport(Glibc)
@@ -8,7 +9,7 @@ import Glibc
 #endif
 
 /// The `outpost` command-line client, run as a child process.
-@Suite("outpost command-line client", .serialized, .serverLogs)
+@Suite("outpost command-line client", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct CLITests {
     struct Run {
         var status: Int32
@@ -175,15 +176,25 @@ struct CLITests {
     /// returns whether it was killed before it finished (a sync that ends with fewer
     /// requests is not).
     static func killedSync(_ arguments: [String], through proxy: FaultyProxy, atRequest request: Int) async throws -> Bool {
-        let before = proxy.requestsReceived
-        let process = try Subprocess(BuildProducts.executable("outpost"), arguments + ["sync"])
-        try await eventually("outpost sync sent its request \(request) or ended") {
-            proxy.requestsReceived >= before + request || !process.isRunning
+        // Killed from the proxy's thread the moment the server has answered its request
+        // number `request`, before the answer reaches it: no poll from this task (which may
+        // wait for a pool thread) decides when the kill lands.
+        let kill = Mutex<(process: Subprocess?, due: Bool)>((nil, false))
+        proxy.whenAnswered(request: proxy.requestsReceived + request) {
+            kill.withLock { k in
+                k.due = true
+                k.process?.send(SIGKILL)
+            }
         }
-        let killed = process.isRunning
-        process.send(SIGKILL)
-        _ = await process.exited()
-        return killed
+        let process = try Subprocess(BuildProducts.executable("outpost"), arguments + ["sync"])
+        kill.withLock { k in
+            k.process = process
+            if k.due { process.send(SIGKILL) }
+        }
+        // A sync that ended before its request `request` was not killed.
+        let termination = await process.exited()
+        proxy.whenAnswered(request: 0) {}
+        return termination == .signaled(SIGKILL)
     }
 
     @Test func aClientKilledInTheMiddleOfASyncLosesNothingAndAppliesNothingTwice() async throws {

@@ -9,7 +9,7 @@ import Testing
 /// End-to-end encrypted spaces (docs/encryption.md) against a real `outpost-server` child
 /// and real SQLite files: what the server keeps, what a device does with a copy it cannot
 /// open, keys moved between devices, rotation, sealed media, and clear fields under rules.
-@Suite("End-to-end encrypted spaces", .serialized, .serverLogs)
+@Suite("End-to-end encrypted spaces", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct EncryptionTests {
     /// A passphrase export with PBKDF2 (quicker than scrypt in tests that are not about the
     /// derivation).
@@ -76,7 +76,8 @@ struct EncryptionTests {
         return found
     }
 
-    @Test(arguments: [false, true])
+    // Off the pool: the default wrap's scrypt (three derivations of 128 MiB).
+    @Test(.offPool, arguments: [false, true])
     func twoDevicesShareAKeyByPassphraseSyncAndMergeAndTheServerKeepsNoMarker(postgres: Bool) async throws {
         let database = postgres ? try await PostgresCluster.database(prefix: "e2e") : nil
         let world = try await World(arguments: ["--chunk-size", "65536"] + (database.map { ["--store", $0] } ?? []))

@@ -21,6 +21,9 @@ final class FaultyProxy: Sendable {
     private struct State {
         var queue: [(path: String, behavior: Behavior)] = []
         var handled = 0
+        /// Run on the proxy's thread once the request with this count has been answered
+        /// by the server, before the answer is passed on.
+        var answered: (request: Int, action: @Sendable () -> Void)?
         var stopped = false
         var upstreamPort: Int
     }
@@ -48,6 +51,14 @@ final class FaultyProxy: Sendable {
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
 
+    /// Runs `action` on the proxy's connection thread once the `request`th request since
+    /// the proxy started (see `requestsReceived`) has been answered by the server, before
+    /// the answer is passed on: a client killed there sent the request, the server handled
+    /// it, and the client never read the answer. Replaces an earlier one.
+    func whenAnswered(request: Int, _ action: @escaping @Sendable () -> Void) {
+        state.withLock { $0.answered = (request, action) }
+    }
+
     /// How many requests have reached the proxy (counted when their head was read, before
     /// they are forwarded).
     var requestsReceived: Int { state.withLock { $0.handled } }
@@ -66,15 +77,21 @@ final class FaultyProxy: Sendable {
         guard let (head, rest) = ProxySocket.readHead(client) else { return }
         let lines = head.split(separator: "\r\n", omittingEmptySubsequences: false).map(String.init)
         let requestLine = lines.first ?? ""
-        let behavior = state.withLock { s -> Behavior in
+        let (behavior, number) = state.withLock { s -> (Behavior, Int) in
             s.handled += 1
-            if let i = s.queue.firstIndex(where: { requestLine.contains($0.path) }) { return s.queue.remove(at: i).behavior }
-            return .pass
+            if let i = s.queue.firstIndex(where: { requestLine.contains($0.path) }) { return (s.queue.remove(at: i).behavior, s.handled) }
+            return (.pass, s.handled)
         }
         let length = ProxySocket.contentLength(lines)
         ProxySocket.continueIfExpected(client, head: head, received: rest.count, length: length)
         guard let body = ProxySocket.readBody(client, rest, length),
               let answer = ProxySocket.forward(Array(ProxySocket.upstreamHead(lines).utf8) + body, port: upstreamPort) else { return }
+        let action = state.withLock { s -> (@Sendable () -> Void)? in
+            guard let answered = s.answered, answered.request == number else { return nil }
+            s.answered = nil
+            return answered.action
+        }
+        action?()
         switch behavior {
         case .pass:
             ProxySocket.writeAll(client, answer)

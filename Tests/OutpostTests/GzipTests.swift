@@ -11,7 +11,7 @@ import Glibc
 
 /// The SDK's compressed request bodies: what `HTTPSyncTransport` puts on the wire, and a
 /// real server inflating it.
-@Suite("gzip request bodies", .serverLogs)
+@Suite("gzip request bodies", .offPoolWhileBlocking, .serverLogs)
 struct GzipTests {
     static func changes(_ count: Int) -> [Change] {
         (0..<count).map { Change(changeId: "g\($0)", collection: "todos", id: "t\($0)", op: .put, data: todo("item \($0) " + String(repeating: "z", count: 100)), baseVersion: nil) }

@@ -101,7 +101,7 @@ func collect(_ upload: MediaUpload) -> Task<[MediaProgress], Never> {
     }
 }
 
-@Suite("Media uploads against a real outpost-server", .serialized, .serverLogs)
+@Suite("Media uploads against a real outpost-server", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct MediaTests {
     @Test func anUploadSendsEveryChunkOnceReportsProgressAndDownloadsVerified() async throws {
         let world = try await MediaWorld.make()
@@ -451,7 +451,7 @@ actor FakeMediaServer: MediaTransport {
     }
 }
 
-@Suite("Media uploader: finalize answers", .serverLogs)
+@Suite("Media uploader: finalize answers", .offPoolWhileBlocking, .serverLogs)
 struct MediaFinalizeTests {
     func setUp(_ dir: TemporaryDirectory) async throws -> (OutpostStore, MediaUploader, FakeMediaServer, URL, Data) {
         var c = OutpostStore.Configuration(space: "team")
@@ -534,7 +534,7 @@ struct MediaFinalizeTests {
 
 // MARK: - The command-line client
 
-@Suite("outpost upload", .serialized, .serverLogs)
+@Suite("outpost upload", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct MediaCLITests {
     struct Run: Sendable {
         var status: Int32

@@ -72,7 +72,7 @@ enum ReadmeSamples {
     // readme:end media
 }
 
-@Suite("README samples", .serverLogs)
+@Suite("README samples", .offPoolWhileBlocking, .serverLogs)
 struct ReadmeSampleTests {
     @Test func theTwoDeviceSampleRuns() async throws {
         #expect(try await ReadmeSamples.twoDevices() == [ReadmeSamples.Todo(title: "Buy milk")])

@@ -93,7 +93,7 @@ final class RealWorld {
     }
 }
 
-@Suite("Against a real outpost-server", .serialized, .serverLogs)
+@Suite("Against a real outpost-server", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct RealServerTests {
     @Test func twoDevicesSyncOverHTTP() async throws {
         let world = try RealWorld()
@@ -128,7 +128,8 @@ struct RealServerTests {
         try await laptop.sync()
         try await laptop.put(todo("laptop, later"), in: "todos", id: "t1")
         try await laptop.sync()
-        try await Task.sleep(for: .milliseconds(5))
+        // The phone's retry is stamped later than the laptop's write.
+        try await untilWallClockPasses(wallClockMilliseconds())
         let report = try await phone.sync()
         #expect(report.pushed == 1 && report.conflicts == 0)
         #expect(try await world.serverData("t1") == todo("laptop, later"))
@@ -181,7 +182,9 @@ struct RealServerTests {
         try await a.put(todo("two"), in: "todos", id: "r2")
         try await a.sync()
         let copy = try world.backup()
-        try await Task.sleep(for: .milliseconds(20))  // the server's own updatedAt must move on
+        // The server's own updatedAt of the writes after the backup must be later than
+        // those in it.
+        try await untilWallClockPasses(wallClockMilliseconds())
         try await a.put(todo("one, after the backup"), in: "todos", id: "r1")
         try await a.put(todo("three, after the backup"), in: "todos", id: "r3")
         try await a.sync()
@@ -208,7 +211,8 @@ struct RealServerTests {
         try await honest.sync()
         try await ahead.put(todo("from the future"), in: "todos", id: "t1")
         try await ahead.sync()
-        try await Task.sleep(for: .milliseconds(200))  // later than the commit + the 50 ms drift
+        // The honest edit is stamped later than the commit plus the 50 ms of drift allowed.
+        try await untilWallClockPasses(wallClockMilliseconds() + 50)
         try await honest.put(todo("really later"), in: "todos", id: "t1")
         try await honest.sync()
         #expect(try await world.serverData("t1") == todo("really later"))

@@ -3,7 +3,8 @@ import OutpostTestSupport
 import Testing
 @testable import Outpost
 
-/// The scheduler; no timing is asserted (a deadline only stops a hung test).
+/// The scheduler. Time is asserted only on a `TestClock`, which moves when the test says
+/// (a deadline on the real clock only stops a hung test).
 @Suite("Sync scheduler")
 struct SchedulerTests {
     @Test func aLocalEditReachesTheOtherDeviceThroughItsLongPoll() async throws {
@@ -48,6 +49,58 @@ struct SchedulerTests {
         #expect(report.pushed == 1)
         scheduler.syncNow()
         guard case .synced = await events.next() else { Issue.record("expected a sync"); return }
+        await scheduler.stop()
+    }
+
+    // MARK: By the clock (a TestClock moves only when the test says)
+
+    /// A phone's scheduler on a `TestClock`, with no long poll and an hour's interval unless
+    /// `configure` says otherwise (not started).
+    static func onTestClock(_ configure: (inout SyncScheduler.Options) -> Void) throws -> (World, TestClock, SyncScheduler) {
+        let world = World()
+        let clock = TestClock()
+        var options = SyncScheduler.Options()
+        options.interval = .seconds(3600)
+        options.longPoll = nil
+        configure(&options)
+        return (world, clock, SyncScheduler(store: try world.device("phone"), options: options, conditions: AlwaysReachableConditions(), clock: clock))
+    }
+
+    /// After the sync at start, the next one is due an interval later by the scheduler's
+    /// clock: it sleeps until then, a second short of it wakes nothing, and at the interval
+    /// it syncs and sleeps until the next.
+    @Test func syncsComeOneIntervalApartByTheClock() async throws {
+        let (world, clock, scheduler) = try Self.onTestClock { $0.interval = .seconds(60) }
+        var events = scheduler.events.makeAsyncIterator()
+        await scheduler.start()
+        guard case .synced = await events.next() else { Issue.record("expected the sync at start"); return }
+        let at = { (seconds: Int64) in TestClock.Instant(offset: .seconds(seconds)) }
+        try await eventually("the scheduler sleeps until the interval ends") { clock.sleepers == [at(60)] }
+        clock.advance(by: .seconds(59))
+        #expect(clock.sleepers == [at(60)], "a second early, nothing woke")
+        let pullsBefore = world.server.pullRequests
+        clock.advance(by: .seconds(1))
+        guard case .synced = await events.next() else { Issue.record("expected the interval's sync"); return }
+        #expect(world.server.pullRequests > pullsBefore)
+        try await eventually("the scheduler sleeps until the next interval ends") { clock.sleepers == [at(120)] }
+        await scheduler.stop()
+    }
+
+    /// A failed sync is tried again after the backoff's delay by the scheduler's clock
+    /// (2 s, half jittered: between 1 and 2 s), not before.
+    @Test func aFailedSyncIsRetriedAfterItsBackoffByTheClock() async throws {
+        let (world, clock, scheduler) = try Self.onTestClock { $0.backoff = .init(initial: .seconds(2), maximum: .seconds(300)) }
+        world.server.inject(.refuseConnection, on: .info)
+        var events = scheduler.events.makeAsyncIterator()
+        await scheduler.start()
+        guard case .failed = await events.next() else { Issue.record("expected a failure"); return }
+        try await eventually("the scheduler sleeps for the backoff") { clock.sleepers.count == 1 }
+        let retry = try #require(clock.sleepers.first)
+        #expect(retry.offset >= .seconds(1) && retry.offset <= .seconds(2), "the first backoff is 1 to 2 s: \(retry)")
+        clock.advance(by: retry.offset - .milliseconds(1))
+        #expect(clock.sleepers == [retry], "a millisecond early, nothing woke")
+        clock.advance(by: .milliseconds(1))
+        guard case .synced = await events.next() else { Issue.record("expected the retry to sync"); return }
         await scheduler.stop()
     }
 }

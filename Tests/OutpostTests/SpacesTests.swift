@@ -6,7 +6,7 @@ import Testing
 
 /// One device, several spaces (docs/client.md, "Many spaces"), against a real
 /// `outpost-server` child: `OutpostClient` and the CLI's many-spaces sync.
-@Suite("Many spaces on one device", .serialized, .serverLogs)
+@Suite("Many spaces on one device", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct SpacesTests {
     @Test func ofThreeSpacesTheOneTheServerRefusesFailsAloneAndADetachedOneKeepsItsEdits() async throws {
         let world = try RealWorld()
@@ -53,7 +53,7 @@ struct SpacesTests {
 }
 
 /// Device telemetry from the SDK (docs/client.md, "Telemetry"), against a real server.
-@Suite("Device telemetry from the SDK", .serialized, .serverLogs)
+@Suite("Device telemetry from the SDK", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct DeviceTelemetryTests {
     @Test func anOptedInStoreReportsItsSyncsAndAStoreWhoseTransportCannotKeepsThemWithoutFailing() async throws {
         let world = try RealWorld()

@@ -6,7 +6,7 @@ import Testing
 /// The slice of the harness CI runs on every build: every combination of resolver and fault
 /// set (the default rotation), 30 seeds each, 80 steps. `outpost-sim --seeds 100000` is the
 /// large run (docs/simulation.md).
-@Suite("Simulation CI slice")
+@Suite("Simulation CI slice", .offPool)
 struct CISliceTests {
     static let seeds = 24 * 30
 

@@ -10,7 +10,7 @@ import Testing
 /// A harness that cannot fail proves nothing: with a deliberate bug switched on — a resolver
 /// that writes back old versions, or a server mutation (`ServerMutation`) — some run of a
 /// small fixed range must break the invariant that bug breaks.
-@Suite("The harness can fail")
+@Suite("The harness can fail", .offPool)
 struct HarnessCanFailTests {
     /// Runs `count` seeds and returns the invariants broken, with how many runs broke each.
     private func broken(_ count: Int, _ configure: @escaping @Sendable (UInt64) -> RunConfiguration) async -> [Invariant: Int] {

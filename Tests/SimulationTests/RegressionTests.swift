@@ -1,3 +1,4 @@
+import OutpostTestSupport
 import Testing
 @testable import OutpostSimulation
 
@@ -5,7 +6,7 @@ import Testing
 /// (docs/simulation.md, "Bugs found"). A seed names a run of the step generator as it is in
 /// `Simulation.swift`: a change to how steps are drawn must re-derive these seeds (the
 /// scenario tests in `Tests/OutpostTests/SimulationFindingsTests.swift` do not depend on it).
-@Suite("Simulation regressions")
+@Suite("Simulation regressions", .offPool)
 struct RegressionTests {
     static let seeds: [(seed: UInt64, bug: String)] = [
         (92, "a pending edit re-based over a write made after a data loss, without the resolver"),

@@ -55,6 +55,9 @@ public actor SyncScheduler {
     public let options: Options
     /// Where it learns whether the network and power allow a sync.
     public let conditions: any NetworkConditions
+    /// What it reads the time from and sleeps on: intervals, backoffs and retry times are
+    /// measured on it (`ContinuousClock` unless a test gives its own).
+    public let clock: any Clock<Duration>
     /// Everything it does, as it happens (the newest 256 are kept for a slow reader).
     public nonisolated let events: AsyncStream<Event>
     private let continuation: AsyncStream<Event>.Continuation
@@ -64,11 +67,14 @@ public actor SyncScheduler {
     private var watcher: Task<Void, Never>?
 
     /// A scheduler for `store` (not started), checking `options.conditions` against the
-    /// state `conditions` reports (by default the platform's: `platformConditions()`).
-    public init(store: OutpostStore, options: Options = Options(), conditions: any NetworkConditions = SyncScheduler.platformConditions()) {
+    /// state `conditions` reports (by default the platform's: `platformConditions()`), and
+    /// timing its syncs on `clock`.
+    public init(store: OutpostStore, options: Options = Options(), conditions: any NetworkConditions = SyncScheduler.platformConditions(),
+                clock: any Clock<Duration> = ContinuousClock()) {
         self.store = store
         self.options = options
         self.conditions = conditions
+        self.clock = clock
         (events, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(256))
     }
 
@@ -89,7 +95,8 @@ public actor SyncScheduler {
         inbox.withLock { $0.network = nil }
         let updates = conditions.updates()
         watcher = Task { await Self.watch(updates, inbox: inbox, wake: wake) }
-        loop = Task { await Self.run(store: store, options: options, wake: wake, inbox: inbox, events: continuation) }
+        let clock = self.clock
+        loop = Task { await Self.run(clock: clock, store: store, options: options, wake: wake, inbox: inbox, events: continuation) }
     }
 
     /// Stops: a long poll or a sleep ends at once; a sync in progress finishes first.
@@ -144,10 +151,11 @@ public actor SyncScheduler {
         }
     }
 
-    private static func run(store: OutpostStore, options: Options, wake: AsyncSignal, inbox: Mailbox, events: AsyncStream<Event>.Continuation) async {
+    private static func run<C: Clock<Duration>>(clock: C, store: OutpostStore, options: Options, wake: AsyncSignal, inbox: Mailbox,
+                                                events: AsyncStream<Event>.Continuation) async {
         var rng = Randomness(seed: nil)
         var failures = 0
-        var nextSync = ContinuousClock.now
+        var nextSync = clock.now
         // The long poll runs beside everything else: a local edit syncs at once instead of
         // waiting for the poll to be cancelled, and the poll's page is applied only if the
         // store's cursor has not moved meanwhile. Each poll has a number, so the outcome of
@@ -166,18 +174,18 @@ public actor SyncScheduler {
                 return (box.demanded, box.poll, box.network)
             }
             // A demand made while it waits stays in `nextSync` until the conditions hold.
-            if demanded { nextSync = ContinuousClock.now }
+            if demanded { nextSync = clock.now }
             if let ended, ended.id == pollId, poll != nil {
                 poll = nil
                 switch ended.outcome {
                 case .success(.changed): events.yield(.remoteChanges)
                 case .success(.unchanged): break
-                case .success(.needsSync): nextSync = ContinuousClock.now
+                case .success(.needsSync): nextSync = clock.now
                 case .failure(let failure):
                     if failure == .closed { return }
                     failures += 1
                     events.yield(.failed(failure))
-                    nextSync = ContinuousClock.now + .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng))
+                    nextSync = clock.now.advanced(by: .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng)))
                 }
             }
             guard let network else {
@@ -196,24 +204,24 @@ public actor SyncScheduler {
             }
             if waiting != nil {
                 waiting = nil
-                nextSync = ContinuousClock.now
+                nextSync = clock.now
             }
-            if ContinuousClock.now >= nextSync {
+            if clock.now >= nextSync {
                 do {
                     let report = try await store.sync(dueOnly: true)
                     failures = 0
                     events.yield(.synced(report))
-                    nextSync = ContinuousClock.now + options.interval
+                    nextSync = clock.now.advanced(by: options.interval)
                     if let retry = try? await store.nextRetryAt() {
                         let delay = max(0, retry - store.configuration.clock()) + 1
-                        nextSync = min(nextSync, ContinuousClock.now + .milliseconds(delay))
+                        nextSync = min(nextSync, clock.now.advanced(by: .milliseconds(delay)))
                     }
                 } catch {
                     let failure = error as? OutpostError ?? .storage("\(error)")
                     if failure == .closed { return }
                     failures += 1
                     events.yield(.failed(failure))
-                    nextSync = ContinuousClock.now + .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng))
+                    nextSync = clock.now.advanced(by: .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng)))
                 }
                 continue
             }
@@ -233,10 +241,10 @@ public actor SyncScheduler {
                     wake.signal()
                 }
             }
-            let remaining = nextSync - ContinuousClock.now
+            let due = nextSync
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await wake.wait() }
-                group.addTask { try? await Task.sleep(for: remaining) }
+                group.addTask { try? await clock.sleep(until: due, tolerance: nil) }
                 _ = await group.next()
                 group.cancelAll()
             }

@@ -1,6 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import OutpostHTTP
 import Synchronization
 
 /// The identity provider's keys as the server holds them: the last good JWK Set, fetched
@@ -113,7 +114,8 @@ final class JWKSKeys: Sendable {
         let task = state.withLock { s -> Task<Void, Never> in
             if let running = s.inFlight { return running }
             s.policy.started()
-            let task = Task { await self.fetch() }
+            // A fetch a request waits for runs on that request's loop, not the pool.
+            let task = Task(executorPreference: HTTPServer.currentEventLoop) { await self.fetch() }
             s.inFlight = task
             return task
         }

@@ -1,6 +1,7 @@
-import OutpostCore
-import Synchronization
 import Dispatch
+import OutpostCore
+import OutpostHTTP
+import Synchronization
 
 /// Holds the long polls of `pull` (PROTOCOL.md section 5, `wait`) in groups of pulls that
 /// would read the same page, and answers each group with one read and one encoded body.
@@ -83,7 +84,10 @@ final class LongPollHub: Sendable {
                         s.nextID += 1
                         var group = Group(generation: s.nextID)
                         let generation = group.generation
-                        group.task = Task { await self.serve(key, request: request, epoch: epoch, generation: generation) }
+                        // On the loop of the pull that opened the group, not the global pool.
+                        group.task = Task(executorPreference: HTTPServer.currentEventLoop) {
+                            await self.serve(key, request: request, epoch: epoch, generation: generation)
+                        }
                         s.groups[key] = group
                     }
                     s.groups[key]!.waiters[id] = continuation

@@ -1,3 +1,4 @@
+import OutpostHTTP
 import Synchronization
 
 /// Shares one page read among identical pulls that are served at the same moment.
@@ -39,7 +40,8 @@ final class PageCoalescer: Sendable {
                       collections: request.collections, head: knownHead)
         let (task, owner) = inflight.withLock { running -> (Task<PageData, any Error>, Bool) in
             if let task = running[key] { return (task, false) }
-            let task = Task { try await read() }
+            // On the loop of the pull that started the read (nil off the loops: the pool).
+            let task = Task(executorPreference: HTTPServer.currentEventLoop) { try await read() }
             running[key] = task
             return (task, true)
         }
