@@ -90,14 +90,14 @@ final class SimServer {
             configuration.readers = 1
             configuration.synchronous = .full
             configuration.makeEpoch = makeEpoch
-            configuration.clock = { clock.now }
+            configuration.clock = { [clock = self.clock] in clock.now }
             store = try SQLiteSyncStore(configuration: configuration)
         case .postgres(_, let url, _):
             var configuration = PostgresSyncStore.Configuration(url: url)
             configuration.readers = 1
             configuration.writers = 1
             configuration.makeEpoch = makeEpoch
-            configuration.clock = { clock.now }
+            configuration.clock = { [clock = self.clock] in clock.now }
             store = try PostgresSyncStore(configuration: configuration)
         }
         self.store = store

@@ -444,7 +444,7 @@ final class StopFlag: Sendable {
     @Test func checkReportsStoreInvariantsInProcess() async throws {
         try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
             let data = dir.appending("data")
-            let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.accessLog = false; return s }(), environment: ["OUTPOST_JWT_SECRET": "k"])
+            let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.accessLog = false; return s }(), environment: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 32)])
             _ = try await app.store.push(space: "sp", clientId: "c", items: [prepared("c1", id: "a", base: nil), prepared("c2", id: "b", base: nil)], now: 1)
             await app.close()
             #expect(try CheckCommand.run(dataDirectory: data).isSound)
@@ -505,7 +505,7 @@ final class StopFlag: Sendable {
         try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
             let data = dir.appending("data"), media = dir.appending("shared-media")
             let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.mediaDirectory = media; s.accessLog = false; return s }(),
-                                             environment: ["OUTPOST_JWT_SECRET": "k"])
+                                             environment: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 32)])
             await app.close()
             // A published file and its row, as finalize leaves them.
             let file = mediaBytes(2_000, seed: 21)

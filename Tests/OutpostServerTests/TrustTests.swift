@@ -1,0 +1,212 @@
+import Foundation
+import OutpostCore
+import OutpostCrypto
+import OutpostTestSupport
+import Testing
+@testable import OutpostServer
+
+/// The server's secrets (issue 33): a real `outpost-server` child refuses, at start, a blank
+/// or white-space entry of `OUTPOST_JWT_PREVIOUS_SECRETS` and any HS256 secret under 256 bits
+/// (RFC 7518 section 3.2), naming which and how to make a good one.
+@Suite(.serverLogs) struct SecretRulesTests {
+    /// A secret of 44 bytes, as `openssl rand -base64 32` makes them.
+    static let good = "b3V0cG9zdC10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWI="
+    static let older = "b2xkZXItb3V0cG9zdC1zZWNyZXQtMDEyMzQ1Njc4OWFi"
+
+    /// Starts a server with `environment` on a fresh data directory; nil with the failure's
+    /// text when it refuses to start. A server that starts is stopped.
+    static func start(_ environment: [String: String], arguments: [String] = [], secret: String = good,
+                      _ whileUp: @escaping @Sendable (ServerProcess) throws -> Void = { _ in }) async throws -> String? {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                do {
+                    let server = try ServerProcess(dataDirectory: dir.appending("data"), secret: secret, arguments: arguments,
+                                                   environment: environment, timeout: 20)
+                    defer { server.stop() }
+                    try whileUp(server)
+                    return nil
+                } catch let failure as ProcessFailure {
+                    return failure.description
+                }
+            }
+        }
+    }
+
+    @Test(arguments: [("\(older), ", 2, 2), ("\(older),\t", 2, 2), (" ,\(older)", 1, 2), ("\(older),,\(older)", 2, 3)])
+    func aBlankPreviousSecretIsRefusedAtStartNamingTheEntry(list: String, entry: Int, of count: Int) async throws {
+        let refusal = try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": list]) { server in
+            // Before the fix: the blank entry was a key, so anyone signed an admin token with it.
+            for key in [" ", "\t", ""] where !key.isEmpty {
+                let forged = JWTAuthority(secret: Array(key.utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: [], admin: true))
+                let status = try httpRequest(port: server.port, "GET", "/v1/admin/status", headers: [("Authorization", "Bearer \(forged)")]).status
+                Issue.record("the server started with OUTPOST_JWT_PREVIOUS_SECRETS=\(list.debugDescription); an admin token signed with \(key.debugDescription) got \(status)")
+            }
+        }
+        let text = try #require(refusal, "the server started with OUTPOST_JWT_PREVIOUS_SECRETS=\(list.debugDescription)")
+        #expect(text.contains("OUTPOST_JWT_PREVIOUS_SECRETS entry \(entry) of \(count)"), "\(text)")
+    }
+
+    @Test func olderSecretsThatKeepTheRulesStillVerify() async throws {
+        let refusal = try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": "\(Self.older),\(Self.older)x"]) { server in
+            let token = JWTAuthority(secret: Array(Self.older.utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: [], admin: true))
+            let status = try httpRequest(port: server.port, "GET", "/v1/admin/status", headers: [("Authorization", "Bearer \(token)")]).status
+            #expect(status == 200)
+        }
+        #expect(refusal == nil, "\(refusal ?? "")")
+    }
+
+    @Test(arguments: [" ", "a", "secret", "changeme", String(repeating: "x", count: 31)])
+    func aWeakJWTSecretIsRefusedAtStart(secret: String) async throws {
+        let refusal = try await Self.start([:], secret: secret) { server in
+            let token = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: [], admin: true))
+            let status = try httpRequest(port: server.port, "GET", "/v1/admin/status", headers: [("Authorization", "Bearer \(token)")]).status
+            Issue.record("the server started with OUTPOST_JWT_SECRET=\(secret.debugDescription) (\(secret.utf8.count) bytes); a token signed with it got \(status)")
+        }
+        let text = try #require(refusal)
+        #expect(text.contains("OUTPOST_JWT_SECRET is \(secret.utf8.count) bytes") && text.contains("at least 32 bytes") && text.contains("openssl rand -base64 32"),
+                "\(text)")
+    }
+
+    @Test func weakPreviousAndWebhookSecretsAndSecretFilesAreRefused() async throws {
+        var text = try #require(try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": "\(Self.older),changeme"]))
+        #expect(text.contains("OUTPOST_JWT_PREVIOUS_SECRETS entry 2 of 2 is 8 bytes"), "\(text)")
+        text = try #require(try await Self.start(["OUTPOST_WEBHOOK_SECRET": "changeme"], arguments: ["--webhook", "https://hooks.example.com/outpost"]))
+        #expect(text.contains("OUTPOST_WEBHOOK_SECRET is 8 bytes") && text.contains("openssl rand -base64 32"), "\(text)")
+
+        try await withTemporaryDirectory { dir in
+            let data = dir.appending("data")
+            // The files the server makes keep the rule: 64 hex digits, 256 bits of randomness.
+            let token = try AdminCommands.token(arguments: ["--data", data, "--sub", "u", "--space", "s"], environment: [:])
+            let made = try String(contentsOfFile: (data as NSString).appendingPathComponent(JWTSecret.fileName), encoding: .utf8)
+            #expect(made.utf8.count == 64 && made.allSatisfy(\.isHexDigit))
+            #expect(try JWTSecret.load(environmentValue: nil, dataDirectory: data) == Array(made.utf8))
+            #expect(!token.isEmpty)
+            let hook = try SecretFile.load(environmentValue: nil, dataDirectory: data, fileName: WebhookService.secretFileName, variable: "OUTPOST_WEBHOOK_SECRET")
+            #expect(hook.count == 64)
+            // A file an operator wrote too short is refused too, by the server and by `token`.
+            let path = (data as NSString).appendingPathComponent(JWTSecret.fileName)
+            try Data("changeme\n".utf8).write(to: URL(fileURLWithPath: path))
+            chmod(path, 0o600)
+            #expect(throws: Settings.Invalid.self) { try JWTSecret.load(environmentValue: nil, dataDirectory: data) }
+            let (status, _) = try await blocking { try ServerProcess.run(["token", "--data", data, "--sub", "u", "--space", "s"]) }
+            #expect(status != 0)
+            let refused = try await blocking { () -> String? in
+                do {
+                    let server = try ServerProcess(dataDirectory: data, secret: "", timeout: 20)
+                    server.stop()
+                    return nil
+                } catch let failure as ProcessFailure { return failure.description }
+            }
+            #expect(refused?.contains("is 8 bytes; an HS256 secret needs at least 32 bytes") == true, "\(refused ?? "the server started")")
+        }
+    }
+}
+
+/// Every file and directory the server creates is readable by its owner only, whatever the
+/// umask and however the data directory was made (issue 33), and `check` reports any that
+/// others can read.
+@Suite(.serverLogs) struct PrivateFilesTests {
+    enum Store: String, CaseIterable, Sendable { case sqlite, postgres }
+
+    /// `path`'s permission bits.
+    static func mode(_ path: String) -> mode_t? {
+        var info = stat()
+        return lstat(path, &info) == 0 ? info.st_mode & 0o7777 : nil
+    }
+
+    /// Every regular file and directory under `root` (not `root`), with its mode.
+    static func tree(_ root: String) -> [(String, mode_t)] {
+        var out: [(String, mode_t)] = []
+        for name in ((try? FileManager.default.subpathsOfDirectory(atPath: root)) ?? []).sorted() {
+            let path = (root as NSString).appendingPathComponent(name)
+            var info = stat()
+            guard lstat(path, &info) == 0, [S_IFREG, S_IFDIR].contains(info.st_mode & S_IFMT) else { continue }
+            out.append((name, info.st_mode & 0o7777))
+        }
+        return out
+    }
+
+    @Test(arguments: Store.allCases) func everyFileTheServerCreatesIsPrivateInADataDirectoryThatExists(store: Store) async throws {
+        let url = store == .postgres ? try await PostgresCluster.database(prefix: "private") : nil
+        // The umask most systems run with: files 0644 and directories 0755 unless the server
+        // says otherwise.
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        try await withTemporaryDirectory { dir in
+            // Made beforehand, open to all, as a bind mount or systemd's StateDirectory= makes it.
+            let data = dir.appending("data")
+            #expect(mkdir(data, 0o755) == 0)
+            chmod(data, 0o755)
+            let arguments = url.map { ["--store", $0] } ?? []
+            let secret = url == nil ? "" : SecretRulesTests.good
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: data, secret: secret, arguments: arguments)
+                defer { server.stop() }
+                let token = try server.token(spaces: ["s"])
+                let push = PushRequest(clientId: "c", changes: [Change(changeId: "c1", collection: "t", id: "a", op: .put, data: ["v": 1], baseVersion: nil)])
+                #expect(try httpRequest(port: server.port, "POST", "/v1/spaces/s/push", headers: [("Authorization", "Bearer \(token)")], body: push.encoded()).status == 200)
+                // A file, through the chunked door, so media/ holds a file and an upload.
+                let file = Array("private bytes".utf8)
+                let begin = JSONValue.object(["size": .number(JSONNumber(file.count)), "sha256": .string(SHA256.hex(file)), "contentType": "text/plain"]).encoded()
+                let started = try httpRequest(port: server.port, "POST", "/v1/spaces/s/media/uploads", headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: begin)
+                #expect(started.status == 201)
+                let upload = try JSONParser.parse(started.body)["uploadId"]?.stringValue ?? ""
+                let digest = "sha-256=:\(Base64.encode(SHA256.hash(file))):"
+                #expect(try httpRequest(port: server.port, "PUT", "/v1/spaces/s/media/uploads/\(upload)/chunks/0",
+                                        headers: [("Authorization", "Bearer \(token)"), ("Content-Digest", digest), ("Content-Type", "application/octet-stream")], body: file).status == 200)
+                #expect(try httpRequest(port: server.port, "POST", "/v1/spaces/s/media/uploads/\(upload)/finalize", headers: [("Authorization", "Bearer \(token)")]).status == 200)
+                // While it runs: the store with its -wal and -shm, the secrets, the lock, media.
+                let files = Self.tree(data)
+                if url == nil {
+                    for name in ["outpost.sqlite", "outpost.sqlite-wal", "outpost.sqlite-shm", "jwt-secret"] {
+                        #expect(files.contains { $0.0 == name }, "\(name) is missing: \(files.map(\.0))")
+                    }
+                }
+                #expect(files.contains { $0.0.hasPrefix("media/spaces/s/") && $0.0.hasSuffix(SHA256.hex(file)) }, "\(files.map(\.0))")
+                let open = files.filter { $0.1 & 0o077 != 0 }
+                #expect(open.isEmpty, "readable by others: \(open.map { "\($0.0) \(String($0.1, radix: 8))" })")
+            }
+            // `check` agrees, on the stopped server's directory.
+            if url == nil {
+                let report = try CheckCommand.run(dataDirectory: data)
+                #expect(report.isPrivate, "\(report.exposed)")
+            }
+        }
+    }
+
+    @Test func aStoreLeftOpenIsMadePrivateAtStartAndCheckReportsWhatOthersCanRead() async throws {
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        try await withTemporaryDirectory { dir in
+            let data = dir.appending("data")
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: data)
+                server.stop()
+            }
+            // An earlier version, or a hand, left these open.
+            let store = (data as NSString).appendingPathComponent("outpost.sqlite")
+            let stray = (data as NSString).appendingPathComponent("notes.txt")
+            try Data("x".utf8).write(to: URL(fileURLWithPath: stray))
+            chmod(store, 0o644)
+            chmod(stray, 0o644)
+            let (status, output) = try await blocking { try ServerProcess.run(["check", "--data", data]) }
+            #expect(status == 1, "\(output)")
+            #expect(output.contains("EXPOSED  \(store) has mode 644: others can read it (chmod 600 \(store))"), "\(output)")
+            #expect(output.contains("EXPOSED  \(stray) has mode 644"), "\(output)")
+            // (The check's own read of the store made its -wal with the store's mode, 0644.)
+            #expect(output.contains("exposed: "), "\(output)")
+            // The server takes the group's and others' bits off its store when it opens it.
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: data)
+                server.stop()
+            }
+            #expect(Self.mode(store) == 0o600)
+            for suffix in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: store + suffix) {
+                #expect(Self.mode(store + suffix)! & 0o077 == 0)
+            }
+            chmod(stray, 0o600)
+            let (after, text) = try await blocking { try ServerProcess.run(["check", "--data", data]) }
+            #expect(after == 0 && !text.contains("EXPOSED"), "\(text)")
+        }
+    }
+}
