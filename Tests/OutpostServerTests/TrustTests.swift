@@ -13,64 +13,63 @@ import Testing
     static let good = "b3V0cG9zdC10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWI="
     static let older = "b2xkZXItb3V0cG9zdC1zZWNyZXQtMDEyMzQ1Njc4OWFi"
 
-    /// Starts a server with `environment` on a fresh data directory; nil with the failure's
-    /// text when it refuses to start. A server that starts is stopped.
+    /// Starts a server with `environment` on a fresh data directory: the failure's text
+    /// when it refuses to start; else what `whileUp` found wrong while it ran (a server that
+    /// starts is stopped).
     static func start(_ environment: [String: String], arguments: [String] = [], secret: String = good,
-                      _ whileUp: @escaping @Sendable (ServerProcess) throws -> Void = { _ in }) async throws -> String? {
+                      _ whileUp: @escaping @Sendable (ServerProcess) throws -> [String] = { _ in [] }) async throws -> (refusal: String?, found: [String]) {
         try await withTemporaryDirectory { dir in
             try await blocking {
                 do {
                     let server = try ServerProcess(dataDirectory: dir.appending("data"), secret: secret, arguments: arguments,
                                                    environment: environment, timeout: 20)
                     defer { server.stop() }
-                    try whileUp(server)
-                    return nil
+                    return (nil, try whileUp(server))
                 } catch let failure as ProcessFailure {
-                    return failure.description
+                    return (failure.description, [])
                 }
             }
         }
     }
 
+    /// The status of `GET /v1/admin/status` with an admin token signed with `key`.
+    static func adminStatus(_ server: ServerProcess, signedWith key: String) throws -> Int {
+        let token = JWTAuthority(secret: Array(key.utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: [], admin: true))
+        return try httpRequest(port: server.port, "GET", "/v1/admin/status", headers: [("Authorization", "Bearer \(token)")]).status
+    }
+
     @Test(arguments: [("\(older), ", 2, 2), ("\(older),\t", 2, 2), (" ,\(older)", 1, 2), ("\(older),,\(older)", 2, 3)])
     func aBlankPreviousSecretIsRefusedAtStartNamingTheEntry(list: String, entry: Int, of count: Int) async throws {
-        let refusal = try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": list]) { server in
+        let (refusal, found) = try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": list]) { server in
             // Before the fix: the blank entry was a key, so anyone signed an admin token with it.
-            for key in [" ", "\t", ""] where !key.isEmpty {
-                let forged = JWTAuthority(secret: Array(key.utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: [], admin: true))
-                let status = try httpRequest(port: server.port, "GET", "/v1/admin/status", headers: [("Authorization", "Bearer \(forged)")]).status
-                Issue.record("the server started with OUTPOST_JWT_PREVIOUS_SECRETS=\(list.debugDescription); an admin token signed with \(key.debugDescription) got \(status)")
-            }
+            try [" ", "\t"].map { "an admin token signed with \($0.debugDescription) got \(try Self.adminStatus(server, signedWith: $0))" }
         }
-        let text = try #require(refusal, "the server started with OUTPOST_JWT_PREVIOUS_SECRETS=\(list.debugDescription)")
+        let text = try #require(refusal, "the server started with OUTPOST_JWT_PREVIOUS_SECRETS=\(list.debugDescription): \(found)")
         #expect(text.contains("OUTPOST_JWT_PREVIOUS_SECRETS entry \(entry) of \(count)"), "\(text)")
     }
 
     @Test func olderSecretsThatKeepTheRulesStillVerify() async throws {
-        let refusal = try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": "\(Self.older),\(Self.older)x"]) { server in
-            let token = JWTAuthority(secret: Array(Self.older.utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: [], admin: true))
-            let status = try httpRequest(port: server.port, "GET", "/v1/admin/status", headers: [("Authorization", "Bearer \(token)")]).status
-            #expect(status == 200)
+        let (refusal, found) = try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": "\(Self.older),\(Self.older)x"]) { server in
+            let status = try Self.adminStatus(server, signedWith: Self.older)
+            return status == 200 ? [] : ["a token signed with an older secret got \(status)"]
         }
-        #expect(refusal == nil, "\(refusal ?? "")")
+        #expect(refusal == nil && found.isEmpty, "\(refusal ?? "") \(found)")
     }
 
     @Test(arguments: [" ", "a", "secret", "changeme", String(repeating: "x", count: 31)])
     func aWeakJWTSecretIsRefusedAtStart(secret: String) async throws {
-        let refusal = try await Self.start([:], secret: secret) { server in
-            let token = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: [], admin: true))
-            let status = try httpRequest(port: server.port, "GET", "/v1/admin/status", headers: [("Authorization", "Bearer \(token)")]).status
-            Issue.record("the server started with OUTPOST_JWT_SECRET=\(secret.debugDescription) (\(secret.utf8.count) bytes); a token signed with it got \(status)")
+        let (refusal, found) = try await Self.start([:], secret: secret) { server in
+            ["a token signed with it got \(try Self.adminStatus(server, signedWith: secret))"]
         }
-        let text = try #require(refusal)
+        let text = try #require(refusal, "the server started with OUTPOST_JWT_SECRET=\(secret.debugDescription) (\(secret.utf8.count) bytes): \(found)")
         #expect(text.contains("OUTPOST_JWT_SECRET is \(secret.utf8.count) bytes") && text.contains("at least 32 bytes") && text.contains("openssl rand -base64 32"),
                 "\(text)")
     }
 
     @Test func weakPreviousAndWebhookSecretsAndSecretFilesAreRefused() async throws {
-        var text = try #require(try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": "\(Self.older),changeme"]))
+        var text = try #require(try await Self.start(["OUTPOST_JWT_PREVIOUS_SECRETS": "\(Self.older),changeme"]).refusal)
         #expect(text.contains("OUTPOST_JWT_PREVIOUS_SECRETS entry 2 of 2 is 8 bytes"), "\(text)")
-        text = try #require(try await Self.start(["OUTPOST_WEBHOOK_SECRET": "changeme"], arguments: ["--webhook", "https://hooks.example.com/outpost"]))
+        text = try #require(try await Self.start(["OUTPOST_WEBHOOK_SECRET": "changeme"], arguments: ["--webhook", "https://hooks.example.com/outpost"]).refusal)
         #expect(text.contains("OUTPOST_WEBHOOK_SECRET is 8 bytes") && text.contains("openssl rand -base64 32"), "\(text)")
 
         try await withTemporaryDirectory { dir in
@@ -114,14 +113,21 @@ import Testing
         return lstat(path, &info) == 0 ? info.st_mode & 0o7777 : nil
     }
 
+    /// One request to a child server, which must answer `expect`.
+    static func send(_ server: ServerProcess, _ method: String, _ path: String, headers: [(String, String)], body: [UInt8]?, expect: Int) throws -> TestResponse {
+        let r = try httpRequest(port: server.port, method, path, headers: headers, body: body)
+        guard r.status == expect else { throw ProcessFailure("\(method) \(path) answered \(r.status): \(r.text.prefix(200))") }
+        return r
+    }
+
     /// Every regular file and directory under `root` (not `root`), with its mode.
-    static func tree(_ root: String) -> [(String, mode_t)] {
-        var out: [(String, mode_t)] = []
+    static func tree(_ root: String) -> [Entry] {
+        var out: [Entry] = []
         for name in ((try? FileManager.default.subpathsOfDirectory(atPath: root)) ?? []).sorted() {
             let path = (root as NSString).appendingPathComponent(name)
             var info = stat()
             guard lstat(path, &info) == 0, [S_IFREG, S_IFDIR].contains(info.st_mode & S_IFMT) else { continue }
-            out.append((name, info.st_mode & 0o7777))
+            out.append(Entry(path: name, mode: info.st_mode & 0o7777))
         }
         return out
     }
@@ -137,41 +143,48 @@ import Testing
             let data = dir.appending("data")
             #expect(mkdir(data, 0o755) == 0)
             chmod(data, 0o755)
-            let arguments = url.map { ["--store", $0] } ?? []
-            let secret = url == nil ? "" : SecretRulesTests.good
-            try await blocking {
-                let server = try ServerProcess(dataDirectory: data, secret: secret, arguments: arguments)
-                defer { server.stop() }
-                let token = try server.token(spaces: ["s"])
-                let push = PushRequest(clientId: "c", changes: [Change(changeId: "c1", collection: "t", id: "a", op: .put, data: ["v": 1], baseVersion: nil)])
-                #expect(try httpRequest(port: server.port, "POST", "/v1/spaces/s/push", headers: [("Authorization", "Bearer \(token)")], body: push.encoded()).status == 200)
-                // A file, through the chunked door, so media/ holds a file and an upload.
-                let file = Array("private bytes".utf8)
-                let begin = JSONValue.object(["size": .number(JSONNumber(file.count)), "sha256": .string(SHA256.hex(file)), "contentType": "text/plain"]).encoded()
-                let started = try httpRequest(port: server.port, "POST", "/v1/spaces/s/media/uploads", headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: begin)
-                #expect(started.status == 201)
-                let upload = try JSONParser.parse(started.body)["uploadId"]?.stringValue ?? ""
-                let digest = "sha-256=:\(Base64.encode(SHA256.hash(file))):"
-                #expect(try httpRequest(port: server.port, "PUT", "/v1/spaces/s/media/uploads/\(upload)/chunks/0",
-                                        headers: [("Authorization", "Bearer \(token)"), ("Content-Digest", digest), ("Content-Type", "application/octet-stream")], body: file).status == 200)
-                #expect(try httpRequest(port: server.port, "POST", "/v1/spaces/s/media/uploads/\(upload)/finalize", headers: [("Authorization", "Bearer \(token)")]).status == 200)
-                // While it runs: the store with its -wal and -shm, the secrets, the lock, media.
-                let files = Self.tree(data)
-                if url == nil {
-                    for name in ["outpost.sqlite", "outpost.sqlite-wal", "outpost.sqlite-shm", "jwt-secret"] {
-                        #expect(files.contains { $0.0 == name }, "\(name) is missing: \(files.map(\.0))")
-                    }
+            let files = try await blocking { try Self.serveAndList(data: data, store: url) }
+            if url == nil {
+                for name in ["outpost.sqlite", "outpost.sqlite-wal", "outpost.sqlite-shm", "jwt-secret", "outpost.lock"] {
+                    #expect(files.contains { $0.path == name }, "\(name) is missing: \(files.map(\.path))")
                 }
-                #expect(files.contains { $0.0.hasPrefix("media/spaces/s/") && $0.0.hasSuffix(SHA256.hex(file)) }, "\(files.map(\.0))")
-                let open = files.filter { $0.1 & 0o077 != 0 }
-                #expect(open.isEmpty, "readable by others: \(open.map { "\($0.0) \(String($0.1, radix: 8))" })")
             }
+            #expect(files.contains { $0.path.hasPrefix("media/spaces/s/") && $0.path.hasSuffix(SHA256.hex(Array("private bytes".utf8))) }, "\(files.map(\.path))")
+            let open = files.filter { $0.mode & 0o077 != 0 }.map { "\($0.path) \(String($0.mode, radix: 8))" }
+            #expect(open.isEmpty, "readable by others: \(open)")
             // `check` agrees, on the stopped server's directory.
             if url == nil {
                 let report = try CheckCommand.run(dataDirectory: data)
                 #expect(report.isPrivate, "\(report.exposed)")
             }
         }
+    }
+
+    /// A file or directory and its permission bits.
+    struct Entry: Sendable {
+        let path: String
+        let mode: mode_t
+    }
+
+    /// Runs a server child on `data` (on the PostgreSQL `store` when given), writes a record
+    /// and a file through it, and lists what the data directory holds while it runs.
+    static func serveAndList(data: String, store: String?) throws -> [Entry] {
+        let server = try ServerProcess(dataDirectory: data, secret: store == nil ? "" : SecretRulesTests.good, arguments: store.map { ["--store", $0] } ?? [])
+        defer { server.stop() }
+        let auth = ("Authorization", "Bearer \(try server.token(spaces: ["s"]))")
+        let push = PushRequest(clientId: "c", changes: [Change(changeId: "c1", collection: "t", id: "a", op: .put, data: ["v": 1], baseVersion: nil)])
+        _ = try send(server, "POST", "/v1/spaces/s/push", headers: [auth], body: push.encoded(), expect: 200)
+        // A file, through the chunked door, so media/ holds a file and an upload.
+        let file = Array("private bytes".utf8)
+        let begin = JSONValue.object(["size": .number(JSONNumber(file.count)), "sha256": .string(SHA256.hex(file)), "contentType": "text/plain"]).encoded()
+        let started = try send(server, "POST", "/v1/spaces/s/media/uploads", headers: [auth, ("Content-Type", "application/json")], body: begin, expect: 201)
+        let upload = try JSONParser.parse(started.body)["uploadId"]?.stringValue ?? ""
+        let digest = "sha-256=:\(Base64.encode(SHA256.hash(file))):"
+        _ = try send(server, "PUT", "/v1/spaces/s/media/uploads/\(upload)/chunks/0",
+                     headers: [auth, ("Content-Digest", digest), ("Content-Type", "application/octet-stream")], body: file, expect: 200)
+        _ = try send(server, "POST", "/v1/spaces/s/media/uploads/\(upload)/finalize", headers: [auth], body: nil, expect: 200)
+        // While it runs: the store with its -wal and -shm, the secret, the lock, media.
+        return tree(data)
     }
 
     @Test func aStoreLeftOpenIsMadePrivateAtStartAndCheckReportsWhatOthersCanRead() async throws {
