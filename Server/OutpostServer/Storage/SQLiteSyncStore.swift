@@ -351,7 +351,7 @@ public final class SQLiteSyncStore: SyncStore {
                     for epoch in retired {
                         try db.run("INSERT OR IGNORE INTO epoch_history(epoch, ended_at) VALUES (?, ?)", [.text(epoch.rawValue), .integer(now)])
                     }
-                    try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('history_began_at', ?)", [.text(String(now))])
+                    try db.run("INSERT OR IGNORE INTO meta(key, value) VALUES ('history_began_at', ?)", [.text(String(now))])
                 }
                 try db.run("DELETE FROM meta WHERE key = 'retired_epochs'")
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '9')")
@@ -363,11 +363,7 @@ public final class SQLiteSyncStore: SyncStore {
             // device chose; the same in the webhook outbox, and the subject a device's
             // telemetry is bound to. NULL for what was written before.
             try db.transaction {
-                try db.execute("""
-                    ALTER TABLE records ADD COLUMN subject TEXT;
-                    ALTER TABLE webhook_outbox ADD COLUMN subject TEXT;
-                    ALTER TABLE devices ADD COLUMN subject TEXT;
-                    """)
+                for table in ["records", "webhook_outbox", "devices"] { try addColumn(db, table, "subject TEXT") }
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '10')")
             }
         }
@@ -376,14 +372,22 @@ public final class SQLiteSyncStore: SyncStore {
             // every record, tombstones included), kept by every push and compaction in their
             // transactions, for the per-space limit and the operator's list.
             try db.transaction {
+                try addColumn(db, "spaces", "record_bytes INTEGER NOT NULL DEFAULT 0")
                 try db.execute("""
-                    ALTER TABLE spaces ADD COLUMN record_bytes INTEGER NOT NULL DEFAULT 0;
                     UPDATE spaces SET record_bytes = (SELECT coalesce(sum(length(CAST(collection AS BLOB)) + length(CAST(id AS BLOB)) + coalesce(length(data), 0)), 0)
                                                         FROM records r WHERE r.space_id = spaces.space_id);
                     """)
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '11')")
             }
         }
+    }
+
+    /// Adds the column `definition` (its name first) to `table` unless the table has it
+    /// already, so a migration that adds columns runs to the same end on a file that has some.
+    private static func addColumn(_ db: Connection, _ table: String, _ definition: String) throws {
+        let name = String(definition.prefix { $0 != " " })
+        guard try db.scalarInt("SELECT count(*) FROM pragma_table_info(?) WHERE name = ?", [.text(table), .text(name)]) == 0 else { return }
+        try db.execute("ALTER TABLE \(table) ADD COLUMN \(definition)")
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch, now: Int64 = systemClock()) throws -> Epoch {
