@@ -145,7 +145,7 @@ import Testing
             chmod(data, 0o755)
             let files = try await blocking { try Self.serveAndList(data: data, store: url) }
             if url == nil {
-                for name in ["outpost.sqlite", "outpost.sqlite-wal", "outpost.sqlite-shm", "jwt-secret", "outpost.lock"] {
+                for name in ["outpost.sqlite", "outpost.sqlite-wal", "outpost.sqlite-shm", "jwt-secret", "outpost.lock", "server.log"] {
                     #expect(files.contains { $0.path == name }, "\(name) is missing: \(files.map(\.path))")
                 }
             }
@@ -169,7 +169,9 @@ import Testing
     /// Runs a server child on `data` (on the PostgreSQL `store` when given), writes a record
     /// and a file through it, and lists what the data directory holds while it runs.
     static func serveAndList(data: String, store: String?) throws -> [Entry] {
-        let server = try ServerProcess(dataDirectory: data, secret: store == nil ? "" : SecretRulesTests.good, arguments: store.map { ["--store", $0] } ?? [])
+        // Its log to a file of the data directory, which the server creates too.
+        let server = try ServerProcess(dataDirectory: data, secret: store == nil ? "" : SecretRulesTests.good, arguments: store.map { ["--store", $0] } ?? [],
+                                       environment: ["OUTPOST_LOG_FILE": (data as NSString).appendingPathComponent("server.log"), "OUTPOST_ACCESS_LOG": "true"])
         defer { server.stop() }
         let auth = ("Authorization", "Bearer \(try server.token(spaces: ["s"]))")
         let push = PushRequest(clientId: "c", changes: [Change(changeId: "c1", collection: "t", id: "a", op: .put, data: ["v": 1], baseVersion: nil)])
@@ -221,5 +223,41 @@ import Testing
             let (after, text) = try await blocking { try ServerProcess.run(["check", "--data", data]) }
             #expect(after == 0 && !text.contains("EXPOSED"), "\(text)")
         }
+    }
+}
+
+/// docs/security.md names the test that proves each claim: every one it names exists, a
+/// Swift Testing test as `Suite.test` (a suite of that name declaring a test function of
+/// that name) or a conformance check as `check:name`.
+@Suite struct SecurityDocTests {
+    /// The text of every Swift file under `directory` of the repository.
+    static func sources(under directory: String) throws -> String {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent(directory)
+        var text = ""
+        for case let file as String in FileManager.default.enumerator(atPath: root.path) ?? FileManager.DirectoryEnumerator() where file.hasSuffix(".swift") {
+            text += try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+        }
+        return text
+    }
+
+    @Test func everyTestTheThreatModelNamesExists() throws {
+        let page = try OperatorDocsTests.read("docs/security.md")
+        let tests = try Self.sources(under: "Tests"), checks = try Self.sources(under: "Sources/OutpostConformance")
+        let names = page.components(separatedBy: "`").enumerated().filter { $0.offset % 2 == 1 }.map(\.element)
+        var suites = 0, checked = 0
+        for name in names {
+            if name.hasPrefix("check:"), name != "check:name" {
+                checked += 1
+                #expect(checks.contains("Check(\"\(name.dropFirst(6))\""), "docs/security.md names \(name), which the conformance suite lacks")
+                continue
+            }
+            let parts = name.split(separator: ".")
+            guard parts.count <= 2, let suite = parts.first, suite.first?.isUppercase == true, suite.hasSuffix("Tests") else { continue }
+            suites += 1
+            #expect(tests.contains("struct \(suite) ") || tests.contains("extension \(suite) "), "docs/security.md names \(name): no suite \(suite)")
+            if parts.count == 2 { #expect(tests.contains("func \(parts[1])("), "docs/security.md names \(name): no test \(parts[1])") }
+        }
+        #expect(suites > 30 && checked > 10, "docs/security.md names \(suites) tests and \(checked) checks")
     }
 }

@@ -102,6 +102,20 @@ import Testing
     }
 }
 
+extension HiddenTombstoneTests {
+    /// Rules filter records, not files: any read token of the space downloads a file by its
+    /// digest (docs/rules.md, "Media"), which it learns only from a record it may read.
+    @Test(arguments: StoreKind.allCases) func filesStayPerSpaceUnderRules(store: StoreKind) async throws {
+        let rules = RulesHTTPTests()
+        try await rules.withRulesServer(store) { s, _ in
+            let file = mediaBytes(3_000, seed: 33)
+            let (_, complete) = try await MediaClient(port: s.port, token: rules.token(s, "boss", supervisor: true)).upload("team", file, contentType: "image/png")
+            let got = try await MediaClient(port: s.port, token: rules.token(s, "w1")).download("team", complete.media.mediaId)
+            #expect(got.status == 200 && got.body == file)
+        }
+    }
+}
+
 /// Who wrote, as no device can claim it (issue 33): the token's subject is kept with every
 /// record state, shown to operators (the console's record routes, webhooks, the log) and
 /// never to devices; a device's telemetry is bound to the subject of its first report.
