@@ -275,7 +275,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             history.epoch = Epoch.generate(nowMs: now, after: max(s.history.epoch, snapshot.history.epoch), using: &s.rng)
             // The backup's epoch and the replaced one (with the epochs it had ended) join the
             // restored history, as `outpost-server restore` does.
-            history.past.end(s.history.past.ended.merging([snapshot.history.epoch: now, s.history.epoch: now]) { min($0, $1) })
+            history.past.end(s.history.past.ended)
+            history.past.end([snapshot.history.epoch: now])
+            history.past.end([s.history.epoch: now])
             history.recordLineage(endingEpoch: snapshot.history.epoch)
             s.history = history
         }
