@@ -257,9 +257,9 @@ public struct Settings: Sendable {
         for o in options {
             out += "  \(o.flag) VALUE".padding(toLength: 34, withPad: " ", startingAt: 0) + "\(o.env)\n      \(o.help)\n"
         }
-        out += "  OUTPOST_JWT_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the HS256 secret for tokens; when unset, a random one is created in DATA/jwt-secret (mode 0600)\n"
-        out += "  OUTPOST_JWT_PREVIOUS_SECRETS".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      comma-separated older secrets that still verify tokens while they are rotated out\n"
-        out += "  OUTPOST_WEBHOOK_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the secret webhook deliveries are signed with; when unset, a random one is created in DATA/webhook-secret (mode 0600)\n"
+        out += "  OUTPOST_JWT_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the HS256 secret for tokens, at least 32 bytes (openssl rand -base64 32); when unset, a random one is created in DATA/jwt-secret (mode 0600)\n"
+        out += "  OUTPOST_JWT_PREVIOUS_SECRETS".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      comma-separated older secrets (each at least 32 bytes, no spaces around the commas) that still verify tokens while they are rotated out\n"
+        out += "  OUTPOST_WEBHOOK_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the secret webhook deliveries are signed with, at least 32 bytes; when unset, a random one is created in DATA/webhook-secret (mode 0600)\n"
         out += "  OUTPOST_LOG_FILE".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      append the JSON log lines to this file instead of standard error\n"
         return out
     }
