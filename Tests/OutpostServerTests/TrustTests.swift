@@ -8,7 +8,7 @@ import Testing
 /// The server's secrets (issue 33): a real `outpost-server` child refuses, at start, a blank
 /// or white-space entry of `OUTPOST_JWT_PREVIOUS_SECRETS` and any HS256 secret under 256 bits
 /// (RFC 7518 section 3.2), naming which and how to make a good one.
-@Suite(.serverLogs) struct SecretRulesTests {
+@Suite(.serverLogs, .serialized) struct SecretRulesTests {
     /// A secret of 44 bytes, as `openssl rand -base64 32` makes them.
     static let good = "b3V0cG9zdC10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWI="
     static let older = "b2xkZXItb3V0cG9zdC1zZWNyZXQtMDEyMzQ1Njc4OWFi"
@@ -104,7 +104,7 @@ import Testing
 /// Every file and directory the server creates is readable by its owner only, whatever the
 /// umask and however the data directory was made (issue 33), and `check` reports any that
 /// others can read.
-@Suite(.serverLogs) struct PrivateFilesTests {
+@Suite(.serverLogs, .serialized) struct PrivateFilesTests {
     enum Store: String, CaseIterable, Sendable { case sqlite, postgres }
 
     /// `path`'s permission bits.

@@ -10,7 +10,7 @@ import Testing
 /// Writes that cannot forge history (issue 33), over a real socket on each store: a
 /// re-offer's lineage holds only a commit time its epoch could have had in the server's
 /// history (PROTOCOL.md section 4, "Re-offers", rule 3).
-@Suite(.serverLogs) struct LineageTimeTests {
+@Suite(.serverLogs, .serialized) struct LineageTimeTests {
     static func reoffer(_ changeId: String, _ id: String, lineage: String, updatedAt: Int64, base: Version? = nil) -> Change {
         Change(changeId: changeId, collection: "todos", id: id, op: .put, data: ["v": 1], baseVersion: base, clientTime: 1,
                lineage: Lineage(version: Version(lineage)!, updatedAt: updatedAt))
@@ -79,7 +79,7 @@ import Testing
 
 /// Under rules, a tombstone is state like any other: a token that cannot read the record it
 /// deleted learns nothing of it, not even from a conflict (issue 33).
-@Suite(.serverLogs) struct HiddenTombstoneTests {
+@Suite(.serverLogs, .serialized) struct HiddenTombstoneTests {
     @Test(arguments: StoreKind.allCases) func aConflictNeverShowsATombstoneOutsideTheView(store: StoreKind) async throws {
         let rules = RulesHTTPTests()
         try await rules.withRulesServer(store) { s, _ in
@@ -119,7 +119,7 @@ extension HiddenTombstoneTests {
 /// Who wrote, as no device can claim it (issue 33): the token's subject is kept with every
 /// record state, shown to operators (the console's record routes, webhooks, the log) and
 /// never to devices; a device's telemetry is bound to the subject of its first report.
-@Suite(.serverLogs) struct SubjectTests {
+@Suite(.serverLogs, .serialized) struct SubjectTests {
     @Test(arguments: StoreKind.allCases) func theSubjectOfEveryWriteIsKeptAndShownToOperatorsOnly(store: StoreKind) async throws {
         let url = store == .postgres ? try await PostgresCluster.database(prefix: "subject") : nil
         try await withServer(configure: { if let url { $0.store = url } }) { s in
@@ -185,7 +185,7 @@ extension HiddenTombstoneTests {
 /// Per-space limits of record bytes and media bytes (issue 33), enforced in the store's
 /// transaction (records) and under the space's lock (uploads) before anything is spent,
 /// under concurrent writers, on each store; reported by the admin spaces list.
-@Suite(.serverLogs) struct QuotaTests {
+@Suite(.serverLogs, .serialized) struct QuotaTests {
     /// A change whose record counts `bytes` (collection "todos", a 2-byte id, data padded).
     static func sized(_ changeId: String, _ id: String, bytes: Int, base: Version? = nil) -> Change {
         // {"p":"…"} is 8 bytes around the padding; "todos" and the id add theirs.
@@ -295,7 +295,7 @@ extension HiddenTombstoneTests {
 /// The schema changes of issue 33 on a store from before them: the epoch history from the
 /// retired epochs, the subject columns, and each space's record bytes counted from its
 /// records.
-@Suite(.serverLogs) struct TrustMigrationTests {
+@Suite(.serverLogs, .serialized) struct TrustMigrationTests {
     @Test func aSchemaEightSQLiteFileIsUpgradedWithItsBytesAndItsEpochs() async throws {
         try await withTemporaryDirectory(prefix: "trust-migrate") { dir in
             let path = dir.appending("outpost.sqlite")
