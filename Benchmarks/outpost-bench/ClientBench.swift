@@ -25,7 +25,7 @@ import OutpostServer
 import OutpostSQLite
 
 enum ClientBench {
-    static let secret = "outpost-bench-client-secret"
+    static let secret = "outpost-bench-client-secret-0123456789abcdef"
 
     static func run(arguments: [String]) async throws {
         var serverPath: String?

@@ -17,7 +17,7 @@ import OutpostCore
 import OutpostServer
 
 enum E2EBench {
-    static let secret = "outpost-bench-e2e-secret"
+    static let secret = "outpost-bench-e2e-secret-0123456789abcdef"
 
     static func run(arguments: [String]) async throws {
         var serverPath: String?

@@ -14,7 +14,7 @@ import Foundation
 import OutpostServer
 
 enum RulesBench {
-    static let secret = "outpost-bench-secret"
+    static let secret = "outpost-bench-secret-0123456789abcdef"
     static let rules = #"""
     {"collections": {"jobs": {
        "read": "data.assignee == auth.sub || 'supervisor' in auth.roles",

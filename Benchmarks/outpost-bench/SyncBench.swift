@@ -24,7 +24,7 @@ import OutpostServer
 import Synchronization
 
 enum SyncBench {
-    static let secret = "outpost-bench-secret"
+    static let secret = "outpost-bench-secret-0123456789abcdef"
 
     static func run(area: String, arguments: [String]) async throws {
         var serverPath: String?

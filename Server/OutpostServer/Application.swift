@@ -58,10 +58,7 @@ public final class OutpostApplication: Sendable {
         rules = try RulesHolder(path: settings.rulesPath)
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
         let synchronous: Connection.Synchronous = settings.synchronous == "normal" ? .normal : .full
-        // Where the webhook outbox's SQL runs: on PostgreSQL a session of its own, on SQLite
-        // the store's writer thread.
-        let webhookSQL: () throws -> any SQLRunner
-        if let url = settings.postgresURL {
+        if settings.postgresURL != nil {
             // Instances behind one load balancer must verify each other's tokens.
             guard let secret = environment["OUTPOST_JWT_SECRET"], !secret.isEmpty else {
                 throw Settings.Invalid(description: "--store postgres://… needs OUTPOST_JWT_SECRET: every instance on the database must sign and verify tokens with the same secret")
@@ -69,8 +66,21 @@ public final class OutpostApplication: Sendable {
             if !settings.webhooks.urls.isEmpty, (environment["OUTPOST_WEBHOOK_SECRET"] ?? "").isEmpty {
                 throw Settings.Invalid(description: "--webhook with --store postgres://… needs OUTPOST_WEBHOOK_SECRET: every instance on the database must sign deliveries with the same secret")
             }
+        }
+        // The secrets, before any store is opened: a missing, blank or weak one refuses the
+        // start. The webhook secret only when there is something to sign.
+        let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
+        let previous = try JWTSecret.previous(environment["OUTPOST_JWT_PREVIOUS_SECRETS"])
+        let webhookSecret = try settings.webhooks.urls.isEmpty ? nil
+            : SecretFile.load(environmentValue: environment["OUTPOST_WEBHOOK_SECRET"], dataDirectory: settings.dataDirectory,
+                              fileName: WebhookService.secretFileName, variable: "OUTPOST_WEBHOOK_SECRET")
+        // Where the webhook outbox's SQL runs: on PostgreSQL a session of its own, on SQLite
+        // the store's writer thread.
+        let webhookSQL: () throws -> any SQLRunner
+        if let url = settings.postgresURL {
             var configuration = PostgresSyncStore.Configuration(url: url)
             configuration.outbox = !settings.webhooks.urls.isEmpty
+            configuration.recordQuota = settings.recordQuota
             let handler = epochChangeHandler
             configuration.onEpochChange = { _ in handler.run() }
             store = parts.store(try PostgresSyncStore(configuration: configuration))
@@ -79,6 +89,7 @@ public final class OutpostApplication: Sendable {
             var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
             storeConfiguration.synchronous = synchronous
             storeConfiguration.outbox = !settings.webhooks.urls.isEmpty
+            storeConfiguration.recordQuota = settings.recordQuota
             let sqlite = try SQLiteSyncStore(configuration: storeConfiguration)
             webhookSQL = { sqlite.writerSessions }
             store = parts.store(sqlite)
@@ -86,14 +97,12 @@ public final class OutpostApplication: Sendable {
 
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
-        let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
-        let previous = (environment["OUTPOST_JWT_PREVIOUS_SECRETS"] ?? "").split(separator: ",").map { Array($0.utf8) }
         let shared = JWTAuthority(secret: secret, previousSecrets: previous)
         // Without a provider the verifier is the HS256 authority alone, as it always was.
         identityProvider = settings.identityProvider.isConfigured ? try ProviderTokens(settings: settings.identityProvider, metrics: metrics) : nil
         let tokens: any TokenVerifier = identityProvider.map { ServerTokens(shared: shared, provider: $0) } ?? shared
         authorizer = Authorizer(authority: parts.tokens(tokens))
-        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, rules: rules)
+        sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, rules: rules, audit: settings.accessLog)
         sync.viewIndex.follow(rules.rules)
         metrics.declare("outpost_rules_reloads_total", help: "Reloads of the rules file, by result (applied, refused).", kind: "counter")
         // Pulls, not the store's waiters: the pulls of one group share one store waiter.
@@ -109,10 +118,7 @@ public final class OutpostApplication: Sendable {
             telemetryStore = try DeviceTelemetry(name: "outpost") { try SQLiteSession(path: path, durableSynchronous: synchronous) }
         }
         telemetry = TelemetryService(telemetry: telemetryStore, authorizer: authorizer, metrics: metrics)
-        // Webhooks in the store's database; the secret only when there is something to sign.
-        let webhookSecret = try settings.webhooks.urls.isEmpty ? nil
-            : SecretFile.load(environmentValue: environment["OUTPOST_WEBHOOK_SECRET"], dataDirectory: settings.dataDirectory,
-                                  fileName: WebhookService.secretFileName)
+        // Webhooks in the store's database.
         webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics,
                                       soleOwner: settings.postgresURL == nil, store: webhookSQL())
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
@@ -120,9 +126,10 @@ public final class OutpostApplication: Sendable {
         mediaConfiguration.synchronous = synchronous
         mediaConfiguration.postgresURL = settings.postgresURL
         media = MediaService(store: try MediaStore(configuration: mediaConfiguration), limits: settings.limits, authorizer: authorizer,
-                             metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours)
+                             metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours, quota: settings.mediaQuota)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,
-                                       metricsRequireAdmin: settings.metricsRequireAdmin, compactor: compactor, media: media.store)
+                                       metricsRequireAdmin: settings.metricsRequireAdmin, compactor: compactor, media: media.store,
+                                       quotas: (settings.recordQuota, settings.mediaQuota))
         // The admin console reads records on a session of its own (read-only on SQLite).
         let browser: RecordBrowser
         if let url = settings.postgresURL {

@@ -90,12 +90,14 @@ final class SimServer {
             configuration.readers = 1
             configuration.synchronous = .full
             configuration.makeEpoch = makeEpoch
+            configuration.clock = { [clock = self.clock] in clock.now }
             store = try SQLiteSyncStore(configuration: configuration)
         case .postgres(_, let url, _):
             var configuration = PostgresSyncStore.Configuration(url: url)
             configuration.readers = 1
             configuration.writers = 1
             configuration.makeEpoch = makeEpoch
+            configuration.clock = { [clock = self.clock] in clock.now }
             store = try PostgresSyncStore(configuration: configuration)
         }
         self.store = store
@@ -179,7 +181,7 @@ final class SimServer {
         case .sqlite(let path):
             try removeStoreFiles(path)
             try FileManager.default.copyItem(atPath: directory + "/" + name + ".sqlite", toPath: path)
-            epoch = try SQLiteSyncStore.rotateEpoch(path: path, makeEpoch: makeEpoch)
+            epoch = try SQLiteSyncStore.rotateEpoch(path: path, makeEpoch: makeEpoch, now: clock.now)
         case .postgres(_, let url, _):
             let db = try PostgresConnection(url: url)
             let schema = Self.schema(name)
@@ -192,7 +194,7 @@ final class SimServer {
                 throw error
             }
             db.close()
-            epoch = try PostgresSyncStore.rotateEpoch(url: url, makeEpoch: makeEpoch)
+            epoch = try PostgresSyncStore.rotateEpoch(url: url, makeEpoch: makeEpoch, now: clock.now)
         }
         try open()
         return epoch

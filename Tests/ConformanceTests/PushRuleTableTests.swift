@@ -69,6 +69,13 @@ import Testing
              [.applied(seq: 7, updatedAt: 77)]),
             ([put("c1", "r3", 1, base: nil, epoch: e, lineage: Lineage(version: Version(epoch: earlier, seq: 9), updatedAt: 77))],
              [.applied(seq: 7, replayed: true, updatedAt: 77)]),
+            // A re-offer's commit time is one its epoch could have had in the store's history:
+            // not after the history moved past that epoch (for an epoch before it began, not
+            // after it began), nor before 1970. Nothing is written, no seq is used.
+            ([put("d1", "r4", 1, base: nil, epoch: e, lineage: Lineage(version: Version("0.5")!, updatedAt: 4_102_444_800_000)),
+              put("d2", "r4", 1, base: nil, epoch: e, lineage: Lineage(version: Version(epoch: earlier, seq: 9), updatedAt: -1)),
+              put("d3", "r4", 1, base: nil, epoch: e, lineage: Lineage(version: Version(epoch: earlier, seq: 9), updatedAt: 78))],
+             [.rejected("invalid_change"), .rejected("invalid_change"), .applied(seq: 8, updatedAt: 78)]),
         ]
     }
 

@@ -21,7 +21,7 @@ public final class MutantSyncStore: SyncStore {
     public var epoch: Epoch { base.epoch }
     public var notifier: CommitNotifier { base.notifier }
 
-    public func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
+    public func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         switch mutation {
         case .forgetIdempotency:
             // Every change gets an id never seen, so nothing is looked up or remembered.
@@ -30,15 +30,15 @@ public final class MutantSyncStore: SyncStore {
                 c.change.changeId += "~" + UUID().uuidString
                 return .change(c)
             }
-            return try await base.push(space: space, clientId: clientId, items: renamed, now: now, judge: judge).map { result in
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: renamed, now: now, judge: judge).map { result in
                 var result = result
                 if let cut = result.changeId.range(of: "~", options: .backwards) { result.changeId = String(result.changeId[..<cut.lowerBound]) }
                 return result
             }
         case .applyOutOfOrder:
-            return try await base.push(space: space, clientId: clientId, items: items.reversed(), now: now, judge: judge).reversed()
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: items.reversed(), now: now, judge: judge).reversed()
         case .staleCurrentOnConflict:
-            return try await base.push(space: space, clientId: clientId, items: items, now: now, judge: judge).map { result in
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge).map { result in
                 var result = result
                 if result.status == .conflict, let current = result.current, current.version.seq > 1 {
                     result.current!.version = Version(epoch: current.version.epoch, seq: current.version.seq - 1)
@@ -46,13 +46,13 @@ public final class MutantSyncStore: SyncStore {
                 return result
             }
         case .ignoreBaseVersion:
-            return try await base.push(space: space, clientId: clientId, items: items.map { item in
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: items.map { item in
                 guard case .change(var c) = item else { return item }
                 c.change.force = true
                 return .change(c)
             }, now: now, judge: judge)
         case .reofferAsEdit:
-            return try await base.push(space: space, clientId: clientId, items: items.map { item in
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: items.map { item in
                 guard case .change(var c) = item else { return item }
                 c.change.lineage = nil
                 return .change(c)
@@ -61,7 +61,7 @@ public final class MutantSyncStore: SyncStore {
             // A re-offer at its base over a state whose lineage admits it goes in whatever
             // that state's sameAs says (forced, which keeps its lineage as the rules do).
             let records = try await allRecords(space)
-            return try await base.push(space: space, clientId: clientId, items: items.map { item in
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: items.map { item in
                 guard case .change(var c) = item, let lineage = c.change.lineage, let base = c.change.baseVersion,
                       let current = records.first(where: { $0.collection == c.change.collection && $0.id == c.change.id }),
                       current.version.seq == base.seq, lineage.admits(current: current.lineage) else { return item }
@@ -76,7 +76,7 @@ public final class MutantSyncStore: SyncStore {
                 atOpen = try await base.head(space: space)
                 headsAtOpen.withLock { $0[space] = atOpen }
             }
-            return try await base.push(space: space, clientId: clientId, items: items, now: now, judge: judge).map { result in
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge).map { result in
                 var result = result
                 if atOpen > 0, result.status == .applied, !result.replayed, let v = result.version {
                     result.version = Version(epoch: v.epoch, seq: v.seq - 1)
@@ -84,7 +84,7 @@ public final class MutantSyncStore: SyncStore {
                 return result
             }
         default:
-            return try await base.push(space: space, clientId: clientId, items: items, now: now, judge: judge)
+            return try await base.push(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge)
         }
     }
 

@@ -298,6 +298,8 @@ enum SignatureVectors {
 /// and again when a token names a key it lacks; over a real socket, in process.
 @Suite(.serverLogs) struct JWKSFileTests {
     static let issuer = "https://idp.example.com"
+    /// The server's HS256 secret in these tests (32 bytes at least, as every server secret).
+    static let secret = "jwks-file-tests-secret-0123456789abcdef"
 
     static func write(_ keys: [ProviderKey], to path: String) throws {
         try Data(JSONValue.object(["keys": .array(keys.map(\.jwk))]).encoded()).write(to: URL(fileURLWithPath: path))
@@ -348,7 +350,7 @@ enum SignatureVectors {
                 settings.identityProvider.issuer = Self.issuer
                 settings.identityProvider.maxJWKSBytes = maxBytes
                 do {
-                    _ = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": "s"])
+                    _ = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": JWKSFileTests.secret])
                     return nil
                 } catch {
                     return "\(error)"
@@ -378,7 +380,7 @@ enum SignatureVectors {
             let seen = Counting.Seen()
             var parts = OutpostApplication.Parts()
             parts.tokens = { Counting(base: $0, seen: seen) }
-            let app = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": "secret"], parts: parts)
+            let app = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": JWKSFileTests.secret], parts: parts)
             let head = HTTPRequestHead(method: .GET, target: "/", headers: ["Authorization": "Bearer \(try key.token(Self.claims("through")))"])
             let claims = try await app.authorizer.claims(head)
             #expect(claims.sub == "through" && seen.count.load(ordering: .relaxed) == 1)
@@ -408,7 +410,7 @@ enum SignatureVectors {
             settings.jwksFile = path
             settings.issuer = Self.issuer
             let provider = try ProviderTokens(settings: settings, metrics: Metrics())
-            let tokens = ServerTokens(shared: JWTAuthority(secret: Array("secret".utf8)), provider: provider)
+            let tokens = ServerTokens(shared: JWTAuthority(secret: Array(JWKSFileTests.secret.utf8)), provider: provider)
             let leeway = ProviderTokens.leewaySeconds
             let t0: Int64 = 1_800_000_000
             var payload = Self.claims("timed")
@@ -455,7 +457,7 @@ enum SignatureVectors {
             settings.jwksFile = path
             settings.issuer = Self.issuer
             let provider = try ProviderTokens(settings: settings, metrics: Metrics())
-            let tokens = ServerTokens(shared: JWTAuthority(secret: Array("secret".utf8)), provider: provider)
+            let tokens = ServerTokens(shared: JWTAuthority(secret: Array(JWKSFileTests.secret.utf8)), provider: provider)
             let now = epochSeconds()
             let kept = try stays.token(Self.claims("kept")), gone = try leaves.token(Self.claims("gone"))
             #expect(try await tokens.verify(kept, now: now).sub == "kept")

@@ -327,7 +327,7 @@ import Testing
         let first = try MediaStore(configuration: configuration)
         #expect(first.largestOpenChunkSize == 0)
         let space = try #require(SpaceName("sp")), sha = try #require(MediaID(SHA256.hex([1])))
-        _ = try await first.begin(space: space, sha256: sha, size: 20_000, now: 0) {
+        _ = try await first.begin(space: space, sha256: sha, size: 20_000, now: 0, quota: nil) {
             UploadRecord(id: .random(), space: space, sha256: sha, size: 20_000, contentType: "a/b", filename: nil, chunkSize: 8192,
                          chunkCount: 3, state: .open, createdAt: 0, expiresAt: 1000)
         }

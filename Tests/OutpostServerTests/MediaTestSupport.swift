@@ -119,7 +119,7 @@ struct MediaTestFailure: Error, CustomStringConvertible {
 /// temporary directory and its metadata in a real SQLite file there or in a fresh database
 /// of the test run's PostgreSQL cluster, with a clock the test moves.
 final class MediaFixture: Sendable {
-    static let secret = "media-test-secret"
+    static let secret = "media-test-secret-0123456789abcdef"
     /// Small chunks keep the tests quick; 3 chunks make a 9,000-byte file.
     static let limits: Limits = {
         var l = Limits()

@@ -290,8 +290,9 @@ final class StopFlag: Sendable {
                 do {
                     let db = try Connection(path: data + "/outpost.sqlite", flags: [.readOnly])
                     defer { db.close() }
-                    let retired = try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? ""
-                    #expect(retired.contains(future.rawValue) && retired.contains(backupEpoch.rawValue))
+                    // Both join the restored store's history (PROTOCOL.md section 4, "Re-offers").
+                    let ended = Set(try SQLiteSyncStore.endedEpochs(db).map(\.0))
+                    #expect(ended.contains(future) && ended.contains(backupEpoch), "\(ended)")
                 }
                 try server.restart()
                 let (epoch, records) = try Self.pullAll(server.port, token, "sp")
@@ -412,8 +413,11 @@ final class StopFlag: Sendable {
                 // of that hash would adopt it).
                 let orphan = mediaBytes(500, seed: 12)
                 let orphanPath = Self.mediaPath(data, "pics", SHA256.hex(orphan))
-                try FileManager.default.createDirectory(atPath: (orphanPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                // (Private, as the server writes them: `check` reports files others can read.)
+                try FileManager.default.createDirectory(atPath: (orphanPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+                                                        attributes: [.posixPermissions: 0o700])
                 try Data(orphan).write(to: URL(fileURLWithPath: orphanPath))
+                chmod(orphanPath, 0o600)
                 let warned = try Self.runBlocking(["check", "--data", data], in: dir)
                 #expect(warned.status == 0 && warned.stdout.contains("warning  media file \(orphanPath) has no row"), "\(warned)")
                 try Self.flipByte(orphanPath, at: 0)
@@ -444,7 +448,7 @@ final class StopFlag: Sendable {
     @Test func checkReportsStoreInvariantsInProcess() async throws {
         try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
             let data = dir.appending("data")
-            let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.accessLog = false; return s }(), environment: ["OUTPOST_JWT_SECRET": "k"])
+            let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.accessLog = false; return s }(), environment: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 32)])
             _ = try await app.store.push(space: "sp", clientId: "c", items: [prepared("c1", id: "a", base: nil), prepared("c2", id: "b", base: nil)], now: 1)
             await app.close()
             #expect(try CheckCommand.run(dataDirectory: data).isSound)
@@ -505,7 +509,7 @@ final class StopFlag: Sendable {
         try await withTemporaryDirectory(prefix: "outpost-ops") { dir in
             let data = dir.appending("data"), media = dir.appending("shared-media")
             let app = try OutpostApplication(settings: { var s = Settings(); s.dataDirectory = data; s.mediaDirectory = media; s.accessLog = false; return s }(),
-                                             environment: ["OUTPOST_JWT_SECRET": "k"])
+                                             environment: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 32)])
             await app.close()
             // A published file and its row, as finalize leaves them.
             let file = mediaBytes(2_000, seed: 21)

@@ -87,11 +87,11 @@ import OutpostTestSupport
         // allocating seq 2, and keeps its transaction open.
         let raw = try PostgresConnection(url: url)
         try raw.execute("BEGIN")
-        var (storage, head) = try PostgresPushStorage.locking("sp", on: raw, epoch: epoch)
+        var (storage, space) = try PostgresPushStorage.locking("sp", on: raw, epoch: epoch)
         let late = Change(changeId: "late", collection: "todos", id: "late", op: .put, data: ["t": "late"], baseVersion: nil)
         let held = try PushRules.apply([PushRules.Input(change: late, fingerprint: [1], data: Array(#"{"t":"late"}"#.utf8))],
-                                       epoch: epoch, head: head, clientId: "slow", now: 2, storage: &storage)
-        #expect(held.results == [.applied("late", version: Version(epoch: epoch, seq: 2), updatedAt: 2)])
+                                       context: PushRules.Context(epoch: epoch, clientId: "slow", subject: "slow", now: 2), space: &space, storage: &storage)
+        #expect(held == [.applied("late", version: Version(epoch: epoch, seq: 2), updatedAt: 2)])
 
         // Instance B pushes meanwhile: it must wait for the space's lock.
         let done = Mutex<[PushResult]?>(nil)

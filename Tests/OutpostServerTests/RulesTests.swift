@@ -317,7 +317,7 @@ let fieldTeamRules = #"""
                 try Data("{\n  \"default\": {\"read\": \"auth.sub ==\"}\n}".utf8).write(to: URL(fileURLWithPath: path))
                 let refused = try runToCompletion(BuildProducts.executable("outpost-server"),
                                                   ["serve", "--port", "0", "--data", dir.appending("data"), "--rules", path],
-                                                  environment: ["OUTPOST_JWT_SECRET": "s3cret-s3cret-s3cret"], standardError: true)
+                                                  environment: ["OUTPOST_JWT_SECRET": "s3cret-s3cret-s3cret-s3cret-s3cret"], standardError: true)
                 #expect(refused.status != 0)
                 #expect(refused.output.contains("\(path):2:"), "\(refused.output)")
 

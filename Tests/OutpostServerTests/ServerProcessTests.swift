@@ -130,7 +130,7 @@ import OutpostTestSupport
             chmod(path, 0o644)
             #expect(throws: (any Error).self) { try JWTSecret.load(environmentValue: nil, dataDirectory: data) }
             #expect(throws: AdminCommands.Usage.self) { try AdminCommands.token(arguments: ["--data", data, "--space", "s"], environment: [:]) }
-            #expect(throws: AdminCommands.Usage.self) { try AdminCommands.token(arguments: ["--data", data, "--sub", "u", "--space", "../x"], environment: ["OUTPOST_JWT_SECRET": "k"]) }
+            #expect(throws: AdminCommands.Usage.self) { try AdminCommands.token(arguments: ["--data", data, "--sub", "u", "--space", "../x"], environment: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 32)]) }
         }
     }
 

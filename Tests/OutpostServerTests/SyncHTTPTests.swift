@@ -89,7 +89,7 @@ import OutpostTestSupport
             r = try await s.request("POST", "/v1/spaces/sp/push", token: "not.a.jwt", body: body)
             #expect(r.status == 401)
             // Signed with another secret.
-            let forged = JWTAuthority(secret: Array("other".utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: ["*"], scope: .write))
+            let forged = JWTAuthority(secret: Array("another-secret-0123456789abcdef-0123".utf8)).sign(Claims(sub: "x", exp: Int64(Date().timeIntervalSince1970) + 60, spaces: ["*"], scope: .write))
             r = try await s.request("POST", "/v1/spaces/sp/push", token: forged, body: body)
             #expect(r.status == 401)
             // alg none

@@ -7,7 +7,7 @@ import OutpostTestSupport
 /// A whole Outpost server in this process — the application and the HTTP engine on
 /// 127.0.0.1 port 0 — over a real SQLite file in a temporary directory.
 final class TestServer: Sendable {
-    static let secret = "server-test-secret"
+    static let secret = "server-test-secret-0123456789abcdef"
     let directory: TemporaryDirectory
     let app: OutpostApplication
     let http: HTTPServer

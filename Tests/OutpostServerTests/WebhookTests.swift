@@ -147,7 +147,7 @@ import OutpostTestSupport
             settings.store = "postgres://127.0.0.1:1/none"
             settings.webhooks.urls = ["http://127.0.0.1:1/hook"]
             do {
-                _ = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": "jwt"])
+                _ = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": String(repeating: "j", count: 32)])
                 Issue.record("the server started without OUTPOST_WEBHOOK_SECRET")
             } catch let error as Settings.Invalid {
                 #expect(error.description.contains("OUTPOST_WEBHOOK_SECRET"))
@@ -418,7 +418,7 @@ import OutpostTestSupport
                 try FileManager.default.createDirectory(atPath: media, withIntermediateDirectories: true)
                 let arguments = ["--store", url, "--media-dir", media, "--webhook", receiver.url, "--webhook-retry-delay-ms", "20",
                                  "--webhook-attempts", "100", "--webhook-batch-changes", "3"]
-                let environment = ["OUTPOST_WEBHOOK_SECRET": "shared-webhook-secret"]
+                let environment = ["OUTPOST_WEBHOOK_SECRET": "shared-webhook-secret-0123456789abcdef"]
                 try await Self.withServer(dir.appending("a"), arguments: arguments, environment: environment) { a in
                     try await Self.withServer(dir.appending("b"), arguments: arguments, environment: environment) { b in
                         try await Self.withServer(dir.appending("c"), arguments: ["--store", url, "--media-dir", media]) { c in

@@ -63,7 +63,7 @@ public final class ServerProcess: @unchecked Sendable {
 
     /// Starts `outpost-server serve --port 0 --data DIR` and waits for its
     /// `listening on http://HOST:PORT` line (at most `timeout` seconds).
-    public init(dataDirectory: String, secret: String = "test-secret-0123456789abcdef", arguments: [String] = [], environment: [String: String] = [:], timeout: Double = 30) throws {
+    public init(dataDirectory: String, secret: String = "test-secret-0123456789abcdef-0123456789abcdef", arguments: [String] = [], environment: [String: String] = [:], timeout: Double = 30) throws {
         self.dataDirectory = dataDirectory
         self.secret = secret
         self.arguments = arguments

@@ -74,6 +74,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         /// The earlier-history version this state is, with nothing written on it since
         /// (protocol 1.1); re-offers are admitted by it.
         var sameAs: Version?
+        /// The bytes of its data as stored (canonical JSON; 0 for a tombstone).
+        var dataBytes: Int64 = 0
     }
 
     struct SpaceHistory: Sendable {
@@ -94,6 +96,10 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     struct MemoryPushStorage: PushStorage {
         var space: SpaceHistory
         let epoch: Epoch
+        /// The server's epoch history.
+        let epochs: PushRules.EpochHistory
+
+        func epochHistory() -> PushRules.EpochHistory { epochs }
 
         func applied(_ changeIds: [String]) -> [String: PushRules.Applied] {
             var out: [String: PushRules.Applied] = [:]
@@ -105,7 +111,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             var out: [PushRules.Key: PushRules.Head] = [:]
             for key in keys {
                 if let s = space.records[RecordKey(collection: key.collection, id: key.id)] {
-                    out[key] = PushRules.Head(seq: s.seq, lineage: s.lineage, sameAs: s.sameAs)
+                    out[key] = PushRules.Head(seq: s.seq, lineage: s.lineage, sameAs: s.sameAs, dataBytes: s.dataBytes)
                 }
             }
             return out
@@ -117,7 +123,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             return out
         }
 
-        mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws {
+        mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space counters: PushRules.Space) throws {
             for w in writes {
                 let key = RecordKey(collection: w.key.collection, id: w.key.id)
                 var data: JSONObject?
@@ -126,7 +132,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
                     data = o
                 }
                 space.records[key] = StoredState(seq: w.seq, deleted: w.deleted, data: data, updatedAt: w.updatedAt, updatedBy: w.updatedBy,
-                                                 clientTime: w.clientTime, lineage: w.lineage, sameAs: w.sameAs)
+                                                 clientTime: w.clientTime, lineage: w.lineage, sameAs: w.sameAs, dataBytes: Int64(w.data?.count ?? 0))
                 space.log.append((w.seq, key))
                 space.head = max(space.head, w.seq)
             }
@@ -139,6 +145,14 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     fileprivate struct History: Sendable {
         var epoch: Epoch
         var spaces: [String: SpaceHistory] = [:]
+        /// When it began and the epochs it ended (PROTOCOL.md section 4, "Re-offers", rule 3).
+        var past: PushRules.EpochHistory
+
+        /// A new history (an empty data directory) that begins at `now` with `epoch`.
+        init(epoch: Epoch, now: Int64) {
+            self.epoch = epoch
+            past = PushRules.EpochHistory(began: now)
+        }
 
         /// Gives every record (tombstones included) the lineage and sameAs `<ending>.<seq>`,
         /// its own version in the history that ends, on which nothing is written yet
@@ -178,8 +192,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     /// A server with `limits`, a clock for `updatedAt`, and a seed for its epochs.
     public init(limits: Limits = Limits(), clock: @escaping @Sendable () -> Int64 = systemMilliseconds, seed: UInt64 = 1) {
         var rng = Randomness(seed: seed)
-        let epoch = Epoch.generate(nowMs: clock(), after: nil, using: &rng)
-        state = Mutex(State(history: History(epoch: epoch), rng: rng))
+        let now = clock()
+        let epoch = Epoch.generate(nowMs: now, after: nil, using: &rng)
+        state = Mutex(State(history: History(epoch: epoch, now: now), rng: rng))
         self.limits = limits
         self.clock = clock
     }
@@ -230,8 +245,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     /// memory of changeIds.
     public func restartEmpty() {
         state.withLock { s in
-            let epoch = Epoch.generate(nowMs: clock(), after: s.history.epoch, using: &s.rng)
-            s.history = History(epoch: epoch)
+            let now = clock()
+            let epoch = Epoch.generate(nowMs: now, after: s.history.epoch, using: &s.rng)
+            s.history = History(epoch: epoch, now: now)
         }
     }
 
@@ -240,7 +256,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     public func rotateEpoch() {
         state.withLock { s in
             let ending = s.history.epoch
-            s.history.epoch = Epoch.generate(nowMs: clock(), after: ending, using: &s.rng)
+            let now = clock()
+            s.history.epoch = Epoch.generate(nowMs: now, after: ending, using: &s.rng)
+            s.history.past.end([ending: now])
             s.history.recordLineage(endingEpoch: ending)
         }
     }
@@ -254,7 +272,13 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     public func restore(_ snapshot: Snapshot) {
         state.withLock { s in
             var history = snapshot.history
-            history.epoch = Epoch.generate(nowMs: clock(), after: max(s.history.epoch, snapshot.history.epoch), using: &s.rng)
+            let now = clock()
+            history.epoch = Epoch.generate(nowMs: now, after: max(s.history.epoch, snapshot.history.epoch), using: &s.rng)
+            // The backup's epoch and the replaced one (with the epochs it had ended) join the
+            // restored history, as `outpost-server restore` does.
+            history.past.end(s.history.past.ended)
+            history.past.end([snapshot.history.epoch: now])
+            history.past.end([s.history.epoch: now])
             history.recordLineage(endingEpoch: snapshot.history.epoch)
             s.history = history
         }
@@ -390,9 +414,12 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             if conflictAll {
                 decided = inputs.map { .conflict($0.change.changeId, current: history.current(PushRules.Key(collection: $0.change.collection, id: $0.change.id), epoch: epoch)) }
             } else {
-                var storage = MemoryPushStorage(space: history, epoch: epoch)
+                var storage = MemoryPushStorage(space: history, epoch: epoch, epochs: target.past)
+                // It has no tokens: a device's subject is the clientId it pushes as.
+                let context = PushRules.Context(epoch: epoch, clientId: decoded.clientId, subject: decoded.clientId, now: now)
+                var counters = PushRules.Space(head: history.head, recordBytes: 0)
                 do {
-                    decided = try PushRules.apply(inputs, epoch: epoch, head: history.head, clientId: decoded.clientId, now: now, storage: &storage).results
+                    decided = try PushRules.apply(inputs, context: context, space: &counters, storage: &storage)
                 } catch {
                     return .failure(error)
                 }

@@ -437,8 +437,8 @@ enum ConsoleScript {
               el('div', { class: 'panel-head' }, el('h2', { text: 'Spaces' }), el('span', { class: 'muted', text: 'Spaces that have been written to, by name' })),
               el('div', { class: 'table-wrap' }, el('table', {},
                 el('thead', {}, el('tr', {},
-                  ['Space', 'Records', 'Tombstones', 'Head', 'Last write', 'Media files', 'Media bytes', 'Horizon', ''].map((h, i) =>
-                    el('th', { class: i > 0 && i < 8 && i !== 4 ? 'num' : null, text: h })))),
+                  ['Space', 'Records', 'Tombstones', 'Head', 'Last write', 'Media files', 'Media bytes', 'Horizon', 'Record bytes', ''].map((h, i) =>
+                    el('th', { class: i > 0 && i < 9 && i !== 4 ? 'num' : null, text: h })))),
                 body)),
               el('div', { class: 'panel-foot' }, shown, more)));
             let next = '';
@@ -455,14 +455,15 @@ enum ConsoleScript {
                   el('td', { class: 'num', text: count(s.head) }),
                   timeCell(s.lastWriteAt),
                   el('td', { class: 'num', text: count(s.mediaFiles) }),
-                  el('td', { class: 'num', text: bytes(s.mediaBytes) }),
+                  el('td', { class: 'num', text: bytes(s.mediaBytes) + (s.mediaBytesLimit == null ? '' : ' of ' + bytes(s.mediaBytesLimit)) }),
                   el('td', { class: 'num', text: count(s.horizon) }),
+                  el('td', { class: 'num', text: bytes(s.recordBytes) + (s.recordBytesLimit == null ? '' : ' of ' + bytes(s.recordBytesLimit)) }),
                   el('td', { class: 'nowrap' },
                     el('a', { href: '#/records' + q({ space: s.name }), text: 'Records' }), ' · ',
                     el('a', { href: '#/media' + q({ space: s.name }), text: 'Media' }))));
               }
               total += answer.spaces.length;
-              if (total === 0) body.append(el('tr', {}, el('td', { colspan: 9, class: 'empty', text: 'No space has been written to yet.' })));
+              if (total === 0) body.append(el('tr', {}, el('td', { colspan: 10, class: 'empty', text: 'No space has been written to yet.' })));
               next = answer.next;
               shown.textContent = count(total) + (next ? ' spaces shown, more follow' : ' spaces');
               more.hidden = !next;
@@ -661,6 +662,7 @@ enum ConsoleScript {
                     meta('Version', r.version, 'record-version'),
                     meta('Updated at', formatTime(r.updatedAt), 'record-updated', String(r.updatedAt)),
                     meta('Updated by', r.updatedBy),
+                    meta('Written by subject', r.subject === undefined ? '—' : r.subject, 'record-subject'),
                     meta('Client time', r.clientTime === undefined ? '—' : formatTime(r.clientTime), null,
                       r.clientTime === undefined ? null : String(r.clientTime)),
                     meta('Lineage', r.lineage || '—'),

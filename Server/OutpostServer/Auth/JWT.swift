@@ -208,8 +208,8 @@ public struct JWTAuthority: TokenVerifier {
     private let keys: [[UInt8]]
 
     public init(secret: [UInt8], previousSecrets: [[UInt8]] = []) {
-        precondition(!secret.isEmpty, "a JWT secret cannot be empty")
-        keys = [secret] + previousSecrets.filter { !$0.isEmpty }
+        precondition(!secret.isEmpty && !previousSecrets.contains([]), "a JWT secret cannot be empty")
+        keys = [secret] + previousSecrets
     }
 
     /// Signs `claims` into a compact token.
@@ -277,14 +277,41 @@ public struct JWTAuthority: TokenVerifier {
     }
 }
 
-/// Where the server's JWT secret comes from: `OUTPOST_JWT_SECRET`, or a file in the data
-/// directory created on first use with mode 0600 (PROTOCOL.md section 8).
+/// Where the server's JWT secrets come from: `OUTPOST_JWT_SECRET`, or a file in the data
+/// directory created on first use with mode 0600 (PROTOCOL.md section 8), and the older
+/// secrets of `OUTPOST_JWT_PREVIOUS_SECRETS`. Every one is at least 32 bytes
+/// (`SecretFile.checkStrength`).
 public enum JWTSecret {
     /// The file name inside the data directory.
     public static let fileName = "jwt-secret"
 
     /// Loads the secret from the environment value when set, else from (or into) the file.
     public static func load(environmentValue: String?, dataDirectory: String) throws -> [UInt8] {
-        try SecretFile.load(environmentValue: environmentValue, dataDirectory: dataDirectory, fileName: fileName)
+        try SecretFile.load(environmentValue: environmentValue, dataDirectory: dataDirectory, fileName: fileName, variable: "OUTPOST_JWT_SECRET")
+    }
+
+    /// The secrets of `OUTPOST_JWT_PREVIOUS_SECRETS` (comma-separated; unset or empty: none),
+    /// each used exactly as written. A list with an empty entry, an entry of white space
+    /// alone or with white space at either end, or a secret under 32 bytes is refused, with
+    /// the entry's number: such an entry (what `${OLD}, ${UNSET}` makes in a unit file)
+    /// would otherwise verify tokens signed with a key anyone can guess.
+    public static func previous(_ environmentValue: String?) throws -> [[UInt8]] {
+        guard let list = environmentValue, !list.isEmpty else { return [] }
+        let entries = list.split(separator: ",", omittingEmptySubsequences: false)
+        var secrets: [[UInt8]] = []
+        for (index, entry) in entries.enumerated() {
+            let name = "OUTPOST_JWT_PREVIOUS_SECRETS entry \(index + 1) of \(entries.count)"
+            let trimmed = entry.trimmingCharacters(in: .whitespacesAndNewlines)
+            if trimmed.isEmpty {
+                throw Settings.Invalid(description: "\(name) is \(entry.isEmpty ? "empty" : "white space only"); list the older secrets separated by commas, with nothing between them")
+            }
+            if trimmed.count != entry.count {
+                throw Settings.Invalid(description: "\(name) has white space at its start or end; list the older secrets separated by commas, with no spaces around them")
+            }
+            let secret = Array(entry.utf8)
+            try SecretFile.checkStrength(secret, name: name)
+            secrets.append(secret)
+        }
+        return secrets
     }
 }

@@ -16,6 +16,8 @@ import OutpostSQLite
 /// - a media file without a row whose SHA-256 is not its name: a finalize of that hash would
 ///   adopt it (finalize takes a published file of the right size as its own).
 ///
+/// Exposed (exit 1): a file or directory of the data that the group or others may read.
+///
 /// Warnings (exit 0): a whole media file without a row (a finalize killed between its rename
 /// and its commit leaves one; a later finalize of the same file adopts it), files that
 /// cannot be media in `media/spaces/`. With a server running, a file published during the
@@ -32,18 +34,25 @@ public enum CheckCommand {
         public var warnings: [String] = []
         /// What was checked and found sound.
         public var checked: [String] = []
+        /// Files and directories the group or others may read (or write, or enter): each
+        /// line names one, its mode and the `chmod` that makes it private.
+        public var exposed: [String] = []
 
         /// True when nothing is damaged.
         public var isSound: Bool { problems.isEmpty }
+        /// True when every file and directory of the data is its owner's alone.
+        public var isPrivate: Bool { exposed.isEmpty }
 
         /// The report as `check` prints it: `ok`, `warning` and `DAMAGED` lines, then a verdict.
         public var text: String {
             var lines = checked.map { "ok       " + $0 }
             lines += warnings.map { "warning  " + $0 }
             lines += problems.map { "DAMAGED  " + $0 }
+            lines += exposed.map { "EXPOSED  " + $0 }
             lines.append(isSound
                 ? "sound" + (warnings.isEmpty ? "" : " (\(warnings.count) warning\(warnings.count == 1 ? "" : "s"))")
                 : "damaged: \(problems.count) problem\(problems.count == 1 ? "" : "s")")
+            if !exposed.isEmpty { lines.append("exposed: \(exposed.count) file\(exposed.count == 1 ? "" : "s") others can read") }
             return lines.joined(separator: "\n") + "\n"
         }
     }
@@ -55,7 +64,7 @@ public enum CheckCommand {
             let (data, media) = try options.directories(environment, command: "check")
             let report = try run(dataDirectory: data, mediaDirectory: media)
             FileHandle.standardOutput.write(Data(report.text.utf8))
-            return report.isSound ? 0 : 1
+            return report.isSound && report.isPrivate ? 0 : 1
         }
     }
 
@@ -72,8 +81,38 @@ public enum CheckCommand {
         } else {
             report.problems.append("store \(storePath) is missing")
         }
-        checkMedia(mediaDirectory ?? OperatorFiles.join(dataDirectory, "media"), rows: rows, &report)
+        let media = mediaDirectory ?? OperatorFiles.join(dataDirectory, "media")
+        checkMedia(media, rows: rows, &report)
+        checkPrivacy([dataDirectory, media], &report)
         return report
+    }
+
+    /// Reports every file and directory under `roots` (not the roots themselves, which an
+    /// operator may have made) whose mode lets the group or others read, write or enter it.
+    /// The server creates each one private (mode 0600 or 0700, whatever the umask); one that
+    /// is not was left by an earlier version or changed by hand. Symbolic links are not
+    /// followed.
+    static func checkPrivacy(_ roots: [String], _ report: inout Report) {
+        var seen: Set<String> = []
+        var pending = roots.filter { OperatorFiles.isDirectory($0) }
+        var count = 0
+        while let directory = pending.popLast() {
+            guard seen.insert(directory).inserted else { continue }
+            for name in OperatorFiles.list(directory) {
+                let path = OperatorFiles.join(directory, name)
+                var info = stat()
+                guard lstat(path, &info) == 0 else { continue }
+                let kind = info.st_mode & S_IFMT
+                guard kind == S_IFREG || kind == S_IFDIR else { continue }
+                count += 1
+                if kind == S_IFDIR { pending.append(path) }
+                if info.st_mode & 0o077 != 0 {
+                    let mode = String(info.st_mode & 0o7777, radix: 8)
+                    report.exposed.append("\(path) has mode \(mode): others can \(info.st_mode & 0o044 != 0 ? "read" : "reach") it (chmod \(kind == S_IFDIR ? "700" : "600") \(path))")
+                }
+            }
+        }
+        if report.exposed.isEmpty { report.checked.append("\(count) files and directories, each readable by its owner only") }
     }
 
     struct MediaRow {

@@ -77,8 +77,11 @@ public enum RestoreCommand {
             throw OperatorError("\(dataDirectory) already holds a \(hasStore ? "store" : "media directory"); pass --force to replace it (the replaced data is deleted)")
         }
 
-        // The epoch the directory had: the restored one must sort after it too.
+        // The epoch the directory had: the restored one must sort after it too. It and the
+        // epochs it had ended join the restored store's history: devices may hold copies of
+        // them to offer again.
         var replacedEpoch: Epoch?
+        var replacedHistory: [(Epoch, Int64)] = []
         if hasStore {
             do {
                 // Read-write, so that a WAL left by a killed server is recovered and, at close,
@@ -86,6 +89,9 @@ public enum RestoreCommand {
                 let old = try Connection(path: storePath, flags: [.readWrite])
                 defer { old.close() }
                 replacedEpoch = try StoreMeta(old).epoch
+                if try old.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'epoch_history'") == 1 {
+                    replacedHistory = try SQLiteSyncStore.endedEpochs(old)
+                }
             } catch {
                 FileHandle.standardError.write(Data("outpost-server: warning: cannot read the epoch of the store being replaced (\(error)); the new epoch is made from the clock alone\n".utf8))
             }
@@ -102,7 +108,7 @@ public enum RestoreCommand {
             guard copied.sha256 == manifest.store.sha256, copied.size == manifest.store.size else {
                 throw OperatorError("the backup's store \(backupStore) is damaged: \(copied.size) bytes with SHA-256 \(copied.sha256), the manifest says \(manifest.store.size) bytes with \(manifest.store.sha256)")
             }
-            let epoch = try prepareStore(stagingStore, backupEpoch: backupEpoch, after: replacedEpoch, manifest: manifest)
+            let epoch = try prepareStore(stagingStore, backupEpoch: backupEpoch, after: replacedEpoch, history: replacedHistory, manifest: manifest)
 
             // The media files, each checked against its name.
             try OperatorFiles.makeDirectories(OperatorFiles.join(stagingMedia, "spaces"))
@@ -140,7 +146,8 @@ public enum RestoreCommand {
     }
 
     /// Checks and upgrades the staged store and gives it its new epoch; returns the epoch.
-    private static func prepareStore(_ path: String, backupEpoch: Epoch, after replaced: Epoch?, manifest: BackupManifest) throws -> Epoch {
+    private static func prepareStore(_ path: String, backupEpoch: Epoch, after replaced: Epoch?, history: [(Epoch, Int64)],
+                                     manifest: BackupManifest) throws -> Epoch {
         do {
             let db = try Connection(path: path)
             defer { db.close() }
@@ -159,7 +166,7 @@ public enum RestoreCommand {
             guard rows == listed else {
                 throw OperatorError("the backup's store and manifest disagree on media: \(rows.subtracting(listed).count) rows without a listed file, \(listed.subtracting(rows).count) files without a row")
             }
-            let epoch = try rotateEpoch(db, after: replaced)
+            let epoch = try rotateEpoch(db, after: replaced, history: history)
             // A self-contained file: no -wal to carry along when it is renamed into place.
             try db.execute("PRAGMA journal_mode=DELETE")
             return epoch
@@ -169,18 +176,18 @@ public enum RestoreCommand {
     }
 
     /// Gives the store at `db` a new epoch that sorts after its own and after `floor` (the
-    /// replaced store's), records both as retired, and gives every record its lineage. The
-    /// same rule as `SQLiteSyncStore.rotateEpoch`, with a second epoch to stay ahead of.
-    static func rotateEpoch(_ db: Connection, after floor: Epoch?) throws -> Epoch {
+    /// replaced store's), adds both to its history as ended now (with `history`, the
+    /// epochs the replaced store had ended), and gives every record its lineage. The same
+    /// rule as `SQLiteSyncStore.rotateEpoch`, with a second epoch to stay ahead of.
+    static func rotateEpoch(_ db: Connection, after floor: Epoch?, history: [(Epoch, Int64)] = []) throws -> Epoch {
         try db.transaction {
             let own = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'").flatMap(Epoch.init)
             let previous = [own, floor].compactMap { $0 }.max()
             var rng = SystemRandomNumberGenerator()
-            let epoch = Epoch.generate(nowMs: Int64(Date().timeIntervalSince1970 * 1000), after: previous, using: &rng)
+            let now = SQLiteSyncStore.systemClock()
+            let epoch = Epoch.generate(nowMs: now, after: previous, using: &rng)
             try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('epoch', ?)", [.text(epoch.rawValue)])
-            var retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "").split(separator: ",").map(String.init)
-            for old in [floor, own].compactMap({ $0?.rawValue }) where !retired.contains(old) { retired.append(old) }
-            try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('retired_epochs', ?)", [.text(retired.suffix(32).joined(separator: ","))])
+            try SQLiteSyncStore.endEpochs(history + [floor, own].compactMap { $0 }.map { ($0, now) }, in: db)
             // The records' versions were the backup's epoch's, so that is the history
             // their lineage names.
             if let own { try SQLiteSyncStore.recordLineage(db, endingEpoch: own) }

@@ -37,11 +37,14 @@ protocol MediaMetadata: Sendable {
     /// At most `limit` published files of `space` whose ids sort after `after`, in id
     /// order (the admin console's list).
     func files(space: SpaceName, after: String, limit: Int) async throws -> [MediaFile]
-    /// The count and bytes of the published files of each of `spaces` that has any.
-    func usage(spaces: [String]) async throws -> [String: MediaUsage]
+    /// The count and bytes of the published files of each of `spaces` that has any, and
+    /// the bytes of its uploads open at `now`.
+    func usage(spaces: [String], now: Int64) async throws -> [String: MediaUsage]
 
-    /// Step 1 of section 6, atomically (see `MediaStore.begin`).
-    func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, make: @escaping @Sendable () -> UploadRecord) async throws -> MediaStore.BeginOutcome
+    /// Step 1 of section 6, atomically (see `MediaStore.begin`), within the space's media
+    /// limit `quota` (nil: none), which every instance's uploads count against together.
+    func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, quota: Int64?,
+               make: @escaping @Sendable () -> UploadRecord) async throws -> MediaStore.BeginOutcome
     /// Records a chunk's receipt; the number of distinct chunks held, or nil when the
     /// upload is no longer open or expired at `now`.
     func recordChunk(_ id: UploadID, index: Int, digest: [UInt8], now: Int64, expiresAt: Int64) async throws -> Int?
@@ -54,8 +57,9 @@ protocol MediaMetadata: Sendable {
 
     /// A tus upload, whatever its space or expiry (the caller checks both).
     func tusUpload(_ id: UploadID) async throws -> TusUploadRecord?
-    /// A new tus upload at offset 0.
-    func createTusUpload(_ upload: TusUploadRecord) async throws
+    /// A new tus upload at offset 0, unless it would take the space's media over `quota`:
+    /// then the bytes the space holds, and nothing created.
+    func createTusUpload(_ upload: TusUploadRecord, quota: Int64?) async throws -> Int64?
     /// Moves an open tus upload's offset from `from` to `to`; false when it is no longer
     /// open, at `from`, or live at `now`.
     func advanceTusUpload(_ id: UploadID, from: Int64, to: Int64, now: Int64, expiresAt: Int64) async throws -> Bool

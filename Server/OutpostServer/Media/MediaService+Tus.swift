@@ -203,7 +203,9 @@ extension MediaService {
         let upload = TusUploadRecord(id: .random(), space: space, length: length, offset: 0, metadata: metadata.field,
                                      contentType: metadata.contentType ?? Tus.defaultContentType, filename: metadata.filename,
                                      mediaID: nil, state: .open, createdAt: now, expiresAt: now + uploadExpiryMs)
-        try await storeCall { try await store.createTusUpload(upload) }
+        if let used = try await storeCall({ try await store.createTusUpload(upload, quota: quota) }) {
+            throw Self.quotaExceeded(size: length, used: used, limit: quota ?? 0)
+        }
         metrics.increment("outpost_tus_uploads_created_total")
         var created = upload
         if length == 0 {

@@ -22,6 +22,8 @@ public final class MediaService: Sendable {
     public let metrics: Metrics
     /// How long an upload lives after its last chunk (or its creation, or its finalize).
     let uploadExpiryMs: Int64
+    /// The most bytes of media (files and open uploads) a space may hold; nil for no limit.
+    public let quota: Int64?
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
     let locks = UploadLocks()
@@ -33,9 +35,11 @@ public final class MediaService: Sendable {
     static let maxMissingListed = 10_000
 
     /// A service on `store`. `uploadExpiryHours`: how long an upload lives after its last
-    /// chunk; `clock`: the time in ms since 1970 (tests pass one they move).
-    public init(store: MediaStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, uploadExpiryHours: Int,
+    /// chunk; `quota`: the most media bytes a space may hold (nil: no limit); `clock`: the
+    /// time in ms since 1970 (tests pass one they move).
+    public init(store: MediaStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, uploadExpiryHours: Int, quota: Int64? = nil,
                 clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+        self.quota = quota
         self.store = store
         self.limits = limits
         self.authorizer = authorizer
@@ -158,7 +162,7 @@ public final class MediaService: Sendable {
         let chunkSize = limits.chunkSize
         let expiresAt = now + uploadExpiryMs
         let outcome = try await storeCall {
-            try await store.begin(space: space, sha256: sha, size: body.size, now: now) {
+            try await store.begin(space: space, sha256: sha, size: body.size, now: now, quota: quota) {
                 UploadRecord(id: .random(), space: space, sha256: sha, size: body.size, contentType: body.contentType,
                              filename: body.filename, chunkSize: chunkSize,
                              chunkCount: UploadState.chunkCount(size: body.size, chunkSize: chunkSize), state: .open,
@@ -170,12 +174,22 @@ public final class MediaService: Sendable {
             return HTTPResponse(json: UploadComplete(media: media.info).encoded())
         case .resumed(let upload, let received):
             return HTTPResponse(json: upload.state(received: received).encoded())
+        case .overQuota(let used):
+            throw Self.quotaExceeded(size: body.size, used: used, limit: quota ?? 0)
         case .created(let upload):
             metrics.increment("outpost_media_uploads_started_total")
             var headers = HTTPHeaders()
             headers.add(name: "Location", value: "/v1/spaces/\(space.rawValue)/media/uploads/\(upload.id.rawValue)")
             return HTTPResponse(status: .created, json: upload.state(received: []).encoded(), headers: headers)
         }
+    }
+
+    /// `413 media_quota_exceeded`: an upload of `size` bytes would take its space, which
+    /// holds `used` bytes of files and open uploads, over `limit`.
+    static func quotaExceeded(size: Int64, used: Int64, limit: Int64) -> HTTPError {
+        HTTPError(HTTPStatus(code: 413), .mediaQuotaExceeded,
+                  "the space holds \(used) bytes of media (files and open uploads) and this file is \(size); the space's limit is \(limit)",
+                  details: ["limit": .int(Int(limit)), "used": .int(Int(used))])
     }
 
     // MARK: 2. Chunks

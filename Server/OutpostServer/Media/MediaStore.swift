@@ -97,6 +97,9 @@ public final class MediaStore: Sendable {
         case resumed(UploadRecord, received: [Int])
         /// A new upload.
         case created(UploadRecord)
+        /// None: a new upload would take the space's media over its limit; `used` is what
+        /// the space holds (files and open uploads).
+        case overQuota(used: Int64)
     }
 
     /// The published file `id` of `space`, if any.
@@ -140,15 +143,16 @@ public final class MediaStore: Sendable {
     }
 
     /// The count and bytes of the published files of each of `spaces` that has any.
-    func usage(spaces: [String]) async throws -> [String: MediaUsage] {
-        try await metadata.usage(spaces: spaces)
+    func usage(spaces: [String], now: Int64) async throws -> [String: MediaUsage] {
+        try await metadata.usage(spaces: spaces, now: now)
     }
 
     /// Step 1 of section 6, in one transaction so two inits of one file cannot both
     /// create an upload: the space's file, else its open upload of the same `sha256` and
     /// `size` (not expired at `now`), else a new upload made by `make`.
-    func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, make: @escaping @Sendable () -> UploadRecord) async throws -> BeginOutcome {
-        try await metadata.begin(space: space, sha256: sha256, size: size, now: now, make: make)
+    func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, quota: Int64?,
+               make: @escaping @Sendable () -> UploadRecord) async throws -> BeginOutcome {
+        try await metadata.begin(space: space, sha256: sha256, size: size, now: now, quota: quota, make: make)
     }
 
     /// Records chunk `index` of an open upload with its digest and moves the upload's
@@ -198,8 +202,8 @@ public final class MediaStore: Sendable {
     }
 
     /// A new tus upload at offset 0.
-    func createTusUpload(_ upload: TusUploadRecord) async throws {
-        try await metadata.createTusUpload(upload)
+    func createTusUpload(_ upload: TusUploadRecord, quota: Int64?) async throws -> Int64? {
+        try await metadata.createTusUpload(upload, quota: quota)
     }
 
     /// Moves an open tus upload's offset from `from` to `to` (see `SQLMediaMetadata`).
@@ -343,8 +347,13 @@ struct MediaFile: Sendable, Equatable {
 
 /// How many published files a space holds, and their bytes.
 struct MediaUsage: Sendable, Equatable {
+    /// Published files, and their bytes.
     var files: Int64
     var bytes: Int64
+    /// The sizes of the space's open uploads (either kind), which they will add.
+    var openBytes: Int64 = 0
+    /// What the space's media limit counts: its files and its open uploads.
+    var held: Int64 { bytes + openBytes }
 }
 
 /// An upload's row.

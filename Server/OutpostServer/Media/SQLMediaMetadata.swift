@@ -109,15 +109,40 @@ final class SQLMediaMetadata: MediaMetadata {
         }
     }
 
-    func usage(spaces: [String]) async throws -> [String: MediaUsage] {
+    func usage(spaces: [String], now: Int64) async throws -> [String: MediaUsage] {
         guard !spaces.isEmpty else { return [:] }
-        return try await read { db in
-            // The sum is cast: PostgreSQL sums a bigint as numeric.
-            let rows = try db.query("""
-                SELECT space, count(*), CAST(coalesce(sum(size), 0) AS BIGINT) FROM media WHERE \(db.anyOf("space")) GROUP BY space
-                """, [.texts(spaces)]) { (space: $0.text(0), usage: MediaUsage(files: $0.int64(1), bytes: $0.int64(2))) }
-            return Dictionary(rows.map { ($0.space, $0.usage) }, uniquingKeysWith: { a, _ in a })
+        return try await read { db in try Self.usage(db, spaces: spaces, now: now) }
+    }
+
+    /// The published files of each of `spaces` that has any, their bytes, and the bytes the
+    /// uploads open at `now` (either kind) will add: what the space's media limit counts.
+    static func usage(_ db: any SQLSession, spaces: [String], now: Int64) throws -> [String: MediaUsage] {
+        // The sums are cast: PostgreSQL sums a bigint as numeric.
+        let rows = try db.query("""
+            SELECT space, CAST(sum(files) AS BIGINT), CAST(sum(bytes) AS BIGINT), CAST(sum(open_bytes) AS BIGINT) FROM (
+                SELECT space, count(*) AS files, coalesce(sum(size), 0) AS bytes, 0 AS open_bytes FROM media WHERE \(db.anyOf("space")) GROUP BY space
+                UNION ALL
+                SELECT space, 0, 0, coalesce(sum(size), 0) FROM uploads
+                 WHERE \(db.anyOf("space")) AND state = 'open' AND expires_at > ? GROUP BY space
+                UNION ALL
+                SELECT space, 0, 0, coalesce(sum(length), 0) FROM tus_uploads
+                 WHERE \(db.anyOf("space")) AND state = 'open' AND expires_at > ? GROUP BY space) AS held
+             GROUP BY space
+            """, [.texts(spaces), .texts(spaces), .integer(now), .texts(spaces), .integer(now)]) {
+            (space: $0.text(0), usage: MediaUsage(files: $0.int64(1), bytes: $0.int64(2), openBytes: $0.int64(3)))
         }
+        return Dictionary(rows.map { ($0.space, $0.usage) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// Under the space's quota lock (inside a transaction), nil when `size` more bytes keep
+    /// `space` within `quota` (nil: no limit), else the bytes it holds now.
+    private static func overQuota(_ db: any SQLSession, space: SpaceName, size: Int64, quota: Int64?, now: Int64) throws -> Int64? {
+        guard let quota else { return nil }
+        // One lock a space for every upload that would add bytes, on this instance or another,
+        // so two of them never both fit in what is left.
+        try db.lock("quota/" + space.rawValue)
+        let used = try usage(db, spaces: [space.rawValue], now: now)[space.rawValue]?.held ?? 0
+        return used + size > quota ? used : nil
     }
 
     // MARK: Writes (writer thread)
@@ -126,7 +151,10 @@ final class SQLMediaMetadata: MediaMetadata {
     /// file (on this instance or another) cannot both create an upload: the space's file,
     /// else its open upload of the same `sha256` and `size` (not expired at `now`), else a
     /// new upload made by `make`.
-    func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, make: @escaping @Sendable () -> UploadRecord) async throws -> MediaStore.BeginOutcome {
+    /// An upload that would take the space's media over `quota` is not created
+    /// (`.overQuota`): nothing is spent on it.
+    func begin(space: SpaceName, sha256: MediaID, size: Int64, now: Int64, quota: Int64?,
+               make: @escaping @Sendable () -> UploadRecord) async throws -> MediaStore.BeginOutcome {
         try await write { db in
             try db.transaction(.process) {
                 try db.lock(space.rawValue + "/" + sha256.rawValue)
@@ -138,6 +166,7 @@ final class SQLMediaMetadata: MediaMetadata {
                 if let openID, let id = UploadID(openID), let upload = try SQLMediaWriter.upload(db, id) {
                     return .resumed(upload, received: try SQLMediaWriter.receivedChunks(db, id))
                 }
+                if let used = try Self.overQuota(db, space: space, size: size, quota: quota, now: now) { return .overQuota(used: used) }
                 let upload = make()
                 try db.run("""
                     INSERT INTO uploads(upload_id, space, sha256, size, content_type, filename, chunk_size, chunk_count, state, created_at, expires_at)
@@ -220,15 +249,19 @@ final class SQLMediaMetadata: MediaMetadata {
 
     // MARK: tus uploads (writer thread)
 
-    func createTusUpload(_ upload: TusUploadRecord) async throws {
+    /// Creates a tus upload unless it would take the space's media over `quota`; then
+    /// returns the bytes the space holds, and creates nothing.
+    func createTusUpload(_ upload: TusUploadRecord, quota: Int64?) async throws -> Int64? {
         try await write { db in
             try db.transaction(.process) {
+                if let used = try Self.overQuota(db, space: upload.space, size: upload.length, quota: quota, now: upload.createdAt) { return used }
                 _ = try db.run("""
                     INSERT INTO tus_uploads(upload_id, space, length, upload_offset, metadata, content_type, filename, media_id, state,
                                             created_at, expires_at)
                     VALUES (?, ?, ?, 0, ?, ?, ?, NULL, 'open', ?, ?)
                     """, [.text(upload.id.rawValue), .text(upload.space.rawValue), .integer(upload.length), .text(upload.metadata),
                           .text(upload.contentType), .optionalText(upload.filename), .integer(upload.createdAt), .integer(upload.expiresAt)])
+                return nil
             }
         }
     }

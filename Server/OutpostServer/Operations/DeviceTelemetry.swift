@@ -32,36 +32,47 @@ final class DeviceTelemetry: Sendable {
         var lastError: String?
         var clockOffsetMs: Int64?
         var reports: Int64
+        /// The authenticated subject its reports are bound to (nil: a row from before).
+        var subject: String? = nil
     }
 
-    /// Stores a batch received at `now`: the device's row becomes its newest sync's state,
-    /// and each sync joins its history, of which the newest `historyPerDevice` stay.
-    func record(space: String, _ batch: TelemetryBatch, now: Int64) async throws {
+    /// Stores a batch received at `now` from a token whose subject is `subject`: the
+    /// device's row becomes its newest sync's state, and each sync joins its history, of
+    /// which the newest `historyPerDevice` stay. A device's reports are bound to the subject
+    /// of its first report (a row from before subjects were kept binds to the next): a batch
+    /// for the same client id under another subject changes nothing and returns false, so no
+    /// token overwrites another device's report by naming its client id.
+    func record(space: String, subject: String, _ batch: TelemetryBatch, now: Int64) async throws -> Bool {
+        // The row's own subject wins: `ON CONFLICT … DO UPDATE … WHERE` updates nothing when
+        // it is another's, and the statement then changes no row.
         guard let newest = batch.syncs.max(by: { $0.startedAt < $1.startedAt }) else {
-            _ = try await run { db in
+            return try await run { db in
                 try db.run("""
-                    INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports)
-                    VALUES (?, ?, ?, ?, 0, ?, 0, NULL, NULL, 1)
+                    INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports, subject)
+                    VALUES (?, ?, ?, ?, 0, ?, 0, NULL, NULL, 1, ?)
                     ON CONFLICT (space, client_id) DO UPDATE SET last_seen = excluded.last_seen, sdk_version = excluded.sdk_version,
-                                                                 reports = devices.reports + 1
-                    """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .text(batch.sdkVersion)])
+                                                                 reports = devices.reports + 1, subject = excluded.subject
+                     WHERE devices.subject IS NULL OR devices.subject = excluded.subject
+                    """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .text(batch.sdkVersion), .text(subject)]) > 0
             }
-            return
         }
         let entries = batch.syncs.map { (started: $0.startedAt, json: String(decoding: $0.json.encoded(canonical: true), as: UTF8.self)) }
-        try await run { db in
+        return try await run { db in
             try db.transaction(.process) {
-                try db.run("""
-                    INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+                let stored = try db.run("""
+                    INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports, subject)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)
                     ON CONFLICT (space, client_id) DO UPDATE SET
-                        last_seen = excluded.last_seen, sdk_version = excluded.sdk_version, reports = devices.reports + 1,
+                        last_seen = excluded.last_seen, sdk_version = excluded.sdk_version, reports = devices.reports + 1, subject = excluded.subject,
                         last_sync = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.last_sync ELSE devices.last_sync END,
                         pending = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.pending ELSE devices.pending END,
                         last_error = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.last_error ELSE devices.last_error END,
                         clock_offset = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.clock_offset ELSE devices.clock_offset END
+                     WHERE devices.subject IS NULL OR devices.subject = excluded.subject
                     """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .integer(newest.startedAt), .text(batch.sdkVersion),
-                          .integer(newest.queueDepth), .optionalText(newest.lastError), .optionalText(newest.clockOffsetMs.map { String($0) })])
+                          .integer(newest.queueDepth), .optionalText(newest.lastError), .optionalText(newest.clockOffsetMs.map { String($0) }),
+                          .text(subject)])
+                guard stored > 0 else { return false }
                 for entry in entries {
                     try db.run("""
                         INSERT INTO device_syncs(space, client_id, started_at, received_at, entry) VALUES (?, ?, ?, ?, ?)
@@ -72,6 +83,7 @@ final class DeviceTelemetry: Sendable {
                     DELETE FROM device_syncs WHERE space = ? AND client_id = ? AND started_at <
                       (SELECT started_at FROM device_syncs WHERE space = ? AND client_id = ? ORDER BY started_at DESC LIMIT 1 OFFSET \(Self.historyPerDevice - 1))
                     """, [.text(space), .text(batch.clientId), .text(space), .text(batch.clientId)])
+                return true
             }
         }
     }
@@ -95,7 +107,7 @@ final class DeviceTelemetry: Sendable {
         }
         let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
         let sql = """
-            SELECT space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports
+            SELECT space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports, subject
               FROM devices \(filter) ORDER BY space, client_id LIMIT \(limit)
             """
         let bound = values
@@ -103,7 +115,7 @@ final class DeviceTelemetry: Sendable {
             try db.query(sql, bound) { row in
                 Device(space: row.text(0), clientId: row.text(1), firstSeenAt: row.int64(2), lastSeenAt: row.int64(3), lastSyncAt: row.int64(4),
                        sdkVersion: row.text(5), pending: row.int64(6), lastError: row.optionalText(7),
-                       clockOffsetMs: row.optionalText(8).flatMap { Int64($0) }, reports: row.int64(9))
+                       clockOffsetMs: row.optionalText(8).flatMap { Int64($0) }, reports: row.int64(9), subject: row.optionalText(10))
             }
         }
     }

@@ -13,7 +13,7 @@ public enum Log {
     /// Opens `OUTPOST_LOG_FILE`; returns the descriptor and, when it could not, why.
     private static func openDestination() -> (fd: Int32, failure: String?) {
         guard let path = ProcessInfo.processInfo.environment["OUTPOST_LOG_FILE"], !path.isEmpty else { return (2, nil) }
-        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
+        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return (2, "cannot open OUTPOST_LOG_FILE \(path): \(String(cString: strerror(errno))); logging to standard error") }
         return (fd, nil)
     }

@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 import OutpostCore
 import OutpostHTTP
@@ -12,14 +13,18 @@ public final class OperationsService: Sendable {
     let compactor: Compactor
     /// The media files, for each listed space's count and bytes of them.
     let media: MediaStore
+    /// The per-space limits of record bytes and media bytes (nil: none), which the spaces
+    /// list shows beside what each space holds.
+    let quotas: (records: Int64?, media: Int64?)
     /// The `/v1/info` body, encoded once: it changes only with the epoch, which a running
     /// server never changes.
     let infoBody: [UInt8]
     private let draining = Atomic<Bool>(false)
 
     public init(store: any SyncStore, limits: Limits, metrics: Metrics, authorizer: Authorizer, metricsRequireAdmin: Bool, compactor: Compactor,
-                media: MediaStore) {
+                media: MediaStore, quotas: (records: Int64?, media: Int64?) = (nil, nil)) {
         self.store = store
+        self.quotas = quotas
         self.compactor = compactor
         self.media = media
         self.metrics = metrics
@@ -75,7 +80,8 @@ public final class OperationsService: Sendable {
         // One more than asked tells whether another page follows.
         let found = try await store.spaces(after: after, limit: limit + 1)
         let page = found.prefix(limit)
-        let usage = try await media.usage(spaces: page.map(\.name))
+        let usage = try await media.usage(spaces: page.map(\.name), now: Int64(Date().timeIntervalSince1970 * 1000))
+        let quota = { (limit: Int64?) -> JSONValue in limit.map { .number(JSONNumber($0)) } ?? .null }
         let spaces: [JSONValue] = page.map { space in
             let files = usage[space.name] ?? MediaUsage(files: 0, bytes: 0)
             return .object([
@@ -87,6 +93,10 @@ public final class OperationsService: Sendable {
                 "horizon": .number(JSONNumber(space.horizon)),
                 "mediaFiles": .number(JSONNumber(files.files)),
                 "mediaBytes": .number(JSONNumber(files.bytes)),
+                "recordBytes": .number(JSONNumber(space.recordBytes)),
+                "recordBytesLimit": quota(quotas.records),
+                "mediaUploadBytes": .number(JSONNumber(files.openBytes)),
+                "mediaBytesLimit": quota(quotas.media),
             ])
         }
         let next: JSONValue = found.count > limit ? .string(page.last!.name) : .null

@@ -21,6 +21,12 @@ public struct Settings: Sendable {
     public var tombstoneRetentionDays = 90
     /// Hours after its last chunk before an open upload expires.
     public var uploadExpiryHours = 24
+    /// The most record bytes a space may hold (`PushRules.recordBytes`: collection, id and
+    /// data of its records, tombstones included); 0 for no limit (the default).
+    public var spaceRecordBytes: Int64 = 0
+    /// The most media bytes a space may hold (its files and its open uploads); 0 for no
+    /// limit (the default).
+    public var spaceMediaBytes: Int64 = 0
     /// `full` (default: survives power loss) or `normal` (survives a process crash only).
     public var synchronous = "full"
     /// Whether `/metrics` needs an admin token.
@@ -139,6 +145,12 @@ public struct Settings: Sendable {
             Option(flag: "--upload-expiry-hours", env: "OUTPOST_UPLOAD_EXPIRY_HOURS", help: "hours after its last chunk before an open upload expires (default 24)") { s, v in
                 s.uploadExpiryHours = try int("--upload-expiry-hours", v, min: 1)
             },
+            Option(flag: "--space-record-bytes", env: "OUTPOST_SPACE_RECORD_BYTES", help: "most bytes of records one space may hold: collection, id and data, tombstones included (default 0: no limit)") { s, v in
+                s.spaceRecordBytes = Int64(try int("--space-record-bytes", v))
+            },
+            Option(flag: "--space-media-bytes", env: "OUTPOST_SPACE_MEDIA_BYTES", help: "most bytes of media one space may hold: its files and open uploads (default 0: no limit)") { s, v in
+                s.spaceMediaBytes = Int64(try int("--space-media-bytes", v))
+            },
             Option(flag: "--synchronous", env: "OUTPOST_SYNCHRONOUS", help: "full (default: an applied change survives power loss) or normal (survives a process crash only)") { s, v in
                 guard v == "full" || v == "normal" else { throw Invalid(description: "--synchronous must be full or normal") }
                 s.synchronous = v
@@ -224,6 +236,11 @@ public struct Settings: Sendable {
     /// The PostgreSQL URL of `store`, or nil for the embedded SQLite store.
     public var postgresURL: String? { Settings.isPostgresURL(store) ? store : nil }
 
+    /// The per-space limit of record bytes, nil for none.
+    public var recordQuota: Int64? { spaceRecordBytes > 0 ? spaceRecordBytes : nil }
+    /// The per-space limit of media bytes, nil for none.
+    public var mediaQuota: Int64? { spaceMediaBytes > 0 ? spaceMediaBytes : nil }
+
     /// Checks the limits against each other.
     public func validate() throws {
         guard limits.maxRecordBytes + 16_384 <= limits.maxRequestBytes else {
@@ -240,9 +257,9 @@ public struct Settings: Sendable {
         for o in options {
             out += "  \(o.flag) VALUE".padding(toLength: 34, withPad: " ", startingAt: 0) + "\(o.env)\n      \(o.help)\n"
         }
-        out += "  OUTPOST_JWT_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the HS256 secret for tokens; when unset, a random one is created in DATA/jwt-secret (mode 0600)\n"
-        out += "  OUTPOST_JWT_PREVIOUS_SECRETS".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      comma-separated older secrets that still verify tokens while they are rotated out\n"
-        out += "  OUTPOST_WEBHOOK_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the secret webhook deliveries are signed with; when unset, a random one is created in DATA/webhook-secret (mode 0600)\n"
+        out += "  OUTPOST_JWT_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the HS256 secret for tokens, at least 32 bytes (openssl rand -base64 32); when unset, a random one is created in DATA/jwt-secret (mode 0600)\n"
+        out += "  OUTPOST_JWT_PREVIOUS_SECRETS".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      comma-separated older secrets (each at least 32 bytes, no spaces around the commas) that still verify tokens while they are rotated out\n"
+        out += "  OUTPOST_WEBHOOK_SECRET".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      the secret webhook deliveries are signed with, at least 32 bytes; when unset, a random one is created in DATA/webhook-secret (mode 0600)\n"
         out += "  OUTPOST_LOG_FILE".padding(toLength: 34, withPad: " ", startingAt: 0) + "\n      append the JSON log lines to this file instead of standard error\n"
         return out
     }

@@ -44,10 +44,13 @@ public final class TelemetryService: Sendable {
     /// Stores a batch; `202 {"accepted": n}`.
     func receive(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try SyncService.space(request.pathParameters)
+        let claims = try await authorizer.authorize(request.head, space: space, scope: .read)
         let value = try parseJSONBody(request.body, maxDepth: 8)
         let batch: TelemetryBatch
         do { batch = try TelemetryBatch(json: value) } catch { throw HTTPError.invalidRequest(error) }
-        try await telemetry.record(space: space, batch, now: Int64(Date().timeIntervalSince1970 * 1000))
+        guard try await telemetry.record(space: space, subject: claims.sub, batch, now: Int64(Date().timeIntervalSince1970 * 1000)) else {
+            throw HTTPError(HTTPStatus(code: 403), .forbidden, "client id \(batch.clientId) reports under another subject; a device's reports are bound to the subject of its first")
+        }
         metrics.increment("outpost_telemetry_reports_total")
         for entry in batch.syncs {
             metrics.increment("outpost_device_syncs_total", .init([("result", entry.lastError == nil ? "ok" : "failed")]))
@@ -83,6 +86,7 @@ public final class TelemetryService: Sendable {
                 "sdkVersion": .string(d.sdkVersion), "pending": .number(JSONNumber(d.pending)),
                 "lastError": d.lastError.map { .string($0) } ?? .null, "clockOffsetMs": d.clockOffsetMs.map { .number(JSONNumber($0)) } ?? .null,
                 "reports": .number(JSONNumber(d.reports)),
+                "subject": d.subject.map { .string($0) } ?? .null,
             ])
         }
         let next: JSONValue = found.count > limit ? .string("\(page.last!.space)/\(page.last!.clientId)") : .null

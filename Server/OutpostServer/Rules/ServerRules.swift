@@ -218,6 +218,13 @@ public struct ReadView: Sendable {
         return read.admits(RuleExpression.Context(auth: auth, data: .object(data), prev: .null, op: "", collection: collection, id: id))
     }
 
+    /// True when the token's claims alone make the read rule of `collection` admit its
+    /// records, whatever their data.
+    public func admitsWithoutData(collection: String) -> Bool {
+        guard let (rule, _) = rules.collections[collection] != nil ? bound[collection] : bound[""] else { return false }
+        return rule.literalValue == .bool(true)
+    }
+
     /// The view index lookups that find every record this view admits (`ViewIndex.plan`):
     /// per scope, its bound rule's keys; every record of the scope where the claims make
     /// the rule `true` or it has no indexed form (the page then filters them); nothing of
@@ -270,14 +277,24 @@ public struct RulesJudge: PushJudge {
 
     public init(view: ReadView) { self.view = view }
 
-    public func judge(_ change: Change, current: RecordState?) -> PushResult.RejectReason? {
+    public func judge(_ change: Change, current: RecordState?, deletedCopy: JSONObject?) -> PushResult.RejectReason? {
         guard let rules = view.rules.rules(for: change.collection), let write = rules.write else {
             return .init(.forbidden, "the rules give no access to collection \(change.collection)")
         }
         let prev = current.flatMap { $0.deleted ? nil : $0.data }
         // A token never writes over what it cannot read: the answer to its change (a
-        // conflict's current copy) would show it.
-        if let prev, !view.admits(collection: change.collection, id: change.id, data: prev) {
+        // conflict's current copy, a tombstone's time and writer among it) would show it.
+        // A tombstone is readable when the copy it deleted was (a pull sends a tombstone
+        // only to a device that held that copy in view); without a kept copy, only when the
+        // token reads the collection whatever the data.
+        let readable: Bool
+        if let current, current.deleted {
+            readable = deletedCopy.map { view.admits(collection: change.collection, id: change.id, data: $0) }
+                ?? view.admitsWithoutData(collection: change.collection)
+        } else {
+            readable = prev.map { view.admits(collection: change.collection, id: change.id, data: $0) } ?? true
+        }
+        if !readable {
             return .init(.forbidden, "the rules do not let this token read \(change.collection)/\(change.id)")
         }
         let context = RuleExpression.Context(auth: view.auth, data: change.op == .put ? change.data.map { .object($0) } ?? .null : .null,

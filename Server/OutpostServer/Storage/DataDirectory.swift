@@ -42,9 +42,9 @@ public final class DataDirectory: Sendable {
     public init(path: String) throws {
         self.path = path
         do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try Self.makePrivateDirectory(path)
         } catch {
-            throw Unavailable(description: "cannot create data directory \(path): \(error.localizedDescription)")
+            throw Unavailable(description: "cannot create data directory \(path): \(error)")
         }
         try Self.requireWritable(path)
         let lockPath = (path as NSString).appendingPathComponent("outpost.lock")
@@ -91,5 +91,34 @@ public final class DataDirectory: Sendable {
 
     deinit {
         release()
+    }
+}
+
+// MARK: - Private files
+
+extension DataDirectory {
+    /// Creates `path` and its missing parents, each with mode 0700. A umask only takes bits
+    /// away, so whatever it is, no one but the owner can list or enter what this creates.
+    static func makePrivateDirectory(_ path: String) throws {
+        try OperatorFiles.makeDirectories(path)
+    }
+
+    /// Makes the SQLite store at `path` and its `-wal` and `-shm` readable by their owner
+    /// only, before SQLite opens it: SQLite creates a database with mode 0644 less the umask,
+    /// and its `-wal` and `-shm` with the database's mode (whatever the umask), so a store
+    /// created here empty with mode 0600 keeps all three private. A store an earlier version
+    /// (or an operator) left open to the group or others loses those bits, with a log line.
+    static func makePrivateStore(_ path: String) throws {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw StoreError("cannot open \(path): \(String(cString: strerror(errno)))") }
+        close(fd)
+        for file in [path, path + "-wal", path + "-shm"] {
+            var info = stat()
+            guard lstat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o077 != 0 else { continue }
+            guard chmod(file, info.st_mode & 0o700) == 0 else {
+                throw StoreError("cannot make \(file) private (chmod): \(String(cString: strerror(errno)))")
+            }
+            Log.info("made a store file readable by its owner only", ["path": file, "was": String(info.st_mode & 0o777, radix: 8)])
+        }
     }
 }

@@ -228,11 +228,50 @@ public enum PostgresSchema {
             last_error text NOT NULL,
             failed_at bigint NOT NULL);
         """#,
+        // 10: the epoch history (PROTOCOL.md section 4, "Re-offers", rule 3): when the
+        // database's history began and every epoch it ended and when, so a re-offer's commit
+        // time can be only one its epoch could have had. A database from before knows its
+        // ended epochs (the last 32, from `retired_epochs`) but not when they ended nor when
+        // it began: both are bounded by now, when every one of them is over.
+        #"""
+        CREATE TABLE IF NOT EXISTS epoch_history(
+            epoch text COLLATE "C" PRIMARY KEY,
+            ended_at bigint NOT NULL);
+        INSERT INTO epoch_history(epoch, ended_at)
+            SELECT e, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+              FROM meta, unnest(string_to_array(value, ',')) AS e
+             WHERE key = 'retired_epochs' AND e <> ''
+            ON CONFLICT DO NOTHING;
+        INSERT INTO meta(key, value)
+            SELECT 'history_began_at', ((extract(epoch FROM clock_timestamp()) * 1000)::bigint)::text
+             WHERE EXISTS (SELECT 1 FROM meta WHERE key = 'epoch')
+            ON CONFLICT (key) DO NOTHING;
+        DELETE FROM meta WHERE key = 'retired_epochs';
+        """#,
+        // 11: who wrote, as no device can claim it: the authenticated subject (the token's
+        // `sub`) of the push that wrote each record state, beside the clientId the device
+        // chose; the same in the webhook outbox, and the subject a device's telemetry is
+        // bound to. NULL for what was written before.
+        #"""
+        ALTER TABLE records ADD COLUMN IF NOT EXISTS subject text;
+        ALTER TABLE webhook_outbox ADD COLUMN IF NOT EXISTS subject text;
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS subject text;
+        """#,
+        // 12: each space's record bytes (`PushRules.recordBytes`: collection, id and data of
+        // every record, tombstones included), kept by every push and compaction in their
+        // transactions, for the per-space limit and the operator's list.
+        #"""
+        ALTER TABLE spaces ADD COLUMN IF NOT EXISTS record_bytes bigint NOT NULL DEFAULT 0;
+        UPDATE spaces s SET record_bytes = coalesce((
+            SELECT sum(octet_length(collection) + octet_length(id) + coalesce(octet_length(data), 0)) FROM records r
+             WHERE r.space_id = s.space_id), 0);
+        """#,
     ]
 
     /// Brings the database up to `latestVersion` (under the advisory lock) and returns
     /// its epoch, creating one for a new database.
-    public static func migrate(_ db: PostgresConnection, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch) throws -> Epoch {
+    public static func migrate(_ db: PostgresConnection, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch,
+                               now: Int64 = SQLiteSyncStore.systemClock()) throws -> Epoch {
         try db.query("SELECT pg_advisory_lock($1)", [.int(lockKey)])
         defer { _ = try? db.query("SELECT pg_advisory_unlock($1)", [.int(lockKey)]) }
         try db.execute("""
@@ -258,7 +297,8 @@ public enum PostgresSchema {
                 return epoch
             }
             let epoch = makeEpoch(nil)
-            try db.run("INSERT INTO meta(key, value) VALUES ('epoch', $1)", [.text(epoch.rawValue)])
+            try db.run("INSERT INTO meta(key, value) VALUES ('epoch', $1), ('history_began_at', $2)",
+                       [.text(epoch.rawValue), .text(String(now))])
             return epoch
         }
     }
@@ -275,14 +315,15 @@ public enum PostgresSchema {
         return rows.count == 0 ? nil : rows.text(0, 0)
     }
 
-    /// Gives the database at `url` a new epoch, later than its current one, keeps the last
-    /// 32 retired epochs, gives every record its lineage and sameAs in the epoch that ends, and tells
-    /// running instances (`NOTIFY outpost_epoch`): they stop
+    /// Gives the database at `url` a new epoch, later than its current one, at `now`; adds
+    /// the epoch that ends to the history (`epoch_history`), gives every record its lineage
+    /// and sameAs in it, and tells running instances (`NOTIFY outpost_epoch`): they stop
     /// taking writes and shut down, to be started again on the new epoch.
-    public static func rotateEpoch(url: String, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch) throws -> Epoch {
+    public static func rotateEpoch(url: String, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch,
+                                   now: Int64 = SQLiteSyncStore.systemClock()) throws -> Epoch {
         let db = try PostgresConnection(url: url)
         defer { db.close() }
-        _ = try migrate(db, makeEpoch: makeEpoch)
+        _ = try migrate(db, makeEpoch: makeEpoch, now: now)
         return try db.transaction {
             // The row lock makes two rotations take turns; pushes read the epoch in their
             // own transactions and fail once it changed.
@@ -292,10 +333,10 @@ public enum PostgresSchema {
             try db.run("INSERT INTO meta(key, value) VALUES ('epoch', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                        [.text(epoch.rawValue)])
             if let previous {
-                let retiredRows = try db.query("SELECT value FROM meta WHERE key = 'retired_epochs'")
-                let retired = (retiredRows.count == 0 ? "" : retiredRows.text(0, 0)).split(separator: ",").map(String.init) + [previous.rawValue]
-                try db.run("INSERT INTO meta(key, value) VALUES ('retired_epochs', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                           [.text(retired.suffix(32).joined(separator: ","))])
+                try db.run("""
+                    INSERT INTO epoch_history(epoch, ended_at) VALUES ($1, $2)
+                    ON CONFLICT (epoch) DO UPDATE SET ended_at = least(epoch_history.ended_at, excluded.ended_at)
+                    """, [.text(previous.rawValue), .int(now)])
                 // Every record's own version in the history that ends (seqs are kept), as
                 // both what it descends from and what it is, since nothing is written on it
                 // yet: re-offers of that history are judged against same_as (PROTOCOL.md

@@ -74,6 +74,11 @@ public final class PostgresSyncStore: SyncStore {
         /// Whether every commit also writes its records to the webhook outbox (only while
         /// webhooks are configured; docs/operating.md, "Webhooks").
         public var outbox = false
+        /// The most record bytes a space may hold (`PushRules.recordBytes`); nil for no limit.
+        public var recordQuota: Int64?
+        /// The server's clock, for when a new database's history begins (as
+        /// `SQLiteSyncStore.Configuration`'s).
+        public var clock: @Sendable () -> Int64 = SQLiteSyncStore.systemClock
 
         /// A configuration with the defaults.
         public init(url: String) { self.url = url }
@@ -97,7 +102,7 @@ public final class PostgresSyncStore: SyncStore {
         self.notifier = notifier
         let url = configuration.url
         let setup = try PostgresConnection(url: url)
-        let epoch = try PostgresSchema.migrate(setup, makeEpoch: configuration.makeEpoch)
+        let epoch = try PostgresSchema.migrate(setup, makeEpoch: configuration.makeEpoch, now: configuration.clock())
         setup.close()
         self.epoch = epoch
         let stale = StaleEpoch(handler: configuration.onEpochChange)
@@ -105,11 +110,12 @@ public final class PostgresSyncStore: SyncStore {
 
         let notifierRef = notifier
         let outbox = configuration.outbox
+        let recordQuota = configuration.recordQuota
         var writers: [WorkerThread<PostgresWriteJob>] = []
         for i in 0..<max(1, configuration.writers) {
             writers.append(try WorkerThread<PostgresWriteJob>(
                 name: "pg-writer-\(i)", maxBatch: max(1, configuration.maxPushesPerCommit),
-                setup: { PostgresWriter(db: try Self.open(url), epoch: epoch, notifier: notifierRef, stale: stale, outbox: outbox) },
+                setup: { PostgresWriter(db: try Self.open(url), epoch: epoch, notifier: notifierRef, stale: stale, outbox: outbox, recordQuota: recordQuota) },
                 handle: { writer, jobs in writer.handle(jobs) },
                 teardown: { writer in writer.db.close() }))
         }
@@ -144,16 +150,19 @@ public final class PostgresSyncStore: SyncStore {
     }
 
     /// Gives the database at `url` a new epoch (see `PostgresSchema.rotateEpoch`).
-    public static func rotateEpoch(url: String, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch) throws -> Epoch {
-        try PostgresSchema.rotateEpoch(url: url, makeEpoch: makeEpoch)
+    public static func rotateEpoch(url: String, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch,
+                                   now: Int64 = SQLiteSyncStore.systemClock()) throws -> Epoch {
+        try PostgresSchema.rotateEpoch(url: url, makeEpoch: makeEpoch, now: now)
     }
 
     // MARK: SyncStore
 
-    public func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
+    public func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         try stale.check()
         return try await withCheckedThrowingContinuation { continuation in
-            let job = PostgresWriteJob.push(PostgresPushJob(space: space, clientId: clientId, items: items, now: now, judge: judge) { continuation.resume(with: $0) })
+            let job = PostgresWriteJob.push(PostgresPushJob(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge) {
+                continuation.resume(with: $0)
+            })
             if !writer(for: space).submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }
     }
@@ -266,7 +275,7 @@ public final class PostgresSyncStore: SyncStore {
             let rows = try reader.db.query(SpaceSummary.listingSQL { "$\($0)" }, [.text(after), .int(Int64(limit))])
             return (0..<rows.count).map { i in
                 SpaceSummary(name: rows.text(i, 0), records: rows.int64(i, 2), tombstones: rows.int64(i, 3), head: rows.int64(i, 1),
-                             lastWriteAt: rows.optionalInt64(i, 4), horizon: rows.int64(i, 5))
+                             lastWriteAt: rows.optionalInt64(i, 4), horizon: rows.int64(i, 5), recordBytes: rows.int64(i, 6))
             }
         }
     }
@@ -391,6 +400,7 @@ final class StaleEpoch: Sendable {
 struct PostgresPushJob: Sendable {
     let space: String
     let clientId: String
+    let subject: String
     let items: [PushItem]
     let now: Int64
     let judge: (any PushJudge)?
@@ -417,13 +427,16 @@ final class PostgresWriter {
     let stale: StaleEpoch
     /// Whether pushes write the webhook outbox.
     let outbox: Bool
+    /// The most record bytes a space may hold; nil for no limit.
+    let recordQuota: Int64?
 
-    init(db: PostgresConnection, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch, outbox: Bool = false) {
+    init(db: PostgresConnection, epoch: Epoch, notifier: CommitNotifier, stale: StaleEpoch, outbox: Bool = false, recordQuota: Int64? = nil) {
         self.db = db
         self.epoch = epoch
         self.notifier = notifier
         self.stale = stale
         self.outbox = outbox
+        self.recordQuota = recordQuota
     }
 
     func handle(_ jobs: [PostgresWriteJob]) {
@@ -519,12 +532,13 @@ final class PostgresWriter {
             if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
         }
         guard !inputs.isEmpty else { return (PushItem.merge([], into: job.items), nil) }
-        let (storage0, head) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)
+        let (storage0, before) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)
         var storage = storage0
         if outbox { storage.outboxAt = job.now }
-        let (decided, newHead) = try PushRules.apply(inputs, epoch: epoch, head: head, clientId: job.clientId, now: job.now, storage: &storage,
-                                                     judge: job.judge)
-        return (PushItem.merge(decided, into: job.items), newHead > head ? newHead : nil)
+        var space = before
+        let context = PushRules.Context(epoch: epoch, clientId: job.clientId, subject: job.subject, now: job.now, recordQuota: recordQuota)
+        let decided = try PushRules.apply(inputs, context: context, space: &space, storage: &storage, judge: job.judge)
+        return (PushItem.merge(decided, into: job.items), space.head > before.head ? space.head : nil)
     }
 }
 
@@ -547,12 +561,12 @@ struct PostgresPushStorage: PushStorage {
     /// row in `webhook_outbox`, in the same statement (`WebhookOutbox`).
     var outboxAt: Int64? = nil
 
-    /// The storage of `space` in the transaction open on `db`, with the space's head read
-    /// under its row lock, held until the transaction ends (see "Seq allocation" on
+    /// The storage of `space` in the transaction open on `db`, with the space's counters
+    /// read under its row lock, held until the transaction ends (see "Seq allocation" on
     /// `PostgresSyncStore`); creates the space's row when missing. Checks in the same
     /// snapshot that the database still has `epoch`.
-    static func locking(_ space: String, on db: PostgresConnection, epoch: Epoch) throws -> (PostgresPushStorage, head: Int64) {
-        let lock = "SELECT s.space_id, s.head_seq, (SELECT value FROM meta WHERE key = 'epoch') FROM spaces s WHERE s.name = $1 FOR UPDATE OF s"
+    static func locking(_ space: String, on db: PostgresConnection, epoch: Epoch) throws -> (PostgresPushStorage, PushRules.Space) {
+        let lock = "SELECT s.space_id, s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'), s.record_bytes FROM spaces s WHERE s.name = $1 FOR UPDATE OF s"
         var rows = try db.query(lock, [.text(space)])
         if rows.count == 0 {
             try db.run("INSERT INTO spaces(name) VALUES ($1) ON CONFLICT (name) DO NOTHING", [.text(space)])
@@ -560,7 +574,8 @@ struct PostgresPushStorage: PushStorage {
         }
         guard rows.count == 1 else { throw StoreError("space \(space) could not be locked") }
         guard rows.optionalText(0, 2) == epoch.rawValue else { throw EpochRotated() }
-        return (PostgresPushStorage(db: db, spaceID: rows.int64(0, 0), space: space, epoch: epoch), rows.int64(0, 1))
+        return (PostgresPushStorage(db: db, spaceID: rows.int64(0, 0), space: space, epoch: epoch),
+                PushRules.Space(head: rows.int64(0, 1), recordBytes: rows.int64(0, 3)))
     }
 
     func applied(_ changeIds: [String]) throws -> [String: PushRules.Applied] {
@@ -578,7 +593,7 @@ struct PostgresPushStorage: PushStorage {
 
     func heads(_ keys: [PushRules.Key]) throws -> [PushRules.Key: PushRules.Head] {
         let rows = try db.query("""
-            SELECT r.collection, r.id, r.seq, r.lineage, r.same_as
+            SELECT r.collection, r.id, r.seq, r.lineage, r.same_as, coalesce(octet_length(r.data), 0)
               FROM unnest($2::text[], $3::text[]) AS k(collection, id)
               JOIN records r ON r.space_id = $1 AND r.collection = k.collection AND r.id = k.id
             """, [.int(spaceID), .textArray(keys.map(\.collection)), .textArray(keys.map(\.id))])
@@ -586,7 +601,8 @@ struct PostgresPushStorage: PushStorage {
         out.reserveCapacity(rows.count)
         for i in 0..<rows.count {
             out[PushRules.Key(collection: rows.text(i, 0), id: rows.text(i, 1))] = PushRules.Head(
-                seq: rows.int64(i, 2), lineage: rows.optionalText(i, 3).flatMap(Version.init), sameAs: rows.optionalText(i, 4).flatMap(Version.init))
+                seq: rows.int64(i, 2), lineage: rows.optionalText(i, 3).flatMap(Version.init), sameAs: rows.optionalText(i, 4).flatMap(Version.init),
+                dataBytes: rows.int64(i, 5))
         }
         return out
     }
@@ -613,28 +629,29 @@ struct PostgresPushStorage: PushStorage {
         return out
     }
 
-    func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws {
-        let head = writes.map(\.seq).max() ?? 0
+    func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space counters: PushRules.Space) throws {
         try db.query("""
             WITH written AS (
-              INSERT INTO records AS r (space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
+              INSERT INTO records AS r (space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject)
               SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::bytea[], $7::bigint[], $8::text[],
-                                       $9::bigint[], $10::text[], $11::text[])
+                                       $9::bigint[], $10::text[], $11::text[], $21::text[])
               ON CONFLICT (space_id, collection, id) DO UPDATE SET
                 seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
-                updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as
-              RETURNING r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as),
+                updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as,
+                subject = excluded.subject
+              RETURNING r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.subject),
             queued AS (
               INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time,
-                                         lineage, same_as, committed_at)
-              SELECT $1, $12, w.seq, w.collection, w.id, w.deleted, w.data, w.updated_at, w.updated_by, w.client_time, w.lineage, w.same_as, $19::bigint
+                                         lineage, same_as, committed_at, subject)
+              SELECT $1, $12, w.seq, w.collection, w.id, w.deleted, w.data, w.updated_at, w.updated_by, w.client_time, w.lineage, w.same_as,
+                     $19::bigint, w.subject
                 FROM written w WHERE $19::bigint IS NOT NULL ORDER BY w.seq
               RETURNING 1),
             remembered AS (
               INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at)
               SELECT $1, c, f, $12, s, a FROM unnest($13::text[], $14::bytea[], $15::bigint[], $16::bigint[]) AS t(c, f, s, a)
               RETURNING 1),
-            moved AS (UPDATE spaces SET head_seq = $17 WHERE space_id = $1 RETURNING 1)
+            moved AS (UPDATE spaces SET head_seq = $17, record_bytes = $20 WHERE space_id = $1 RETURNING 1)
             SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM remembered), (SELECT count(*) FROM moved),
                    pg_notify('outpost_commits', $18 || ' ' || $17)
             """, [
@@ -646,8 +663,36 @@ struct PostgresPushStorage: PushStorage {
                 .text(epoch.rawValue),
                 .textArray(remember.map(\.changeId)), .bytesArray(remember.map(\.fingerprint)),
                 .intArray(remember.map(\.seq)), .intArray(remember.map(\.appliedAt)),
-                .int(head), .text(space), outboxAt.map { .int($0) } ?? .null,
+                .int(counters.head), .text(space), outboxAt.map { .int($0) } ?? .null, .int(counters.recordBytes),
+                .textArray(writes.map(\.subject)),
             ])
+    }
+
+    func epochHistory() throws -> PushRules.EpochHistory {
+        // One statement: every ended epoch, each row with when the history began.
+        let rows = try db.query("""
+            SELECT (SELECT value FROM meta WHERE key = 'history_began_at'), e.epoch, e.ended_at
+              FROM (SELECT 1) AS one LEFT JOIN epoch_history e ON true
+            """)
+        guard rows.count > 0, let began = rows.optionalText(0, 0).flatMap({ Int64($0) }) else {
+            throw StoreError("the database's epoch history has no beginning (meta history_began_at)")
+        }
+        var history = PushRules.EpochHistory(began: began)
+        for i in 0..<rows.count {
+            if let epoch = rows.optionalText(i, 1).flatMap(Epoch.init), let at = rows.optionalInt64(i, 2) { history.end([epoch: at]) }
+        }
+        return history
+    }
+
+    func deletedCopies(_ tombstones: [PushRules.Key: Int64]) throws -> [PushRules.Key: [UInt8]] {
+        let list = Array(tombstones)
+        let rows = try db.query("""
+            SELECT d.collection, d.id, d.data FROM unnest($2::text[], $3::text[], $4::bigint[]) AS k(collection, id, seq)
+              JOIN departures d ON d.space_id = $1 AND d.collection = k.collection AND d.id = k.id AND d.seq = k.seq
+            """, [.int(spaceID), .textArray(list.map(\.key.collection)), .textArray(list.map(\.key.id)), .intArray(list.map(\.value))])
+        var out: [PushRules.Key: [UInt8]] = [:]
+        for i in 0..<rows.count { out[PushRules.Key(collection: rows.text(i, 0), id: rows.text(i, 1))] = rows.bytes(i, 2) }
+        return out
     }
 
     /// One statement: the replaced states' keys go and the new ones come.

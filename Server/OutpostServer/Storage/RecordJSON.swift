@@ -8,10 +8,13 @@ public enum RecordJSON {
     /// "updatedBy":…,"clientTime":…,"lineage":…,"sameAs":…}`. `data` is the stored compact
     /// JSON object, written as it is; it is left out for a tombstone. `lineage` and `sameAs`
     /// are the stored `"<epoch>.<seq>"` texts (protocol 1.1), each left out when the state
-    /// has none.
+    /// has none. With `subject` (the authenticated subject of the push that wrote the state:
+    /// for operators, in the admin console and webhooks, never in a pull), `"subject":…`
+    /// follows.
     public static func append(
         to out: inout [UInt8], collection: String, id: String, epoch: Epoch, seq: Int64, deleted: Bool,
-        data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?, lineage: String?, sameAs: String?
+        data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?, lineage: String?, sameAs: String?,
+        subject: String? = nil
     ) {
         out.append(contentsOf: #"{"collection":"#.utf8)
         JSONWriter.appendString(collection, to: &out)
@@ -46,6 +49,10 @@ public enum RecordJSON {
         if let sameAs {
             out.append(contentsOf: #","sameAs":"#.utf8)
             JSONWriter.appendString(sameAs, to: &out)
+        }
+        if let subject {
+            out.append(contentsOf: #","subject":"#.utf8)
+            JSONWriter.appendString(subject, to: &out)
         }
         out.append(UInt8(ascii: "}"))
     }

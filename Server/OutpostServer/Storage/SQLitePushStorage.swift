@@ -28,7 +28,7 @@ struct SQLitePushStorage: PushStorage {
     }
 
     func heads(_ keys: [PushRules.Key]) throws -> [PushRules.Key: PushRules.Head] {
-        let find = try db.cached("SELECT seq, lineage, same_as FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        let find = try db.cached("SELECT seq, lineage, same_as, coalesce(length(data), 0) FROM records WHERE space_id = ? AND collection = ? AND id = ?")
         var out: [PushRules.Key: PushRules.Head] = [:]
         out.reserveCapacity(keys.count)
         for key in keys {
@@ -38,7 +38,7 @@ struct SQLitePushStorage: PushStorage {
             defer { find.reset() }
             guard try find.step() else { continue }
             out[key] = PushRules.Head(seq: find.int64(0), lineage: find.optionalText(1).flatMap(Version.init),
-                                      sameAs: find.optionalText(2).flatMap(Version.init))
+                                      sameAs: find.optionalText(2).flatMap(Version.init), dataBytes: find.int64(3))
         }
         return out
     }
@@ -57,13 +57,15 @@ struct SQLitePushStorage: PushStorage {
         return out
     }
 
-    func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws {
+    /// The space's counters are stored by the writer at its commit (`SQLiteWriter`).
+    func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space: PushRules.Space) throws {
         let upsert = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
             ON CONFLICT(space_id, collection, id) DO UPDATE SET
               seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
-              updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as
+              updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as,
+              subject = excluded.subject
             """)
         for w in writes {
             try upsert.bind(int: spaceID, at: 1)
@@ -77,6 +79,7 @@ struct SQLitePushStorage: PushStorage {
             if let t = w.clientTime { try upsert.bind(int: t, at: 9) } else { try upsert.bindNull(at: 9) }
             if let v = w.lineage { try upsert.bind(text: v.text, at: 10) } else { try upsert.bindNull(at: 10) }
             if let v = w.sameAs { try upsert.bind(text: v.text, at: 11) } else { try upsert.bindNull(at: 11) }
+            try upsert.bind(text: w.subject, at: 12)
             while try upsert.step() {}
             upsert.reset()
         }
@@ -97,8 +100,9 @@ struct SQLitePushStorage: PushStorage {
     /// One outbox row per record written, in seq order.
     private func queue(_ writes: [PushRules.Write], at committedAt: Int64) throws {
         let insert = try db.cached("""
-            INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, committed_at)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+            INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time, lineage, same_as,
+                                       committed_at, subject)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
             """)
         for w in writes {
             try insert.bind(int: spaceID, at: 1)
@@ -114,9 +118,28 @@ struct SQLitePushStorage: PushStorage {
             if let v = w.lineage { try insert.bind(text: v.text, at: 11) } else { try insert.bindNull(at: 11) }
             if let v = w.sameAs { try insert.bind(text: v.text, at: 12) } else { try insert.bindNull(at: 12) }
             try insert.bind(int: committedAt, at: 13)
+            try insert.bind(text: w.subject, at: 14)
             while try insert.step() {}
             insert.reset()
         }
+    }
+
+    func epochHistory() throws -> PushRules.EpochHistory {
+        try SQLiteSyncStore.epochHistory(db)
+    }
+
+    func deletedCopies(_ tombstones: [PushRules.Key: Int64]) throws -> [PushRules.Key: [UInt8]] {
+        let find = try db.cached("SELECT data FROM departures WHERE space_id = ? AND collection = ? AND id = ? AND seq = ?")
+        var out: [PushRules.Key: [UInt8]] = [:]
+        for (key, seq) in tombstones {
+            try find.bind(int: spaceID, at: 1)
+            try find.bind(text: key.collection, at: 2)
+            try find.bind(text: key.id, at: 3)
+            try find.bind(int: seq, at: 4)
+            defer { find.reset() }
+            if try find.step() { out[key] = find.blob(0) }
+        }
+        return out
     }
 
     func depart(_ departures: [PushRules.Departure]) throws {

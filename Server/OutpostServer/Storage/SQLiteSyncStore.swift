@@ -34,12 +34,20 @@ public final class SQLiteSyncStore: SyncStore {
         /// Whether every commit also writes its records to the webhook outbox (only while
         /// webhooks are configured; docs/operating.md, "Webhooks").
         public var outbox = false
+        /// The most record bytes a space may hold (`PushRules.recordBytes`); nil for no limit.
+        public var recordQuota: Int64?
+        /// The server's clock (ms since 1970), for when the history begins and an epoch ends:
+        /// the clock the pushes' commit times come from (the simulation's is virtual).
+        public var clock: @Sendable () -> Int64 = SQLiteSyncStore.systemClock
 
         public init(path: String) { self.path = path }
     }
 
     /// Makes a new epoch that sorts after `previous` (PROTOCOL.md section 1).
     public typealias EpochMaker = @Sendable (_ previous: Epoch?) -> Epoch
+
+    /// The wall clock in ms since 1970.
+    public static let systemClock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// `Epoch.generate` from the wall clock and the system's random source: time first, so a
     /// new epoch sorts after every epoch made before it.
@@ -61,19 +69,24 @@ public final class SQLiteSyncStore: SyncStore {
     /// Current schema version; `migrate` brings older files up to it.
     /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
     /// 3: `records.same_as` (protocol 1.1). 4: departures. 5: the view index. 6: history
-    /// horizons. 7: device telemetry. 8: the webhook outbox (`WebhookOutbox`).
-    static let schemaVersion = 8
+    /// horizons. 7: device telemetry. 8: the webhook outbox (`WebhookOutbox`). 9: the epoch
+    /// history (`epoch_history`). 10: the subject of every write. 11: each space's record
+    /// bytes.
+    static let schemaVersion = 11
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
     public init(configuration: Configuration, notifier: CommitNotifier = CommitNotifier()) throws {
         self.configuration = configuration
         self.notifier = notifier
+        // Private before SQLite creates anything: the store and its -wal and -shm are the
+        // owner's alone (DataDirectory.makePrivateStore).
+        try DataDirectory.makePrivateStore(configuration.path)
         // Open once here to migrate and read the epoch before any thread starts.
         let setup = try Connection(path: configuration.path)
         try setup.enableWAL(synchronous: configuration.synchronous)
         try Self.migrate(setup)
-        let epoch = try Self.ensureEpoch(setup, makeEpoch: configuration.makeEpoch)
+        let epoch = try Self.ensureEpoch(setup, makeEpoch: configuration.makeEpoch, now: configuration.clock())
         setup.close()
         self.epoch = epoch
 
@@ -81,6 +94,7 @@ public final class SQLiteSyncStore: SyncStore {
         let synchronous = configuration.synchronous
         let maxBatch = configuration.maxPushesPerCommit
         let outbox = configuration.outbox
+        let recordQuota = configuration.recordQuota
         let notifierRef = notifier
         writer = try WorkerThread<WriteJob>(
             name: "sqlite-writer", maxBatch: maxBatch,
@@ -91,7 +105,7 @@ public final class SQLiteSyncStore: SyncStore {
                 // and fsyncs the database file, and would stall every push queued behind
                 // it. The checkpointer thread does that work instead.
                 try db.execute("PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; PRAGMA wal_autocheckpoint=0")
-                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef, outbox: outbox)
+                return SQLiteWriter(db: db, epoch: epoch, notifier: notifierRef, outbox: outbox, recordQuota: recordQuota)
             },
             handle: { writer, jobs in writer.handle(jobs) },
             teardown: { writer in writer.close() })
@@ -323,32 +337,108 @@ public final class SQLiteSyncStore: SyncStore {
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '8')")
             }
         }
+        if version < 9 {
+            // The epoch history (PROTOCOL.md section 4, "Re-offers", rule 3): when the store's
+            // history began and every epoch it ended and when, so a re-offer's commit time
+            // can be only one its epoch could have had. A store from before knows its ended
+            // epochs (the last 32, from `retired_epochs`) but not when they ended nor when it
+            // began: both are bounded by now, when every one of them is over.
+            try db.transaction {
+                try db.execute("CREATE TABLE IF NOT EXISTS epoch_history(epoch TEXT PRIMARY KEY, ended_at INTEGER NOT NULL) WITHOUT ROWID")
+                if try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'") != nil {
+                    let now = systemClock()
+                    let retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "").split(separator: ",").compactMap { Epoch(String($0)) }
+                    for epoch in retired {
+                        try db.run("INSERT OR IGNORE INTO epoch_history(epoch, ended_at) VALUES (?, ?)", [.text(epoch.rawValue), .integer(now)])
+                    }
+                    try db.run("INSERT OR IGNORE INTO meta(key, value) VALUES ('history_began_at', ?)", [.text(String(now))])
+                }
+                try db.run("DELETE FROM meta WHERE key = 'retired_epochs'")
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '9')")
+            }
+        }
+        if version < 10 {
+            // Who wrote, as no device can claim it: the authenticated subject (the token's
+            // `sub`) of the push that wrote each record state, kept beside the clientId the
+            // device chose; the same in the webhook outbox, and the subject a device's
+            // telemetry is bound to. NULL for what was written before.
+            try db.transaction {
+                for table in ["records", "webhook_outbox", "devices"] { try addColumn(db, table, "subject TEXT") }
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '10')")
+            }
+        }
+        if version < 11 {
+            // Each space's record bytes (`PushRules.recordBytes`: collection, id and data of
+            // every record, tombstones included), kept by every push and compaction in their
+            // transactions, for the per-space limit and the operator's list.
+            try db.transaction {
+                try addColumn(db, "spaces", "record_bytes INTEGER NOT NULL DEFAULT 0")
+                try db.execute("""
+                    UPDATE spaces SET record_bytes = (SELECT coalesce(sum(length(CAST(collection AS BLOB)) + length(CAST(id AS BLOB)) + coalesce(length(data), 0)), 0)
+                                                        FROM records r WHERE r.space_id = spaces.space_id);
+                    """)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '11')")
+            }
+        }
     }
 
-    static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
+    /// Adds the column `definition` (its name first) to `table` unless the table has it
+    /// already, so a migration that adds columns runs to the same end on a file that has some.
+    private static func addColumn(_ db: Connection, _ table: String, _ definition: String) throws {
+        let name = String(definition.prefix { $0 != " " })
+        guard try db.scalarInt("SELECT count(*) FROM pragma_table_info(?) WHERE name = ?", [.text(table), .text(name)]) == 0 else { return }
+        try db.execute("ALTER TABLE \(table) ADD COLUMN \(definition)")
+    }
+
+    static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch, now: Int64 = systemClock()) throws -> Epoch {
         if let text = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'") {
             guard let epoch = Epoch(text) else { throw StoreError("the store's epoch \"\(text)\" is not valid") }
             return epoch
         }
-        return try rotateEpoch(db, makeEpoch: makeEpoch)
+        return try rotateEpoch(db, makeEpoch: makeEpoch, now: now)
     }
 
-    /// Gives the store at `db` a new epoch, later than its current one, and returns it.
-    /// The caller makes sure no server has the store open.
+    /// Gives the store at `db` a new epoch, later than its current one, at `now`, and
+    /// returns it. The epoch that ends joins the history (`epoch_history`); a new store's
+    /// history begins. The caller makes sure no server has the store open.
     @discardableResult
-    static func rotateEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
+    static func rotateEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch, now: Int64 = systemClock()) throws -> Epoch {
         try db.transaction {
             let previous = try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'").flatMap(Epoch.init)
             let epoch = makeEpoch(previous)
             try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('epoch', ?)", [.text(epoch.rawValue)])
             if let previous {
-                let retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "")
-                    .split(separator: ",").map(String.init) + [previous.rawValue]
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('retired_epochs', ?)", [.text(retired.suffix(32).joined(separator: ","))])
+                try endEpochs([(previous, now)], in: db)
                 try recordLineage(db, endingEpoch: previous)
+            } else {
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('history_began_at', ?)", [.text(String(now))])
             }
             return epoch
         }
+    }
+
+    /// Adds ended epochs to the store's history, each with the time it ended (an epoch
+    /// already there keeps the earlier time).
+    static func endEpochs(_ ended: [(Epoch, Int64)], in db: Connection) throws {
+        for (epoch, at) in ended {
+            try db.run("""
+                INSERT INTO epoch_history(epoch, ended_at) VALUES (?, ?)
+                ON CONFLICT(epoch) DO UPDATE SET ended_at = min(ended_at, excluded.ended_at)
+                """, [.text(epoch.rawValue), .integer(at)])
+        }
+    }
+
+    /// The history of epochs of the store at `db` (`PushRules.EpochHistory`).
+    static func epochHistory(_ db: Connection) throws -> PushRules.EpochHistory {
+        guard let began = try db.scalarText("SELECT value FROM meta WHERE key = 'history_began_at'").flatMap({ Int64($0) }) else {
+            throw StoreError("the store's epoch history has no beginning (meta history_began_at)")
+        }
+        return PushRules.EpochHistory(began: began, ended: Dictionary(try endedEpochs(db), uniquingKeysWith: min))
+    }
+
+    /// The ended epochs of the store at `db`, with when each ended.
+    static func endedEpochs(_ db: Connection) throws -> [(Epoch, Int64)] {
+        try db.query("SELECT epoch, ended_at FROM epoch_history ORDER BY ended_at") { ($0.text(0), $0.int64(1)) }.compactMap { e, at in Epoch(e).map { ($0, at) } }
     }
 
     /// Gives every record (tombstones included) the lineage and sameAs `<ending>.<seq>`:
@@ -360,20 +450,23 @@ public final class SQLiteSyncStore: SyncStore {
         try db.run("UPDATE records SET lineage = ?1 || '.' || seq, same_as = ?1 || '.' || seq", [.text(ending.rawValue)])
     }
 
-    /// Opens the store file at `path`, gives it a new epoch (made by `makeEpoch`) and closes it.
-    public static func rotateEpoch(path: String, makeEpoch: EpochMaker = systemEpoch) throws -> Epoch {
+    /// Opens the store file at `path`, gives it a new epoch (made by `makeEpoch`) at `now`
+    /// and closes it.
+    public static func rotateEpoch(path: String, makeEpoch: EpochMaker = systemEpoch, now: Int64 = systemClock()) throws -> Epoch {
+        try DataDirectory.makePrivateStore(path)
         let db = try Connection(path: path)
         defer { db.close() }
         try db.enableWAL(synchronous: .full)
         try migrate(db)
-        return try rotateEpoch(db, makeEpoch: makeEpoch)
+        return try rotateEpoch(db, makeEpoch: makeEpoch, now: now)
     }
 
     // MARK: SyncStore
 
-    public func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
+    public func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         try await withCheckedThrowingContinuation { continuation in
-            let job = WriteJob.push(PushJob(space: space, clientId: clientId, items: items, now: now, judge: judge, completion: { continuation.resume(with: $0) }))
+            let job = WriteJob.push(PushJob(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge,
+                                            completion: { continuation.resume(with: $0) }))
             if !writer.submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }
     }
@@ -482,7 +575,7 @@ public final class SQLiteSyncStore: SyncStore {
         try await read { reader in
             try reader.db.query(SpaceSummary.listingSQL { _ in "?" }, [.text(after), .integer(Int64(limit))]) { row in
                 SpaceSummary(name: row.text(0), records: row.int64(2), tombstones: row.int64(3), head: row.int64(1),
-                             lastWriteAt: row.isNull(4) ? nil : row.int64(4), horizon: row.int64(5))
+                             lastWriteAt: row.isNull(4) ? nil : row.int64(4), horizon: row.int64(5), recordBytes: row.int64(6))
             }
         }
     }
@@ -550,6 +643,7 @@ public final class SQLiteSyncStore: SyncStore {
 struct PushJob: Sendable {
     let space: String
     let clientId: String
+    let subject: String
     let items: [PushItem]
     let now: Int64
     let judge: (any PushJudge)?
@@ -576,14 +670,17 @@ final class SQLiteWriter {
     let notifier: CommitNotifier
     /// Whether pushes write the webhook outbox.
     let outbox: Bool
-    /// space name -> (space_id, head seq), as committed.
-    private var spaces: [String: (id: Int64, head: Int64)] = [:]
+    /// The most record bytes a space may hold; nil for no limit.
+    let recordQuota: Int64?
+    /// space name -> its space_id and counters, as committed.
+    private var spaces: [String: (id: Int64, counters: PushRules.Space)] = [:]
 
-    init(db: Connection, epoch: Epoch, notifier: CommitNotifier, outbox: Bool = false) {
+    init(db: Connection, epoch: Epoch, notifier: CommitNotifier, outbox: Bool = false, recordQuota: Int64? = nil) {
         self.db = db
         self.epoch = epoch
         self.notifier = notifier
         self.outbox = outbox
+        self.recordQuota = recordQuota
     }
 
     func close() {
@@ -602,6 +699,9 @@ final class SQLiteWriter {
                 commitPushes(pushes)
                 pushes.removeAll()
                 body(db)
+                // The job may have changed a space's counters (a compaction purges
+                // tombstones, and their bytes): read them again at the next push.
+                spaces.removeAll()
             }
         }
         commitPushes(pushes)
@@ -630,7 +730,12 @@ final class SQLiteWriter {
             }
             for space in touched {
                 let entry = spaces[space]!
-                try db.run("UPDATE spaces SET head_seq = ? WHERE space_id = ?", [.integer(entry.head), .integer(entry.id)])
+                let store = try db.cached("UPDATE spaces SET head_seq = ?, record_bytes = ? WHERE space_id = ?")
+                try store.bind(int: entry.counters.head, at: 1)
+                try store.bind(int: entry.counters.recordBytes, at: 2)
+                try store.bind(int: entry.id, at: 3)
+                while try store.step() {}
+                store.reset()
             }
             try db.execute("COMMIT")
         } catch {
@@ -642,21 +747,23 @@ final class SQLiteWriter {
         // The notifier learns the new heads before any push is answered, so a pull sent
         // after a push's answer never shares a page read older than that push (see
         // PageCoalescer).
-        for space in touched { notifier.committed(space: space, head: spaces[space]!.head) }
+        for space in touched { notifier.committed(space: space, head: spaces[space]!.counters.head) }
         for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome) }
     }
 
-    private func spaceEntry(_ name: String) throws -> (id: Int64, head: Int64) {
+    private func spaceEntry(_ name: String) throws -> (id: Int64, counters: PushRules.Space) {
         if let entry = spaces[name] { return entry }
-        if let row = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(name)], { ($0.int64(0), $0.int64(1)) }) {
-            spaces[name] = (row.0, row.1)
-            return (row.0, row.1)
+        if let row = try db.queryOne("SELECT space_id, head_seq, record_bytes FROM spaces WHERE name = ?", [.text(name)], { ($0.int64(0), $0.int64(1), $0.int64(2)) }) {
+            let entry = (id: row.0, counters: PushRules.Space(head: row.1, recordBytes: row.2))
+            spaces[name] = entry
+            return entry
         }
         try db.run("INSERT INTO spaces(name, head_seq) VALUES (?, 0)", [.text(name)])
-        let entry = (id: db.lastInsertRowID, head: Int64(0))
+        let entry = (id: db.lastInsertRowID, counters: PushRules.Space(head: 0, recordBytes: 0))
         spaces[name] = entry
         return entry
     }
+
 
     /// Applies one push with `PushRules` over this connection (`SQLitePushStorage`) and
     /// keeps the space's head for the commit.
@@ -668,9 +775,8 @@ final class SQLiteWriter {
             if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
         }
         var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch, outboxAt: outbox ? job.now : nil)
-        let (decided, head) = try PushRules.apply(inputs, epoch: epoch, head: space.head, clientId: job.clientId, now: job.now, storage: &storage,
-                                                  judge: job.judge)
-        space.head = head
+        let context = PushRules.Context(epoch: epoch, clientId: job.clientId, subject: job.subject, now: job.now, recordQuota: recordQuota)
+        let decided = try PushRules.apply(inputs, context: context, space: &space.counters, storage: &storage, judge: job.judge)
         spaces[job.space] = space
         return PushItem.merge(decided, into: job.items)
     }

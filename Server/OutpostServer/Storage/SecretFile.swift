@@ -5,14 +5,31 @@ import OutpostCrypto
 /// directory holds: created on first use with 32 random bytes in hex, mode 0600, and
 /// refused when others may read it. The JWT secret (`jwt-secret`) and the webhook signing
 /// secret (`webhook-secret`) are kept this way.
+///
+/// Every such secret is an HMAC-SHA256 key, so it keeps RFC 7518 section 3.2's rule for
+/// HS256: a key of at least 256 bits. Its bits are those of the bytes the server uses as the
+/// key, the UTF-8 bytes of the variable or file (the file without its trailing white space):
+/// at least `minimumBytes`. A file the server creates holds 64 hex digits (64 bytes, 256 bits
+/// of randomness).
 enum SecretFile {
+    /// The fewest bytes a secret may have: 32 bytes, 256 bits (RFC 7518 section 3.2).
+    static let minimumBytes = 32
+
+    /// How to make a secret that keeps the rule, for the messages that refuse one.
+    static let howToMake = "make one with `openssl rand -base64 32`"
+
     /// The environment value when set and not empty, else the file's content (created when
-    /// absent), without trailing white space.
-    static func load(environmentValue: String?, dataDirectory: String, fileName: String) throws -> [UInt8] {
-        if let value = environmentValue, !value.isEmpty { return Array(value.utf8) }
+    /// absent), without trailing white space. `variable` names the environment variable in
+    /// the message that refuses a secret too short.
+    static func load(environmentValue: String?, dataDirectory: String, fileName: String, variable: String) throws -> [UInt8] {
+        if let value = environmentValue, !value.isEmpty {
+            let secret = Array(value.utf8)
+            try checkStrength(secret, name: variable)
+            return secret
+        }
         let path = (dataDirectory as NSString).appendingPathComponent(fileName)
         if let existing = try read(path) { return existing }
-        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try DataDirectory.makePrivateDirectory(dataDirectory)
         let secret = Array(Hex.encode(SecureRandom.bytes(32)).utf8)
         // O_EXCL: when two processes race to create it, exactly one secret wins and the
         // loser reads the winner's.
@@ -30,6 +47,14 @@ enum SecretFile {
         return secret
     }
 
+    /// Refuses a secret shorter than `minimumBytes`; `name` says where it came from.
+    static func checkStrength(_ secret: [UInt8], name: String) throws {
+        guard secret.count >= minimumBytes else {
+            throw Settings.Invalid(description: "\(name) is \(secret.count) bytes; an HS256 secret needs at least \(minimumBytes) bytes "
+                + "(256 bits, RFC 7518 section 3.2): \(howToMake)")
+        }
+    }
+
     private static func read(_ path: String) throws -> [UInt8]? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }
         var info = stat()
@@ -40,6 +65,7 @@ enum SecretFile {
         var bytes = Array(data)
         while let last = bytes.last, last == 0x0A || last == 0x0D || last == 0x20 { bytes.removeLast() }
         guard !bytes.isEmpty else { throw StoreError("\(path) is empty") }
+        try checkStrength(bytes, name: path)
         return bytes
     }
 }

@@ -91,6 +91,9 @@ public struct StoredRecord: Sendable {
     public var clientTime: Int64?
     public var lineage: String?
     public var sameAs: String?
+    /// The authenticated subject of the push that wrote it, when read for an operator (the
+    /// admin console); nil in a pull's reads, and for a state written before it was kept.
+    public var subject: String? = nil
 
     public var key: PushRules.Key { PushRules.Key(collection: collection, id: id) }
 
@@ -98,7 +101,8 @@ public struct StoredRecord: Sendable {
     public func append(to out: inout [UInt8], epoch: Epoch) {
         func encode(_ data: UnsafeRawBufferPointer?) {
             RecordJSON.append(to: &out, collection: collection, id: id, epoch: epoch, seq: seq, deleted: deleted, data: data,
-                              updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs)
+                              updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs,
+                              subject: subject)
         }
         if let data, !deleted { data.withUnsafeBytes { encode($0) } } else { encode(nil) }
     }
@@ -159,10 +163,11 @@ public protocol SyncStore: Sendable {
     /// the push that made it (`PageCoalescer` relies on that).
     var notifier: CommitNotifier { get }
 
-    /// Applies a push and returns one result per item, in order. With a `judge` (a server
-    /// with rules), `PushRules` asks it about every change and keeps the departures it
-    /// names, in the same transaction.
-    func push(space: String, clientId: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult]
+    /// Applies a push by `clientId` (the device's name for itself) under the token subject
+    /// `subject`, and returns one result per item, in order. With a `judge` (a server with
+    /// rules), `PushRules` asks it about every change and keeps the departures it names, in
+    /// the same transaction.
+    func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult]
 
     /// Reads one page.
     func page(_ request: PageRequest) async throws -> PageData
@@ -262,18 +267,28 @@ public struct Compaction: Sendable, Equatable {
                 """, [.integer(cutoff), .integer(Int64(sliceSize))]) {
                 (space: $0.int64(0), name: $0.text(1), collection: $0.text(2), id: $0.text(3), seq: $0.int64(4), bytes: $0.int64(5))
             }
-            var spaces: [Int64: (name: String, seq: Int64)] = [:]
+            // The spaces' rows first, in name order as pushes lock them: on PostgreSQL a push
+            // holding one reads its records' sizes under that lock, so a tombstone is not
+            // purged between its read and its write (its bytes would be taken off twice).
+            var names: [Int64: String] = [:]
+            for row in rows { names[row.space] = row.name }
+            for (id, _) in names.sorted(by: { Array($0.value.utf8).lexicographicallyPrecedes(Array($1.value.utf8)) }) {
+                try db.run("UPDATE spaces SET record_bytes = record_bytes WHERE space_id = ?", [.integer(id)])
+            }
+            var spaces: [Int64: (name: String, seq: Int64, bytes: Int64)] = [:]
             for row in rows {
                 let deleted = try db.run("DELETE FROM records WHERE space_id = ? AND collection = ? AND id = ? AND seq = ? AND deleted = (1 = 1)",
                                          [.integer(row.space), .text(row.collection), .text(row.id), .integer(row.seq)])
                 guard deleted == 1 else { continue }
                 slice.purged += 1
                 slice.reclaimedBytes += row.bytes
-                spaces[row.space] = (row.name, max(spaces[row.space]?.seq ?? 0, row.seq))
+                let key = PushRules.Key(collection: row.collection, id: row.id)
+                spaces[row.space] = (row.name, max(spaces[row.space]?.seq ?? 0, row.seq),
+                                     (spaces[row.space]?.bytes ?? 0) + PushRules.recordBytes(key, dataBytes: 0))
             }
             for (id, space) in spaces {
-                try db.run("UPDATE spaces SET horizon_seq = CASE WHEN horizon_seq < ? THEN ? ELSE horizon_seq END WHERE space_id = ?",
-                           [.integer(space.seq), .integer(space.seq), .integer(id)])
+                try db.run("UPDATE spaces SET horizon_seq = CASE WHEN horizon_seq < ? THEN ? ELSE horizon_seq END, record_bytes = record_bytes - ? WHERE space_id = ?",
+                           [.integer(space.seq), .integer(space.seq), .integer(space.bytes), .integer(id)])
                 slice.horizons[space.name] = try db.queryOne("SELECT horizon_seq FROM spaces WHERE space_id = ?", [.integer(id)]) { $0.int64(0) } ?? space.seq
             }
             return (slice, rows.count < sliceSize)
@@ -308,8 +323,11 @@ public struct SpaceSummary: Sendable, Equatable {
     public var lastWriteAt: Int64?
     /// The history horizon: the newest seq of a purged tombstone (0: nothing purged).
     public var horizon: Int64
+    /// The bytes of its records (`PushRules.recordBytes`), which its limit counts.
+    public var recordBytes: Int64
 
-    public init(name: String, records: Int64, tombstones: Int64, head: Int64, lastWriteAt: Int64?, horizon: Int64 = 0) {
+    public init(name: String, records: Int64, tombstones: Int64, head: Int64, lastWriteAt: Int64?, horizon: Int64 = 0, recordBytes: Int64 = 0) {
+        self.recordBytes = recordBytes
         self.name = name
         self.records = records
         self.tombstones = tombstones
@@ -326,19 +344,20 @@ public struct SpaceSummary: Sendable, Equatable {
         SELECT s.name, s.head_seq,
                count(r.id) FILTER (WHERE NOT r.deleted),
                count(r.id) FILTER (WHERE r.deleted),
-               max(r.updated_at), s.horizon_seq
-          FROM (SELECT space_id, name, head_seq, horizon_seq FROM spaces WHERE name > \(placeholder(1)) ORDER BY name LIMIT \(placeholder(2))) s
+               max(r.updated_at), s.horizon_seq, s.record_bytes
+          FROM (SELECT space_id, name, head_seq, horizon_seq, record_bytes FROM spaces WHERE name > \(placeholder(1)) ORDER BY name LIMIT \(placeholder(2))) s
           LEFT JOIN records r ON r.space_id = s.space_id
-         GROUP BY s.space_id, s.name, s.head_seq, s.horizon_seq
+         GROUP BY s.space_id, s.name, s.head_seq, s.horizon_seq, s.record_bytes
          ORDER BY s.name
         """
     }
 }
 
 extension SyncStore {
-    /// A push on a server without rules.
+    /// A push on a server without rules, by a device whose subject is its `clientId` (a
+    /// store driven directly, with no token: tests and tools).
     public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
-        try await push(space: space, clientId: clientId, items: items, now: now, judge: nil)
+        try await push(space: space, clientId: clientId, subject: clientId, items: items, now: now, judge: nil)
     }
 }
 

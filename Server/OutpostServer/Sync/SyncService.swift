@@ -17,6 +17,9 @@ public final class SyncService: Sendable {
     public let viewIndex: ViewIndexKeeper
     /// Server time in ms since 1970 (tests move it).
     let clock: @Sendable () -> Int64
+    /// Whether each push that writes logs a `write` line: who wrote (the token's subject and
+    /// the device's clientId), where, and how much (the operator's audit; with `--access-log`).
+    let audit: Bool
     /// One page read for many identical pulls served at the same moment.
     let coalescer: PageCoalescer
     /// Long polls in groups that share one read and one encoded answer per commit.
@@ -25,8 +28,9 @@ public final class SyncService: Sendable {
     let pullPages, pullRecords, pullBytes, longPollsWoken: Metrics.Counter
 
     public init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, rules: RulesHolder = RulesHolder(),
-                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+                audit: Bool = false, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
         self.store = store
+        self.audit = audit
         self.rules = rules
         viewIndex = ViewIndexKeeper(store: store, metrics: metrics)
         self.limits = limits
@@ -74,19 +78,24 @@ public final class SyncService: Sendable {
     public func push(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
         let decoded = try Self.decodePush(request.body, maxChanges: limits.maxChangesPerPush)
+        // The token's subject is kept with every record state the push writes: who wrote,
+        // as the device cannot claim it (its clientId is what it chooses to be called).
+        let claims = try await authorizer.authorize(request.head, space: space, scope: .write)
         // Under rules, every change is judged in the store's transaction, on the state it
         // would replace (PushRules), by the rules of this moment for this token.
-        let judge: RulesJudge? = if let rules = rules.rules {
-            RulesJudge(view: rules.view(for: try await authorizer.authorize(request.head, space: space, scope: .write)))
-        } else {
-            nil
-        }
+        let judge: RulesJudge? = rules.rules.map { RulesJudge(view: $0.view(for: claims)) }
         let items = decoded.changes.map { prepare($0, judge: judge) }
 
         let results = try await storeCall {
-            try await self.store.push(space: space, clientId: decoded.clientId, items: items, now: self.clock(), judge: judge)
+            try await self.store.push(space: space, clientId: decoded.clientId, subject: claims.sub, items: items, now: self.clock(), judge: judge)
         }
-        count(results)
+        let applied = count(results)
+        if audit && applied > 0 {
+            Log.write(level: "info", "write", [
+                "space": .string(space), "subject": .string(claims.sub), "clientId": .string(decoded.clientId),
+                "applied": .number(JSONNumber(applied)), "changes": .number(JSONNumber(results.count)), "requestId": .string(request.head.requestID),
+            ])
+        }
         let response = PushResponse(epoch: store.epoch, results: results)
         return HTTPResponse(json: response.encoded())
     }
@@ -136,7 +145,9 @@ public final class SyncService: Sendable {
         }
     }
 
-    private func count(_ results: [PushResult]) {
+    /// Counts the results in the metrics; returns how many changes were applied (not replays).
+    @discardableResult
+    private func count(_ results: [PushResult]) -> Int {
         var applied = 0, replayed = 0, conflicts = 0
         for r in results {
             switch r.status {
@@ -150,6 +161,7 @@ public final class SyncService: Sendable {
         if conflicts > 0 { metrics.increment("outpost_changes_total", .init([("result", "conflict")]), by: Double(conflicts)) }
         let rejected = results.count - applied - replayed - conflicts
         if rejected > 0 { metrics.increment("outpost_changes_total", .init([("result", "rejected")]), by: Double(rejected)) }
+        return applied
     }
 
     // MARK: Pull

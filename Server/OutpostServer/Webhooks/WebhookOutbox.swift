@@ -43,6 +43,8 @@ enum WebhookOutbox {
         var sameAs: String?
         /// When the push that wrote it arrived (ms since 1970).
         var committedAt: Int64
+        /// The authenticated subject of that push (nil for a row written before it was kept).
+        var subject: String? = nil
     }
 
     /// A batch claimed for delivery: the space's rows after `after` up to `last`, all of one
@@ -199,7 +201,7 @@ enum WebhookOutbox {
             if last == nil {
                 let sizes = try db.query("""
                     SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
-                                      + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + length(epoch) + 160
+                                      + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0) + length(epoch) + 172
                       FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
                     """, [.integer(spaceID), .integer(cursor.delivered), .integer(Int64(bounds.changes))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
                 guard let first = sizes.first else {
@@ -219,14 +221,14 @@ enum WebhookOutbox {
             }
             let changes = try db.query("""
                 SELECT id, epoch, seq, collection, record_id, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by,
-                       client_time, lineage, same_as, committed_at
+                       client_time, lineage, same_as, committed_at, subject
                   FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? ORDER BY id
                 """, [.integer(spaceID), .integer(cursor.delivered), .integer(last!)]) { row in
                     let deleted = row.int64(5) != 0
                     return Change(id: row.int64(0), epoch: row.text(1), seq: row.int64(2), collection: row.text(3), recordID: row.text(4),
                                   deleted: deleted, data: deleted ? nil : row.bytes(6), updatedAt: row.int64(7), updatedBy: row.text(8),
                                   clientTime: row.optionalInt64(9), lineage: row.optionalText(10), sameAs: row.optionalText(11),
-                                  committedAt: row.int64(12))
+                                  committedAt: row.int64(12), subject: row.optionalText(13))
                 }
             guard !changes.isEmpty else {
                 // The rows are gone (pruned while this webhook was forgotten): nothing is
@@ -316,9 +318,10 @@ enum WebhookOutbox {
 
     /// The JSON body of a batch: `{"space", "epoch", "changes": [{"seq", "collection",
     /// "id", "version", "deleted", "data", "updatedAt", "updatedBy", "clientTime",
-    /// "lineage", "sameAs"}]}`, each change a record as a pull page has it (docs/protocol.md
-    /// section 5) with its `seq` first, in commit order. The same batch always encodes to
-    /// the same bytes.
+    /// "lineage", "sameAs", "subject"}]}`, each change a record as a pull page has it
+    /// (docs/protocol.md section 5) with its `seq` first and the authenticated subject of the
+    /// push that wrote it last (absent for a change written before subjects were kept), in
+    /// commit order. The same batch always encodes to the same bytes.
     static func body(_ batch: Batch) throws -> [UInt8] {
         guard let epoch = Epoch(batch.changes.first?.epoch ?? "") else { throw StoreError("an outbox row of \(batch.space) names no valid epoch") }
         var out: [UInt8] = []
@@ -337,7 +340,7 @@ enum WebhookOutbox {
             func encode(_ data: UnsafeRawBufferPointer?) {
                 RecordJSON.append(to: &record, collection: change.collection, id: change.recordID, epoch: epoch, seq: change.seq,
                                   deleted: change.deleted, data: data, updatedAt: change.updatedAt, updatedBy: change.updatedBy,
-                                  clientTime: change.clientTime, lineage: change.lineage, sameAs: change.sameAs)
+                                  clientTime: change.clientTime, lineage: change.lineage, sameAs: change.sameAs, subject: change.subject)
             }
             if let data = change.data, !change.deleted { data.withUnsafeBytes { encode($0) } } else { encode(nil) }
             // The record's own members after its opening brace.

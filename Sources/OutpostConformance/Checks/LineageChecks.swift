@@ -1,3 +1,4 @@
+import Foundation
 import OutpostCore
 
 /// Sections 4 and 5, added in protocol 1.1: a re-offer keeps its history. A record state
@@ -71,6 +72,41 @@ enum LineageChecks {
             }
             let records = try await c.pullAll(space).records
             try expect(records.isEmpty, "rejected re-offers wrote \(records.map(\.id))")
+        },
+        Check("reoffer-time-bounded-by-history", section: "4", "a re-offer whose lineage.updatedAt is after the server's history moved past its epoch (a time not yet come, for an epoch before the history), or before 1970, is rejected invalid_change with details.field lineage.updatedAt, and nothing is written") { c in
+            let info = try await requireLineage(c)
+            let space = c.newSpace()
+            let earlier = try earlierEpoch(info.epoch)
+            let hourFromNow = Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000
+            let cases: [(String, String, Int64)] = [
+                ("an invented epoch 0 at 2100-01-01", "0.5", 4_102_444_800_000),
+                ("an earlier epoch an hour from now", "\(earlier).3", hourFromNow),
+                ("an earlier epoch before 1970", "\(earlier).3", -1),
+            ]
+            for (index, (what, lineage, time)) in cases.enumerated() {
+                let result = try await reoffer(c, space, id: "r\(index)", data: ["v": 1], base: nil, lineage: lineage, updatedAt: time)
+                try expectRejected(result, "invalid_change", "a re-offer of \(what)")
+                try expect(result.error?.details?["field"] == "lineage.updatedAt",
+                           "a re-offer of \(what): details \(result.error?.details.map { JSONValue.object($0).description } ?? "absent"), expected field lineage.updatedAt")
+            }
+            let records = try await c.pullAll(space).records
+            try expect(records.isEmpty, "refused re-offers wrote \(records.map { "\($0.id) updatedAt \($0.updatedAt)" })")
+        },
+        Check("reoffer-time-bounded-by-rotation", section: "4", "after rotate-epoch, a re-offer of the ended epoch applies with a commit time from before the rotation and is rejected invalid_change with one after it", requires: [.rotateEpoch]) { c in
+            _ = try await requireLineage(c)
+            let space = c.newSpace()
+            let a1 = try await PushChecks.create(c, space, id: "a")
+            let old = a1.epoch
+            try await c.rotateEpoch()
+            let epoch = try await c.info().epoch
+            let base = Version(epoch: epoch, seq: a1.seq)
+            let late = try await reoffer(c, space, id: "a", data: ["v": 2], base: base, lineage: a1.text,
+                                         updatedAt: Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000)
+            try expectRejected(late, "invalid_change", "a re-offer of \(a1) stamped an hour after its epoch ended")
+            _ = try expectApplied(try await reoffer(c, space, id: "a", data: ["v": 2], base: base, lineage: a1.text), "a re-offer of \(a1) stamped before its epoch ended")
+            let a = try await pulled(c, space, "a")
+            try expect(a.updatedAt == originalTime && a.lineage == Version(epoch: old, seq: a1.seq),
+                       "a is \(a.version) updatedAt \(a.updatedAt) lineage \(lineageText(a)), expected updatedAt \(originalTime) lineage \(a1)")
         },
         Check("reoffer-without-state-creates-with-original-time", section: "4", "a re-offer with baseVersion null of a record the server lacks applies, stamped with its lineage and its original updatedAt; once it exists, a null base conflicts") { c in
             let info = try await requireLineage(c)

@@ -24,6 +24,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case recordTooLarge = "record_too_large"
     case changeIdReused = "change_id_reused"
     case epochMismatch = "epoch_mismatch"
+    /// A change's result: the write would take its space's records over the server's
+    /// per-space limit of record bytes; `details.limit` and `details.used` (added without a
+    /// version change).
+    case recordQuotaExceeded = "record_quota_exceeded"
     // Section 5: pull
     case epochChanged = "epoch_changed"
     case cursorAhead = "cursor_ahead"
@@ -44,6 +48,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     case checksumMismatch = "checksum_mismatch"
     case mediaNotFound = "media_not_found"
     case rangeNotSatisfiable = "range_not_satisfiable"
+    /// `413`: an upload would take its space's media (files and open uploads) over the
+    /// server's per-space limit of media bytes; `details.limit` and `details.used` (added
+    /// without a version change).
+    case mediaQuotaExceeded = "media_quota_exceeded"
     // Section 6: tus uploads (docs/media.md, "tus")
     /// `412`: `Tus-Resumable` missing or another version than 1.0.0; `Tus-Version` lists ours.
     case unsupportedTusVersion = "unsupported_tus_version"

@@ -35,6 +35,27 @@ public struct Lineage: Hashable, Sendable {
         return nil
     }
 
+    /// How much later than the end of its epoch a lineage's commit time may be (5 minutes):
+    /// the clocks of the servers that wrote a history, and of the one that ended it, may
+    /// differ by that much.
+    public static let clockAllowance: Int64 = 300_000
+
+    /// Why a store whose history of epochs is `history` refuses this lineage
+    /// (`invalid_change`, PROTOCOL.md section 4, "Re-offers", rule 3): the field at fault and
+    /// the reason; nil when that history could have committed this copy at this time. Its
+    /// commit time is no later than the history moved past its epoch
+    /// (`EpochHistory.movedPast`), with `clockAllowance`, and not before 1970. (That its
+    /// epoch is earlier than the current one is `problem(of:serverEpoch:)`'s rule.)
+    public func problem(in history: PushRules.EpochHistory) -> (field: String, message: String)? {
+        guard updatedAt >= 0 else { return ("lineage.updatedAt", "lineage.updatedAt \(updatedAt) is before 1970") }
+        let latest = history.movedPast(version.epoch)
+        guard updatedAt <= latest + Self.clockAllowance else {
+            return ("lineage.updatedAt", "lineage.updatedAt \(updatedAt) is after this server's history moved past epoch \(version.epoch) (at \(latest)): "
+                + "no commit of that epoch is so late")
+        }
+        return nil
+    }
+
     /// True when a re-offer of this copy may replace a current state whose `sameAs` is
     /// `current` (PROTOCOL.md section 4, added in 1.1): the current state is this copy or an
     /// ancestor of it in the same earlier history, with nothing written on it since. A state

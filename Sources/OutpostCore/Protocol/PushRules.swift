@@ -24,16 +24,96 @@ public enum PushRules {
         }
     }
 
-    /// What the rules need of a stored record state: its seq, and its lineage and sameAs
-    /// (protocol 1.1) to judge re-offers and carry lineage through writes.
+    /// What the rules need of a stored record state: its seq, its lineage and sameAs
+    /// (protocol 1.1) to judge re-offers and carry lineage through writes, and the bytes of
+    /// its stored data (0 for a tombstone), which the space's record bytes count.
     public struct Head: Hashable, Sendable {
         public var seq: Int64
         public var lineage: Version?
         public var sameAs: Version?
-        public init(seq: Int64, lineage: Version?, sameAs: Version?) {
+        public var dataBytes: Int64
+        public init(seq: Int64, lineage: Version?, sameAs: Version?, dataBytes: Int64) {
             self.seq = seq
             self.lineage = lineage
             self.sameAs = sameAs
+            self.dataBytes = dataBytes
+        }
+    }
+
+    /// Who writes, when, and under which limit: what every write of one push is stamped
+    /// with and held to.
+    public struct Context: Sendable {
+        /// The space's epoch.
+        public var epoch: Epoch
+        /// The pushing device's `clientId`: a record's `updatedBy`, which the device chooses.
+        public var clientId: String
+        /// The authenticated subject of the push (its token's `sub`), kept with every record
+        /// state it writes: who wrote, as no device can claim it.
+        public var subject: String
+        /// The server's time of the push (ms since 1970).
+        public var now: Int64
+        /// The most record bytes (`recordBytes`) the space may hold; nil for no limit.
+        public var recordQuota: Int64?
+        public init(epoch: Epoch, clientId: String, subject: String, now: Int64, recordQuota: Int64? = nil) {
+            self.epoch = epoch
+            self.clientId = clientId
+            self.subject = subject
+            self.now = now
+            self.recordQuota = recordQuota
+        }
+    }
+
+    /// A space's counters as the store holds them, read under its lock for the space and
+    /// stored with the push's writes, in the same transaction.
+    public struct Space: Hashable, Sendable {
+        /// The space's newest seq.
+        public var head: Int64
+        /// The bytes of the space's records (`recordBytes`), tombstones included.
+        public var recordBytes: Int64
+        public init(head: Int64, recordBytes: Int64) {
+            self.head = head
+            self.recordBytes = recordBytes
+        }
+    }
+
+    /// The bytes a record state counts against its space's limit: its collection and id
+    /// (UTF-8) and its stored data (none for a tombstone). Rows the store keeps beside it
+    /// (change ids, the view index) are not counted.
+    public static func recordBytes(_ key: Key, dataBytes: Int64) -> Int64 {
+        Int64(key.collection.utf8.count + key.id.utf8.count) + dataBytes
+    }
+
+    /// A store's history of epochs, as far as it knows it: when it began, and each epoch it
+    /// ended and when. A re-offer's lineage is judged by it (`Lineage.problem(in:)`,
+    /// PROTOCOL.md section 4, "Re-offers", rule 3).
+    public struct EpochHistory: Hashable, Sendable {
+        /// The server time the history began (a restored store's: its backup's).
+        public var began: Int64
+        /// Every epoch the store ended (by `rotate-epoch` or a restore), with the server time
+        /// it ended, when the next began.
+        public var ended: [Epoch: Int64]
+        public init(began: Int64, ended: [Epoch: Int64] = [:]) {
+            self.began = began
+            self.ended = ended
+        }
+
+        /// The server time this history moved past `epoch`, an epoch earlier than its current
+        /// one: when the first of its epochs after `epoch` began. That is when the newest of
+        /// its ended epochs at or before `epoch` ended, or, before all of them, when the
+        /// history began. No commit of `epoch` in this history, or in one it replaced (a
+        /// restore puts a backup's history in place of epochs this store never saw, between
+        /// the backup's epoch and the restored one), is later.
+        public func movedPast(_ epoch: Epoch) -> Int64 {
+            var newest: (epoch: Epoch, at: Int64)?
+            for (ended, at) in ended where ended <= epoch {
+                if newest.map({ ended > $0.epoch }) ?? true { newest = (ended, at) }
+            }
+            return newest?.at ?? began
+        }
+
+        /// Adds ended epochs (an epoch already there keeps the earlier time).
+        public mutating func end(_ epochs: [Epoch: Int64]) {
+            ended.merge(epochs) { min($0, $1) }
         }
     }
 
@@ -80,6 +160,8 @@ public enum PushRules {
         public var data: [UInt8]?
         public var updatedAt: Int64
         public var updatedBy: String
+        /// The authenticated subject of the push that wrote it (`Context.subject`).
+        public var subject: String
         public var clientTime: Int64?
         public var lineage: Version?
         public var sameAs: Version?
@@ -138,16 +220,17 @@ public enum PushRules {
     private enum ConflictCurrent { case stored(Key), written(Int) }
 
     /// Applies one push's changes in array order, each on its own, and returns one result
-    /// per input and the space's head after it. `head` is the space's newest seq, read under
-    /// the store's lock for the space; the store stores the returned head in the same
-    /// transaction as the writes.
+    /// per input. `space` holds the space's counters, read under the store's lock for the
+    /// space; on return it holds them after the push, and the store stores them in the same
+    /// transaction as the writes (`write` is given them too).
     ///
     /// With a `judge` (a server with rules), every change that is not a replay is judged
     /// against the record's state at that point of the push, before the base guard, and
     /// the states that writes replace are kept as departures where the judge says so.
-    public static func apply<S: PushStorage>(_ inputs: [Input], epoch: Epoch, head: Int64, clientId: String, now: Int64,
-                                             storage: inout S, judge: (any PushJudge)? = nil) throws -> (results: [PushResult], head: Int64) {
-        guard !inputs.isEmpty else { return ([], head) }
+    public static func apply<S: PushStorage>(_ inputs: [Input], context: Context, space: inout Space,
+                                             storage: inout S, judge: (any PushJudge)? = nil) throws -> [PushResult] {
+        guard !inputs.isEmpty else { return [] }
+        let epoch = context.epoch, now = context.now
         var keys: [Key] = []
         keys.reserveCapacity(inputs.count)
         var seen = Set<Key>(minimumCapacity: inputs.count)
@@ -158,11 +241,25 @@ public enum PushRules {
         var applied = try storage.applied(inputs.map(\.change.changeId))
         var heads = try storage.heads(keys)
         // What the judge sees of each record: its state before the push, then after each
-        // write of the push.
+        // write of the push; and of a tombstone, the live copy it deleted (kept as a
+        // departure), by which the judge tells whether the token may read it.
         let before: [Key: RecordState] = judge == nil ? [:] : try storage.currents(keys)
         var judged = before
+        var deletedCopies: [Key: JSONObject] = [:]
+        if judge != nil {
+            var tombstones: [Key: Int64] = [:]
+            for (key, state) in before where state.deleted { tombstones[key] = state.version.seq }
+            if !tombstones.isEmpty {
+                for (key, bytes) in try storage.deletedCopies(tombstones) {
+                    if case .object(let copy) = try JSONParser.parse(bytes) { deletedCopies[key] = copy }
+                }
+            }
+        }
+        /// The store's history of epochs, read once a push that holds a re-offer.
+        var history: EpochHistory?
 
-        var head = head
+        var head = space.head
+        var used = space.recordBytes
         var results: [PushResult] = []
         results.reserveCapacity(inputs.count)
         var conflicts: [(result: Int, current: ConflictCurrent)] = []
@@ -189,17 +286,27 @@ public enum PushRules {
                 }
                 continue
             }
-            // 2. A base version from another history cannot be judged: pull first.
+            // 2. A re-offer's commit time must be one its epoch could have had in the store's
+            //    history: no device stamps a write with a time after that history moved past
+            //    the epoch it names (PROTOCOL.md section 4, "Re-offers", rule 3).
+            if let lineage = change.lineage {
+                if history == nil { history = try storage.epochHistory() }
+                if let (field, message) = lineage.problem(in: history!) {
+                    results.append(.rejected(change.changeId, .invalidChange, message, details: ["field": .string(field)]))
+                    continue
+                }
+            }
+            // 3. A base version from another history cannot be judged: pull first.
             if !change.force, let base = change.baseVersion, base.epoch != epoch {
                 results.append(.rejected(change.changeId, .epochMismatch, "baseVersion names epoch \(base.epoch), the current epoch is \(epoch); pull first"))
                 continue
             }
-            // 3. The rules of the server, on the state the change would replace.
-            if let judge, let refusal = judge.judge(change, current: judged[key]) ?? input.refusal {
+            // 4. The rules of the server, on the state the change would replace.
+            if let judge, let refusal = judge.judge(change, current: judged[key], deletedCopy: deletedCopies[key]) ?? input.refusal {
                 results.append(PushResult(changeId: change.changeId, status: .rejected, error: refusal))
                 continue
             }
-            // 4. The base guard: a null base creates only where no state (live or
+            // 5. The base guard: a null base creates only where no state (live or
             //    tombstone) exists; a base applies only while the record is at its seq.
             //    A re-offer replaces a state only when that state is an ancestor of the
             //    copy it carries with nothing written on it since: its sameAs, not its
@@ -219,26 +326,39 @@ public enum PushRules {
                     continue
                 }
             }
-            // 5. The write: the next seq of the space. A re-offer is the copy it carries
+            // 6. The space's limit: a write that would take its records over it is refused;
+            //    one that frees bytes or keeps them (a delete, a smaller put) always applies,
+            //    so a full space can be cleaned up.
+            let data = change.op == .put ? input.data : nil
+            let grows = recordBytes(key, dataBytes: Int64(data?.count ?? 0)) - (current.map { recordBytes(key, dataBytes: $0.dataBytes) } ?? 0)
+            if let quota = context.recordQuota, grows > 0, used + grows > quota {
+                results.append(.rejected(change.changeId, .recordQuotaExceeded,
+                                         "the space holds \(used) bytes of records and this write adds \(grows); the limit is \(quota)",
+                                         details: ["limit": .number(JSONNumber(quota)), "used": .number(JSONNumber(used))]))
+                continue
+            }
+            // 7. The write: the next seq of the space. A re-offer is the copy it carries
             //    (lineage and sameAs) with its original commit time; any other write keeps
             //    the lineage of the state it replaces and has no sameAs, as it writes what
             //    that copy never held.
             guard head < Version.maxSeq else { throw PushRulesError.seqsExhausted }
             head += 1
+            used += grows
             let version = Version(epoch: epoch, seq: head)
             let updatedAt = change.lineage?.updatedAt ?? now
             let lineage = change.lineage?.version ?? current?.lineage
-            let write = Write(key: key, seq: head, deleted: change.op == .delete, data: change.op == .put ? input.data : nil,
-                              updatedAt: updatedAt, updatedBy: clientId, clientTime: change.clientTime,
+            let write = Write(key: key, seq: head, deleted: change.op == .delete, data: data,
+                              updatedAt: updatedAt, updatedBy: context.clientId, subject: context.subject, clientTime: change.clientTime,
                               lineage: lineage, sameAs: change.lineage?.version)
             written[key] = writes.count
             writes.append(write)
             if judge != nil {
+                if write.deleted, let replaced = judged[key], !replaced.deleted, let copy = replaced.data { deletedCopies[key] = copy }
                 judged[key] = RecordState(collection: key.collection, id: key.id, version: version, deleted: write.deleted,
-                                          data: write.deleted ? nil : change.data, updatedAt: updatedAt, updatedBy: clientId,
+                                          data: write.deleted ? nil : change.data, updatedAt: updatedAt, updatedBy: context.clientId,
                                           clientTime: change.clientTime, lineage: lineage, sameAs: write.sameAs)
             }
-            heads[key] = Head(seq: head, lineage: lineage, sameAs: write.sameAs)
+            heads[key] = Head(seq: head, lineage: lineage, sameAs: write.sameAs, dataBytes: Int64(data?.count ?? 0))
             applied[change.changeId] = Applied(fingerprint: input.fingerprint, version: version, appliedAt: now)
             remember.append(Remember(changeId: change.changeId, fingerprint: input.fingerprint, seq: head, appliedAt: now))
             results.append(.applied(change.changeId, version: version, updatedAt: updatedAt))
@@ -256,11 +376,12 @@ public enum PushRules {
                 }
             }
         }
+        space = Space(head: head, recordBytes: used)
         // Only the newest write of each key is stored: the earlier ones of this push are
         // superseded within the same transaction, and a page lists each record once.
         if !writes.isEmpty {
             let newest = writes.enumerated().filter { written[$0.element.key] == $0.offset }.map(\.element)
-            try storage.write(newest, remember: remember)
+            try storage.write(newest, remember: remember, space: space)
             if let judge {
                 // The state a reader could have held before this push, against the one it
                 // can read now: the states in between were never visible.
@@ -290,7 +411,7 @@ public enum PushRules {
                 if !replaced.isEmpty || !entries.isEmpty { try storage.reindex(removing: replaced, adding: entries) }
             }
         }
-        return (results, head)
+        return results
     }
 }
 
@@ -319,9 +440,17 @@ public protocol PushStorage {
     mutating func heads(_ keys: [PushRules.Key]) throws -> [PushRules.Key: PushRules.Head]
     /// The whole stored states of `keys` (distinct), for conflict answers.
     mutating func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState]
-    /// Stores `writes` (one per key, each replacing its row or creating it) and remembers
-    /// `remember`'s change ids.
-    mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember]) throws
+    /// Stores `writes` (one per key, each replacing its row or creating it), remembers
+    /// `remember`'s change ids, and stores the space's counters after them, `space`
+    /// (a store may instead store those at its commit).
+    mutating func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space: PushRules.Space) throws
+    /// The store's history of epochs (`PushRules.EpochHistory`): read only for a push that
+    /// holds a re-offer.
+    mutating func epochHistory() throws -> PushRules.EpochHistory
+    /// The live copies that the tombstones `tombstones` (key -> the tombstone's seq)
+    /// deleted, as kept in the departures of a server with rules (JSON); a tombstone whose
+    /// copy was not kept is absent.
+    mutating func deletedCopies(_ tombstones: [PushRules.Key: Int64]) throws -> [PushRules.Key: [UInt8]]
     /// Keeps replaced states for the views of a server with rules (docs/rules.md).
     mutating func depart(_ departures: [PushRules.Departure]) throws
     /// Keeps the view index of a server with rules: removes the entries of the states this
@@ -330,6 +459,9 @@ public protocol PushStorage {
 }
 
 extension PushStorage {
+    /// A storage that keeps no departures kept no deleted copy.
+    public mutating func deletedCopies(_ tombstones: [PushRules.Key: Int64]) throws -> [PushRules.Key: [UInt8]] { [:] }
+
     /// A storage that keeps no departures serves no rules: `apply` with a judge must not
     /// run on it.
     public mutating func depart(_ departures: [PushRules.Departure]) throws {
@@ -346,8 +478,10 @@ extension PushStorage {
 /// store's write transaction, so the state a change is judged on is the one it replaces.
 public protocol PushJudge: Sendable {
     /// Why `change` is refused, given the record's state now (nil when it has none), or
-    /// nil when the rules admit it.
-    func judge(_ change: Change, current: RecordState?) -> PushResult.RejectReason?
+    /// nil when the rules admit it. For a tombstone, `deletedCopy` is the live data it
+    /// deleted when the store kept it: a token that could not read that copy may not
+    /// learn of the tombstone, even from a conflict's answer.
+    func judge(_ change: Change, current: RecordState?, deletedCopy: JSONObject?) -> PushResult.RejectReason?
     /// Whether replacing the live data `old` by `new` (nil for a delete) can take the
     /// record out of some token's view.
     func departs(collection: String, old: JSONObject, new: JSONObject?) -> Bool
