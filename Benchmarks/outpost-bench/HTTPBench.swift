@@ -278,7 +278,7 @@ enum HTTPBench {
         }
 
         static func start(path: String, data: String, eventLoops: Int, extra: [String] = []) throws -> ServerChild {
-            var args = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"] + extra
+            var args = ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"] + benchLimits + extra
             if eventLoops > 0 { args += ["--event-loops", String(eventLoops)] }
             let (process, port) = try startServer(path: path, arguments: args, timeout: 30)
             return ServerChild(process: process, port: port)
@@ -289,6 +289,10 @@ enum HTTPBench {
             process.stop(grace: 15)
         }
     }
+
+    /// Every client of a benchmark connects from 127.0.0.1, standing for many devices (10,000
+    /// idle connections, 10,000 long polls): the per-address connection limit is off.
+    static let benchLimits = ["--max-connections-per-address", "0"]
 
     /// Starts `outpost-server ARGS` (its log on this process's standard error) and waits
     /// for its `listening on http://HOST:PORT` line; returns the child and the port.

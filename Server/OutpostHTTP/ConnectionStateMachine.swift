@@ -106,8 +106,8 @@ struct ConnectionStateMachine: Sendable {
     private(set) var draining = false
     /// Since when queued output has made no progress (nil: nothing waits for the socket).
     private(set) var writeStalledSince: Instant?
-    /// No byte has arrived on this connection yet: while idle, it may stay only as long as
-    /// a head may take (the shorter of `header` and `idle`).
+    /// Nothing has arrived on this connection yet (no byte, no request): while idle, it may
+    /// stay only as long as a head may take (the shorter of `header` and `idle`).
     private(set) var silent = true
 
     init(timeouts: ConnectionTimeouts, now: Instant) {
@@ -143,6 +143,7 @@ struct ConnectionStateMachine: Sendable {
 
     /// The head is complete; a pre-body check (or, without one, the body) comes next.
     mutating func headReceived(now: Instant) {
+        silent = false
         phase = .awaitingCheck
     }
 
@@ -166,6 +167,7 @@ struct ConnectionStateMachine: Sendable {
     /// The response was queued completely. Returns whether the connection stays open:
     /// only when both sides allow keep-alive and the server is not draining.
     mutating func responseCompleted(keepAlive: Bool, now: Instant) -> Bool {
+        silent = false
         if keepAlive && !draining {
             phase = .idle(since: now)
             return true

@@ -150,6 +150,7 @@ import OutpostTestSupport
             settings.dataDirectory = dir.appending("data")
             settings.store = "postgres://127.0.0.1:1/none"
             settings.webhooks.urls = ["http://127.0.0.1:1/hook"]
+            settings.webhooks.allowPrivate = true
             do {
                 _ = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": "jwt"])
                 Issue.record("the server started without OUTPOST_WEBHOOK_SECRET")
