@@ -3,6 +3,7 @@ import Testing
 import OutpostCore
 import OutpostPostgres
 import OutpostSQLite
+import OutpostSubprocess
 import OutpostTestSupport
 @testable import OutpostServer
 
@@ -212,12 +213,17 @@ import OutpostTestSupport
     /// flag named.
     @Test func aLiteralRefusedReceiverStopsTheServerAtStart() async throws {
         try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
-            let (status, output) = try await blocking {
-                try runToCompletion(BuildProducts.executable("outpost-server"),
-                                    ["serve", "--data", dir.appending("data"), "--port", "0", "--webhook", "http://10.0.0.7/hook"],
-                                    environment: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 48)], standardError: true)
+            let (ended, output) = try await blocking {
+                let child = try Subprocess(BuildProducts.executable("outpost-server"),
+                                           ["serve", "--data", dir.appending("data"), "--port", "0", "--webhook", "http://10.0.0.7/hook"],
+                                           environment: Subprocess.environment(adding: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 48)]),
+                                           output: .capture, error: .discard, errorToOutput: true)
+                // A server that started anyway is stopped by its PID, and the test fails.
+                let ended = child.wait(timeout: Double(testDeadlineSeconds)) ?? child.stop(grace: 5)
+                child.waitForStreams()
+                return (ended, child.outputText())
             }
-            #expect(status == 64, "\(output)")
+            #expect(ended == .exited(64), "\(output)")
             #expect(output.contains("a private address (RFC 1918)") && output.contains("--webhook-allow-private true"), "\(output)")
         }
     }
