@@ -22,8 +22,7 @@ enum ScalingBench {
 
         init(path: String, data: String, arguments: [String]) throws {
             (process, port) = try HTTPBench.startServer(
-                path: path, arguments: ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"]
-                    + HTTPBench.benchLimits + arguments,
+                path: path, arguments: ["serve", "--host", "127.0.0.1", "--port", "0", "--data", data, "--access-log", "false"] + arguments,
                 timeout: 60)
         }
 
