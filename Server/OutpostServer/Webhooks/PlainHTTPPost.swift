@@ -95,16 +95,12 @@ enum PlainHTTPPost {
     /// A non-blocking socket connected to `host`:`port`, trying in turn each address it
     /// resolves to that `policy` allows.
     private static func connect(host: String, port: Int, policy: ReceiverAddressPolicy, deadline: UInt64, cancel: Canceller) throws -> Int32 {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_NUMERICSERV
-        var result: UnsafeMutablePointer<addrinfo>?
-        let resolved = getaddrinfo(host, String(port), &hints, &result)
-        guard resolved == 0, let first = result else {
-            throw Failed(.connectFailed, "cannot resolve \(host): \(String(cString: gai_strerror(resolved)))")
+        let first: UnsafeMutablePointer<addrinfo>
+        switch ReceiverAddressPolicy.lookUp(host, port: port) {
+        case .success(let list): first = list
+        case .failure(let failure): throw Failed(.connectFailed, failure.why)
         }
-        defer { freeaddrinfo(result) }
+        defer { freeaddrinfo(first) }
         var why = "no address"
         var refused: [String] = []
         var tried = 0
