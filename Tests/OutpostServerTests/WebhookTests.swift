@@ -174,15 +174,7 @@ import OutpostTestSupport
                 let arguments = ["--webhook", "http://localhost:\(receiver.port)/hook", "--webhook", "https://localhost:\(receiver.port)/hook",
                                  "--webhook-attempts", "1"]
                 try await Self.withServer(dir.appending("data"), arguments: arguments, allowPrivate: false) { server in
-                    let token = try await Self.token(server)
-                    let admin = try await Self.token(server, admin: true)
-                    #expect(try await Self.push(server, token: token, "d", [put("c1", "a")]) == [1])
-                    var letters: [JSONValue] = []
-                    try await eventually("both batches are dead letters") {
-                        let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: admin)
-                        letters = try JSONParser.parse(r.body)["deadLetters"]?.arrayValue ?? []
-                        return letters.count == 2
-                    }
+                    let letters = try await Self.deadLettersOfOnePush(server, count: 2)
                     #expect(Set(letters.compactMap { $0["webhook"]?.stringValue }) == ["http://localhost:\(receiver.port)/hook", "https://localhost:\(receiver.port)/hook"])
                     #expect(letters.allSatisfy { $0["lastError"]?.stringValue == "address_refused" }, "\(letters)")
                     #expect(receiver.requests.isEmpty)
@@ -195,18 +187,25 @@ import OutpostTestSupport
         try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
             let arguments = ["--webhook", "http://127.0.0.1:\(port)/hook", "--webhook-attempts", "1"]
             try await Self.withServer(dir.appending("data"), arguments: arguments) { server in
-                let token = try await Self.token(server)
-                let admin = try await Self.token(server, admin: true)
-                #expect(try await Self.push(server, token: token, "d", [put("c1", "a")]) == [1])
-                var letters: [JSONValue] = []
-                try await eventually("the batch is a dead letter") {
-                    let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: admin)
-                    letters = try JSONParser.parse(r.body)["deadLetters"]?.arrayValue ?? []
-                    return letters.count == 1
-                }
+                let letters = try await Self.deadLettersOfOnePush(server, count: 1)
                 #expect(letters.first?["lastError"]?.stringValue == "connect_failed", "\(letters)")
             }
         }
+    }
+
+    /// Pushes one change, then waits until the dead-letter list holds `count` entries, and
+    /// returns them.
+    static func deadLettersOfOnePush(_ server: ServerProcess, count: Int) async throws -> [JSONValue] {
+        let token = try await Self.token(server)
+        let admin = try await Self.token(server, admin: true)
+        #expect(try await Self.push(server, token: token, "d", [put("c1", "a")]) == [1])
+        var letters: [JSONValue] = []
+        try await eventually("\(count) dead letters") {
+            let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: admin)
+            letters = try JSONParser.parse(r.body)["deadLetters"]?.arrayValue ?? []
+            return letters.count == count
+        }
+        return letters
     }
 
     /// A receiver URL that names a refused address stops the server at start, with the
