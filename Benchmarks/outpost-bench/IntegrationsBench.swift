@@ -129,10 +129,11 @@ enum IntegrationsBench {
         defer { hang.stop() }
         let plain = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-none", eventLoops: 0)
         defer { plain.stop() }
-        let fastServer = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-fast", eventLoops: 0, extra: ["--webhook", fast.url])
+        let fastServer = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-fast", eventLoops: 0, extra: ["--webhook", fast.url, "--webhook-allow-private", "true"])
         defer { fastServer.stop() }
         let hangServer = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-hang", eventLoops: 0,
-                                                         extra: ["--webhook", hang.url, "--webhook-timeout", String(o.webhookTimeout)])
+                                                         extra: ["--webhook", hang.url, "--webhook-timeout", String(o.webhookTimeout),
+                                                                 "--webhook-allow-private", "true"])
         defer { hangServer.stop() }
         let token = hsToken(), admin = hsToken(admin: true)
         let servers: [(name: String, server: HTTPBench.ServerChild)] = [

@@ -13,6 +13,18 @@ public struct HTTPServerConfiguration: Sendable {
     /// `listen(2)` backlog.
     public var backlog: Int32 = 4096
 
+    // MARK: Connection limits
+
+    /// Most connections open at once in the process. At the limit the listeners stop
+    /// accepting (for 100 ms at a time): new connections wait in the kernel's backlog and
+    /// are served as soon as one closes, instead of being accepted and dropped. 0: no limit.
+    public var maxConnections: Int = 16_384
+    /// Most connections open at once from one client address (an IPv6 client counts by its
+    /// /64, what one host is given). A connection over it is accepted, and its first
+    /// request head is answered `503 unavailable` with `Retry-After` and `Connection: close`.
+    /// Behind a reverse proxy every connection comes from the proxy's address. 0: no limit.
+    public var maxConnectionsPerAddress: Int = 1024
+
     // MARK: Size limits
 
     /// Longest request line (method, target, version) before `414`.
@@ -34,7 +46,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// A request's head must be complete this long after its first byte, else `408` and close.
     public var headerTimeout: Duration = .seconds(10)
     /// A keep-alive connection with no request in progress is closed (without a response,
-    /// RFC 9112 section 9.5) after this long. Also applies to a new connection that has sent nothing.
+    /// RFC 9112 section 9.5) after this long. A new connection that has sent nothing is
+    /// closed the same way after `headerTimeout` (when shorter): a socket that connects and
+    /// stays silent holds a slot no longer than a slow head would.
     public var idleTimeout: Duration = .seconds(75)
     /// The body makes no progress for this long: `408` and close.
     public var bodyTimeout: Duration = .seconds(10)

@@ -71,6 +71,10 @@ final class Connection {
     let id: ConnectionID
     let fd: Int32
     let remoteAddress: String
+    /// The address the per-address limit counted this connection under (nil: no limit).
+    let clientAddress: ClientAddress?
+    /// The connection is over the per-address limit: its first request is answered `503`.
+    private let overAddressLimit: Bool
     /// unowned(unsafe) is sound here: the runner keeps every connection in its table,
     /// closes and drops them all at the end of `run()` (during which it is alive), and a
     /// connection is only ever used from inside `run()`. It saves a reference-count
@@ -101,10 +105,12 @@ final class Connection {
     private var lingering = false
     private var finishedInPump = false
 
-    init(id: ConnectionID, fd: Int32, remoteAddress: String, runner: LoopRunner) {
+    init(id: ConnectionID, fd: Int32, remoteAddress: String, clientAddress: ClientAddress?, overAddressLimit: Bool, runner: LoopRunner) {
         self.id = id
         self.fd = fd
         self.remoteAddress = remoteAddress
+        self.clientAddress = clientAddress
+        self.overAddressLimit = overAddressLimit
         self.runner = runner
         self.sm = ConnectionStateMachine(timeouts: runner.timeouts, now: runner.now)
         self.parser = HTTPRequestParser(limits: runner.parserLimits)
@@ -177,6 +183,7 @@ final class Connection {
         case .none:
             break
         case .close:
+            if sm.silent { runner.shared.closedSilent.add(1, ordering: .relaxed) }
             closeNow()
             return
         case .timeout:
@@ -287,6 +294,11 @@ final class Connection {
         let r = RequestState(serial: serial, parsed: parsed, head: head, started: firstByteAt ?? now)
         request = r
         sm.headReceived(now: now)
+        if overAddressLimit {
+            // As nginx's limit_conn answers: 503 once the head is read, then close.
+            respondAndClose(.unavailable(retryAfterSeconds: 1, "too many connections from this address; retry later"))
+            return
+        }
 
         guard let target else {
             respondEarly(parsed.target == "*" ? .notFound() : .badRequest("unsupported request target form"), r)

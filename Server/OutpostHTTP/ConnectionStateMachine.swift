@@ -67,7 +67,9 @@ struct ConnectionTimeouts: Sendable, Equatable {
 /// byte, else 408 and close; a body that makes no progress for `body`, or whose average
 /// rate falls under `minBodyRate` bytes/s once `body` has passed since it started, gets
 /// 408 and close; an idle keep-alive connection is closed after `idle` without a response
-/// (RFC 9112 section 9.5 lets a server close idle connections); a response the client
+/// (RFC 9112 section 9.5 lets a server close idle connections), and a new connection that
+/// has sent nothing yet is closed the same way after `header` when that is shorter (nginx
+/// closes a silent new connection at `client_header_timeout`); a response the client
 /// does not read for `send` closes the connection; discarding after an early error stops
 /// after `discard` or `discardLimit` bytes. Work the server does (pre-body checks,
 /// handlers) is never timed out here: a long poll is the server's choice.
@@ -104,6 +106,9 @@ struct ConnectionStateMachine: Sendable {
     private(set) var draining = false
     /// Since when queued output has made no progress (nil: nothing waits for the socket).
     private(set) var writeStalledSince: Instant?
+    /// Nothing has arrived on this connection yet (no byte, no request): while idle, it may
+    /// stay only as long as a head may take (the shorter of `header` and `idle`).
+    private(set) var silent = true
 
     init(timeouts: ConnectionTimeouts, now: Instant) {
         self.timeouts = timeouts
@@ -122,6 +127,7 @@ struct ConnectionStateMachine: Sendable {
     mutating func bytesReceived(_ count: Int, now: Instant) -> Action {
         switch phase {
         case .idle:
+            silent = false
             phase = .readingHead(started: now)
         case .discarding(let until, let remaining):
             if count >= remaining {
@@ -137,6 +143,7 @@ struct ConnectionStateMachine: Sendable {
 
     /// The head is complete; a pre-body check (or, without one, the body) comes next.
     mutating func headReceived(now: Instant) {
+        silent = false
         phase = .awaitingCheck
     }
 
@@ -160,6 +167,7 @@ struct ConnectionStateMachine: Sendable {
     /// The response was queued completely. Returns whether the connection stays open:
     /// only when both sides allow keep-alive and the server is not draining.
     mutating func responseCompleted(keepAlive: Bool, now: Instant) -> Bool {
+        silent = false
         if keepAlive && !draining {
             phase = .idle(since: now)
             return true
@@ -213,7 +221,7 @@ struct ConnectionStateMachine: Sendable {
         var deadline: Instant?
         func consider(_ d: Instant) { deadline = deadline.map { min($0, d) } ?? d }
         switch phase {
-        case .idle(let since): if writeStalledSince == nil { consider(since + timeouts.idle) }
+        case .idle(let since): if writeStalledSince == nil { consider(since + idleLimit) }
         case .readingHead(let started): consider(started + timeouts.header)
         case .readingBody(let started, let lastProgress, let received):
             consider(lastProgress + timeouts.body)
@@ -223,6 +231,12 @@ struct ConnectionStateMachine: Sendable {
         }
         if let stalled = writeStalledSince { consider(stalled + timeouts.send) }
         return deadline
+    }
+
+    /// How long the connection may stay idle: `idle`, or for a silent new one no longer
+    /// than `header`.
+    private var idleLimit: Duration {
+        silent ? min(timeouts.header, timeouts.idle) : timeouts.idle
     }
 
     /// When the body's average rate would fall under the minimum: the later of the grace
@@ -241,7 +255,7 @@ struct ConnectionStateMachine: Sendable {
             return .close
         }
         switch phase {
-        case .idle(let since) where now >= since + timeouts.idle && writeStalledSince == nil:
+        case .idle(let since) where now >= since + idleLimit && writeStalledSince == nil:
             phase = .closed
             return .close
         case .readingHead(let started) where now >= started + timeouts.header:

@@ -33,6 +33,14 @@ final class ServerShared: Sendable {
     let router: Router
     let openConnections = Atomic<Int>(0)
     let runningLoops = Atomic<Int>(0)
+    /// Open connections by client address (only with a per-address limit).
+    let connectionsByAddress = Mutex<[ClientAddress: Int]>([:])
+    /// Times a loop stopped accepting because `maxConnections` were open.
+    let acceptPauses = Atomic<Int>(0)
+    /// Connections over `maxConnectionsPerAddress`, answered `503` and closed.
+    let refusedOverAddressLimit = Atomic<Int>(0)
+    /// New connections closed at the header timeout without having sent a byte.
+    let closedSilent = Atomic<Int>(0)
     /// The completion hook, boxed: a bare closure in a Mutex is re-wrapped in a
     /// reabstraction thunk on every `withLock` (the inout access writes it back), so the
     /// chain grew with each request until the stack overflowed. A class reference is
@@ -47,6 +55,54 @@ final class ServerShared: Sendable {
     /// The hook now (loop threads read it for every finished request).
     func completionHook() -> CompletionHook? {
         onRequestComplete.withLock { $0 }
+    }
+
+    /// Counts a new connection from `address`; false when that puts the address over its limit.
+    func admit(_ address: ClientAddress) -> Bool {
+        let open = connectionsByAddress.withLock { counts -> Int in
+            let n = counts[address, default: 0] + 1
+            counts[address] = n
+            return n
+        }
+        return open <= configuration.maxConnectionsPerAddress
+    }
+
+    /// A connection `admit` counted has closed.
+    func release(_ address: ClientAddress) {
+        connectionsByAddress.withLock { counts in
+            let n = counts[address, default: 1] - 1
+            counts[address] = n > 0 ? n : nil
+        }
+    }
+}
+
+/// A client's address as the per-address limit counts it: an IPv4 address (also when it
+/// reaches an IPv6 listener as `::ffff:a.b.c.d`), or the /64 prefix of an IPv6 one.
+struct ClientAddress: Hashable, Sendable {
+    var high: UInt64
+    var low: UInt64
+
+    init(_ storage: sockaddr_storage) {
+        var storage = storage
+        var bytes = [UInt8](repeating: 0, count: 16)
+        withUnsafePointer(to: &storage) { p in
+            if Int32(p.pointee.ss_family) == AF_INET6 {
+                p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { a in
+                    withUnsafeBytes(of: a.pointee.sin6_addr) { for i in 0..<16 { bytes[i] = $0[i] } }
+                }
+            } else {
+                // As ::ffff:a.b.c.d, so both forms of one IPv4 client count together.
+                p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { a in
+                    bytes[10] = 0xFF
+                    bytes[11] = 0xFF
+                    withUnsafeBytes(of: a.pointee.sin_addr) { for i in 0..<4 { bytes[12 + i] = $0[i] } }
+                }
+            }
+        }
+        high = bytes[0..<8].reduce(0) { $0 << 8 | UInt64($1) }
+        low = bytes[8..<16].reduce(0) { $0 << 8 | UInt64($1) }
+        let mapped = high == 0 && low >> 32 == 0xFFFF
+        if !mapped { low = 0 }
     }
 }
 
@@ -353,7 +409,17 @@ final class LoopRunner {
 
     private func acceptConnections() {
         guard listenFD >= 0, !draining else { return }
+        let limit = configuration.maxConnections
         for _ in 0..<128 {
+            // A slot is taken before accepting, so loops racing for the last one cannot
+            // pass the limit together.
+            let open = shared.openConnections.add(1, ordering: .relaxed).newValue
+            if limit > 0 && open > limit {
+                shared.openConnections.subtract(1, ordering: .relaxed)
+                shared.acceptPauses.add(1, ordering: .relaxed)
+                pauseAccepting()
+                return
+            }
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &storage) {
@@ -362,14 +428,14 @@ final class LoopRunner {
                 }
             }
             if fd < 0 {
-                switch errno {
+                let failure = errno
+                shared.openConnections.subtract(1, ordering: .relaxed)
+                switch failure {
                 case EAGAIN, EWOULDBLOCK: return
                 case EINTR, ECONNABORTED, EPROTO: continue
                 case EMFILE, ENFILE, ENOBUFS, ENOMEM:
-                    // Out of descriptors: stop polling the listener briefly instead of
-                    // spinning on it (it stays readable); pending clients wait in the backlog.
-                    _ = epoll_ctl(loop.epollFD, EPOLL_CTL_DEL, listenFD, nil)
-                    listenerPausedUntil = now + .milliseconds(100)
+                    // Out of descriptors: pending clients wait in the backlog.
+                    pauseAccepting()
                     return
                 default: return
                 }
@@ -379,12 +445,28 @@ final class LoopRunner {
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let id = nextID
             nextID += 1
-            let connection = Connection(id: id, fd: fd, remoteAddress: Socket.describe(storage), runner: self)
+            var address: ClientAddress?
+            var overAddressLimit = false
+            if configuration.maxConnectionsPerAddress > 0 {
+                let key = ClientAddress(storage)
+                address = key
+                overAddressLimit = !shared.admit(key)
+                if overAddressLimit { shared.refusedOverAddressLimit.add(1, ordering: .relaxed) }
+            }
+            let connection = Connection(
+                id: id, fd: fd, remoteAddress: Socket.describe(storage), clientAddress: address,
+                overAddressLimit: overAddressLimit, runner: self)
             connections[id] = connection
-            shared.openConnections.add(1, ordering: .relaxed)
             register(fd: fd, events: connection.interest, token: id)
             schedule(connection)
         }
+    }
+
+    /// Stops polling the listener for 100 ms (it stays readable, so polling would spin):
+    /// pending clients wait in the kernel's backlog meanwhile.
+    private func pauseAccepting() {
+        _ = epoll_ctl(loop.epollFD, EPOLL_CTL_DEL, listenFD, nil)
+        listenerPausedUntil = now + .milliseconds(100)
     }
 
     // MARK: Messages
@@ -460,6 +542,7 @@ final class LoopRunner {
 
     func removed(_ connection: Connection) {
         connections[connection.id] = nil
+        if let address = connection.clientAddress { shared.release(address) }
         shared.openConnections.subtract(1, ordering: .relaxed)
     }
 

@@ -26,9 +26,10 @@ public enum HTTPResponseBody: Sendable {
     case file(path: String, offset: Int64 = 0, length: Int64? = nil)
 }
 
-/// A response: status, headers and body. The engine adds `Date`, `X-Request-ID`,
-/// `Content-Length` or `Transfer-Encoding`, `Connection` and, when it compresses,
-/// `Content-Encoding` and `Vary`; values a handler sets for those are replaced.
+/// A response: status, headers and body. The engine adds `Date`, `X-Server-Time`,
+/// `X-Request-ID`, `X-Content-Type-Options: nosniff`, `Content-Length` or
+/// `Transfer-Encoding`, `Connection` and, when it compresses, `Content-Encoding` and
+/// `Vary`; values a handler sets for those are replaced.
 ///
 /// ```swift
 /// return HTTPResponse(status: .created, json: Array(#"{"ok":true}"#.utf8))

@@ -115,6 +115,25 @@ public final class HTTPServer: Sendable {
         shared.openConnections.load(ordering: .relaxed)
     }
 
+    /// What the connection limits and the header timeout did since `start()` (counters for
+    /// metrics; `HTTPServerConfiguration.maxConnections` and `maxConnectionsPerAddress`).
+    public struct ConnectionCounts: Sendable, Equatable {
+        /// Times an event loop stopped accepting for a moment because `maxConnections` were open.
+        public var acceptPauses: Int
+        /// Connections over `maxConnectionsPerAddress`, answered `503` and closed.
+        public var refusedOverAddressLimit: Int
+        /// New connections closed at the header timeout without having sent a byte.
+        public var closedSilent: Int
+    }
+
+    /// The counts now.
+    public var connectionCounts: ConnectionCounts {
+        ConnectionCounts(
+            acceptPauses: shared.acceptPauses.load(ordering: .relaxed),
+            refusedOverAddressLimit: shared.refusedOverAddressLimit.load(ordering: .relaxed),
+            closedSilent: shared.closedSilent.load(ordering: .relaxed))
+    }
+
     /// Called once per request after its response was handed to the kernel, or with
     /// status 0 when the connection ended first. Runs on an event-loop thread: keep it
     /// short and non-blocking. Set it before or after `start()`.

@@ -54,7 +54,10 @@ struct ResponsePolicy: Sendable {
     var streamHighWater: Int
 
     /// Header fields the engine owns; a handler's values for them are dropped.
-    private static let reserved: [String] = ["Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Date", "X-Server-Time", "X-Request-ID"]
+    private static let reserved: [String] = [
+        "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Date", "X-Server-Time", "X-Request-ID",
+        "X-Content-Type-Options",
+    ]
 
     /// Applies content coding and framing. Returns the producer to run for a streamed
     /// body (nil for HEAD and other bodies).
@@ -284,7 +287,9 @@ func encodeHead(
     out.append(contentsOf: String(Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000).utf8)
     out.append(contentsOf: "\r\nX-Request-ID: ".utf8)
     out.append(contentsOf: requestID.utf8)
-    out.append(contentsOf: "\r\n".utf8)
+    // Every answer, JSON, errors and media alike: a browser takes Content-Type as sent and
+    // never sniffs a script or a page out of a body (WHATWG Fetch, "X-Content-Type-Options").
+    out.append(contentsOf: "\r\nX-Content-Type-Options: nosniff\r\n".utf8)
     switch framing {
     case .noContent, .closeDelimited: break
     case .contentLength(let n):

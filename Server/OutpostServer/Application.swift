@@ -156,7 +156,7 @@ public final class OutpostApplication: Sendable {
         self.router = router
         if let identityProvider {
             if case .url(let url) = settings.identityProvider.source, url.scheme?.lowercased() == "http", !Self.isLoopback(url.host ?? "") {
-                Log.error("the JWKS URL is plain http: anyone on the path can swap the provider's keys; use https", ["url": url.absoluteString])
+                Log.error("the JWKS URL is plain http: anyone on the path can swap the provider's keys; use https", ["url": url.redacted])
             }
             identityProvider.start()
         }

@@ -133,7 +133,8 @@ public enum ServerApp {
         }
     }
 
-    /// The engine configuration for `settings`: host, port, loops, body limit, grace, timeouts.
+    /// The engine configuration for `settings`: host, port, loops, body limit, grace,
+    /// timeouts, connection limits.
     public static func httpConfiguration(_ settings: Settings) -> HTTPServerConfiguration {
         var configuration = HTTPServerConfiguration(host: settings.host, port: settings.port)
         if settings.eventLoops > 0 { configuration.eventLoopCount = settings.eventLoops }
@@ -141,7 +142,24 @@ public enum ServerApp {
         configuration.shutdownGrace = .seconds(settings.shutdownGraceSeconds)
         configuration.headerTimeout = .seconds(settings.headerTimeoutSeconds)
         configuration.bodyTimeout = .seconds(settings.bodyTimeoutSeconds)
+        configuration.maxConnections = settings.maxConnections
+        configuration.maxConnectionsPerAddress = settings.maxConnectionsPerAddress
         return configuration
+    }
+
+    /// The engine's connection gauge and counters as `/metrics` series, read at each scrape.
+    public static func declareConnectionMetrics(_ metrics: Metrics, server: HTTPServer) {
+        metrics.gauge("outpost_http_open_connections", help: "Open client connections (idle, in a request, or held by a long poll).") {
+            Double(server.openConnections)
+        }
+        metrics.declare("outpost_http_connection_limit_reached_total",
+                        help: "Times a connection limit was reached: limit=process (--max-connections; accepting paused for 100 ms, new connections wait in the backlog) or limit=address (--max-connections-per-address; the connection was answered 503).",
+                        kind: "counter")
+        metrics.counter("outpost_http_connection_limit_reached_total", .init([("limit", "process")])) { Double(server.connectionCounts.acceptPauses) }
+        metrics.counter("outpost_http_connection_limit_reached_total", .init([("limit", "address")])) { Double(server.connectionCounts.refusedOverAddressLimit) }
+        metrics.declare("outpost_http_silent_connections_closed_total",
+                        help: "New connections closed at the header timeout without having sent a byte.", kind: "counter")
+        metrics.counter("outpost_http_silent_connections_closed_total", .none) { Double(server.connectionCounts.closedSilent) }
     }
 
     /// `outpost-server serve`: builds the application (its router holds every route),
@@ -182,9 +200,7 @@ public enum ServerApp {
         let configuration = httpConfiguration(settings)
         let server = HTTPServer(configuration: configuration, router: app.router)
         server.onRequestComplete = { log in app.record(log) }
-        app.metrics.gauge("outpost_http_open_connections", help: "Open client connections (idle, in a request, or held by a long poll).") {
-            Double(server.openConnections)
-        }
+        declareConnectionMetrics(app.metrics, server: server)
         let port: Int
         do {
             port = try server.start()

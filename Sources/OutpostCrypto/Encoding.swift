@@ -75,6 +75,14 @@ public enum Base64 {
         bytes.withUnsafeBufferPointer { decode($0, urlSafe: true) }
     }
 
+    /// Decodes base64url in its one canonical form, from its ASCII bytes: no padding and
+    /// zero leftover bits (what RFC 7515 section 2 makes every part of a compact JWS). Nil
+    /// for anything else, so no two spellings of one part are accepted.
+    public static func decodeCanonicalURL(bytes: ArraySlice<UInt8>) -> [UInt8]? {
+        if bytes.contains(UInt8(ascii: "=")) { return nil }
+        return decodeURL(bytes: bytes)
+    }
+
     private static func encode(_ input: [UInt8], alphabet: [UInt8], pad: Bool) -> String {
         var out: [UInt8] = []
         out.reserveCapacity((input.count + 2) / 3 * 4)

@@ -20,9 +20,32 @@ struct StateMachineTests {
 
     @Test func idleConnectionClosesSilently() {
         var sm = ConnectionStateMachine(timeouts: timeouts, now: t(0))
-        #expect(sm.nextDeadline() == t(60))
-        #expect(sm.timerFired(now: t(59.9)) == .none)
-        #expect(sm.timerFired(now: t(60)) == .close)
+        _ = sm.bytesReceived(10, now: t(1))
+        sm.headReceived(now: t(1))
+        sm.requestReceived()
+        let kept = sm.responseCompleted(keepAlive: true, now: t(2))
+        #expect(kept)
+        #expect(sm.nextDeadline() == t(62))
+        #expect(sm.timerFired(now: t(61.9)) == .none)
+        #expect(sm.timerFired(now: t(62)) == .close)
+        #expect(!sm.silent)
+    }
+
+    /// A new connection that sends nothing may stay only as long as a head may take.
+    @Test func silentNewConnectionClosesAtTheHeaderTimeout() {
+        var sm = ConnectionStateMachine(timeouts: timeouts, now: t(0))
+        #expect(sm.silent)
+        #expect(sm.nextDeadline() == t(10))
+        #expect(sm.timerFired(now: t(9.9)) == .none)
+        #expect(sm.timerFired(now: t(10)) == .close)
+        #expect(sm.silent)
+
+        // A header timeout longer than the idle one leaves the idle one in charge.
+        var c = HTTPServerConfiguration()
+        c.headerTimeout = .seconds(90)
+        c.idleTimeout = .seconds(60)
+        let long = ConnectionStateMachine(timeouts: ConnectionTimeouts(c), now: t(0))
+        #expect(long.nextDeadline() == t(60))
     }
 
     @Test func slowHeadersTimeOutWith408() {

@@ -63,11 +63,23 @@ final class TestClient: Sendable {
 
     private init(fd: Int32) { self.fd = fd }
 
-    /// Connects to 127.0.0.1:`port`; reads time out after `timeout` seconds so a broken
-    /// server fails the test instead of hanging it.
-    static func connect(port: Int, timeout: Int = 10) throws -> TestClient {
+    /// Connects to 127.0.0.1:`port`, from the loopback address `source` (any other
+    /// 127.x.y.z stands for another client); reads time out after `timeout` seconds so a
+    /// broken server fails the test instead of hanging it.
+    static func connect(port: Int, timeout: Int = 10, from source: String = "127.0.0.1") throws -> TestClient {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw TestFailure("socket: errno \(errno)") }
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr(source)
+        let bound = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw TestFailure("bind \(source): errno \(e)")
+        }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = UInt16(port).bigEndian

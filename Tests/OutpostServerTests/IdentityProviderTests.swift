@@ -424,7 +424,51 @@ import Testing
                 let operatorToken = try keycloak(groups: [], scope: "openid", roles: ["outpost-admin"])
                 let spaces = try await httpRequestAsync(port: server.port, "GET", "/v1/admin/spaces", headers: [("Authorization", "Bearer \(operatorToken)")])
                 #expect(spaces.status == 200 && spaces.text.contains("team-1"), "\(spaces.text)")
+                // The value matches exactly: a string claim equal to it, or an array element
+                // equal to it; never a word inside a longer string.
+                func admin(_ roles: JSONValue) async throws -> Int {
+                    var c = Self.claims(spaces: [], scope: "openid", aud: .string(Self.audience))
+                    c["realm_access"] = ["roles": roles]
+                    let token = try key.token(c)
+                    return try await httpRequestAsync(port: server.port, "GET", "/v1/admin/spaces", headers: [("Authorization", "Bearer \(token)")]).status
+                }
+                #expect(try await admin("outpost-admin") == 200)
+                #expect(try await admin(["x", "outpost-admin"]) == 200)
+                #expect(try await admin("offline_access outpost-admin") == 403)
+                #expect(try await admin(["offline_access outpost-admin"]) == 403)
+                #expect(try await admin("outpost-admin ") == 403)
+                #expect(try await admin(["outpost-administrator"]) == 403)
             }
+        }
+    }
+
+    /// The JWK Set URL is logged without the credentials and the query it may carry: a
+    /// fetch through a URL with both loads the keys, and the server's log names the URL as
+    /// scheme, host, port and path only.
+    @Test func theKeySetURLIsLoggedWithoutItsCredentialsOrQuery() async throws {
+        let key = try await ProviderKey.rsa("logged-key")
+        try await withTemporaryDirectory(prefix: "outpost-jwks-log") { dir in
+            let provider = try JWKSTestServer()
+            provider.serve(keys: [key])
+            let log = dir.appending("server.log")
+            let url = "http://operator:pa55word@127.0.0.1:\(provider.port)\(JWKSTestServer.path)?client_secret=s3cret"
+            do {
+                let server = try await blocking {
+                    try ServerProcess(dataDirectory: dir.appending("data"),
+                                      arguments: ["--jwks-url", url, "--jwt-issuer", Self.issuer, "--jwks-timeout", "30"],
+                                      environment: ["OUTPOST_LOG_FILE": log])
+                }
+                let admin = try await blocking { try server.token(spaces: [], admin: true) }
+                try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 1 }
+                #expect(try await blocking { server.stop() } == 0)
+            } catch {
+                await provider.stop()
+                throw error
+            }
+            await provider.stop()
+            let text = try String(contentsOfFile: log, encoding: .utf8)
+            #expect(text.contains("\"source\":\"http://127.0.0.1:\(provider.port)\(JWKSTestServer.path)\""), "\(text)")
+            #expect(!text.contains("pa55word") && !text.contains("s3cret") && !text.contains("operator"), "\(text)")
         }
     }
 
@@ -444,10 +488,17 @@ import Testing
                 c["azp"] = "client-id"
                 return try key.token(c)
             }
-            let writer = try auth0(spaces: ["team-*"], permissions: ["read:records", "write:records"])
+            let writer = try auth0(spaces: ["team-7"], permissions: ["read:records", "write:records"])
             let pushed = try await Self.push(server, writer, [put("a1", "r1")], space: "team-7")
             #expect(try pushed.status == 200 && Self.appliedCount(pushed) == 1, "\(pushed.text)")
             #expect(try await Self.push(server, writer, [put("a2", "r2")], space: "other").status == 403)
+            // A provider's names are literal: a group named `team-*` or `*` names no space,
+            // never every space it would match as a prefix in a token the server signs.
+            for wildcard in [["team-*"], ["*"], ["team-7*"]] {
+                let claimed = try auth0(spaces: wildcard, permissions: ["read:records", "write:records"])
+                #expect(try await Self.push(server, claimed, [put("a4", "r4")], space: "team-7").status == 403, "\(wildcard)")
+                #expect(try await Self.pull(server, claimed, "team-7").status == 403, "\(wildcard)")
+            }
             let reader = try auth0(spaces: ["team-7"], permissions: ["read:records"])
             #expect(try await Self.push(server, reader, [put("a3", "r3")], space: "team-7").status == 403)
             let pulled = try await Self.pull(server, reader, "team-7")

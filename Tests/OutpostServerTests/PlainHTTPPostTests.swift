@@ -9,6 +9,15 @@ import OutpostTestSupport
 /// `1xx` heads, an answer head past the bound, a receiver that closes, one that holds the
 /// request past the timeout, the task cancelled while it waits, and no listener at all.
 @Suite struct PlainHTTPPostTests {
+    /// The listeners are on loopback: these deliveries allow it (`--webhook-allow-private`).
+    static let loopback = ReceiverAddressPolicy(allowPrivate: true)
+
+    /// The class of a failed delivery (what a dead letter keeps), or nil for a status.
+    static func kind(_ answer: WebhookHTTPClient.Answer) -> WebhookHTTPClient.NoAnswer.Kind? {
+        if case .noAnswer(let why) = answer { return why.kind }
+        return nil
+    }
+
     /// What a listener received: the request's head and body.
     final class Received: Sendable {
         let value = Mutex<(head: String, body: [UInt8])?>(nil)
@@ -34,7 +43,7 @@ import OutpostTestSupport
 
     @Test func theRequestCarriesItsHeadersAndBodyAndTheStatusIsTheAnswer() async throws {
         try await Self.withListener({ Self.write($0, "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n") }) { url, received in
-            let answer = await PlainHTTPPost.post(url, body: Array("{\"space\":\"s\"}".utf8), headers: [("Outpost-Delivery", "d1")], timeout: 30)
+            let answer = await PlainHTTPPost.post(url, body: Array("{\"space\":\"s\"}".utf8), headers: [("Outpost-Delivery", "d1")], timeout: 30, policy: Self.loopback)
             #expect(answer == .status(204))
             let (head, body) = try #require(received.value.withLock { $0 })
             #expect(head.hasPrefix("POST /hooks/outpost?token=a%20b HTTP/1.1\r\n"))
@@ -47,28 +56,29 @@ import OutpostTestSupport
 
     @Test func interimAnswersAreSkippedAndAFailureStatusIsKept() async throws {
         try await Self.withListener({ Self.write($0, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy") }) { url, _ in
-            #expect(await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30) == .status(503))
+            #expect(await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30, policy: Self.loopback) == .status(503))
         }
     }
 
     @Test func anAnswerHeadPastTheBoundIsNoAnswer() async throws {
         let long = "HTTP/1.1 200 OK\r\nX-Long: " + String(repeating: "a", count: WebhookHTTPClient.maxAnswerBytes) + "\r\n\r\n"
         try await Self.withListener({ Self.write($0, long) }) { url, _ in
-            let answer = await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30)
-            #expect(answer == .noAnswer("no answer: the answer's head is longer than \(WebhookHTTPClient.maxAnswerBytes) bytes"))
+            let answer = await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30, policy: Self.loopback)
+            #expect(answer == .noAnswer(.init(.badAnswer, "the answer's head is longer than \(WebhookHTTPClient.maxAnswerBytes) bytes")))
+            #expect(answer.failure == "bad_answer")
         }
     }
 
     @Test func aReceiverThatClosesOrIsNotHTTPGivesNoAnswer() async throws {
         try await Self.withListener({ _ in }) { url, _ in
-            #expect(await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30) == .noAnswer("no answer: the receiver closed the connection"))
+            #expect(await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30, policy: Self.loopback) == .noAnswer(.init(.connectionLost, "the receiver closed the connection")))
         }
         try await Self.withListener({ Self.write($0, "SSH-2.0-OpenSSH\r\n\r\n") }) { url, _ in
-            guard case .noAnswer(let why) = await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30) else {
+            guard case .noAnswer(let why) = await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 30, policy: Self.loopback) else {
                 Issue.record("a status from a peer that is not HTTP")
                 return
             }
-            #expect(why.contains("did not answer HTTP"))
+            #expect(why.kind == .badAnswer && why.detail.contains("did not answer HTTP"))
         }
     }
 
@@ -80,23 +90,50 @@ import OutpostTestSupport
 
     @Test func aHeldRequestEndsAtTheTimeoutAndCancellingEndsTheWait() async throws {
         try await Self.withListener(Self.hold) { url, _ in
-            #expect(await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 1) == .noAnswer("no answer within the timeout"))
+            #expect(await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 1, policy: Self.loopback) == .noAnswer(.init(.timeout, "no answer within the timeout")))
         }
         try await Self.withListener(Self.hold) { url, received in
-            let task = Task { await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 300) }
+            let task = Task { await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 300, policy: Self.loopback) }
             try await eventually("the request received") { received.value.withLock { $0 != nil } }
             task.cancel()
-            #expect(await task.value == .noAnswer("no answer: the delivery was cancelled"))
+            #expect(await task.value == .noAnswer(.init(.cancelled, "the delivery was cancelled")))
         }
     }
 
     @Test func noListenerIsNoAnswer() async throws {
         let (fd, port) = try ProxySocket.listen()
         ProxySocket.closeListener(fd)
-        guard case .noAnswer(let why) = await PlainHTTPPost.post(URL(string: "http://127.0.0.1:\(port)/")!, body: [1], headers: [], timeout: 30) else {
+        guard case .noAnswer(let why) = await PlainHTTPPost.post(URL(string: "http://127.0.0.1:\(port)/")!, body: [1], headers: [], timeout: 30, policy: Self.loopback) else {
             Issue.record("a status with nobody listening")
             return
         }
-        #expect(why.hasPrefix("no answer: cannot connect to 127.0.0.1:\(port)"))
+        #expect(why.kind == .connectFailed && why.detail.hasPrefix("cannot connect to 127.0.0.1:\(port)"))
+        // What an admin reads of it is the class alone: never "Connection refused".
+        #expect(WebhookHTTPClient.Answer.noAnswer(why).failure == "connect_failed")
+    }
+
+    /// Without `--webhook-allow-private`, a receiver whose name resolves to loopback (or to
+    /// any refused address) is never connected to: the listener accepts nothing, and the
+    /// answer is `address_refused`. The address judged is the one that would be connected
+    /// to, for `http://`; for `https://` every address the name resolves to, before
+    /// URLSession connects.
+    @Test func aNameThatResolvesToARefusedAddressIsNeverConnectedTo() async throws {
+        let accepted = Mutex(0)
+        let listener = try LoopbackListener { _ in accepted.withLock { $0 += 1 } }
+        defer { listener.stop() }
+        let refusing = ReceiverAddressPolicy(allowPrivate: false)
+        for url in ["http://localhost:\(listener.port)/hook", "http://127.0.0.1:\(listener.port)/hook", "http://[::ffff:127.0.0.1]:\(listener.port)/hook"] {
+            let answer = await PlainHTTPPost.post(URL(string: url)!, body: [1], headers: [], timeout: 30, policy: refusing)
+            #expect(Self.kind(answer) == .addressRefused, "\(url): \(answer)")
+            #expect(answer.failure == "address_refused")
+        }
+        let client = WebhookHTTPClient(policy: refusing)
+        defer { client.close() }
+        let https = await client.post(URL(string: "https://localhost:\(listener.port)/hook")!, body: [1], headers: [], timeout: 30)
+        #expect(Self.kind(https) == .addressRefused, "\(https)")
+        // The same receiver, allowed, is reached (so the refusals above were the policy's).
+        let allowed = await PlainHTTPPost.post(URL(string: "http://localhost:\(listener.port)/hook")!, body: [1], headers: [], timeout: 30, policy: Self.loopback)
+        #expect(Self.kind(allowed) == .connectionLost, "\(allowed)")
+        #expect(accepted.withLock { $0 } == 1)
     }
 }

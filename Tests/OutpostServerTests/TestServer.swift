@@ -28,8 +28,7 @@ final class TestServer: Sendable {
         http = HTTPServer(configuration: configuration, router: app.router)
         let app = self.app
         http.onRequestComplete = { app.record($0) }
-        let http = self.http
-        app.metrics.gauge("outpost_http_open_connections", help: "Open client connections.") { Double(http.openConnections) }
+        ServerApp.declareConnectionMetrics(app.metrics, server: http)
         port = try http.start()
     }
 

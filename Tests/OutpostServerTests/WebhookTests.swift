@@ -3,6 +3,7 @@ import Testing
 import OutpostCore
 import OutpostPostgres
 import OutpostSQLite
+import OutpostSubprocess
 import OutpostTestSupport
 @testable import OutpostServer
 
@@ -26,9 +27,13 @@ import OutpostTestSupport
     }
 
     /// Runs `body` with an `outpost-server` child on `data`, and always stops it by its PID.
-    static func withServer(_ data: String, arguments: [String], environment: [String: String] = [:],
+    /// The receivers are on loopback, so deliveries to them are allowed
+    /// (`OUTPOST_WEBHOOK_ALLOW_PRIVATE`) unless `allowPrivate` is false.
+    static func withServer(_ data: String, arguments: [String], environment: [String: String] = [:], allowPrivate: Bool = true,
                            _ body: (ServerProcess) async throws -> Void) async throws {
-        let server = try await blocking { try ServerProcess(dataDirectory: data, arguments: arguments, environment: environment) }
+        var environment = environment
+        if allowPrivate { environment["OUTPOST_WEBHOOK_ALLOW_PRIVATE"] = "true" }
+        let server = try await blocking { [environment] in try ServerProcess(dataDirectory: data, arguments: arguments, environment: environment) }
         do {
             try await body(server)
         } catch {
@@ -146,12 +151,79 @@ import OutpostTestSupport
             settings.dataDirectory = dir.appending("data")
             settings.store = "postgres://127.0.0.1:1/none"
             settings.webhooks.urls = ["http://127.0.0.1:1/hook"]
+            settings.webhooks.allowPrivate = true
             do {
                 _ = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": String(repeating: "j", count: 32)])
                 Issue.record("the server started without OUTPOST_WEBHOOK_SECRET")
             } catch let error as Settings.Invalid {
                 #expect(error.description.contains("OUTPOST_WEBHOOK_SECRET"))
             }
+        }
+    }
+
+    // MARK: Receivers the server refuses
+
+    /// Without `--webhook-allow-private`, receivers whose names resolve to loopback are
+    /// never connected to, over `http://` and `https://`: each batch becomes a dead letter
+    /// whose `lastError` is the class `address_refused`, and the receiver sees nothing. A
+    /// receiver that is allowed but refuses connections leaves `connect_failed`, never the
+    /// system's words for it (which would tell a closed port from a filtered one).
+    @Test func receiversAtRefusedAddressesGetNothingAndErrorsStayCoarse() async throws {
+        try await Self.withReceiver { receiver in
+            try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
+                let arguments = ["--webhook", "http://localhost:\(receiver.port)/hook", "--webhook", "https://localhost:\(receiver.port)/hook",
+                                 "--webhook-attempts", "1"]
+                try await Self.withServer(dir.appending("data"), arguments: arguments, allowPrivate: false) { server in
+                    let letters = try await Self.deadLettersOfOnePush(server, count: 2)
+                    #expect(Set(letters.compactMap { $0["webhook"]?.stringValue }) == ["http://localhost:\(receiver.port)/hook", "https://localhost:\(receiver.port)/hook"])
+                    #expect(letters.allSatisfy { $0["lastError"]?.stringValue == "address_refused" }, "\(letters)")
+                    #expect(receiver.requests.isEmpty)
+                }
+            }
+        }
+        // Allowed, but nobody listens: the class only.
+        let (fd, port) = try ProxySocket.listen()
+        ProxySocket.closeListener(fd)
+        try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
+            let arguments = ["--webhook", "http://127.0.0.1:\(port)/hook", "--webhook-attempts", "1"]
+            try await Self.withServer(dir.appending("data"), arguments: arguments) { server in
+                let letters = try await Self.deadLettersOfOnePush(server, count: 1)
+                #expect(letters.first?["lastError"]?.stringValue == "connect_failed", "\(letters)")
+            }
+        }
+    }
+
+    /// Pushes one change, then waits until the dead-letter list holds `count` entries, and
+    /// returns them.
+    static func deadLettersOfOnePush(_ server: ServerProcess, count: Int) async throws -> [JSONValue] {
+        let token = try await Self.token(server)
+        let admin = try await Self.token(server, admin: true)
+        #expect(try await Self.push(server, token: token, "d", [put("c1", "a")]) == [1])
+        var letters: [JSONValue] = []
+        try await eventually("\(count) dead letters") {
+            let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: admin)
+            letters = try JSONParser.parse(r.body)["deadLetters"]?.arrayValue ?? []
+            return letters.count == count
+        }
+        return letters
+    }
+
+    /// A receiver URL that names a refused address stops the server at start, with the
+    /// flag named.
+    @Test func aLiteralRefusedReceiverStopsTheServerAtStart() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
+            let (ended, output) = try await blocking {
+                let child = try Subprocess(BuildProducts.executable("outpost-server"),
+                                           ["serve", "--data", dir.appending("data"), "--port", "0", "--webhook", "http://10.0.0.7/hook"],
+                                           environment: Subprocess.environment(adding: ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 48)]),
+                                           output: .capture, error: .discard, errorToOutput: true)
+                // A server that started anyway is stopped by its PID, and the test fails.
+                let ended = child.wait(timeout: Double(testDeadlineSeconds)) ?? child.stop(grace: 5)
+                child.waitForStreams()
+                return (ended, child.outputText())
+            }
+            #expect(ended == .exited(64), "\(output)")
+            #expect(output.contains("a private address (RFC 1918)") && output.contains("--webhook-allow-private true"), "\(output)")
         }
     }
 
@@ -357,13 +429,13 @@ import OutpostTestSupport
                     #expect(letter["space"]?.stringValue == "d" && letter["firstSeq"]?.int64Value == 1 && letter["lastSeq"]?.int64Value == 2)
                     #expect(letter["changes"]?.int64Value == 2 && letter["attempts"]?.int64Value == 3 && letter["webhook"]?.stringValue == receiver.url)
                     #expect(letter["deliveryId"]?.stringValue == sent.first?.delivery && letter["bytes"]?.int64Value == sent.first.map { Int64($0.body.count) })
-                    #expect(letter["lastError"]?.stringValue?.contains("500") == true && letter["epoch"]?.stringValue != nil)
+                    #expect(letter["lastError"]?.stringValue == "http_status 500" && letter["epoch"]?.stringValue != nil)
                     let id = try #require(letter["id"]?.int64Value)
                     #expect(try await Self.metric(server, "outpost_webhook_dead_letters_total{webhook=\"\(receiver.url)\"}", token: admin) == 1)
 
                     // A replay while the receiver still fails: answered, not delivered, kept.
                     let failed = try JSONParser.parse(try await replay("\(id)").body)
-                    #expect(failed["delivered"]?.boolValue == false && failed["status"]?.int64Value == 500 && failed["error"]?.stringValue?.contains("500") == true)
+                    #expect(failed["delivered"]?.boolValue == false && failed["status"]?.int64Value == 500 && failed["error"]?.stringValue == "http_status 500")
                     #expect(try await list()["deadLetters"]?[0]?["attempts"]?.int64Value == 4)
 
                     // The space's later commits go on; the dead letter is not sent by itself.

@@ -200,10 +200,8 @@ public final class AdminService: Sendable {
     /// answered by the media download itself (ranges, `ETag`, `304`). The bytes are never
     /// run as a page: a sandboxing policy and `nosniff` go with them.
     func mediaBytes(_ request: HTTPRequest) async throws -> HTTPResponse {
-        var response = try await media.download(request)
-        response.headers.replaceOrAdd(name: "Content-Security-Policy", value: "default-src 'none'; sandbox")
-        response.headers.replaceOrAdd(name: "X-Content-Type-Options", value: "nosniff")
-        return response
+        // The download's own fields already sandbox it (`ServedMedia`).
+        try await media.download(request)
     }
 
     // MARK: Tokens

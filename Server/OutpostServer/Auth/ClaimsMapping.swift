@@ -74,7 +74,8 @@ public struct ClaimPath: Sendable, Equatable, CustomStringConvertible {
 /// fixed claims of PROTOCOL.md section 2 and never go through a mapping.
 public struct ClaimsMapping: Sendable {
     /// The claim naming the spaces: an array of names, or one string of names separated by
-    /// spaces. Absent: no space.
+    /// spaces. Absent: no space. Each name is literal: one that is not a space name (a
+    /// group `team-*`, say) names no space, never a wildcard as in a token the server signs.
     public var spaces: ClaimPath
     /// The claim holding the scope: a string of words separated by spaces (OAuth 2.0,
     /// RFC 6749 section 3.3), or an array of words (Auth0's `permissions`).
@@ -84,9 +85,10 @@ public struct ClaimsMapping: Sendable {
     /// The claim holding the roles, given to the rules as `auth.roles` (always an array,
     /// empty when the claim is absent).
     public var roles: ClaimPath
-    /// The claim and the value that make a token admin: the claim equals the value, is an
-    /// array holding it, or a string of words holding it (`true` matches a boolean true).
-    /// Nil: a provider token is never admin, whatever it carries.
+    /// The claim and the value that make a token admin: the claim is a string equal to the
+    /// value, or an array with a string element equal to it (`true` matches a boolean
+    /// true). Exact: a string that holds the value among other words is not it. Nil: a
+    /// provider token is never admin, whatever it carries.
     public var admin: (path: ClaimPath, value: String)?
 
     /// The defaults: the same claim names an HS256 token uses.
@@ -109,14 +111,19 @@ public struct ClaimsMapping: Sendable {
 
     /// The claims of a verified provider token's `payload` with subject `sub` and expiry `exp`.
     func claims(_ payload: JSONObject, sub: String, exp: Int64) throws(TokenError) -> Claims {
-        guard let spaceNames = Self.words(spaces.value(in: payload)) else { throw .missingClaim("spaces (\(spaces))") }
+        guard let claimed = Self.words(spaces.value(in: payload)) else { throw .missingClaim("spaces (\(spaces))") }
+        // A provider's names are literal: `Claims.allows` reads a trailing `*` as a prefix,
+        // so only real space names go through (a space name never holds `*`).
+        let spaceNames = claimed.filter(Names.isValidSpace)
         guard let scopeWords = Self.words(scope.value(in: payload)) else { throw .missingClaim("scope (\(scope))") }
         guard let roleNames = Self.words(roles.value(in: payload)) else { throw .missingClaim("roles (\(roles))") }
         var isAdmin = false
         if let admin {
             switch admin.path.value(in: payload) {
             case .bool(let b)?: isAdmin = b && admin.value == "true"
-            case let value: isAdmin = Self.words(value)?.contains(admin.value) ?? false
+            case .string(let s)?: isAdmin = s == admin.value
+            case .array(let items)?: isAdmin = items.contains(.string(admin.value))
+            default: isAdmin = false
             }
         }
         var extra = payload

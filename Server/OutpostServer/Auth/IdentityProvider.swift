@@ -77,7 +77,7 @@ public final class ProviderTokens: Sendable {
     /// claims and its `nbf`.
     private func verifyInFull(_ jws: CompactJWS, kid: String, now: Int64) async throws(TokenError) -> (Claims, Int64?) {
         let key = try await keys.key(kid: kid, alg: jws.alg)
-        guard let signature = jws.signature else { throw .malformed("signature is not base64url") }
+        guard let signature = jws.signature else { throw .malformed("signature is not canonical base64url") }
         guard key.verifies(signature, jws.signingInput) else { throw .badSignature }
 
         let payload = try jws.claims()

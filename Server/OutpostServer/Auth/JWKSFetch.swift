@@ -13,9 +13,10 @@ public enum JWKSSource: Sendable, Equatable, CustomStringConvertible {
     /// Read from a file (`--jwks-file`).
     case file(String)
 
+    /// What logs show: a URL without its credentials, query or fragment.
     public var description: String {
         switch self {
-        case .url(let url): url.absoluteString
+        case .url(let url): url.redacted
         case .file(let path): path
         }
     }

@@ -127,7 +127,9 @@ public protocol TokenVerifier: Sendable {
 
 /// A compact JWS (RFC 7515 section 7.1) split into its three parts, with its protected
 /// header parsed and checked: what every verifier reads first. It works on the token's
-/// UTF-8 bytes: the parts are ranges of them, decoded from base64url where they lie.
+/// UTF-8 bytes: the parts are ranges of them, decoded from base64url where they lie. Every
+/// part must be canonical base64url (no `=` padding, zero leftover bits): a token has one
+/// spelling, so no altered copy of a signed token verifies.
 struct CompactJWS: Sendable {
     /// The longest token accepted, in bytes.
     static let maximumBytes = 8192
@@ -155,9 +157,9 @@ struct CompactJWS: Sendable {
               let second = bytes[(first + 1)...].firstIndex(of: dot),
               !bytes[(second + 1)...].contains(dot)
         else { throw .malformed("expected three dot-separated parts") }
-        guard let headerBytes = Base64.decodeURL(bytes: bytes[..<first]),
+        guard let headerBytes = Base64.decodeCanonicalURL(bytes: bytes[..<first]),
               case .object(let header)? = try? JSONParser.parse(headerBytes)
-        else { throw .malformed("header is not base64url JSON") }
+        else { throw .malformed("header is not canonical base64url JSON") }
         guard case .string(let alg)? = header["alg"] else { throw .malformed("header has no alg") }
         guard accepted.contains(alg) else { throw .unsupportedAlgorithm(alg, accepted: accepted) }
         for name in Self.refusedHeaders where header[name] != nil { throw .refusedHeader(name) }
@@ -171,14 +173,14 @@ struct CompactJWS: Sendable {
     /// The bytes the signature covers: `header.payload` as sent (RFC 7515 section 5.2).
     var signingInput: [UInt8] { Array(bytes[..<secondDot]) }
 
-    /// The decoded signature, nil when it is not base64url.
-    var signature: [UInt8]? { Base64.decodeURL(bytes: bytes[(secondDot + 1)...]) }
+    /// The decoded signature, nil when it is not canonical base64url.
+    var signature: [UInt8]? { Base64.decodeCanonicalURL(bytes: bytes[(secondDot + 1)...]) }
 
     /// The payload's claims: read only after the signature verified.
     func claims() throws(TokenError) -> JSONObject {
-        guard let payloadBytes = Base64.decodeURL(bytes: bytes[(firstDot + 1)..<secondDot]),
+        guard let payloadBytes = Base64.decodeCanonicalURL(bytes: bytes[(firstDot + 1)..<secondDot]),
               case .object(let payload)? = try? JSONParser.parse(payloadBytes)
-        else { throw .malformed("payload is not base64url JSON") }
+        else { throw .malformed("payload is not canonical base64url JSON") }
         return payload
     }
 
@@ -235,7 +237,7 @@ public struct JWTAuthority: TokenVerifier {
     func verify(_ jws: CompactJWS, now: Int64) throws(TokenError) -> Claims {
         guard jws.alg == "HS256" else { throw .unsupportedAlgorithm(jws.alg, accepted: ["HS256"]) }
         guard let signature = jws.signature, signature.count == SHA256.byteCount else {
-            throw .malformed("signature is not base64url of 32 bytes")
+            throw .malformed("signature is not canonical base64url of 32 bytes")
         }
         let signingInput = jws.signingInput
         var verified = false

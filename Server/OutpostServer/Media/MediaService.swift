@@ -368,7 +368,8 @@ public final class MediaService: Sendable {
 
     /// `GET` and `HEAD /v1/spaces/{space}/media/{mediaId}`: the file sent from disk with
     /// `sendfile(2)` (never read into memory, never compressed), `ETag`, `Range` (one
-    /// range; see `ByteRangeRequest`), `If-Range`, `If-None-Match`.
+    /// range; see `ByteRangeRequest`), `If-Range`, `If-None-Match`, and the fields that
+    /// keep a browser from running it (`ServedMedia`).
     func download(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
         guard let id = request.parameter("mediaId").flatMap(MediaID.init) else { throw Self.mediaNotFound() }
@@ -378,13 +379,13 @@ public final class MediaService: Sendable {
         headers.add(name: "ETag", value: etag)
         // Content-addressed: the bytes under this URL never change.
         headers.add(name: "Cache-Control", value: "private, max-age=31536000, immutable")
+        ServedMedia.addHeaders(contentType: media.contentType, to: &headers)
         // RFC 9110 section 13.2.2: If-None-Match is evaluated before Range.
         let noneMatch = request.headers.values(name: "If-None-Match")
         if !noneMatch.isEmpty, EntityTags.noneMatchSatisfied(noneMatch.joined(separator: ","), etag: etag) {
             return HTTPResponse(status: .notModified, headers: headers)
         }
         headers.add(name: "Accept-Ranges", value: "bytes")
-        headers.add(name: "X-Content-Type-Options", value: "nosniff")
         let path = store.path(space: space, id: id)
         // Range is defined for GET only (RFC 9110 section 14.2); If-Range that does not
         // match means the whole file.

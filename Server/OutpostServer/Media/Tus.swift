@@ -61,7 +61,7 @@ enum Tus {
     /// space, in padded canonical base64; keys unique. Nothing else is taken (no spaces
     /// around pairs), so openapi/outpost.yaml's pattern says exactly what is accepted. An
     /// empty field is no metadata. On failure, says what is wrong. The values used here are
-    /// checked as the JSON init checks them: `filename` UTF-8 of at most 255 bytes,
+    /// checked as the JSON init checks them: `filename` by `UploadRequest.filenameProblem`,
     /// `filetype`/`contentType` a media type.
     static func parseMetadata(_ raw: String) -> Result<Metadata, TusHeaderProblem> {
         let field = String(raw.trimmingSpacesAndTabs)
@@ -87,9 +87,10 @@ enum Tus {
         let metadata = Metadata(field: field, values: values)
         for key in ["filename", "name"] {
             if let bytes = metadata.values[key], !bytes.isEmpty {
-                guard String(validating: bytes, as: UTF8.self) != nil, bytes.count <= 255 else {
-                    return .failure(.init("has a \(key) that is not UTF-8 text of at most 255 bytes"))
+                guard let text = String(validating: bytes, as: UTF8.self) else {
+                    return .failure(.init("has a \(key) that is not UTF-8 text"))
                 }
+                if let problem = UploadRequest.filenameProblem(text) { return .failure(.init("has a \(key) that \(problem)")) }
             }
         }
         if let type = metadata.contentType, !UploadRequest.isValidContentType(type) {

@@ -45,3 +45,17 @@ public enum Log {
         write(level: "error", message, fields.mapValues { .string($0) })
     }
 }
+
+extension URL {
+    /// The URL as logs, metrics and admin answers show it: scheme, host, port and path,
+    /// without the credentials, query or fragment it may carry (a secret often rides in
+    /// them): `https://hooks.example.com/outpost`.
+    var redacted: String {
+        let scheme = self.scheme?.lowercased() ?? ""
+        let host = self.host ?? ""
+        var shown = "\(scheme)://\(host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host)"
+        if let port { shown += ":\(port)" }
+        shown += path.isEmpty ? "/" : path
+        return shown
+    }
+}

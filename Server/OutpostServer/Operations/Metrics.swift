@@ -144,8 +144,18 @@ public final class Metrics: Sendable {
     /// A series `name{labels}` of a declared gauge whose value `read` gives when metrics
     /// are scraped (a value that changes with time, not with events).
     public func gauge(_ name: String, _ labels: Labels, read: @escaping @Sendable () -> Double) {
+        reader(name, .gauge, labels, read)
+    }
+
+    /// A series `name{labels}` of a declared counter that another part keeps (the HTTP
+    /// engine's counts), read when metrics are scraped.
+    public func counter(_ name: String, _ labels: Labels, read: @escaping @Sendable () -> Double) {
+        reader(name, .counter, labels, read)
+    }
+
+    private func reader(_ name: String, _ kind: Kind, _ labels: Labels, _ read: @escaping @Sendable () -> Double) {
         registry.withLock { r in
-            guard r.families[name]?.kind == .gauge else { return }
+            guard r.families[name]?.kind == kind else { return }
             r.families[name]!.readers[labels] = read
         }
     }

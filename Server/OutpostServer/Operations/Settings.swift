@@ -41,6 +41,11 @@ public struct Settings: Sendable {
     public var headerTimeoutSeconds = 10
     /// Seconds a request body may make no progress before `408`.
     public var bodyTimeoutSeconds = 10
+    /// Most connections open at once; at the limit new ones wait in the kernel's backlog (0: none).
+    public var maxConnections = 16_384
+    /// Most connections open at once from one client address (an IPv6 /64); a connection
+    /// over it is answered `503` (0: none).
+    public var maxConnectionsPerAddress = 1024
     /// A rules file (docs/rules.md): who reads and writes what, and the shape of records.
     /// Nil: a space's tokens read and write everything in it.
     public var rulesPath: String?
@@ -172,6 +177,12 @@ public struct Settings: Sendable {
             },
             Option(flag: "--body-timeout", env: "OUTPOST_BODY_TIMEOUT", help: "seconds a request body may make no progress before 408 (default 10)") { s, v in
                 s.bodyTimeoutSeconds = try int("--body-timeout", v, min: 1)
+            },
+            Option(flag: "--max-connections", env: "OUTPOST_MAX_CONNECTIONS", help: "most connections open at once; at the limit new ones wait in the kernel's backlog until one closes (default 16384; 0: no limit)") { s, v in
+                s.maxConnections = try int("--max-connections", v)
+            },
+            Option(flag: "--max-connections-per-address", env: "OUTPOST_MAX_CONNECTIONS_PER_ADDRESS", help: "most connections open at once from one client address (an IPv6 /64); one over it is answered 503 (default 1024; 0: no limit; behind a reverse proxy every connection is the proxy's)") { s, v in
+                s.maxConnectionsPerAddress = try int("--max-connections-per-address", v)
             },
         ]
         o += IdentityProviderSettings.options

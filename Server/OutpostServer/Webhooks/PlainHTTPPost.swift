@@ -15,16 +15,20 @@ import Glibc
 /// interim `1xx` heads are skipped. Connecting, sending and reading together take at most
 /// the timeout. Cancelling the calling task ends the wait at once (a byte on a pipe that
 /// poll also watches).
+///
+/// Each address the host resolves to is checked against `policy` before it is connected
+/// to, and only an allowed one is: the address judged is the address connected to, so a
+/// name that resolves differently from one lookup to the next (DNS rebinding) gains nothing.
 enum PlainHTTPPost {
     /// Posts `body` to the `http://` `url` and returns the answer's status, or why there was
     /// none within `timeout` seconds.
-    static func post(_ url: URL, body: [UInt8], headers: [(String, String)], timeout: Int) async -> WebhookHTTPClient.Answer {
+    static func post(_ url: URL, body: [UInt8], headers: [(String, String)], timeout: Int, policy: ReceiverAddressPolicy) async -> WebhookHTTPClient.Answer {
         let cancel: Canceller
-        do { cancel = try Canceller() } catch { return .noAnswer("no answer: \(error)") }
+        do { cancel = try Canceller() } catch { return .noAnswer(.init(.connectFailed, "\(error)")) }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<WebhookHTTPClient.Answer, Never>) in
                 Thread.detachNewThread {
-                    let answer = send(url, body: body, headers: headers, timeout: timeout, cancel: cancel)
+                    let answer = send(url, body: body, headers: headers, timeout: timeout, policy: policy, cancel: cancel)
                     cancel.close()
                     continuation.resume(returning: answer)
                 }
@@ -36,15 +40,17 @@ enum PlainHTTPPost {
 
     /// Why the exchange ended without a status.
     private struct Failed: Error {
-        var why: String
+        var noAnswer: WebhookHTTPClient.NoAnswer
+        init(_ kind: WebhookHTTPClient.NoAnswer.Kind, _ detail: String) { noAnswer = .init(kind, detail) }
     }
 
     /// The blocking exchange, on the calling thread.
-    static func send(_ url: URL, body: [UInt8], headers: [(String, String)], timeout: Int, cancel: Canceller) -> WebhookHTTPClient.Answer {
+    static func send(_ url: URL, body: [UInt8], headers: [(String, String)], timeout: Int, policy: ReceiverAddressPolicy,
+                     cancel: Canceller) -> WebhookHTTPClient.Answer {
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeout) * 1_000_000_000
         do {
             guard let components = URLComponents(url: url, resolvingAgainstBaseURL: false), var host = components.host, !host.isEmpty else {
-                throw Failed(why: "no answer: the URL has no host")
+                throw Failed(.connectFailed, "the URL has no host")
             }
             if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
             let port = components.port ?? 80
@@ -58,14 +64,14 @@ enum PlainHTTPPost {
             for (name, value) in headers { head += "\(name): \(value)\r\n" }
             head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
 
-            let fd = try connect(host: host, port: port, deadline: deadline, cancel: cancel)
+            let fd = try connect(host: host, port: port, policy: policy, deadline: deadline, cancel: cancel)
             defer { Glibc.close(fd) }
             try write(fd, Array(head.utf8) + body, deadline: deadline, cancel: cancel)
             return .status(try readStatus(fd, deadline: deadline, cancel: cancel))
         } catch let failed as Failed {
-            return .noAnswer(failed.why)
+            return .noAnswer(failed.noAnswer)
         } catch {
-            return .noAnswer("no answer: \(error)")
+            return .noAnswer(.init(.connectFailed, "\(error)"))
         }
     }
 
@@ -73,35 +79,40 @@ enum PlainHTTPPost {
     private static func wait(_ fd: Int32, _ events: Int16, deadline: UInt64, cancel: Canceller) throws {
         while true {
             let now = DispatchTime.now().uptimeNanoseconds
-            guard now < deadline else { throw Failed(why: "no answer within the timeout") }
+            guard now < deadline else { throw Failed(.timeout, "no answer within the timeout") }
             let ms = Int32(min((deadline - now + 999_999) / 1_000_000, UInt64(Int32.max)))
             var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: cancel.readEnd, events: Int16(POLLIN), revents: 0)]
             let n = poll(&fds, 2, ms)
             if n < 0 {
                 if errno == EINTR { continue }
-                throw Failed(why: "no answer: poll: \(String(cString: strerror(errno)))")
+                throw Failed(.connectionLost, "poll: \(String(cString: strerror(errno)))")
             }
-            if fds[1].revents != 0 { throw Failed(why: "no answer: the delivery was cancelled") }
+            if fds[1].revents != 0 { throw Failed(.cancelled, "the delivery was cancelled") }
             if fds[0].revents != 0 { return }
         }
     }
 
-    /// A non-blocking socket connected to `host`:`port`, trying each address in turn.
-    private static func connect(host: String, port: Int, deadline: UInt64, cancel: Canceller) throws -> Int32 {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_NUMERICSERV
-        var result: UnsafeMutablePointer<addrinfo>?
-        let resolved = getaddrinfo(host, String(port), &hints, &result)
-        guard resolved == 0, let first = result else {
-            throw Failed(why: "no answer: cannot resolve \(host): \(String(cString: gai_strerror(resolved)))")
+    /// A non-blocking socket connected to `host`:`port`, trying in turn each address it
+    /// resolves to that `policy` allows.
+    private static func connect(host: String, port: Int, policy: ReceiverAddressPolicy, deadline: UInt64, cancel: Canceller) throws -> Int32 {
+        let first: UnsafeMutablePointer<addrinfo>
+        switch ReceiverAddressPolicy.lookUp(host, port: port) {
+        case .success(let list): first = list
+        case .failure(let failure): throw Failed(.connectFailed, failure.why)
         }
-        defer { freeaddrinfo(result) }
+        defer { freeaddrinfo(first) }
         var why = "no address"
+        var refused: [String] = []
+        var tried = 0
         var next: UnsafeMutablePointer<addrinfo>? = first
         while let info = next {
             next = info.pointee.ai_next
+            guard let address = info.pointee.ai_addr, let ip = IPAddress(UnsafePointer(address)) else { continue }
+            if let refusal = policy.refusal(ip) {
+                refused.append("\(ip) is \(refusal)")
+                continue
+            }
+            tried += 1
             let fd = socket(info.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
             guard fd >= 0 else {
                 why = String(cString: strerror(errno))
@@ -126,7 +137,10 @@ enum PlainHTTPPost {
             why = String(cString: strerror(error))
             Glibc.close(fd)
         }
-        throw Failed(why: "no answer: cannot connect to \(host):\(port): \(why)")
+        if tried == 0 && !refused.isEmpty {
+            throw Failed(.addressRefused, "\(host): \(refused.joined(separator: "; ")) (--webhook-allow-private allows it)")
+        }
+        throw Failed(.connectFailed, "cannot connect to \(host):\(port): \(why)")
     }
 
     private static func write(_ fd: Int32, _ bytes: [UInt8], deadline: UInt64, cancel: Canceller) throws {
@@ -138,7 +152,7 @@ enum PlainHTTPPost {
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
                 try wait(fd, Int16(POLLOUT), deadline: deadline, cancel: cancel)
             } else if errno != EINTR {
-                throw Failed(why: "no answer: the connection failed while sending: \(String(cString: strerror(errno)))")
+                throw Failed(.connectionLost, "the connection failed while sending: \(String(cString: strerror(errno)))")
             }
         }
     }
@@ -152,24 +166,24 @@ enum PlainHTTPPost {
                 let line = String(decoding: received.prefix { $0 != 0x0D && $0 != 0x0A }, as: UTF8.self)
                 let parts = line.split(separator: " ", maxSplits: 2)
                 guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), parts[1].utf8.count == 3, let status = Int(parts[1]), (100...599).contains(status) else {
-                    throw Failed(why: "no answer: the receiver did not answer HTTP (\"\(line.prefix(80))\")")
+                    throw Failed(.badAnswer, "the receiver did not answer HTTP (\"\(line.prefix(80))\")")
                 }
                 if status >= 200 { return status }
                 received.removeFirst(end)
                 continue
             }
             guard received.count < WebhookHTTPClient.maxAnswerBytes else {
-                throw Failed(why: "no answer: the answer's head is longer than \(WebhookHTTPClient.maxAnswerBytes) bytes")
+                throw Failed(.badAnswer, "the answer's head is longer than \(WebhookHTTPClient.maxAnswerBytes) bytes")
             }
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n > 0 {
                 received += buffer[0..<n]
             } else if n == 0 {
-                throw Failed(why: "no answer: the receiver closed the connection")
+                throw Failed(.connectionLost, "the receiver closed the connection")
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
                 try wait(fd, Int16(POLLIN), deadline: deadline, cancel: cancel)
             } else if errno != EINTR {
-                throw Failed(why: "no answer: the connection failed: \(String(cString: strerror(errno)))")
+                throw Failed(.connectionLost, "the connection failed: \(String(cString: strerror(errno)))")
             }
         }
     }
@@ -190,7 +204,7 @@ enum PlainHTTPPost {
 
         init() throws {
             var ends: [Int32] = [0, 0]
-            guard pipe(&ends) == 0 else { throw Failed(why: "pipe: \(String(cString: strerror(errno)))") }
+            guard pipe(&ends) == 0 else { throw Failed(.connectFailed, "pipe: \(String(cString: strerror(errno)))") }
             for fd in ends {
                 _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)

@@ -170,12 +170,12 @@ final class WebhookDeliverer: Sendable {
             switch failure {
             case .retry(let at):
                 Log.info("webhook delivery failed; retrying", ["webhook": target.name, "space": space, "attempt": String(batch.failures + 1),
-                                                                 "error": answer.failure])
+                                                                 "error": answer.detail])
                 return at
             case .deadLettered:
                 metrics.deadLettered(target)
                 Log.error("webhook batch is a dead letter after its last attempt", ["webhook": target.name, "space": space,
-                                                                                    "deliveryId": batch.deliveryID, "error": answer.failure])
+                                                                                    "deliveryId": batch.deliveryID, "error": answer.detail])
             case .leaseLost:
                 return done + 1000
             }

@@ -12,26 +12,65 @@ import Synchronization
 /// request, from connecting to the end of the answer, takes at most its timeout, and at most
 /// `maxAnswerBytes` of the answer's body are read (only its status matters). Redirects are
 /// not followed: a 3xx is a failed delivery, as a receiver that moved must be configured
-/// again.
+/// again. Receivers at addresses `policy` refuses are never connected to
+/// (`ReceiverAddressPolicy`).
 final class WebhookHTTPClient: Sendable {
     /// What became of one request.
     enum Answer: Sendable, Equatable {
         /// The receiver answered with this status.
         case status(Int)
-        /// No answer: no connection, a reset, or nothing within the timeout.
-        case noAnswer(String)
+        /// No answer: a refused address, no connection, a reset, or nothing within the timeout.
+        case noAnswer(NoAnswer)
 
         var delivered: Bool {
             if case .status(let code) = self { return (200..<300).contains(code) }
             return false
         }
 
-        /// Why a delivery failed, as the dead-letter list and the log say it.
+        /// Why a delivery failed, as the dead-letter list and the replay answer say it: a
+        /// coarse class (`http_status 500`, `connect_failed`, `timeout`...), so that what an
+        /// admin reads of a receiver is no finer than whether it answered HTTP, and never
+        /// works as a port scanner.
         var failure: String {
             switch self {
-            case .status(let code): "the receiver answered HTTP \(code)"
-            case .noAnswer(let why): why
+            case .status(let code): "http_status \(code)"
+            case .noAnswer(let why): why.kind.rawValue
             }
+        }
+
+        /// The failure with its details, for the server's own log.
+        var detail: String {
+            switch self {
+            case .status(let code): "the receiver answered HTTP \(code)"
+            case .noAnswer(let why): "\(why.kind.rawValue): \(why.detail)"
+            }
+        }
+    }
+
+    /// Why there was no answer: the class the dead letter keeps, and the details the log does.
+    struct NoAnswer: Sendable, Equatable {
+        enum Kind: String, Sendable {
+            /// Every address of the receiver is one `ReceiverAddressPolicy` refuses.
+            case addressRefused = "address_refused"
+            /// The name did not resolve, or no connection was made (refused, unreachable,
+            /// reset, or for `https://` no TLS session).
+            case connectFailed = "connect_failed"
+            /// No whole answer within the timeout.
+            case timeout
+            /// The connection failed or was closed after it was made, before a status came.
+            case connectionLost = "connection_lost"
+            /// The receiver answered something that is not an HTTP answer.
+            case badAnswer = "bad_answer"
+            /// The delivery was cancelled (the server is stopping).
+            case cancelled
+        }
+
+        var kind: Kind
+        var detail: String
+
+        init(_ kind: Kind, _ detail: String) {
+            self.kind = kind
+            self.detail = detail
         }
     }
 
@@ -40,9 +79,11 @@ final class WebhookHTTPClient: Sendable {
 
     private let session: URLSession
     private let delegate: Delegate
+    private let policy: ReceiverAddressPolicy
     private static let timers = DispatchQueue(label: "outpost.webhooks.timeouts")
 
-    init() {
+    init(policy: ReceiverAddressPolicy) {
+        self.policy = policy
         let delegate = Delegate()
         self.delegate = delegate
         let configuration = URLSessionConfiguration.ephemeral
@@ -62,7 +103,11 @@ final class WebhookHTTPClient: Sendable {
     /// was none within `timeout` seconds. Cancelling the calling task cancels the request.
     func post(_ url: URL, body: [UInt8], headers: [(String, String)], timeout: Int) async -> Answer {
         if url.scheme?.lowercased() == "http" {
-            return await PlainHTTPPost.post(url, body: body, headers: headers, timeout: timeout)
+            return await PlainHTTPPost.post(url, body: body, headers: headers, timeout: timeout, policy: policy)
+        }
+        // URLSession makes its own connection: the name is resolved and checked first.
+        if let host = url.host, let refused = await policy.check(host: host, port: url.port ?? 443) {
+            return .noAnswer(refused)
         }
         var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: TimeInterval(timeout))
         request.httpMethod = "POST"
@@ -140,13 +185,25 @@ final class WebhookHTTPClient: Sendable {
             guard let pending = tasks.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
             let answer: Answer
             if pending.timedOut {
-                answer = .noAnswer("no answer within the timeout")
+                answer = .noAnswer(.init(.timeout, "no answer within the timeout"))
             } else if let status = pending.status, error == nil || pending.enough {
                 answer = .status(status)
             } else {
-                answer = .noAnswer(error.map { "no answer: \($0.localizedDescription)" } ?? "no answer")
+                answer = .noAnswer(Self.noAnswer(error))
             }
             pending.continuation.resume(returning: answer)
+        }
+
+        /// The class of a URLSession failure.
+        static func noAnswer(_ error: (any Error)?) -> NoAnswer {
+            let detail = error.map { $0.localizedDescription } ?? "no answer"
+            switch (error as? URLError)?.code {
+            case .timedOut?: return .init(.timeout, detail)
+            case .cancelled?: return .init(.cancelled, detail)
+            case .networkConnectionLost?: return .init(.connectionLost, detail)
+            case .badServerResponse?, .cannotParseResponse?: return .init(.badAnswer, detail)
+            default: return .init(.connectFailed, detail)
+            }
         }
     }
 }

@@ -53,7 +53,7 @@ public final class WebhookService: Sendable {
         self.soleOwner = soleOwner
         owner = Hex.encode(SecureRandom.bytes(8))
         self.store = store
-        client = WebhookHTTPClient()
+        client = WebhookHTTPClient(policy: settings.addressPolicy)
         let (store, client, owner, webhookMetrics) = (self.store, self.client, self.owner, self.metrics)
         deliverers = targets.map {
             WebhookDeliverer(target: $0, store: store, client: client, settings: settings, secret: secret ?? [], owner: owner, metrics: webhookMetrics)
@@ -182,6 +182,7 @@ public final class WebhookService: Sendable {
             Log.info("webhook dead letter replayed", ["webhook": letter.name, "id": String(id), "deliveryId": letter.deliveryID])
         } else {
             try await store.run("webhook") { db in try WebhookOutbox.replayFailed(db, id: id, error: answer.failure, now: now) }
+            Log.info("webhook dead letter replay failed", ["webhook": letter.name, "id": String(id), "error": answer.detail])
         }
         var status: JSONValue = .null
         if case .status(let code) = answer { status = .number(JSONNumber(code)) }

@@ -18,6 +18,11 @@ public struct WebhookSettings: Sendable, Equatable {
     public var batchChanges = 100
     /// Most bytes of changes in one batch (a batch always holds at least one change).
     public var batchBytes = 1_048_576
+    /// Deliver also to loopback, private, link-local, shared, unspecified, multicast and
+    /// reserved addresses and to this server's own (`--webhook-allow-private`): off, such a
+    /// receiver is refused at start when its URL names the address, and at each delivery
+    /// when its name resolves to one (`ReceiverAddressPolicy`).
+    public var allowPrivate = false
 
     /// The longest wait between two deliveries of a batch.
     public static let maxRetryDelayMs = 300_000
@@ -29,7 +34,11 @@ public struct WebhookSettings: Sendable, Equatable {
     /// The receivers as targets, in order.
     public var targets: [WebhookTarget] { urls.compactMap(WebhookTarget.init) }
 
-    /// Checks every URL (http or https, with a host) and that none is given twice.
+    /// Which receiver addresses deliveries may connect to.
+    var addressPolicy: ReceiverAddressPolicy { ReceiverAddressPolicy(allowPrivate: allowPrivate) }
+
+    /// Checks every URL (http or https, with a host, not at an address the policy refuses)
+    /// and that none is given twice.
     func validate() throws {
         guard urls.count <= Self.maxWebhooks else {
             throw Settings.Invalid(description: "--webhook is given \(urls.count) times; at most \(Self.maxWebhooks) webhooks are supported")
@@ -40,6 +49,12 @@ public struct WebhookSettings: Sendable, Equatable {
                 throw Settings.Invalid(description: "--webhook must be an http:// or https:// URL with a host and no fragment, not \"\(url)\"")
             }
             guard seen.insert(url).inserted else { throw Settings.Invalid(description: "--webhook \(url) is given twice") }
+        }
+        let policy = addressPolicy
+        for target in targets {
+            if let host = target.url.host, let why = policy.refusal(literalHost: host) {
+                throw Settings.Invalid(description: "--webhook \(target.name) is refused: \(host) is \(why); webhooks reach only public addresses unless --webhook-allow-private true is set")
+            }
         }
     }
 
@@ -60,6 +75,9 @@ public struct WebhookSettings: Sendable, Equatable {
         },
         Settings.Option(flag: "--webhook-batch-changes", env: "OUTPOST_WEBHOOK_BATCH_CHANGES", help: "most changes in one webhook batch (default 100)") { s, v in
             s.webhooks.batchChanges = try Settings.int("--webhook-batch-changes", v, in: 1...1000)
+        },
+        Settings.Option(flag: "--webhook-allow-private", env: "OUTPOST_WEBHOOK_ALLOW_PRIVATE", help: "true: webhooks may also reach loopback, private, link-local and other non-public addresses and this server's own (default false: such receivers are refused)") { s, v in
+            s.webhooks.allowPrivate = try Settings.bool("--webhook-allow-private", v)
         },
         Settings.Option(flag: "--webhook-batch-bytes", env: "OUTPOST_WEBHOOK_BATCH_BYTES", help: "most bytes of changes in one webhook batch; a batch always holds one change (default 1048576)") { s, v in
             s.webhooks.batchBytes = try Settings.int("--webhook-batch-bytes", v, in: 1...(64 * 1024 * 1024))
@@ -83,9 +101,6 @@ public struct WebhookTarget: Sendable, Equatable {
               let host = url.host, !host.isEmpty, url.fragment == nil, !text.contains(" ") else { return nil }
         self.url = url
         key = String(SHA256.hex(Array(text.utf8)).prefix(16))
-        var name = "\(scheme)://\(host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host)"
-        if let port = url.port { name += ":\(port)" }
-        name += url.path.isEmpty ? "/" : url.path
-        self.name = name
+        name = url.redacted
     }
 }

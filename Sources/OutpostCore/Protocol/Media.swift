@@ -22,7 +22,7 @@ public struct UploadRequest: Hashable, Sendable, JSONWireType {
         contentType = try r.string("contentType")
         guard Self.isValidContentType(contentType) else { throw r.invalid("contentType", "must be a media type such as image/jpeg") }
         filename = try r.optionalString("filename")
-        if let filename, filename.utf8.count > 255 { throw r.invalid("filename", "must be at most 255 bytes") }
+        if let filename, let problem = Self.filenameProblem(filename) { throw r.invalid("filename", problem) }
     }
 
     public var json: JSONValue {
@@ -33,6 +33,26 @@ public struct UploadRequest: Hashable, Sendable, JSONWireType {
         ]
         if let filename { o["filename"] = .string(filename) }
         return .object(o)
+    }
+
+    /// Why `name` cannot be a file name, or nil when it can: UTF-8 of at most 255 bytes
+    /// with no control character (U+0000 to U+001F, U+007F to U+009F), no line or paragraph
+    /// separator (U+2028, U+2029) and no bidirectional formatting character (U+061C,
+    /// U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069, which can make `gpj.exe` show as
+    /// `exe.jpg`). A name is shown in the console, in downloads and in logs: nothing in it
+    /// may end a line, end a string or reorder what follows. The tus `filename` follows the
+    /// same rule.
+    public static func filenameProblem(_ name: String) -> String? {
+        if name.utf8.count > 255 { return "must be at most 255 bytes" }
+        for scalar in name.unicodeScalars {
+            let v = scalar.value
+            if v < 0x20 || (0x7F...0x9F).contains(v) { return "must not contain control characters (U+\(hex4(v)) is one)" }
+            if v == 0x2028 || v == 0x2029 { return "must not contain line or paragraph separators" }
+            if v == 0x061C || v == 0x200E || v == 0x200F || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v) {
+                return "must not contain bidirectional formatting characters (U+\(hex4(v)) is one)"
+            }
+        }
+        return nil
     }
 
     /// `type/subtype` with optional parameters, printable ASCII only, at most 255 bytes
@@ -49,6 +69,12 @@ public struct UploadRequest: Hashable, Sendable, JSONWireType {
         let parts = main.split(separator: "/", omittingEmptySubsequences: false)
         return parts.count == 2 && !parts[0].isEmpty && !parts[1].isEmpty && !main.contains(" ")
     }
+}
+
+/// `v` as four or more uppercase hex digits, as U+ notation writes a code point.
+private func hex4(_ v: UInt32) -> String {
+    let digits = String(v, radix: 16, uppercase: true)
+    return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
 }
 
 extension Substring {
