@@ -5,7 +5,7 @@ import OutpostTestSupport
 import Testing
 @testable import OutpostServer
 
-/// What a browser gets from a media download (docs/security-33b.md, "Media served to
+/// What a browser gets from a media download (docs/security.md, "Media served to
 /// browsers"), and the file names the server refuses, over real sockets and a real SQLite
 /// store (the answer's fields and the name's check do not depend on the store).
 @Suite struct MediaBrowserSafetyTests {

@@ -1,12 +1,13 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import OutpostSignatures
 import OutpostTestSupport
 import Testing
 @testable import OutpostServer
 
 /// A token has one spelling: every part of a compact JWS must be canonical base64url, so
-/// `=` padding on any part, signed or not, is refused (docs/security-33b.md, "Tokens").
+/// `=` padding on any part, signed or not, is refused (docs/security.md, "Tokens").
 /// Over a real socket against an in-process server on a real SQLite file.
 @Suite struct TokenSpellingTests {
     /// An HS256 token over the three parts as given, `=` appended to the parts named, and
