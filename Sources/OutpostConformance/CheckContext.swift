@@ -77,9 +77,8 @@ public final class CheckContext: Sendable {
     /// Sends one request on a new connection and reads its response.
     public func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
                      token: String? = nil, timeout: Duration? = nil) async throws -> RawResponse {
-        let connection = try await connect()
+        let connection = try await RawConnection.open(endpoint, sending: requestBytes(method, path, headers: headers, body: body, token: token))
         defer { connection.close() }
-        try await connection.send(requestBytes(method, path, headers: headers, body: body, token: token))
         let response = try await connection.response(isHead: method == "HEAD", timeout: timeout ?? configuration.responseTimeout)
         try Self.checkGeneralRules(response, "\(method) \(path)")
         return response

@@ -48,6 +48,26 @@ public final class RawConnection: Sendable {
         return RawConnection(endpoint: endpoint, fd: fd, queue: queue)
     }
 
+    /// Connects to `endpoint` and sends `request` in one step on the connection's queue, so
+    /// no wait for the caller's executor falls between the two: a server may close a new
+    /// connection that stays silent for its header timeout (nginx's
+    /// `client_header_timeout`; the conformance runs set it to one second).
+    public static func open(_ endpoint: Endpoint, sending request: [UInt8], timeout: Duration = .seconds(10),
+                            sendTimeout: Duration = .seconds(30)) async throws -> RawConnection {
+        let queue = DispatchQueue(label: "outpost-conformance.connection")
+        let fd = try await run(on: queue) { () throws -> Int32 in
+            let fd = try connect(endpoint, timeout: timeout)
+            do {
+                try sendBlocking(fd, request, timeout: sendTimeout)
+            } catch {
+                _ = systemClose(fd)
+                throw error
+            }
+            return fd
+        }
+        return RawConnection(endpoint: endpoint, fd: fd, queue: queue)
+    }
+
     // MARK: Sending
 
     /// Sends `bytes` completely (or throws when the server closed or stopped reading).
@@ -117,10 +137,14 @@ public final class RawConnection: Sendable {
     }
 
     private func sendBlocking(_ bytes: [UInt8], timeout: Duration) throws {
+        try Self.sendBlocking(fd, bytes, timeout: timeout)
+    }
+
+    private static func sendBlocking(_ fd: Int32, _ bytes: [UInt8], timeout: Duration) throws {
         let deadline = ContinuousClock.now + timeout
         var offset = 0
         while offset < bytes.count {
-            try Self.wait(fd, for: Int16(POLLOUT), deadline: deadline, what: "sending \(bytes.count - offset) more bytes")
+            try wait(fd, for: Int16(POLLOUT), deadline: deadline, what: "sending \(bytes.count - offset) more bytes")
             let n = bytes.withUnsafeBytes { raw in
                 Glibc.send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
             }
