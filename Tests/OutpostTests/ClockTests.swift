@@ -154,12 +154,12 @@ struct StoreCompactionTests {
         #expect(try await phone.sync().pushed == 1, "the unsent edit still goes")
 
         // On its schedule: not before the interval has passed since the last compaction.
-        let last = try await phone.read { try $0.meta("compacted_at") }
+        let last = try await phone.read { try $0.meta(.compactedAt) }
         try await phone.sync()
-        #expect(try await phone.read { try $0.meta("compacted_at") } == last)
+        #expect(try await phone.read { try $0.meta(.compactedAt) } == last)
         clock.advance(8 * 86_400_000)
         try await phone.sync()
-        #expect(try await phone.read { try $0.meta("compacted_at") } == String(clock.now), "compacted after the sync, a week later")
+        #expect(try await phone.read { try $0.meta(.compactedAt) } == String(clock.now), "compacted after the sync, a week later")
         await phone.close()
     }
 }

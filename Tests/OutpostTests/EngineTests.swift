@@ -58,8 +58,8 @@ struct EngineWorld: Hashable, Sendable {
                 out.append(("conflict, none", .conflict(changeId: id, current: nil)))
                 out.append(("rejected", .rejected(changeId: id, code: "invalid_change", message: "no")))
                 out.append(("epoch_mismatch", .notInHistory(changeId: id, message: "epoch")))
-                out.append(("no answer", .noAnswer(changeId: id, mayHaveApplied: true, sentBefore: true, retryAt: 9_000, message: "lost")))
-                out.append(("refused", .noAnswer(changeId: id, mayHaveApplied: false, sentBefore: head.attempts > 1, retryAt: 9_000, message: "refused")))
+                out.append(("no answer", .noAnswer(changeId: id, retryAt: 9_000, message: "lost")))
+                out.append(("refused", .refused(changeId: id, sentBefore: head.attempts > 1, retryAt: 9_000, message: "refused")))
                 out.append(("foreign answer", .foreignAnswer(changeId: id, message: "foreign")))
             }
         }

@@ -12,15 +12,6 @@ import OutpostSQLite
 // again); the others are pruned after each push phase.
 
 extension LocalDatabase {
-    static let sealedSchema = """
-        CREATE TABLE sealed(
-            change_id TEXT PRIMARY KEY,
-            collection TEXT NOT NULL,
-            id TEXT NOT NULL,
-            data BLOB NOT NULL) WITHOUT ROWID;
-        CREATE INDEX sealed_record ON sealed(collection, id);
-        """
-
     /// Seals each unsettled put of `model` that has no sealed form yet.
     func keepSealed(_ model: RecordModel, _ cipher: RecordCipher) throws {
         for edit in model.edits where edit.delivery.isUnsettled {

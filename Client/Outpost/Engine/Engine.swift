@@ -21,9 +21,12 @@ enum RecordEvent: Hashable, Sendable {
     /// The followed history never applied it: its base names another epoch
     /// (`epoch_mismatch`). It goes again, as a new change, on what it was made on.
     case notInHistory(changeId: String, message: String)
-    /// No answer was read. `mayHaveApplied` is false only when the request certainly never
-    /// reached the server; `sentBefore` says whether an earlier request carried the change.
-    case noAnswer(changeId: String, mayHaveApplied: Bool, sentBefore: Bool, retryAt: Int64, message: String)
+    /// No answer was read: the request may have applied the change.
+    case noAnswer(changeId: String, retryAt: Int64, message: String)
+    /// The request carrying the change certainly did not apply it: it never reached the
+    /// server, or the server refused it whole (a 413). `sentBefore`: an earlier request
+    /// carried the change, which may have applied it.
+    case refused(changeId: String, sentBefore: Bool, retryAt: Int64, message: String)
     /// An answer from an epoch the store does not follow: it settles nothing.
     case foreignAnswer(changeId: String, message: String)
     /// The store now pulls a new history from its start.
@@ -98,12 +101,16 @@ enum Engine {
             }
         case .notInHistory(let changeId, let message):
             if notInHistory(&r, changeId, message, context) { effects.append(.syncAgain) }
-        case .noAnswer(let changeId, let mayHaveApplied, let sentBefore, let retryAt, let message):
+        case .noAnswer(let changeId, let retryAt, let message):
             if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
-                if !mayHaveApplied && !sentBefore {
-                    // No request carrying it ever reached the server: not applied.
-                    r.edits[i].delivery = .queued
-                }
+                r.edits[i].nextAttemptAt = retryAt
+                r.edits[i].lastError = message
+            }
+        case .refused(let changeId, let sentBefore, let retryAt, let message):
+            if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
+                // No request carrying it was applied: it is queued again (and then absorbs
+                // the app's next edit).
+                if !sentBefore { r.edits[i].delivery = .queued }
                 r.edits[i].nextAttemptAt = retryAt
                 r.edits[i].lastError = message
             }

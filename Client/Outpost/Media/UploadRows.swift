@@ -85,37 +85,7 @@ struct UploadRow: Sendable, Hashable {
 }
 
 extension LocalDatabase {
-    /// Schema version 2: uploads kept until the server holds their file (`MediaUploader`).
-    static let mediaUploadsSchema = """
-        CREATE TABLE media_uploads(
-            number INTEGER PRIMARY KEY AUTOINCREMENT,
-            path TEXT NOT NULL UNIQUE,
-            size INTEGER NOT NULL,
-            modified_ns INTEGER NOT NULL,
-            device INTEGER NOT NULL,
-            inode INTEGER NOT NULL,
-            sha256 TEXT NOT NULL,
-            content_type TEXT NOT NULL,
-            filename TEXT,
-            upload_id TEXT,
-            chunk_size INTEGER,
-            received BLOB NOT NULL DEFAULT x'',
-            state TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_at INTEGER NOT NULL DEFAULT 0,
-            last_error TEXT,
-            error_code TEXT,
-            created_at INTEGER NOT NULL);
-        """
-
     private static let uploadColumns = "number, path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size, received, state, attempts, next_attempt_at, last_error, error_code, created_at, seal_kid, seal_prefix, seal_segment"
-
-    /// Schema version 5: how an encrypted store's upload seals its file.
-    static let sealedUploadsSchema = """
-        ALTER TABLE media_uploads ADD COLUMN seal_kid TEXT;
-        ALTER TABLE media_uploads ADD COLUMN seal_prefix BLOB;
-        ALTER TABLE media_uploads ADD COLUMN seal_segment INTEGER;
-        """
 
     private func readUpload(_ s: Statement) -> UploadRow {
         UploadRow(

@@ -21,13 +21,7 @@ extension OutpostStore {
     /// The phase kept in the file: the epoch followed, and whether its history is being
     /// pulled from the start.
     func phase(_ d: LocalDatabase) throws -> Phase {
-        guard let epoch = try d.meta("epoch").flatMap(Epoch.init) else { return .detached }
-        return try d.meta("rebasing") != nil ? .rePulling(epoch) : .following(epoch)
-    }
-
-    func setPhase(_ phase: Phase, _ d: LocalDatabase) throws {
-        try d.setMeta("epoch", phase.epoch?.rawValue)
-        if case .rePulling = phase { try d.setMeta("rebasing", "1") } else { try d.setMeta("rebasing", nil) }
+        try d.sessionRow().phase.engine
     }
 
     /// Applies `event` to the record `key` inside the caller's transaction; returns the

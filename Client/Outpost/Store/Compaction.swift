@@ -19,12 +19,6 @@ public struct CompactionReport: Sendable, Hashable {
     public var bytesReclaimed: Int64 = 0
 }
 
-extension LocalDatabase {
-    static let downloadDirectoriesSchema = """
-        CREATE TABLE IF NOT EXISTS download_directories(path TEXT PRIMARY KEY) WITHOUT ROWID;
-        """
-}
-
 extension OutpostStore {
     /// A download's temporary files this old are a crash's leftovers.
     static let staleDownloadSeconds: TimeInterval = 3600
@@ -48,8 +42,8 @@ extension OutpostStore {
             let sealed = try d.db.scalarInt("SELECT count(*) FROM sealed") ?? 0
             try d.pruneSealed()
             report.sealedFormsPruned = Int(sealed - (try d.db.scalarInt("SELECT count(*) FROM sealed") ?? 0))
-            if try d.meta("view_repull") == nil { try d.clearViewSeen() }
-            try d.setMeta("compacted_at", String(now()))
+            if try !d.session().phase.marksSeen { try d.clearViewSeen() }
+            try d.setMeta(.compactedAt, String(now()))
             return try d.db.query("SELECT path FROM download_directories", []) { d.uploadPath($0.text(0)) }
         }
         report.temporaryFilesRemoved = Self.removeStaleDownloads(in: directories)
@@ -72,9 +66,9 @@ extension OutpostStore {
         guard let interval = configuration.compactionInterval, database != nil else { return }
         let time = now()
         let stored: String?
-        do { stored = try read { try $0.meta("compacted_at") } } catch { return }
+        do { stored = try read { try $0.meta(.compactedAt) } } catch { return }
         guard let last = stored.flatMap({ Int64($0) }) else {
-            try? write(durability: .normal) { try $0.setMeta("compacted_at", String(time)) }
+            try? write(durability: .normal) { try $0.setMeta(.compactedAt, String(time)) }
             return
         }
         // A time in the future is a clock set back: compact, and start counting again.

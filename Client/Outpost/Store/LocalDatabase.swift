@@ -41,13 +41,11 @@ func decodeObject(_ bytes: [UInt8]) throws -> JSONObject {
     return o
 }
 
-/// The store's SQLite file: schema, migrations and the statements the store runs. Owned by
+/// The store's SQLite file: the statements the store runs (its schema is the list of
+/// migrations in Store/StoreMigrations.swift). Owned by
 /// the `OutpostStore` actor and used only there (a `Connection` is never shared).
 final class LocalDatabase {
     let db: Connection
-
-    /// The schema version this SDK writes; `migrate` brings older files up to it.
-    static let schemaVersion = 7
 
     /// Seals the puts of an end-to-end encrypted store (set by the store when it opens one).
     var cipher: RecordCipher?
@@ -88,7 +86,7 @@ final class LocalDatabase {
         guard try db.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'meta'") == 1 else {
             throw OutpostError.storage("\(path) is not a store file")
         }
-        let version = try meta("schema_version").flatMap { Int($0) } ?? 0
+        let version = try meta(.schemaVersion).flatMap { Int($0) } ?? 0
         guard version <= Self.schemaVersion else { throw OutpostError.schemaTooNew(version) }
         guard version == Self.schemaVersion else {
             throw OutpostError.storage("the store file has schema version \(version): the app must open it once to bring it to \(Self.schemaVersion) before it can be read here")
@@ -107,129 +105,6 @@ final class LocalDatabase {
         durability = wanted
     }
 
-    // MARK: Schema
-
-    /// Versioned migrations: each step runs in its own transaction with the version bump.
-    private func migrate() throws {
-        // A new file frees its pages with `PRAGMA incremental_vacuum` (compaction); the
-        // setting takes only before the first table.
-        if try db.scalarInt("SELECT count(*) FROM sqlite_master") == 0 { try db.execute("PRAGMA auto_vacuum = INCREMENTAL") }
-        try db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
-        let version = try meta("schema_version").flatMap { Int($0) } ?? 0
-        guard version <= Self.schemaVersion else { throw OutpostError.schemaTooNew(version) }
-        if version < 1 {
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE records(
-                        collection TEXT NOT NULL,
-                        id TEXT NOT NULL,
-                        data BLOB,
-                        deleted INTEGER NOT NULL DEFAULT 0,
-                        pending INTEGER NOT NULL DEFAULT 0,
-                        version TEXT,
-                        server_data BLOB,
-                        server_deleted INTEGER NOT NULL DEFAULT 0,
-                        updated_at INTEGER,
-                        updated_by TEXT,
-                        client_time INTEGER,
-                        own_change_id TEXT,
-                        epoch_check INTEGER NOT NULL DEFAULT 0,
-                        PRIMARY KEY(collection, id)) WITHOUT ROWID;
-                    CREATE INDEX records_epoch_check ON records(epoch_check) WHERE epoch_check = 1;
-                    CREATE TABLE queue(
-                        position INTEGER PRIMARY KEY AUTOINCREMENT,
-                        change_id TEXT NOT NULL UNIQUE,
-                        collection TEXT NOT NULL,
-                        id TEXT NOT NULL,
-                        op TEXT NOT NULL,
-                        data BLOB,
-                        base_version TEXT,
-                        client_time INTEGER NOT NULL,
-                        state TEXT NOT NULL,
-                        attempts INTEGER NOT NULL DEFAULT 0,
-                        next_attempt_at INTEGER NOT NULL DEFAULT 0,
-                        last_error TEXT,
-                        error_code TEXT,
-                        origin TEXT NOT NULL DEFAULT 'local',
-                        origin_updated_at INTEGER,
-                        created_at INTEGER NOT NULL);
-                    CREATE INDEX queue_record ON queue(collection, id, position);
-                    CREATE INDEX queue_state ON queue(state);
-                    CREATE TABLE aside(
-                        collection TEXT NOT NULL,
-                        id TEXT NOT NULL,
-                        version TEXT NOT NULL,
-                        deleted INTEGER NOT NULL,
-                        data BLOB,
-                        updated_at INTEGER NOT NULL,
-                        updated_by TEXT NOT NULL,
-                        client_time INTEGER,
-                        PRIMARY KEY(collection, id)) WITHOUT ROWID;
-                    CREATE TABLE quarantine(
-                        number INTEGER PRIMARY KEY AUTOINCREMENT,
-                        collection TEXT,
-                        id TEXT,
-                        version TEXT,
-                        raw BLOB NOT NULL,
-                        reason TEXT NOT NULL,
-                        quarantined_at INTEGER NOT NULL);
-                    CREATE TABLE retired_epochs(
-                        number INTEGER PRIMARY KEY AUTOINCREMENT,
-                        epoch TEXT NOT NULL);
-                    """)
-                try setMeta("schema_version", "1")
-            }
-        }
-        if version < 2 {
-            // Uploads kept until the server holds their file (Media/UploadRows.swift).
-            try db.transaction {
-                try db.execute(Self.mediaUploadsSchema)
-                try setMeta("schema_version", "2")
-            }
-        }
-        if version < 3 {
-            // One model per record (Engine/RecordModel.swift).
-            try db.transaction {
-                try migrateToModels()
-                try setMeta("schema_version", "3")
-            }
-        }
-        if version < 4 {
-            // The records a view re-pull brought (Sync/Pull.swift, docs/rules.md).
-            try db.transaction {
-                try db.execute("CREATE TABLE IF NOT EXISTS view_seen(collection TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY(collection, id)) WITHOUT ROWID")
-                try setMeta("schema_version", "4")
-            }
-        }
-        if version < 5 {
-            // The wire form of each unsettled put of an end-to-end encrypted store, sealed
-            // when the edit is saved (Encryption/SealedEdits.swift), and how an upload
-            // seals its file (Encryption/SealedMedia.swift).
-            try db.transaction {
-                try db.execute(Self.sealedSchema)
-                try db.execute(Self.sealedUploadsSchema)
-                // A file made before encryption existed holds records in clear; a new file
-                // takes the mode of the store that opens it (OutpostStore.init).
-                if version > 0 { try setMeta("encryption", "none") }
-                try setMeta("schema_version", "5")
-            }
-        }
-        if version < 6 {
-            // The telemetry outbox (Sync/Telemetry.swift).
-            try db.transaction {
-                try db.execute(Self.telemetrySchema)
-                try setMeta("schema_version", "6")
-            }
-        }
-        if version < 7 {
-            // Where downloads write their temporary files (Store/Compaction.swift).
-            try db.transaction {
-                try db.execute(Self.downloadDirectoriesSchema)
-                try setMeta("schema_version", "7")
-            }
-        }
-    }
-
     // MARK: View re-pulls
 
     func markSeen(_ key: RecordKey) throws {
@@ -245,22 +120,13 @@ final class LocalDatabase {
             """, []) { RecordKey(collection: $0.text(0), id: $0.text(1)) }
     }
 
+    /// True when the store holds no record and no edit.
+    func isEmpty() throws -> Bool {
+        try db.scalarInt("SELECT EXISTS (SELECT 1 FROM records) OR EXISTS (SELECT 1 FROM edits)") == 0
+    }
+
     func clearViewSeen() throws {
         try db.run("DELETE FROM view_seen", [])
-    }
-
-    // MARK: Meta
-
-    func meta(_ key: String) throws -> String? {
-        try db.scalarText("SELECT value FROM meta WHERE key = ?", [.text(key)])
-    }
-
-    func setMeta(_ key: String, _ value: String?) throws {
-        if let value {
-            try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", [.text(key), .text(value)])
-        } else {
-            try db.run("DELETE FROM meta WHERE key = ?", [.text(key)])
-        }
     }
 
     // MARK: Quarantine

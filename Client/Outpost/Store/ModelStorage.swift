@@ -195,12 +195,13 @@ extension LocalDatabase {
         VALUES (?, ?, 0, 0, \(Array(repeating: "?", count: Int(copyColumnCount)).joined(separator: ", "))) ON CONFLICT(collection, id) DO NOTHING
         """
 
-    /// Stores a pulled copy of a record the store has no row of: the model
-    /// `RecordModel(server: copy)`, written without reading first (the common case of an
-    /// initial sync, bound column by column). Returns false (writing nothing) when the
-    /// store holds the record.
-    func insertIfAbsent(_ key: RecordKey, _ copy: Copy) throws -> Bool {
-        guard let body = copy.body else { return false }
+    /// Stores the model of a record the store has no row of, written without reading first
+    /// (the common case of an initial sync, bound column by column): a readable copy and
+    /// nothing else; any other model goes through `save`. Returns false (writing nothing)
+    /// when the store holds the record or the model is not of that form.
+    func insertIfAbsent(_ model: RecordModel) throws -> Bool {
+        guard let copy = model.server, let body = copy.body, model.left == nil, model.edits.isEmpty else { return false }
+        let key = model.key
         let stmt = try db.cached(Self.insertIfAbsentSQL)
         try stmt.bind(text: key.collection, at: 1)
         try stmt.bind(text: key.id, at: 2)
@@ -307,7 +308,7 @@ extension LocalDatabase {
         try db.execute("ALTER TABLE records RENAME TO records_v2; ALTER TABLE queue RENAME TO queue_v2")
         try db.execute("DROP INDEX IF EXISTS records_epoch_check; DROP INDEX IF EXISTS queue_record; DROP INDEX IF EXISTS queue_state")
         try db.execute(Self.modelSchema)
-        let rePulling = try meta("rebasing") != nil
+        let rePulling = try meta(.legacyRebasing) != nil
         struct OldRow { var key: RecordKey; var server: Copy?; var epochCheck: Bool }
         var rows: [RecordKey: OldRow] = [:]
         _ = try db.query("""
@@ -369,6 +370,6 @@ extension LocalDatabase {
             try save(model)
         }
         try db.execute("DROP TABLE records_v2; DROP TABLE queue_v2; DROP TABLE aside")
-        try setMeta("rebased_through", nil)
+        try setMeta(.legacyRebasedThrough, nil)
     }
 }

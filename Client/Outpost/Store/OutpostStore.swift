@@ -117,7 +117,7 @@ public actor OutpostStore {
             let connection = try Connection(path: path, flags: [.readOnly])
             defer { connection.close() }
             guard try connection.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'meta'") == 1 else { return nil }
-            return try connection.scalarText("SELECT value FROM meta WHERE key = 'space'")
+            return try connection.scalarText("SELECT value FROM meta WHERE key = ?", [.text(MetaKey.space.rawValue)])
         } catch let e as SQLiteError {
             throw OutpostError.storage(e.description)
         }
@@ -152,7 +152,7 @@ public actor OutpostStore {
         self.database = opened.database
         self.lock = lock
         self.rng = rng
-        self.clockOffset = (try? opened.database.meta("clock_offset")).flatMap { $0.flatMap { Int64($0) } }
+        self.clockOffset = (try? opened.database.meta(.clockOffset)).flatMap { $0.flatMap { Int64($0) } }
     }
 
     /// The store's record cipher when `configuration.encryption` is set. A file keeps the
@@ -169,9 +169,9 @@ public actor OutpostStore {
         }
         let mode = cipher == nil ? "none" : "e2e-1"
         do {
-            let stored = try opened.database.meta("encryption")
+            let stored = try opened.database.meta(.encryption)
             if let stored, stored != mode { throw EncryptionError.encryptionRequired(space: configuration.space) }
-            if !readOnly { try opened.database.setMeta("encryption", mode) }
+            if !readOnly { try opened.database.setMeta(.encryption, mode) }
         } catch let e as SQLiteError {
             throw OutpostError.storage(e.description)
         }
@@ -386,15 +386,16 @@ public actor OutpostStore {
         var keys: [RecordKey] = []
         let released: Int = try write { d in
             var released = 0
-            let epoch = try d.meta("epoch").flatMap(Epoch.init)
+            let phase = try d.session().phase.engine
+            let context = engineContext(phase: phase)
             for q in try d.quarantined() {
                 guard let value = try? JSONParser(maxDepth: JSONParser.depthCeiling).parse(q.raw),
                       case .record(let state) = PulledRecord(value) else { continue }
                 // A version of a history the store has left is never applied.
-                guard state.version.epoch == epoch else { continue }
+                guard state.version.epoch == phase.epoch else { continue }
                 guard case .record(let record) = PreparedItem(state, validators: configuration.validators, cipher: cipher) else { continue }
                 var ignored = SyncReport()
-                if try applyPulled(record, d, phase: try phase(d), report: &ignored, keys: &keys) { keys.append(record.key) }
+                try applyPulled(record, d, phase: phase, context: context, report: &ignored, keys: &keys)
                 try d.deleteQuarantined(q.number)
                 released += 1
             }
@@ -407,13 +408,14 @@ public actor OutpostStore {
     /// The sync state.
     public func status() throws -> SyncStatus {
         try read { d in
-            SyncStatus(
-                clientId: clientId, space: configuration.space, epoch: try d.meta("epoch").flatMap(Epoch.init),
-                cursor: try d.meta("cursor").flatMap(Cursor.init)?.version,
+            let session = try d.session()
+            return SyncStatus(
+                clientId: clientId, space: configuration.space, epoch: session.phase.epoch,
+                cursor: session.cursor?.version,
                 pending: try d.count(deliveries: ["queued", "sent"]),
                 rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
-                lastSyncAt: try d.meta("last_sync_at").flatMap { Int64($0) }, lastError: try d.meta("last_error"),
-                retiredEpochs: try d.retiredEpochs(), rebasing: try d.meta("rebasing") != nil, restoredFrom: restoredFrom)
+                lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }, lastError: try d.meta(.lastError),
+                retiredEpochs: try d.retiredEpochs(), rebasing: session.phase.isRePulling, restoredFrom: restoredFrom)
         }
     }
 

@@ -53,20 +53,20 @@ extension OutpostStore {
         }
         database.baseDirectory = configuration.baseDirectory.map { MediaFiles.absolutePath($0.path) }
         do {
-            if let stored = try database.meta("space"), stored != configuration.space {
+            if let stored = try database.meta(.space), stored != configuration.space {
                 throw OutpostError.spaceMismatch(stored: stored, configured: configuration.space)
             }
             if let file, file.readOnly {
-                guard let clientId = try database.meta("client_id") else { throw OutpostError.storage("\(file.path) is not a store file") }
-                return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta("restored_from"))
+                guard let clientId = try database.meta(.clientId) else { throw OutpostError.storage("\(file.path) is not a store file") }
+                return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta(.restoredFrom))
             }
-            try database.setMeta("space", configuration.space)
+            try database.setMeta(.space, configuration.space)
             var clientId: String
-            if let existing = try database.meta("client_id") {
+            if let existing = try database.meta(.clientId) {
                 clientId = existing
             } else {
                 clientId = configuration.clientId ?? Identifiers.clientID(using: &rng)
-                try database.setMeta("client_id", clientId)
+                try database.setMeta(.clientId, clientId)
             }
             if let file {
                 if try bindToDevice(file, database, protection: configuration.fileProtection) {
@@ -77,13 +77,13 @@ extension OutpostStore {
                     let old = clientId
                     clientId = Identifiers.clientID(using: &rng)
                     try database.db.transaction {
-                        try database.setMeta("client_id", clientId)
-                        try database.setMeta("restored_from", old)
+                        try database.setMeta(.clientId, clientId)
+                        try database.setMeta(.restoredFrom, old)
                     }
                 }
                 try database.rebaseUploads()
             }
-            return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta("restored_from"))
+            return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta(.restoredFrom))
         } catch let e as SQLiteError {
             database.close()
             throw OutpostError.storage(e.description)
@@ -107,7 +107,7 @@ extension OutpostStore {
     /// device that looks restored.
     private static func bindToDevice(_ file: StoreFile, _ database: LocalDatabase, protection: FileProtection) throws -> Bool {
         let beside = FileManager.default.contents(atPath: file.markerPath).map { String(decoding: $0, as: UTF8.self) }
-        let stored = try database.meta("device_marker")
+        let stored = try database.meta(.deviceMarker)
         if let stored, stored == beside {
             try? Platform.excludeFromBackup(file.markerPath)
             return false
@@ -121,7 +121,7 @@ extension OutpostStore {
         } catch {
             throw OutpostError.storage("cannot write the device marker \(file.markerPath): \(error)")
         }
-        try database.setMeta("device_marker", marker)
+        try database.setMeta(.deviceMarker, marker)
         return stored != nil
     }
 

@@ -40,9 +40,9 @@ extension OutpostStore {
     /// The device's clock against the server's, as the last syncs measured it.
     public func clockStatus() throws -> ClockStatus {
         try read { d in
-            ClockStatus(offsetMs: try d.meta("clock_offset").flatMap { Int64($0) }, uncertaintyMs: try d.meta("clock_uncertainty").flatMap { Int64($0) },
-                        measuredAt: try d.meta("clock_measured_at").flatMap { Int64($0) },
-                        jumpedBackwardsMs: try d.meta("clock_jumped_back").flatMap { Int64($0) },
+            ClockStatus(offsetMs: try d.meta(.clockOffset).flatMap { Int64($0) }, uncertaintyMs: try d.meta(.clockUncertainty).flatMap { Int64($0) },
+                        measuredAt: try d.meta(.clockMeasuredAt).flatMap { Int64($0) },
+                        jumpedBackwardsMs: try d.meta(.clockJumpedBack).flatMap { Int64($0) },
                         thresholdMs: configuration.clockThreshold.milliseconds)
         }
     }
@@ -71,15 +71,15 @@ extension OutpostStore {
         let uncertainty = reading.uncertaintyMs
         try? write(durability: .normal) { d in
             var jumped: Int64?
-            if let previous = try d.meta("clock_offset").flatMap({ Int64($0) }) {
-                let previousUncertainty = try d.meta("clock_uncertainty").flatMap { Int64($0) } ?? 0
+            if let previous = try d.meta(.clockOffset).flatMap({ Int64($0) }) {
+                let previousUncertainty = try d.meta(.clockUncertainty).flatMap { Int64($0) } ?? 0
                 let rise = offset - previous
                 if rise > uncertainty + previousUncertainty + 1000 { jumped = rise }
             }
-            try d.setMeta("clock_offset", String(offset))
-            try d.setMeta("clock_uncertainty", String(uncertainty))
-            try d.setMeta("clock_measured_at", String(deviceAtArrival))
-            try d.setMeta("clock_jumped_back", jumped.map { String($0) })
+            try d.setMeta(.clockOffset, String(offset))
+            try d.setMeta(.clockUncertainty, String(uncertainty))
+            try d.setMeta(.clockMeasuredAt, String(deviceAtArrival))
+            try d.setMeta(.clockJumpedBack, jumped.map { String($0) })
         }
         clockOffset = offset
         lastRoundTripMs = reading.roundTripMs

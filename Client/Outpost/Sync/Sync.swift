@@ -1,5 +1,9 @@
 import OutpostCore
 
+// The store's side of a sync: it performs what the session (Sync/SyncSession.swift) asks
+// and feeds back what came of it. Every decision is the session's; what a page or an answer
+// does to a record is the engine's (Engine/Engine.swift).
+
 extension OutpostStore {
     /// One sync: pushes the queue, then pulls to the end of the server's history (and, when
     /// that brought a new epoch, pushes what it re-based or offered again).
@@ -34,7 +38,7 @@ extension OutpostStore {
         return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
     }
 
-    /// The sync itself, under the gate.
+    /// The sync itself, under the gate: the session's effects, performed in order.
     private func run(_ transport: any SyncTransport, dueOnly: Bool) async throws -> SyncReport {
         let startedAt = now(), started = ContinuousClock.now
         var failure: OutpostError?
@@ -47,38 +51,23 @@ extension OutpostStore {
         }
         pulledThisSync = 0
         announce(.started)
+        var performer = SessionPerformer(transport: transport)
+        defer { performer.cancel() }
         do {
-            _ = try db()
-            var pushFailure: OutpostError?
-            if try read({ try $0.meta("rebasing") }) == nil {
-                pushFailure = try await pushPhase(transport, dueOnly: dueOnly, report: &report)
+            var (session, effects) = SyncSession.reduce(try read { try $0.session() }, .start(dueOnly: dueOnly))
+            while !effects.isEmpty {
+                let effect = effects.removeFirst()
+                if case .succeed = effect { break }
+                guard let event = try await perform(effect, session, &performer, &report) else { continue }
+                let more: [SessionEffect]
+                (session, more) = SyncSession.reduce(session, event)
+                effects += more
             }
-            // A push that failed on the network would fail the pull too; one that the
-            // server refused (403, a conflict storm...) does not stop the pull.
-            if let failure = pushFailure, case .transport(let t) = failure, !t.isServerAnswer { throw failure }
-            let epochBefore = try read { try $0.meta("epoch") }
-            let rebasingBefore = try read { try $0.meta("rebasing") } != nil
-            try await pullPhase(transport, report: &report)
-            let epochAfter = try read { try $0.meta("epoch") }
-            // Pushing waits while the store re-pulls a history; a sync that ends a re-pull
-            // (begun now, or cut short earlier by a failure or a crash) pushes what the re-pull
-            // queued before it returns.
-            let stillRePulling = try read { try $0.meta("rebasing") } != nil
-            let finishedRePull = rebasingBefore && !stillRePulling
-            if report.epochChanged || report.reoffered > 0 || epochAfter != epochBefore || finishedRePull {
-                let pushed = report.pushed
-                if let failure = try await pushPhase(transport, dueOnly: dueOnly, report: &report) { pushFailure = pushFailure ?? failure }
-                // What that phase wrote comes back as the server stored it (its lineage, and its
-                // commit time from a server whose answers leave it out), so the sync ends on
-                // the copies the next change of history compares with.
-                if report.pushed > pushed && pushFailure == nil { try await pullPhase(transport, report: &report) }
-            }
-            if let pushFailure { throw pushFailure }
             try write(durability: .normal) { d in
-                try d.setMeta("last_sync_at", String(now()))
-                try d.setMeta("last_error", nil)
+                try d.setMeta(.lastSyncAt, String(now()))
+                try d.setMeta(.lastError, nil)
             }
-            report.epoch = try read { try $0.meta("epoch").flatMap(Epoch.init) }
+            report.epoch = session.phase.epoch
             report.pending = try read { try $0.count(deliveries: ["queued", "sent"]) }
             compactIfDue()
             announce(.finished(report))
@@ -86,9 +75,51 @@ extension OutpostStore {
         } catch {
             let failed = error as? OutpostError ?? .storage("\(error)")
             failure = failed
-            if failed != .closed { try? write { try $0.setMeta("last_error", failed.description) } }
+            if failed != .closed { try? write { try $0.setMeta(.lastError, failed.description) } }
             announce(.failed(failed.description))
             throw failed
+        }
+    }
+
+    /// Performs one effect; returns what came of it, when the session waits for that.
+    private func perform(_ effect: SessionEffect, _ session: SyncSession, _ p: inout SessionPerformer, _ report: inout SyncReport) async throws -> SessionEvent? {
+        switch effect {
+        case .plan(let dueOnly, let refresh, let excluding):
+            let limits: Limits
+            do { limits = try await self.limits(p.transport, refresh: refresh) } catch let e as OutpostError { return .limitsFailed(e) }
+            let time = now()
+            let candidates = try read { d in try pushCandidates(d, now: time, dueOnly: dueOnly, excluding: excluding) }
+            return .candidates(candidates, limits, overhead: requestOverhead)
+        case .send(let batch):
+            return try await send(batch, &p, &report)
+        case .record(let events):
+            try settle(events, report: &report)
+            return nil
+        case .retry(let batch, let mayHaveApplied, let message, let immediately):
+            try scheduleRetry(batch, mayHaveApplied: mayHaveApplied, immediately: immediately, sentBefore: p.sentBefore, message: message, report: &report)
+            return nil
+        case .pruneSealed:
+            // The sealed forms of what the push phase settled are no longer needed.
+            if cipher != nil { try write(durability: .normal) { try $0.pruneSealed() } }
+            return nil
+        case .fetch(let since, let view):
+            return try await fetch(since: since, view: view, &p)
+        case .apply(let application):
+            return try apply(application, &p, &report)
+        case .restartView(let phase, let cursor, let compacted):
+            if compacted { report.historyCompacted = true } else { report.viewChanged = true }
+            try write(durability: .normal) { d in
+                try d.storeSession(phase: phase, cursor: cursor)
+                try d.clearViewSeen()
+            }
+            return nil
+        case .epochChanged:
+            report.epochChanged = true
+            return nil
+        case .succeed:
+            return nil
+        case .fail(let error):
+            throw error
         }
     }
 
@@ -108,6 +139,24 @@ extension OutpostStore {
         if let t = error as? TransportError { return .transport(t) }
         if let o = error as? OutpostError { return o }
         return .transport(.noAnswer("\(error)"))
+    }
+}
+
+/// What the store keeps while it performs one sync's effects: the pages fetched and not
+/// yet applied, the page being fetched ahead, and what the last push request carried.
+struct SessionPerformer {
+    let transport: any SyncTransport
+    var pageLimit: Int?
+    var pages: [PreparedPage] = []
+    var prefetch: OutpostStore.Prefetch?
+    /// Per change of the last push request: whether an earlier request carried it.
+    var sentBefore: [String: Bool] = [:]
+
+    init(transport: any SyncTransport) { self.transport = transport }
+
+    mutating func cancel() {
+        prefetch?.task.cancel()
+        prefetch = nil
     }
 }
 

@@ -6,14 +6,6 @@ import OutpostCore
 // `TelemetryBatch.maxEntries`, in a task of its own: the sync has returned by then, and a
 // batch that fails stays for the next sync. Nothing of it can fail or hold up a sync.
 
-extension LocalDatabase {
-    static let telemetrySchema = """
-        CREATE TABLE IF NOT EXISTS telemetry_outbox(
-            number INTEGER PRIMARY KEY AUTOINCREMENT,
-            entry BLOB NOT NULL);
-        """
-}
-
 extension OutpostStore {
     /// Entries kept while the server cannot be reached; older ones are dropped.
     static let outboxLimit = 500

@@ -1,0 +1,210 @@
+import OutpostCore
+import OutpostSQLite
+
+// The store file's schema, as a list of named migrations (the model of GRDB's
+// `DatabaseMigrator`): each runs once, in the list's order; the ones a file lacks run
+// together in one transaction, and each name is recorded in `migrations` as it runs. A
+// released migration is never edited again: a change of the schema is a new migration at
+// the end of the list. `MigrationTests` opens files that earlier releases wrote
+// (Tests/OutpostTests/Fixtures) and checks what they held survives.
+
+/// One step of the schema.
+struct StoreMigration: Sendable {
+    let name: String
+    /// Runs inside the migration transaction. `newFile`: the file had no schema before this
+    /// open.
+    let run: @Sendable (_ d: LocalDatabase, _ newFile: Bool) throws -> Void
+}
+
+extension LocalDatabase {
+    /// Every migration, in order. Append only.
+    static let migrations: [StoreMigration] = [
+        StoreMigration(name: "1 records, queue, aside, quarantine, retired epochs") { d, _ in
+            try d.db.execute("""
+                CREATE TABLE records(
+                    collection TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    data BLOB,
+                    deleted INTEGER NOT NULL DEFAULT 0,
+                    pending INTEGER NOT NULL DEFAULT 0,
+                    version TEXT,
+                    server_data BLOB,
+                    server_deleted INTEGER NOT NULL DEFAULT 0,
+                    updated_at INTEGER,
+                    updated_by TEXT,
+                    client_time INTEGER,
+                    own_change_id TEXT,
+                    epoch_check INTEGER NOT NULL DEFAULT 0,
+                    PRIMARY KEY(collection, id)) WITHOUT ROWID;
+                CREATE INDEX records_epoch_check ON records(epoch_check) WHERE epoch_check = 1;
+                CREATE TABLE queue(
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    change_id TEXT NOT NULL UNIQUE,
+                    collection TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    op TEXT NOT NULL,
+                    data BLOB,
+                    base_version TEXT,
+                    client_time INTEGER NOT NULL,
+                    state TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at INTEGER NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    error_code TEXT,
+                    origin TEXT NOT NULL DEFAULT 'local',
+                    origin_updated_at INTEGER,
+                    created_at INTEGER NOT NULL);
+                CREATE INDEX queue_record ON queue(collection, id, position);
+                CREATE INDEX queue_state ON queue(state);
+                CREATE TABLE aside(
+                    collection TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    version TEXT NOT NULL,
+                    deleted INTEGER NOT NULL,
+                    data BLOB,
+                    updated_at INTEGER NOT NULL,
+                    updated_by TEXT NOT NULL,
+                    client_time INTEGER,
+                    PRIMARY KEY(collection, id)) WITHOUT ROWID;
+                CREATE TABLE quarantine(
+                    number INTEGER PRIMARY KEY AUTOINCREMENT,
+                    collection TEXT,
+                    id TEXT,
+                    version TEXT,
+                    raw BLOB NOT NULL,
+                    reason TEXT NOT NULL,
+                    quarantined_at INTEGER NOT NULL);
+                CREATE TABLE retired_epochs(
+                    number INTEGER PRIMARY KEY AUTOINCREMENT,
+                    epoch TEXT NOT NULL);
+                """)
+        },
+        // Uploads kept until the server holds their file (Media/UploadRows.swift).
+        StoreMigration(name: "2 media uploads") { d, _ in
+            try d.db.execute("""
+                CREATE TABLE media_uploads(
+                    number INTEGER PRIMARY KEY AUTOINCREMENT,
+                    path TEXT NOT NULL UNIQUE,
+                    size INTEGER NOT NULL,
+                    modified_ns INTEGER NOT NULL,
+                    device INTEGER NOT NULL,
+                    inode INTEGER NOT NULL,
+                    sha256 TEXT NOT NULL,
+                    content_type TEXT NOT NULL,
+                    filename TEXT,
+                    upload_id TEXT,
+                    chunk_size INTEGER,
+                    received BLOB NOT NULL DEFAULT x'',
+                    state TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at INTEGER NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    error_code TEXT,
+                    created_at INTEGER NOT NULL);
+                """)
+        },
+        // One model per record (Engine/RecordModel.swift; ModelStorage.migrateToModels).
+        StoreMigration(name: "3 record models") { d, _ in try d.migrateToModels() },
+        // The records a view re-pull brought (Sync/SyncSession.swift, docs/rules.md).
+        StoreMigration(name: "4 view re-pull seen") { d, _ in
+            try d.db.execute("CREATE TABLE IF NOT EXISTS view_seen(collection TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY(collection, id)) WITHOUT ROWID")
+        },
+        // The wire form of each unsettled put of an end-to-end encrypted store, sealed when
+        // the edit is saved (Encryption/SealedEdits.swift), and how an upload seals its file
+        // (Encryption/SealedMedia.swift). A file made before encryption existed holds records
+        // in clear; a new file takes the mode of the store that opens it (OutpostStore.init).
+        StoreMigration(name: "5 sealed edits and uploads") { d, newFile in
+            try d.db.execute("""
+                CREATE TABLE sealed(
+                    change_id TEXT PRIMARY KEY,
+                    collection TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    data BLOB NOT NULL) WITHOUT ROWID;
+                CREATE INDEX sealed_record ON sealed(collection, id);
+                ALTER TABLE media_uploads ADD COLUMN seal_kid TEXT;
+                ALTER TABLE media_uploads ADD COLUMN seal_prefix BLOB;
+                ALTER TABLE media_uploads ADD COLUMN seal_segment INTEGER;
+                """)
+            if !newFile { try d.setMeta(.encryption, "none") }
+        },
+        // The telemetry outbox (Sync/Telemetry.swift).
+        StoreMigration(name: "6 telemetry outbox") { d, _ in
+            try d.db.execute("""
+                CREATE TABLE IF NOT EXISTS telemetry_outbox(
+                    number INTEGER PRIMARY KEY AUTOINCREMENT,
+                    entry BLOB NOT NULL);
+                """)
+        },
+        // Where downloads write their temporary files (Store/Compaction.swift).
+        StoreMigration(name: "7 download directories") { d, _ in
+            try d.db.execute("CREATE TABLE IF NOT EXISTS download_directories(path TEXT PRIMARY KEY) WITHOUT ROWID;")
+        },
+        // The sync session's state, typed (Sync/SyncSession.swift): one row instead of the
+        // meta keys `epoch`, `rebasing`, `cursor` and `view_repull`.
+        StoreMigration(name: "8 sync session") { d, _ in
+            try d.db.execute("""
+                CREATE TABLE sync_session(
+                    one INTEGER PRIMARY KEY CHECK (one = 1),
+                    phase TEXT NOT NULL,
+                    epoch TEXT,
+                    cursor TEXT,
+                    cursor_view TEXT);
+                """)
+            let epoch = try d.meta(.legacyEpoch).flatMap(Epoch.init)
+            let cursor = try d.meta(.legacyCursor).flatMap(Cursor.init)
+            let rePulling = try d.meta(.legacyRebasing) != nil
+            let viewRePull = try d.meta(.legacyViewRePull) != nil
+            let phase: SyncPhase
+            switch (epoch, rePulling, viewRePull) {
+            case (nil, _, _): phase = .detached
+            case (let e?, true, let view): phase = .rePulling(e, viewChanged: view)
+            case (let e?, false, true): phase = .viewRePulling(e)
+            case (let e?, false, false): phase = .following(e)
+            }
+            try d.storeSession(phase: phase, cursor: epoch == nil ? nil : cursor)
+            for key in [MetaKey.legacyEpoch, .legacyCursor, .legacyRebasing, .legacyViewRePull] { try d.setMeta(key, nil) }
+        },
+    ]
+
+    /// Brings the file's schema up to date: the migrations it lacks, in order, in one
+    /// transaction. A file of a later SDK (a migration this one does not know, or a
+    /// `schema_version` past this one's) throws `schemaTooNew`. Files made before the list
+    /// (schema versions 1 to 7, kept in `meta`) count their first migrations as run.
+    func migrate() throws {
+        // A new file frees its pages with `PRAGMA incremental_vacuum` (compaction); the
+        // setting takes only before the first table.
+        let newFile = try db.scalarInt("SELECT count(*) FROM sqlite_master") == 0
+        if newFile { try db.execute("PRAGMA auto_vacuum = INCREMENTAL") }
+        try db.transaction {
+            try db.execute("""
+                CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS migrations(position INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+                """)
+            var applied = try db.query("SELECT name FROM migrations ORDER BY position", []) { $0.text(0) }
+            let version = try meta(.schemaVersion).flatMap { Int($0) } ?? 0
+            if applied.isEmpty && version > 0 {
+                // A file of the releases before the list: its version counts its migrations.
+                guard version <= Self.migrations.count else { throw OutpostError.schemaTooNew(version) }
+                applied = Self.migrations.prefix(version).map(\.name)
+                for (i, name) in applied.enumerated() { try record(name, at: i + 1) }
+            }
+            let known = Self.migrations.map(\.name)
+            guard applied.count <= known.count, Array(known.prefix(applied.count)) == applied else {
+                throw OutpostError.schemaTooNew(max(version, applied.count))
+            }
+            for (i, migration) in Self.migrations.enumerated().dropFirst(applied.count) {
+                try migration.run(self, newFile)
+                try record(migration.name, at: i + 1)
+            }
+            // Older SDKs read the version and refuse a file past theirs.
+            try setMeta(.schemaVersion, String(Self.migrations.count))
+        }
+    }
+
+    private func record(_ name: String, at position: Int) throws {
+        try db.run("INSERT INTO migrations(position, name) VALUES (?, ?)", [.integer(Int64(position)), .text(name)])
+    }
+
+    /// The schema version this SDK writes: the number of its migrations.
+    static var schemaVersion: Int { migrations.count }
+}
