@@ -79,8 +79,10 @@ extension OutpostStore {
 
     /// Applies the session's pages in one transaction (see `Application`).
     func apply(_ a: Application, _ p: inout SessionPerformer, _ report: inout SyncReport) throws -> SessionEvent {
-        let pages = a.pages.map { header in p.pages.first { $0.header == header }! }
+        // The pages fetched since the last `apply`, which are the session's.
+        let pages = p.pages
         p.pages.removeAll()
+        guard pages.map(\.header) == a.pages else { throw OutpostError.protocolViolation("the session applies pages the store did not fetch") }
         let reofferedBefore = report.reoffered
         var keys: [RecordKey] = []
         try write(durability: .normal) { d in
