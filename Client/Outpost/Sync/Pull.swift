@@ -171,11 +171,7 @@ extension OutpostStore {
     public func resetSync() async throws {
         try await acquireSyncGate()
         defer { releaseSyncGate() }
-        try write { d in
-            var session = try d.session()
-            session.reset()
-            try d.storeSession(phase: session.phase, cursor: session.cursor)
-        }
+        try write { d in try store(SyncSession.reduce(try d.session(), .reset), d) }
     }
 
     /// Leaves the current epoch: it is retired (never followed again), and the next sync
@@ -194,16 +190,20 @@ extension OutpostStore {
         defer { releaseSyncGate() }
         var dropped: [RecordKey] = []
         try write { d in
-            var session = try d.session()
-            let left = session.phase.epoch
-            session.leave()
-            if let left { try d.retire(left, keep: SyncSession.retiredLimit) }
-            try d.storeSession(phase: session.phase, cursor: session.cursor)
+            try store(SyncSession.reduce(try d.session(), .leave), d)
             if discardingCopies {
                 for key in try d.allKeys() where try transition(key, .dropCopies, d, phase: .detached).effects.contains(.show) { dropped.append(key) }
             }
         }
         notify(StoreEvent(origin: .remote, keys: dropped))
+    }
+
+    /// Stores what the session decided outside a sync (`SessionEffect.store`).
+    private func store(_ decided: (SyncSession, [SessionEffect]), _ d: LocalDatabase) throws {
+        for case .store(let retire) in decided.1 {
+            if let retire { try d.retire(retire, keep: SyncSession.retiredLimit) }
+            try d.storeSession(phase: decided.0.phase, cursor: decided.0.cursor)
+        }
     }
 
     // MARK: Long poll

@@ -116,7 +116,7 @@ extension OutpostStore {
         case .epochChanged:
             report.epochChanged = true
             return nil
-        case .succeed:
+        case .succeed, .store:
             return nil
         case .fail(let error):
             throw error

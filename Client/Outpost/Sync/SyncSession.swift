@@ -144,6 +144,10 @@ enum SessionEvent: Hashable, Sendable {
     case applied(reoffered: Bool)
     /// A request failed otherwise (the network, a 5xx), or the store could not read or write.
     case failed(OutpostError)
+    /// Outside a sync: `resetSync()`.
+    case reset
+    /// Outside a sync: `leaveEpoch()`.
+    case leave
 }
 
 /// What the store does for the session.
@@ -172,6 +176,8 @@ enum SessionEffect: Hashable, Sendable {
     case restartView(SyncPhase, Cursor, compacted: Bool)
     /// The store follows a new epoch now (the report says so).
     case epochChanged
+    /// Store the phase and cursor (outside a sync), retiring `retire` first.
+    case store(retire: Epoch?)
     /// The sync ended well.
     case succeed
     /// The sync failed with this error; nothing more is done.
@@ -255,19 +261,6 @@ struct SyncSession: Hashable, Sendable {
 
     // MARK: Outside a sync
 
-    /// `resetSync()`: the current history again from its start at the next sync.
-    mutating func reset() {
-        if let epoch = phase.epoch { cursor = Cursor(Version.start(of: epoch)) }
-    }
-
-    /// `leaveEpoch()`: the epoch is retired, and the next sync follows the epoch two
-    /// requests report.
-    mutating func leave() {
-        if let epoch = phase.epoch { retire(epoch) }
-        phase = .detached
-        cursor = nil
-    }
-
     mutating func retire(_ epoch: Epoch) {
         retired.append(epoch)
         if retired.count > Self.retiredLimit { retired.removeFirst(retired.count - Self.retiredLimit) }
@@ -305,7 +298,21 @@ struct SyncSession: Hashable, Sendable {
 
     private mutating func handle(_ event: SessionEvent, _ effects: inout [SessionEffect]) {
         switch (step, event) {
-        case (.idle, .start(let dueOnly)):
+        case (.idle, .reset), (.done, .reset):
+            // `resetSync()`: the current history again from its start at the next sync.
+            self = stored
+            if let epoch = phase.epoch { cursor = Cursor(Version.start(of: epoch)) }
+            effects.append(.store(retire: nil))
+        case (.idle, .leave), (.done, .leave):
+            // `leaveEpoch()`: the epoch is retired, and the next sync follows the epoch two
+            // requests report.
+            self = stored
+            let left = phase.epoch
+            if let left { retire(left) }
+            phase = .detached
+            cursor = nil
+            effects.append(.store(retire: left))
+        case (.idle, .start(let dueOnly)), (.done, .start(let dueOnly)):
             self = stored
             self.dueOnly = dueOnly
             // Pushing waits while the store re-pulls a history.
