@@ -54,12 +54,12 @@ bench: deps
 	swift build -c release
 	for area in http json push pull client media integrations; do .build/release/outpost-bench $$area || exit 1; done
 
-## Rewrite the engine's and the sync session's tables in docs/client.md from what the code does.
+## Rewrite the engine's table (docs/client-engine-table.md) and the sync session's (docs/client.md) from what the code does.
 engine-table:
 	swift build --build-tests
-	OUTPOST_WRITE_ENGINE_TABLE=$(CURDIR)/docs/client.md swift test --skip-build --disable-xctest --filter theTransitionTableInTheDocsIsTheEngines || true
+	OUTPOST_WRITE_ENGINE_TABLE=$(CURDIR)/docs/client-engine-table.md swift test --skip-build --disable-xctest --filter theTransitionTableInTheDocsIsTheEngines || true
 	OUTPOST_WRITE_SESSION_TABLE=$(CURDIR)/docs/client.md swift test --skip-build --disable-xctest --filter theSessionTableInTheDocsIsTheSessions || true
-	swift test --skip-build --disable-xctest --filter 'theTransitionTableInTheDocsIsTheEngines|theSessionTableInTheDocsIsTheSessions' 
+	swift test --skip-build --disable-xctest --filter 'theTransitionTableInTheDocsIsTheEngines|theSessionTableInTheDocsIsTheSessions'
 
 ## Rewrite the encryption formats' fixtures (Tests/OutpostCryptoTests/Fixtures) from their
 ## fixed inputs, after a deliberate change of a format (docs/encryption.md changes with it).
