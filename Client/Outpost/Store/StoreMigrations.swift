@@ -147,8 +147,7 @@ extension LocalDatabase {
                     one INTEGER PRIMARY KEY CHECK (one = 1),
                     phase TEXT NOT NULL,
                     epoch TEXT,
-                    cursor TEXT,
-                    cursor_view TEXT);
+                    cursor TEXT);
                 """)
             let epoch = try d.meta(.legacyEpoch).flatMap(Epoch.init)
             let cursor = try d.meta(.legacyCursor).flatMap(Cursor.init)
