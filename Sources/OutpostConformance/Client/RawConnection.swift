@@ -54,8 +54,15 @@ public final class RawConnection: Sendable {
     /// `client_header_timeout`; the conformance runs set it to one second).
     public static func open(_ endpoint: Endpoint, sending request: [UInt8], timeout: Duration = .seconds(10),
                             sendTimeout: Duration = .seconds(30)) async throws -> RawConnection {
+        try await openTimed(endpoint, sending: request, timeout: timeout, sendTimeout: sendTimeout).connection
+    }
+
+    /// `open(_:sending:)`, and when the request was sent in full, as seen on the
+    /// connection's queue (what a check that times the answer counts from).
+    public static func openTimed(_ endpoint: Endpoint, sending request: [UInt8], timeout: Duration = .seconds(10),
+                                 sendTimeout: Duration = .seconds(30)) async throws -> (connection: RawConnection, sentAt: ContinuousClock.Instant) {
         let queue = DispatchQueue(label: "outpost-conformance.connection")
-        let fd = try await run(on: queue) { () throws -> Int32 in
+        let (fd, sentAt) = try await run(on: queue) { () throws -> (Int32, ContinuousClock.Instant) in
             let fd = try connect(endpoint, timeout: timeout)
             do {
                 try sendBlocking(fd, request, timeout: sendTimeout)
@@ -63,9 +70,9 @@ public final class RawConnection: Sendable {
                 _ = systemClose(fd)
                 throw error
             }
-            return fd
+            return (fd, ContinuousClock.now)
         }
-        return RawConnection(endpoint: endpoint, fd: fd, queue: queue)
+        return (RawConnection(endpoint: endpoint, fd: fd, queue: queue), sentAt)
     }
 
     // MARK: Sending
@@ -90,6 +97,20 @@ public final class RawConnection: Sendable {
                 while true {
                     let response = try ResponseParser.parse(&source, isHead: isHead)
                     if includeInterim || !(100..<200).contains(response.status) || response.status == 101 { return response }
+                }
+            }
+        }
+    }
+
+    /// Reads the next final response like `response`, and tells when it was read in full,
+    /// as seen on the connection's own queue: a check that times an answer must not count
+    /// the wait of its task for an executor (a busy cooperative pool) as the server's time.
+    public func timedResponse(isHead: Bool = false, timeout: Duration = .seconds(30)) async throws -> (RawResponse, ContinuousClock.Instant) {
+        try await offload {
+            try self.withSource(timeout: timeout) { source in
+                while true {
+                    let response = try ResponseParser.parse(&source, isHead: isHead)
+                    if !(100..<200).contains(response.status) || response.status == 101 { return (response, ContinuousClock.now) }
                 }
             }
         }
