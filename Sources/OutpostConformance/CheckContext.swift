@@ -89,9 +89,11 @@ public final class CheckContext: Sendable {
     /// executor).
     public func timedSend(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
                           token: String? = nil, timeout: Duration? = nil) async throws -> (RawResponse, Duration) {
-        let (connection, sentAt) = try await RawConnection.openTimed(endpoint, sending: requestBytes(method, path, headers: headers, body: body, token: token))
+        let (connection, sentAt, answer) = try await RawConnection.openTimed(
+            endpoint, sending: requestBytes(method, path, headers: headers, body: body, token: token),
+            isHead: method == "HEAD", responseTimeout: timeout ?? configuration.responseTimeout)
         defer { connection.close() }
-        let (response, arrived) = try await connection.timedResponse(isHead: method == "HEAD", timeout: timeout ?? configuration.responseTimeout)
+        let (response, arrived) = try await answer.value
         try Self.checkGeneralRules(response, "\(method) \(path)")
         return (response, arrived - sentAt)
     }

@@ -10,37 +10,29 @@ enum LifecycleChecks {
 
     /// A long poll in flight on its own connection.
     struct Poll: Sendable {
-        let task: Task<(RawResponse, ContinuousClock.Instant), any Error>
         let connection: RawConnection
-        let finished: Flag
+        /// The answer, read on the connection's queue as soon as it comes.
+        let answer: RawConnection.PendingResponse
         /// When the request was sent in full (on the connection's queue).
         let sentAt: ContinuousClock.Instant
 
+        /// Whether the answer is in.
+        var isFinished: Bool { answer.isDone }
+
         /// The answer and when it came.
         var value: (RawResponse, ContinuousClock.Instant) {
-            get async throws { try await task.value }
+            get async throws { try await answer.value }
         }
-    }
-
-    /// A Boolean set once, readable from any task.
-    final class Flag: Sendable {
-        private let value = Atomic<Bool>(false)
-        func set() { value.store(true, ordering: .sequentiallyConsistent) }
-        var isSet: Bool { value.load(ordering: .sequentiallyConsistent) }
     }
 
     /// Sends a long poll on its own connection.
     static func startPoll(_ c: CheckContext, _ space: String, _ query: [(String, String)]) async throws -> Poll {
-        // Sent, and its answer timed, on the connection's own queue: the times the checks
+        // Sent, read and timed on the connection's own queue: the times the checks
         // compare are the server's, not the waits of this task for a busy executor.
-        let (connection, sentAt) = try await RawConnection.openTimed(
-            c.endpoint, sending: c.requestBytes("GET", CheckContext.spacePath(space, "pull") + HTTPRequestBytes.query(query), token: c.readToken(space)))
-        let finished = Flag()
-        let task = Task {
-            defer { finished.set() }
-            return try await connection.timedResponse(timeout: .seconds(75))
-        }
-        return Poll(task: task, connection: connection, finished: finished, sentAt: sentAt)
+        let (connection, sentAt, answer) = try await RawConnection.openTimed(
+            c.endpoint, sending: c.requestBytes("GET", CheckContext.spacePath(space, "pull") + HTTPRequestBytes.query(query), token: c.readToken(space)),
+            responseTimeout: .seconds(75))
+        return Poll(connection: connection, answer: answer, sentAt: sentAt)
     }
 
     static let longPoll: [Check] = [
@@ -110,7 +102,7 @@ enum LifecycleChecks {
             try await Task.sleep(for: .milliseconds(300))
             // A commit to another collection may end the poll early with an empty page;
             // then poll again from where that page left off.
-            if poll.finished.isSet {
+            if poll.isFinished {
                 let (response, _) = try await poll.value
                 let reply = try c.decodePull(response, query: [("collections", "todos")])
                 try expect(reply.page.changes.isEmpty, "a long poll for collections=todos answered records of other collections: \(reply.page.changes.map { "\($0.collection)/\($0.id)" })")

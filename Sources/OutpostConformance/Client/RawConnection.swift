@@ -54,15 +54,8 @@ public final class RawConnection: Sendable {
     /// `client_header_timeout`; the conformance runs set it to one second).
     public static func open(_ endpoint: Endpoint, sending request: [UInt8], timeout: Duration = .seconds(10),
                             sendTimeout: Duration = .seconds(30)) async throws -> RawConnection {
-        try await openTimed(endpoint, sending: request, timeout: timeout, sendTimeout: sendTimeout).connection
-    }
-
-    /// `open(_:sending:)`, and when the request was sent in full, as seen on the
-    /// connection's queue (what a check that times the answer counts from).
-    public static func openTimed(_ endpoint: Endpoint, sending request: [UInt8], timeout: Duration = .seconds(10),
-                                 sendTimeout: Duration = .seconds(30)) async throws -> (connection: RawConnection, sentAt: ContinuousClock.Instant) {
         let queue = DispatchQueue(label: "outpost-conformance.connection")
-        let (fd, sentAt) = try await run(on: queue) { () throws -> (Int32, ContinuousClock.Instant) in
+        let fd = try await run(on: queue) { () throws -> Int32 in
             let fd = try connect(endpoint, timeout: timeout)
             do {
                 try sendBlocking(fd, request, timeout: sendTimeout)
@@ -70,9 +63,73 @@ public final class RawConnection: Sendable {
                 _ = systemClose(fd)
                 throw error
             }
-            return (fd, ContinuousClock.now)
+            return fd
         }
-        return (RawConnection(endpoint: endpoint, fd: fd, queue: queue), sentAt)
+        return RawConnection(endpoint: endpoint, fd: fd, queue: queue)
+    }
+
+    /// Connects, sends `request` and reads its answer in one block on the connection's
+    /// queue: the connection and the time the request was sent in full come back as soon
+    /// as it is sent, and the answer, with the time it was read in full, through `answer`.
+    /// No step waits for the caller's executor, so a check that times the server counts
+    /// neither the wait of its task for a busy cooperative pool before the read starts
+    /// nor the one after it ends.
+    public static func openTimed(_ endpoint: Endpoint, sending request: [UInt8], isHead: Bool = false,
+                                 timeout: Duration = .seconds(10), sendTimeout: Duration = .seconds(30),
+                                 responseTimeout: Duration = .seconds(30)) async throws
+        -> (connection: RawConnection, sentAt: ContinuousClock.Instant, answer: PendingResponse) {
+        let queue = DispatchQueue(label: "outpost-conformance.connection")
+        let answer = PendingResponse()
+        return try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                let connection: RawConnection
+                do {
+                    let fd = try connect(endpoint, timeout: timeout)
+                    connection = RawConnection(endpoint: endpoint, fd: fd, queue: queue)
+                    try sendBlocking(fd, request, timeout: sendTimeout)
+                } catch {
+                    continuation.resume(throwing: error)
+                    return
+                }
+                continuation.resume(returning: (connection, ContinuousClock.now, answer))
+                answer.complete(Result { try connection.readTimedBlocking(isHead: isHead, timeout: responseTimeout) })
+            }
+        }
+    }
+
+    /// An answer being read on a connection's queue; `value` waits for it.
+    public final class PendingResponse: Sendable {
+        private struct State {
+            var result: Result<(RawResponse, ContinuousClock.Instant), any Error>?
+            var waiters: [CheckedContinuation<(RawResponse, ContinuousClock.Instant), any Error>] = []
+        }
+        private let state = Mutex(State())
+
+        /// Whether the answer (or the read's error) is in.
+        public var isDone: Bool { state.withLock { $0.result != nil } }
+
+        /// The answer and when it was read in full.
+        public var value: (RawResponse, ContinuousClock.Instant) {
+            get async throws {
+                try await withCheckedThrowingContinuation { continuation in
+                    let ready: Result<(RawResponse, ContinuousClock.Instant), any Error>? = state.withLock { state in
+                        if let result = state.result { return result }
+                        state.waiters.append(continuation)
+                        return nil
+                    }
+                    if let ready { continuation.resume(with: ready) }
+                }
+            }
+        }
+
+        fileprivate func complete(_ result: Result<(RawResponse, ContinuousClock.Instant), any Error>) {
+            let waiters = state.withLock { state in
+                state.result = result
+                defer { state.waiters.removeAll() }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume(with: result) }
+        }
     }
 
     // MARK: Sending
@@ -102,16 +159,12 @@ public final class RawConnection: Sendable {
         }
     }
 
-    /// Reads the next final response like `response`, and tells when it was read in full,
-    /// as seen on the connection's own queue: a check that times an answer must not count
-    /// the wait of its task for an executor (a busy cooperative pool) as the server's time.
-    public func timedResponse(isHead: Bool = false, timeout: Duration = .seconds(30)) async throws -> (RawResponse, ContinuousClock.Instant) {
-        try await offload {
-            try self.withSource(timeout: timeout) { source in
-                while true {
-                    let response = try ResponseParser.parse(&source, isHead: isHead)
-                    if !(100..<200).contains(response.status) || response.status == 101 { return (response, ContinuousClock.now) }
-                }
+    /// Reads the next final response and when it was read in full (on `queue`).
+    private func readTimedBlocking(isHead: Bool, timeout: Duration) throws -> (RawResponse, ContinuousClock.Instant) {
+        try withSource(timeout: timeout) { source in
+            while true {
+                let response = try ResponseParser.parse(&source, isHead: isHead)
+                if !(100..<200).contains(response.status) || response.status == 101 { return (response, ContinuousClock.now) }
             }
         }
     }
