@@ -84,6 +84,20 @@ public final class CheckContext: Sendable {
         return response
     }
 
+    /// `send`, and how long the server took: from the request sent in full to its answer
+    /// read, both seen on the connection's own queue (never the caller's waits for an
+    /// executor).
+    public func timedSend(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
+                          token: String? = nil, timeout: Duration? = nil) async throws -> (RawResponse, Duration) {
+        let (connection, sentAt, answer) = try await RawConnection.openTimed(
+            endpoint, sending: requestBytes(method, path, headers: headers, body: body, token: token),
+            isHead: method == "HEAD", responseTimeout: timeout ?? configuration.responseTimeout)
+        defer { connection.close() }
+        let (response, arrived) = try await answer.value
+        try Self.checkGeneralRules(response, "\(method) \(path)")
+        return (response, arrived - sentAt)
+    }
+
     /// Rules of section 2 every answer must keep, whatever the check: a 5xx is a bug
     /// (except 503 with Retry-After, and the engine's 501/505), and an HTTP/1.1 body is
     /// delimited by Content-Length or chunked encoding.

@@ -134,6 +134,21 @@ import OutpostTestSupport
         }
     }
 
+    /// The executable sets its umask to 077 before anything else, so what libraries create
+    /// on their own (Foundation's caches under $HOME, which in the image is the data volume)
+    /// is private too; the container test found such directories, mode 755, in /data.
+    @Test func theServerRunsWithAPrivateUmask() async throws {
+        try await withTemporaryDirectory { dir in
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: dir.appending("data"))
+                defer { _ = server.stop() }
+                let status = try String(contentsOfFile: "/proc/\(server.pid)/status", encoding: .utf8)
+                let umask = status.split(separator: "\n").first { $0.hasPrefix("Umask:") }
+                #expect(umask?.split(separator: "\t").last == "0077", "\(umask ?? "no Umask line")")
+            }
+        }
+    }
+
     @Test func aKilledServerLosesNoAcknowledgedChangeAndReusesNoSeq() async throws {
         try await withTemporaryDirectory { dir in
             try await blocking {

@@ -68,6 +68,70 @@ public final class RawConnection: Sendable {
         return RawConnection(endpoint: endpoint, fd: fd, queue: queue)
     }
 
+    /// Connects, sends `request` and reads its answer in one block on the connection's
+    /// queue: the connection and the time the request was sent in full come back as soon
+    /// as it is sent, and the answer, with the time it was read in full, through `answer`.
+    /// No step waits for the caller's executor, so a check that times the server counts
+    /// neither the wait of its task for a busy cooperative pool before the read starts
+    /// nor the one after it ends.
+    public static func openTimed(_ endpoint: Endpoint, sending request: [UInt8], isHead: Bool = false,
+                                 timeout: Duration = .seconds(10), sendTimeout: Duration = .seconds(30),
+                                 responseTimeout: Duration = .seconds(30)) async throws
+        -> (connection: RawConnection, sentAt: ContinuousClock.Instant, answer: PendingResponse) {
+        let queue = DispatchQueue(label: "outpost-conformance.connection")
+        let answer = PendingResponse()
+        return try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                let connection: RawConnection
+                do {
+                    let fd = try connect(endpoint, timeout: timeout)
+                    connection = RawConnection(endpoint: endpoint, fd: fd, queue: queue)
+                    try sendBlocking(fd, request, timeout: sendTimeout)
+                } catch {
+                    continuation.resume(throwing: error)
+                    return
+                }
+                continuation.resume(returning: (connection, ContinuousClock.now, answer))
+                answer.complete(Result { try connection.readTimedBlocking(isHead: isHead, timeout: responseTimeout) })
+            }
+        }
+    }
+
+    /// An answer being read on a connection's queue; `value` waits for it.
+    public final class PendingResponse: Sendable {
+        private struct State {
+            var result: Result<(RawResponse, ContinuousClock.Instant), any Error>?
+            var waiters: [CheckedContinuation<(RawResponse, ContinuousClock.Instant), any Error>] = []
+        }
+        private let state = Mutex(State())
+
+        /// Whether the answer (or the read's error) is in.
+        public var isDone: Bool { state.withLock { $0.result != nil } }
+
+        /// The answer and when it was read in full.
+        public var value: (RawResponse, ContinuousClock.Instant) {
+            get async throws {
+                try await withCheckedThrowingContinuation { continuation in
+                    let ready: Result<(RawResponse, ContinuousClock.Instant), any Error>? = state.withLock { state in
+                        if let result = state.result { return result }
+                        state.waiters.append(continuation)
+                        return nil
+                    }
+                    if let ready { continuation.resume(with: ready) }
+                }
+            }
+        }
+
+        fileprivate func complete(_ result: Result<(RawResponse, ContinuousClock.Instant), any Error>) {
+            let waiters = state.withLock { state in
+                state.result = result
+                defer { state.waiters.removeAll() }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume(with: result) }
+        }
+    }
+
     // MARK: Sending
 
     /// Sends `bytes` completely (or throws when the server closed or stopped reading).
@@ -91,6 +155,16 @@ public final class RawConnection: Sendable {
                     let response = try ResponseParser.parse(&source, isHead: isHead)
                     if includeInterim || !(100..<200).contains(response.status) || response.status == 101 { return response }
                 }
+            }
+        }
+    }
+
+    /// Reads the next final response and when it was read in full (on `queue`).
+    private func readTimedBlocking(isHead: Bool, timeout: Duration) throws -> (RawResponse, ContinuousClock.Instant) {
+        try withSource(timeout: timeout) { source in
+            while true {
+                let response = try ResponseParser.parse(&source, isHead: isHead)
+                if !(100..<200).contains(response.status) || response.status == 101 { return (response, ContinuousClock.now) }
             }
         }
     }
