@@ -21,7 +21,7 @@ extension HTTPErrorDetail: ExpressibleByIntegerLiteral, ExpressibleByStringLiter
 }
 
 /// An error answered to the client with a status and the protocol's JSON error envelope
-/// (PROTOCOL.md section 2):
+/// (docs/protocol.md section 2):
 ///
 /// ```json
 /// {"error": {"code": "payload_too_large", "message": "...", "details": {"limit": 8388608}}}
@@ -61,7 +61,7 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
 
     public var description: String { "\(status.code) \(code): \(message)" }
 
-    // MARK: The protocol's common errors (PROTOCOL.md section 2)
+    // MARK: The protocol's common errors (docs/protocol.md section 2)
 
     /// `400 bad_request`: malformed request line, header or framing.
     public static func badRequest(_ message: String = "malformed request") -> HTTPError {
@@ -134,7 +134,7 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
         var headers = self.headers
         headers.replaceOrAdd(name: "Content-Type", value: "application/json")
         if status.code == 503 && !headers.contains(name: "Retry-After") {
-            // PROTOCOL.md section 2: a 503 always says when to come back.
+            // docs/protocol.md section 2: a 503 always says when to come back.
             headers.add(name: "Retry-After", value: "1")
         }
         var response = HTTPResponse(status: status, headers: headers, body: .bytes(jsonEnvelope()))

@@ -1,4 +1,4 @@
-// outpost-server: serve, token, rotate-epoch (PROTOCOL.md section 8), backup, restore, check, healthcheck. The commands live
+// outpost-server: serve, token, rotate-epoch (docs/protocol.md section 8), backup, restore, check, healthcheck. The commands live
 // in OutpostServer.ServerApp so tests can run them in-process.
 import Foundation
 import OutpostServer

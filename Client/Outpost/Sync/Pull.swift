@@ -1,6 +1,6 @@
 import OutpostCore
 
-// Pulling (PROTOCOL.md section 5), and how the store follows a new epoch.
+// Pulling (docs/protocol.md section 5), and how the store follows a new epoch.
 //
 // - Each page is applied in one transaction together with the cursor that follows it, so
 //   a process killed mid-pull resumes where the last page ended.
@@ -341,7 +341,7 @@ extension OutpostStore {
         case needsSync
     }
 
-    /// Holds a long-poll pull open (PROTOCOL.md section 5, `wait`) and applies what it
+    /// Holds a long-poll pull open (docs/protocol.md section 5, `wait`) and applies what it
     /// brings. The request does not hold up `sync()` or saves; its page is applied only if
     /// the store's cursor did not move meanwhile.
     public func waitForChanges(timeout: Duration) async throws -> WaitResult {

@@ -1,6 +1,6 @@
 import OutpostCore
 
-// Pushing (PROTOCOL.md section 4). What each answer does to a record is the engine's
+// Pushing (docs/protocol.md section 4). What each answer does to a record is the engine's
 // (Engine/Engine.swift); this file moves changes to and from the network.
 //
 // - Changes go in queue order, split to the server's `maxChangesPerPush` and
