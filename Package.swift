@@ -4,6 +4,7 @@
 // Layers (arrows point one way; see docs/architecture.md):
 //   C system libraries  <- OutpostSQLite, OutpostPostgres, OutpostCrypto, OutpostSignatures, OutpostCompression
 //   OutpostCore (wire types, no I/O) <- everything
+//   OutpostRules (the rules language: schemas and expressions) <- OutpostServer; never the SDK
 //   OutpostHTTP (engine, knows bytes and HTTP only) <- OutpostServer <- outpost-server
 //   Outpost (client SDK) <- outpost (CLI); never depends on the server.
 //
@@ -55,6 +56,9 @@ let package = Package(
 
         // MARK: Shared building blocks
         .target(name: "OutpostCore", path: "Sources/OutpostCore", swiftSettings: swiftSettings),
+        // The rules file's language (docs/rules.md): JSON Schema and rule expressions. The
+        // server checks writes with it; the SDK never links it.
+        .target(name: "OutpostRules", dependencies: ["OutpostCore"], path: "Sources/OutpostRules", swiftSettings: swiftSettings),
         .target(
             name: "OutpostSQLite", dependencies: ["OutpostCSQLite"], path: "Sources/OutpostSQLite",
             swiftSettings: swiftSettings),
@@ -84,7 +88,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
-            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
+            dependencies: ["OutpostCore", "OutpostRules", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
             path: "Server/OutpostServer", swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
@@ -136,6 +140,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostRulesTests", dependencies: ["OutpostRules", "OutpostCore"], path: "Tests/OutpostRulesTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport", "OutpostCompression", "OutpostCrypto", "OutpostSQLite"], path: "Tests/OutpostTests",
