@@ -205,6 +205,18 @@ import Testing
         }
     }
 
+    /// `/admin/` is not a file of the console: it is sent to the console's page.
+    @Test func theConsoleWithATrailingSlashIsRedirectedToItsPage() async throws {
+        try await withServer { s in
+            let slash = try await s.request("GET", "/admin/", token: nil)
+            #expect(slash.status == 301 && slash.header("Location") == "/admin")
+            #expect(slash.header("Content-Security-Policy") == ConsoleAssets.contentSecurityPolicy)
+            let query = try await s.request("GET", "/admin/?space=s1", token: nil)
+            #expect(query.status == 301 && query.header("Location") == "/admin?space=s1")
+            #expect(try await s.request("HEAD", "/admin/", token: nil).status == 301)
+        }
+    }
+
     // MARK: Tokens
 
     @Test func aTokenIssuedForASpaceReadsOnlyThatSpaceAndItsLifeIsBounded() async throws {

@@ -55,6 +55,15 @@ enum ConsoleAssets {
         return headers
     }
 
+    /// `301` to `/admin`, with the query `head` came with.
+    static func redirectToPage(_ head: HTTPRequestHead) -> HTTPResponse {
+        var headers = securityHeaders
+        let query = head.target.firstIndex(of: "?").map { String(head.target[$0...]) } ?? ""
+        headers.add(name: "Location", value: "/admin" + query)
+        headers.add(name: "Cache-Control", value: "no-cache")
+        return HTTPResponse(status: .movedPermanently, headers: headers)
+    }
+
     /// The asset for `head`: `304` when `If-None-Match` names its `ETag`. The page is
     /// revalidated on every load (`no-cache`); an asset asked for by its versioned URL is
     /// kept for a year (`immutable`), since a new server names new bytes by a new URL,
