@@ -89,7 +89,11 @@ let package = Package(
         .target(
             name: "OutpostServer",
             dependencies: ["OutpostCore", "OutpostRules", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
-            path: "Server/OutpostServer", swiftSettings: swiftSettings),
+            path: "Server/OutpostServer",
+            // Compiled into the binary as bytes (PackageResources.console_js): an installed
+            // binary has no resource bundle beside it on Linux.
+            resources: [.embedInCode("Admin/console.js")],
+            swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
             swiftSettings: swiftSettings),

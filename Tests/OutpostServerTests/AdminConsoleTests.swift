@@ -186,6 +186,9 @@ import Testing
             let html = page.text
             #expect(html.components(separatedBy: "<script").count == 2 && html.contains(#"<script src="\#(ConsoleAssets.script.url)" defer></script>"#))
             #expect(!html.contains(" onclick") && !html.contains(" onload") && !html.contains("style="))
+            // The script served is the source tree's console.js, compiled into the binary.
+            let source = try Data(contentsOf: Self.root.appendingPathComponent("Server/OutpostServer/Admin/console.js"))
+            #expect(ConsoleAssets.script.bytes == Array(source))
             // Each asset by its versioned URL is immutable; by any other URL it is revalidated.
             for asset in [ConsoleAssets.script, ConsoleAssets.style, ConsoleAssets.icon] {
                 #expect(html.contains(asset.url), "the page does not name \(asset.url)")
