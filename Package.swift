@@ -84,7 +84,7 @@ let package = Package(
 
         // MARK: Server
         .target(
-            name: "OutpostHTTP", dependencies: ["OutpostCompression", "OutpostCLinux"], path: "Server/OutpostHTTP",
+            name: "OutpostHTTP", dependencies: ["OutpostCore", "OutpostCompression", "OutpostCLinux"], path: "Server/OutpostHTTP",
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
@@ -135,7 +135,7 @@ let package = Package(
 
         // MARK: Tests
         .target(
-            name: "OutpostTestSupport", dependencies: ["OutpostSubprocess"], path: "Tests/OutpostTestSupport",
+            name: "OutpostTestSupport", dependencies: ["OutpostSubprocess", "OutpostHTTP"], path: "Tests/OutpostTestSupport",
             swiftSettings: swiftSettings),
         // Deliberate bugs for the mutation tests, as decorators of a real server's parts;
         // only test targets link it.
