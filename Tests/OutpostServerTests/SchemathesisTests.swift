@@ -48,7 +48,7 @@ import OutpostTestSupport
                 let arguments = [
                     "--config-file", Self.root.appendingPathComponent("openapi/schemathesis.toml").path,
                     "run", Self.root.appendingPathComponent("openapi/outpost.yaml").path,
-                    "--url", server.baseURL.absoluteString,
+                    "--url", server.baseURL.absoluteString, "--checks", "all",
                     "--max-examples", String(Self.maxExamples), "--generation-deterministic", "--workers", "1",
                     "--no-color",
                 ]
