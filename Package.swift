@@ -4,6 +4,7 @@
 // Layers (arrows point one way; see docs/architecture.md):
 //   C system libraries  <- OutpostSQLite, OutpostPostgres, OutpostCrypto, OutpostSignatures, OutpostCompression
 //   OutpostCore (wire types, no I/O) <- everything
+//   OutpostRules (the rules language: schemas and expressions) <- OutpostServer; never the SDK
 //   OutpostHTTP (engine, knows bytes and HTTP only) <- OutpostServer <- outpost-server
 //   Outpost (client SDK) <- outpost (CLI); never depends on the server.
 //
@@ -55,6 +56,9 @@ let package = Package(
 
         // MARK: Shared building blocks
         .target(name: "OutpostCore", path: "Sources/OutpostCore", swiftSettings: swiftSettings),
+        // The rules file's language (docs/rules.md): JSON Schema and rule expressions. The
+        // server checks writes with it; the SDK never links it.
+        .target(name: "OutpostRules", dependencies: ["OutpostCore"], path: "Sources/OutpostRules", swiftSettings: swiftSettings),
         .target(
             name: "OutpostSQLite", dependencies: ["OutpostCSQLite"], path: "Sources/OutpostSQLite",
             swiftSettings: swiftSettings),
@@ -80,12 +84,16 @@ let package = Package(
 
         // MARK: Server
         .target(
-            name: "OutpostHTTP", dependencies: ["OutpostCompression", "OutpostCLinux"], path: "Server/OutpostHTTP",
+            name: "OutpostHTTP", dependencies: ["OutpostCore", "OutpostCompression", "OutpostCLinux"], path: "Server/OutpostHTTP",
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
-            dependencies: ["OutpostCore", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
-            path: "Server/OutpostServer", swiftSettings: swiftSettings),
+            dependencies: ["OutpostCore", "OutpostRules", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
+            path: "Server/OutpostServer",
+            // Compiled into the binary as bytes (PackageResources.console_js): an installed
+            // binary has no resource bundle beside it on Linux.
+            resources: [.embedInCode("Admin/console.js")],
+            swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
             swiftSettings: swiftSettings),
@@ -127,7 +135,7 @@ let package = Package(
 
         // MARK: Tests
         .target(
-            name: "OutpostTestSupport", dependencies: ["OutpostSubprocess"], path: "Tests/OutpostTestSupport",
+            name: "OutpostTestSupport", dependencies: ["OutpostSubprocess", "OutpostHTTP"], path: "Tests/OutpostTestSupport",
             swiftSettings: swiftSettings),
         // Deliberate bugs for the mutation tests, as decorators of a real server's parts;
         // only test targets link it.
@@ -136,6 +144,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "OutpostRulesTests", dependencies: ["OutpostRules", "OutpostCore"], path: "Tests/OutpostRulesTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostTests", dependencies: ["Outpost", "OutpostTestSupport", "OutpostCompression", "OutpostCrypto", "OutpostSQLite"], path: "Tests/OutpostTests",

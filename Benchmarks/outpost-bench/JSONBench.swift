@@ -1,5 +1,5 @@
 // `outpost-bench json`: how fast OutpostCore's JSON layer parses and writes the bodies the
-// sync protocol moves (PROTOCOL.md sections 4 and 5), next to Foundation's
+// sync protocol moves (docs/protocol.md sections 4 and 5), next to Foundation's
 // JSONSerialization on the same bytes in the same run.
 //
 // Targets: the server takes >= 150,000 pushed changes/s and serves >= 400,000 pulled

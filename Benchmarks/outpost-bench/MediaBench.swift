@@ -1,5 +1,5 @@
 // `outpost-bench media`: media upload and download through the release `outpost-server`
-// (PROTOCOL.md section 6), beside the machine's own ceilings measured in the same run.
+// (docs/protocol.md section 6), beside the machine's own ceilings measured in the same run.
 //
 // 1. Writes a file of random bytes (256 MiB by default) in a temporary directory, which
 //    also holds the server's data directory: the same disk.

@@ -189,7 +189,7 @@ enum PeersBench {
         let chunkSize = try MediaBench.readChunkSize(port: server.port)
         func upload() async throws -> (total: Double, hashing: Double) {
             // A file the server has never seen: it answers a known one at init, without
-            // an upload (PROTOCOL.md section 6).
+            // an upload (docs/protocol.md section 6).
             let fd = open(file, O_WRONLY | O_CLOEXEC)
             guard fd >= 0, pwrite(fd, SecureRandom.bytes(16), 16, 0) == 16 else { throw HTTPBench.BenchError("cannot change \(file)") }
             close(fd)

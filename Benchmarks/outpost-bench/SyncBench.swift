@@ -1,5 +1,5 @@
 // `outpost-bench push` and `outpost-bench pull`: the sync service through the release
-// `outpost-server` (PROTOCOL.md sections 4 and 5), each figure beside its ceiling from
+// `outpost-server` (docs/protocol.md sections 4 and 5), each figure beside its ceiling from
 // the same run on the same machine.
 //
 // push: 8 keep-alive clients push batches of 100 and of 500 new records (~200 bytes of

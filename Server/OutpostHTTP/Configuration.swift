@@ -1,6 +1,6 @@
-// Every limit and timeout of the engine, in one place (PROTOCOL.md section 2).
+// Every limit and timeout of the engine, in one place (docs/protocol.md section 2).
 
-/// The server's address, threads, limits and timeouts. Defaults follow PROTOCOL.md
+/// The server's address, threads, limits and timeouts. Defaults follow docs/protocol.md
 /// section 2; tests shorten the timeouts.
 public struct HTTPServerConfiguration: Sendable {
     /// Address to bind: an IPv4 or IPv6 literal, or `localhost`. Default `127.0.0.1`.
@@ -41,7 +41,7 @@ public struct HTTPServerConfiguration: Sendable {
     /// above this until the earlier request is answered.
     public var maxPipelineBufferBytes: Int = 64 * 1024
 
-    // MARK: Timeouts (PROTOCOL.md section 2: 10 s for headers, a minimum rate for bodies)
+    // MARK: Timeouts (docs/protocol.md section 2: 10 s for headers, a minimum rate for bodies)
 
     /// A request's head must be complete this long after its first byte, else `408` and close.
     public var headerTimeout: Duration = .seconds(10)

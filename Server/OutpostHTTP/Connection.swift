@@ -1,6 +1,7 @@
 // One client connection: bytes in through the parser, requests to handlers, responses
-// out through the output queue. Lives on one loop thread; never shared.
-import OutpostCLinux
+// out through the output queue. What it is doing is one value, its
+// `ConnectionStateMachine`; this class interprets that machine's actions on a transport
+// (its socket, or a test's buffers). Lives on one loop thread; never shared.
 import Glibc
 import OutpostCompression
 
@@ -13,22 +14,10 @@ final class GunzipBox {
 
 /// The request a connection is working on.
 final class RequestState {
-    enum Phase: Equatable {
-        /// The pre-body check runs; the body is not read.
-        case check
-        /// Reading the body (or waiting for the parser's end of a bodiless request).
-        case body
-        /// The handler runs.
-        case handling
-        /// The head was sent; a streamed body is being produced.
-        case streaming
-    }
-
     let serial: Int
     let parsed: ParsedRequestHead
     var head: HTTPRequestHead
     let started: Instant
-    var phase: Phase = .body
     var route: Route?
     var parameters: [String: String] = [:]
     var bodyLimit = 0
@@ -42,7 +31,6 @@ final class RequestState {
     /// The error the response rendered, for the log.
     var failure: HTTPFailure?
     var bytesOut = 0
-    var closeAfter = false
 
     init(serial: Int, parsed: ParsedRequestHead, head: HTTPRequestHead, started: Instant) {
         self.serial = serial
@@ -61,15 +49,11 @@ final class RequestState {
 }
 
 private let continueLine = Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
-/// Output queued beyond this stops the parsing of further pipelined requests until the
-/// client reads (back-pressure against a client that sends but does not read).
-private let outputHighWater = 1 << 20
 /// A streamed body is pulled from its writer while less than this waits for the socket.
 private let streamLowWater = 64 * 1024
 
 final class Connection {
     let id: ConnectionID
-    let fd: Int32
     let remoteAddress: String
     /// The address the per-address limit counted this connection under (nil: no limit).
     let clientAddress: ClientAddress?
@@ -80,121 +64,114 @@ final class Connection {
     /// connection is only ever used from inside `run()`. It saves a reference-count
     /// round trip on every access in the request path.
     unowned(unsafe) let runner: LoopRunner
-    var sm: ConnectionStateMachine
+    /// What the connection is doing: every decision about its state is made there.
+    private(set) var machine: ConnectionStateMachine
     var scheduledDeadline: Instant?
-    private(set) var interest: UInt32
-    private(set) var isClosed = false
+    private(set) var interest: ConnectionInterest
+    private var transport: any ConnectionTransport
 
     private var parser: HTTPRequestParser
     private var input: [UInt8] = []
     private var inputStart = 0
     private var out = OutputQueue()
+    /// The request being answered, from its head until its response is completely queued.
     private var request: RequestState?
     private var serial = 0
     private var firstByteAt: Instant?
     private var requestBytes = 0
-    private var processing = false
-    private var writeBlocked = false
-    private var peerEOF = false
-    /// No further request will be read on this connection.
-    private var noMoreRequests = false
-    /// When the output drains: half-close, discard input for a bounded time, close.
-    private var closeAfterFlush = false
-    /// When the output drains: close at once.
-    private var abortAfterFlush = false
-    private var lingering = false
-    private var finishedInPump = false
 
-    init(id: ConnectionID, fd: Int32, remoteAddress: String, clientAddress: ClientAddress?, overAddressLimit: Bool, runner: LoopRunner) {
+    init(id: ConnectionID, transport: any ConnectionTransport, remoteAddress: String, clientAddress: ClientAddress?, overAddressLimit: Bool, runner: LoopRunner) {
         self.id = id
-        self.fd = fd
+        self.transport = transport
         self.remoteAddress = remoteAddress
         self.clientAddress = clientAddress
         self.overAddressLimit = overAddressLimit
         self.runner = runner
-        self.sm = ConnectionStateMachine(timeouts: runner.timeouts, now: runner.now)
+        self.machine = ConnectionStateMachine(timeouts: runner.timeouts, now: runner.now)
         self.parser = HTTPRequestParser(limits: runner.parserLimits)
-        self.interest = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+        self.interest = machine.interest(buffered: 0, outputPending: 0, maxBuffered: runner.configuration.maxPipelineBufferBytes)
     }
 
     private var now: Instant { runner.now }
     private var configuration: HTTPServerConfiguration { runner.configuration }
+    var isClosed: Bool { machine.isClosed }
 
-    private var isDiscarding: Bool {
-        if case .discarding = sm.phase { return true }
-        return false
+    // MARK: The machine
+
+    /// Applies `event` to the machine and carries out its action.
+    private func apply(_ event: ConnectionStateMachine.Event) {
+        perform(machine.on(event, now: now))
+    }
+
+    private func perform(_ action: ConnectionStateMachine.Action) {
+        switch action {
+        case .none:
+            break
+        case .discardInput:
+            input = []
+            inputStart = 0
+        case .answerTimeout:
+            // docs/protocol.md section 2: headers not complete in time, or a body too slow.
+            queueClosingAnswer(.requestTimeout())
+            input = []
+            inputStart = 0
+        case .shutdownWrite:
+            transport.shutdownWrite()
+            input = []
+            inputStart = 0
+        case .close:
+            release()
+        case .closeSilent:
+            runner.shared.closedSilent.add(1, ordering: .relaxed)
+            release()
+        }
     }
 
     // MARK: Events from the loop
 
-    func handle(events: UInt32) {
-        if events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
-            closeNow()
+    func handle(_ ready: ConnectionInterest, error: Bool) {
+        if error {
+            apply(.abandon)
             return
         }
-        if events & EPOLLIN.rawValue != 0 {
+        if ready.contains(.read) {
             onReadable()
-        } else if events & EPOLLRDHUP.rawValue != 0 {
-            onPeerEOF()
+        } else if ready.contains(.hangUp) {
+            apply(.peerClosed(outputPending: !out.isEmpty))
         }
         if isClosed { return }
-        if events & EPOLLOUT.rawValue != 0 { writeBlocked = false }
         advance()
     }
 
     private func onReadable() {
         let capacity = runner.readBuffer.count
-        let n = runner.readBuffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, capacity) }
-        if n == 0 {
-            onPeerEOF()
+        let result = runner.readBuffer.withUnsafeMutableBytes { transport.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<capacity])) }
+        switch result {
+        case .wouldBlock:
             return
+        case .failed:
+            apply(.abandon)
+        case .done(0):
+            apply(.peerClosed(outputPending: !out.isEmpty))
+        case .done(let n):
+            let action = machine.on(.received(n), now: now)
+            guard action == .none else {
+                // Not a request now (the connection is closing): dropped.
+                perform(action)
+                return
+            }
+            if request == nil && firstByteAt == nil { firstByteAt = now }
+            input.append(contentsOf: runner.readBuffer[0..<n])
         }
-        if n < 0 {
-            if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return }
-            closeNow()
-            return
-        }
-        if lingering || isDiscarding {
-            if sm.bytesReceived(n, now: now) == .close { closeNow() }
-            return
-        }
-        if noMoreRequests { return }  // closing after the current answer; later requests are dropped
-        if request == nil && firstByteAt == nil { firstByteAt = now }
-        _ = sm.bytesReceived(n, now: now)
-        input.append(contentsOf: runner.readBuffer[0..<n])
-    }
-
-    /// The client shut down its side (read returned 0 or EPOLLRDHUP).
-    private func onPeerEOF() {
-        peerEOF = true
-        if lingering || isDiscarding || request != nil || out.isEmpty {
-            // A handler still running for a client that left is cancelled (closeNow
-            // cancels its task); a half-sent request can never complete.
-            closeNow()
-            return
-        }
-        // Answers are still queued: finish writing them, then close.
-        noMoreRequests = true
-        abortAfterFlush = true
     }
 
     func timerFired() {
-        switch sm.timerFired(now: now) {
-        case .none:
-            break
-        case .close:
-            if sm.silent { runner.shared.closedSilent.add(1, ordering: .relaxed) }
-            closeNow()
-            return
-        case .timeout:
-            // PROTOCOL.md section 2: headers not complete in time, or a body too slow.
-            respondAndClose(.requestTimeout())
-        }
-        advance()
+        apply(.timer)
+        if !isClosed { advance() }
     }
 
     func checkFinished(serial: Int, error: HTTPError?) {
-        guard let r = request, r.serial == serial, r.phase == .check else { return }
+        guard let r = request, r.serial == serial, machine.state == .checking else { return }
         r.task = nil
         if let error {
             respondEarly(error, r)
@@ -205,19 +182,17 @@ final class Connection {
     }
 
     func streamReady() {
-        guard let r = request, r.phase == .streaming else { return }
+        guard case .writing = machine.state else { return }
         advance()
     }
 
     func beginDraining() {
-        if sm.beginDraining() && request == nil && parser.isIdle && inputStart == input.count {
-            if out.isEmpty {
-                closeNow()
-            } else {
-                noMoreRequests = true
-                closeAfterFlush = true
-            }
-        }
+        apply(.drain(outputPending: !out.isEmpty))
+    }
+
+    /// Closes at once (the server stops).
+    func closeNow() {
+        apply(.abandon)
     }
 
     // MARK: Driving
@@ -225,25 +200,18 @@ final class Connection {
     /// Parses what can be parsed, writes what can be written, and repeats while a
     /// finished streamed response lets a buffered pipelined request go on.
     private func advance() {
-        repeat {
-            finishedInPump = false
+        while !isClosed {
             processInput()
-            pump()
-        } while finishedInPump && !isClosed
+            guard pump() else { break }
+        }
         if !isClosed { updateInterest() }
     }
 
     private func processInput() {
-        guard !processing else { return }
-        processing = true
-        defer { processing = false }
-        while !isClosed && !noMoreRequests {
-            if let r = request {
-                guard r.phase == .body else { break }
-            } else {
-                if out.pendingBytes > outputHighWater { break }
-                if inputStart == input.count && parser.isIdle { break }
-            }
+        while !isClosed && machine.mayParse(outputPending: out.pendingBytes) {
+            // Between requests with nothing buffered there is nothing to parse; a request's
+            // parser may still owe its end without a byte more.
+            if request == nil && inputStart == input.count && parser.isIdle { break }
             let start = inputStart
             let (event, consumed) = input.withUnsafeBufferPointer { buffer in
                 parser.parse(UnsafeBufferPointer(rebasing: buffer[start...]))
@@ -293,7 +261,7 @@ final class Connection {
             requestID: requestID, remoteAddress: remoteAddress)
         let r = RequestState(serial: serial, parsed: parsed, head: head, started: firstByteAt ?? now)
         request = r
-        sm.headReceived(now: now)
+        apply(.headReceived)
         if overAddressLimit {
             // As nginx's limit_conn answers: 503 once the head is read, then close.
             respondAndClose(.unavailable(retryAfterSeconds: 1, "too many connections from this address; retry later"))
@@ -315,7 +283,7 @@ final class Connection {
             r.parameters = parameters
         }
 
-        // PROTOCOL.md section 2: gzip request bodies are decompressed; other codings are 415.
+        // docs/protocol.md section 2: gzip request bodies are decompressed; other codings are 415.
         var gzip = false
         if r.hasBody {
             let codings = parsed.headers.tokens(name: "Content-Encoding").filter { !HTTPHeaders.equalsIgnoringCase($0, "identity") }
@@ -339,7 +307,6 @@ final class Connection {
         if gzip { r.gunzip = GunzipBox(limit: limit) }
 
         if let check = route.preBody {
-            r.phase = .check
             let loop = runner.loop, id = self.id, serial = r.serial
             let head = r.head, parameters = r.parameters
             r.task = Task(executorPreference: runner.loop) {
@@ -360,16 +327,13 @@ final class Connection {
     /// The route is known and its checks passed: invite the body (RFC 9110 section
     /// 10.1.1: `100 Continue` only now, so a refused client never sends it).
     private func beginBody(_ r: RequestState) {
-        r.phase = .body
-        if r.hasBody {
-            if r.parsed.expectContinue { out.append(continueLine) }
-            sm.bodyStarted(now: now)
-        }
+        if r.hasBody && r.parsed.expectContinue { out.append(continueLine) }
+        apply(.bodyStarted)
     }
 
     private func receiveBody(_ bytes: ArraySlice<UInt8>) {
-        guard let r = request, r.phase == .body else { return }
-        sm.bodyReceived(bytes.count, now: now)
+        guard let r = request, case .readingBody = machine.state else { return }
+        apply(.bodyReceived(bytes.count))
         r.wireBodyBytes += bytes.count
         if r.wireBodyBytes > r.wireLimit {
             // A chunked (or gzip) body passed the limit: answer now, stop reading it.
@@ -390,7 +354,7 @@ final class Connection {
     }
 
     private func endRequest() {
-        guard let r = request, r.phase == .body else { return }
+        guard let r = request, case .readingBody = machine.state else { return }
         if let gunzip = r.gunzip {
             r.gunzip = nil
             do {
@@ -420,8 +384,7 @@ final class Connection {
 
     private func dispatch(_ r: RequestState) {
         guard let route = r.route else { return }
-        r.phase = .handling
-        sm.requestReceived()
+        apply(.requestReceived)
         let request = HTTPRequest(head: r.head, body: r.body, pathParameters: r.parameters, routePattern: route.pattern)
         r.body = []
         let policy = policy(for: r)
@@ -473,18 +436,18 @@ final class Connection {
     /// Answers the current request with an error through the normal path (the request
     /// was read whole, keep-alive is honoured).
     private func respond(_ error: HTTPError, _ r: RequestState) {
-        r.phase = .handling
+        apply(.requestReceived)
         let (prepared, _) = policy(for: r).prepare(error.response, notify: {})
         queueResponse(serial: r.serial, prepared)
     }
 
     /// Answers before the body was read. Without a body the connection goes on; with one,
     /// the rest of the body is discarded (bounded) and the connection closed, because
-    /// the client may or may not still send it (PROTOCOL.md section 2).
+    /// the client may or may not still send it (docs/protocol.md section 2).
     private func respondEarly(_ error: HTTPError, _ r: RequestState) {
         // A malformed request (400) closes the connection whatever its framing: the
         // client is confused, and nothing it sends next can be trusted.
-        if !r.hasBody && r.phase != .handling && error.status != .badRequest {
+        if !r.hasBody && error.status != .badRequest {
             // Consume the parser's end of this bodiless request so the next one parses cleanly.
             let (event, _) = parser.parse(UnsafeBufferPointer(start: nil, count: 0))
             if case .end = event {
@@ -497,6 +460,13 @@ final class Connection {
 
     /// Answers with `Connection: close`, then discards input for a bounded time and closes.
     private func respondAndClose(_ error: HTTPError) {
+        queueClosingAnswer(error)
+        apply(.answeredEarly)
+    }
+
+    /// Queues `error` with `Connection: close` in place of whatever the current request
+    /// would have been answered with.
+    private func queueClosingAnswer(_ error: HTTPError) {
         let r = request
         r?.task?.cancel()
         r?.writer?.fail()
@@ -521,11 +491,6 @@ final class Connection {
             out.appendMarker(log, started: r?.started ?? firstByteAt ?? now)
         }
         request = nil
-        noMoreRequests = true
-        closeAfterFlush = true
-        input = []
-        inputStart = 0
-        sm.startDiscarding(now: now)
     }
 
     /// A response's fields with the route's `answerHeaders` added (those the response
@@ -545,13 +510,13 @@ final class Connection {
 
     /// Queues a prepared response for the current request.
     private func queueResponse(serial: Int, _ prepared: PreparedResponse) {
-        guard let r = request, r.serial == serial, r.phase == .handling else {
+        guard let r = request, r.serial == serial, machine.state == .handling else {
             prepared.release()
             return
         }
         r.status = prepared.status.code
         r.failure = prepared.failure
-        let close = !r.parsed.keepAlive || sm.draining || prepared.wantsClose || prepared.framing == .closeDelimited
+        let close = !r.parsed.keepAlive || machine.draining || prepared.wantsClose || prepared.framing == .closeDelimited
         let connection: ConnectionHeader = close ? .close : (r.parsed.version == .http1_0 ? .keepAlive : .none)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(320)
@@ -580,18 +545,19 @@ final class Connection {
             out.append(bytes)
             if let writer {
                 r.writer = writer
-                r.phase = .streaming
-                r.closeAfter = close
-                pullStream()
+                apply(.streamStarted(close: close))
+                _ = pullStream()
                 return
             }
         }
-        finishResponse(r, close: close)
+        finishResponse(r)
+        apply(.responseQueued(close: close, buffered: inputStart < input.count))
     }
 
     /// Moves a streamed body from its writer to the output queue while there is room.
-    private func pullStream() {
-        guard let r = request, r.phase == .streaming, let writer = r.writer else { return }
+    /// Returns true when the body ended (the connection may go on to a next request).
+    private func pullStream() -> Bool {
+        guard case .writing = machine.state, let r = request, let writer = r.writer else { return false }
         while out.pendingBytes < streamLowWater {
             let taken = writer.take()
             for chunk in taken.chunks { out.append(chunk) }
@@ -601,23 +567,23 @@ final class Connection {
                 r.writer = nil
                 r.task = nil
                 request = nil
-                noMoreRequests = true
-                abortAfterFlush = true
-                return
+                apply(.streamFailed)
+                return false
             }
             if taken.finished {
                 r.writer = nil
-                finishResponse(r, close: r.closeAfter)
-                finishedInPump = true
-                return
+                finishResponse(r)
+                apply(.streamFinished(buffered: inputStart < input.count))
+                return true
             }
-            if taken.chunks.isEmpty { return }
+            if taken.chunks.isEmpty { return false }
         }
+        return false
     }
 
-    /// The current response is completely queued: log it, then keep the connection for
-    /// the next request or arrange to close it.
-    private func finishResponse(_ r: RequestState, close: Bool) {
+    /// The current response is completely queued: log it and forget the request. When
+    /// the bytes of a next one are already buffered, its clock starts now.
+    private func finishResponse(_ r: RequestState) {
         if runner.hasCompletionHook {
             let log = HTTPRequestLog(
                 method: HTTPMethod(rawValue: r.parsed.method), route: r.route?.pattern, status: r.status,
@@ -628,88 +594,52 @@ final class Connection {
         r.task = nil
         request = nil
         requestBytes = 0
-        firstByteAt = nil
-        if close || !sm.responseCompleted(keepAlive: true, now: now) {
-            noMoreRequests = true
-            closeAfterFlush = true
-            input = []
-            inputStart = 0
-        } else if inputStart < input.count {
-            // A pipelined request is already buffered: its header clock starts now.
-            firstByteAt = now
-            _ = sm.bytesReceived(input.count - inputStart, now: now)
-        }
+        firstByteAt = inputStart < input.count ? now : nil
     }
 
     // MARK: Output
 
-    /// Writes queued output, pulling streamed bodies as room appears.
-    private func pump() {
+    /// Writes queued output, pulling streamed bodies as room appears. Returns true when a
+    /// streamed response ended meanwhile (a buffered pipelined request may go on).
+    private func pump() -> Bool {
+        var streamEnded = false
         while !isClosed {
-            pullStream()
-            if out.isEmpty { break }
+            if pullStream() { streamEnded = true }
+            if isClosed || out.isEmpty { break }
             let result = out.flush(
-                to: fd,
-                progress: { _ in },
+                to: &transport,
                 marker: { log, started in
                     var log = log
-                    log.duration = Instant.now() - started
+                    log.duration = runner.clock() - started
                     runner.report(log)
                 })
             switch result {
             case .failed:
-                closeNow()
-                return
-            case .wouldBlock:
-                writeBlocked = true
-                sm.writeStalled(now: now)
-                sm.writeProgressed(now: now, drained: false)
-                return
+                apply(.abandon)
+                return false
+            case .wouldBlock(let progress):
+                apply(.writeBlocked(progress: progress))
+                return streamEnded
             case .drained:
-                sm.writeProgressed(now: now, drained: true)
-                if request?.phase == .streaming { continue }
+                if case .writing = machine.state { continue }
             }
             break
         }
-        if isClosed || !out.isEmpty { return }
-        if abortAfterFlush {
-            closeNow()
-        } else if closeAfterFlush && !lingering {
-            // Lingering close: send FIN, then read and drop what the client still sends
-            // (bounded by sm's discard limits) so it reads our answer, not a reset.
-            lingering = true
-            shutdown(fd, Int32(SHUT_WR))
-            input = []
-            inputStart = 0
-            sm.startDiscarding(now: now)
-            if peerEOF { closeNow() }
-        } else if sm.draining && request == nil && sm.isIdle && parser.isIdle {
-            closeNow()
-        }
+        if !isClosed { apply(.outputDrained) }
+        return streamEnded && !isClosed
     }
 
     private func updateInterest() {
-        var events: UInt32 = 0
-        if !peerEOF {
-            events |= EPOLLRDHUP.rawValue
-            let consuming = lingering || isDiscarding || noMoreRequests
-                || (request == nil && out.pendingBytes <= outputHighWater)
-                || request?.phase == .body
-            if consuming || input.count - inputStart < configuration.maxPipelineBufferBytes {
-                events |= EPOLLIN.rawValue
-            }
-        }
-        if writeBlocked && !out.isEmpty { events |= EPOLLOUT.rawValue }
-        if events != interest {
-            interest = events
-            runner.modify(fd: fd, events: events, token: id)
+        let wanted = machine.interest(buffered: input.count - inputStart, outputPending: out.pendingBytes, maxBuffered: configuration.maxPipelineBufferBytes)
+        if wanted != interest {
+            interest = wanted
+            transport.watch(wanted)
         }
     }
 
-    /// Closes at once: cancels a running handler, frees queued files.
-    func closeNow() {
-        guard !isClosed else { return }
-        isClosed = true
+    /// Frees everything once the machine has closed: cancels a running handler, frees
+    /// queued files, closes the transport.
+    private func release() {
         if let r = request {
             r.task?.cancel()
             r.writer?.fail()
@@ -725,8 +655,7 @@ final class Connection {
             request = nil
         }
         out.discard()
-        Glibc.close(fd)
-        sm.closed()
+        transport.close()
         runner.removed(self)
     }
 }

@@ -1,6 +1,7 @@
-// A connection's phases and timeouts as a plain value: events go in with the current
-// time, actions come out. No sockets, no clock reads: tests drive it with made-up
-// instants (Hummingbird's HTTPConnectionStateHandler is the model).
+// What a connection is doing, as one value: events go in with the current time, the new
+// state and an action come out. No sockets, no clock reads: tests drive it with made-up
+// instants (Hummingbird's HTTPConnectionStateHandler and swift-nio's
+// HTTPServerPipelineHandler state are the models). `Connection` interprets the actions.
 import Glibc
 
 /// A point on the monotonic clock, in nanoseconds.
@@ -54,190 +55,354 @@ struct ConnectionTimeouts: Sendable, Equatable {
     }
 }
 
-/// The lifecycle of one connection:
+/// What a connection waits for from its socket (epoll's `EPOLLIN`, `EPOLLOUT`, `EPOLLRDHUP`).
+struct ConnectionInterest: OptionSet, Sendable, Hashable {
+    let rawValue: UInt8
+    /// Bytes from the client.
+    static let read = ConnectionInterest(rawValue: 1)
+    /// Room in the socket's send buffer.
+    static let write = ConnectionInterest(rawValue: 2)
+    /// The client's half-close.
+    static let hangUp = ConnectionInterest(rawValue: 4)
+}
+
+/// One connection's life, from accept to close:
 ///
 /// ```
-/// idle --bytes--> readingHead --head--> awaitingCheck --pass--> readingBody --end--> responding
-///   ^                                        |                        |                  |
-///   +-------------- response sent, keep-alive ------------------------+------------------+
-///  early error (413, 401...): discarding --(bound reached, peer EOF)--> closed
+/// opened --bytes--> readingHead --head--> checking --pass--> readingBody --end--> handling
+///   idle --bytes--^                 answer before the body: closing(discarding)     |
+///    ^                                                                 streamed body: writing
+///    +--------------------- response queued, keep-alive -----------------------------+
+///    response with `Connection: close` --> closing(linger) --output sent--> lingering --> closed
+///    client gone with answers queued, or a stream failed --> closing(abort) --output sent--> closed
 /// ```
 ///
-/// Timeouts (PROTOCOL.md section 2): a head must be complete `header` after its first
+/// Pipelining: while a response waits for the socket, the next request's head is read
+/// (`idle`, `readingHead`) unless more than `outputHighWater` bytes wait (back-pressure);
+/// bytes that arrive during `checking`, `handling` and `writing` stay buffered, up to the
+/// configured pipeline buffer.
+///
+/// Timeouts (docs/protocol.md section 2): a head must be complete `header` after its first
 /// byte, else 408 and close; a body that makes no progress for `body`, or whose average
-/// rate falls under `minBodyRate` bytes/s once `body` has passed since it started, gets
-/// 408 and close; an idle keep-alive connection is closed after `idle` without a response
-/// (RFC 9112 section 9.5 lets a server close idle connections), and a new connection that
-/// has sent nothing yet is closed the same way after `header` when that is shorter (nginx
-/// closes a silent new connection at `client_header_timeout`); a response the client
-/// does not read for `send` closes the connection; discarding after an early error stops
-/// after `discard` or `discardLimit` bytes. Work the server does (pre-body checks,
-/// handlers) is never timed out here: a long poll is the server's choice.
+/// rate falls under `minBodyRate` bytes/s once `body` has passed since it started, gets 408
+/// and close; an idle keep-alive connection is closed after `idle` without a response (RFC
+/// 9112 section 9.5 lets a server close idle connections), and a new connection that has
+/// sent nothing yet is closed the same way after `header` when that is shorter (nginx
+/// closes a silent new connection at `client_header_timeout`); output that makes no
+/// progress for `send` closes the connection; discarding after an early answer, and
+/// lingering after the last one, stop after `discard` or `discardLimit` bytes. Work the
+/// server does (pre-body checks, handlers, streamed bodies) is never timed out here: a long
+/// poll is the server's choice.
 struct ConnectionStateMachine: Sendable {
-    enum Phase: Equatable, Sendable {
-        /// Between requests; nothing of the next one received.
+    /// What the connection is doing.
+    enum State: Equatable, Sendable {
+        /// Accepted; nothing has arrived yet. Closed (silently) after the shorter of the
+        /// header and idle timeouts.
+        case opened(since: Instant)
+        /// Between requests: the last response has been queued, nothing of the next one read.
         case idle(since: Instant)
-        /// Part of a head received.
+        /// Part of a request head has arrived.
         case readingHead(started: Instant)
-        /// The head is complete; the route's pre-body check runs. No body is read.
-        case awaitingCheck
-        /// Reading the body.
+        /// The head is complete; the route's pre-body check runs. The body is not read
+        /// (nor invited with `100 Continue`) until it passes.
+        case checking
+        /// Reading the body (for a request without one, only until the parser's end).
         case readingBody(started: Instant, lastProgress: Instant, received: Int)
-        /// The handler runs or the response is being produced.
-        case responding
-        /// An error was answered before the body was read: reading and dropping input
-        /// until `until` or `remaining` more bytes, then close.
-        case discarding(until: Instant, remaining: Int)
+        /// The whole request is in; its handler runs.
+        case handling
+        /// The response's head is queued and its streamed body is being produced.
+        case writing(then: AfterResponse)
+        /// No further request is read; the queued output drains, then `Closing` says how
+        /// the connection ends.
+        case closing(Closing)
+        /// The last answer was sent and the write side shut (FIN): what the client still
+        /// sends is read and dropped, within the bound, so it reads the answer rather than
+        /// a reset; then close.
+        case lingering(Discard)
         case closed
+    }
+
+    /// What follows a response.
+    enum AfterResponse: Equatable, Sendable {
+        case keepAlive
+        case close
+    }
+
+    /// How a closing connection ends once its output is sent.
+    enum Closing: Equatable, Sendable {
+        /// A response said `Connection: close`: linger. Input is dropped.
+        case linger
+        /// An error was answered before the request was read whole (the client may still be
+        /// sending its body): input is dropped within the bound, then linger.
+        case discarding(Discard)
+        /// Close at once: the client has gone, a streamed body failed, or the server drains
+        /// a connection between requests.
+        case abort
+    }
+
+    /// A bound on input read and dropped: until an instant, or a number of bytes more.
+    struct Discard: Equatable, Sendable {
+        var until: Instant
+        var remaining: Int
+    }
+
+    /// What happens to the connection.
+    enum Event: Equatable, Sendable {
+        /// `count` bytes arrived from the client.
+        case received(Int)
+        /// The client shut its side (read returned 0, or `EPOLLRDHUP`); `outputPending`:
+        /// answers are still queued for it.
+        case peerClosed(outputPending: Bool)
+        /// A request head was parsed.
+        case headReceived
+        /// The body may be read now: the pre-body check passed, or there was none.
+        case bodyStarted
+        /// `count` bytes of the body arrived, as framed on the wire.
+        case bodyReceived(Int)
+        /// The whole request is in; the handler runs.
+        case requestReceived
+        /// The response's head is queued; its body is streamed, and the head said `close`.
+        case streamStarted(close: Bool)
+        /// The current response is completely queued; `close`: its head said
+        /// `Connection: close`; `buffered`: bytes of a next request already wait.
+        case responseQueued(close: Bool, buffered: Bool)
+        /// The streamed body ended and is completely queued.
+        case streamFinished(buffered: Bool)
+        /// The streamed body failed after its head was sent: the client must see it truncated.
+        case streamFailed
+        /// An answer with `Connection: close` was queued before the request was read whole
+        /// (a malformed or refused request, a body over its limit).
+        case answeredEarly
+        /// Queued output could not all be written; `progress`: some of it was.
+        case writeBlocked(progress: Bool)
+        /// Nothing is queued for the socket any more (all of it was written, or none was queued).
+        case outputDrained
+        /// The server is shutting down: finish the current request, with `Connection: close`.
+        case drain(outputPending: Bool)
+        /// A timer fired: check the deadlines.
+        case timer
+        /// The socket failed, or the server stops: close at once.
+        case abandon
     }
 
     /// What the connection must do.
     enum Action: Equatable, Sendable {
         case none
-        /// Answer `408 request_timeout` and close.
-        case timeout
+        /// Drop the input read and buffered: it is no request.
+        case discardInput
+        /// Answer `408 request_timeout` with `Connection: close` (the state is already
+        /// `closing(discarding)`).
+        case answerTimeout
+        /// Shut the write side (FIN) and drop input: lingering has begun.
+        case shutdownWrite
         /// Close now without answering.
         case close
+        /// Close now: a new connection sent nothing within the header timeout.
+        case closeSilent
     }
 
+    /// Output queued beyond this stops the parsing of further pipelined requests until the
+    /// client reads (back-pressure against a client that sends but does not read).
+    static let outputHighWater = 1 << 20
+
     let timeouts: ConnectionTimeouts
-    private(set) var phase: Phase
-    /// Shutting down: finish the current request, answer it with `Connection: close`.
+    private(set) var state: State
+    /// The server is shutting down: the current request is answered with
+    /// `Connection: close` and no further one is read.
     private(set) var draining = false
     /// Since when queued output has made no progress (nil: nothing waits for the socket).
     private(set) var writeStalledSince: Instant?
-    /// Nothing has arrived on this connection yet (no byte, no request): while idle, it may
-    /// stay only as long as a head may take (the shorter of `header` and `idle`).
-    private(set) var silent = true
 
     init(timeouts: ConnectionTimeouts, now: Instant) {
         self.timeouts = timeouts
-        phase = .idle(since: now)
+        state = .opened(since: now)
     }
 
-    var isIdle: Bool {
-        if case .idle = phase { return true }
+    var isClosed: Bool {
+        if case .closed = state { return true }
         return false
     }
 
-    // MARK: Events
+    // MARK: Transitions
 
-    /// Request bytes arrived (any phase). Starts the header clock on an idle connection;
-    /// counts discarded bytes while discarding.
-    mutating func bytesReceived(_ count: Int, now: Instant) -> Action {
-        switch phase {
-        case .idle:
-            silent = false
-            phase = .readingHead(started: now)
-        case .discarding(let until, let remaining):
-            if count >= remaining {
-                phase = .closed
-                return .close
+    /// Applies `event` at `now`; returns what the connection must do.
+    mutating func on(_ event: Event, now: Instant) -> Action {
+        if case .closed = state { return closedAction(event) }
+        switch event {
+        case .received(let count):
+            switch state {
+            case .opened, .idle:
+                state = .readingHead(started: now)
+                return .none
+            case .readingHead, .checking, .readingBody, .handling, .writing:
+                return .none
+            case .closing(.discarding(let bound)):
+                guard let left = bound.less(count) else { return close() }
+                state = .closing(.discarding(left))
+                return .discardInput
+            case .lingering(let bound):
+                guard let left = bound.less(count) else { return close() }
+                state = .lingering(left)
+                return .discardInput
+            case .closing(.linger), .closing(.abort), .closed:
+                return .discardInput
             }
-            phase = .discarding(until: until, remaining: remaining - count)
-        default:
-            break
+
+        case .peerClosed(let outputPending):
+            switch state {
+            case .opened, .idle, .readingHead, .closing(.linger), .closing(.abort):
+                // Answers still queued are sent first; a half-sent head can never complete.
+                guard outputPending else { return close() }
+                state = .closing(.abort)
+                return .discardInput
+            case .checking, .readingBody, .handling, .writing, .closing(.discarding), .lingering, .closed:
+                // A request in progress can never be answered to anyone (its handler is
+                // cancelled); a closing connection has nothing left to wait for.
+                return close()
+            }
+
+        case .headReceived:
+            state = .checking
+        case .bodyStarted:
+            state = .readingBody(started: now, lastProgress: now, received: 0)
+        case .bodyReceived(let count):
+            if case .readingBody(let started, _, let received) = state {
+                state = .readingBody(started: started, lastProgress: now, received: received + count)
+            }
+        case .requestReceived:
+            state = .handling
+        case .streamStarted(let close):
+            state = .writing(then: close || draining ? .close : .keepAlive)
+
+        case .responseQueued(let close, let buffered):
+            return responseEnded(close: close, buffered: buffered, now: now)
+        case .streamFinished(let buffered):
+            guard case .writing(let then) = state else { return .none }
+            return responseEnded(close: then == .close, buffered: buffered, now: now)
+        case .streamFailed:
+            state = .closing(.abort)
+            return .discardInput
+        case .answeredEarly:
+            state = .closing(.discarding(Discard(until: now + timeouts.discard, remaining: timeouts.discardLimit)))
+            return .discardInput
+
+        case .writeBlocked(let progress):
+            if progress || writeStalledSince == nil { writeStalledSince = now }
+        case .outputDrained:
+            // An idle connection's clock starts when its last response has left, not when it
+            // was queued (a long download must not count as idle time).
+            if writeStalledSince != nil, case .idle = state { state = .idle(since: now) }
+            writeStalledSince = nil
+            switch state {
+            case .closing(.linger), .closing(.discarding):
+                state = .lingering(Discard(until: now + timeouts.discard, remaining: timeouts.discardLimit))
+                return .shutdownWrite
+            case .closing(.abort):
+                return close()
+            default:
+                break
+            }
+
+        case .drain(let outputPending):
+            draining = true
+            switch state {
+            case .opened, .idle:
+                // Between requests: close once the answers queued have been sent.
+                guard outputPending else { return close() }
+                state = .closing(.abort)
+                return .discardInput
+            case .writing:
+                state = .writing(then: .close)
+            default:
+                break
+            }
+
+        case .timer:
+            return timerFired(now: now)
+        case .abandon:
+            return close()
         }
         return .none
     }
 
-    /// The head is complete; a pre-body check (or, without one, the body) comes next.
-    mutating func headReceived(now: Instant) {
-        silent = false
-        phase = .awaitingCheck
+    /// A closed connection ignores everything.
+    private func closedAction(_ event: Event) -> Action {
+        if case .received = event { return .discardInput }
+        return .none
     }
 
-    /// The body starts being read (the check passed; `100 Continue` was sent if asked).
-    mutating func bodyStarted(now: Instant) {
-        phase = .readingBody(started: now, lastProgress: now, received: 0)
+    private mutating func close() -> Action {
+        state = .closed
+        return .close
     }
 
-    /// Body bytes arrived.
-    mutating func bodyReceived(_ count: Int, now: Instant) {
-        if case .readingBody(let started, _, let received) = phase {
-            phase = .readingBody(started: started, lastProgress: now, received: received + count)
+    /// The response is completely queued: keep the connection for the next request (whose
+    /// header clock starts now when its bytes are already buffered), or close it after the
+    /// output drains.
+    private mutating func responseEnded(close: Bool, buffered: Bool, now: Instant) -> Action {
+        if close || draining {
+            state = .closing(.linger)
+            return .discardInput
+        }
+        state = buffered ? .readingHead(started: now) : .idle(since: now)
+        return .none
+    }
+
+    // MARK: Questions the connection asks
+
+    /// Whether the parser may consume more input now. A request's body is always read; a
+    /// next request's head only while the output is under `outputHighWater`.
+    func mayParse(outputPending: Int) -> Bool {
+        switch state {
+        case .readingBody: true
+        case .opened, .idle, .readingHead: outputPending <= Self.outputHighWater
+        default: false
         }
     }
 
-    /// The whole request is in; the handler runs.
-    mutating func requestReceived() {
-        phase = .responding
-    }
-
-    /// The response was queued completely. Returns whether the connection stays open:
-    /// only when both sides allow keep-alive and the server is not draining.
-    mutating func responseCompleted(keepAlive: Bool, now: Instant) -> Bool {
-        silent = false
-        if keepAlive && !draining {
-            phase = .idle(since: now)
-            return true
+    /// What to wait for from the socket, given the input buffered and not parsed yet and
+    /// the output queued.
+    func interest(buffered: Int, outputPending: Int, maxBuffered: Int) -> ConnectionInterest {
+        var interest: ConnectionInterest = []
+        switch state {
+        case .closed, .closing(.abort):
+            break
+        case .closing, .lingering, .readingBody:
+            interest = [.read, .hangUp]
+        case .opened, .idle, .readingHead:
+            interest = .hangUp
+            if outputPending <= Self.outputHighWater || buffered < maxBuffered { interest.insert(.read) }
+        case .checking, .handling, .writing:
+            interest = .hangUp
+            if buffered < maxBuffered { interest.insert(.read) }
         }
-        return false
-    }
-
-    /// An error was answered before the body was read: discard what still arrives, bounded.
-    mutating func startDiscarding(now: Instant) {
-        phase = .discarding(until: now + timeouts.discard, remaining: timeouts.discardLimit)
-    }
-
-    /// The connection closed.
-    mutating func closed() {
-        phase = .closed
-    }
-
-    /// Output could not be written completely.
-    mutating func writeStalled(now: Instant) {
-        if writeStalledSince == nil { writeStalledSince = now }
-    }
-
-    /// Some output was written; `drained` when nothing is left. An idle connection's
-    /// idle clock starts when its last response has left, not when it was queued (a
-    /// long download must not count as idle time).
-    mutating func writeProgressed(now: Instant, drained: Bool) {
-        if drained {
-            writeStalledSince = nil
-            if case .idle = phase { phase = .idle(since: now) }
-        } else if writeStalledSince != nil {
-            writeStalledSince = now
-        }
-    }
-
-    /// The server is shutting down: the current request, if any, is answered with
-    /// `Connection: close`. Returns true when the connection is between requests with
-    /// nothing being sent, so it can be closed now.
-    mutating func beginDraining() -> Bool {
-        draining = true
-        if case .idle = phase, writeStalledSince == nil {
-            phase = .closed
-            return true
-        }
-        return false
+        if writeStalledSince != nil && outputPending > 0 { interest.insert(.write) }
+        return interest
     }
 
     // MARK: Time
 
-    /// The next instant `timerFired` may have something to do, or nil.
+    /// The next instant a `.timer` event may have something to do, or nil.
     func nextDeadline() -> Instant? {
         var deadline: Instant?
         func consider(_ d: Instant) { deadline = deadline.map { min($0, d) } ?? d }
-        switch phase {
-        case .idle(let since): if writeStalledSince == nil { consider(since + idleLimit) }
+        switch state {
+        case .opened(let since): consider(since + silentLimit)
+        case .idle(let since): if writeStalledSince == nil { consider(since + timeouts.idle) }
         case .readingHead(let started): consider(started + timeouts.header)
         case .readingBody(let started, let lastProgress, let received):
             consider(lastProgress + timeouts.body)
             if let rateDeadline = rateDeadline(started: started, received: received) { consider(rateDeadline) }
-        case .discarding(let until, _): consider(until)
-        case .awaitingCheck, .responding, .closed: break
+        case .closing(.discarding(let bound)), .lingering(let bound): consider(bound.until)
+        case .checking, .handling, .writing, .closing, .closed: break
         }
         if let stalled = writeStalledSince { consider(stalled + timeouts.send) }
         return deadline
     }
 
-    /// How long the connection may stay idle: `idle`, or for a silent new one no longer
-    /// than `header`.
-    private var idleLimit: Duration {
-        silent ? min(timeouts.header, timeouts.idle) : timeouts.idle
-    }
+    /// How long a new connection may stay silent: no longer than a head may take, nor than
+    /// an idle connection may stay.
+    private var silentLimit: Duration { min(timeouts.header, timeouts.idle) }
 
     /// When the body's average rate would fall under the minimum: the later of the grace
     /// period's end and the instant `received / rate` seconds after the start.
@@ -247,32 +412,40 @@ struct ConnectionStateMachine: Sendable {
         return started + max(timeouts.body, allowed)
     }
 
-    /// Checks the deadlines at `now`.
-    mutating func timerFired(now: Instant) -> Action {
-        if case .closed = phase { return .none }
-        if let stalled = writeStalledSince, now >= stalled + timeouts.send {
-            phase = .closed
-            return .close
-        }
-        switch phase {
-        case .idle(let since) where now >= since + idleLimit && writeStalledSince == nil:
-            phase = .closed
-            return .close
+    private mutating func timerFired(now: Instant) -> Action {
+        if let stalled = writeStalledSince, now >= stalled + timeouts.send { return close() }
+        switch state {
+        case .opened(let since) where now >= since + silentLimit:
+            state = .closed
+            return .closeSilent
+        case .idle(let since) where now >= since + timeouts.idle && writeStalledSince == nil:
+            return close()
         case .readingHead(let started) where now >= started + timeouts.header:
-            phase = .closed
-            return .timeout
+            return timedOut(now: now)
         case .readingBody(let started, let lastProgress, let received):
             let rateExpired = rateDeadline(started: started, received: received).map { now >= $0 } ?? false
-            if now >= lastProgress + timeouts.body || rateExpired {
-                phase = .closed
-                return .timeout
-            }
-        case .discarding(let until, _) where now >= until:
-            phase = .closed
-            return .close
+            if now >= lastProgress + timeouts.body || rateExpired { return timedOut(now: now) }
+        case .closing(.discarding(let bound)) where now >= bound.until:
+            return close()
+        case .lingering(let bound) where now >= bound.until:
+            return close()
         default:
             break
         }
         return .none
+    }
+
+    /// Headers not complete in time, or a body too slow: 408, then close as after any
+    /// early answer (docs/protocol.md section 2).
+    private mutating func timedOut(now: Instant) -> Action {
+        state = .closing(.discarding(Discard(until: now + timeouts.discard, remaining: timeouts.discardLimit)))
+        return .answerTimeout
+    }
+}
+
+extension ConnectionStateMachine.Discard {
+    /// The bound after `count` more bytes, or nil when they use it up.
+    func less(_ count: Int) -> Self? {
+        count >= remaining ? nil : Self(until: until, remaining: remaining - count)
     }
 }

@@ -310,8 +310,10 @@ final class LoopRunner {
     private var timers = TimerHeap()
     private var running = true
     private(set) var draining = false
-    /// The loop's clock, read once per wake-up.
-    private(set) var now = Instant.now()
+    /// The monotonic clock (`Instant.now`; a test's own clock in the engine's tests).
+    let clock: () -> Instant
+    /// The loop's time, read from `clock` once per wake-up.
+    private(set) var now: Instant
     var dateCache = DateCache()
     var requestIDs = RequestIDGenerator()
     /// The completion hook as of this wake-up: read once per epoll round instead of
@@ -320,10 +322,13 @@ final class LoopRunner {
     /// Scratch space for reads; connections keep only bytes they have not parsed.
     var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
 
-    init(loop: EventLoop, listenFD: Int32, shared: ServerShared) {
+    /// A runner for `loop`, accepting on `listenFD` (-1: none; connections are adopted).
+    init(loop: EventLoop, listenFD: Int32, shared: ServerShared, clock: @escaping () -> Instant = Instant.now) {
         self.loop = loop
         self.listenFD = listenFD
         self.shared = shared
+        self.clock = clock
+        self.now = clock()
         self.configuration = shared.configuration
         self.timeouts = ConnectionTimeouts(shared.configuration)
         self.parserLimits = HTTPParserLimits(shared.configuration)
@@ -340,7 +345,7 @@ final class LoopRunner {
             // Work queued by the last round (a job that queued another, say) must not wait.
             let timeout = loop.hasWork ? 0 : waitTimeoutMillis()
             let n = epoll_wait(loop.epollFD, events, Int32(maxEvents), timeout)
-            now = Instant.now()
+            readClock()
             hook = shared.completionHook()
             if n < 0 {
                 if errno == EINTR { continue }
@@ -351,11 +356,7 @@ final class LoopRunner {
                 switch event.data.u64 {
                 case wakeToken: loop.consumeWakeUp()
                 case listenerToken: acceptConnections()
-                default:
-                    if let connection = connections[event.data.u64] {
-                        connection.handle(events: event.events)
-                        if !connection.isClosed { schedule(connection) }
-                    }
+                default: handle(events: event.events, for: event.data.u64)
                 }
             }
             fireTimers()
@@ -366,16 +367,37 @@ final class LoopRunner {
         loop.close()
     }
 
+    /// Reads the clock: the loop's time for what follows.
+    func readClock() {
+        now = clock()
+    }
+
+    /// Hands what epoll reported for a connection's socket to the connection.
+    func handle(events: UInt32, for id: ConnectionID) {
+        var ready: ConnectionInterest = []
+        if events & EPOLLIN.rawValue != 0 { ready.insert(.read) }
+        if events & EPOLLOUT.rawValue != 0 { ready.insert(.write) }
+        if events & EPOLLRDHUP.rawValue != 0 { ready.insert(.hangUp) }
+        handle(ready, error: events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0, for: id)
+    }
+
+    /// Tells a connection what its transport is ready for (`error`: it failed).
+    func handle(_ ready: ConnectionInterest, error: Bool, for id: ConnectionID) {
+        guard let connection = connections[id] else { return }
+        connection.handle(ready, error: error)
+        if !connection.isClosed { schedule(connection) }
+    }
+
     /// Runs the jobs of handler tasks and handles the messages queued for this loop. The
     /// responses those jobs post are handled in the same round; a few rounds at most, so
     /// tasks that keep queueing work cannot starve the sockets.
-    private func runQueuedWork() {
+    func runQueuedWork() {
         for _ in 0..<4 {
             let (jobs, messages) = loop.takeWork()
             if jobs.isEmpty && messages.isEmpty { return }
             let executor = loop.asUnownedTaskExecutor()
             for job in jobs { job.runSynchronously(on: executor) }
-            if !jobs.isEmpty { now = Instant.now() }
+            if !jobs.isEmpty { readClock() }
             handle(messages)
         }
     }
@@ -384,7 +406,7 @@ final class LoopRunner {
         var deadline = timers.first
         if let paused = listenerPausedUntil { deadline = deadline.map { min($0, paused) } ?? paused }
         guard let deadline else { return -1 }
-        let ns = deadline.nanoseconds - Instant.now().nanoseconds
+        let ns = deadline.nanoseconds - clock().nanoseconds
         if ns <= 0 { return 0 }
         return Int32(min((ns + 999_999) / 1_000_000, 60_000))
     }
@@ -396,13 +418,6 @@ final class LoopRunner {
         ev.events = events
         ev.data.u64 = token
         _ = epoll_ctl(loop.epollFD, EPOLL_CTL_ADD, fd, &ev)
-    }
-
-    func modify(fd: Int32, events: UInt32, token: UInt64) {
-        var ev = epoll_event()
-        ev.events = events
-        ev.data.u64 = token
-        _ = epoll_ctl(loop.epollFD, EPOLL_CTL_MOD, fd, &ev)
     }
 
     // MARK: Accepting
@@ -443,8 +458,7 @@ final class LoopRunner {
             var one: Int32 = 1
             // Responses are written whole; Nagle would only delay the last segment.
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            let id = nextID
-            nextID += 1
+            let id = nextConnectionID()
             var address: ClientAddress?
             var overAddressLimit = false
             if configuration.maxConnectionsPerAddress > 0 {
@@ -453,13 +467,26 @@ final class LoopRunner {
                 overAddressLimit = !shared.admit(key)
                 if overAddressLimit { shared.refusedOverAddressLimit.add(1, ordering: .relaxed) }
             }
-            let connection = Connection(
-                id: id, fd: fd, remoteAddress: Socket.describe(storage), clientAddress: address,
-                overAddressLimit: overAddressLimit, runner: self)
-            connections[id] = connection
-            register(fd: fd, events: connection.interest, token: id)
-            schedule(connection)
+            let transport = SocketTransport(fd: fd, epollFD: loop.epollFD, token: id)
+            let connection = adopt(transport, id: id, remoteAddress: Socket.describe(storage), clientAddress: address, overAddressLimit: overAddressLimit)
+            transport.register(connection.interest)
         }
+    }
+
+    /// Takes on a connection accepted on `transport`.
+    func adopt(_ transport: any ConnectionTransport, id: ConnectionID, remoteAddress: String, clientAddress: ClientAddress? = nil, overAddressLimit: Bool = false) -> Connection {
+        let connection = Connection(
+            id: id, transport: transport, remoteAddress: remoteAddress, clientAddress: clientAddress,
+            overAddressLimit: overAddressLimit, runner: self)
+        connections[id] = connection
+        schedule(connection)
+        return connection
+    }
+
+    /// An id for a connection `adopt` will take on.
+    func nextConnectionID() -> ConnectionID {
+        defer { nextID += 1 }
+        return nextID
     }
 
     /// Stops polling the listener for 100 ms (it stays readable, so polling would spin):
@@ -518,13 +545,14 @@ final class LoopRunner {
 
     /// Makes sure a timer fires no later than the connection's next deadline.
     func schedule(_ connection: Connection) {
-        guard let deadline = connection.sm.nextDeadline() else { return }
+        guard let deadline = connection.machine.nextDeadline() else { return }
         if let scheduled = connection.scheduledDeadline, scheduled <= deadline, scheduled >= now { return }
         connection.scheduledDeadline = deadline
         timers.push(deadline, connection.id)
     }
 
-    private func fireTimers() {
+    /// Closes connections whose deadlines have passed (and resumes accepting after a pause).
+    func fireTimers() {
         if let paused = listenerPausedUntil, paused <= now {
             listenerPausedUntil = nil
             if listenFD >= 0 { register(fd: listenFD, events: EPOLLIN.rawValue, token: listenerToken) }

@@ -1,5 +1,7 @@
 // The one error type handlers throw, and the one place errors become responses.
 
+import OutpostCore
+
 /// A value in an error's `details` object.
 public enum HTTPErrorDetail: Sendable, Hashable {
     /// A JSON integer, e.g. `details.limit`.
@@ -21,7 +23,7 @@ extension HTTPErrorDetail: ExpressibleByIntegerLiteral, ExpressibleByStringLiter
 }
 
 /// An error answered to the client with a status and the protocol's JSON error envelope
-/// (PROTOCOL.md section 2):
+/// (docs/protocol.md section 2):
 ///
 /// ```json
 /// {"error": {"code": "payload_too_large", "message": "...", "details": {"limit": 8388608}}}
@@ -61,7 +63,7 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
 
     public var description: String { "\(status.code) \(code): \(message)" }
 
-    // MARK: The protocol's common errors (PROTOCOL.md section 2)
+    // MARK: The protocol's common errors (docs/protocol.md section 2)
 
     /// `400 bad_request`: malformed request line, header or framing.
     public static func badRequest(_ message: String = "malformed request") -> HTTPError {
@@ -134,7 +136,7 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
         var headers = self.headers
         headers.replaceOrAdd(name: "Content-Type", value: "application/json")
         if status.code == 503 && !headers.contains(name: "Retry-After") {
-            // PROTOCOL.md section 2: a 503 always says when to come back.
+            // docs/protocol.md section 2: a 503 always says when to come back.
             headers.add(name: "Retry-After", value: "1")
         }
         var response = HTTPResponse(status: status, headers: headers, body: .bytes(jsonEnvelope()))
@@ -145,63 +147,27 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
     /// `{"error":{"code":...,"message":...,"details":{...}}}`; detail keys sorted so the
     /// output is stable.
     public func jsonEnvelope() -> [UInt8] {
-        var out = JSONWriter()
-        out.raw("{\"error\":{\"code\":")
-        out.string(code)
-        out.raw(",\"message\":")
-        out.string(message)
+        var out: [UInt8] = []
+        out.append(contentsOf: #"{"error":{"code":"#.utf8)
+        JSONWriter.appendString(code, to: &out)
+        out.append(contentsOf: #","message":"#.utf8)
+        JSONWriter.appendString(message, to: &out)
         if !details.isEmpty {
-            out.raw(",\"details\":{")
+            out.append(contentsOf: #","details":{"#.utf8)
             for (i, key) in details.keys.sorted().enumerated() {
-                if i > 0 { out.raw(",") }
-                out.string(key)
-                out.raw(":")
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                JSONWriter.appendKey(key, to: &out)
                 switch details[key]! {
-                case .int(let v): out.raw(String(v))
-                case .bool(let v): out.raw(v ? "true" : "false")
-                case .string(let v): out.string(v)
-                case .ints(let vs):
-                    out.raw("[")
-                    out.raw(vs.map(String.init).joined(separator: ","))
-                    out.raw("]")
-                case .strings(let vs):
-                    out.raw("[")
-                    for (j, v) in vs.enumerated() {
-                        if j > 0 { out.raw(",") }
-                        out.string(v)
-                    }
-                    out.raw("]")
+                case .int(let v): JSONWriter.appendInt(v, to: &out)
+                case .bool(let v): JSONWriter.appendBool(v, to: &out)
+                case .string(let v): JSONWriter.appendString(v, to: &out)
+                case .ints(let vs): JSONWriter.append(.array(vs.map { .number(JSONNumber($0)) }), to: &out)
+                case .strings(let vs): JSONWriter.append(.array(vs.map { .string($0) }), to: &out)
                 }
             }
-            out.raw("}")
+            out.append(UInt8(ascii: "}"))
         }
-        out.raw("}}")
-        return out.bytes
-    }
-}
-
-/// Minimal JSON text writer for the error envelope (the engine has no JSON dependency).
-struct JSONWriter {
-    var bytes: [UInt8] = []
-
-    mutating func raw(_ s: String) { bytes.append(contentsOf: s.utf8) }
-
-    /// A JSON string literal with the escapes RFC 8259 section 7 requires.
-    mutating func string(_ s: String) {
-        bytes.append(0x22)
-        for c in s.utf8 {
-            switch c {
-            case 0x22: bytes.append(contentsOf: [0x5C, 0x22])
-            case 0x5C: bytes.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: bytes.append(contentsOf: [0x5C, 0x6E])
-            case 0x0D: bytes.append(contentsOf: [0x5C, 0x72])
-            case 0x09: bytes.append(contentsOf: [0x5C, 0x74])
-            case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hex[Int(c >> 4)], hex[Int(c & 0xF)]])
-            default: bytes.append(c)
-            }
-        }
-        bytes.append(0x22)
+        out.append(contentsOf: "}}".utf8)
+        return out
     }
 }

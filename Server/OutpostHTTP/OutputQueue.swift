@@ -1,5 +1,4 @@
 // Bytes and file ranges waiting for a socket, in order.
-import OutpostCLinux
 import Glibc
 
 /// A connection's pending output: byte buffers (small ones coalesced so a head and a
@@ -12,11 +11,11 @@ struct OutputQueue {
         case marker(HTTPRequestLog, started: Instant)
     }
 
-    enum FlushResult {
+    enum FlushResult: Equatable {
         /// Everything was written.
         case drained
-        /// The socket is full; wait for EPOLLOUT.
-        case wouldBlock
+        /// The socket is full; wait until it has room. `progress`: some bytes went out first.
+        case wouldBlock(progress: Bool)
         /// The peer is gone or the file failed: close the connection.
         case failed
     }
@@ -58,9 +57,9 @@ struct OutputQueue {
         segments.append(.marker(log, started: started))
     }
 
-    /// Writes as much as the socket takes. `progress` is told how many bytes went out;
-    /// `marker` is called for each marker passed.
-    mutating func flush(to socket: Int32, progress: (Int) -> Void, marker: (HTTPRequestLog, Instant) -> Void) -> FlushResult {
+    /// Writes as much as the transport takes; `marker` is called for each marker passed.
+    mutating func flush<T: ConnectionTransport>(to transport: inout T, marker: (HTTPRequestLog, Instant) -> Void) -> FlushResult {
+        var progress = false
         while head < segments.count {
             switch segments[head] {
             case .marker(let log, let started):
@@ -69,16 +68,12 @@ struct OutputQueue {
                 marker(log, started)
             case .bytes(let bytes):
                 let count = bytes.count - written
-                let n = bytes.withUnsafeBytes { raw in
-                    send(socket, raw.baseAddress! + written, count, Int32(MSG_NOSIGNAL))
+                let result = bytes.withUnsafeBytes { raw in
+                    transport.write(UnsafeRawBufferPointer(rebasing: raw[written...]))
                 }
-                if n < 0 {
-                    if errno == EAGAIN || errno == EWOULDBLOCK { return .wouldBlock }
-                    if errno == EINTR { continue }
-                    return .failed
-                }
+                guard case .done(let n) = result else { return result == .failed ? .failed : .wouldBlock(progress: progress) }
                 pendingBytes -= n
-                progress(n)
+                progress = progress || n > 0
                 if n == count {
                     segments[head] = .bytes([])
                     head += 1
@@ -86,22 +81,15 @@ struct OutputQueue {
                 } else {
                     written += n
                     // A short write means the socket buffer is full.
-                    return .wouldBlock
+                    return .wouldBlock(progress: progress)
                 }
             case .file(let fd, let offset, let remaining):
-                var off = off_t(offset)
-                let n = sendfile(socket, fd, &off, Int(min(remaining, 1 << 30)))
-                if n < 0 {
-                    if errno == EAGAIN || errno == EWOULDBLOCK { return .wouldBlock }
-                    if errno == EINTR { continue }
-                    return .failed
-                }
-                if n == 0 {
-                    // The file shrank under us: the promised length cannot be sent.
-                    return .failed
-                }
+                let result = transport.send(file: fd, offset: offset, count: Int(min(remaining, 1 << 30)))
+                guard case .done(let n) = result else { return result == .failed ? .failed : .wouldBlock(progress: progress) }
+                // Nothing sent: the file shrank under us, and the promised length cannot be sent.
+                if n == 0 { return .failed }
                 pendingBytes -= n
-                progress(n)
+                progress = true
                 if Int64(n) == remaining {
                     close(fd)
                     segments[head] = .bytes([])

@@ -83,7 +83,7 @@ struct ResponsePolicy: Sendable {
 
         case .bytes(var bytes):
             if bytes.count > compressionThreshold && compressible(headers) {
-                // PROTOCOL.md section 2: gzip over 1 KiB when the client allows it; the
+                // docs/protocol.md section 2: gzip over 1 KiB when the client allows it; the
                 // representation varies with Accept-Encoding either way (RFC 9110 section 12.5.5).
                 addVary(&headers)
                 if acceptsGzip {
@@ -194,7 +194,7 @@ func acceptsGzip(_ headers: HTTPHeaders) -> Bool {
 }
 
 /// A client's `X-Request-ID` is echoed only when it is 1 to 128 characters of
-/// `[A-Za-z0-9._:-]` (PROTOCOL.md section 2), so it is safe in logs and headers.
+/// `[A-Za-z0-9._:-]` (docs/protocol.md section 2), so it is safe in logs and headers.
 func isValidRequestID(_ id: String) -> Bool {
     let utf8 = id.utf8
     guard !utf8.isEmpty, utf8.count <= 128 else { return false }
@@ -280,7 +280,7 @@ func encodeHead(
     }
     out.append(contentsOf: date)
     // The server's clock in milliseconds, read as the head is written (`Date` has seconds
-    // only): what devices measure their clock's offset against (PROTOCOL.md section 2).
+    // only): what devices measure their clock's offset against (docs/protocol.md section 2).
     out.append(contentsOf: "X-Server-Time: ".utf8)
     var now = timespec()
     clock_gettime(CLOCK_REALTIME, &now)

@@ -141,8 +141,9 @@ public struct Router: Sendable {
         let segments = pattern == "/" ? [] : pattern.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
         var names: [String] = []
         var kinds: [String?] = []  // nil: parameter
-        for segment in segments {
-            precondition(!segment.isEmpty, "empty segment in route pattern \(pattern)")
+        for (index, segment) in segments.enumerated() {
+            // Only the last segment may be empty: `/admin/` is a resource of its own.
+            precondition(!segment.isEmpty || index == segments.count - 1, "empty segment in route pattern \(pattern)")
             if segment.hasPrefix("{") && segment.hasSuffix("}") {
                 let name = String(segment.dropFirst().dropLast())
                 precondition(!name.isEmpty && !names.contains(name), "bad or repeated parameter in \(pattern)")

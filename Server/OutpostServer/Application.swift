@@ -21,7 +21,7 @@ public final class OutpostApplication: Sendable {
     /// The rules file in force (`--rules`), reloaded by `reloadRules` (SIGHUP).
     public let rules: RulesHolder
     public let operations: OperationsService
-    /// Media uploads and downloads (PROTOCOL.md section 6; docs/media.md).
+    /// Media uploads and downloads (docs/protocol.md section 6; docs/media.md).
     public let media: MediaService
     /// Device telemetry and the devices list (docs/operating.md, "Devices").
     public let telemetry: TelemetryService

@@ -3,7 +3,7 @@ import Foundation
 import OutpostHTTP
 import Synchronization
 
-/// The `outpost-server` executable's commands (PROTOCOL.md section 8), kept here so the
+/// The `outpost-server` executable's commands (docs/protocol.md section 8), kept here so the
 /// executable's `main.swift` stays one line and tests can run them in-process.
 public enum ServerApp {
     /// Dispatches `serve`, `token`, `rotate-epoch`, `backup`, `restore`, `check` and
@@ -211,7 +211,7 @@ public enum ServerApp {
         }
         let host = settings.host.contains(":") ? "[\(settings.host)]" : settings.host
         // One line, written with a single write(2) so it is flushed before anything else:
-        // scripts and tests wait for it (PROTOCOL.md section 8).
+        // scripts and tests wait for it (docs/protocol.md section 8).
         var text = "listening on http://\(host):\(port)\n"
         if firstStart {
             text += firstStartNote(settings: settings, port: port, environment: environment,

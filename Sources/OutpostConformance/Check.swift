@@ -1,4 +1,4 @@
-/// One named rule of PROTOCOL.md, checked over HTTP against a running server.
+/// One named rule of docs/protocol.md, checked over HTTP against a running server.
 ///
 /// A check creates what it needs in a fresh space of its own, so checks are independent
 /// and may run against a server others use. It passes by returning and fails by
@@ -6,7 +6,7 @@
 public struct Check: Sendable, Identifiable {
     /// Unique kebab-case name, e.g. `push-replay-returns-original-version`.
     public let name: String
-    /// The PROTOCOL.md section it checks, e.g. `"4"` or `"2"`.
+    /// The docs/protocol.md section it checks, e.g. `"4"` or `"2"`.
     public let section: String
     /// The rule, in one sentence.
     public let summary: String
@@ -113,7 +113,7 @@ public struct CheckResult: Sendable {
 
     /// The check's name.
     public let name: String
-    /// Its PROTOCOL.md section.
+    /// Its docs/protocol.md section.
     public let section: String
     /// What happened.
     public let outcome: Outcome

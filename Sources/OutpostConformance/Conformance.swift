@@ -76,7 +76,7 @@ public struct Configuration: Sendable {
     /// Gives the server a rules file (docs/rules.md), or takes it away, on the same data;
     /// the rules checks are skipped without it.
     public var rules: RulesHook?
-    /// The server's header timeout (PROTOCOL.md section 2: 10 s).
+    /// The server's header timeout (docs/protocol.md section 2: 10 s).
     public var headerTimeout: Duration = .seconds(10)
     /// How long a body may make no progress before the server answers 408 (10 s by default).
     public var bodyTimeout: Duration = .seconds(10)
@@ -136,7 +136,7 @@ public struct RulesHook: Sendable, CustomStringConvertible {
 /// print(report.summaryLine)   // "97 passed, 0 failed, 4 skipped"
 /// ```
 public enum Conformance {
-    /// Every check, in the order of PROTOCOL.md.
+    /// Every check, in the order of docs/protocol.md.
     public static var checks: [Check] { CheckRegistry.all }
 
     /// `only` or `skip` named checks that do not exist.

@@ -1,8 +1,8 @@
-/// The version of the Outpost sync protocol this code speaks (PROTOCOL.md, "version 1.1").
+/// The version of the Outpost sync protocol this code speaks (docs/protocol.md, "version 1.1").
 public enum OutpostProtocol {
     /// The `protocol` number in `GET /v1/info`.
     public static let version = 1
-    /// The `protocolVersion` in `GET /v1/info`: 1.1 adds re-offer lineage (PROTOCOL.md
+    /// The `protocolVersion` in `GET /v1/info`: 1.1 adds re-offer lineage (docs/protocol.md
     /// sections 4 and 5); every 1.0 message means what it meant.
     public static let revision = "1.1"
 

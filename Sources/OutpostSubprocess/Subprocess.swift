@@ -329,7 +329,7 @@ public final class Subprocess: @unchecked Sendable {
     }
 
     /// For an `outpost-server serve` child whose standard output is captured: waits for its
-    /// first line, `listening on http://HOST:PORT` (PROTOCOL.md section 8), and returns the
+    /// first line, `listening on http://HOST:PORT` (docs/protocol.md section 8), and returns the
     /// URL and the port. Anything else, or no line within `timeout` seconds, stops the
     /// child and throws with what it printed.
     public func listeningAddress(timeout: Double) throws -> (url: String, port: Int) {

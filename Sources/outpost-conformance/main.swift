@@ -1,4 +1,4 @@
-// outpost-conformance: checks a live Outpost server against PROTOCOL.md over HTTP.
+// outpost-conformance: checks a live Outpost server against docs/protocol.md over HTTP.
 import Foundation
 import OutpostConformance
 

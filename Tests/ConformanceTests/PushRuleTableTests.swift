@@ -7,7 +7,7 @@ import OutpostTestSupport
 import Synchronization
 import Testing
 
-/// The push rules (PROTOCOL.md section 4, `PushRules`) as one table of pushes and the
+/// The push rules (docs/protocol.md section 4, `PushRules`) as one table of pushes and the
 /// answers they must get, run against each store directly: SQLite, PostgreSQL and the SDK's
 /// `InMemorySyncServer`. Over HTTP the conformance suite checks the same on every server;
 /// this table also pins what the protocol leaves optional, such as a replay's `updatedAt`.

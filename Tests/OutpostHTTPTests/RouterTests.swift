@@ -53,6 +53,19 @@ struct RouterTests {
         #expect(found(router().match(method: .GET, path: "/"))?.0 == "/")
     }
 
+    /// A pattern may end with `/`: `/admin/` is its own resource, beside `/admin` and the
+    /// parameter under it (which never matches an empty segment).
+    @Test func aPatternMayEndWithASlash() {
+        var r = Router()
+        r.add(.GET, "/admin", handler: Self.ok)
+        r.add(.GET, "/admin/", handler: Self.ok)
+        r.add(.GET, "/admin/{asset}", handler: Self.ok)
+        #expect(found(r.match(method: .GET, path: "/admin"))?.0 == "/admin")
+        #expect(found(r.match(method: .GET, path: "/admin/"))?.0 == "/admin/")
+        #expect(found(r.match(method: .GET, path: "/admin/console.js"))?.1 == ["asset": "console.js"])
+        #expect(failure(r.match(method: .GET, path: "/admin//"))?.status == .notFound)
+    }
+
     @Test func unknownPathIs404() {
         #expect(failure(router().match(method: .GET, path: "/nope"))?.status == .notFound)
         #expect(failure(router().match(method: .GET, path: "/healthz/"))?.status == .notFound)

@@ -186,6 +186,9 @@ import Testing
             let html = page.text
             #expect(html.components(separatedBy: "<script").count == 2 && html.contains(#"<script src="\#(ConsoleAssets.script.url)" defer></script>"#))
             #expect(!html.contains(" onclick") && !html.contains(" onload") && !html.contains("style="))
+            // The script served is the source tree's console.js, compiled into the binary.
+            let source = try Data(contentsOf: Self.root.appendingPathComponent("Server/OutpostServer/Admin/console.js"))
+            #expect(ConsoleAssets.script.bytes == Array(source))
             // Each asset by its versioned URL is immutable; by any other URL it is revalidated.
             for asset in [ConsoleAssets.script, ConsoleAssets.style, ConsoleAssets.icon] {
                 #expect(html.contains(asset.url), "the page does not name \(asset.url)")
@@ -202,6 +205,18 @@ import Testing
             let missing = try await s.request("GET", "/admin/secrets.txt", token: nil)
             #expect(missing.status == 404 && errorCode(missing) == "not_found")
             #expect(try await s.request("POST", "/admin", token: nil).status == 405)
+        }
+    }
+
+    /// `/admin/` is not a file of the console: it is sent to the console's page.
+    @Test func theConsoleWithATrailingSlashIsRedirectedToItsPage() async throws {
+        try await withServer { s in
+            let slash = try await s.request("GET", "/admin/", token: nil)
+            #expect(slash.status == 301 && slash.header("Location") == "/admin")
+            #expect(slash.header("Content-Security-Policy") == ConsoleAssets.contentSecurityPolicy)
+            let query = try await s.request("GET", "/admin/?space=s1", token: nil)
+            #expect(query.status == 301 && query.header("Location") == "/admin?space=s1")
+            #expect(try await s.request("HEAD", "/admin/", token: nil).status == 301)
         }
     }
 

@@ -15,7 +15,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
     return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), dataJSON: dataJSON))
 }
 
-/// Protocol 1.1's lineage rules (PROTOCOL.md sections 4 and 5) on both backends: a real
+/// Protocol 1.1's lineage rules (docs/protocol.md sections 4 and 5) on both backends: a real
 /// SQLite file and a database of the test run's PostgreSQL cluster.
 @Suite struct LineageStoreTests {
     func records(_ s: any SyncStore, _ space: String = "sp") async throws -> [String: RecordState] {
@@ -125,7 +125,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
         }
     }
 
-    /// The bug `sameAs` fixes (PROTOCOL.md section 4, added in 1.1): lineage is kept by a
+    /// The bug `sameAs` fixes (docs/protocol.md section 4, added in 1.1): lineage is kept by a
     /// plain write, so judging a re-offer by it let a later copy of the earlier history
     /// replace a write made in the new history that the copy never saw.
     @Test(arguments: StoreKind.allCases) func aReofferOverAStateWrittenSinceItsRestoreOrReofferIsAConflict(kind: StoreKind) async throws {

@@ -6,7 +6,7 @@ import Testing
 @testable import OutpostServer
 
 /// `outpost-server` children killed with SIGKILL in the middle of media work, then
-/// restarted on the same data directory (PROTOCOL.md section 6: a file never appears
+/// restarted on the same data directory (docs/protocol.md section 6: a file never appears
 /// half-written, even when the server is killed mid-finalize).
 @Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct MediaCrashTests {
     /// The published file, checked with the server dead: absent, or whole and correct.

@@ -5,7 +5,7 @@ import OutpostTestSupport
 import Testing
 @testable import OutpostServer
 
-/// PROTOCOL.md section 6 over real sockets against an in-process media service: every
+/// docs/protocol.md section 6 over real sockets against an in-process media service: every
 /// route, status and code, plus resume, expiry, isolation and traversal, with the
 /// metadata on each store (the rules of `SQLMediaMetadata` over each `SQLSession`).
 @Suite struct MediaHTTPTests {

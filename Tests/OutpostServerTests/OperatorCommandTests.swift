@@ -290,7 +290,7 @@ final class StopFlag: Sendable {
                 do {
                     let db = try Connection(path: data + "/outpost.sqlite", flags: [.readOnly])
                     defer { db.close() }
-                    // Both join the restored store's history (PROTOCOL.md section 4, "Re-offers").
+                    // Both join the restored store's history (docs/protocol.md section 4, "Re-offers").
                     let ended = Set(try SQLiteSyncStore.endedEpochs(db).map(\.0))
                     #expect(ended.contains(future) && ended.contains(backupEpoch), "\(ended)")
                 }

@@ -96,7 +96,7 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
     return try items.map { try RecordState(json: $0) }
 }
 
-/// The store contract (PROTOCOL.md sections 1, 4, 5), run against both backends.
+/// The store contract (docs/protocol.md sections 1, 4, 5), run against both backends.
 @Suite struct SyncStoreContractTests {
     @Test(arguments: StoreKind.allCases) func createThenConflictOnNullBaseAndTombstonesCount(kind: StoreKind) async throws {
         try await withStore(kind) { f in

@@ -6,7 +6,7 @@ import OutpostTestSupport
 @testable import OutpostServer
 
 /// The `outpost-server` executable as operators and the conformance suite drive it
-/// (PROTOCOL.md section 8), over real sockets and a real SQLite file.
+/// (docs/protocol.md section 8), over real sockets and a real SQLite file.
 @Suite(.offPoolWhileBlocking, .serialized, .serverLogs) struct ServerProcessTests {
     func push(_ server: ServerProcess, _ token: String, _ space: String, _ changes: [Change], client: TestHTTPClient? = nil) throws -> TestResponse {
         let body = PushRequest(clientId: "proc-test", changes: changes).encoded()

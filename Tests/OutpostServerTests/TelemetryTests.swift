@@ -67,6 +67,11 @@ import Testing
             let tooMany = TelemetryBatch(clientId: "x", sdkVersion: "v", syncs: (0...TelemetryBatch.maxEntries).map { Self.entry(Int64($0)) })
             let refused = try await send("team", tooMany)
             #expect(refused.status == 422 && errorCode(refused) == "invalid_request")
+            // sdkVersion is 1 to 64 characters, as openapi/outpost.yaml's maxLength counts them
+            // (64 four-byte characters are 256 bytes), never 65.
+            #expect(try await send("team", TelemetryBatch(clientId: "sdk-version", sdkVersion: String(repeating: "\u{1D4E3}", count: 64), syncs: [])).status == 202)
+            let long = try await send("team", TelemetryBatch(clientId: "sdk-version", sdkVersion: String(repeating: "v", count: 65), syncs: []))
+            #expect(long.status == 422 && errorCode(long) == "invalid_request")
             let big = try await s.request("POST", "/v1/spaces/team/telemetry", token: s.token(spaces: ["team"], scope: .read),
                                           body: Array(repeating: UInt8(ascii: " "), count: TelemetryBatch.maxBytes + 1))
             #expect(big.status == 413)

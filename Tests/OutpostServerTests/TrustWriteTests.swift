@@ -9,7 +9,7 @@ import Testing
 
 /// Writes that cannot forge history (issue 33), over a real socket on each store: a
 /// re-offer's lineage holds only a commit time its epoch could have had in the server's
-/// history (PROTOCOL.md section 4, "Re-offers", rule 3).
+/// history (docs/protocol.md section 4, "Re-offers", rule 3).
 @Suite(.serverLogs, .serialized) struct LineageTimeTests {
     static func reoffer(_ changeId: String, _ id: String, lineage: String, updatedAt: Int64, base: Version? = nil) -> Change {
         Change(changeId: changeId, collection: "todos", id: id, op: .put, data: ["v": 1], baseVersion: base, clientTime: 1,

@@ -4,7 +4,7 @@ import OutpostTestSupport
 import Testing
 @testable import Outpost
 
-/// PROTOCOL.md section 5, "How a client treats a new epoch", and seed 003's "Epochs go one
+/// docs/protocol.md section 5, "How a client treats a new epoch", and seed 003's "Epochs go one
 /// way" and "Two requests before a new epoch counts".
 @Suite("Epochs")
 struct EpochTests {

@@ -31,6 +31,19 @@ import Testing
         #expect(linux.contains { $0.links.contains("crypto") }, "\(linux)")
     }
 
+    /// The rules language is the server's: no library an app can pick reaches it, on any
+    /// platform, and the server does.
+    @Test func theSDKDoesNotLinkTheRulesLanguage() async throws {
+        let graph = try await PackageGraph.dump(packageAt: Self.root.path)
+        for platform in ["ios", "macos", "linux"] {
+            for product in graph.libraryProducts {
+                let reached = try graph.targets(reachedBy: product, on: platform).map(\.target.name)
+                #expect(!reached.contains("OutpostRules"), "\(product) on \(platform) reaches OutpostRules")
+            }
+        }
+        #expect(try graph.targets(reachedBy: "outpost-server", on: "linux").contains { $0.target.name == "OutpostRules" })
+    }
+
     /// The manifest as it was before the SDK's crypto had a seam (kept as a fixture): the
     /// check refuses it, naming libcrypto on both platforms.
     @Test func theManifestBeforeTheSeamFailsTheCheck() async throws {
@@ -176,25 +189,35 @@ struct PackageGraph {
     /// platform, and every library a reached target links by `linkedLibrary`. `links`
     /// tells what a system library target links (its module map).
     func systemLibraries(reachedBy product: String, on platform: String, links: (Target) throws -> Set<String>) throws -> [Reached] {
-        guard let roots = products[product] else { throw ProcessFailure("no product \(product)") }
         var reached: [Reached] = []
+        for (target, path) in try targets(reachedBy: product, on: platform) {
+            if target.type == "system" {
+                reached.append(Reached(target: target.name, path: path, links: try links(target)))
+            }
+            for library in target.linkedLibraries where library.platforms?.contains(platform) ?? true {
+                reached.append(Reached(target: target.name, path: path, links: [library.name]))
+            }
+        }
+        return reached.sorted { $0.target < $1.target }
+    }
+
+    /// Every target `product` reaches on `platform`, each with the path it was first
+    /// reached by, through target dependencies whose condition admits the platform.
+    func targets(reachedBy product: String, on platform: String) throws -> [(target: Target, path: [String])] {
+        guard let roots = products[product] else { throw ProcessFailure("no product \(product)") }
+        var reached: [(target: Target, path: [String])] = []
         var seen: Set<String> = []
         var queue: [(String, [String])] = roots.map { ($0, product == $0 ? [$0] : [product, $0]) }
         while !queue.isEmpty {
             let (name, path) = queue.removeFirst()
             guard seen.insert(name).inserted else { continue }
             guard let target = targets[name] else { throw ProcessFailure("\(path.joined(separator: " -> ")): no such target") }
-            if target.type == "system" {
-                reached.append(Reached(target: name, path: path, links: try links(target)))
-            }
-            for library in target.linkedLibraries where library.platforms?.contains(platform) ?? true {
-                reached.append(Reached(target: name, path: path, links: [library.name]))
-            }
+            reached.append((target, path))
             for dependency in target.dependencies where dependency.platforms?.contains(platform) ?? true {
                 guard !dependency.isProduct else { throw ProcessFailure("\(path.joined(separator: " -> ")) uses product \(dependency.name) of another package") }
                 queue.append((dependency.name, path + [dependency.name]))
             }
         }
-        return reached.sorted { $0.target < $1.target }
+        return reached
     }
 }

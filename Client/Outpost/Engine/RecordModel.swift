@@ -65,7 +65,7 @@ struct Copy: Hashable, Sendable {
         return sameAs.seq <= other.version.seq
     }
 
-    /// True when `self` is a later state than `other` in the epoch order (PROTOCOL.md
+    /// True when `self` is a later state than `other` in the epoch order (docs/protocol.md
     /// section 1), then by seq. Used only between copies the store may replace.
     func isLater(than other: Copy) -> Bool {
         if version.epoch != other.version.epoch { return other.version.epoch < version.epoch }

@@ -5,7 +5,7 @@ import Synchronization
 /// An Outpost server in process, for tests and previews: two stores on one
 /// `InMemorySyncServer` play two devices.
 ///
-/// It implements PROTOCOL.md sections 3 to 5 itself (it never links the server modules),
+/// It implements docs/protocol.md sections 3 to 5 itself (it never links the server modules),
 /// as a protocol 1.1 server: epochs and seqs, pushes applied in order with optimistic
 /// concurrency and idempotency by changeId and SHA-256 fingerprint, re-offers judged by
 /// the sameAs of the state they would replace, tombstones, pages with a record limit, a byte budget,
@@ -145,7 +145,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     fileprivate struct History: Sendable {
         var epoch: Epoch
         var spaces: [String: SpaceHistory] = [:]
-        /// When it began and the epochs it ended (PROTOCOL.md section 4, "Re-offers", rule 3).
+        /// When it began and the epochs it ended (docs/protocol.md section 4, "Re-offers", rule 3).
         var past: PushRules.EpochHistory
 
         /// A new history (an empty data directory) that begins at `now` with `epoch`.
@@ -156,7 +156,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
 
         /// Gives every record (tombstones included) the lineage and sameAs `<ending>.<seq>`,
         /// its own version in the history that ends, on which nothing is written yet
-        /// (PROTOCOL.md section 4, added in 1.1).
+        /// (docs/protocol.md section 4, added in 1.1).
         mutating func recordLineage(endingEpoch ending: Epoch) {
             for name in Array(spaces.keys) {
                 for key in Array(spaces[name]!.records.keys) {
@@ -456,7 +456,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     }
 
     /// What the handler of a real server refuses before the push rules see a change
-    /// (PROTOCOL.md section 4): a lineage a re-offer cannot have, a record over the limit.
+    /// (docs/protocol.md section 4): a lineage a re-offer cannot have, a record over the limit.
     private static func refusal(of change: Change, epoch: Epoch, limits: Limits) -> PushResult? {
         if let problem = Lineage.problem(of: change, serverEpoch: epoch) {
             return .rejected(change.changeId, .invalidChange, problem)

@@ -2,7 +2,7 @@ import Foundation
 import OutpostCore
 
 /// What a record keeps to point at a media file: its id (the file's SHA-256) and what a
-/// reader needs before downloading it. Records refer to media by `mediaId` (PROTOCOL.md
+/// reader needs before downloading it. Records refer to media by `mediaId` (docs/protocol.md
 /// section 6); the bytes travel through `MediaUploader`, never inside a record.
 ///
 /// ```swift

@@ -5,7 +5,7 @@ import Synchronization
 import FoundationNetworking
 #endif
 
-/// What the server answers to an init or to `GET` of an upload (PROTOCOL.md section 6,
+/// What the server answers to an init or to `GET` of an upload (docs/protocol.md section 6,
 /// steps 1 and 3).
 public enum UploadAnswer: Sendable, Hashable {
     /// The space has the file: nothing more to send.
@@ -14,7 +14,7 @@ public enum UploadAnswer: Sendable, Hashable {
     case open(UploadState)
 }
 
-/// How a `MediaUploader` talks to a server: the media requests of PROTOCOL.md section 6.
+/// How a `MediaUploader` talks to a server: the media requests of docs/protocol.md section 6.
 /// Narrow on purpose, so tests can fake it.
 ///
 /// Implementations throw `TransportError` only, telling failures apart as `SyncTransport`

@@ -3,7 +3,7 @@ import OutpostCore
 import OutpostCrypto
 import Synchronization
 
-/// Uploads files to the server's media store and downloads them again (PROTOCOL.md
+/// Uploads files to the server's media store and downloads them again (docs/protocol.md
 /// section 6), keeping every unfinished upload in the offline store so that a crash or a
 /// lost network costs only the chunks the server does not hold yet.
 ///

@@ -1,6 +1,6 @@
 import OutpostCore
 
-/// Two versions of one record that a push found in conflict (PROTOCOL.md section 4), and
+/// Two versions of one record that a push found in conflict (docs/protocol.md section 4), and
 /// the state the local edit was made on.
 ///
 /// A conflict whose server version already holds what the local change wants settles

@@ -33,7 +33,7 @@ extension OutpostStore {
 
     /// Settings of a store, with documented defaults.
     public struct Configuration: Sendable {
-        /// The space the store syncs (PROTOCOL.md section 1). A file belongs to one space.
+        /// The space the store syncs (docs/protocol.md section 1). A file belongs to one space.
         public var space: String
         /// The client id for a new file; nil makes a random `device-…` one. A file keeps the
         /// id it was created with (it is how the server and other devices name this one).

@@ -49,7 +49,7 @@ public struct RecordKey: Sendable, Hashable, CustomStringConvertible {
     public var description: String { "\(collection)/\(id)" }
 }
 
-/// Where a queued change stands (PROTOCOL.md section 4; the four states of a durable queue
+/// Where a queued change stands (docs/protocol.md section 4; the four states of a durable queue
 /// plus "in doubt").
 public enum ChangeState: String, Sendable, Hashable, CaseIterable {
     /// Queued, not sent yet.

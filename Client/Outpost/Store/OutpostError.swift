@@ -15,7 +15,7 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The store was opened for reading only (`OutpostStore.reader`): it cannot save or
     /// sync. Nothing was changed.
     case readOnly
-    /// A collection name or record id the protocol does not allow (PROTOCOL.md section 1).
+    /// A collection name or record id the protocol does not allow (docs/protocol.md section 1).
     case invalidName(String)
     /// The file belongs to another space than the configuration names.
     case spaceMismatch(stored: String, configured: String)
@@ -27,7 +27,7 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
     case decoding(collection: String, id: String, message: String)
     /// A value could not be encoded as a JSON object.
     case encoding(String)
-    /// The two requests that must agree before a new epoch counts did not (PROTOCOL.md
+    /// The two requests that must agree before a new epoch counts did not (docs/protocol.md
     /// section 5): the sync failed and changed nothing.
     case epochDisagreement(first: String, second: String)
     /// The server reported an epoch the store refuses: earlier than its own, or one it

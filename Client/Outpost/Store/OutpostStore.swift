@@ -66,7 +66,7 @@ public actor OutpostStore {
     /// True while the telemetry outbox is being sent.
     var sendingTelemetry = false
 
-    /// How many epochs the store remembers having left (PROTOCOL.md section 5).
+    /// How many epochs the store remembers having left (docs/protocol.md section 5).
     public static let retiredEpochLimit = 32
 
     /// Opens (creating when absent) the store at `path`.

@@ -1,6 +1,6 @@
 import OutpostCore
 
-// Pulling (PROTOCOL.md section 5): what the store does for the session's `fetch` and
+// Pulling (docs/protocol.md section 5): what the store does for the session's `fetch` and
 // `apply` (Sync/SyncSession.swift decides which page, and what an answer means).
 //
 // - Each page is applied in one transaction together with the cursor that follows it, so
@@ -219,7 +219,7 @@ extension OutpostStore {
         case needsSync
     }
 
-    /// Holds a long-poll pull open (PROTOCOL.md section 5, `wait`) and applies what it
+    /// Holds a long-poll pull open (docs/protocol.md section 5, `wait`) and applies what it
     /// brings. The request does not hold up `sync()` or saves; its page is applied only if
     /// the session still is where the poll asked from (`SyncSession.longPollVerdict`).
     public func waitForChanges(timeout: Duration) async throws -> WaitResult {

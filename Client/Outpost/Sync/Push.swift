@@ -1,6 +1,6 @@
 import OutpostCore
 
-// Pushing (PROTOCOL.md section 4): what the store does for the session's `plan`, `send`,
+// Pushing (docs/protocol.md section 4): what the store does for the session's `plan`, `send`,
 // `record` and `retry` (Sync/SyncSession.swift decides what goes in which request and
 // what an answer means; Engine/Engine.swift what it does to a record).
 //

@@ -185,7 +185,7 @@ enum SessionEffect: Hashable, Sendable {
 }
 
 struct SyncSession: Hashable, Sendable {
-    /// How many epochs the store remembers having left (PROTOCOL.md section 5).
+    /// How many epochs the store remembers having left (docs/protocol.md section 5).
     static let retiredLimit = 32
     /// A push phase runs at most this many rounds, and shrinks its batches at most this often.
     static let pushRounds = 3, maxShrinks = 24

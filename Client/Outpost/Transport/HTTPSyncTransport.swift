@@ -38,7 +38,7 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
         /// `::1`), where compressing costs both sides CPU and saves nothing.
         public var compressedAnswers: Bool?
         /// Request bodies larger than this many bytes are sent gzip-compressed
-        /// (`Content-Encoding: gzip`, PROTOCOL.md section 2); nil never compresses.
+        /// (`Content-Encoding: gzip`, docs/protocol.md section 2); nil never compresses.
         /// Default 16 KiB. A server that answers `415` gets plain bodies from then on.
         public var gzipRequestsAbove: Int? = 16 * 1024
         /// The defaults.

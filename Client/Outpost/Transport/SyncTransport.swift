@@ -1,6 +1,6 @@
 import OutpostCore
 
-/// How a store talks to a server: the three requests of PROTOCOL.md sections 3 to 5.
+/// How a store talks to a server: the three requests of docs/protocol.md sections 3 to 5.
 ///
 /// Implementations throw only `TransportError`, and must tell apart what they know about a
 /// request: `notSent` only when it certainly never reached the server; `noAnswer` or
@@ -139,7 +139,7 @@ public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// A pull page with its records decoded one by one (PROTOCOL.md section 5).
+/// A pull page with its records decoded one by one (docs/protocol.md section 5).
 public struct PulledPage: Sendable, Hashable {
     /// The page's epoch.
     public var epoch: Epoch

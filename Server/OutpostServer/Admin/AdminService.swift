@@ -67,6 +67,8 @@ public final class AdminService: Sendable {
 
     public func register(_ router: inout Router) {
         router.add(.GET, "/admin", bodyLimit: 0, inline: { request in ConsoleAssets.response(ConsoleAssets.page, request.head) })
+        // The console is `/admin`; a typed or linked `/admin/` is sent there.
+        router.add(.GET, "/admin/", bodyLimit: 0, inline: { request in ConsoleAssets.redirectToPage(request.head) })
         router.add(.GET, "/admin/{asset}", bodyLimit: 0, inline: { request in
             guard let asset = request.parameter("asset").flatMap(ConsoleAssets.named) else {
                 throw HTTPError.notFound("no such file of the admin console")

@@ -1,8 +1,10 @@
 import OutpostCrypto
 import OutpostHTTP
 
-/// One file of the admin console, compiled into the binary (a SwiftPM resource would be a
-/// file beside the executable on Linux, which an installed binary may lack).
+/// One file of the admin console, compiled into the binary: the script is `Admin/console.js`,
+/// embedded by SwiftPM (`.embedInCode`), the page, style and icon are Swift strings. A
+/// bundled resource would be a file beside the executable on Linux, which an installed
+/// binary may lack.
 struct ConsoleAsset: Sendable {
     let name: String
     let contentType: String
@@ -11,11 +13,15 @@ struct ConsoleAsset: Sendable {
     /// names the asset by, so a new server's assets have new URLs.
     let digest: String
 
-    init(name: String, contentType: String, text: String) {
+    init(name: String, contentType: String, bytes: [UInt8]) {
         self.name = name
         self.contentType = contentType
-        bytes = Array(text.utf8)
+        self.bytes = bytes
         digest = SHA256.hex(bytes)
+    }
+
+    init(name: String, contentType: String, text: String) {
+        self.init(name: name, contentType: contentType, bytes: Array(text.utf8))
     }
 
     /// The asset's URL with its version.
@@ -26,7 +32,7 @@ struct ConsoleAsset: Sendable {
 /// script and a strict Content-Security-Policy (docs/operating.md, "Admin console").
 enum ConsoleAssets {
     static let style = ConsoleAsset(name: "console.css", contentType: "text/css; charset=utf-8", text: ConsoleStyle.text)
-    static let script = ConsoleAsset(name: "console.js", contentType: "text/javascript; charset=utf-8", text: ConsoleScript.text)
+    static let script = ConsoleAsset(name: "console.js", contentType: "text/javascript; charset=utf-8", bytes: PackageResources.console_js)
     static let icon = ConsoleAsset(name: "icon.svg", contentType: "image/svg+xml", text: ConsolePage.icon)
     /// `GET /admin`: it names the other assets by their versioned URLs.
     static let page = ConsoleAsset(name: "index.html", contentType: "text/html; charset=utf-8",
@@ -53,6 +59,15 @@ enum ConsoleAssets {
         headers.add(name: "Cross-Origin-Opener-Policy", value: "same-origin")
         headers.add(name: "Cross-Origin-Resource-Policy", value: "same-origin")
         return headers
+    }
+
+    /// `301` to `/admin`, with the query `head` came with.
+    static func redirectToPage(_ head: HTTPRequestHead) -> HTTPResponse {
+        var headers = securityHeaders
+        let query = head.target.firstIndex(of: "?").map { String(head.target[$0...]) } ?? ""
+        headers.add(name: "Location", value: "/admin" + query)
+        headers.add(name: "Cache-Control", value: "no-cache")
+        return HTTPResponse(status: .movedPermanently, headers: headers)
     }
 
     /// The asset for `head`: `304` when `If-None-Match` names its `ETag`. The page is

@@ -35,7 +35,7 @@ final class RecordBrowser: Sendable {
     }
 
     /// A page of records: the records encoded as a JSON array of their wire form
-    /// (PROTOCOL.md section 5), and the id to continue after, nil on the last page.
+    /// (docs/protocol.md section 5), and the id to continue after, nil on the last page.
     struct RecordPage: Sendable {
         var recordsJSON: [UInt8]
         var count: Int

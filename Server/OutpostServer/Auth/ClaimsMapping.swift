@@ -71,7 +71,7 @@ public struct ClaimPath: Sendable, Equatable, CustomStringConvertible {
 /// providers"): which claim holds the spaces, which the scope and the word in it that
 /// grants write, which the roles the rules see as `auth.roles`, and which claim and value,
 /// if any, make a token admin. HS256 tokens, which the server's own secret signs, keep the
-/// fixed claims of PROTOCOL.md section 2 and never go through a mapping.
+/// fixed claims of docs/protocol.md section 2 and never go through a mapping.
 public struct ClaimsMapping: Sendable {
     /// The claim naming the spaces: an array of names, or one string of names separated by
     /// spaces. Absent: no space. Each name is literal: one that is not a space name (a

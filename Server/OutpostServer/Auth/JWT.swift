@@ -3,7 +3,7 @@ import OutpostCore
 import OutpostCrypto
 import OutpostSignatures
 
-/// What a verified token allows (PROTOCOL.md section 2).
+/// What a verified token allows (docs/protocol.md section 2).
 public struct Claims: Sendable, Equatable {
     public enum Scope: String, Sendable {
         case read
@@ -280,7 +280,7 @@ public struct JWTAuthority: TokenVerifier {
 }
 
 /// Where the server's JWT secrets come from: `OUTPOST_JWT_SECRET`, or a file in the data
-/// directory created on first use with mode 0600 (PROTOCOL.md section 8), and the older
+/// directory created on first use with mode 0600 (docs/protocol.md section 8), and the older
 /// secrets of `OUTPOST_JWT_PREVIOUS_SECRETS`. Every one is at least 32 bytes
 /// (`SecretFile.checkStrength`).
 public enum JWTSecret {

@@ -1,7 +1,7 @@
 import Foundation
 import OutpostCore
 
-/// The server's commands besides `serve` (PROTOCOL.md section 8), as functions the
+/// The server's commands besides `serve` (docs/protocol.md section 8), as functions the
 /// executable calls, so tests can drive them without a process.
 public enum AdminCommands {
     /// A command-line mistake; the executable prints it with the usage and exits 64.

@@ -1,6 +1,6 @@
 import OutpostCrypto
 
-/// The `Content-Digest` request field (RFC 9530 section 2), as PROTOCOL.md section 6 uses
+/// The `Content-Digest` request field (RFC 9530 section 2), as docs/protocol.md section 6 uses
 /// it: `Content-Digest: sha-256=:<base64 of the chunk's SHA-256>:`.
 ///
 /// The field is an RFC 8941 Dictionary, so other algorithms may be listed alongside

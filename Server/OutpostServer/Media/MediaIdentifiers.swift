@@ -2,7 +2,7 @@ import OutpostCore
 import OutpostCrypto
 
 // Every value that becomes part of a path on disk is one of these types, and each can
-// only be made by validating its text first (PROTOCOL.md section 6; docs/media.md). A
+// only be made by validating its text first (docs/protocol.md section 6; docs/media.md). A
 // `String` from a request never reaches `MediaFiles` directly.
 
 /// A space name that passed `Names.isValidSpace`: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`,

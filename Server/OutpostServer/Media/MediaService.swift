@@ -4,7 +4,7 @@ import OutpostCrypto
 import OutpostHTTP
 import Synchronization
 
-/// Media uploads and downloads (PROTOCOL.md section 6), and tus uploads into the same
+/// Media uploads and downloads (docs/protocol.md section 6), and tus uploads into the same
 /// store (`MediaService+Tus.swift`), on a `MediaStore`. Knows HTTP
 /// requests and responses but no sockets; decisions are written down in docs/media.md.
 ///
@@ -57,7 +57,7 @@ public final class MediaService: Sendable {
 
     // MARK: Routes
 
-    /// The media routes (PROTOCOL.md section 6).
+    /// The media routes (docs/protocol.md section 6).
     public func register(_ router: inout Router) {
         let uploads = "/v1/spaces/{space}/media/uploads"
         router.add(.POST, uploads, bodyLimit: Self.jsonBodyLimit,

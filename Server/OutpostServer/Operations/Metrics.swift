@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 
-/// Prometheus metrics in the text exposition format 0.0.4 (PROTOCOL.md section 7).
+/// Prometheus metrics in the text exposition format 0.0.4 (docs/protocol.md section 7).
 ///
 /// Every request updates several series from event-loop threads and handler tasks at
 /// once, so updates must not serialize on one lock: each series keeps its value in

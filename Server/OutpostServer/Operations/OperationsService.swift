@@ -4,7 +4,7 @@ import OutpostCore
 import OutpostHTTP
 
 /// `GET /v1/info`, `/healthz`, `/readyz`, `/metrics`, `/v1/admin/spaces` and
-/// `POST /v1/admin/compact` (PROTOCOL.md sections 3 and 7).
+/// `POST /v1/admin/compact` (docs/protocol.md sections 3 and 7).
 public final class OperationsService: Sendable {
     let store: any SyncStore
     let metrics: Metrics
@@ -34,7 +34,7 @@ public final class OperationsService: Sendable {
     }
 
     /// Marks the server as draining: `/readyz` answers 503 so a load balancer stops
-    /// sending new work (PROTOCOL.md section 7).
+    /// sending new work (docs/protocol.md section 7).
     public func beginDraining() { draining.store(true, ordering: .relaxed) }
 
     public func register(_ router: inout Router) {

@@ -13,7 +13,7 @@ public struct Settings: Sendable {
     /// Where media bytes live; nil means `DATA/media`. Instances on one PostgreSQL
     /// database must all name the same shared directory (docs/scaling.md).
     public var mediaDirectory: String?
-    /// The limits of PROTOCOL.md section 3.
+    /// The limits of docs/protocol.md section 3.
     public var limits = Limits()
     /// How long applied change ids are remembered, in days (the protocol asks for at least 7).
     public var changeIdRetentionDays = 30
@@ -37,7 +37,7 @@ public struct Settings: Sendable {
     public var shutdownGraceSeconds = 10
     /// Emit one JSON log line per request on standard error.
     public var accessLog = true
-    /// Seconds a request head may take to arrive before `408` (PROTOCOL.md section 2: 10).
+    /// Seconds a request head may take to arrive before `408` (docs/protocol.md section 2: 10).
     public var headerTimeoutSeconds = 10
     /// Seconds a request body may make no progress before `408`.
     public var bodyTimeoutSeconds = 10

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostRules
 import OutpostCrypto
 
 /// The view index of a rules file (docs/rules.md, "Cost"): which members of which

@@ -2,7 +2,7 @@ import Dispatch
 import Synchronization
 
 /// Wakes long-poll pulls when a commit makes a space's history longer
-/// (PROTOCOL.md section 5, `wait`).
+/// (docs/protocol.md section 5, `wait`).
 ///
 /// A waiting pull is a suspended continuation in a dictionary: it holds no thread. Its
 /// timeout is a Dispatch timer, not a sleeping task. Every continuation is resumed exactly

@@ -228,7 +228,7 @@ public enum PostgresSchema {
             last_error text NOT NULL,
             failed_at bigint NOT NULL);
         """#,
-        // 10: the epoch history (PROTOCOL.md section 4, "Re-offers", rule 3): when the
+        // 10: the epoch history (docs/protocol.md section 4, "Re-offers", rule 3): when the
         // database's history began and every epoch it ended and when, so a re-offer's commit
         // time can be only one its epoch could have had. A database from before knows its
         // ended epochs (the last 32, from `retired_epochs`) but not when they ended nor when
@@ -339,7 +339,7 @@ public enum PostgresSchema {
                     """, [.text(previous.rawValue), .int(now)])
                 // Every record's own version in the history that ends (seqs are kept), as
                 // both what it descends from and what it is, since nothing is written on it
-                // yet: re-offers of that history are judged against same_as (PROTOCOL.md
+                // yet: re-offers of that history are judged against same_as (docs/protocol.md
                 // section 4, added in 1.1). It replaces older values.
                 try db.run("UPDATE records SET lineage = $1 || '.' || seq, same_as = $1 || '.' || seq", [.text(previous.rawValue)])
             }

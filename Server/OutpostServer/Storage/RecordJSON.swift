@@ -2,7 +2,7 @@ import OutpostCore
 
 /// Writes one record of a pull page or a push conflict straight into a byte buffer, from
 /// the stored columns, without building a `JSONValue`. Every store encodes records here,
-/// so the wire form of a record exists in one place (PROTOCOL.md section 5).
+/// so the wire form of a record exists in one place (docs/protocol.md section 5).
 public enum RecordJSON {
     /// Appends `{"collection":…,"id":…,"version":…,"deleted":…,"data":…,"updatedAt":…,
     /// "updatedBy":…,"clientTime":…,"lineage":…,"sameAs":…}`. `data` is the stored compact

@@ -43,7 +43,7 @@ public final class SQLiteSyncStore: SyncStore {
         public init(path: String) { self.path = path }
     }
 
-    /// Makes a new epoch that sorts after `previous` (PROTOCOL.md section 1).
+    /// Makes a new epoch that sorts after `previous` (docs/protocol.md section 1).
     public typealias EpochMaker = @Sendable (_ previous: Epoch?) -> Epoch
 
     /// The wall clock in ms since 1970.
@@ -184,7 +184,7 @@ public final class SQLiteSyncStore: SyncStore {
         }
         if version < 2 {
             // The earlier-history version a record state descends from, "<epoch>.<seq>"
-            // (PROTOCOL.md section 4, added in 1.1); NULL for the states of a 1.0 store.
+            // (docs/protocol.md section 4, added in 1.1); NULL for the states of a 1.0 store.
             try db.transaction {
                 try db.execute("ALTER TABLE records ADD COLUMN lineage TEXT")
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '2')")
@@ -192,7 +192,7 @@ public final class SQLiteSyncStore: SyncStore {
         }
         if version < 3 {
             // The earlier-history version a record state *is*, with nothing written since
-            // (PROTOCOL.md section 4, added in 1.1): re-offers are admitted by it, since a
+            // (docs/protocol.md section 4, added in 1.1): re-offers are admitted by it, since a
             // plain write keeps `lineage` but clears `same_as`. A schema-2 row does not tell
             // whether its lineage came from a rotation or re-offer left untouched or was
             // kept through a write since, so its lineage is copied: this errs toward
@@ -338,7 +338,7 @@ public final class SQLiteSyncStore: SyncStore {
             }
         }
         if version < 9 {
-            // The epoch history (PROTOCOL.md section 4, "Re-offers", rule 3): when the store's
+            // The epoch history (docs/protocol.md section 4, "Re-offers", rule 3): when the store's
             // history began and every epoch it ended and when, so a re-offer's commit time
             // can be only one its epoch could have had. A store from before knows its ended
             // epochs (the last 32, from `retired_epochs`) but not when they ended nor when it
@@ -444,7 +444,7 @@ public final class SQLiteSyncStore: SyncStore {
     /// Gives every record (tombstones included) the lineage and sameAs `<ending>.<seq>`:
     /// its own version in the history that ends, since seqs are kept across a rotation, and
     /// nothing is written on it yet. Re-offers of that history are judged against sameAs
-    /// (PROTOCOL.md section 4, added in 1.1); older values are replaced, as devices compare
+    /// (docs/protocol.md section 4, added in 1.1); older values are replaced, as devices compare
     /// with the most recent history they knew.
     static func recordLineage(_ db: Connection, endingEpoch ending: Epoch) throws {
         try db.run("UPDATE records SET lineage = ?1 || '.' || seq, same_as = ?1 || '.' || seq", [.text(ending.rawValue)])

@@ -7,7 +7,7 @@ public struct PreparedChange: Sendable {
     /// The change; its `data` may be nil even for a put (the handler drops the parsed tree
     /// once `dataJSON` holds the encoded form).
     public var change: Change
-    /// SHA-256 of `change.fingerprintMaterial()` (PROTOCOL.md section 4, idempotency).
+    /// SHA-256 of `change.fingerprintMaterial()` (docs/protocol.md section 4, idempotency).
     public var fingerprint: [UInt8]
     /// `data` as compact JSON; nil for a delete.
     public var dataJSON: [UInt8]?
@@ -97,7 +97,7 @@ public struct StoredRecord: Sendable {
 
     public var key: PushRules.Key { PushRules.Key(collection: collection, id: id) }
 
-    /// Appends the record's wire form (PROTOCOL.md section 5) to `out`.
+    /// Appends the record's wire form (docs/protocol.md section 5) to `out`.
     public func append(to out: inout [UInt8], epoch: Epoch) {
         func encode(_ data: UnsafeRawBufferPointer?) {
             RecordJSON.append(to: &out, collection: collection, id: id, epoch: epoch, seq: seq, deleted: deleted, data: data,
@@ -148,7 +148,7 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
 /// HTTP. SQLite is the default; a PostgreSQL implementation for several servers sharing
 /// one history plugs in here without touching the handlers.
 ///
-/// Rules every implementation keeps (PROTOCOL.md sections 1, 4, 5):
+/// Rules every implementation keeps (docs/protocol.md sections 1, 4, 5):
 /// - `push` applies changes in array order, each on its own; an `applied` result is
 ///   returned only after its write, its seq and its idempotency row are committed in one
 ///   transaction.

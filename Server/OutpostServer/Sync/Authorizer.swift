@@ -3,7 +3,7 @@ import OutpostCore
 import OutpostHTTP
 
 /// Turns a request's `Authorization` header into claims and checks them against a space
-/// and scope (PROTOCOL.md section 2). Runs before the body is read, so an unauthorized
+/// and scope (docs/protocol.md section 2). Runs before the body is read, so an unauthorized
 /// client never gets to upload its body. Async because a provider token may wait for its
 /// key set (`ServerTokens`); an HS256 token never suspends.
 public struct Authorizer: Sendable {

@@ -3,7 +3,7 @@ import OutpostCore
 import OutpostHTTP
 import Synchronization
 
-/// Holds the long polls of `pull` (PROTOCOL.md section 5, `wait`) in groups of pulls that
+/// Holds the long polls of `pull` (docs/protocol.md section 5, `wait`) in groups of pulls that
 /// would read the same page, and answers each group with one read and one encoded body.
 ///
 /// Pulls that wait with the same space, cursor, limit, byte budget, collections and the

@@ -2,7 +2,7 @@ import OutpostCore
 import OutpostHTTP
 
 /// The protocol's errors as `HTTPError`s, by `ErrorCode`, so every handler answers a
-/// given failure the same way (PROTOCOL.md sections 2, 4, 5, 6).
+/// given failure the same way (docs/protocol.md sections 2, 4, 5, 6).
 extension HTTPError {
     init(_ status: HTTPStatus, _ code: ErrorCode, _ message: String, details: [String: HTTPErrorDetail] = [:], headers: HTTPHeaders = HTTPHeaders()) {
         self.init(status, code: code.rawValue, message: message, details: details, headers: headers)
@@ -30,7 +30,7 @@ extension HTTPError {
         return HTTPError(HTTPStatus(code: 401), .unauthorized, message, headers: headers)
     }
 
-    /// `400 invalid_space` for a path whose space name breaks the rule of PROTOCOL.md
+    /// `400 invalid_space` for a path whose space name breaks the rule of docs/protocol.md
     /// section 1. Spaces need no creation, so this is a mistake in the name, not a space
     /// that is missing; `details.space` is the name as given.
     static func invalidSpace(_ name: String?) -> HTTPError {

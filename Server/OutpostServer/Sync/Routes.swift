@@ -2,7 +2,7 @@ import OutpostCore
 import OutpostHTTP
 
 extension SyncService {
-    /// The sync routes (PROTOCOL.md sections 4 and 5).
+    /// The sync routes (docs/protocol.md sections 4 and 5).
     public func register(_ router: inout Router) {
         router.add(.POST, "/v1/spaces/{space}/push", bodyLimit: limits.maxRequestBytes,
                    preBody: { [self] head, parameters in try await authorizePush(head, parameters) },

@@ -3,7 +3,7 @@ import OutpostCore
 import OutpostCrypto
 import OutpostHTTP
 
-/// Push and pull (PROTOCOL.md sections 4 and 5) on a `SyncStore`. Knows HTTP requests
+/// Push and pull (docs/protocol.md sections 4 and 5) on a `SyncStore`. Knows HTTP requests
 /// and responses but no sockets; knows the store only through its protocol.
 public final class SyncService: Sendable {
     public let store: any SyncStore
@@ -171,7 +171,7 @@ public final class SyncService: Sendable {
         _ = try await authorizer.authorize(head, space: Self.space(parameters), scope: .read)
     }
 
-    /// Parses and validates the pull query (PROTOCOL.md section 5): `400 invalid_cursor`, or
+    /// Parses and validates the pull query (docs/protocol.md section 5): `400 invalid_cursor`, or
     /// `422 invalid_request` naming the parameter. Public for the same reason as `decodePush`.
     public static func pullQuery(_ head: HTTPRequestHead) throws(HTTPError) -> PullQuery {
         var query = PullQuery()

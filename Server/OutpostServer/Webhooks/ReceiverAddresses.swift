@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import OutpostHTTP
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -143,32 +144,10 @@ struct ReceiverAddressPolicy: Sendable {
         case failed(String)
     }
 
-    /// Why a name did not resolve.
-    struct LookupFailure: Error {
-        let why: String
-    }
-
-    /// getaddrinfo(3) for a stream socket to `host`:`port` (blocking: call it off the
-    /// concurrency pool): the list, which the caller frees with freeaddrinfo(3), or why
-    /// there is none.
-    static func lookUp(_ host: String, port: Int) -> Result<UnsafeMutablePointer<addrinfo>, LookupFailure> {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_NUMERICSERV
-        var result: UnsafeMutablePointer<addrinfo>?
-        let code = getaddrinfo(host, String(port), &hints, &result)
-        guard code == 0, let result else { return .failure(LookupFailure(why: "cannot resolve \(host): \(String(cString: gai_strerror(code)))")) }
-        return .success(result)
-    }
-
     /// Resolves `host` (blocking: call it off the concurrency pool).
     static func resolve(_ host: String, port: Int) -> Resolution {
         let result: UnsafeMutablePointer<addrinfo>
-        switch lookUp(host, port: port) {
-        case .success(let list): result = list
-        case .failure(let failure): return .failed(failure.why)
-        }
+        do throws(HTTPClientFailure) { result = try HTTPClient.lookUp(host, port: port) } catch { return .failed(error.detail) }
         defer { freeaddrinfo(result) }
         var addresses: [IPAddress] = []
         var next: UnsafeMutablePointer<addrinfo>? = result

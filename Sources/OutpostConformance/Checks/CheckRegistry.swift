@@ -1,4 +1,4 @@
-/// Every check, in the order of PROTOCOL.md: operations and routing (sections 2, 3, 7),
+/// Every check, in the order of docs/protocol.md: operations and routing (sections 2, 3, 7),
 /// auth (2), push (4), pull (5), long poll (5), restart and epoch rotation (1, 4, 5, 8),
 /// re-offers and lineage (4, 5; protocol 1.1), HTTP behaviour (2), media (6); each filed
 /// under the category of its group.

@@ -1,5 +1,5 @@
 /// Finds where a top-level member's value lies in a JSON object's bytes, so a check can
-/// measure exactly what the server sent (PROTOCOL.md section 5 counts a page's budget in
+/// measure exactly what the server sent (docs/protocol.md section 5 counts a page's budget in
 /// bytes of the encoded `changes` array). Assumes the text is valid JSON (parse it first).
 enum JSONSpan {
     /// The byte range of the value of `key` in the top-level object `bytes`, or nil.

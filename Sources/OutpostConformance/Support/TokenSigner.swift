@@ -2,7 +2,7 @@ import OutpostCore
 import OutpostCrypto
 
 /// Makes the bearer tokens the checks send: HS256 JWTs over the server's secret
-/// (PROTOCOL.md section 2), and deliberately broken ones (wrong algorithm, tampered
+/// (docs/protocol.md section 2), and deliberately broken ones (wrong algorithm, tampered
 /// parts, other secrets) that a server must refuse.
 public struct TokenSigner: Sendable {
     /// The HS256 secret (the server's `OUTPOST_JWT_SECRET`).

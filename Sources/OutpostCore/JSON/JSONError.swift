@@ -2,7 +2,7 @@
 ///
 /// `offset` is the zero-based index of the byte at which the parser gave up, counted from
 /// the start of the input, so a server can answer `400 invalid_json` with a message such as
-/// `invalid JSON at byte 1234: unexpected character` (PROTOCOL.md section 2).
+/// `invalid JSON at byte 1234: unexpected character` (docs/protocol.md section 2).
 public struct JSONError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What was wrong at `offset`.
     public enum Reason: Sendable, Hashable, CustomStringConvertible {

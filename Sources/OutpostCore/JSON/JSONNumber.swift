@@ -20,13 +20,13 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
     /// are kept as `Int64` so they cost no allocation; everything else keeps its text.
     /// Invariant: `.text` never holds such a lexeme, so storage equality is lexeme equality.
     @usableFromInline
-    enum Storage: Sendable, Hashable {
+    package enum Storage: Sendable, Hashable {
         case int(Int64)
         case text(String)
     }
 
     @usableFromInline
-    let storage: Storage
+    package let storage: Storage
 
     @inlinable
     init(storage: Storage) { self.storage = storage }
@@ -195,12 +195,12 @@ extension JSONNumber {
 /// trailing zero digit (no digit at all for zero, whose sign is then dropped), so equal
 /// values have equal parts: what exact integer conversion and exact comparison read.
 /// Exponents saturate at ±10^15, far beyond any value a double or an `Int64` holds.
-struct DecimalParts {
-    let negative: Bool
-    let digits: [UInt8]
-    let exponent: Int
+package struct DecimalParts {
+    package let negative: Bool
+    package let digits: [UInt8]
+    package let exponent: Int
 
-    init(lexeme bytes: UnsafeBufferPointer<UInt8>) {
+    package init(lexeme bytes: UnsafeBufferPointer<UInt8>) {
         var index = 0
         let negative = bytes.first == UInt8(ascii: "-")
         if negative { index = 1 }

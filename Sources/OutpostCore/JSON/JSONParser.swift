@@ -15,7 +15,7 @@
 /// let value = try JSONParser().parse(Array(#"{"title":"Buy milk"}"#.utf8))
 /// ```
 ///
-/// Why no "raw span" mode for the push hot path (PROTOCOL.md section 4): the server must
+/// Why no "raw span" mode for the push hot path (docs/protocol.md section 4): the server must
 /// hash a canonical (key-sorted) form of every change's `data`, which needs the parsed tree
 /// anyway; keeping the sender's bytes would only save the compact write of `data`.
 /// `outpost-bench json` measured that write at 11-14% of parse + store + fingerprint

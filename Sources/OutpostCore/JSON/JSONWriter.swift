@@ -6,7 +6,7 @@
 ///
 /// Canonical mode also sorts every object's members by the UTF-8 bytes of their keys, so two
 /// values that differ only in key order encode to the same bytes: change fingerprints
-/// (PROTOCOL.md section 4, idempotency) hash this form.
+/// (docs/protocol.md section 4, idempotency) hash this form.
 ///
 /// The server writes pull pages piece by piece, without building a `JSONValue`:
 /// ```swift

@@ -18,7 +18,7 @@ func withUTF8Bytes<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) -> 
 
 @inline(__always)
 @usableFromInline
-func utf8Equal(_ lhs: String, _ rhs: String) -> Bool {
+package func utf8Equal(_ lhs: String, _ rhs: String) -> Bool {
     let count = lhs.utf8.count
     guard count == rhs.utf8.count else { return false }
     return withUTF8Bytes(lhs) { a in
@@ -35,7 +35,7 @@ func utf8Equal(_ lhs: String, _ rhs: String) -> Bool {
 
 /// Whether `lhs` sorts before `rhs` by UTF-8 bytes (the canonical key order).
 @usableFromInline
-func utf8Less(_ lhs: String, _ rhs: String) -> Bool {
+package func utf8Less(_ lhs: String, _ rhs: String) -> Bool {
     withUTF8Bytes(lhs) { a in
         withUTF8Bytes(rhs) { b in
             let n = min(a.count, b.count)
@@ -58,9 +58,9 @@ func utf8Hash(_ string: String, into hasher: inout Hasher) {
 
 /// A `String` that hashes and compares by its UTF-8 bytes, for the key index of large objects.
 @usableFromInline
-struct UTF8Key: Hashable, Sendable {
-    @usableFromInline let string: String
-    @inlinable init(_ string: String) { self.string = string }
-    @inlinable static func == (lhs: UTF8Key, rhs: UTF8Key) -> Bool { utf8Equal(lhs.string, rhs.string) }
-    @inlinable func hash(into hasher: inout Hasher) { utf8Hash(string, into: &hasher) }
+package struct UTF8Key: Hashable, Sendable {
+    @usableFromInline package let string: String
+    @inlinable package init(_ string: String) { self.string = string }
+    @inlinable package static func == (lhs: UTF8Key, rhs: UTF8Key) -> Bool { utf8Equal(lhs.string, rhs.string) }
+    @inlinable package func hash(into hasher: inout Hasher) { utf8Hash(string, into: &hasher) }
 }

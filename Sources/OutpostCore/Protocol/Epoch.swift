@@ -1,4 +1,4 @@
-/// The name of a server's history (PROTOCOL.md section 1): `^[A-Za-z0-9]{1,64}$`.
+/// The name of a server's history (docs/protocol.md section 1): `^[A-Za-z0-9]{1,64}$`.
 ///
 /// Order: a longer epoch is later; of two as long, the greater byte by byte is later.
 /// The server makes epochs that sort after every earlier one: 26 characters, the time in

@@ -1,4 +1,4 @@
-/// Every error code of the protocol, in one place (PROTOCOL.md sections 2, 4, 5, 6, 7).
+/// Every error code of the protocol, in one place (docs/protocol.md sections 2, 4, 5, 6, 7).
 /// The raw value is the `code` sent in the error envelope or in a rejected change.
 public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     // Section 2: common

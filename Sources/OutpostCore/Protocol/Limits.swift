@@ -1,4 +1,4 @@
-/// The server's limits, as `GET /v1/info` reports them (PROTOCOL.md section 3). Every one
+/// The server's limits, as `GET /v1/info` reports them (docs/protocol.md section 3). Every one
 /// is a server setting; clients read them instead of assuming the defaults.
 public struct Limits: Hashable, Sendable {
     /// Largest request body, decompressed, in bytes.

@@ -1,4 +1,4 @@
-/// `POST /v1/spaces/{space}/media/uploads` request body (PROTOCOL.md section 6).
+/// `POST /v1/spaces/{space}/media/uploads` request body (docs/protocol.md section 6).
 public struct UploadRequest: Hashable, Sendable, JSONWireType {
     public var size: Int64
     /// The whole file's SHA-256, 64 lowercase hex characters.
@@ -86,7 +86,7 @@ extension Substring {
     }
 }
 
-/// An upload in progress (PROTOCOL.md section 6, steps 1 and 3).
+/// An upload in progress (docs/protocol.md section 6, steps 1 and 3).
 public struct UploadState: Hashable, Sendable, JSONWireType {
     public var uploadId: String
     /// `"open"` while chunks are expected.
@@ -147,7 +147,7 @@ public struct UploadState: Hashable, Sendable, JSONWireType {
     }
 }
 
-/// A stored media file (PROTOCOL.md section 6, `<media>`).
+/// A stored media file (docs/protocol.md section 6, `<media>`).
 public struct MediaInfo: Hashable, Sendable, JSONWireType {
     public var mediaId: String
     public var sha256: String

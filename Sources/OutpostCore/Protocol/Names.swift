@@ -1,7 +1,7 @@
-/// Validation of the names PROTOCOL.md section 1 defines. Every check works on UTF-8 bytes
+/// Validation of the names docs/protocol.md section 1 defines. Every check works on UTF-8 bytes
 /// and allocates nothing, because the server runs them for every change it receives.
 public enum Names {
-    /// Why `name` is not a space name, for the `400 invalid_space` answer (PROTOCOL.md
+    /// Why `name` is not a space name, for the `400 invalid_space` answer (docs/protocol.md
     /// section 2); the name is cut to 80 characters.
     public static func invalidSpaceMessage(_ name: String) -> String {
         "\"\(name.prefix(80))\" is not a space name: 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter or a digit (spaces need no creation)"

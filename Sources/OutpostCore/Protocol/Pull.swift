@@ -1,4 +1,4 @@
-/// `GET /v1/spaces/{space}/pull` answer (PROTOCOL.md section 5).
+/// `GET /v1/spaces/{space}/pull` answer (docs/protocol.md section 5).
 public struct PullPage: Hashable, Sendable, JSONWireType {
     public var epoch: Epoch
     /// Records whose latest version is after the cursor, in seq order, each once.
@@ -95,7 +95,7 @@ public struct Revocation: Hashable, Sendable, JSONWireType {
     }
 }
 
-/// The query of a pull request (PROTOCOL.md section 5), parsed and validated.
+/// The query of a pull request (docs/protocol.md section 5), parsed and validated.
 public struct PullQuery: Hashable, Sendable {
     /// The cursor; nil means the start of the current epoch.
     public var since: Version?

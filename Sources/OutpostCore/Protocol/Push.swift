@@ -1,10 +1,10 @@
-/// What a change does to its record (PROTOCOL.md section 4).
+/// What a change does to its record (docs/protocol.md section 4).
 public enum ChangeOp: String, Sendable, Hashable, Codable {
     case put
     case delete
 }
 
-/// What a re-offered change knew (protocol 1.1, PROTOCOL.md section 4): the version at
+/// What a re-offered change knew (protocol 1.1, docs/protocol.md section 4): the version at
 /// which its content was committed in a history the server no longer holds, and the time of
 /// that commit.
 public struct Lineage: Hashable, Sendable {
@@ -23,7 +23,7 @@ public struct Lineage: Hashable, Sendable {
     }
 
     /// Why a server whose epoch is `serverEpoch` rejects `change`'s lineage with
-    /// `invalid_change` (PROTOCOL.md section 4, added in 1.1), or nil when it is acceptable
+    /// `invalid_change` (docs/protocol.md section 4, added in 1.1), or nil when it is acceptable
     /// or absent: a re-offer carries a copy of an earlier history, so its version must name
     /// an epoch before the current one, and it cannot skip the descent check with `force`.
     public static func problem(of change: Change, serverEpoch: Epoch) -> String? {
@@ -41,7 +41,7 @@ public struct Lineage: Hashable, Sendable {
     public static let clockAllowance: Int64 = 300_000
 
     /// Why a store whose history of epochs is `history` refuses this lineage
-    /// (`invalid_change`, PROTOCOL.md section 4, "Re-offers", rule 3): the field at fault and
+    /// (`invalid_change`, docs/protocol.md section 4, "Re-offers", rule 3): the field at fault and
     /// the reason; nil when that history could have committed this copy at this time. Its
     /// commit time is no later than the history moved past its epoch
     /// (`EpochHistory.movedPast`), with `clockAllowance`, and not before 1970. (That its
@@ -57,7 +57,7 @@ public struct Lineage: Hashable, Sendable {
     }
 
     /// True when a re-offer of this copy may replace a current state whose `sameAs` is
-    /// `current` (PROTOCOL.md section 4, added in 1.1): the current state is this copy or an
+    /// `current` (docs/protocol.md section 4, added in 1.1): the current state is this copy or an
     /// ancestor of it in the same earlier history, with nothing written on it since. A state
     /// written in the later history (fresh, or on a restored state: its lineage is kept but
     /// its `sameAs` is not) holds writes the re-offer never saw.
@@ -67,7 +67,7 @@ public struct Lineage: Hashable, Sendable {
     }
 }
 
-/// One intended write from a client (PROTOCOL.md section 4).
+/// One intended write from a client (docs/protocol.md section 4).
 public struct Change: Hashable, Sendable {
     /// Unique for ever within the space; chosen when the change is queued.
     public var changeId: String
@@ -115,7 +115,7 @@ public struct Change: Hashable, Sendable {
         return .object(o)
     }
 
-    /// The bytes whose SHA-256 is the change's fingerprint (PROTOCOL.md section 4): the
+    /// The bytes whose SHA-256 is the change's fingerprint (docs/protocol.md section 4): the
     /// canonical JSON (object keys sorted, no whitespace) of collection, id, op, data,
     /// baseVersion and force. Semantically equal changes have equal fingerprints however
     /// their keys were ordered on the wire; `clientTime` is not part of the content.
@@ -191,7 +191,7 @@ public struct PushRequest: Hashable, Sendable {
 
     public func encoded() -> [UInt8] { json.encoded() }
 
-    /// Decodes a push body as the server must (PROTOCOL.md section 4). The request as a
+    /// Decodes a push body as the server must (docs/protocol.md section 4). The request as a
     /// whole is refused (`WireError`, 422) when it is not an object, lacks a valid
     /// `clientId` or `changes` array, or has a change without a valid `changeId` (its
     /// result could not be named). Any other fault rejects only that change.
@@ -284,7 +284,7 @@ public enum PushDecodeError: Error, Equatable, Sendable {
     case tooManyChanges(count: Int, limit: Int)
 }
 
-/// The outcome of one change (PROTOCOL.md section 4).
+/// The outcome of one change (docs/protocol.md section 4).
 public enum PushStatus: String, Sendable, Hashable, Codable {
     case applied
     case conflict

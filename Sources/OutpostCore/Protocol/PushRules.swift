@@ -1,4 +1,4 @@
-/// The push rules of PROTOCOL.md section 4, once, for every store: the SQLite and
+/// The push rules of docs/protocol.md section 4, once, for every store: the SQLite and
 /// PostgreSQL stores of the server and the SDK's `InMemorySyncServer` each implement
 /// `PushStorage` (what differs: how rows are read and written) and call `PushRules.apply`.
 ///
@@ -85,7 +85,7 @@ public enum PushRules {
 
     /// A store's history of epochs, as far as it knows it: when it began, and each epoch it
     /// ended and when. A re-offer's lineage is judged by it (`Lineage.problem(in:)`,
-    /// PROTOCOL.md section 4, "Re-offers", rule 3).
+    /// docs/protocol.md section 4, "Re-offers", rule 3).
     public struct EpochHistory: Hashable, Sendable {
         /// The server time the history began (a restored store's: its backup's).
         public var began: Int64
@@ -117,7 +117,7 @@ public enum PushRules {
         }
     }
 
-    /// A remembered applied change id (PROTOCOL.md section 4, idempotency).
+    /// A remembered applied change id (docs/protocol.md section 4, idempotency).
     public struct Applied: Hashable, Sendable {
         /// SHA-256 of the change's fingerprint material.
         public var fingerprint: [UInt8]
@@ -288,7 +288,7 @@ public enum PushRules {
             }
             // 2. A re-offer's commit time must be one its epoch could have had in the store's
             //    history: no device stamps a write with a time after that history moved past
-            //    the epoch it names (PROTOCOL.md section 4, "Re-offers", rule 3).
+            //    the epoch it names (docs/protocol.md section 4, "Re-offers", rule 3).
             if let lineage = change.lineage {
                 if history == nil { history = try storage.epochHistory() }
                 if let (field, message) = lineage.problem(in: history!) {

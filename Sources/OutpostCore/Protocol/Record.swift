@@ -1,5 +1,5 @@
 /// One record in its current state, as pull pages and push conflicts carry it
-/// (PROTOCOL.md sections 4 and 5). A tombstone has `deleted == true` and no `data`.
+/// (docs/protocol.md sections 4 and 5). A tombstone has `deleted == true` and no `data`.
 public struct RecordState: Hashable, Sendable, JSONWireType {
     public var collection: String
     public var id: String
@@ -80,7 +80,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
     }
 }
 
-/// The error envelope every non-2xx answer carries (PROTOCOL.md section 2):
+/// The error envelope every non-2xx answer carries (docs/protocol.md section 2):
 /// `{"error": {"code": ..., "message": ..., "details": {...}}}`.
 public struct ErrorEnvelope: Hashable, Sendable, JSONWireType, Error {
     public var code: String
@@ -108,7 +108,7 @@ public struct ErrorEnvelope: Hashable, Sendable, JSONWireType, Error {
     }
 }
 
-/// `GET /v1/info` (PROTOCOL.md section 3).
+/// `GET /v1/info` (docs/protocol.md section 3).
 public struct ServerInfo: Hashable, Sendable, JSONWireType {
     /// The major version (`protocol`): 1.
     public var protocolVersion: Int

@@ -105,8 +105,10 @@ public struct TelemetryBatch: Sendable, Hashable {
         guard let clientId = o["clientId"]?.stringValue, Names.isValidClientID(clientId) else {
             throw WireError(field: "clientId", message: "must be 1 to 128 characters of [A-Za-z0-9_.:-]")
         }
-        guard let version = o["sdkVersion"]?.stringValue, (1...64).contains(version.utf8.count) else {
-            throw WireError(field: "sdkVersion", message: "must be a string of 1 to 64 bytes")
+        // Characters (Unicode scalars), as JSON Schema's maxLength counts them; it was bytes
+        // before, and every string that passed then passes now.
+        guard let version = o["sdkVersion"]?.stringValue, (1...64).contains(version.unicodeScalars.count) else {
+            throw WireError(field: "sdkVersion", message: "must be a string of 1 to 64 characters")
         }
         guard case .array(let items)? = o["syncs"] else { throw WireError(field: "syncs", message: "must be an array") }
         guard items.count <= Self.maxEntries else { throw WireError(field: "syncs", message: "holds \(items.count) entries; at most \(Self.maxEntries)") }

@@ -1,4 +1,4 @@
-/// The version of one record state, `"<epoch>.<seq>"` (PROTOCOL.md section 1), also used
+/// The version of one record state, `"<epoch>.<seq>"` (docs/protocol.md section 1), also used
 /// as a cursor (a position in a space's history; `"<epoch>.0"` is the start).
 public struct Version: Hashable, Sendable, CustomStringConvertible {
     /// The largest seq the protocol allows (2^53 - 1, exact in every JSON implementation).
@@ -40,7 +40,7 @@ public struct Version: Hashable, Sendable, CustomStringConvertible {
     public var text: String { description }
 }
 
-/// A pull cursor (PROTOCOL.md section 5): where a pull ends, and, on a server with rules,
+/// A pull cursor (docs/protocol.md section 5): where a pull ends, and, on a server with rules,
 /// the view of the space it was made under (docs/rules.md). Its text is
 /// `"<epoch>.<seq>"`, or `"<epoch>.<seq>.<view>"` with a view; a view is 1 to 64 lowercase
 /// letters and digits, opaque to the client.

@@ -1,6 +1,6 @@
 /// A request body that parsed as JSON but does not have the protocol's shape: a missing
 /// required field or a wrong type. The server answers `422 invalid_request` with
-/// `details.field` naming the first bad field (PROTOCOL.md section 2).
+/// `details.field` naming the first bad field (docs/protocol.md section 2).
 public struct WireError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The path of the first bad field, e.g. `changes[3].changeId`.
     public let field: String

@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostRules
 import Testing
 
 /// The rules file's JSON Schema subset: every keyword passing and failing with the failing

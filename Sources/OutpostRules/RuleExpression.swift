@@ -1,3 +1,5 @@
+import OutpostCore
+
 /// The expression language of a rules file (docs/rules.md): a condition over the token's
 /// claims and a record, with no side effects and a cost bounded by its size.
 ///

@@ -1,3 +1,5 @@
+import OutpostCore
+
 /// The JSON Schema subset a rules file uses to check every record a client writes.
 ///
 /// A schema is compiled once, when the rules file is loaded, and refuses anything outside

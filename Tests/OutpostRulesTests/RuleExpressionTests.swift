@@ -1,4 +1,5 @@
-@testable import OutpostCore
+import OutpostCore
+@testable import OutpostRules
 import Testing
 
 /// The rules language (docs/rules.md): every operator, null for missing paths, numbers by
