@@ -12,7 +12,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
     let change = Change(changeId: changeId, collection: "todos", id: id, op: op, data: op == .put ? data : nil, baseVersion: base, clientTime: 7,
                         lineage: Lineage(version: lineage, updatedAt: updatedAt))
     let dataJSON = change.data.map { JSONValue.object($0).encoded() }
-    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), dataJSON: dataJSON))
+    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), data: dataJSON))
 }
 
 /// Protocol 1.1's lineage rules (PROTOCOL.md sections 4 and 5) on both backends: a real

@@ -88,7 +88,7 @@ func withStore(_ kind: StoreKind = .sqlite, _ body: (StoreFixture) async throws 
 func prepared(_ changeId: String, _ collection: String = "todos", id: String, op: ChangeOp = .put, data: JSONObject? = ["t": "x"], base: Version?, force: Bool = false) -> PushItem {
     let change = Change(changeId: changeId, collection: collection, id: id, op: op, data: op == .put ? data : nil, baseVersion: base, force: force, clientTime: 7)
     let dataJSON = change.data.map { JSONValue.object($0).encoded() }
-    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), dataJSON: dataJSON))
+    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), data: dataJSON))
 }
 
 func decodePage(_ page: PageData) throws -> [RecordState] {

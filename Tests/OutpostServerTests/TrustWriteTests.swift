@@ -47,7 +47,7 @@ import Testing
             let path = dir.appending("outpost.sqlite"), backup = dir.appending("backup.sqlite")
             func open() throws -> SQLiteSyncStore { try SQLiteSyncStore(configuration: .init(path: path)) }
             func item(_ change: Change) -> PushItem {
-                .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), dataJSON: change.canonicalData()))
+                .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), data: change.canonicalData()))
             }
             var store = try open()
             let first = store.epoch
@@ -302,7 +302,7 @@ extension HiddenTombstoneTests {
             var store = try SQLiteSyncStore(configuration: .init(path: path))
             let first = store.epoch
             let items: [PushItem] = [put("c1", "a", ["v": 1]), put("c2", "bb", ["v": "two"])].map {
-                .change(PreparedChange(change: $0, fingerprint: SHA256.hash($0.fingerprintMaterial()), dataJSON: $0.canonicalData()))
+                .change(PreparedChange(change: $0, fingerprint: SHA256.hash($0.fingerprintMaterial()), data: $0.canonicalData()))
             }
             _ = try await store.push(space: "sp", clientId: "d", items: items, now: 10)
             await store.close()
@@ -356,7 +356,7 @@ extension HiddenTombstoneTests {
         // A re-offer of a retired epoch with a time before the upgrade applies; after, it does not.
         let reoffer = { (id: String, time: Int64) -> PushItem in
             let c = LineageTimeTests.reoffer(id, id, lineage: "OLD2.9", updatedAt: time)
-            return .change(PreparedChange(change: c, fingerprint: SHA256.hash(c.fingerprintMaterial()), dataJSON: c.canonicalData()))
+            return .change(PreparedChange(change: c, fingerprint: SHA256.hash(c.fingerprintMaterial()), data: c.canonicalData()))
         }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let r = try await store.push(space: "sp", clientId: "d", items: [reoffer("x", 1_000), reoffer("y", now + 3_600_000)], now: now)

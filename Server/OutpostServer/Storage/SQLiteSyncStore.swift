@@ -640,16 +640,6 @@ public final class SQLiteSyncStore: SyncStore {
 
 // MARK: - Jobs
 
-struct PushJob: Sendable {
-    let space: String
-    let clientId: String
-    let subject: String
-    let items: [PushItem]
-    let now: Int64
-    let judge: (any PushJudge)?
-    let completion: @Sendable (Result<[PushResult], any Error>) -> Void
-}
-
 enum WriteJob: Sendable {
     case push(PushJob)
     case other(@Sendable (Connection) -> Void)
@@ -663,8 +653,10 @@ struct ReadJob: Sendable {
 
 // MARK: - Writer
 
-/// Owned by the writer thread; never touched elsewhere.
-final class SQLiteWriter {
+/// Owned by the writer thread; never touched elsewhere. Its pushes go through
+/// `GroupCommit`: one `BEGIN IMMEDIATE` transaction per group, the spaces' counters kept
+/// here between groups and stored once per group, at its commit.
+final class SQLiteWriter: GroupWriter {
     let db: Connection
     let epoch: Epoch
     let notifier: CommitNotifier
@@ -674,6 +666,8 @@ final class SQLiteWriter {
     let recordQuota: Int64?
     /// space name -> its space_id and counters, as committed.
     private var spaces: [String: (id: Int64, counters: PushRules.Space)] = [:]
+    /// `spaces` when the group's transaction began, put back when it is rolled back.
+    private var beforeGroup: [String: (id: Int64, counters: PushRules.Space)] = [:]
 
     init(db: Connection, epoch: Epoch, notifier: CommitNotifier, outbox: Bool = false, recordQuota: Int64? = nil) {
         self.db = db
@@ -696,7 +690,7 @@ final class SQLiteWriter {
             case .push(let p):
                 pushes.append(p)
             case .other(let body):
-                commitPushes(pushes)
+                if !pushes.isEmpty { GroupCommit.run(pushes, on: self) }
                 pushes.removeAll()
                 body(db)
                 // The job may have changed a space's counters (a compaction purges
@@ -704,51 +698,44 @@ final class SQLiteWriter {
                 spaces.removeAll()
             }
         }
-        commitPushes(pushes)
+        if !pushes.isEmpty { GroupCommit.run(pushes, on: self) }
     }
 
-    /// Applies several pushes in one transaction (group commit). Each push runs in a
-    /// savepoint, so a storage failure in one fails that push only. No completion runs
-    /// before the commit has returned.
-    private func commitPushes(_ jobs: [PushJob]) {
-        guard !jobs.isEmpty else { return }
-        let before = spaces
-        var outcomes: [Result<[PushResult], any Error>] = []
-        var touched: Set<String> = []
-        do {
-            try db.execute("BEGIN IMMEDIATE")
-            for job in jobs {
-                let snapshot = spaces
-                do {
-                    let results = try db.savepoint { try apply(job) }
-                    outcomes.append(.success(results))
-                    if results.contains(where: { $0.status == .applied && !$0.replayed }) { touched.insert(job.space) }
-                } catch {
-                    spaces = snapshot
-                    outcomes.append(.failure(error))
-                }
-            }
-            for space in touched {
-                let entry = spaces[space]!
-                let store = try db.cached("UPDATE spaces SET head_seq = ?, record_bytes = ? WHERE space_id = ?")
-                try store.bind(int: entry.counters.head, at: 1)
-                try store.bind(int: entry.counters.recordBytes, at: 2)
-                try store.bind(int: entry.id, at: 3)
-                while try store.step() {}
-                store.reset()
-            }
-            try db.execute("COMMIT")
-        } catch {
-            if db.isInTransaction { try? db.execute("ROLLBACK") }
-            spaces = before
-            for job in jobs { job.completion(.failure(error)) }
-            return
+    // MARK: GroupWriter
+
+    func begin(spaces: [String]) throws {
+        beforeGroup = self.spaces
+        try db.execute("BEGIN IMMEDIATE")
+    }
+
+    func storage(for job: PushJob) throws -> (SQLitePushStorage, PushRules.Space) {
+        let space = try spaceEntry(job.space)
+        return (SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch, outboxAt: outbox ? job.now : nil), space.counters)
+    }
+
+    func commit(touched: [String: PushRules.Space]) throws {
+        let store = try db.cached("UPDATE spaces SET head_seq = ?, record_bytes = ? WHERE space_id = ?")
+        for (space, counters) in touched {
+            let id = spaces[space]!.id
+            try store.bind(int: counters.head, at: 1)
+            try store.bind(int: counters.recordBytes, at: 2)
+            try store.bind(int: id, at: 3)
+            while try store.step() {}
+            store.reset()
+            spaces[space] = (id, counters)
         }
-        // The notifier learns the new heads before any push is answered, so a pull sent
-        // after a push's answer never shares a page read older than that push (see
-        // PageCoalescer).
-        for space in touched { notifier.committed(space: space, head: spaces[space]!.counters.head) }
-        for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome) }
+        try db.execute("COMMIT")
+    }
+
+    func rollback() {
+        if db.isInTransaction { try? db.execute("ROLLBACK") }
+        spaces = beforeGroup
+    }
+
+    /// One writer owns the file: a failure while a push is applied is that push's, and
+    /// any other is the transaction's.
+    func failure(_ error: any Error, at phase: GroupCommit.Phase) -> GroupCommit.Failure {
+        phase == .push ? .push : .group(answer: error)
     }
 
     private func spaceEntry(_ name: String) throws -> (id: Int64, counters: PushRules.Space) {
@@ -762,23 +749,6 @@ final class SQLiteWriter {
         let entry = (id: db.lastInsertRowID, counters: PushRules.Space(head: 0, recordBytes: 0))
         spaces[name] = entry
         return entry
-    }
-
-
-    /// Applies one push with `PushRules` over this connection (`SQLitePushStorage`) and
-    /// keeps the space's head for the commit.
-    private func apply(_ job: PushJob) throws -> [PushResult] {
-        var space = try spaceEntry(job.space)
-        var inputs: [PushRules.Input] = []
-        inputs.reserveCapacity(job.items.count)
-        for item in job.items {
-            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
-        }
-        var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch, outboxAt: outbox ? job.now : nil)
-        let context = PushRules.Context(epoch: epoch, clientId: job.clientId, subject: job.subject, now: job.now, recordQuota: recordQuota)
-        let decided = try PushRules.apply(inputs, context: context, space: &space.counters, storage: &storage, judge: job.judge)
-        spaces[job.space] = space
-        return PushItem.merge(decided, into: job.items)
     }
 
     /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as`.
@@ -940,36 +910,22 @@ final class SQLiteReader {
         }
     }
 
-    /// Encodes the rows of `stmt` (`recordsAfter`'s columns, `limit + 1` at most) as a page.
+    /// Encodes the rows of `stmt` (`recordsAfter`'s columns, `limit + 1` at most) as a page
+    /// (`PullRules.Page`).
     private func encodePage(_ stmt: Statement, limit: Int, maxBytes: Int, head: Int64) throws -> PageData {
-        var out: [UInt8] = []
-        out.reserveCapacity(min(maxBytes, 1 << 20))
-        out.append(UInt8(ascii: "["))
-        var count = 0
-        var lastSeq: Int64?
-        var hasMore = false
+        var page = PullRules.Page(limit: limit, maxBytes: maxBytes)
         while try stmt.step() {
-            if count == limit { hasMore = true; break }
-            let mark = out.count
-            if count > 0 { out.append(UInt8(ascii: ",")) }
-            let seq = stmt.int64(0)
             let deleted = stmt.int64(3) != 0
-            stmt.withBytes(4) { data in
-                RecordJSON.append(
-                    to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: seq, deleted: deleted,
-                    data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
-                    lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
+            let added = page.add(seq: stmt.int64(0)) { out in
+                stmt.withBytes(4) { data in
+                    RecordJSON.append(
+                        to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: stmt.int64(0), deleted: deleted,
+                        data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
+                        lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
+                }
             }
-            // The byte budget counts the whole encoded array; the first record always fits.
-            if count > 0 && out.count + 1 > maxBytes {
-                out.removeSubrange(mark...)
-                hasMore = true
-                break
-            }
-            count += 1
-            lastSeq = seq
+            if !added { break }
         }
-        out.append(UInt8(ascii: "]"))
-        return PageData(epoch: epoch, changesJSON: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: head)
+        return PageData(epoch: epoch, changesJSON: page.finish(), count: page.count, lastSeq: page.lastSeq, hasMore: page.hasMore, head: head)
     }
 }
