@@ -66,6 +66,15 @@ final class StoreFixture {
         return epoch
     }
 
+    /// Closes the store and puts the SQLite fixture `name` (Tests/server-schemas: a file of
+    /// an earlier release) in place of its file, then opens it (and so migrates it).
+    func replaceWithFixture(_ name: String) async throws {
+        await store.close()
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        try FileManager.default.copyItem(atPath: SchemaMigrationTests.repositoryPath("Tests/server-schemas/sqlite-\(name).sqlite"), toPath: path)
+        store = try open()
+    }
+
     func cleanUp() async {
         await store.close()
         try? FileManager.default.removeItem(at: directory)

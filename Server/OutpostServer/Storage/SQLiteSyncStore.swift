@@ -66,12 +66,8 @@ public final class SQLiteSyncStore: SyncStore {
     private let nextReader = Atomic<Int>(0)
     private let configuration: Configuration
 
-    /// Current schema version; `migrate` brings older files up to it.
-    /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
-    /// 3: `records.same_as` (protocol 1.1). 4: departures. 5: the view index. 6: history
-    /// horizons. 7: device telemetry. 8: the webhook outbox (`WebhookOutbox`). 9: the epoch
-    /// history (`epoch_history`). 10: the subject of every write. 11: each space's record
-    /// bytes.
+    /// The newest `meta.schema_version`, the number servers from before the named list of
+    /// migrations (`SQLiteSchema`) read: its migrations "sync 1" to "sync 11" write it.
     static let schemaVersion = 11
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
@@ -85,7 +81,7 @@ public final class SQLiteSyncStore: SyncStore {
         // Open once here to migrate and read the epoch before any thread starts.
         let setup = try Connection(path: configuration.path)
         try setup.enableWAL(synchronous: configuration.synchronous)
-        try Self.migrate(setup)
+        try Self.migrate(setup, now: configuration.clock())
         let epoch = try Self.ensureEpoch(setup, makeEpoch: configuration.makeEpoch, now: configuration.clock())
         setup.close()
         self.epoch = epoch
@@ -143,251 +139,10 @@ public final class SQLiteSyncStore: SyncStore {
 
     // MARK: Schema
 
-    /// Creates or upgrades the schema. Public so a benchmark can build the same tables for its ceiling.
-    public static func migrate(_ db: Connection) throws {
-        try db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
-        let version = try db.scalarText("SELECT value FROM meta WHERE key = 'schema_version'").flatMap { Int($0) } ?? 0
-        guard version <= schemaVersion else {
-            throw StoreError("the store's schema version \(version) is newer than this server's (\(schemaVersion)); upgrade the server")
-        }
-        if version < 1 {
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE spaces(
-                        space_id INTEGER PRIMARY KEY,
-                        name TEXT NOT NULL UNIQUE,
-                        head_seq INTEGER NOT NULL DEFAULT 0);
-                    CREATE TABLE records(
-                        space_id INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        id TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        deleted INTEGER NOT NULL,
-                        data BLOB,
-                        updated_at INTEGER NOT NULL,
-                        updated_by TEXT NOT NULL,
-                        client_time INTEGER);
-                    CREATE UNIQUE INDEX records_key ON records(space_id, collection, id);
-                    CREATE UNIQUE INDEX records_seq ON records(space_id, seq);
-                    CREATE TABLE applied_changes(
-                        space_id INTEGER NOT NULL,
-                        change_id TEXT NOT NULL,
-                        fingerprint BLOB NOT NULL,
-                        epoch TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        applied_at INTEGER NOT NULL,
-                        PRIMARY KEY(space_id, change_id)) WITHOUT ROWID;
-                    CREATE INDEX applied_changes_at ON applied_changes(applied_at);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '1')")
-            }
-        }
-        if version < 2 {
-            // The earlier-history version a record state descends from, "<epoch>.<seq>"
-            // (PROTOCOL.md section 4, added in 1.1); NULL for the states of a 1.0 store.
-            try db.transaction {
-                try db.execute("ALTER TABLE records ADD COLUMN lineage TEXT")
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '2')")
-            }
-        }
-        if version < 3 {
-            // The earlier-history version a record state *is*, with nothing written since
-            // (PROTOCOL.md section 4, added in 1.1): re-offers are admitted by it, since a
-            // plain write keeps `lineage` but clears `same_as`. A schema-2 row does not tell
-            // whether its lineage came from a rotation or re-offer left untouched or was
-            // kept through a write since, so its lineage is copied: this errs toward
-            // admitting a re-offer, as schema 2 did. Schema 2 existed only between two
-            // commits of the development of 1.1, so no deployed store holds such rows.
-            try db.transaction {
-                try db.execute("ALTER TABLE records ADD COLUMN same_as TEXT")
-                try db.execute("UPDATE records SET same_as = lineage WHERE lineage IS NOT NULL")
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '3')")
-            }
-        }
-        if version < 4 {
-            // The live states that writes replaced on a server with rules, where the write
-            // may have taken the record out of some token's view (docs/rules.md): a pull
-            // from a cursor before the write reads whether the device's copy was in view.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS departures(
-                        space_id INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        id TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        data BLOB NOT NULL,
-                        PRIMARY KEY(space_id, collection, id, seq)) WITHOUT ROWID
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '4')")
-            }
-        }
-        if version < 5 {
-            // The view index of a server with rules (docs/rules.md, "Cost"; `ViewIndex`):
-            // keys of the live records by scope, path and value, in seq order, and the
-            // departures by seq, so a page under rules reads only what a view may admit.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS view_index(
-                        space_id INTEGER NOT NULL,
-                        scope TEXT NOT NULL,
-                        path TEXT NOT NULL,
-                        key TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        PRIMARY KEY(space_id, scope, path, key, seq)) WITHOUT ROWID;
-                                CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '5')")
-            }
-        }
-        if version < 6 {
-            // Compaction (docs/operating.md): each space's history horizon, and the
-            // tombstones by age, so a purge finds them without reading every record.
-            try db.transaction {
-                try db.execute("""
-                    ALTER TABLE spaces ADD COLUMN horizon_seq INTEGER NOT NULL DEFAULT 0;
-                    CREATE INDEX IF NOT EXISTS records_tombstones ON records(updated_at) WHERE deleted = 1;
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '6')")
-            }
-        }
-        if version < 7 {
-            // Device telemetry (DeviceTelemetry): each device's last state and its syncs.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS devices(
-                        space TEXT NOT NULL,
-                        client_id TEXT NOT NULL,
-                        first_seen INTEGER NOT NULL,
-                        last_seen INTEGER NOT NULL,
-                        last_sync INTEGER NOT NULL,
-                        sdk_version TEXT NOT NULL,
-                        pending INTEGER NOT NULL,
-                        last_error TEXT,
-                        clock_offset TEXT,
-                        reports INTEGER NOT NULL,
-                        PRIMARY KEY(space, client_id)) WITHOUT ROWID;
-                    CREATE TABLE IF NOT EXISTS device_syncs(
-                        space TEXT NOT NULL,
-                        client_id TEXT NOT NULL,
-                        started_at INTEGER NOT NULL,
-                        received_at INTEGER NOT NULL,
-                        entry TEXT NOT NULL,
-                        PRIMARY KEY(space, client_id, started_at)) WITHOUT ROWID;
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '7')")
-            }
-        }
-        if version < 8 {
-            // Webhooks (WebhookOutbox): each committed change while webhooks are configured,
-            // written in its push's transaction; the webhooks, each one's delivery cursor per
-            // space, and the batches that ran out of attempts. AUTOINCREMENT: an outbox id
-            // is never handed out twice, also once every row up to it is pruned, because
-            // the cursors count by it.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS webhook_outbox(
-                        id INTEGER PRIMARY KEY AUTOINCREMENT,
-                        space_id INTEGER NOT NULL,
-                        epoch TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        record_id TEXT NOT NULL,
-                        deleted INTEGER NOT NULL,
-                        data BLOB,
-                        updated_at INTEGER NOT NULL,
-                        updated_by TEXT NOT NULL,
-                        client_time INTEGER,
-                        lineage TEXT,
-                        same_as TEXT,
-                        committed_at INTEGER NOT NULL);
-                    CREATE INDEX IF NOT EXISTS webhook_outbox_space ON webhook_outbox(space_id, id);
-                    CREATE TABLE IF NOT EXISTS webhooks(
-                        webhook TEXT PRIMARY KEY,
-                        name TEXT NOT NULL,
-                        start_id INTEGER NOT NULL,
-                        seen_at INTEGER NOT NULL) WITHOUT ROWID;
-                    CREATE TABLE IF NOT EXISTS webhook_cursors(
-                        webhook TEXT NOT NULL,
-                        space_id INTEGER NOT NULL,
-                        delivered_id INTEGER NOT NULL,
-                        batch_last INTEGER,
-                        delivery_id TEXT,
-                        attempts INTEGER NOT NULL DEFAULT 0,
-                        next_attempt_at INTEGER NOT NULL DEFAULT 0,
-                        last_error TEXT,
-                        lease_owner TEXT,
-                        lease_until INTEGER NOT NULL DEFAULT 0,
-                        PRIMARY KEY(webhook, space_id)) WITHOUT ROWID;
-                    CREATE TABLE IF NOT EXISTS webhook_dead_letters(
-                        id INTEGER PRIMARY KEY AUTOINCREMENT,
-                        webhook TEXT NOT NULL,
-                        name TEXT NOT NULL,
-                        space TEXT NOT NULL,
-                        epoch TEXT NOT NULL,
-                        first_seq INTEGER NOT NULL,
-                        last_seq INTEGER NOT NULL,
-                        changes INTEGER NOT NULL,
-                        delivery_id TEXT NOT NULL,
-                        body BLOB NOT NULL,
-                        attempts INTEGER NOT NULL,
-                        last_error TEXT NOT NULL,
-                        failed_at INTEGER NOT NULL);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '8')")
-            }
-        }
-        if version < 9 {
-            // The epoch history (PROTOCOL.md section 4, "Re-offers", rule 3): when the store's
-            // history began and every epoch it ended and when, so a re-offer's commit time
-            // can be only one its epoch could have had. A store from before knows its ended
-            // epochs (the last 32, from `retired_epochs`) but not when they ended nor when it
-            // began: both are bounded by now, when every one of them is over.
-            try db.transaction {
-                try db.execute("CREATE TABLE IF NOT EXISTS epoch_history(epoch TEXT PRIMARY KEY, ended_at INTEGER NOT NULL) WITHOUT ROWID")
-                if try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'") != nil {
-                    let now = systemClock()
-                    let retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "").split(separator: ",").compactMap { Epoch(String($0)) }
-                    for epoch in retired {
-                        try db.run("INSERT OR IGNORE INTO epoch_history(epoch, ended_at) VALUES (?, ?)", [.text(epoch.rawValue), .integer(now)])
-                    }
-                    try db.run("INSERT OR IGNORE INTO meta(key, value) VALUES ('history_began_at', ?)", [.text(String(now))])
-                }
-                try db.run("DELETE FROM meta WHERE key = 'retired_epochs'")
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '9')")
-            }
-        }
-        if version < 10 {
-            // Who wrote, as no device can claim it: the authenticated subject (the token's
-            // `sub`) of the push that wrote each record state, kept beside the clientId the
-            // device chose; the same in the webhook outbox, and the subject a device's
-            // telemetry is bound to. NULL for what was written before.
-            try db.transaction {
-                for table in ["records", "webhook_outbox", "devices"] { try addColumn(db, table, "subject TEXT") }
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '10')")
-            }
-        }
-        if version < 11 {
-            // Each space's record bytes (`PushRules.recordBytes`: collection, id and data of
-            // every record, tombstones included), kept by every push and compaction in their
-            // transactions, for the per-space limit and the operator's list.
-            try db.transaction {
-                try addColumn(db, "spaces", "record_bytes INTEGER NOT NULL DEFAULT 0")
-                try db.execute("""
-                    UPDATE spaces SET record_bytes = (SELECT coalesce(sum(length(CAST(collection AS BLOB)) + length(CAST(id AS BLOB)) + coalesce(length(data), 0)), 0)
-                                                        FROM records r WHERE r.space_id = spaces.space_id);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '11')")
-            }
-        }
-    }
-
-    /// Adds the column `definition` (its name first) to `table` unless the table has it
-    /// already, so a migration that adds columns runs to the same end on a file that has some.
-    private static func addColumn(_ db: Connection, _ table: String, _ definition: String) throws {
-        let name = String(definition.prefix { $0 != " " })
-        guard try db.scalarInt("SELECT count(*) FROM pragma_table_info(?) WHERE name = ?", [.text(table), .text(name)]) == 0 else { return }
-        try db.execute("ALTER TABLE \(table) ADD COLUMN \(definition)")
+    /// Brings the schema of the file `db` is open on up to date (`SQLiteSchema`). Public so
+    /// a benchmark can build the same tables for its ceiling.
+    public static func migrate(_ db: Connection, now: Int64 = systemClock()) throws {
+        try SQLiteSchema.migrations.migrate(SQLiteSession(borrowing: db), now: now)
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch, now: Int64 = systemClock()) throws -> Epoch {
