@@ -8,7 +8,7 @@ with their push function, as first released). Then a server's writes of that tim
 played as SQL: a history begun in epoch E0, rotated to E1 (with the lineage the rotation
 of that release gave), writes on both sides of the rotation, a tombstone, change ids, and
 one row in each table the state has (departures, view index, telemetry, webhooks, media,
-uploads, tus uploads). MigrationTests opens every fixture with today's server.
+uploads, tus uploads). SchemaMigrationTests opens every fixture with today's server.
 
 Run from the repository's root with its history at hand:
     python3 Tests/server-schemas/make-fixtures.py

@@ -4,7 +4,7 @@ import OutpostCore
 /// (docs/architecture.md, "Schema migrations").
 ///
 /// Once released a migration is never edited, renamed or removed: a database that ran it
-/// keeps its name in `migrations`, and `MigrationTests` pins the SQL of each by its
+/// keeps its name in `migrations`, and `SchemaMigrationTests` pins the SQL of each by its
 /// SHA-256. A change to what a migration made is a new migration at the end of the list.
 struct Migration: Sendable {
     /// The migration's name, as `migrations` records it.
