@@ -85,6 +85,32 @@ import Testing
         #expect(try db.query("SELECT name FROM sqlite_master WHERE name = 'zero'", []) { $0.text(0) }.isEmpty)
     }
 
+    /// A database that recorded a migration this server does not know was migrated by a
+    /// newer one: the store refuses to open it and changes nothing, and `check` calls it
+    /// damage (on SQLite), on both stores.
+    @Test func aDatabaseMigratedByANewerServerIsRefused() async throws {
+        try await withTemporaryDirectory(prefix: "schema-newer") { directory in
+            let path = directory.appending("outpost.sqlite")
+            await (try SQLiteSyncStore(configuration: .init(path: path))).close()
+            #expect(try CheckCommand.run(dataDirectory: directory.path).problems.allSatisfy { !$0.contains("migration") })
+            do {
+                let db = try Connection(path: path)
+                defer { db.close() }
+                try db.run("INSERT INTO migrations(name, applied_at) VALUES ('from a newer server', 1)")
+            }
+            #expect(throws: StoreError.self) { try SQLiteSyncStore(configuration: .init(path: path)) }
+            let problems = try CheckCommand.run(dataDirectory: directory.path).problems
+            #expect(problems.contains { $0.contains("migrated by a newer outpost-server") }, "\(problems)")
+        }
+        let url = try await PostgresCluster.database(prefix: "schemanewer")
+        await (try PostgresSyncStore(configuration: .init(url: url))).close()
+        let db = try PostgresConnection(url: url)
+        defer { db.close() }
+        try db.execute("INSERT INTO migrations(name, applied_at) VALUES ('from a newer server', 1)")
+        #expect(try PostgresSchema.pending(db) == nil)
+        #expect(throws: StoreError.self) { try PostgresSyncStore(configuration: .init(url: url)) }
+    }
+
     // MARK: SQLite files of every release
 
     /// The SQLite states of `main`: (fixture, schema_version, media_schema_version).
