@@ -97,7 +97,7 @@ import Testing
     static func serverStore(_ store: any SyncStore) -> Subject {
         Subject(epoch: store.epoch, push: { changes, now in
             let items = changes.map { c in
-                PushItem.change(PreparedChange(change: c, fingerprint: SHA256.hash(c.fingerprintMaterial()), dataJSON: c.canonicalData()))
+                PushItem.change(PreparedChange(change: c, fingerprint: SHA256.hash(c.fingerprintMaterial()), data: c.canonicalData()))
             }
             return try await store.push(space: "table", clientId: "tester", items: items, now: now)
         }, close: { await store.close() })

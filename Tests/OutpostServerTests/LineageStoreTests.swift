@@ -12,7 +12,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
     let change = Change(changeId: changeId, collection: "todos", id: id, op: op, data: op == .put ? data : nil, baseVersion: base, clientTime: 7,
                         lineage: Lineage(version: lineage, updatedAt: updatedAt))
     let dataJSON = change.data.map { JSONValue.object($0).encoded() }
-    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), dataJSON: dataJSON))
+    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), data: dataJSON))
 }
 
 /// Protocol 1.1's lineage rules (docs/protocol.md sections 4 and 5) on both backends: a real
@@ -169,56 +169,36 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
         }
     }
 
-    /// A schema-1 SQLite file (before `records.lineage`) opens: the column is added in
-    /// place and the records stay as they were.
+    /// A schema-1 SQLite file of its release (before `records.lineage`) opens: its records
+    /// have no lineage until the next rotation gives them one, which a re-offer is judged by.
     @Test func aSchemaOneSQLiteFileIsMigratedInPlace() async throws {
         try await withStore(.sqlite) { f in
-            let e = f.store.epoch
-            _ = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 10)
-            await f.store.close()
-            let db = try Connection(path: f.path)
-            try db.execute("DROP INDEX records_tombstones; ALTER TABLE spaces DROP COLUMN horizon_seq")
-            try db.execute("ALTER TABLE records DROP COLUMN same_as; ALTER TABLE records DROP COLUMN lineage; UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-            db.close()
-            f.store = try f.open()
-            let check = try Connection(path: f.path)
-            #expect(try check.scalarText("SELECT value FROM meta WHERE key = 'schema_version'") == String(SQLiteSyncStore.schemaVersion))
-            check.close()
+            try await f.replaceWithFixture("s1")
+            let e = try #require(Epoch("01JE1000000000000000000000"))
             let a = try #require(try await records(f.store)["a"])
             #expect(a.version == Version(epoch: e, seq: 1) && a.lineage == nil && a.sameAs == nil && a.updatedAt == 10)
             let new = try await f.rotateEpoch()
             #expect(try await records(f.store)["a"]?.lineage == Version(epoch: e, seq: 1))
             #expect(try await records(f.store)["a"]?.sameAs == Version(epoch: e, seq: 1))
             let r = try await f.store.push(space: "sp", clientId: "d", items: [reoffer("r", id: "a", base: Version(epoch: new, seq: 1), lineage: Version(epoch: e, seq: 1), updatedAt: 3)], now: 20)
-            #expect(r == [.applied("r", version: Version(epoch: new, seq: 2), updatedAt: 3)])
+            #expect(r == [.applied("r", version: Version(epoch: new, seq: 6), updatedAt: 3)])
         }
     }
 
-    /// A schema-2 SQLite file (lineage, no `records.same_as`) opens: the column is added in
-    /// place and takes the row's lineage where it has one, which errs toward admitting a
+    /// A schema-2 SQLite file of its release (lineage, no `records.same_as`) opens: the
+    /// column takes the row's lineage where it has one, which errs toward admitting a
     /// re-offer (a schema-2 row cannot tell whether it was written on since).
     @Test func aSchemaTwoSQLiteFileIsMigratedInPlace() async throws {
         try await withStore(.sqlite) { f in
-            let e = f.store.epoch
-            _ = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil), prepared("c2", id: "b", base: nil)], now: 10)
-            let new = try await f.rotateEpoch()
-            _ = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c3", id: "fresh", base: nil)], now: 20)
-            await f.store.close()
-            let db = try Connection(path: f.path)
-            try db.execute("DROP INDEX records_tombstones; ALTER TABLE spaces DROP COLUMN horizon_seq")
-            try db.execute("ALTER TABLE records DROP COLUMN same_as; UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-            db.close()
-            f.store = try f.open()
-            let check = try Connection(path: f.path)
-            #expect(try check.scalarText("SELECT value FROM meta WHERE key = 'schema_version'") == String(SQLiteSyncStore.schemaVersion))
-            check.close()
+            try await f.replaceWithFixture("s2-m1")
+            let e0 = try #require(Epoch("01JE0000000000000000000000")), e1 = f.store.epoch
             let migrated = try await records(f.store)
-            #expect(migrated["a"]?.lineage == Version(epoch: e, seq: 1) && migrated["a"]?.sameAs == Version(epoch: e, seq: 1))
-            #expect(migrated["b"]?.sameAs == Version(epoch: e, seq: 2))
-            #expect(migrated["fresh"]?.lineage == nil && migrated["fresh"]?.sameAs == nil)
+            #expect(migrated["a"]?.lineage == Version(epoch: e0, seq: 1) && migrated["a"]?.sameAs == Version(epoch: e0, seq: 1))
+            #expect(migrated["b"]?.sameAs == Version(epoch: e0, seq: 2), "b was written on since, which schema 2 could not tell")
+            #expect(migrated["c"]?.lineage == nil && migrated["c"]?.sameAs == nil)
             let r = try await f.store.push(space: "sp", clientId: "d", items: [
-                reoffer("r1", id: "a", base: Version(epoch: new, seq: 1), lineage: Version(epoch: e, seq: 4), updatedAt: 3),
-                reoffer("r2", id: "fresh", base: Version(epoch: new, seq: 3), lineage: Version(epoch: e, seq: 4), updatedAt: 3),
+                reoffer("r1", id: "a", base: Version(epoch: e1, seq: 1), lineage: Version(epoch: e0, seq: 4), updatedAt: 3),
+                reoffer("r2", id: "c", base: Version(epoch: e1, seq: 5), lineage: Version(epoch: e0, seq: 4), updatedAt: 3),
             ], now: 30)
             #expect(r.map(\.status) == [.applied, .conflict])
         }
@@ -230,9 +210,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
         let url = try await PostgresCluster.database()
         let db = try PostgresConnection(url: url)
         defer { db.close() }
-        try db.execute("CREATE TABLE schema_migrations(version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
-        try db.execute(PostgresSchema.migrations[0])
-        try db.run("INSERT INTO schema_migrations(version) VALUES (1)")
+        try db.execute(PostgresSchema.migrations.list[0].sql)
         try db.run("INSERT INTO meta(key, value) VALUES ('epoch', 'OLDEPOCH')")
         try db.run("INSERT INTO spaces(name, head_seq) VALUES ('sp', 1)")
         try db.run("""
@@ -240,7 +218,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
             SELECT space_id, 'todos', 'a', 1, false, '{"t":"x"}'::bytea, 10, 'p', NULL FROM spaces WHERE name = 'sp'
             """)
         let store = try PostgresSyncStore(configuration: .init(url: url))
-        #expect(try PostgresSchema.version(db) == PostgresSchema.latestVersion)
+        #expect(try PostgresSchema.pending(db) == [])
         #expect(store.epoch == Epoch("OLDEPOCH"))
         let a = try #require(try await records(store)["a"])
         #expect(a.lineage == nil && a.updatedAt == 10)
@@ -260,11 +238,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
         let url = try await PostgresCluster.database()
         let db = try PostgresConnection(url: url)
         defer { db.close() }
-        try db.execute("CREATE TABLE schema_migrations(version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
-        for version in 1...2 {
-            try db.execute(PostgresSchema.migrations[version - 1])
-            try db.run("INSERT INTO schema_migrations(version) VALUES ($1)", [.int(Int64(version))])
-        }
+        for version in 1...2 { try db.execute(PostgresSchema.migrations.list[version - 1].sql) }
         try db.run("INSERT INTO meta(key, value) VALUES ('epoch', 'EPOCHTWO')")
         try db.run("INSERT INTO spaces(name, head_seq) VALUES ('sp', 2)")
         try db.run("""
@@ -274,7 +248,7 @@ func reoffer(_ changeId: String, id: String, op: ChangeOp = .put, data: JSONObje
             SELECT space_id, 'todos', 'fresh', 2, false, '{"t":"y"}'::bytea, 11, 'p', NULL::bigint, NULL::text FROM spaces WHERE name = 'sp'
             """)
         let store = try PostgresSyncStore(configuration: .init(url: url))
-        #expect(try PostgresSchema.version(db) == PostgresSchema.latestVersion)
+        #expect(try PostgresSchema.pending(db) == [])
         let migrated = try await records(store)
         #expect(migrated["a"]?.lineage == Version("EPOCHONE.1") && migrated["a"]?.sameAs == Version("EPOCHONE.1"))
         #expect(migrated["fresh"]?.lineage == nil && migrated["fresh"]?.sameAs == nil)

@@ -66,6 +66,15 @@ final class StoreFixture {
         return epoch
     }
 
+    /// Closes the store and puts the SQLite fixture `name` (Tests/server-schemas: a file of
+    /// an earlier release) in place of its file, then opens it (and so migrates it).
+    func replaceWithFixture(_ name: String) async throws {
+        await store.close()
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        try FileManager.default.copyItem(atPath: SchemaMigrationTests.repositoryPath("Tests/server-schemas/sqlite-\(name).sqlite"), toPath: path)
+        store = try open()
+    }
+
     func cleanUp() async {
         await store.close()
         try? FileManager.default.removeItem(at: directory)
@@ -88,7 +97,7 @@ func withStore(_ kind: StoreKind = .sqlite, _ body: (StoreFixture) async throws 
 func prepared(_ changeId: String, _ collection: String = "todos", id: String, op: ChangeOp = .put, data: JSONObject? = ["t": "x"], base: Version?, force: Bool = false) -> PushItem {
     let change = Change(changeId: changeId, collection: collection, id: id, op: op, data: op == .put ? data : nil, baseVersion: base, force: force, clientTime: 7)
     let dataJSON = change.data.map { JSONValue.object($0).encoded() }
-    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), dataJSON: dataJSON))
+    return .change(PreparedChange(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), data: dataJSON))
 }
 
 func decodePage(_ page: PageData) throws -> [RecordState] {

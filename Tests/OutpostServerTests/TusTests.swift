@@ -656,9 +656,11 @@ func detailInt(_ response: TestResponse, _ key: String) -> Int? {
             #expect(try await first.recordChunk(upload.id, index: 0, digest: SHA256.hash([1]), now: 2, expiresAt: 1_000_000) == 1)
             await first.close()
 
-            // Back to schema 1: what the previous release left.
+            // Back to media schema 1: what the previous release left, and a list of migrations
+            // without "media 2".
             try await blocking {
-                try Self.sql(config, ["DROP TABLE tus_uploads", config.postgresURL == nil
+                try Self.sql(config, ["DROP TABLE tus_uploads", "DELETE FROM migrations WHERE name = 'media 2: tus_uploads'",
+                                      config.postgresURL == nil
                                       ? "UPDATE meta SET value = '1' WHERE key = 'media_schema_version'"
                                       : "DELETE FROM meta WHERE key = 'media_schema_version'"])
             }
@@ -678,7 +680,8 @@ func detailInt(_ response: TestResponse, _ key: String) -> Int? {
             #expect(try await second.expiredUploads(now: 1_500_000, limit: 10) == [upload.id])
             await second.close()
 
-            try await blocking { try Self.sql(config, ["UPDATE meta SET value = '3' WHERE key = 'media_schema_version'"]) }
+            // A migration of a newer server refuses the start.
+            try await blocking { try Self.sql(config, ["INSERT INTO migrations(name, applied_at) VALUES ('media 3: of a newer server', 1)"]) }
             await #expect(throws: (any Error).self) { _ = try await blocking { try MediaStore(configuration: config) } }
         }
     }

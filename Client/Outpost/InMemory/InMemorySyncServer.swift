@@ -9,9 +9,11 @@ import Synchronization
 /// as a protocol 1.1 server: epochs and seqs, pushes applied in order with optimistic
 /// concurrency and idempotency by changeId and SHA-256 fingerprint, re-offers judged by
 /// the sameAs of the state they would replace, tombstones, pages with a record limit, a byte budget,
-/// `hasMore`/`next`, cursor errors (`epoch_changed`, `cursor_ahead`), long polls, and the
-/// limits of section 3. Every answer goes through the same encoding and decoding as over
-/// HTTP, so a cut-off body fails where it would fail for real.
+/// `hasMore`/`next`, cursor errors (`epoch_changed`, `cursor_ahead`, `view_changed`,
+/// `history_compacted`), long polls woken by commits, and the limits of section 3. The
+/// rules are the server's own, written once in `OutpostCore` (`PushRules`, `PullRules`);
+/// this server only keeps the rows in memory. Every answer goes through the same encoding
+/// and decoding as over HTTP, so a cut-off body fails where it would fail for real.
 ///
 /// Operators' actions and faults make the situations a real deployment meets:
 ///
@@ -84,6 +86,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         /// Every write in seq order; an entry is stale when its record has a later seq.
         var log: [(seq: Int64, key: RecordKey)] = []
         var applied: [String: PushRules.Applied] = [:]
+        /// The newest seq of a tombstone compaction purged (`compact`): a cursor before it
+        /// may have missed a delete.
+        var horizon: Int64 = 0
 
         /// The whole state of `key` in this space, as a conflict answer shows it.
         func current(_ key: PushRules.Key, epoch: Epoch) -> RecordState? {
@@ -176,12 +181,32 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         var skip: Int
     }
 
+    /// A long poll waiting for a commit (`waitForCommit`).
+    private struct Waiter: Sendable {
+        var space: String
+        var afterSeq: Int64
+        var continuation: CheckedContinuation<Bool, Never>
+    }
+
     private struct State: Sendable {
         var history: History
         var faults: [ArmedFault] = []
         var rng: Randomness
         var pushes = 0
         var pulls = 0
+        var waiters: [UInt64: Waiter] = [:]
+        var nextWaiter: UInt64 = 0
+        /// Counts the changes of the whole history (`changeHistory`), so that a long poll
+        /// can tell one happened since it read its page.
+        var generation: UInt64 = 0
+
+        /// Takes the waiters a commit that made `space`'s head `head` wakes (all of them
+        /// for nil: the history itself changed).
+        mutating func wake(space: String?, head: Int64 = 0) -> [CheckedContinuation<Bool, Never>] {
+            let woken = waiters.filter { space == nil || ($0.value.space == space && $0.value.afterSeq < head) }
+            for id in woken.keys { waiters[id] = nil }
+            return woken.values.map(\.continuation)
+        }
     }
 
     private let state: Mutex<State>
@@ -244,7 +269,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     /// The server restarts with an empty data directory: a new epoch, no records, no
     /// memory of changeIds.
     public func restartEmpty() {
-        state.withLock { s in
+        changeHistory { s in
             let now = clock()
             let epoch = Epoch.generate(nowMs: now, after: s.history.epoch, using: &s.rng)
             s.history = History(epoch: epoch, now: now)
@@ -254,7 +279,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     /// `outpost-server rotate-epoch`: same data, a new epoch; every record's lineage becomes
     /// its version in the epoch that ended.
     public func rotateEpoch() {
-        state.withLock { s in
+        changeHistory { s in
             let ending = s.history.epoch
             let now = clock()
             s.history.epoch = Epoch.generate(nowMs: now, after: ending, using: &s.rng)
@@ -270,7 +295,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
 
     /// Restores a copy of the data directory, then `rotate-epoch`, as an operator must.
     public func restore(_ snapshot: Snapshot) {
-        state.withLock { s in
+        changeHistory { s in
             var history = snapshot.history
             let now = clock()
             history.epoch = Epoch.generate(nowMs: now, after: max(s.history.epoch, snapshot.history.epoch), using: &s.rng)
@@ -287,7 +312,42 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     /// Restores a copy of the data directory and forgets `rotate-epoch`: the history goes
     /// back without a new epoch (an operator's mistake; devices meet `cursor_ahead`).
     public func restoreKeepingEpoch(_ snapshot: Snapshot) {
-        state.withLock { $0.history = snapshot.history }
+        changeHistory { $0.history = snapshot.history }
+    }
+
+    /// Compaction (docs/operating.md, "Compaction"): purges the tombstones last written
+    /// before `cutoff` (ms since 1970), and moves each space's history horizon up to the
+    /// newest seq it purged, so a pull from a cursor before it is answered
+    /// `history_compacted`. Returns how many tombstones it purged.
+    @discardableResult
+    public func compact(tombstonesBefore cutoff: Int64) -> Int {
+        state.withLock { s in
+            var purged = 0
+            for name in Array(s.history.spaces.keys) {
+                var space = s.history.spaces[name]!
+                let gone = space.records.filter { $0.value.deleted && $0.value.updatedAt < cutoff }
+                guard !gone.isEmpty else { continue }
+                for (key, state) in gone {
+                    space.records[key] = nil
+                    space.horizon = max(space.horizon, state.seq)
+                }
+                space.log.removeAll { space.records[$0.key]?.seq != $0.seq }
+                purged += gone.count
+                s.history.spaces[name] = space
+            }
+            return purged
+        }
+    }
+
+    /// Changes the history under the lock, then wakes every long poll: each reads again,
+    /// and learns of a new epoch or a shorter history as any pull would.
+    private func changeHistory(_ change: (inout State) -> Void) {
+        let woken = state.withLock { s in
+            change(&s)
+            s.generation += 1
+            return s.wake(space: nil)
+        }
+        for continuation in woken { continuation.resume(returning: true) }
     }
 
     // MARK: Faults
@@ -356,7 +416,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     }
 
     private static func hang() async throws -> Never {
-        while !Task.isCancelled { try? await Task.sleep(for: .milliseconds(5)) }
+        // A sleep ends early, by throwing, when the task is cancelled.
+        while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
         throw TransportError.noAnswer("cancelled while waiting for the answer")
     }
 
@@ -388,48 +449,46 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         let now = clock()
         var stale: History?
         for fault in faults { if case .staleHistory(let snapshot) = fault { stale = snapshot.history } }
-        let outcome: Result<(Epoch, [PushResult]), any Error> = state.withLock { s in
+        let (outcome, woken): (Result<(Epoch, [PushResult]), any Error>, [CheckedContinuation<Bool, Never>]) = state.withLock { s in
             var target = stale ?? s.history
             let epoch = target.epoch
             var history = target.spaces[space] ?? SpaceHistory()
-            var results: [PushResult] = []
-            var inputs: [PushRules.Input] = []
-            var order: [Int?] = []
-            for item in decoded.changes {
-                guard case .valid(let change) = item else {
-                    if case .invalid(let id, let message) = item { results.append(.rejected(id, .invalidChange, message)) }
-                    order.append(nil)
-                    continue
+            // What the server's handler refuses before the store sees a change.
+            let items = decoded.changes.map { decoded -> PushRules.Item in
+                switch PushRules.check(decoded, epoch: epoch, maxRecordBytes: limits.maxRecordBytes) {
+                case .refused(let result): .rejected(result)
+                case .admitted(let change, let data):
+                    .change(PushRules.Input(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial(canonicalData: data)), data: data))
                 }
-                if let refused = Self.refusal(of: change, epoch: epoch, limits: limits) {
-                    results.append(refused)
-                    order.append(nil)
-                    continue
-                }
-                order.append(inputs.count)
-                results.append(.rejected(change.changeId, .invalidChange, ""))
-                inputs.append(PushRules.Input(change: change, fingerprint: SHA256.hash(change.fingerprintMaterial()), data: change.canonicalData()))
             }
-            let decided: [PushResult]
+            let results: [PushResult]
             if conflictAll {
-                decided = inputs.map { .conflict($0.change.changeId, current: history.current(PushRules.Key(collection: $0.change.collection, id: $0.change.id), epoch: epoch)) }
+                results = items.map { item in
+                    switch item {
+                    case .rejected(let result): result
+                    case .change(let input):
+                        .conflict(input.change.changeId, current: history.current(PushRules.Key(collection: input.change.collection, id: input.change.id), epoch: epoch))
+                    }
+                }
             } else {
                 var storage = MemoryPushStorage(space: history, epoch: epoch, epochs: target.past)
                 // It has no tokens: a device's subject is the clientId it pushes as.
                 let context = PushRules.Context(epoch: epoch, clientId: decoded.clientId, subject: decoded.clientId, now: now)
                 var counters = PushRules.Space(head: history.head, recordBytes: 0)
                 do {
-                    decided = try PushRules.apply(inputs, context: context, space: &counters, storage: &storage)
+                    results = try PushRules.apply(items: items, context: context, space: &counters, storage: &storage)
                 } catch {
-                    return .failure(error)
+                    return (.failure(error), [])
                 }
                 history = storage.space
             }
-            for (index, slot) in order.enumerated() { if let slot { results[index] = decided[slot] } }
             target.spaces[space] = history
-            if stale == nil { s.history = target }
-            return .success((epoch, results))
+            guard stale == nil else { return (.success((epoch, results)), []) }
+            s.history = target
+            // The commit wakes the long polls it answers.
+            return (.success((epoch, results)), s.wake(space: space, head: history.head))
         }
+        for continuation in woken { continuation.resume(returning: true) }
         let (epoch, results): (Epoch, [PushResult])
         switch outcome {
         case .success(let answer): (epoch, results) = answer
@@ -453,21 +512,6 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         let bytes = answer.encoded()
         guard bytes.count <= maxResponseBytes else { throw TransportError.answerTooLarge(limit: maxResponseBytes) }
         do { return try PushResponse.decode(bytes) } catch { throw TransportError.badAnswer(status: 200, "\(error)") }
-    }
-
-    /// What the handler of a real server refuses before the push rules see a change
-    /// (docs/protocol.md section 4): a lineage a re-offer cannot have, a record over the limit.
-    private static func refusal(of change: Change, epoch: Epoch, limits: Limits) -> PushResult? {
-        if let problem = Lineage.problem(of: change, serverEpoch: epoch) {
-            return .rejected(change.changeId, .invalidChange, problem)
-        }
-        if let data = change.data {
-            let size = JSONValue.object(data).encoded().count
-            if size > limits.maxRecordBytes {
-                return .rejected(change.changeId, .recordTooLarge, "data is \(size) bytes encoded; the limit is \(limits.maxRecordBytes)")
-            }
-        }
-        return nil
     }
 
     static func recordState(_ key: RecordKey, _ s: StoredState, epoch: Epoch) -> RecordState {
@@ -494,16 +538,17 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             if case .staleHistory(let snapshot) = fault { stale = snapshot.history }
             if case .ignorePageBudget = fault { ignoreBudget = true }
         }
-        var bytes = try page(query, space: space, from: stale, ignoreBudget: ignoreBudget)
-        if bytes == nil, query.waitMs > 0, stale == nil {
-            // Long poll: hold the request until a write arrives or the time is up.
-            let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
-            while bytes == nil, ContinuousClock.now < deadline, !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(2))
-                bytes = try page(query, space: space, from: nil, ignoreBudget: ignoreBudget, emptyIsNil: true)
-            }
+        // A long poll (section 5, `wait`): an empty page waits for a commit after its head,
+        // and is read again when one comes (a filtered page may still be empty, and waits on).
+        let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
+        var (history, generation) = state.withLock { ($0.history, $0.generation) }
+        var answer = try page(query, space: space, from: stale ?? history, ignoreBudget: ignoreBudget)
+        while answer.count == 0, query.waitMs > 0, stale == nil,
+              await waitForCommit(space: space, afterSeq: answer.head, generation: generation, deadline: deadline) {
+            (history, generation) = state.withLock { ($0.history, $0.generation) }
+            answer = try page(query, space: space, from: history, ignoreBudget: ignoreBudget)
         }
-        var body = try bytes ?? page(query, space: space, from: stale, ignoreBudget: ignoreBudget, emptyIsNil: false)!
+        var body = answer.body
         for fault in faults {
             switch fault {
             case .loseAnswer: throw TransportError.noAnswer("the connection was reset before the answer was read")
@@ -516,23 +561,21 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         return try PulledPage.decode(body)
     }
 
-    /// The encoded page for `query`; nil when it would be empty and `emptyIsNil`.
-    private func page(_ query: PullQuery, space: String, from stale: History?, ignoreBudget: Bool, emptyIsNil: Bool = true) throws -> [UInt8]? {
-        let history = stale ?? state.withLock { $0.history }
+    /// The answer to `query` from `history`, by `PullRules`: its bytes, how many records it
+    /// holds, and the space's head.
+    private func page(_ query: PullQuery, space: String, from history: History, ignoreBudget: Bool) throws -> (body: [UInt8], count: Int, head: Int64) {
         let epoch = history.epoch
-        let since = query.since ?? .start(of: epoch)
-        guard since.epoch == epoch else {
-            throw TransportError.refused(status: 409, ErrorEnvelope(code: ErrorCode.epochChanged.rawValue,
-                                                                     message: "the server's history is now epoch \(epoch); pull again from its start",
-                                                                     details: ["epoch": .string(epoch.rawValue)]))
-        }
         let spaceHistory = history.spaces[space] ?? SpaceHistory()
-        guard since.seq <= spaceHistory.head else {
-            throw TransportError.refused(status: 409, ErrorEnvelope(code: ErrorCode.cursorAhead.rawValue, message: "since is beyond the space's newest version",
-                                                                     details: ["epoch": .string(epoch.rawValue), "head": .number(JSONNumber(spaceHistory.head))]))
+        let since: Version
+        do {
+            since = try PullRules.start(query.since, epoch: epoch)
+            try PullRules.checkView(since, sinceView: query.sinceView, view: nil)
+            try PullRules.check(since, head: spaceHistory.head, horizon: spaceHistory.horizon)
+        } catch {
+            throw TransportError.refused(status: PullRules.Refusal.status, error.envelope)
         }
-        let limit = limits.pageLimit(requested: query.limit)
-        let maxBytes = ignoreBudget ? Int.max : limits.pageByteBudget(requested: query.maxBytes)
+        var page = PullRules.Page(limit: limits.pageLimit(requested: query.limit),
+                                  maxBytes: ignoreBudget ? Int.max : limits.pageByteBudget(requested: query.maxBytes))
         let collections = query.collections.map(Set.init)
         // First log entry after `since` (the log is in seq order).
         var low = 0, high = spaceHistory.log.count
@@ -540,37 +583,47 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             let mid = (low + high) / 2
             if spaceHistory.log[mid].seq <= since.seq { low = mid + 1 } else { high = mid }
         }
-        var records: [UInt8] = [UInt8(ascii: "[")]
-        var count = 0
-        var last: Int64?
-        var hasMore = false
-        var i = low
-        while i < spaceHistory.log.count {
-            let (seq, key) = spaceHistory.log[i]
-            i += 1
+        for (seq, key) in spaceHistory.log[low...] {
             guard let stored = spaceHistory.records[key], stored.seq == seq else { continue }
             if let collections, !collections.contains(key.collection) { continue }
-            if count == limit { hasMore = true; break }
-            let encoded = Self.recordState(key, stored, epoch: epoch).encoded()
-            if count > 0 && records.count + 1 + encoded.count + 1 > maxBytes { hasMore = true; break }
-            if count > 0 { records.append(UInt8(ascii: ",")) }
-            records.append(contentsOf: encoded)
-            count += 1
-            last = seq
+            guard page.add(seq: seq, { $0.append(contentsOf: Self.recordState(key, stored, epoch: epoch).encoded()) }) else { break }
         }
-        records.append(UInt8(ascii: "]"))
-        if count == 0 && emptyIsNil && query.waitMs > 0 { return nil }
-        let next = last.map { Version(epoch: epoch, seq: $0) } ?? since
-        var out = Array(#"{"epoch":""#.utf8)
-        out += epoch.rawValue.utf8
-        out += #"","changes":"#.utf8
-        out += records
-        out += #","next":""#.utf8
-        out += next.text.utf8
-        out += (hasMore ? #"","hasMore":true,"head":"# : #"","hasMore":false,"head":"#).utf8
-        out += String(spaceHistory.head).utf8
-        out.append(UInt8(ascii: "}"))
-        return out
+        let next = page.lastSeq.map { Version(epoch: epoch, seq: $0) } ?? since
+        let body = PullRules.envelope(epoch: epoch, changes: page.finish(), next: Cursor(next), hasMore: page.hasMore, head: spaceHistory.head)
+        return (body, page.count, spaceHistory.head)
+    }
+
+    /// Suspends until a commit makes `space`'s head pass `afterSeq`, or the history itself
+    /// changes or has changed since `generation` (true), or until `deadline` or the task's
+    /// cancellation (false). Holds no thread: the commit resumes it.
+    private func waitForCommit(space: String, afterSeq: Int64, generation: UInt64, deadline: ContinuousClock.Instant) async -> Bool {
+        let id = state.withLock { s in
+            s.nextWaiter += 1
+            return s.nextWaiter
+        }
+        let timer = Task {
+            try? await Task.sleep(until: deadline)
+            self.expire(id)
+        }
+        defer { timer.cancel() }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let now: Bool? = state.withLock { s in
+                    if s.generation != generation || (s.history.spaces[space]?.head ?? 0) > afterSeq { return true }
+                    if Task.isCancelled || ContinuousClock.now >= deadline { return false }
+                    s.waiters[id] = Waiter(space: space, afterSeq: afterSeq, continuation: continuation)
+                    return nil
+                }
+                if let now { continuation.resume(returning: now) }
+            }
+        } onCancel: {
+            expire(id)
+        }
+    }
+
+    /// Ends the wait `id` unwoken (its deadline passed, or its task was cancelled).
+    private func expire(_ id: UInt64) {
+        state.withLock { $0.waiters.removeValue(forKey: id) }?.continuation.resume(returning: false)
     }
 }
 

@@ -7,7 +7,8 @@ import OutpostSQLite
 ///
 /// Damage (exit 1, one line each):
 /// - the store cannot be opened or read, or `PRAGMA integrity_check` reports anything;
-/// - `meta.schema_version` / `media_schema_version` missing or newer than this server's;
+/// - `meta.schema_version` / `media_schema_version` missing or newer than this server's, or a
+///   migration recorded that this server does not know (`SQLiteSchema`);
 /// - `meta.epoch` missing or not an epoch;
 /// - a space whose records carry a seq above its head (the next push would reuse a seq),
 ///   or records of a space that does not exist;
@@ -149,6 +150,11 @@ public enum CheckCommand {
             case let v? where v > MediaStore.schemaVersion:
                 report.problems.append("store: media schema version \(v) is newer than this server's (\(MediaStore.schemaVersion))")
             case let v?: header.append("media schema \(v)")
+            }
+            switch try SQLiteSchema.pending(db) {
+            case nil: report.problems.append("store: migrated by a newer outpost-server (a migration this one does not know); check with a newer outpost-server")
+            case let pending? where !pending.isEmpty: header.append("\(pending.count) migrations to apply at the next start")
+            default: break
             }
             if let epoch = meta.epoch {
                 header.append("epoch \(epoch)")

@@ -30,49 +30,27 @@ import Synchronization
 enum PostgresMediaMetadata {
     /// Namespace of the upload advisory locks (high 32 bits: ASCII "upld").
     static let uploadLockSpace: Int64 = 0x7570_6C64 << 32
-    /// The key of the transaction advisory lock held while the media schema is migrated
-    /// (ASCII "outpmdia").
-    static let migrationLockKey: Int64 = 0x6F75_7470_6D64_6961
-
-    /// The media schema version (`meta.media_schema_version`), kept apart from the sync
-    /// schema's migrations as on SQLite. 1: media, uploads, upload_chunks (created by
-    /// `PostgresSchema`'s migration 1, so a database without the key is at 1). 2: tus_uploads.
-    static let schemaVersion = 2
-
-    /// Brings the media tables up to `schemaVersion`, in one transaction under an
-    /// advisory lock, so instances starting together apply each step once.
-    static func migrate(_ db: PostgresConnection) throws {
-        try db.transaction {
-            try db.query("SELECT pg_advisory_xact_lock($1)", [.int(migrationLockKey)])
-            let rows = try db.query("SELECT value FROM meta WHERE key = 'media_schema_version'")
-            let text = rows.count == 0 ? "1" : rows.text(0, 0)
-            guard let version = Int(text) else { throw StoreError("meta.media_schema_version is \"\(text)\", not a number") }
-            guard version <= schemaVersion else {
-                throw StoreError("the database's media schema version \(version) is newer than this server's (\(schemaVersion)); upgrade the server")
-            }
-            if version < 2 {
-                try db.execute("""
-                    CREATE TABLE tus_uploads(
-                        upload_id text COLLATE "C" PRIMARY KEY,
-                        space text COLLATE "C" NOT NULL,
-                        length bigint NOT NULL,
-                        upload_offset bigint NOT NULL,
-                        metadata text NOT NULL,
-                        content_type text NOT NULL,
-                        filename text,
-                        media_id text COLLATE "C",
-                        state text NOT NULL,
-                        created_at bigint NOT NULL,
-                        expires_at bigint NOT NULL);
-                    CREATE INDEX tus_uploads_expiry ON tus_uploads(expires_at);
-                    """)
-            }
-            try db.run("""
-                INSERT INTO meta(key, value) VALUES ('media_schema_version', $1)
-                ON CONFLICT (key) DO UPDATE SET value = excluded.value
-                """, [.text(String(schemaVersion))])
-        }
-    }
+    /// The media tables' step from before the named list (`meta.media_schema_version` 2),
+    /// in `PostgresSchema`'s list; "sync 1" made the tables of version 1.
+    static let migrations: [Migration] = [
+        Migration(name: "media 2: tus_uploads", legacy: ("media", 2), sql: #"""
+            CREATE TABLE tus_uploads(
+                upload_id text COLLATE "C" PRIMARY KEY,
+                space text COLLATE "C" NOT NULL,
+                length bigint NOT NULL,
+                upload_offset bigint NOT NULL,
+                metadata text NOT NULL,
+                content_type text NOT NULL,
+                filename text,
+                media_id text COLLATE "C",
+                state text NOT NULL,
+                created_at bigint NOT NULL,
+                expires_at bigint NOT NULL);
+            CREATE INDEX tus_uploads_expiry ON tus_uploads(expires_at);
+            INSERT INTO meta(key, value) VALUES ('media_schema_version', '2')
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+            """#),
+    ]
 
     /// Opens the media metadata in the database at `url` (migrating it) for the shared
     /// `mediaDirectory`.
@@ -80,7 +58,6 @@ enum PostgresMediaMetadata {
         let setup = try PostgresSyncStore.open(url)
         defer { setup.close() }
         _ = try PostgresSchema.migrate(setup)
-        try migrate(setup)
         try checkDirectory(setup, mediaDirectory)
         return try SQLMediaMetadata(
             name: "pg", largestOpenChunkSize: try SQLMediaMetadata.largestOpenChunkSize(PostgresSession(db: setup)),

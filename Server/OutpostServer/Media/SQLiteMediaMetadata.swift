@@ -10,7 +10,8 @@ import OutpostSQLite
 /// timeout settle the rare overlap. One process owns the file (`DataDirectory`'s lock),
 /// so the upload locks of `MediaService` alone keep chunk writes and finalize apart.
 enum SQLiteMediaMetadata {
-    /// 1: media, uploads, upload_chunks. 2: tus_uploads.
+    /// The newest `meta.media_schema_version`, the number servers from before the named list
+    /// of migrations read: "media 1" and "media 2" write it.
     static let schemaVersion = 2
 
     /// Opens the media tables of the file at `path` (creating them when absent). Publishing
@@ -28,67 +29,59 @@ enum SQLiteMediaMetadata {
 
     // MARK: Schema
 
-    /// Creates or upgrades the media tables.
+    /// Creates or upgrades the file's schema, the media tables with the rest
+    /// (`SQLiteSchema`).
     static func migrate(_ db: Connection) throws {
-        try db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
-        let version = try db.scalarText("SELECT value FROM meta WHERE key = 'media_schema_version'").flatMap { Int($0) } ?? 0
-        guard version <= schemaVersion else {
-            throw StoreError("the store's media schema version \(version) is newer than this server's (\(schemaVersion)); upgrade the server")
-        }
-        if version < 1 {
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE media(
-                        space TEXT NOT NULL,
-                        media_id TEXT NOT NULL,
-                        size INTEGER NOT NULL,
-                        content_type TEXT NOT NULL,
-                        filename TEXT,
-                        created_at INTEGER NOT NULL,
-                        PRIMARY KEY(space, media_id)) WITHOUT ROWID;
-                    CREATE TABLE uploads(
-                        upload_id TEXT PRIMARY KEY,
-                        space TEXT NOT NULL,
-                        sha256 TEXT NOT NULL,
-                        size INTEGER NOT NULL,
-                        content_type TEXT NOT NULL,
-                        filename TEXT,
-                        chunk_size INTEGER NOT NULL,
-                        chunk_count INTEGER NOT NULL,
-                        state TEXT NOT NULL,
-                        created_at INTEGER NOT NULL,
-                        expires_at INTEGER NOT NULL) WITHOUT ROWID;
-                    CREATE INDEX uploads_file ON uploads(space, sha256, size) WHERE state = 'open';
-                    CREATE INDEX uploads_expiry ON uploads(expires_at);
-                    CREATE TABLE upload_chunks(
-                        upload_id TEXT NOT NULL,
-                        idx INTEGER NOT NULL,
-                        sha256 BLOB NOT NULL,
-                        PRIMARY KEY(upload_id, idx)) WITHOUT ROWID;
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('media_schema_version', '1')")
-            }
-        }
-        if version < 2 {
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE tus_uploads(
-                        upload_id TEXT PRIMARY KEY,
-                        space TEXT NOT NULL,
-                        length INTEGER NOT NULL,
-                        upload_offset INTEGER NOT NULL,
-                        metadata TEXT NOT NULL,
-                        content_type TEXT NOT NULL,
-                        filename TEXT,
-                        media_id TEXT,
-                        state TEXT NOT NULL,
-                        created_at INTEGER NOT NULL,
-                        expires_at INTEGER NOT NULL) WITHOUT ROWID;
-                    CREATE INDEX tus_uploads_expiry ON tus_uploads(expires_at);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('media_schema_version', '2')")
-            }
-        }
+        try SQLiteSyncStore.migrate(db)
     }
 
+    /// The media tables' steps from before the named list, in `SQLiteSchema`'s list.
+    static let migrations: [Migration] = [
+        Migration(name: "media 1: media, uploads, upload_chunks", legacy: ("media", 1), sql: """
+            CREATE TABLE media(
+                space TEXT NOT NULL,
+                media_id TEXT NOT NULL,
+                size INTEGER NOT NULL,
+                content_type TEXT NOT NULL,
+                filename TEXT,
+                created_at INTEGER NOT NULL,
+                PRIMARY KEY(space, media_id)) WITHOUT ROWID;
+            CREATE TABLE uploads(
+                upload_id TEXT PRIMARY KEY,
+                space TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                size INTEGER NOT NULL,
+                content_type TEXT NOT NULL,
+                filename TEXT,
+                chunk_size INTEGER NOT NULL,
+                chunk_count INTEGER NOT NULL,
+                state TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL) WITHOUT ROWID;
+            CREATE INDEX uploads_file ON uploads(space, sha256, size) WHERE state = 'open';
+            CREATE INDEX uploads_expiry ON uploads(expires_at);
+            CREATE TABLE upload_chunks(
+                upload_id TEXT NOT NULL,
+                idx INTEGER NOT NULL,
+                sha256 BLOB NOT NULL,
+                PRIMARY KEY(upload_id, idx)) WITHOUT ROWID;
+            INSERT OR REPLACE INTO meta(key, value) VALUES ('media_schema_version', '1');
+            """),
+        Migration(name: "media 2: tus_uploads", legacy: ("media", 2), sql: """
+            CREATE TABLE tus_uploads(
+                upload_id TEXT PRIMARY KEY,
+                space TEXT NOT NULL,
+                length INTEGER NOT NULL,
+                upload_offset INTEGER NOT NULL,
+                metadata TEXT NOT NULL,
+                content_type TEXT NOT NULL,
+                filename TEXT,
+                media_id TEXT,
+                state TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL) WITHOUT ROWID;
+            CREATE INDEX tus_uploads_expiry ON tus_uploads(expires_at);
+            INSERT OR REPLACE INTO meta(key, value) VALUES ('media_schema_version', '2');
+            """),
+    ]
 }

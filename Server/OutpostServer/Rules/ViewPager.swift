@@ -45,7 +45,8 @@ struct ViewPager {
     /// `heldAt` (the `since` of its request): at most `limit` entries and `maxBytes` bytes,
     /// from at most `scanBudget × limit` records read.
     func page(space: String, afterSeq: Int64, heldAt: Int64, limit: Int, maxBytes: Int, collections: [String]?, epoch: Epoch) async throws -> Page {
-        var page = Page(json: [UInt8(ascii: "[")], count: 0, lastSeq: nil, hasMore: false, head: 0, bytes: 0)
+        var entries = PullRules.Page(limit: limit, maxBytes: maxBytes)
+        var head: Int64 = 0
         var after = afterSeq, read = 0
         let (lookups, exact) = indexed ? view.lookups(collections: collections) : ([], [])
         // From the start, every record an exact lookup finds is in the view; past it, the
@@ -56,8 +57,8 @@ struct ViewPager {
                                                                 collections: collections), maxBytes: maxBytes) {
             // Every record found is sent, and nothing departed after the page's start: the
             // store encodes the records as it reads them.
-            page = Page(json: found.changesJSON, count: found.count, lastSeq: found.lastSeq, hasMore: found.hasMore, head: found.head,
-                        bytes: found.changesJSON.count)
+            var page = Page(json: found.changesJSON, count: found.count, lastSeq: found.lastSeq, hasMore: found.hasMore, head: found.head,
+                            bytes: found.changesJSON.count)
             if !found.hasMore && found.head > (found.lastSeq ?? afterSeq) { page.lastSeq = found.head }
             return page
         }
@@ -65,29 +66,26 @@ struct ViewPager {
             let scan = indexed
                 ? try await store.viewScan(ViewScanRequest(space: space, afterSeq: after, heldAt: heldAt, limit: limit, lookups: lookups, collections: collections))
                 : try await store.scan(PageRequest(space: space, afterSeq: after, limit: limit, maxBytes: maxBytes, collections: collections))
-            page.head = max(page.head, scan.head)
+            head = max(head, scan.head)
             read += scan.records.count
-            let full = try await add(scan.records, to: &page, space: space, heldAt: heldAt, limit: limit, maxBytes: maxBytes, epoch: epoch,
-                                     admitted: admitted)
-            if full { page.hasMore = true; break }
+            if try await !add(scan.records, to: &entries, space: space, heldAt: heldAt, epoch: epoch, admitted: admitted) { break }
             guard scan.hasMore else {
                 // The index found every record up to the head that can give an entry: the
                 // others are decided without being read.
-                if indexed && scan.head > (page.lastSeq ?? after) { page.lastSeq = scan.head }
+                if indexed && scan.head > (entries.lastSeq ?? after) { entries.lastSeq = scan.head }
                 break
             }
-            if read >= Self.scanBudget * limit { page.hasMore = true; break }
-            after = page.lastSeq ?? after
+            if read >= Self.scanBudget * limit { entries.hasMore = true; break }
+            after = entries.lastSeq ?? after
         }
-        page.json.append(UInt8(ascii: "]"))
-        page.bytes = page.json.count
-        return page
+        let json = entries.finish()
+        return Page(json: json, count: entries.count, lastSeq: entries.lastSeq, hasMore: entries.hasMore, head: head, bytes: json.count)
     }
 
-    /// Decides `records` (read in seq order) and appends the entries to `page`; true when
+    /// Decides `records` (read in seq order) and adds their entries to `page`; false when
     /// the page filled (by entries or bytes) before the last of them was decided.
     /// Records of a scope in `admitted` are in the view without a check.
-    private func add(_ records: [StoredRecord], to page: inout Page, space: String, heldAt: Int64, limit: Int, maxBytes: Int,
+    private func add(_ records: [StoredRecord], to page: inout PullRules.Page, space: String, heldAt: Int64,
                      epoch: Epoch, admitted: Set<String>) async throws -> Bool {
         enum Decision { case send, outside }
         var decisions: [Decision] = []
@@ -108,34 +106,25 @@ struct ViewPager {
         let departed = queries.isEmpty ? [:] : try await store.departures(space: space, queries)
 
         for (record, decision) in zip(records, decisions) {
-            if page.count == limit { return true }
-            let mark = page.json.count
-            if page.count > 0 { page.json.append(UInt8(ascii: ",")) }
+            let added: Bool
             switch decision {
             case .send:
-                record.append(to: &page.json, epoch: epoch)
+                added = page.add(seq: record.seq) { record.append(to: &$0, epoch: epoch) }
             case .outside:
                 // The device held it in view: it learns of the delete, or that it lost it.
                 guard let old = departed[record.key], view.admits(collection: record.collection, id: record.id, stored: old) else {
-                    page.json.removeSubrange(mark...)
-                    page.lastSeq = record.seq
-                    continue
+                    added = page.pass(seq: record.seq)
+                    break
                 }
                 if record.deleted {
-                    record.append(to: &page.json, epoch: epoch)
+                    added = page.add(seq: record.seq) { record.append(to: &$0, epoch: epoch) }
                 } else {
-                    page.json.append(contentsOf: Revocation(collection: record.collection, id: record.id,
-                                                            version: Version(epoch: epoch, seq: record.seq)).json.encoded())
+                    let revocation = Revocation(collection: record.collection, id: record.id, version: Version(epoch: epoch, seq: record.seq))
+                    added = page.add(seq: record.seq) { $0.append(contentsOf: revocation.json.encoded()) }
                 }
             }
-            // The byte budget counts the whole encoded array; the first entry always fits.
-            if page.count > 0 && page.json.count + 1 > maxBytes {
-                page.json.removeSubrange(mark...)
-                return true
-            }
-            page.count += 1
-            page.lastSeq = record.seq
+            if !added { return false }
         }
-        return false
+        return true
     }
 }

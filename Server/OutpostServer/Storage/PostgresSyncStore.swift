@@ -160,9 +160,8 @@ public final class PostgresSyncStore: SyncStore {
     public func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         try stale.check()
         return try await withCheckedThrowingContinuation { continuation in
-            let job = PostgresWriteJob.push(PostgresPushJob(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge) {
-                continuation.resume(with: $0)
-            })
+            let job = PostgresWriteJob.push(PushJob(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge,
+                                                    completion: { continuation.resume(with: $0) }))
             if !writer(for: space).submit(job) { continuation.resume(throwing: StoreError("the store is closed")) }
         }
     }
@@ -397,18 +396,8 @@ final class StaleEpoch: Sendable {
 
 // MARK: - Jobs
 
-struct PostgresPushJob: Sendable {
-    let space: String
-    let clientId: String
-    let subject: String
-    let items: [PushItem]
-    let now: Int64
-    let judge: (any PushJudge)?
-    let completion: @Sendable (Result<[PushResult], any Error>) -> Void
-}
-
 enum PostgresWriteJob: Sendable {
-    case push(PostgresPushJob)
+    case push(PushJob)
     case other(@Sendable (PostgresConnection) -> Void)
 }
 
@@ -419,8 +408,10 @@ struct PostgresReadJob: Sendable {
 
 // MARK: - Writer
 
-/// Owned by the writer thread; never touched elsewhere.
-final class PostgresWriter {
+/// Owned by the writer thread; never touched elsewhere. Its pushes go through
+/// `GroupCommit`: one transaction per group, each push storing its space's counters in
+/// its own write statement (`PostgresPushStorage.write`), under the space's row lock.
+final class PostgresWriter: GroupWriter {
     let db: PostgresConnection
     let epoch: Epoch
     let notifier: CommitNotifier
@@ -440,105 +431,66 @@ final class PostgresWriter {
     }
 
     func handle(_ jobs: [PostgresWriteJob]) {
-        var pushes: [PostgresPushJob] = []
+        var pushes: [PushJob] = []
         for job in jobs {
             switch job {
             case .push(let p):
                 pushes.append(p)
             case .other(let body):
-                commit(pushes)
+                if !pushes.isEmpty { GroupCommit.run(pushes, on: self) }
                 pushes.removeAll()
                 _ = try? db.reconnectIfNeeded()
                 body(db)
             }
         }
-        commit(pushes)
+        if !pushes.isEmpty { GroupCommit.run(pushes, on: self) }
     }
 
-    /// Applies several pushes in one transaction (group commit). No completion runs before
-    /// the commit has returned. A push whose call fails is answered with its error and the
-    /// others are tried again without it; a deadlock or serialization failure retries the
-    /// whole group; a lost connection fails every push of the group (its commit may or may
-    /// not have happened: the client's retry is safe, replays answer it).
-    private func commit(_ all: [PostgresPushJob]) {
-        var jobs = all
-        var attempts = 0
-        while !jobs.isEmpty {
-            attempts += 1
-            var results: [[PushResult]] = []
-            var heads: [String: Int64] = [:]
-            var failedIndex: Int?
-            do {
-                try db.reconnectIfNeeded()
-                do {
-                    try db.execute("BEGIN")
-                } catch {
-                    // The server closed the connection while it was idle (a restart, a
-                    // failover, an administrator): nothing was sent, so connect again.
-                    guard error.connectionLost && attempts < 5 else { throw error }
-                    Log.error("PostgreSQL writer connection lost; reconnecting", ["error": "\(error)"])
-                    continue
-                }
-                let spaces = Set(jobs.map(\.space))
-                if spaces.count > 1 {
-                    try db.query("SELECT outpost_lock_spaces($1)", [.textArray(spaces.sorted())])
-                }
-                for (index, job) in jobs.enumerated() {
-                    do {
-                        let (answer, head) = try apply(job)
-                        results.append(answer)
-                        if let head { heads[job.space] = max(heads[job.space] ?? 0, head) }
-                    } catch {
-                        // A failure of this push alone (not of the transaction or the
-                        // connection): answer it, and run the others again without it.
-                        let pg = error as? PostgresError
-                        if !(pg?.isRetryable ?? false) && !(pg?.connectionLost ?? false) && !(error is EpochRotated) { failedIndex = index }
-                        throw error
-                    }
-                }
-                try db.execute("COMMIT")
-            } catch {
-                if db.isInTransaction { try? db.execute("ROLLBACK") }
-                if error is EpochRotated {
-                    stale.mark(nil)
-                    for job in jobs { job.completion(.failure(StoreError("the database's epoch was rotated; this server no longer serves"))) }
-                    return
-                }
-                if let pg = error as? PostgresError, pg.isRetryable, attempts < 5 { continue }
-                if let failedIndex {
-                    Log.error("push failed in the store", ["error": "\(error)"])
-                    jobs[failedIndex].completion(.failure(error))
-                    jobs.remove(at: failedIndex)
-                    continue
-                }
-                for job in jobs { job.completion(.failure(error)) }
-                return
-            }
-            // Heads first: a pull sent after a push's answer must know that head (PageCoalescer).
-            for (space, head) in heads { notifier.committed(space: space, head: head) }
-            for (job, answer) in zip(jobs, results) { job.completion(.success(answer)) }
-            return
-        }
+    // MARK: GroupWriter
+
+    /// Connects again when the connection was lost while idle, begins, and locks the
+    /// spaces' rows in name order when the group writes more than one, so two groups that
+    /// touch the same spaces cannot deadlock.
+    func begin(spaces: [String]) throws {
+        try db.reconnectIfNeeded()
+        try db.execute("BEGIN")
+        if spaces.count > 1 { try db.query("SELECT outpost_lock_spaces($1)", [.textArray(spaces)]) }
     }
 
-    /// Applies one push with `PushRules` over this connection (`PostgresPushStorage`):
-    /// locks the space's row (creating it when missing) and checks the epoch in the same
-    /// statement, then five round trips at most, whatever the push's size. Returns the
-    /// results in the push's order and the space's head after it when something was applied.
-    private func apply(_ job: PostgresPushJob) throws -> ([PushResult], Int64?) {
-        var inputs: [PushRules.Input] = []
-        inputs.reserveCapacity(job.items.count)
-        for item in job.items {
-            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
-        }
-        guard !inputs.isEmpty else { return (PushItem.merge([], into: job.items), nil) }
-        let (storage0, before) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)
-        var storage = storage0
+    /// Locks the space's row (creating it when missing) and checks the epoch in the same
+    /// statement; the push then takes five round trips at most, whatever its size.
+    func storage(for job: PushJob) throws -> (PostgresPushStorage, PushRules.Space) {
+        var (storage, counters) = try PostgresPushStorage.locking(job.space, on: db, epoch: epoch)
         if outbox { storage.outboxAt = job.now }
-        var space = before
-        let context = PushRules.Context(epoch: epoch, clientId: job.clientId, subject: job.subject, now: job.now, recordQuota: recordQuota)
-        let decided = try PushRules.apply(inputs, context: context, space: &space, storage: &storage, judge: job.judge)
-        return (PushItem.merge(decided, into: job.items), space.head > before.head ? space.head : nil)
+        return (storage, counters)
+    }
+
+    /// Each push stored its counters with its writes.
+    func commit(touched: [String: PushRules.Space]) throws {
+        try db.execute("COMMIT")
+    }
+
+    func rollback() {
+        if db.isInTransaction { try? db.execute("ROLLBACK") }
+    }
+
+    /// A lost connection before anything was sent (the server closed it while idle: a
+    /// restart, a failover) and a deadlock or serialization failure run the group again;
+    /// an epoch rotated under the instance stops it; a failure of a push's own statements
+    /// is that push's; anything else is the transaction's (after a lost connection its
+    /// commit may or may not have happened: the client's retry is safe, replays answer it).
+    func failure(_ error: any Error, at phase: GroupCommit.Phase) -> GroupCommit.Failure {
+        if error is EpochRotated {
+            stale.mark(nil)
+            return .group(answer: StoreError("the database's epoch was rotated; this server no longer serves"))
+        }
+        let pg = error as? PostgresError
+        if pg?.isRetryable ?? false { return .retry }
+        if pg?.connectionLost ?? false {
+            if phase == .begin { Log.error("PostgreSQL writer connection lost; reconnecting", ["error": "\(error)"]) }
+            return phase == .begin ? .retry : .group(answer: error)
+        }
+        return phase == .push ? .push : .group(answer: error)
     }
 }
 
@@ -852,38 +804,23 @@ final class PostgresReader {
         return page
     }
 
-    /// Encodes rows in `pageSQL`'s columns (`limit + 1` records at most) as a page.
+    /// Encodes rows in `pageSQL`'s columns (`limit + 1` records at most) as a page
+    /// (`PullRules.Page`).
     private func encodePage(_ rows: PostgresRows, limit: Int, maxBytes: Int) -> PageData {
-        let head = rows.int64(0, 0)
-        var out: [UInt8] = []
-        out.reserveCapacity(min(maxBytes, 1 << 20))
-        out.append(UInt8(ascii: "["))
-        var count = 0
-        var lastSeq: Int64?
-        var hasMore = false
+        var page = PullRules.Page(limit: limit, maxBytes: maxBytes)
         for row in 0..<rows.count where !rows.isNull(row, 2) {
-            if count == limit { hasMore = true; break }
-            let mark = out.count
-            if count > 0 { out.append(UInt8(ascii: ",")) }
-            let seq = rows.int64(row, 2)
             let deleted = rows.bool(row, 5)
-            rows.withBytes(row, 6) { data in
-                RecordJSON.append(
-                    to: &out, collection: rows.text(row, 3), id: rows.text(row, 4), epoch: epoch, seq: seq, deleted: deleted,
-                    data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9),
-                    lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11))
+            let added = page.add(seq: rows.int64(row, 2)) { out in
+                rows.withBytes(row, 6) { data in
+                    RecordJSON.append(
+                        to: &out, collection: rows.text(row, 3), id: rows.text(row, 4), epoch: epoch, seq: rows.int64(row, 2), deleted: deleted,
+                        data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9),
+                        lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11))
+                }
             }
-            // The byte budget counts the whole encoded array; the first record always fits.
-            if count > 0 && out.count + 1 > maxBytes {
-                out.removeSubrange(mark...)
-                hasMore = true
-                break
-            }
-            count += 1
-            lastSeq = seq
+            if !added { break }
         }
-        out.append(UInt8(ascii: "]"))
-        return PageData(epoch: epoch, changesJSON: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: head)
+        return PageData(epoch: epoch, changesJSON: page.finish(), count: page.count, lastSeq: page.lastSeq, hasMore: page.hasMore, head: rows.int64(0, 0))
     }
 }
 

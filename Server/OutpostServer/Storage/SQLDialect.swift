@@ -24,6 +24,8 @@ protocol SQLSession: AnyObject {
     /// Runs `sql`; the number of rows it changed.
     @discardableResult
     func run(_ sql: String, _ values: [SQLValue]) throws -> Int
+    /// Runs `script`, one or more statements without parameters, as written (a migration).
+    func execute(_ script: String) throws
     /// Runs `body` in one write transaction, committed with `durability`.
     func transaction<T>(_ durability: SQLDurability, _ body: () throws -> T) throws -> T
     /// Inside a transaction, waits until no other process holds `key` and holds it to the
@@ -138,6 +140,10 @@ final class SQLiteSession: SQLSession {
         return db.changes
     }
 
+    func execute(_ script: String) throws {
+        try db.execute(script)
+    }
+
     func transaction<T>(_ durability: SQLDurability, _ body: () throws -> T) throws -> T {
         let wanted = durability == .durable ? durableSynchronous : .normal
         let change = wanted != level
@@ -212,6 +218,10 @@ final class PostgresSession: SQLSession {
 
     func run(_ sql: String, _ values: [SQLValue]) throws -> Int {
         try db.run(dollar(sql), values.map(Self.bind))
+    }
+
+    func execute(_ script: String) throws {
+        try db.execute(script)
     }
 
     /// PostgreSQL commits durably (`synchronous_commit` on), whatever is asked.

@@ -66,12 +66,8 @@ public final class SQLiteSyncStore: SyncStore {
     private let nextReader = Atomic<Int>(0)
     private let configuration: Configuration
 
-    /// Current schema version; `migrate` brings older files up to it.
-    /// 1: spaces, records, applied_changes. 2: `records.lineage` (protocol 1.1).
-    /// 3: `records.same_as` (protocol 1.1). 4: departures. 5: the view index. 6: history
-    /// horizons. 7: device telemetry. 8: the webhook outbox (`WebhookOutbox`). 9: the epoch
-    /// history (`epoch_history`). 10: the subject of every write. 11: each space's record
-    /// bytes.
+    /// The newest `meta.schema_version`, the number servers from before the named list of
+    /// migrations (`SQLiteSchema`) read: its migrations "sync 1" to "sync 11" write it.
     static let schemaVersion = 11
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
@@ -85,7 +81,7 @@ public final class SQLiteSyncStore: SyncStore {
         // Open once here to migrate and read the epoch before any thread starts.
         let setup = try Connection(path: configuration.path)
         try setup.enableWAL(synchronous: configuration.synchronous)
-        try Self.migrate(setup)
+        try Self.migrate(setup, now: configuration.clock())
         let epoch = try Self.ensureEpoch(setup, makeEpoch: configuration.makeEpoch, now: configuration.clock())
         setup.close()
         self.epoch = epoch
@@ -143,251 +139,10 @@ public final class SQLiteSyncStore: SyncStore {
 
     // MARK: Schema
 
-    /// Creates or upgrades the schema. Public so a benchmark can build the same tables for its ceiling.
-    public static func migrate(_ db: Connection) throws {
-        try db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
-        let version = try db.scalarText("SELECT value FROM meta WHERE key = 'schema_version'").flatMap { Int($0) } ?? 0
-        guard version <= schemaVersion else {
-            throw StoreError("the store's schema version \(version) is newer than this server's (\(schemaVersion)); upgrade the server")
-        }
-        if version < 1 {
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE spaces(
-                        space_id INTEGER PRIMARY KEY,
-                        name TEXT NOT NULL UNIQUE,
-                        head_seq INTEGER NOT NULL DEFAULT 0);
-                    CREATE TABLE records(
-                        space_id INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        id TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        deleted INTEGER NOT NULL,
-                        data BLOB,
-                        updated_at INTEGER NOT NULL,
-                        updated_by TEXT NOT NULL,
-                        client_time INTEGER);
-                    CREATE UNIQUE INDEX records_key ON records(space_id, collection, id);
-                    CREATE UNIQUE INDEX records_seq ON records(space_id, seq);
-                    CREATE TABLE applied_changes(
-                        space_id INTEGER NOT NULL,
-                        change_id TEXT NOT NULL,
-                        fingerprint BLOB NOT NULL,
-                        epoch TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        applied_at INTEGER NOT NULL,
-                        PRIMARY KEY(space_id, change_id)) WITHOUT ROWID;
-                    CREATE INDEX applied_changes_at ON applied_changes(applied_at);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '1')")
-            }
-        }
-        if version < 2 {
-            // The earlier-history version a record state descends from, "<epoch>.<seq>"
-            // (docs/protocol.md section 4, added in 1.1); NULL for the states of a 1.0 store.
-            try db.transaction {
-                try db.execute("ALTER TABLE records ADD COLUMN lineage TEXT")
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '2')")
-            }
-        }
-        if version < 3 {
-            // The earlier-history version a record state *is*, with nothing written since
-            // (docs/protocol.md section 4, added in 1.1): re-offers are admitted by it, since a
-            // plain write keeps `lineage` but clears `same_as`. A schema-2 row does not tell
-            // whether its lineage came from a rotation or re-offer left untouched or was
-            // kept through a write since, so its lineage is copied: this errs toward
-            // admitting a re-offer, as schema 2 did. Schema 2 existed only between two
-            // commits of the development of 1.1, so no deployed store holds such rows.
-            try db.transaction {
-                try db.execute("ALTER TABLE records ADD COLUMN same_as TEXT")
-                try db.execute("UPDATE records SET same_as = lineage WHERE lineage IS NOT NULL")
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '3')")
-            }
-        }
-        if version < 4 {
-            // The live states that writes replaced on a server with rules, where the write
-            // may have taken the record out of some token's view (docs/rules.md): a pull
-            // from a cursor before the write reads whether the device's copy was in view.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS departures(
-                        space_id INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        id TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        data BLOB NOT NULL,
-                        PRIMARY KEY(space_id, collection, id, seq)) WITHOUT ROWID
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '4')")
-            }
-        }
-        if version < 5 {
-            // The view index of a server with rules (docs/rules.md, "Cost"; `ViewIndex`):
-            // keys of the live records by scope, path and value, in seq order, and the
-            // departures by seq, so a page under rules reads only what a view may admit.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS view_index(
-                        space_id INTEGER NOT NULL,
-                        scope TEXT NOT NULL,
-                        path TEXT NOT NULL,
-                        key TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        PRIMARY KEY(space_id, scope, path, key, seq)) WITHOUT ROWID;
-                                CREATE INDEX IF NOT EXISTS departures_seq ON departures(space_id, seq);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '5')")
-            }
-        }
-        if version < 6 {
-            // Compaction (docs/operating.md): each space's history horizon, and the
-            // tombstones by age, so a purge finds them without reading every record.
-            try db.transaction {
-                try db.execute("""
-                    ALTER TABLE spaces ADD COLUMN horizon_seq INTEGER NOT NULL DEFAULT 0;
-                    CREATE INDEX IF NOT EXISTS records_tombstones ON records(updated_at) WHERE deleted = 1;
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '6')")
-            }
-        }
-        if version < 7 {
-            // Device telemetry (DeviceTelemetry): each device's last state and its syncs.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS devices(
-                        space TEXT NOT NULL,
-                        client_id TEXT NOT NULL,
-                        first_seen INTEGER NOT NULL,
-                        last_seen INTEGER NOT NULL,
-                        last_sync INTEGER NOT NULL,
-                        sdk_version TEXT NOT NULL,
-                        pending INTEGER NOT NULL,
-                        last_error TEXT,
-                        clock_offset TEXT,
-                        reports INTEGER NOT NULL,
-                        PRIMARY KEY(space, client_id)) WITHOUT ROWID;
-                    CREATE TABLE IF NOT EXISTS device_syncs(
-                        space TEXT NOT NULL,
-                        client_id TEXT NOT NULL,
-                        started_at INTEGER NOT NULL,
-                        received_at INTEGER NOT NULL,
-                        entry TEXT NOT NULL,
-                        PRIMARY KEY(space, client_id, started_at)) WITHOUT ROWID;
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '7')")
-            }
-        }
-        if version < 8 {
-            // Webhooks (WebhookOutbox): each committed change while webhooks are configured,
-            // written in its push's transaction; the webhooks, each one's delivery cursor per
-            // space, and the batches that ran out of attempts. AUTOINCREMENT: an outbox id
-            // is never handed out twice, also once every row up to it is pruned, because
-            // the cursors count by it.
-            try db.transaction {
-                try db.execute("""
-                    CREATE TABLE IF NOT EXISTS webhook_outbox(
-                        id INTEGER PRIMARY KEY AUTOINCREMENT,
-                        space_id INTEGER NOT NULL,
-                        epoch TEXT NOT NULL,
-                        seq INTEGER NOT NULL,
-                        collection TEXT NOT NULL,
-                        record_id TEXT NOT NULL,
-                        deleted INTEGER NOT NULL,
-                        data BLOB,
-                        updated_at INTEGER NOT NULL,
-                        updated_by TEXT NOT NULL,
-                        client_time INTEGER,
-                        lineage TEXT,
-                        same_as TEXT,
-                        committed_at INTEGER NOT NULL);
-                    CREATE INDEX IF NOT EXISTS webhook_outbox_space ON webhook_outbox(space_id, id);
-                    CREATE TABLE IF NOT EXISTS webhooks(
-                        webhook TEXT PRIMARY KEY,
-                        name TEXT NOT NULL,
-                        start_id INTEGER NOT NULL,
-                        seen_at INTEGER NOT NULL) WITHOUT ROWID;
-                    CREATE TABLE IF NOT EXISTS webhook_cursors(
-                        webhook TEXT NOT NULL,
-                        space_id INTEGER NOT NULL,
-                        delivered_id INTEGER NOT NULL,
-                        batch_last INTEGER,
-                        delivery_id TEXT,
-                        attempts INTEGER NOT NULL DEFAULT 0,
-                        next_attempt_at INTEGER NOT NULL DEFAULT 0,
-                        last_error TEXT,
-                        lease_owner TEXT,
-                        lease_until INTEGER NOT NULL DEFAULT 0,
-                        PRIMARY KEY(webhook, space_id)) WITHOUT ROWID;
-                    CREATE TABLE IF NOT EXISTS webhook_dead_letters(
-                        id INTEGER PRIMARY KEY AUTOINCREMENT,
-                        webhook TEXT NOT NULL,
-                        name TEXT NOT NULL,
-                        space TEXT NOT NULL,
-                        epoch TEXT NOT NULL,
-                        first_seq INTEGER NOT NULL,
-                        last_seq INTEGER NOT NULL,
-                        changes INTEGER NOT NULL,
-                        delivery_id TEXT NOT NULL,
-                        body BLOB NOT NULL,
-                        attempts INTEGER NOT NULL,
-                        last_error TEXT NOT NULL,
-                        failed_at INTEGER NOT NULL);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '8')")
-            }
-        }
-        if version < 9 {
-            // The epoch history (docs/protocol.md section 4, "Re-offers", rule 3): when the store's
-            // history began and every epoch it ended and when, so a re-offer's commit time
-            // can be only one its epoch could have had. A store from before knows its ended
-            // epochs (the last 32, from `retired_epochs`) but not when they ended nor when it
-            // began: both are bounded by now, when every one of them is over.
-            try db.transaction {
-                try db.execute("CREATE TABLE IF NOT EXISTS epoch_history(epoch TEXT PRIMARY KEY, ended_at INTEGER NOT NULL) WITHOUT ROWID")
-                if try db.scalarText("SELECT value FROM meta WHERE key = 'epoch'") != nil {
-                    let now = systemClock()
-                    let retired = (try db.scalarText("SELECT value FROM meta WHERE key = 'retired_epochs'") ?? "").split(separator: ",").compactMap { Epoch(String($0)) }
-                    for epoch in retired {
-                        try db.run("INSERT OR IGNORE INTO epoch_history(epoch, ended_at) VALUES (?, ?)", [.text(epoch.rawValue), .integer(now)])
-                    }
-                    try db.run("INSERT OR IGNORE INTO meta(key, value) VALUES ('history_began_at', ?)", [.text(String(now))])
-                }
-                try db.run("DELETE FROM meta WHERE key = 'retired_epochs'")
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '9')")
-            }
-        }
-        if version < 10 {
-            // Who wrote, as no device can claim it: the authenticated subject (the token's
-            // `sub`) of the push that wrote each record state, kept beside the clientId the
-            // device chose; the same in the webhook outbox, and the subject a device's
-            // telemetry is bound to. NULL for what was written before.
-            try db.transaction {
-                for table in ["records", "webhook_outbox", "devices"] { try addColumn(db, table, "subject TEXT") }
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '10')")
-            }
-        }
-        if version < 11 {
-            // Each space's record bytes (`PushRules.recordBytes`: collection, id and data of
-            // every record, tombstones included), kept by every push and compaction in their
-            // transactions, for the per-space limit and the operator's list.
-            try db.transaction {
-                try addColumn(db, "spaces", "record_bytes INTEGER NOT NULL DEFAULT 0")
-                try db.execute("""
-                    UPDATE spaces SET record_bytes = (SELECT coalesce(sum(length(CAST(collection AS BLOB)) + length(CAST(id AS BLOB)) + coalesce(length(data), 0)), 0)
-                                                        FROM records r WHERE r.space_id = spaces.space_id);
-                    """)
-                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '11')")
-            }
-        }
-    }
-
-    /// Adds the column `definition` (its name first) to `table` unless the table has it
-    /// already, so a migration that adds columns runs to the same end on a file that has some.
-    private static func addColumn(_ db: Connection, _ table: String, _ definition: String) throws {
-        let name = String(definition.prefix { $0 != " " })
-        guard try db.scalarInt("SELECT count(*) FROM pragma_table_info(?) WHERE name = ?", [.text(table), .text(name)]) == 0 else { return }
-        try db.execute("ALTER TABLE \(table) ADD COLUMN \(definition)")
+    /// Brings the schema of the file `db` is open on up to date (`SQLiteSchema`). Public so
+    /// a benchmark can build the same tables for its ceiling.
+    public static func migrate(_ db: Connection, now: Int64 = systemClock()) throws {
+        try SQLiteSchema.migrations.migrate(SQLiteSession(borrowing: db), now: now)
     }
 
     static func ensureEpoch(_ db: Connection, makeEpoch: EpochMaker = systemEpoch, now: Int64 = systemClock()) throws -> Epoch {
@@ -640,16 +395,6 @@ public final class SQLiteSyncStore: SyncStore {
 
 // MARK: - Jobs
 
-struct PushJob: Sendable {
-    let space: String
-    let clientId: String
-    let subject: String
-    let items: [PushItem]
-    let now: Int64
-    let judge: (any PushJudge)?
-    let completion: @Sendable (Result<[PushResult], any Error>) -> Void
-}
-
 enum WriteJob: Sendable {
     case push(PushJob)
     case other(@Sendable (Connection) -> Void)
@@ -663,8 +408,10 @@ struct ReadJob: Sendable {
 
 // MARK: - Writer
 
-/// Owned by the writer thread; never touched elsewhere.
-final class SQLiteWriter {
+/// Owned by the writer thread; never touched elsewhere. Its pushes go through
+/// `GroupCommit`: one `BEGIN IMMEDIATE` transaction per group, the spaces' counters kept
+/// here between groups and stored once per group, at its commit.
+final class SQLiteWriter: GroupWriter {
     let db: Connection
     let epoch: Epoch
     let notifier: CommitNotifier
@@ -674,6 +421,8 @@ final class SQLiteWriter {
     let recordQuota: Int64?
     /// space name -> its space_id and counters, as committed.
     private var spaces: [String: (id: Int64, counters: PushRules.Space)] = [:]
+    /// `spaces` when the group's transaction began, put back when it is rolled back.
+    private var beforeGroup: [String: (id: Int64, counters: PushRules.Space)] = [:]
 
     init(db: Connection, epoch: Epoch, notifier: CommitNotifier, outbox: Bool = false, recordQuota: Int64? = nil) {
         self.db = db
@@ -696,7 +445,7 @@ final class SQLiteWriter {
             case .push(let p):
                 pushes.append(p)
             case .other(let body):
-                commitPushes(pushes)
+                if !pushes.isEmpty { GroupCommit.run(pushes, on: self) }
                 pushes.removeAll()
                 body(db)
                 // The job may have changed a space's counters (a compaction purges
@@ -704,51 +453,44 @@ final class SQLiteWriter {
                 spaces.removeAll()
             }
         }
-        commitPushes(pushes)
+        if !pushes.isEmpty { GroupCommit.run(pushes, on: self) }
     }
 
-    /// Applies several pushes in one transaction (group commit). Each push runs in a
-    /// savepoint, so a storage failure in one fails that push only. No completion runs
-    /// before the commit has returned.
-    private func commitPushes(_ jobs: [PushJob]) {
-        guard !jobs.isEmpty else { return }
-        let before = spaces
-        var outcomes: [Result<[PushResult], any Error>] = []
-        var touched: Set<String> = []
-        do {
-            try db.execute("BEGIN IMMEDIATE")
-            for job in jobs {
-                let snapshot = spaces
-                do {
-                    let results = try db.savepoint { try apply(job) }
-                    outcomes.append(.success(results))
-                    if results.contains(where: { $0.status == .applied && !$0.replayed }) { touched.insert(job.space) }
-                } catch {
-                    spaces = snapshot
-                    outcomes.append(.failure(error))
-                }
-            }
-            for space in touched {
-                let entry = spaces[space]!
-                let store = try db.cached("UPDATE spaces SET head_seq = ?, record_bytes = ? WHERE space_id = ?")
-                try store.bind(int: entry.counters.head, at: 1)
-                try store.bind(int: entry.counters.recordBytes, at: 2)
-                try store.bind(int: entry.id, at: 3)
-                while try store.step() {}
-                store.reset()
-            }
-            try db.execute("COMMIT")
-        } catch {
-            if db.isInTransaction { try? db.execute("ROLLBACK") }
-            spaces = before
-            for job in jobs { job.completion(.failure(error)) }
-            return
+    // MARK: GroupWriter
+
+    func begin(spaces: [String]) throws {
+        beforeGroup = self.spaces
+        try db.execute("BEGIN IMMEDIATE")
+    }
+
+    func storage(for job: PushJob) throws -> (SQLitePushStorage, PushRules.Space) {
+        let space = try spaceEntry(job.space)
+        return (SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch, outboxAt: outbox ? job.now : nil), space.counters)
+    }
+
+    func commit(touched: [String: PushRules.Space]) throws {
+        let store = try db.cached("UPDATE spaces SET head_seq = ?, record_bytes = ? WHERE space_id = ?")
+        for (space, counters) in touched {
+            let id = spaces[space]!.id
+            try store.bind(int: counters.head, at: 1)
+            try store.bind(int: counters.recordBytes, at: 2)
+            try store.bind(int: id, at: 3)
+            while try store.step() {}
+            store.reset()
+            spaces[space] = (id, counters)
         }
-        // The notifier learns the new heads before any push is answered, so a pull sent
-        // after a push's answer never shares a page read older than that push (see
-        // PageCoalescer).
-        for space in touched { notifier.committed(space: space, head: spaces[space]!.counters.head) }
-        for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome) }
+        try db.execute("COMMIT")
+    }
+
+    func rollback() {
+        if db.isInTransaction { try? db.execute("ROLLBACK") }
+        spaces = beforeGroup
+    }
+
+    /// One writer owns the file: a failure while a push is applied is that push's, and
+    /// any other is the transaction's.
+    func failure(_ error: any Error, at phase: GroupCommit.Phase) -> GroupCommit.Failure {
+        phase == .push ? .push : .group(answer: error)
     }
 
     private func spaceEntry(_ name: String) throws -> (id: Int64, counters: PushRules.Space) {
@@ -762,23 +504,6 @@ final class SQLiteWriter {
         let entry = (id: db.lastInsertRowID, counters: PushRules.Space(head: 0, recordBytes: 0))
         spaces[name] = entry
         return entry
-    }
-
-
-    /// Applies one push with `PushRules` over this connection (`SQLitePushStorage`) and
-    /// keeps the space's head for the commit.
-    private func apply(_ job: PushJob) throws -> [PushResult] {
-        var space = try spaceEntry(job.space)
-        var inputs: [PushRules.Input] = []
-        inputs.reserveCapacity(job.items.count)
-        for item in job.items {
-            if case .change(let c) = item { inputs.append(PushRules.Input(change: c.change, fingerprint: c.fingerprint, data: c.dataJSON, refusal: c.refusal)) }
-        }
-        var storage = SQLitePushStorage(db: db, spaceID: space.id, epoch: epoch, outboxAt: outbox ? job.now : nil)
-        let context = PushRules.Context(epoch: epoch, clientId: job.clientId, subject: job.subject, now: job.now, recordQuota: recordQuota)
-        let decided = try PushRules.apply(inputs, context: context, space: &space.counters, storage: &storage, judge: job.judge)
-        spaces[job.space] = space
-        return PushItem.merge(decided, into: job.items)
     }
 
     /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as`.
@@ -940,36 +665,22 @@ final class SQLiteReader {
         }
     }
 
-    /// Encodes the rows of `stmt` (`recordsAfter`'s columns, `limit + 1` at most) as a page.
+    /// Encodes the rows of `stmt` (`recordsAfter`'s columns, `limit + 1` at most) as a page
+    /// (`PullRules.Page`).
     private func encodePage(_ stmt: Statement, limit: Int, maxBytes: Int, head: Int64) throws -> PageData {
-        var out: [UInt8] = []
-        out.reserveCapacity(min(maxBytes, 1 << 20))
-        out.append(UInt8(ascii: "["))
-        var count = 0
-        var lastSeq: Int64?
-        var hasMore = false
+        var page = PullRules.Page(limit: limit, maxBytes: maxBytes)
         while try stmt.step() {
-            if count == limit { hasMore = true; break }
-            let mark = out.count
-            if count > 0 { out.append(UInt8(ascii: ",")) }
-            let seq = stmt.int64(0)
             let deleted = stmt.int64(3) != 0
-            stmt.withBytes(4) { data in
-                RecordJSON.append(
-                    to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: seq, deleted: deleted,
-                    data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
-                    lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
+            let added = page.add(seq: stmt.int64(0)) { out in
+                stmt.withBytes(4) { data in
+                    RecordJSON.append(
+                        to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: stmt.int64(0), deleted: deleted,
+                        data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
+                        lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
+                }
             }
-            // The byte budget counts the whole encoded array; the first record always fits.
-            if count > 0 && out.count + 1 > maxBytes {
-                out.removeSubrange(mark...)
-                hasMore = true
-                break
-            }
-            count += 1
-            lastSeq = seq
+            if !added { break }
         }
-        out.append(UInt8(ascii: "]"))
-        return PageData(epoch: epoch, changesJSON: out, count: count, lastSeq: lastSeq, hasMore: hasMore, head: head)
+        return PageData(epoch: epoch, changesJSON: page.finish(), count: page.count, lastSeq: page.lastSeq, hasMore: page.hasMore, head: head)
     }
 }

@@ -1,33 +1,14 @@
 import OutpostCore
 
-/// A change ready for the store: validated, with its fingerprint and its `data` encoded.
-/// The CPU work (JSON encoding, SHA-256) happens in the handler, on the concurrency pool,
-/// so the store's single writer spends its time on SQL only.
-public struct PreparedChange: Sendable {
-    /// The change; its `data` may be nil even for a put (the handler drops the parsed tree
-    /// once `dataJSON` holds the encoded form).
-    public var change: Change
-    /// SHA-256 of `change.fingerprintMaterial()` (docs/protocol.md section 4, idempotency).
-    public var fingerprint: [UInt8]
-    /// `data` as compact JSON; nil for a delete.
-    public var dataJSON: [UInt8]?
-    /// Why the rules refuse it whatever the record's state (`RulesJudge.prepare`).
-    public var refusal: PushResult.RejectReason?
-
-    public init(change: Change, fingerprint: [UInt8], dataJSON: [UInt8]?, refusal: PushResult.RejectReason? = nil) {
-        self.change = change
-        self.fingerprint = fingerprint
-        self.dataJSON = dataJSON
-        self.refusal = refusal
-    }
-}
+/// A change ready for the store: checked (`PushRules.check`), with its fingerprint and
+/// its `data` encoded. The CPU work (JSON encoding, SHA-256) happens in the handler, on the
+/// concurrency pool, so the store's writer spends its time on SQL only; the handler drops
+/// the parsed `data` once the encoded form is kept (a judge keeps what it reads).
+public typealias PreparedChange = PushRules.Input
 
 /// One entry of a push to apply: a prepared change, or one already rejected by the
-/// handler (invalid, too large) whose result only needs to keep its place in the order.
-public enum PushItem: Sendable {
-    case change(PreparedChange)
-    case rejected(PushResult)
-}
+/// handler (invalid, too large) whose result only keeps its place in the order.
+public typealias PushItem = PushRules.Item
 
 /// The encoded `changes` of one pull page and where it ends.
 public struct PageData: Sendable {
@@ -358,22 +339,5 @@ extension SyncStore {
     /// store driven directly, with no token: tests and tools).
     public func push(space: String, clientId: String, items: [PushItem], now: Int64) async throws -> [PushResult] {
         try await push(space: space, clientId: clientId, subject: clientId, items: items, now: now, judge: nil)
-    }
-}
-
-extension PushItem {
-    /// The results of a push in its items' order: `decided` holds one result per
-    /// `.change` item, in order; the handler's rejections keep their places.
-    static func merge(_ decided: [PushResult], into items: [PushItem]) -> [PushResult] {
-        var results: [PushResult] = []
-        results.reserveCapacity(items.count)
-        var next = decided.makeIterator()
-        for item in items {
-            switch item {
-            case .change: results.append(next.next()!)
-            case .rejected(let result): results.append(result)
-            }
-        }
-        return results
     }
 }

@@ -8,6 +8,15 @@ extension HTTPError {
         self.init(status, code: code.rawValue, message: message, details: details, headers: headers)
     }
 
+    /// A refusal of `PullRules`: its status, code, message and details.
+    init(_ refusal: PullRules.Refusal) {
+        var details: [String: HTTPErrorDetail] = [:]
+        for (key, value) in refusal.details {
+            if let n = value.int64Value { details[key] = .int(Int(n)) } else if let text = value.stringValue { details[key] = .string(text) }
+        }
+        self.init(HTTPStatus(code: PullRules.Refusal.status), refusal.code, refusal.message, details: details)
+    }
+
     /// `400 invalid_json`.
     static func invalidJSON(_ error: JSONError) -> HTTPError {
         HTTPError(HTTPStatus(code: 400), .invalidJSON, "the body is not JSON: \(error)")

@@ -119,29 +119,21 @@ public final class SyncService: Sendable {
         }
     }
 
-    /// Validates one change's lineage and size, encodes its data and fingerprints it.
-    /// Under rules (`judge`), the schema is checked here, off the store's writer, and the
-    /// members of the data the judge reads stay parsed.
+    /// Checks one change before the store (`PushRules.check`: it decoded, its lineage,
+    /// its size), and fingerprints its encoded data. Under rules (`judge`), the schema is
+    /// checked here, off the store's writer, and the members of the data the judge reads
+    /// stay parsed.
     func prepare(_ decoded: DecodedChange, judge: RulesJudge? = nil) -> PushItem {
-        switch decoded {
-        case .invalid(let changeId, let message):
-            return .rejected(.rejected(changeId, .invalidChange, message))
-        case .valid(var change):
-            if let problem = Lineage.problem(of: change, serverEpoch: store.epoch) {
-                return .rejected(.rejected(change.changeId, .invalidChange, problem))
-            }
-            // Stored in canonical form (keys sorted): the same bytes feed the fingerprint.
-            // JSON objects are unordered (RFC 8259 section 4); key order is not kept.
-            let dataJSON = change.canonicalData()
-            if let bytes = dataJSON, bytes.count > limits.maxRecordBytes {
-                return .rejected(.rejected(change.changeId, .recordTooLarge, "data is \(bytes.count) bytes encoded; the limit is \(limits.maxRecordBytes)"))
-            }
-            let fingerprint = SHA256.hash(change.fingerprintMaterial(canonicalData: dataJSON))
+        switch PushRules.check(decoded, epoch: store.epoch, maxRecordBytes: limits.maxRecordBytes) {
+        case .refused(let result):
+            return .rejected(result)
+        case .admitted(var change, let data):
+            let fingerprint = SHA256.hash(change.fingerprintMaterial(canonicalData: data))
             // The store needs the encoded bytes only; dropping the parsed tree here frees
             // it on this thread, not on the store's single writer.
             var refusal: PushResult.RejectReason?
             if let judge { refusal = judge.prepare(&change) } else { change.data = nil }
-            return .change(PreparedChange(change: change, fingerprint: fingerprint, dataJSON: dataJSON, refusal: refusal))
+            return .change(PreparedChange(change: change, fingerprint: fingerprint, data: data, refusal: refusal))
         }
     }
 
@@ -195,35 +187,25 @@ public final class SyncService: Sendable {
         return query
     }
 
-    /// `GET /v1/spaces/{space}/pull`, with the long poll of `wait`.
+    /// `GET /v1/spaces/{space}/pull`, with the long poll of `wait`: the rules of
+    /// `PullRules`, around a page read by the store.
     public func pull(_ request: HTTPRequest) async throws -> HTTPResponse {
         let space = try Self.space(request.pathParameters)
         let query = try Self.pullQuery(request.head)
         let epoch = store.epoch
-        let since = query.since ?? .start(of: epoch)
-        guard since.epoch == epoch else {
-            throw HTTPError(HTTPStatus(code: 409), .epochChanged, "the server's history is now epoch \(epoch); pull again from its start",
-                            details: ["epoch": .string(epoch.rawValue)])
-        }
+        let since = try Self.refusing { () throws(PullRules.Refusal) in try PullRules.start(query.since, epoch: epoch) }
         if let rules = rules.rules {
             let view = rules.view(for: try await authorizer.authorize(request.head, space: space, scope: .read))
             return try await viewPull(space: space, query: query, since: since, view: view)
         }
-        if query.sinceView != nil && since.seq > 0 { throw Self.viewChanged(to: nil) }
+        try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkView(since, sinceView: query.sinceView, view: nil) }
         let pageRequest = PageRequest(space: space, afterSeq: since.seq, limit: limits.pageLimit(requested: query.limit),
                                       maxBytes: limits.pageByteBudget(requested: query.maxBytes), collections: query.collections)
         let store = self.store
-        func readPage() async throws -> PageData {
-            try await storeCall {
-                try await self.coalescer.page(pageRequest, knownHead: store.notifier.knownHead(space: space)) { try await store.page(pageRequest) }
-            }
+        var page = try await storeCall {
+            try await self.coalescer.page(pageRequest, knownHead: store.notifier.knownHead(space: space)) { try await store.page(pageRequest) }
         }
-        var page = try await readPage()
-        guard since.seq <= page.head else {
-            throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
-                            details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])
-        }
-        try Self.checkHorizon(since, page.horizon)
+        try Self.refusing { () throws(PullRules.Refusal) in try PullRules.check(since, head: page.head, horizon: page.horizon) }
         if page.count == 0 && query.waitMs > 0 {
             // Wait for a commit after what this page saw, with every pull that would read
             // the same page (LongPollHub: one read and one encoded answer for all of them;
@@ -249,54 +231,33 @@ public final class SyncService: Sendable {
         return HTTPResponse(json: Self.encodePage(page, next: next))
     }
 
-    /// A cursor before the space's history horizon may have missed a delete whose tombstone
-    /// compaction purged: `409 history_compacted`, pull again from the start (which is
-    /// whole). A cursor at the start, or at or after the horizon, has missed nothing.
-    static func checkHorizon(_ since: Version, _ horizon: Int64) throws(HTTPError) {
-        guard since.seq > 0, since.seq < horizon else { return }
-        throw HTTPError(HTTPStatus(code: 409), .historyCompacted,
-                        "deletes after this cursor were purged by compaction (the history is whole from \(since.epoch).\(horizon)); pull again from the start",
-                        details: ["epoch": .string(since.epoch.rawValue), "horizon": .string(Version(epoch: since.epoch, seq: horizon).text)])
+    /// Runs a check of `PullRules`; its refusal becomes the same `HTTPError`.
+    @discardableResult
+    static func refusing<T>(_ check: () throws(PullRules.Refusal) -> T) throws(HTTPError) -> T {
+        do {
+            return try check()
+        } catch {
+            throw HTTPError(error)
+        }
     }
 
-    /// `{"epoch":…,"changes":[…],"next":…,"hasMore":…,"head":…}` around the store's encoded
-    /// records; `head` is the space's newest seq in the snapshot the page was read from.
+    /// The answer around a page the store read (`PullRules.envelope`).
     static func encodePage(_ page: PageData, next: Version) -> [UInt8] {
-        encodePage(epoch: page.epoch, changesJSON: page.changesJSON, next: Cursor(next), hasMore: page.hasMore, head: page.head)
-    }
-
-    static func encodePage(epoch: Epoch, changesJSON: [UInt8], next: Cursor, hasMore: Bool, head: Int64) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(changesJSON.count + 160)
-        out.append(contentsOf: #"{"epoch":""#.utf8)
-        out.append(contentsOf: epoch.rawValue.utf8)
-        out.append(contentsOf: #"","changes":"#.utf8)
-        out.append(contentsOf: changesJSON)
-        out.append(contentsOf: #","next":""#.utf8)
-        out.append(contentsOf: next.text.utf8)
-        out.append(contentsOf: hasMore ? #"","hasMore":true,"head":"#.utf8 : #"","hasMore":false,"head":"#.utf8)
-        out.append(contentsOf: String(head).utf8)
-        out.append(UInt8(ascii: "}"))
-        return out
+        PullRules.envelope(epoch: page.epoch, changes: page.changesJSON, next: Cursor(next), hasMore: page.hasMore, head: page.head)
     }
 
     // MARK: Pull under rules
-
-    /// `409 view_changed`: the cursor was made under another view than `view` (nil: the
-    /// server now has no rules). The client pulls again from the start.
-    static func viewChanged(to view: String?) -> HTTPError {
-        HTTPError(HTTPStatus(code: 409), .viewChanged, "the cursor was made under another view of the space; pull again from the start",
-                  details: view.map { ["view": .string($0)] } ?? [:])
-    }
 
     /// A pull under rules (docs/rules.md): pages of the token's view, read by `ViewPager`,
     /// and a long poll that waits on until a commit brings something the view admits.
     /// These pulls share no page read with others (`PageCoalescer`, `LongPollHub`): their
     /// pages differ from token to token.
     func viewPull(space: String, query: PullQuery, since: Version, view: ReadView) async throws -> HTTPResponse {
-        // A cursor at the start holds nothing, whatever view it names.
-        if since.seq > 0 && query.sinceView != view.id { throw Self.viewChanged(to: view.id) }
-        if since.seq > 0 { try Self.checkHorizon(since, try await storeCall { try await self.store.horizon(space: space) }) }
+        try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkView(since, sinceView: query.sinceView, view: view.id) }
+        if since.seq > 0 {
+            let horizon = try await storeCall { try await self.store.horizon(space: space) }
+            try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkHorizon(since, horizon: horizon) }
+        }
         let epoch = store.epoch
         let pager = ViewPager(store: store, view: view, indexed: viewIndex.isReady(view.rules.index))
         let limit = limits.pageLimit(requested: query.limit), maxBytes = limits.pageByteBudget(requested: query.maxBytes)
@@ -308,10 +269,7 @@ public final class SyncService: Sendable {
                 try await pager.page(space: space, afterSeq: from, heldAt: since.seq, limit: limit, maxBytes: maxBytes,
                                      collections: query.collections, epoch: epoch)
             }
-            guard since.seq <= page.head else {
-                throw HTTPError(HTTPStatus(code: 409), .cursorAhead, "since is beyond the space's newest version \(epoch).\(page.head)",
-                                details: ["epoch": .string(epoch.rawValue), "head": .int(Int(page.head))])
-            }
+            try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkHead(since, head: page.head) }
             after = page.lastSeq ?? after
             let done = page.count > 0 || page.hasMore || query.waitMs == 0 || ContinuousClock.now >= deadline
             var woken = false
@@ -320,8 +278,8 @@ public final class SyncService: Sendable {
                 pullPages.add()
                 pullRecords.add(page.count)
                 pullBytes.add(page.bytes)
-                return HTTPResponse(json: Self.encodePage(epoch: epoch, changesJSON: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: view.id),
-                                                          hasMore: page.hasMore, head: page.head))
+                return HTTPResponse(json: PullRules.envelope(epoch: epoch, changes: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: view.id),
+                                                             hasMore: page.hasMore, head: page.head))
             }
             longPollsWoken.add()
         }

@@ -151,6 +151,43 @@ public enum PushRules {
         }
     }
 
+    /// One entry of a push in its order: a change for the store, or one already refused
+    /// before it (`check`), whose result only keeps its place.
+    public enum Item: Sendable {
+        case change(Input)
+        case rejected(PushResult)
+    }
+
+    /// A change as the server's checks before the store leave it (`check`).
+    public enum Checked: Sendable {
+        /// To be applied: the change, and its `data` in canonical JSON (the form stored and
+        /// fingerprinted; nil for a delete).
+        case admitted(Change, data: [UInt8]?)
+        /// Answered without the store.
+        case refused(PushResult)
+    }
+
+    /// What a server refuses of a change whatever the record's state, before the store sees
+    /// it (docs/protocol.md section 4): a change that did not decode, a lineage that a
+    /// re-offer to a server at `epoch` cannot have, data over `maxRecordBytes` encoded.
+    public static func check(_ decoded: DecodedChange, epoch: Epoch, maxRecordBytes: Int) -> Checked {
+        switch decoded {
+        case .invalid(let changeId, let message):
+            return .refused(.rejected(changeId, .invalidChange, message))
+        case .valid(let change):
+            if let problem = Lineage.problem(of: change, serverEpoch: epoch) {
+                return .refused(.rejected(change.changeId, .invalidChange, problem))
+            }
+            // Stored in canonical form (keys sorted): the same bytes feed the fingerprint.
+            // JSON objects are unordered (RFC 8259 section 4); key order is not kept.
+            let data = change.canonicalData()
+            if let data, data.count > maxRecordBytes {
+                return .refused(.rejected(change.changeId, .recordTooLarge, "data is \(data.count) bytes encoded; the limit is \(maxRecordBytes)"))
+            }
+            return .admitted(change, data: data)
+        }
+    }
+
     /// A record state to store, replacing the key's row (or creating it).
     public struct Write: Sendable {
         public var key: Key
@@ -218,6 +255,22 @@ public enum PushRules {
     /// The record state a conflict reports: the stored one (read in step 3), or the write
     /// of an earlier change of the same push.
     private enum ConflictCurrent { case stored(Key), written(Int) }
+
+    /// `apply` on the changes of `items`, answered in the items' order: the items refused
+    /// before the store keep their places.
+    public static func apply<S: PushStorage>(items: [Item], context: Context, space: inout Space,
+                                             storage: inout S, judge: (any PushJudge)? = nil) throws -> [PushResult] {
+        var inputs: [Input] = []
+        inputs.reserveCapacity(items.count)
+        for case .change(let input) in items { inputs.append(input) }
+        var decided = try apply(inputs, context: context, space: &space, storage: &storage, judge: judge).makeIterator()
+        return items.map { item in
+            switch item {
+            case .change: decided.next()!
+            case .rejected(let result): result
+            }
+        }
+    }
 
     /// Applies one push's changes in array order, each on its own, and returns one result
     /// per input. `space` holds the space's counters, read under the store's lock for the
