@@ -358,7 +358,9 @@ extension RuleExpression {
             switch c {
             case UInt8(ascii: "'"), UInt8(ascii: "\""):
                 token = .string(try string(quote: c))
-            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-") where c != UInt8(ascii: "-") || (position + 1 < bytes.count && (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position + 1])):
+            // A number starts with a digit, or with a minus sign right before a digit.
+            case _ where (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(c)
+                || (c == UInt8(ascii: "-") && position + 1 < bytes.count && (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position + 1])):
                 var end = position + 1
                 while end < bytes.count, Self.isNumberByte(bytes[end]) || ((bytes[end] == UInt8(ascii: "-") || bytes[end] == UInt8(ascii: "+")) && (bytes[end - 1] | 0x20) == UInt8(ascii: "e")) {
                     end += 1
