@@ -449,9 +449,25 @@ enum HTTPBench {
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 
-    static func connectTo(port: Int) throws -> Int32 {
+    /// A blocking connection to 127.0.0.1:`port`, from the loopback address `source` when
+    /// given (each 127.x.y.z has its own ephemeral ports: a fleet of 100,000 connections
+    /// needs several).
+    static func connectTo(port: Int, from source: String? = nil) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw BenchError("socket: errno \(errno) (file limit?)") }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else {
+                let e = errno
+                close(fd)
+                throw BenchError("bind \(source): errno \(e) (ephemeral ports of that address used up?)")
+            }
+        }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = UInt16(port).bigEndian
