@@ -138,11 +138,24 @@ final class MediaFixture: Sendable {
     let port: Int
     let authority = JWTAuthority(secret: Array(MediaFixture.secret.utf8))
 
-    init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite) throws {
-        directory = try TemporaryDirectory(prefix: "outpost-media-test")
+    let limits: Limits
+    let kind: StoreKind
+    let postgresURL: String?
+    private let stopped = Atomic<Bool>(false)
+    /// Set by `restarted()`: the next server keeps the directory.
+    private let handedOn = Atomic<Bool>(false)
+
+    /// A fresh fixture, or, with `reopening`, a server on the data directory and database
+    /// of a stopped one.
+    init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite,
+         reopening previous: (directory: TemporaryDirectory, postgresURL: String?)? = nil) throws {
+        self.limits = limits
+        self.kind = kind
+        directory = try previous?.directory ?? TemporaryDirectory(prefix: "outpost-media-test")
         data = try DataDirectory(path: directory.appending("data"))
         var storeConfiguration = MediaStore.Configuration(databasePath: data.storePath, mediaDirectory: data.mediaPath)
-        if kind == .postgres { storeConfiguration.postgresURL = try PostgresCluster.shared.createDatabase(prefix: "media") }
+        if kind == .postgres { storeConfiguration.postgresURL = try previous?.postgresURL ?? PostgresCluster.shared.createDatabase(prefix: "media") }
+        postgresURL = storeConfiguration.postgresURL
         store = try MediaStore(configuration: storeConfiguration)
         let clock = self.clock
         service = MediaService(store: store, limits: limits, authorizer: Authorizer(authority: authority), metrics: metrics,
@@ -156,9 +169,21 @@ final class MediaFixture: Sendable {
     }
 
     func stop() async {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
         await http.shutdown(grace: .seconds(2))
         await service.close()
-        directory.remove()
+        data.release()
+        if !handedOn.load(ordering: .relaxed) { directory.remove() }
+    }
+
+    /// This server stopped, and another started on its data directory and database: what
+    /// the next start after a crash or a power loss finds, with nothing the first kept
+    /// in memory. The caller stops the new one (stopping this one again is harmless).
+    func restarted() async throws -> MediaFixture {
+        handedOn.store(true, ordering: .relaxed)
+        await stop()
+        let (limits, kind, previous) = (limits, kind, (directory: directory, postgresURL: postgresURL))
+        return try await blocking { try MediaFixture(limits: limits, store: kind, reopening: previous) }
     }
 
     func token(_ spaces: [String], scope: Claims.Scope = .write) -> String {
@@ -179,6 +204,23 @@ final class MediaFixture: Sendable {
     func publishedPath(_ space: String, _ sha256: String) -> String {
         data.mediaPath + "/spaces/\(space)/\(sha256.prefix(2))/\(sha256)"
     }
+}
+
+extension MediaFixture {
+    /// Runs `body` against `restarted()`, and always stops that server.
+    func afterRestart(_ body: (MediaFixture) async throws -> Void) async throws {
+        let next = try await restarted()
+        do {
+            try await body(next)
+        } catch {
+            await next.stop()
+            throw error
+        }
+        await next.stop()
+    }
+
+    /// Upload bytes read back from their files to hash them.
+    var bytesReadBack: Double { metrics.value("outpost_media_bytes_read_back_total") }
 }
 
 /// Runs `body` against a fresh fixture and always stops it.
