@@ -209,14 +209,7 @@ final class MediaFixture: Sendable {
 extension MediaFixture {
     /// Runs `body` against `restarted()`, and always stops that server.
     func afterRestart(_ body: (MediaFixture) async throws -> Void) async throws {
-        let next = try await restarted()
-        do {
-            try await body(next)
-        } catch {
-            await next.stop()
-            throw error
-        }
-        await next.stop()
+        try await runThenStop(try await restarted(), body)
     }
 
     /// Upload bytes read back from their files to hash them.
@@ -228,7 +221,11 @@ func withMediaServer(limits: Limits = MediaFixture.limits, store: StoreKind = .s
     // Made on a thread of its own: the first PostgreSQL fixture waits for the test run's
     // cluster to start (initdb, seconds), and that wait must not hold a thread of the
     // concurrency pool, which the in-process servers of other tests answer on.
-    let fixture = try await blocking { try MediaFixture(limits: limits, store: store) }
+    try await runThenStop(try await blocking { try MediaFixture(limits: limits, store: store) }, body)
+}
+
+/// Runs `body` against `fixture` and always stops it.
+private func runThenStop(_ fixture: MediaFixture, _ body: (MediaFixture) async throws -> Void) async throws {
     do {
         try await body(fixture)
     } catch {
