@@ -467,6 +467,11 @@ enum HTTPBench {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw BenchError("socket: errno \(errno) (file limit?)") }
         if let source {
+            // The port is chosen at connect(2), by the whole 4-tuple, instead of at bind(2)
+            // by the address alone: so ports in TIME_WAIT from an earlier fleet are taken
+            // again on loopback (tcp_tw_reuse) instead of running the address out of ports.
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_IP), 24 /* IP_BIND_ADDRESS_NO_PORT */, &one, socklen_t(MemoryLayout<Int32>.size))
             guard withIPv4(source, port: 0, { bind(fd, $0, $1) }) == 0 else {
                 let e = errno
                 close(fd)
