@@ -330,6 +330,39 @@ import Testing
         }
     }
 
+    /// Chunks sent on four connections at once, in a shuffled order, some of them twice
+    /// (the same bytes): whichever request finds the prefix at its chunk feeds it and the
+    /// chunks waiting after it, and finalize publishes the file; what is read back is at
+    /// most the chunks that came early, never the file twice.
+    @Test func chunksInAnyOrderOnSeveralConnectionsGiveTheFileAndAreReadBackAtMostOnce() async throws {
+        try await withMediaServer { server in
+            let client = server.client()
+            for round in 0..<3 {
+                let file = mediaBytes(40 * 4096 - 123, seed: 50 + UInt64(round))
+                let pieces = chunked(file, 4096)
+                let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
+                var rng = SplitMix64(seed: 60 + UInt64(round))
+                let order = (Array(pieces.indices) + [3, 17, 39]).shuffled(using: &rng)
+                let before = server.bytesReadBack
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for lane in 0..<4 {
+                        let mine = stride(from: lane, to: order.count, by: 4).map { order[$0] }
+                        group.addTask {
+                            for index in mine {
+                                let r = try await client.chunk("sp", id, index, pieces[index])
+                                guard r.status == 200 else { throw MediaTestFailure("chunk \(index) answered \(r.status): \(r.text)") }
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                #expect(try await client.finalize("sp", id).status == 200)
+                #expect(summary(try await client.download("sp", SHA256.hex(file)).body) == summary(file))
+                #expect(server.bytesReadBack - before < Double(file.count))
+            }
+        }
+    }
+
     /// A running hash lives with the process that wrote the bytes: after a restart the
     /// upload's finalize reads its whole file, and a chunk written twice with different
     /// bytes leaves the hash unused.
