@@ -45,7 +45,7 @@ final class RunningHashes: Sendable {
 
     private let entries = Mutex<[UploadID: Entry]>([:])
 
-    /// Forgets an upload's hash (its file was removed or truncated, or chunks forgotten).
+    /// Forgets an upload's hash (its file was removed, renamed or cut short).
     func drop(_ id: UploadID) {
         _ = entries.withLock { $0.removeValue(forKey: id) }
     }
