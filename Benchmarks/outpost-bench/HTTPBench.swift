@@ -449,17 +449,36 @@ enum HTTPBench {
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 
-    static func connectTo(port: Int) throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw BenchError("socket: errno \(errno) (file limit?)") }
+    /// `call` (bind, connect) on the IPv4 socket address `address`:`port`.
+    private static func withIPv4(_ address: String, port: Int, _ call: (UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = UInt16(port).bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        addr.sin_addr.s_addr = inet_addr(address)
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard rc == 0 else {
+    }
+
+    /// A blocking connection to 127.0.0.1:`port`, from the loopback address `source` when
+    /// given (each 127.x.y.z has its own ephemeral ports: a fleet of 100,000 connections
+    /// needs several).
+    static func connectTo(port: Int, from source: String? = nil) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw BenchError("socket: errno \(errno) (file limit?)") }
+        if let source {
+            // The port is chosen at connect(2), by the whole 4-tuple, instead of at bind(2)
+            // by the address alone: so ports in TIME_WAIT from an earlier fleet are taken
+            // again on loopback (tcp_tw_reuse) instead of running the address out of ports.
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_IP), 24 /* IP_BIND_ADDRESS_NO_PORT */, &one, socklen_t(MemoryLayout<Int32>.size))
+            guard withIPv4(source, port: 0, { bind(fd, $0, $1) }) == 0 else {
+                let e = errno
+                close(fd)
+                throw BenchError("bind \(source): errno \(e) (ephemeral ports of that address used up?)")
+            }
+        }
+        guard withIPv4("127.0.0.1", port: port, { connect(fd, $0, $1) }) == 0 else {
             let e = errno
             close(fd)
             throw BenchError("connect: errno \(e)")

@@ -3,8 +3,9 @@
 //
 // 1. Writes a file of random bytes (256 MiB by default) in a temporary directory, which
 //    also holds the server's data directory: the same disk.
-// 2. Ceilings: `sha256sum` of the file (the upload must hash every byte twice: each
-//    chunk's Content-Digest, then the whole file at finalize) and `cp` of the file, also
+// 2. Ceilings: `sha256sum` of the file (the server hashes every byte twice, from the
+//    request's buffer: each chunk's Content-Digest and the file's running SHA-256, so
+//    finalize reads nothing back; docs/media.md, "Hashing once") and `cp` of the file, also
 //    with the copy fsynced (the server fsyncs the file it publishes). Best of two each.
 // 3. Starts `outpost-server serve --port 0` on that data directory, then:
 //    upload: init + every chunk (PUT with Content-Digest, several keep-alive connections)
@@ -15,7 +16,7 @@
 //    GET whose bytes are hashed and compared with the file.
 // 4. Samples the server's VmRSS and VmHWM from /proc every 5 ms during both.
 //
-// Goals (docs/benchmarks.md): upload >= 0.5 x sha256sum's MB/s, download >= 1 GB/s over
+// Goals (docs/benchmarks.md): upload >= 0.9 x sha256sum's MB/s, download >= 1 GB/s over
 // loopback, server RSS growth < 64 MB. MB is 10^6 bytes throughout.
 import Foundation
 import OutpostSubprocess
@@ -151,7 +152,7 @@ enum MediaBench {
         print(pad("cp (disk ceiling)", 34) + pad(f(mbps(cp)), 10) + "page cache, no fsync")
         print(pad("cp + fsync of the copy", 34) + pad(f(mbps(cpSync)), 10) + "the server fsyncs what it publishes")
         print(pad("upload (init+chunks+finalize)", 34) + pad(f(upload), 10)
-              + "x\(ratio(upload, mbps(sha256sum))) of sha256sum (goal >= 0.5: \(upload >= 0.5 * mbps(sha256sum) ? "met" : "MISSED")); "
+              + "x\(ratio(upload, mbps(sha256sum))) of sha256sum (goal >= 0.9: \(upload >= 0.9 * mbps(sha256sum) ? "met" : "MISSED")); "
               + "chunks \(String(format: "%.2f", seconds(chunksDone - uploadStart))) s, finalize \(String(format: "%.2f", seconds(uploadEnd - chunksDone))) s")
         print(pad("download (GET, best of 3)", 34) + pad(f(download), 10)
               + "goal >= 1000: \(download >= 1000 ? "met" : "MISSED"); x\(ratio(download, mbps(cp))) of cp")

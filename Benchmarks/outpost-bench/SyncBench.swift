@@ -34,6 +34,8 @@ enum SyncBench {
         var store: String?
         var instances = [1, 3]
         var perfControl: PerfControl?
+        var rounds = 5
+        var clientThreads = 2
         var i = 0
         while i < arguments.count {
             switch arguments[i] {
@@ -44,8 +46,11 @@ enum SyncBench {
             case "--store" where i + 1 < arguments.count: store = arguments[i + 1]; i += 1
             case "--instances" where i + 1 < arguments.count: instances = arguments[i + 1].split(separator: ",").compactMap { Int($0) }; i += 1
             case "--perf-control" where i + 1 < arguments.count: perfControl = try PerfControl(arguments[i + 1]); i += 1
+            case "--rounds" where i + 1 < arguments.count: rounds = max(1, Int(arguments[i + 1]) ?? rounds); i += 1
+            case "--client-threads" where i + 1 < arguments.count: clientThreads = max(1, Int(arguments[i + 1]) ?? clientThreads); i += 1
             case "-h", "--help":
-                print("usage: outpost-bench \(area) [--server PATH] [--batches 100,500] [--records 1000000] [--waiters 2000[,10000]] [--store postgres://… [--instances 1,3]] [--perf-control CTL_FIFO,ACK_FIFO]")
+                print("usage: outpost-bench \(area) [--server PATH] [--batches 100,500] [--records 1000000] [--waiters 2000[,10000,100000]] [--rounds 5] [--client-threads 2] [--store postgres://… [--instances 1,3]] [--perf-control CTL_FIFO,ACK_FIFO]")
+                print("  --waiters: long polls held on one server, from 20,000 per loopback source address (127.0.0.2, .3, …); the server is started with --max-connections and --max-connections-per-address for the largest")
                 print("  --perf-control: the fifos of `perf record -D -1 --control fifo:CTL,ACK`; recording is enabled only from each long-poll push to its last answer")
                 return
             default: throw HTTPBench.BenchError("unknown option \(arguments[i])")
@@ -53,10 +58,12 @@ enum SyncBench {
             i += 1
         }
         HTTPBench.raiseOpenFileLimit()
+        if area != "push" { waiters = waiters.map(LongPollBench.feasible) }
         let work = try HTTPBench.makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: work) }
         setenv("OUTPOST_JWT_SECRET", secret, 1)
-        let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0)
+        let fleet = area == "push" ? [] : LongPollBench.serverArguments(waiters: waiters.max() ?? 0)
+        let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0, extra: fleet)
         defer { server.stop() }
         let token = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
         print("outpost-bench \(area): server pid \(server.pid) on port \(server.port), load average \(HTTPBench.loadAverage())")
@@ -73,11 +80,12 @@ enum SyncBench {
             let connection = try BenchConnection(port: server.port)
             let epoch = try epochOf(connection: connection)
             for count in waiters {
-                try longPoll(port: server.port, token: token, waiters: count, epoch: epoch, serverPID: server.pid, space: "poll\(count)", perf: perfControl)
+                try LongPollBench.run(port: server.port, token: token, waiters: count, epoch: epoch, serverPID: server.pid, space: "poll\(count)",
+                                      rounds: rounds, threads: clientThreads, perf: perfControl)
             }
-            print("goals: p99 < 50 ms with 2,000 waiting pulls, < 150 ms with 10,000")
+            print("goals: p99 < 50 ms with 2,000 waiting pulls, < 150 ms with 10,000, < 1 s with 100,000 (server RSS growth < 1 GB)")
         } else {
-            try pull(server: server, token: token, work: work, records: records, waiters: waiters)
+            try pull(server: server, token: token, work: work, records: records, waiters: waiters, rounds: rounds, clientThreads: clientThreads)
         }
     }
 
@@ -169,7 +177,7 @@ enum SyncBench {
 
     // MARK: Pull
 
-    static func pull(server: HTTPBench.ServerChild, token: String, work: String, records: Int, waiters: [Int]) throws {
+    static func pull(server: HTTPBench.ServerChild, token: String, work: String, records: Int, waiters: [Int], rounds: Int, clientThreads: Int) throws {
         // Fill a big space and a small one through the push route.
         let fillStart = Date()
         for (space, count) in [("big", records), ("small", 10_000)] {
@@ -226,7 +234,8 @@ enum SyncBench {
         print(String(format: "one page of 1,000 (median of 200): %.2f ms at 10,000 records, %.2f ms at %d: %.2f x (goal <= 1.5)", small * 1000, big * 1000, records, big / small))
 
         for count in waiters {
-            try longPoll(port: server.port, token: token, waiters: count, epoch: epoch, serverPID: server.pid, space: "poll\(count)")
+            try LongPollBench.run(port: server.port, token: token, waiters: count, epoch: epoch, serverPID: server.pid, space: "poll\(count)",
+                                  rounds: rounds, threads: clientThreads)
         }
         print("goals: >= 400,000 records/s; long-poll wake-up p99 < 50 ms (2,000 waiting), < 150 ms (10,000)")
     }
@@ -289,100 +298,6 @@ enum SyncBench {
         return Double(rows) / seconds
     }
 
-    /// `waiters` pulls held open with `wait=60000`; one push; the time from sending the push
-    /// to each pull's answer arriving (stamped when epoll reports it readable, on four
-    /// threads, so reading one answer does not delay the stamp of the next). Five rounds.
-    /// A round's push is sent only once the server's `outpost_long_polls_waiting` gauge
-    /// shows every pull waiting, so no pull is still on its first read.
-    static func longPoll(port: Int, token: String, waiters: Int, epoch: String, serverPID: Int32, space: String, perf: PerfControl? = nil) throws {
-        let control = try BenchConnection(port: port)
-        let admin = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "bench-admin", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write, admin: true))
-        var connections: [BenchConnection] = []
-        for _ in 0..<waiters { connections.append(try BenchConnection(port: port, bufferSize: 16 * 1024)) }
-        let threads = 4
-        var lat: [Double] = []
-        var rounds: [(p50: Double, p99: Double, max: Double)] = []
-        var wakeCPU = 0.0
-        for round in 0..<5 {
-            // The cursor at the end of the space.
-            var since = "\(epoch).0"
-            while true {
-                let (_, b) = try control.exchange(method: "GET", path: "/v1/spaces/\(space)/pull?limit=5000&since=\(since)", token: token, body: nil)
-                since = field("next", in: b) ?? since
-                if !hasMore(b) { break }
-            }
-            for c in connections { try c.send(method: "GET", path: "/v1/spaces/\(space)/pull?wait=60000&since=\(since)", token: token, body: nil) }
-            try waitUntilWaiting(waiters, control: control, admin: admin)
-            // Let the loops and the pool settle after the burst of first reads.
-            usleep(200_000)
-            let stamps = Mutex<[Double]>([])
-            let failure = Mutex<String?>(nil)
-            let group = DispatchGroup()
-            let t0 = Date()
-            for t in 0..<threads {
-                let mine = Owned(stride(from: t, to: connections.count, by: threads).map { connections[$0] })
-                group.enter()
-                Thread.detachNewThread {
-                    defer { group.leave() }
-                    let mine = mine.value
-                    // epoll, not poll(2): polling 500 sockets again after every answer is
-                    // quadratic kernel work that would compete with the server for CPU.
-                    // One-shot registrations report each socket once, without a
-                    // removal call per answer; answers are read straight from the socket
-                    // and checked byte by byte (status 200, the whole Content-Length), so
-                    // the client's share of the two cores stays small.
-                    let ep = epoll_create1(Int32(EPOLL_CLOEXEC))
-                    defer { close(ep) }
-                    for (i, c) in mine.enumerated() {
-                        var ev = epoll_event()
-                        ev.events = EPOLLIN.rawValue | EPOLLONESHOT.rawValue
-                        ev.data.u64 = UInt64(i)
-                        _ = epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev)
-                    }
-                    var events = [epoll_event](repeating: epoll_event(), count: 256)
-                    var scratch = [UInt8](repeating: 0, count: 16 * 1024)
-                    var left = mine.count
-                    var local: [Double] = []
-                    local.reserveCapacity(mine.count)
-                    while left > 0 {
-                        let n = epoll_wait(ep, &events, Int32(events.count), 10_000)
-                        guard n > 0 else {
-                            failure.withLock { $0 = "\(left) long polls not answered within 10 s" }
-                            return
-                        }
-                        let now = Date().timeIntervalSince(t0)
-                        for e in events[0..<Int(n)] {
-                            let c = mine[Int(e.data.u64)]
-                            local.append(now)
-                            left -= 1
-                            guard readWholeAnswer(fd: c.fd, scratch: &scratch) else {
-                                failure.withLock { $0 = "a long poll did not answer 200" }
-                                return
-                            }
-                        }
-                    }
-                    for c in mine { _ = epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nil) }
-                    stamps.withLock { $0 += local }
-                }
-            }
-            try perf?.send("enable")
-            let cpuBefore = MemorySampler.cpu(pid: serverPID)
-            let (status, _) = try control.exchange(method: "POST", path: "/v1/spaces/\(space)/push", token: token, body: pushBody(space: space, prefix: "poll-\(round)", count: 1))
-            guard status == 200 else { throw HTTPBench.BenchError("push answered \(status)") }
-            group.wait()
-            wakeCPU += (MemorySampler.cpu(pid: serverPID) - cpuBefore).total
-            try perf?.send("disable")
-            if let f = failure.withLock({ $0 }) { throw HTTPBench.BenchError(f) }
-            let these = stamps.withLock { $0 }.sorted()
-            rounds.append((these[these.count / 2], these[these.count * 99 / 100], these.last!))
-            lat += these
-        }
-        lat.sort()
-        print(String(format: "long-poll wake-up, %d waiting pulls x 5 commits: p50 %.1f ms, p99 %.1f ms, max %.1f ms (server CPU %.0f us per woken pull; load average %@)",
-                     waiters, lat[lat.count / 2] * 1000, lat[lat.count * 99 / 100] * 1000, lat.last! * 1000, wakeCPU / Double(lat.count) * 1e6, HTTPBench.loadAverage()))
-        print("  rounds (p50 / p99 / max ms): " + rounds.map { String(format: "%.1f / %.1f / %.1f", $0.p50 * 1000, $0.p99 * 1000, $0.max * 1000) }.joined(separator: "; "))
-    }
-
     /// Reads one answer from a blocking socket whose buffered reader holds nothing:
     /// true when it is a 200 and all of its `Content-Length` was read.
     static func readWholeAnswer(fd: Int32, scratch: inout [UInt8]) -> Bool {
@@ -420,22 +335,6 @@ enum SyncBench {
             i += 1
         }
         return nil
-    }
-
-    /// Polls `/metrics` until `outpost_long_polls_waiting` reaches `count` (30 s at most).
-    static func waitUntilWaiting(_ count: Int, control: BenchConnection, admin: String) throws {
-        let deadline = Date().addingTimeInterval(30)
-        var seen = -1
-        while Date() < deadline {
-            let (status, body) = try control.exchange(method: "GET", path: "/metrics", token: admin, body: nil)
-            guard status == 200 else { throw HTTPBench.BenchError("/metrics answered \(status)") }
-            for line in String(decoding: body, as: UTF8.self).split(separator: "\n") where line.hasPrefix("outpost_long_polls_waiting ") {
-                seen = Int(Double(line.split(separator: " ").last ?? "") ?? -1)
-            }
-            if seen >= count { return }
-            usleep(20_000)
-        }
-        throw HTTPBench.BenchError("only \(seen) of \(count) long polls were waiting after 30 s")
     }
 }
 

@@ -27,6 +27,8 @@ final class RequestState {
     var wireBodyBytes = 0
     var task: Task<Void, Never>?
     var writer: HTTPBodyWriter?
+    /// The handler held the request (`HTTPHold`): answered later by a `.response` message.
+    var held: HeldRequest?
     var status = 0
     /// The error the response rendered, for the log.
     var failure: HTTPFailure?
@@ -470,6 +472,7 @@ final class Connection {
         let r = request
         r?.task?.cancel()
         r?.writer?.fail()
+        r?.held?.connectionEnded()
         let isHead = r?.parsed.method == "HEAD"
         let policy = ResponsePolicy(
             isHead: isHead, version: .http1_1, acceptsGzip: false, compressionThreshold: Int.max,
@@ -514,6 +517,13 @@ final class Connection {
             prepared.release()
             return
         }
+        if case .held(let hold) = prepared.body {
+            // Nothing to send yet: the handler's keeper answers with a `.response` of this serial.
+            let held = HeldRequest(loop: runner.loop, connection: id, serial: serial, policy: policy(for: r), hold: hold)
+            r.held = held
+            held.started()
+            return
+        }
         r.status = prepared.status.code
         r.failure = prepared.failure
         let close = !r.parsed.keepAlive || machine.draining || prepared.wantsClose || prepared.framing == .closeDelimited
@@ -540,6 +550,8 @@ final class Connection {
             r.bytesOut += bytes.count + Int(length)
             out.append(bytes)
             out.appendFile(fd: fileFD, offset: offset, length: length)
+        case .held:
+            preconditionFailure("a held response is queued above")
         case .stream(let writer):
             r.bytesOut += bytes.count
             out.append(bytes)
@@ -643,6 +655,7 @@ final class Connection {
         if let r = request {
             r.task?.cancel()
             r.writer?.fail()
+            r.held?.connectionEnded()
             if runner.hasCompletionHook {
                 // The client left (or the server stopped) before the answer was sent.
                 var log = HTTPRequestLog(

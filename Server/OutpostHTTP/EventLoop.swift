@@ -181,6 +181,11 @@ final class EventLoop: TaskExecutor, Sendable {
         if !add({ $0.messages.append(message) }) { message.release() }
     }
 
+    /// Queues messages in order, with one wake-up for all of them.
+    func post(contentsOf messages: [LoopMessage]) {
+        if !add({ $0.messages.append(contentsOf: messages) }) { for m in messages { m.release() } }
+    }
+
     /// Runs a job of a task that prefers this executor: queued for the loop thread, or,
     /// once the loop has stopped, on a Dispatch thread (a job must never be dropped: its
     /// task, a cancelled handler finishing, would never end).
@@ -255,41 +260,24 @@ final class EventLoop: TaskExecutor, Sendable {
 /// A min-heap of connection deadlines. Entries are never removed early: a popped entry
 /// that no longer matches the connection's scheduled deadline is ignored.
 struct TimerHeap {
-    private var items: [(deadline: Instant, id: ConnectionID)] = []
+    private struct Entry: Comparable {
+        var deadline: Instant
+        var id: ConnectionID
+        static func < (a: Entry, b: Entry) -> Bool { a.deadline < b.deadline }
+    }
 
-    var isEmpty: Bool { items.isEmpty }
-    var first: Instant? { items.first?.deadline }
-    var count: Int { items.count }
+    private var heap = Heap<Entry>()
+
+    var isEmpty: Bool { heap.isEmpty }
+    var first: Instant? { heap.first?.deadline }
+    var count: Int { heap.count }
 
     mutating func push(_ deadline: Instant, _ id: ConnectionID) {
-        items.append((deadline, id))
-        var i = items.count - 1
-        while i > 0 {
-            let parent = (i - 1) / 2
-            if items[parent].deadline <= items[i].deadline { break }
-            items.swapAt(parent, i)
-            i = parent
-        }
+        heap.push(Entry(deadline: deadline, id: id))
     }
 
     mutating func pop() -> (deadline: Instant, id: ConnectionID)? {
-        guard !items.isEmpty else { return nil }
-        let top = items[0]
-        let last = items.removeLast()
-        if !items.isEmpty {
-            items[0] = last
-            var i = 0
-            while true {
-                let l = 2 * i + 1, r = l + 1
-                var m = i
-                if l < items.count && items[l].deadline < items[m].deadline { m = l }
-                if r < items.count && items[r].deadline < items[m].deadline { m = r }
-                if m == i { break }
-                items.swapAt(i, m)
-                i = m
-            }
-        }
-        return top
+        heap.pop().map { ($0.deadline, $0.id) }
     }
 }
 

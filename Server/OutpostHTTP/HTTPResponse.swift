@@ -24,6 +24,10 @@ public enum HTTPResponseBody: Sendable {
     /// `sendfile(2)`: never read into memory, never compressed. The engine opens the file
     /// when the handler returns; a file that cannot be opened is a `500`.
     case file(path: String, offset: Int64 = 0, length: Int64? = nil)
+    /// No answer yet: the request is held open, without a task, until `HTTPHold`'s keeper
+    /// answers it (`HeldRequest`); for long polls. The response's status and headers are
+    /// not sent; the answer's are.
+    case held(HTTPHold)
 }
 
 /// A response: status, headers and body. The engine adds `Date`, `X-Server-Time`,

@@ -24,6 +24,8 @@ struct PreparedResponse: Sendable {
         case file(fd: Int32, offset: Int64, length: Int64)
         /// A streamed body; nil writer for HEAD (the producer never runs).
         case stream(HTTPBodyWriter?)
+        /// Nothing to send yet: the request is held (`HeldRequest`).
+        case held(HTTPHold)
     }
     var status: HTTPStatus
     var headers: HTTPHeaders
@@ -45,7 +47,7 @@ struct PreparedResponse: Sendable {
 }
 
 /// What decides how a response is encoded, known when the request ends.
-struct ResponsePolicy: Sendable {
+struct ResponsePolicy: Sendable, Hashable {
     var isHead: Bool
     var version: HTTPVersion
     var acceptsGzip: Bool
@@ -73,12 +75,15 @@ struct ResponsePolicy: Sendable {
         for name in ResponsePolicy.reserved { headers.remove(name: name) }
         let status = response.status
 
+        if case .held(let hold) = response.body {
+            return (PreparedResponse(status: status, headers: headers, body: .held(hold), framing: .noContent, wantsClose: false), nil)
+        }
         if status.forbidsBody {
             return (PreparedResponse(status: status, headers: headers, body: .none, framing: .noContent, wantsClose: wantsClose), nil)
         }
 
         switch response.body {
-        case .empty:
+        case .empty, .held:
             return (PreparedResponse(status: status, headers: headers, body: .none, framing: .contentLength(0), wantsClose: wantsClose), nil)
 
         case .bytes(var bytes):

@@ -271,7 +271,7 @@ final class SimServer {
         switch response.body {
         case .bytes(let bytes): return (response.status.code, bytes)
         case .empty: return (response.status.code, [])
-        case .stream, .file: return (500, HTTPError.internalError().jsonEnvelope())
+        case .stream, .file, .held: return (500, HTTPError.internalError().jsonEnvelope())
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Testing
 import OutpostCore
 import OutpostTestSupport
@@ -56,6 +57,19 @@ import OutpostTestSupport
             _ = try await s.push("sp", [put("c1", "a")])
             #expect(try PullPage.decode(try await long.value.body).changes.map(\.id) == ["a"])
             #expect(s.app.sync.waitingPulls == 0)
+        }
+    }
+
+    @Test func aPullWhoseClientLeavesLeavesItsGroupAndTheGroupStops() async throws {
+        try await withServer { s in
+            let client = try TestHTTPClient(port: s.port)
+            try client.send(Array("GET /v1/spaces/sp/pull?wait=60000 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(s.token(spaces: ["sp"], scope: .read))\r\n\r\n".utf8))
+            try await eventually("the pull waiting") { s.app.sync.waitingPulls == 1 && s.app.store.notifier.waitingCount == 1 }
+            // The client goes; no deadline, no commit: the engine tells the hub.
+            Glibc.shutdown(client.fd, Int32(SHUT_RDWR))
+            try await eventually("the pull left and its group stopped") {
+                s.app.sync.waitingPulls == 0 && s.app.store.notifier.waitingCount == 0
+            }
         }
     }
 }

@@ -286,19 +286,109 @@ import Testing
             let pieces = chunked(file, 4096)
             let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
             for (index, piece) in pieces.enumerated() { #expect(try await client.chunk("sp", id, index, piece).status == 200) }
-            // What a power loss can do to bytes that were not yet on disk: chunk 1 lost.
-            let handle = try #require(FileHandle(forWritingAtPath: server.data.mediaPath + "/uploads/\(id)"))
-            try handle.seek(toOffset: 4096)
-            try handle.write(contentsOf: [UInt8](repeating: 0, count: 4096))
-            try handle.close()
-            let r = try await client.finalize("sp", id)
-            #expect(r.status == 409)
-            #expect(mediaErrorCode(r) == "upload_incomplete")
-            #expect(mediaErrorDetails(r)?["missing"]?.arrayValue?.compactMap(\.int64Value) == [1])
-            #expect(try UploadState.decode(try await client.state("sp", id).body).received == [0, 2])
-            #expect(try await client.chunk("sp", id, 1, pieces[1]).status == 200)
+            // What a power loss can do to bytes that were not yet on disk: chunk 1 lost, and
+            // the server, with what it kept in memory, gone too.
+            try await server.afterRestart { server in
+                let client = server.client()
+                let handle = try #require(FileHandle(forWritingAtPath: server.data.mediaPath + "/uploads/\(id)"))
+                try handle.seek(toOffset: 4096)
+                try handle.write(contentsOf: [UInt8](repeating: 0, count: 4096))
+                try handle.close()
+                let r = try await client.finalize("sp", id)
+                #expect(r.status == 409)
+                #expect(mediaErrorCode(r) == "upload_incomplete")
+                #expect(mediaErrorDetails(r)?["missing"]?.arrayValue?.compactMap(\.int64Value) == [1])
+                #expect(try UploadState.decode(try await client.state("sp", id).body).received == [0, 2])
+                #expect(try await client.chunk("sp", id, 1, pieces[1]).status == 200)
+                #expect(try await client.finalize("sp", id).status == 200)
+                #expect(summary(try await client.download("sp", SHA256.hex(file)).body) == summary(file))
+            }
+        }
+    }
+
+    // MARK: Hashing once
+
+    /// docs/media.md, "Hashing once": chunks that arrive in order feed the file's SHA-256
+    /// from their request's buffer, so finalize reads nothing back; chunks that arrive
+    /// early are read back once, when the bytes ahead of them are in. With instances
+    /// sharing the media (PostgreSQL) no running hash is kept, and finalize reads the file.
+    @Test(arguments: StoreKind.allCases) func finalizeReadsBackOnlyWhatNoRunningHashCovers(store: StoreKind) async throws {
+        try await withMediaServer(store: store) { server in
+            let client = server.client()
+            let inOrder = mediaBytes(9000, seed: 40)
+            _ = try await client.upload("sp", inOrder)
+            #expect(server.bytesReadBack == (store == .sqlite ? 0 : 9000))
+
+            // Chunks 2 and 1 before 0: read back (4,904 bytes) when chunk 0 arrives.
+            let early = mediaBytes(9000, seed: 41)
+            let pieces = chunked(early, 4096)
+            let id = try UploadState.decode(try await client.begin("sp", file: early).body).uploadId
+            for index in [2, 1, 0] { #expect(try await client.chunk("sp", id, index, pieces[index]).status == 200) }
             #expect(try await client.finalize("sp", id).status == 200)
-            #expect(summary(try await client.download("sp", SHA256.hex(file)).body) == summary(file))
+            #expect(summary(try await client.download("sp", SHA256.hex(early)).body) == summary(early))
+            #expect(server.bytesReadBack == (store == .sqlite ? 9000 - 4096 : 18_000))
+        }
+    }
+
+    /// Chunks sent on four connections at once, in a shuffled order, some of them twice
+    /// (the same bytes): whichever request finds the prefix at its chunk feeds it and the
+    /// chunks waiting after it, and finalize publishes the file; what is read back is at
+    /// most the chunks that came early, never the file twice.
+    @Test func chunksInAnyOrderOnSeveralConnectionsGiveTheFileAndAreReadBackAtMostOnce() async throws {
+        try await withMediaServer { server in
+            let client = server.client()
+            for round in 0..<3 {
+                let file = mediaBytes(40 * 4096 - 123, seed: 50 + UInt64(round))
+                let pieces = chunked(file, 4096)
+                let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
+                var rng = SplitMix64(seed: 60 + UInt64(round))
+                let order = (Array(pieces.indices) + [3, 17, 39]).shuffled(using: &rng)
+                let before = server.bytesReadBack
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for lane in 0..<4 {
+                        let mine = stride(from: lane, to: order.count, by: 4).map { order[$0] }
+                        group.addTask {
+                            for index in mine {
+                                let r = try await client.chunk("sp", id, index, pieces[index])
+                                guard r.status == 200 else { throw MediaTestFailure("chunk \(index) answered \(r.status): \(r.text)") }
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                #expect(try await client.finalize("sp", id).status == 200)
+                #expect(summary(try await client.download("sp", SHA256.hex(file)).body) == summary(file))
+                #expect(server.bytesReadBack - before < Double(file.count))
+            }
+        }
+    }
+
+    /// A running hash lives with the process that wrote the bytes: after a restart the
+    /// upload's finalize reads its whole file, and a chunk written twice with different
+    /// bytes leaves the hash unused.
+    @Test func aRestartOrAChunkWrittenTwiceMakesFinalizeReadTheFile() async throws {
+        try await withMediaServer { server in
+            let client = server.client()
+            let file = mediaBytes(9000, seed: 42)
+            let pieces = chunked(file, 4096)
+            let id = try UploadState.decode(try await client.begin("sp", file: file).body).uploadId
+            for index in 0..<2 { #expect(try await client.chunk("sp", id, index, pieces[index]).status == 200) }
+            try await server.afterRestart { server in
+                let client = server.client()
+                #expect(try await client.chunk("sp", id, 2, pieces[2]).status == 200)
+                #expect(try await client.finalize("sp", id).status == 200)
+                #expect(summary(try await client.download("sp", SHA256.hex(file)).body) == summary(file))
+                #expect(server.bytesReadBack == 9000)
+
+                let other = mediaBytes(9000, seed: 43)
+                let parts = chunked(other, 4096)
+                let second = try UploadState.decode(try await client.begin("sp", file: other).body).uploadId
+                #expect(try await client.chunk("sp", second, 0, mediaBytes(4096, seed: 44)).status == 200)
+                for (index, piece) in parts.enumerated() { #expect(try await client.chunk("sp", second, index, piece).status == 200) }
+                #expect(try await client.finalize("sp", second).status == 200)
+                #expect(summary(try await client.download("sp", SHA256.hex(other)).body) == summary(other))
+                #expect(server.bytesReadBack == 18_000)
+            }
         }
     }
 

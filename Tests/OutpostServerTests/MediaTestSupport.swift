@@ -138,11 +138,24 @@ final class MediaFixture: Sendable {
     let port: Int
     let authority = JWTAuthority(secret: Array(MediaFixture.secret.utf8))
 
-    init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite) throws {
-        directory = try TemporaryDirectory(prefix: "outpost-media-test")
+    let limits: Limits
+    let kind: StoreKind
+    let postgresURL: String?
+    private let stopped = Atomic<Bool>(false)
+    /// Set by `restarted()`: the next server keeps the directory.
+    private let handedOn = Atomic<Bool>(false)
+
+    /// A fresh fixture, or, with `reopening`, a server on the data directory and database
+    /// of a stopped one.
+    init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite,
+         reopening previous: (directory: TemporaryDirectory, postgresURL: String?)? = nil) throws {
+        self.limits = limits
+        self.kind = kind
+        directory = try previous?.directory ?? TemporaryDirectory(prefix: "outpost-media-test")
         data = try DataDirectory(path: directory.appending("data"))
         var storeConfiguration = MediaStore.Configuration(databasePath: data.storePath, mediaDirectory: data.mediaPath)
-        if kind == .postgres { storeConfiguration.postgresURL = try PostgresCluster.shared.createDatabase(prefix: "media") }
+        if kind == .postgres { storeConfiguration.postgresURL = try previous?.postgresURL ?? PostgresCluster.shared.createDatabase(prefix: "media") }
+        postgresURL = storeConfiguration.postgresURL
         store = try MediaStore(configuration: storeConfiguration)
         let clock = self.clock
         service = MediaService(store: store, limits: limits, authorizer: Authorizer(authority: authority), metrics: metrics,
@@ -156,9 +169,21 @@ final class MediaFixture: Sendable {
     }
 
     func stop() async {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
         await http.shutdown(grace: .seconds(2))
         await service.close()
-        directory.remove()
+        data.release()
+        if !handedOn.load(ordering: .relaxed) { directory.remove() }
+    }
+
+    /// This server stopped, and another started on its data directory and database: what
+    /// the next start after a crash or a power loss finds, with nothing the first kept
+    /// in memory. The caller stops the new one (stopping this one again is harmless).
+    func restarted() async throws -> MediaFixture {
+        handedOn.store(true, ordering: .relaxed)
+        await stop()
+        let (limits, kind, previous) = (limits, kind, (directory: directory, postgresURL: postgresURL))
+        return try await blocking { try MediaFixture(limits: limits, store: kind, reopening: previous) }
     }
 
     func token(_ spaces: [String], scope: Claims.Scope = .write) -> String {
@@ -181,12 +206,26 @@ final class MediaFixture: Sendable {
     }
 }
 
+extension MediaFixture {
+    /// Runs `body` against `restarted()`, and always stops that server.
+    func afterRestart(_ body: (MediaFixture) async throws -> Void) async throws {
+        try await runThenStop(try await restarted(), body)
+    }
+
+    /// Upload bytes read back from their files to hash them.
+    var bytesReadBack: Double { metrics.value("outpost_media_bytes_read_back_total") }
+}
+
 /// Runs `body` against a fresh fixture and always stops it.
 func withMediaServer(limits: Limits = MediaFixture.limits, store: StoreKind = .sqlite, _ body: (MediaFixture) async throws -> Void) async throws {
     // Made on a thread of its own: the first PostgreSQL fixture waits for the test run's
     // cluster to start (initdb, seconds), and that wait must not hold a thread of the
     // concurrency pool, which the in-process servers of other tests answer on.
-    let fixture = try await blocking { try MediaFixture(limits: limits, store: store) }
+    try await runThenStop(try await blocking { try MediaFixture(limits: limits, store: store) }, body)
+}
+
+/// Runs `body` against `fixture` and always stops it.
+private func runThenStop(_ fixture: MediaFixture, _ body: (MediaFixture) async throws -> Void) async throws {
     do {
         try await body(fixture)
     } catch {

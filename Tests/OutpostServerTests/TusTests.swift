@@ -390,6 +390,9 @@ func detailInt(_ response: TestResponse, _ key: String) -> Int? {
             #expect(late.status == 409 && mediaErrorCode(late) == "offset_mismatch" && detailInt(late, "offset") == 10_000)
             #expect(f.uploadFiles().isEmpty)
             #expect(f.metrics.value("outpost_tus_bytes_received_total") == 10_000)
+            // Hashed once, as the appends came (docs/media.md, "Hashing once"): completion
+            // read nothing back, except with instances sharing the media (no running hash).
+            #expect(f.bytesReadBack == (store == .sqlite ? 0 : 20_000))
         }
     }
 

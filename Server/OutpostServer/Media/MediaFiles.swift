@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCrypto
+import Synchronization
 
 /// The media bytes under the data directory, and the blocking file operations on them.
 ///
@@ -19,6 +20,8 @@ import OutpostCrypto
 struct MediaFiles: Sendable {
     /// `DATA/media`.
     let root: String
+    /// Bytes read back from upload files to hash them (`outpost_media_bytes_read_back_total`).
+    let readBack = ByteCounter()
 
     var uploadsDirectory: String { root + "/uploads" }
     var spacesDirectory: String { root + "/spaces" }
@@ -134,6 +137,20 @@ struct MediaFiles: Sendable {
         return try hashFile(fd, path: path, length: length)
     }
 
+    /// The `length` bytes at `offset` of an upload's file: a chunk this process wrote,
+    /// read back for the upload's running hash. Throws when the file holds fewer.
+    func readPart(_ id: UploadID, offset: Int64, length: Int) throws -> [UInt8] {
+        let path = partPath(id)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw MediaIOError("open", path) }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        out.reserveCapacity(length)
+        try readRange(fd, path: path, offset: offset, length: Int64(length)) { out.append(contentsOf: $0) }
+        guard out.count == length else { throw MediaIOError("read", path, errno: EIO) }
+        return out
+    }
+
     /// Starts writing the upload's file back to disk now (fdatasync), so that finalize's
     /// own fsync has little left to wait for. Missing files are ignored.
     func flush(_ id: UploadID) {
@@ -178,9 +195,12 @@ struct MediaFiles: Sendable {
     ///
     /// - Parameters:
     ///   - digests: each chunk's recorded SHA-256, by index (all `chunkCount` of them).
+    ///   - prefix: the running hash of the file's first bytes (`RunningHashes`), when one
+    ///     is kept: only the bytes past it are read. When the digest it gives is not the
+    ///     declared one, the whole file is read and hashed, as without it.
     func finalize(
         _ id: UploadID, space: SpaceName, media: MediaID, size: Int64, chunkSize: Int,
-        digests: [[UInt8]]
+        digests: [[UInt8]], prefix: ResumableSHA256? = nil
     ) throws -> FinalizeOutcome {
         let part = partPath(id)
         let final = mediaPath(space: space, id: media)
@@ -207,7 +227,14 @@ struct MediaFiles: Sendable {
             guard ftruncate(fd, off_t(size)) == 0 else { throw MediaIOError("ftruncate", part) }
         }
         _ = posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
-        let actual = try hashFile(fd, path: part, length: size)
+        var actual = ""
+        if var hasher = prefix, hasher.byteCount <= size {
+            try readRange(fd, path: part, offset: hasher.byteCount, length: size - hasher.byteCount) { hasher.update($0) }
+            actual = Hex.encode(hasher.digest())
+        }
+        if actual != media.rawValue {
+            actual = try hashFile(fd, path: part, length: size)
+        }
         if actual != media.rawValue {
             let damaged = try damagedChunks(fd, path: part, size: size, chunkSize: chunkSize, digests: digests)
             return damaged.isEmpty ? .checksumMismatch(actual: actual) : .damagedChunks(damaged)
@@ -263,6 +290,7 @@ struct MediaFiles: Sendable {
             if n == 0 { return }
             body(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
             done += Int64(n)
+            readBack.add(n)
         }
     }
 
@@ -285,6 +313,13 @@ struct MediaFiles: Sendable {
         defer { close(fd) }
         guard fsync(fd) == 0 else { throw MediaIOError("fsync", path) }
     }
+}
+
+/// A count of bytes, kept across threads.
+final class ByteCounter: Sendable {
+    private let value = Atomic<Int>(0)
+    func add(_ count: Int) { value.add(count, ordering: .relaxed) }
+    var total: Int { value.load(ordering: .relaxed) }
 }
 
 /// A failed file operation, with errno. The service answers it `503 unavailable` (the

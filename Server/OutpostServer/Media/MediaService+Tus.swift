@@ -284,6 +284,7 @@ extension MediaService {
                 guard try await storeCall({ try await store.advanceTusUpload(id, from: offset, to: to, now: now, expiresAt: expiresAt) }) else {
                     throw Self.uploadNotFound()
                 }
+                store.tusAppended(id, offset: offset, bytes: bytes)
                 metrics.increment("outpost_tus_bytes_received_total", by: Double(bytes.count))
                 upload.offset = to
                 upload.expiresAt = expiresAt
@@ -340,16 +341,25 @@ extension MediaService {
     func completeTus(_ upload: TusUploadRecord) async throws -> TusUploadRecord {
         var upload = upload
         let sha: MediaID
+        // The running hash of the appends, when this process saw every one of them: the
+        // bytes are not read again, neither to learn their hash nor to check it.
+        let running = upload.mediaID == nil ? store.tusHash(upload.id, length: upload.length) : nil
         if let known = upload.mediaID {
             sha = known
         } else {
-            guard let hashed = try await storeCall({ try await store.hashPart(upload.id, length: upload.length) }) else {
+            let hashed: MediaID?
+            if let running {
+                hashed = MediaID(Hex.encode(running.digest()))
+            } else {
+                hashed = try await storeCall { try await store.hashPart(upload.id, length: upload.length) }
+            }
+            guard let hashed else {
                 throw HTTPError.unavailable(retryAfterSeconds: 1, "the upload's bytes cannot be read now; retry")
             }
             try await storeCall { try await store.assembleTusUpload(upload.id, mediaID: hashed) }
             sha = hashed
         }
-        switch try await publishFile(upload.finalizable(sha256: sha), digests: [Hex.decode(sha.rawValue) ?? []]) {
+        switch try await publishFile(upload.finalizable(sha256: sha), digests: [Hex.decode(sha.rawValue) ?? []], prefix: running) {
         case .published(let media):
             upload.state = .complete
             upload.mediaID = media.id

@@ -52,6 +52,11 @@ public final class MediaService: Sendable {
         metrics.declare("outpost_media_uploads_expired_total", help: "Uploads (chunked and tus) removed by the expiry sweep.", kind: "counter")
         metrics.declare("outpost_media_downloads_total", help: "Media downloads served (200 and 206).", kind: "counter")
         metrics.declare("outpost_media_download_bytes_total", help: "Media bytes sent by downloads.", kind: "counter")
+        metrics.declare("outpost_media_bytes_read_back_total",
+                        help: "Upload bytes read back from their files to hash them: at finalize or tus completion what no running hash covers, and chunks that arrived before the bytes ahead of them.",
+                        kind: "counter")
+        let files = store.files
+        metrics.counter("outpost_media_bytes_read_back_total", .none) { Double(files.readBack.total) }
         declareTusMetrics()
     }
 
@@ -244,12 +249,15 @@ public final class MediaService: Sendable {
                     // mid-write leaves the chunk missing, never mixed.
                     try await storeCall { try await store.forgetChunks(id, [index]) }
                 }
+                store.noteChunk(id, index: index, digest: digest)
                 try await storeCall { try await store.writeChunk(id, offset: Int64(index) * Int64(upload.chunkSize), bytes: bytes) }
                 metrics.increment("outpost_media_bytes_received_total", by: Double(bytes.count))
             }
             guard let received = try await storeCall({
                 try await store.recordChunk(id, index: index, digest: digest, now: now, expiresAt: now + uploadExpiryMs)
             }) else { throw Self.uploadNotFound() }
+            // Only bytes this request wrote feed the file's running hash.
+            if recorded != digest { await store.chunkHeld(upload, index: index, bytes: bytes, digest: digest) }
             return HTTPResponse(json: ChunkReceipt(index: index, received: received).encoded())
         } } }
     }
@@ -295,7 +303,7 @@ public final class MediaService: Sendable {
             let missing = (0..<upload.chunkCount).filter { digests[$0] == nil }
             guard missing.isEmpty else { throw Self.incomplete(missing) }
             let ordered = (0..<upload.chunkCount).map { digests[$0]! }
-            switch try await publishFile(upload, digests: ordered) {
+            switch try await publishFile(upload, digests: ordered, prefix: store.hashedPrefix(id, digests: ordered)) {
             case .published(let media):
                 return HTTPResponse(json: UploadComplete(media: media.info).encoded())
             case .checksumMismatch(let actual):
@@ -327,8 +335,10 @@ public final class MediaService: Sendable {
     /// exclusive lock: the file checked against `upload.sha256` and the chunk digests,
     /// fsynced and renamed into place (`MediaFiles.finalize`), then the media row and the
     /// upload's completion committed (`publish`). A tus upload completes through here too.
-    func publishFile(_ upload: UploadRecord, digests: [[UInt8]]) async throws -> PublishOutcome {
-        let outcome = try await storeCall { try await store.finalizeFile(upload, digests: digests) }
+    /// `prefix`: the running hash of the file's first bytes, when one is kept
+    /// (`RunningHashes`), so that only the bytes past it are read.
+    func publishFile(_ upload: UploadRecord, digests: [[UInt8]], prefix: ResumableSHA256?) async throws -> PublishOutcome {
+        let outcome = try await storeCall { try await store.finalizeFile(upload, digests: digests, prefix: prefix) }
         switch outcome {
         case .published, .alreadyPublished:
             let now = clock()

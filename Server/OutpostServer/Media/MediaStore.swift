@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostCrypto
 import OutpostSQLite
 import Synchronization
 
@@ -51,6 +52,9 @@ public final class MediaStore: Sendable {
     private let flusher: WorkerThread<MediaFileJob>
     private let nextIO = Atomic<Int>(0)
     private let flushEveryBytes: Int
+    /// The running hash of each open upload's in-order prefix; nil when instances share
+    /// the media (see `RunningHashes`).
+    let hashes: RunningHashes?
     /// Bytes written per upload since its last writeback, and whether one is queued.
     private let unflushed = Mutex<[UploadID: (bytes: Int, queued: Bool)]>([:])
     /// The largest chunk size of an open upload when the store opened: the chunk route's
@@ -70,6 +74,7 @@ public final class MediaStore: Sendable {
         files = MediaFiles(root: configuration.mediaDirectory)
         try files.prepare()
         flushEveryBytes = configuration.flushEveryBytes
+        hashes = configuration.postgresURL == nil ? RunningHashes() : nil
         if let url = configuration.postgresURL {
             metadata = try PostgresMediaMetadata.open(url: url, mediaDirectory: configuration.mediaDirectory)
         } else {
@@ -213,6 +218,7 @@ public final class MediaStore: Sendable {
 
     /// Lowers an open tus upload's offset to what its file holds.
     func lowerTusOffset(_ id: UploadID, to offset: Int64) async throws {
+        hashes?.drop(id)
         try await metadata.lowerTusOffset(id, to: offset)
     }
 
@@ -231,6 +237,16 @@ public final class MediaStore: Sendable {
     func appendTusPart(_ id: UploadID, offset: Int64, bytes: [UInt8]) async throws {
         let files = self.files
         try await onFileThread { try files.appendTusPart(id, offset: offset, bytes: bytes) }
+    }
+
+    /// Feeds a tus append, on disk and counted, into the upload's running hash.
+    func tusAppended(_ id: UploadID, offset: Int64, bytes: [UInt8]) {
+        hashes?.appended(id, offset: offset, bytes: bytes)
+    }
+
+    /// The running hash of a tus upload's bytes when it covers all `length` of them.
+    func tusHash(_ id: UploadID, length: Int64) -> ResumableSHA256? {
+        hashes?.whole(id, length: length)
     }
 
     /// `MediaFiles.hashPart` on a file thread.
@@ -265,14 +281,40 @@ public final class MediaStore: Sendable {
         }
     }
 
-    /// `MediaFiles.finalize` on a file thread.
-    func finalizeFile(_ upload: UploadRecord, digests: [[UInt8]]) async throws -> MediaFiles.FinalizeOutcome {
+    /// Called right before this process writes chunk `index` of an upload (see
+    /// `RunningHashes.noteChunk`).
+    func noteChunk(_ id: UploadID, index: Int, digest: [UInt8]) {
+        hashes?.noteChunk(id, index: index, digest: digest)
+    }
+
+    /// Feeds a chunk this process wrote, and whose receipt is committed, into the upload's
+    /// running hash (see `RunningHashes.chunkHeld`); chunks read back for it are read on a
+    /// file thread.
+    func chunkHeld(_ upload: UploadRecord, index: Int, bytes: [UInt8], digest: [UInt8]) async {
+        guard let hashes else { return }
+        let files = self.files
+        await hashes.chunkHeld(upload.id, index: index, bytes: bytes, digest: digest) { i in
+            try await onFileThread {
+                try files.readPart(upload.id, offset: Int64(i) * Int64(upload.chunkSize), length: upload.length(ofChunk: i))
+            }
+        }
+    }
+
+    /// The running hash of an upload's first chunks, for its finalize (see
+    /// `RunningHashes.takePrefix`).
+    func hashedPrefix(_ id: UploadID, digests: [[UInt8]]) -> ResumableSHA256? {
+        hashes?.takePrefix(id, digests: digests)
+    }
+
+    /// `MediaFiles.finalize` on a file thread; `prefix`, the running hash of the file's
+    /// first bytes, spares reading them.
+    func finalizeFile(_ upload: UploadRecord, digests: [[UInt8]], prefix: ResumableSHA256?) async throws -> MediaFiles.FinalizeOutcome {
         let files = self.files
         let outcome = try await onFileThread {
             try files.finalize(upload.id, space: upload.space, media: upload.sha256, size: upload.size,
-                               chunkSize: upload.chunkSize, digests: digests)
+                               chunkSize: upload.chunkSize, digests: digests, prefix: prefix)
         }
-        unflushed.withLock { _ = $0.removeValue(forKey: upload.id) }
+        forgetState(upload.id)
         return outcome
     }
 
@@ -280,7 +322,14 @@ public final class MediaStore: Sendable {
     func removeFile(_ id: UploadID) async throws {
         let files = self.files
         try await onFileThread { files.removePart(id) }
+        forgetState(id)
+    }
+
+    /// Forgets what this process keeps about an upload's file: its unflushed bytes and its
+    /// running hash.
+    private func forgetState(_ id: UploadID) {
         unflushed.withLock { _ = $0.removeValue(forKey: id) }
+        hashes?.drop(id)
     }
 
     /// The ids of every upload file on disk.

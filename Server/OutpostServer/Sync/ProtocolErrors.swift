@@ -54,12 +54,16 @@ extension HTTPError {
     static func fromStore<T: Sendable>(_ logMessage: String, _ message: String, _ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
-        } catch let error as HTTPError {
-            throw error
         } catch {
-            Log.error(logMessage, ["error": "\(error)"])
-            throw HTTPError.unavailable(retryAfterSeconds: 1, message)
+            throw fromStore(logMessage, message, error: error)
         }
+    }
+
+    /// `fromStore`'s rule for an error already caught.
+    static func fromStore(_ logMessage: String, _ message: String, error: any Error) -> HTTPError {
+        if let error = error as? HTTPError { return error }
+        Log.error(logMessage, ["error": "\(error)"])
+        return .unavailable(retryAfterSeconds: 1, message)
     }
 }
 

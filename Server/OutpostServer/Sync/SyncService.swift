@@ -49,7 +49,7 @@ public final class SyncService: Sendable {
         pullBytes = metrics.counter("outpost_pull_bytes_total")
         longPollsWoken = metrics.counter("outpost_long_polls_woken_total")
         coalescer = PageCoalescer(shared: metrics.counter("outpost_pull_pages_shared_total"))
-        hub = LongPollHub(store: store, woken: longPollsWoken)
+        hub = LongPollHub(store: store, counters: LongPollHub.Counters(woken: longPollsWoken, pages: pullPages, records: pullRecords, bytes: pullBytes))
     }
 
     /// Pulls held open by a long poll now.
@@ -202,27 +202,17 @@ public final class SyncService: Sendable {
         let pageRequest = PageRequest(space: space, afterSeq: since.seq, limit: limits.pageLimit(requested: query.limit),
                                       maxBytes: limits.pageByteBudget(requested: query.maxBytes), collections: query.collections)
         let store = self.store
-        var page = try await storeCall {
+        let page = try await storeCall {
             try await self.coalescer.page(pageRequest, knownHead: store.notifier.knownHead(space: space)) { try await store.page(pageRequest) }
         }
         try Self.refusing { () throws(PullRules.Refusal) in try PullRules.check(since, head: page.head, horizon: page.horizon) }
         if page.count == 0 && query.waitMs > 0 {
-            // Wait for a commit after what this page saw, with every pull that would read
+            // Held until a commit after what this page saw, with every pull that would read
             // the same page (LongPollHub: one read and one encoded answer for all of them;
             // a filtered group woken by a commit to another collection waits on).
             let key = LongPollHub.Key(space: space, afterSeq: pageRequest.afterSeq, limit: pageRequest.limit, maxBytes: pageRequest.maxBytes,
                                       collections: pageRequest.collections, head: page.head)
-            switch await hub.wait(key, request: pageRequest, epoch: epoch, deadline: ContinuousClock.now + .milliseconds(query.waitMs)) {
-            case .page(let woken, let body):
-                pullPages.add()
-                pullRecords.add(woken.count)
-                pullBytes.add(woken.changesJSON.count)
-                return HTTPResponse(json: body)
-            case .leftEarly(let latest):
-                if let latest { page = latest }
-            case .failed(let error):
-                return try await storeCall { throw error }
-            }
+            return hub.hold(key, request: pageRequest, first: page, since: since, deadline: ContinuousClock.now + .milliseconds(query.waitMs))
         }
         pullPages.add()
         pullRecords.add(page.count)

@@ -1,0 +1,96 @@
+// Held requests (`HTTPHold`): a handler keeps its request open without a task, and other
+// code answers it later, many at a time, from any thread.
+import Foundation
+import OutpostCompression
+import OutpostTestSupport
+import Synchronization
+import Testing
+@testable import OutpostHTTP
+
+/// The requests a test's route holds, and those whose connection ended first.
+private final class Keeper: Sendable {
+    let held = Mutex<[HeldRequest]>([])
+    let gone = Atomic<Int>(0)
+
+    var count: Int { held.withLock { $0.count } }
+    func all() -> [HeldRequest] { held.withLock { $0 } }
+
+    func routes(_ r: inout Router) {
+        r.add(.GET, "/hold", inline: { [self] _ in
+            HTTPResponse(hold: HTTPHold(start: { [self] h in held.withLock { $0.append(h) } },
+                                        gone: { [self] _ in gone.add(1, ordering: .relaxed) }))
+        })
+        r.add(.GET, "/ping", inline: { _ in HTTPResponse(text: "pong") })
+    }
+}
+
+@Suite struct HeldRequestTests {
+    @Test func heldRequestsOnBothLoopsAreAnsweredTogetherFromAnotherThreadAndTheirConnectionsGoOn() async throws {
+        let keeper = Keeper()
+        try await withServer(routes: keeper.routes) { s in
+            var clients: [TestClient] = []
+            for _ in 0..<6 {
+                let c = try await s.connect()
+                try c.send(request("GET", "/hold"))
+                clients.append(c)
+            }
+            try await eventually("six requests held") { keeper.count == 6 }
+            let body = Array(#"{"answer":1}"#.utf8)
+            let answered = try await io { HeldRequest.answer(keeper.all(), with: HTTPResponse(json: body)) }
+            #expect(answered == 6)
+            var ids: Set<String> = []
+            for c in clients {
+                let r = try await io { try c.readResponse() }
+                #expect(r.status == 200)
+                #expect(r.body == body)
+                #expect(r.header("Content-Type") == "application/json")
+                ids.insert(r.header("X-Request-ID") ?? "")
+                // Kept alive: the next request on the same connection is served.
+                try c.send(request("GET", "/ping"))
+                #expect(try await io { try c.readResponse() }.text == "pong")
+                c.close()
+            }
+            #expect(ids.count == 6)
+            // Answered once: a second answer does nothing.
+            #expect(HeldRequest.answer(keeper.all(), with: HTTPResponse(json: body)) == 0)
+            #expect(keeper.gone.load(ordering: .relaxed) == 0)
+        }
+    }
+
+    @Test func oneAnswerIsFramedForEachRequestAsItAsked() async throws {
+        let keeper = Keeper()
+        try await withServer(routes: keeper.routes) { s in
+            let gzip = try await s.connect()
+            try gzip.send(request("GET", "/hold", headers: [("Accept-Encoding", "gzip")]))
+            let plain = try await s.connect()
+            try plain.send(request("GET", "/hold"))
+            let head = try await s.connect()
+            try head.send(request("HEAD", "/hold"))
+            try await eventually("three requests held") { keeper.count == 3 }
+            let body = Array(("{\"text\":\"" + String(repeating: "a", count: 4000) + "\"}").utf8)
+            #expect(HeldRequest.answer(keeper.all(), with: HTTPResponse(json: body)) == 3)
+            let zipped = try await io { try gzip.readResponse() }
+            #expect(zipped.header("Content-Encoding") == "gzip")
+            #expect(try Gzip.decompress(zipped.body, limit: 1 << 20) == body)
+            let clear = try await io { try plain.readResponse() }
+            #expect(clear.header("Content-Encoding") == nil)
+            #expect(clear.body == body)
+            let bodiless = try await io { try head.readResponse(head: true) }
+            #expect(bodiless.status == 200)
+            #expect(bodiless.header("Content-Length") == String(body.count))
+            for c in [gzip, plain, head] { c.close() }
+        }
+    }
+
+    @Test func aHeldRequestWhoseClientLeavesIsGoneAndItsAnswerDoesNothing() async throws {
+        let keeper = Keeper()
+        try await withServer(routes: keeper.routes) { s in
+            let c = try await s.connect()
+            try c.send(request("GET", "/hold"))
+            try await eventually("the request held") { keeper.count == 1 }
+            c.close()
+            try await eventually("its keeper told it is gone") { keeper.gone.load(ordering: .relaxed) == 1 }
+            #expect(keeper.all()[0].answer(HTTPResponse(text: "late")) == false)
+        }
+    }
+}
