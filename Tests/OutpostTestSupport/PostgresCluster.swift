@@ -108,7 +108,11 @@ public final class PostgresCluster: Sendable {
             throw ProcessFailure("initdb exited \(initdb.status): \(initdb.output)")
         }
         port = try Self.freePort()
-        var settings = ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400", "-c", "shared_buffers=128MB",
+        // Every PostgreSQL store holds five connections (two writers, two readers, the
+        // listener), a server process as many, and the suite runs its tests in parallel:
+        // the whole suite was seen at 381 at once, so 400 failed it with "too many clients".
+        // An idle backend costs a few MB; 1,000 of them fit the machine.
+        var settings = ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=1000", "-c", "shared_buffers=128MB",
                         "-c", "log_min_messages=warning", "-c", "deadlock_timeout=200ms"]
         if !durable { settings += ["-c", "fsync=off", "-c", "full_page_writes=off"] }
         let quoted = settings.map { "'\($0)'" }.joined(separator: " ")
