@@ -749,6 +749,9 @@ struct ServerTests {
             try b.send("GET /quick HTTP/1.1\r\n")
         }
         await started.wait()
+        // A connection still in the listener's backlog when the listener closes is reset
+        // by the kernel (errno 104 on b's next send): b must have been accepted first.
+        try await eventually("both connections are accepted") { server.openConnections == 2 }
         let shutdown = Task { await server.shutdown(grace: .seconds(20)) }
         // Draining has begun on every event loop once new connections are refused: each
         // loop closes its listener and marks its connections draining in the same step.

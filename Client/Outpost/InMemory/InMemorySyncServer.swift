@@ -241,6 +241,9 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     /// Pull requests received.
     public var pullRequests: Int { state.withLock { $0.pulls } }
 
+    /// Long polls waiting for a commit now (the server's `outpost_long_polls_waiting`).
+    public var waitingPulls: Int { state.withLock { $0.waiters.count } }
+
     /// The newest seq of `space` in the current epoch.
     public func head(space: String) -> Int64 {
         state.withLock { $0.history.spaces[space]?.head ?? 0 }
