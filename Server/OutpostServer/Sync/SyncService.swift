@@ -265,9 +265,11 @@ public final class SyncService: Sendable {
         encodePage(epoch: page.epoch, changesJSON: page.changesJSON, next: Cursor(next), hasMore: page.hasMore, head: page.head)
     }
 
-    static func encodePage(epoch: Epoch, changesJSON: [UInt8], next: Cursor, hasMore: Bool, head: Int64) -> [UInt8] {
+    /// `fields`: the rules' field kinds (`FieldKinds`, encoded), sent in every page under
+    /// rules (docs/protocol.md section 5).
+    static func encodePage(epoch: Epoch, changesJSON: [UInt8], next: Cursor, hasMore: Bool, head: Int64, fields: [UInt8]? = nil) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(changesJSON.count + 160)
+        out.reserveCapacity(changesJSON.count + 160 + (fields?.count ?? 0))
         out.append(contentsOf: #"{"epoch":""#.utf8)
         out.append(contentsOf: epoch.rawValue.utf8)
         out.append(contentsOf: #"","changes":"#.utf8)
@@ -276,6 +278,10 @@ public final class SyncService: Sendable {
         out.append(contentsOf: next.text.utf8)
         out.append(contentsOf: hasMore ? #"","hasMore":true,"head":"#.utf8 : #"","hasMore":false,"head":"#.utf8)
         out.append(contentsOf: String(head).utf8)
+        if let fields {
+            out.append(contentsOf: #","fields":"#.utf8)
+            out.append(contentsOf: fields)
+        }
         out.append(UInt8(ascii: "}"))
         return out
     }
@@ -321,7 +327,7 @@ public final class SyncService: Sendable {
                 pullRecords.add(page.count)
                 pullBytes.add(page.bytes)
                 return HTTPResponse(json: Self.encodePage(epoch: epoch, changesJSON: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: view.id),
-                                                          hasMore: page.hasMore, head: page.head))
+                                                          hasMore: page.hasMore, head: page.head, fields: view.rules.fieldKindsJSON))
             }
             longPollsWoken.add()
         }
