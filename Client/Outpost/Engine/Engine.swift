@@ -360,7 +360,9 @@ enum Engine {
             settle(latest.body, madeOn: .nothing, kind: decided.count == 1 ? head.kind : .app)
             return true
         }
-        if let body = server.body, latest.body.sameContent(as: body) {
+        // Unless the collection declares field kinds: two devices that took a counter from
+        // 10 to 9 made two changes, which only the resolver's merge counts (8).
+        if let body = server.body, latest.body.sameContent(as: body), context.fieldKinds.kinds(of: r.key.collection).isEmpty {
             settle(nil, madeOn: .nothing)
             return true
         }

@@ -68,7 +68,8 @@ public struct ServerRules: Sendable {
     /// What the view index keeps of the records under these rules.
     public let index: ViewIndex
     /// The field kinds of the collections that are open to reads (a closed collection's
-    /// name is not shown), as every pull page under these rules serves them.
+    /// name, or one whose read rule is `false`, is not shown), as every pull page under
+    /// these rules serves them.
     public let fieldKinds: FieldKinds
     /// `fieldKinds` encoded, for the pages.
     let fieldKindsJSON: [UInt8]
@@ -134,7 +135,7 @@ public struct ServerRules: Sendable {
             for claim in rules.read?.paths(from: .auth) ?? [] where !claims.contains(claim) { claims.append(claim) }
         }
         claims.sort { $0.joined(separator: ".") < $1.joined(separator: ".") }
-        let kinds = FieldKinds(collections.filter { $0.value.read != nil }.mapValues(\.fields))
+        let kinds = FieldKinds(collections.filter { $0.value.read.map { $0.literalValue != .bool(false) } ?? false }.mapValues(\.fields))
         return ServerRules(path: path, collections: collections, fallback: fallback, viewMaterial: material, viewClaims: claims,
                            index: ViewIndex(collections: collections, fallback: fallback), fieldKinds: kinds, fieldKindsJSON: kinds.encoded())
     }
