@@ -44,6 +44,8 @@ public enum Invariant: String, Sendable, CaseIterable {
     case convergence = "convergence"
     /// Quarantined records are reported, never dropped.
     case quarantine = "quarantine"
+    /// The counter and set fields end as the sum and the set of every edit (`Ledger`).
+    case fieldKinds = "field-kinds"
     /// The harness could not follow the run (an answer or state no write accounts for).
     case harness = "harness"
 }
@@ -320,7 +322,8 @@ struct Oracle {
 
     /// The server answered a push `response` (whether or not the device reads it).
     mutating func serverApplied(device: Int, request: PushRequest, response: PushResponse, time: Int64) {
-        for (change, result) in zip(request.changes, response.results) where result.status == .applied && !result.replayed {
+        for (change, result) in zip(request.changes, response.results) where result.status == .applied && !result.replayed
+            && change.collection != Ledger.collection {
             guard let version = result.version else { continue }
             let key = Key(change.collection, change.id)
             guard let w = attribute(change, device: device) else {
@@ -357,7 +360,7 @@ struct Oracle {
 
     /// `device` read the push answer `response`.
     mutating func answerRead(device: Int, request: PushRequest, response: PushResponse) {
-        for (change, result) in zip(request.changes, response.results) {
+        for (change, result) in zip(request.changes, response.results) where change.collection != Ledger.collection {
             let key = Key(change.collection, change.id)
             guard let w = attribute(change, device: device) else {
                 fail(.harness, "d\(device) read an answer for change \(change.changeId) of \(key), which carries no write the harness knows")
@@ -635,6 +638,8 @@ struct ServerRow: Sendable {
     let deleted: Bool
     let tag: String?
     let updatedAt: Int64
+    /// The data (for `Ledger`'s records).
+    var data: JSONObject? = nil
 }
 
 /// What a device holds after healing.

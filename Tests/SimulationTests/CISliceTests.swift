@@ -53,6 +53,27 @@ struct CISliceTests {
         #expect(failures.isEmpty, "\(failures.count) failed: \(failures.map(\.configuration.seed))")
     }
 
+    /// Counter and set fields (`Ledger`) under every resolver and fault set: 48 seeds, each
+    /// combination twice. `outpost-sim --field-kinds` is the large run.
+    @Test func counterAndSetFieldsAddUpUnderEveryFaultSet() async {
+        var tally = RunTally()
+        var failures: [RunResult] = []
+        await Runner.run(first: 0, count: 48, jobs: ProcessInfo.processInfo.activeProcessorCount, configuration: { seed in
+            var c = RunConfiguration.forSeed(seed)
+            c.fieldKinds = true
+            return c
+        }) { result in
+            tally.add(result)
+            if !result.passed { failures.append(result) }
+        }
+        #expect(tally.runs == 48)
+        #expect(tally.byConfiguration.count == 24, "every resolver × fault set ran")
+        for failure in failures.prefix(3) {
+            Issue.record("\(failure.configuration):\n\(failure.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(failure.configuration.reproduction)\n\(failure.log.suffix(60).joined(separator: "\n"))")
+        }
+        #expect(failures.isEmpty, "\(failures.count) failed: \(failures.map(\.configuration.seed))")
+    }
+
     @Test func aRunReplaysExactlyFromItsSeed() async {
         let configuration = RunConfiguration.forSeed(23)  // custom resolver, every fault at once
         let first = await Simulation.run(configuration)
