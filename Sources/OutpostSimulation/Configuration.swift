@@ -110,7 +110,8 @@ public struct BrokenPart: Sendable, Hashable {
     public var name: String
     /// Wraps the server's store (a store with a deliberate bug).
     public var store: (@Sendable (any SyncStore) -> any SyncStore)?
-    /// Replaces the custom resolver of each device (by its index).
+    /// Replaces the custom resolver of each device (by its index); in a run with field
+    /// kinds, the resolver of the `Ledger` records' conflicts instead.
     public var resolver: (@Sendable (_ device: Int) -> ConflictResolver)?
 
     public init(name: String, store: (@Sendable (any SyncStore) -> any SyncStore)? = nil,

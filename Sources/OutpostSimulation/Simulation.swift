@@ -160,6 +160,7 @@ private final class Run {
             world.state.withLock { s in
                 s.service = server.service
                 s.oracle.serverEpoch(epoch)
+                s.oracle.underRules = configuration.fieldKinds
             }
             log("run \(configuration)")
             log("   0 server starts in epoch \(epoch)")
@@ -190,14 +191,22 @@ private final class Run {
 
     // MARK: Devices
 
+    /// The run's resolver; in a run with field kinds, `stock`'s conflicts go to `.mergeFields`
+    /// with the run's resolver as fallback, except the custom one (whose merges the main
+    /// oracle follows): last-write-wins there, and a broken part's resolver in its place.
     func resolver(for device: Int) -> ConflictResolver {
-        let base = runResolver(for: device)
-        guard configuration.fieldKinds else { return base }
-        // `stock` merges by its field kinds; the custom resolver's merges are the main
-        // oracle's, so `stock` falls back to last-write-wins there.
-        let fallback = configuration.resolver == .custom ? .lastWriteWins(maxClockDrift: .seconds(300)) : base
-        let merge = ConflictResolver.mergeFields(fallback: fallback), clock = self.clock
-        return .custom { c in c.collection == Ledger.collection ? merge.resolve(c, now: clock.now) : base.resolve(c, now: clock.now) }
+        guard configuration.fieldKinds else { return runResolver(for: device) }
+        let base: ConflictResolver, stock: ConflictResolver
+        if configuration.resolver == .custom {
+            let world = self.world
+            base = .custom { world.merge(device: device, $0) }
+            stock = configuration.broken?.resolver?(device) ?? .mergeFields(fallback: .lastWriteWins(maxClockDrift: .seconds(300)))
+        } else {
+            base = runResolver(for: device)
+            stock = .mergeFields(fallback: base)
+        }
+        let clock = self.clock
+        return .custom { c in c.collection == Ledger.collection ? stock.resolve(c, now: clock.now) : base.resolve(c, now: clock.now) }
     }
 
     func runResolver(for device: Int) -> ConflictResolver {

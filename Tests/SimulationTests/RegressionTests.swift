@@ -63,4 +63,18 @@ struct RegressionTests {
         let passed = result.passed
         #expect(passed, "seed \(seed) (\(bug)):\n\(result.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(result.configuration.reproduction)")
     }
+
+    /// Seeds of runs with field kinds (`outpost-sim --field-kinds`), which run under a rules file.
+    static let fieldKindSeeds: [(seed: UInt64, bug: String)] = [
+        (15, "harness: under rules a delete of a deleted record departs no copy and reaches no device; a device keeps the tombstone it was sent"),
+    ]
+
+    @Test(arguments: fieldKindSeeds.map(\.seed))
+    func fieldKindSeedStaysFixed(seed: UInt64) async {
+        var configuration = RunConfiguration.forSeed(seed)
+        configuration.fieldKinds = true
+        let result = await Simulation.run(configuration)
+        let bug = Self.fieldKindSeeds.first { $0.seed == seed }!.bug
+        #expect(result.passed, "seed \(seed) (\(bug)):\n\(result.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(result.configuration.reproduction)")
+    }
 }
