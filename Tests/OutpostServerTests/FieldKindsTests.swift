@@ -84,3 +84,4 @@ let fieldKindsRules = #"""
         }
     }
 }
+
