@@ -91,34 +91,4 @@ import Testing
         await phone.close()
         await office.close()
     }
-
-    /// A page from the start sends no tombstone under rules: `resetSync()` re-pulls as a
-    /// view re-pull, dropping the copies it does not bring (a record deleted since), and
-    /// keeps the pending edits.
-    @Test func resetSyncDropsTheCopiesOfRecordsDeletedSince() async throws {
-        let dir = try TemporaryDirectory(prefix: "outpost-rules-reset")
-        defer { dir.remove() }
-        let path = dir.appending("rules.json")
-        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
-        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
-        defer { server.stop() }
-        let phone = try device("phone", server, dir, token: try server.token(sub: "w1", spaces: ["team"]))
-        let office = try device("office", server, dir, token: try server.token(sub: "boss", spaces: ["team"], claims: [#"roles=["supervisor"]"#]))
-        _ = try await office.put(["title": "Fix pump", "assignee": "w1"], in: "jobs", id: "j1")
-        _ = try await office.put(["title": "Check valve", "assignee": "w1"], in: "jobs", id: "j2")
-        try await office.sync()
-        try await phone.sync()
-        #expect(try await ids(phone) == ["j1", "j2"])
-        try await office.delete(from: "jobs", id: "j1")
-        try await office.sync()
-        _ = try await phone.put(["title": "Check valve twice", "assignee": "w1"], in: "jobs", id: "j2")
-        try await phone.resetSync()
-        try await phone.sync()
-        #expect(try await ids(phone) == ["j2"], "the copy of the deleted job is gone")
-        #expect(try await phone.pendingChanges().isEmpty)
-        try await office.sync()
-        #expect(try await office.record(in: "jobs", id: "j2")?.data?["title"] == "Check valve twice", "the pending edit went")
-        await phone.close()
-        await office.close()
-    }
 }

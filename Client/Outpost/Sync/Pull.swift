@@ -176,11 +176,7 @@ extension OutpostStore {
     public func resetSync() async throws {
         try await acquireSyncGate()
         defer { releaseSyncGate() }
-        try write { d in
-            let decided = SyncSession.reduce(try d.session(), .reset)
-            try store(decided, d)
-            if decided.0.phase.marksSeen { try d.clearViewSeen() }
-        }
+        try write { d in try store(SyncSession.reduce(try d.session(), .reset), d) }
     }
 
     /// Leaves the current epoch: it is retired (never followed again), and the next sync

@@ -299,15 +299,9 @@ struct SyncSession: Hashable, Sendable {
     private mutating func handle(_ event: SessionEvent, _ effects: inout [SessionEffect]) {
         switch (step, event) {
         case (.idle, .reset), (.done, .reset):
-            // `resetSync()`: the current history again from its start at the next sync. Under
-            // rules (a cursor with a view) a page from the start sends no tombstone: the
-            // re-pull marks what it brings and drops the other copies at its end, as a view
-            // re-pull does, or the deletes since would never reach the device.
+            // `resetSync()`: the current history again from its start at the next sync.
             self = stored
-            if let epoch = phase.epoch {
-                if cursor?.view != nil, case .following = phase { phase = .viewRePulling(epoch) }
-                cursor = Cursor(Version.start(of: epoch))
-            }
+            if let epoch = phase.epoch { cursor = Cursor(Version.start(of: epoch)) }
             effects.append(.store(retire: nil))
         case (.idle, .leave), (.done, .leave):
             // `leaveEpoch()`: the epoch is retired, and the next sync follows the epoch two
