@@ -34,88 +34,90 @@ import Testing
                                 transport: HTTPSyncTransport(baseURL: server.baseURL, token: try server.token(sub: name, spaces: ["team"])))
     }
 
-    @Test(arguments: [false, true])
-    func twoDevicesDecrementingACounterOfflineBothEndAtSeven(postgres: Bool) async throws {
-        let dir = try TemporaryDirectory(prefix: "outpost-counter")
+    /// Runs `body` with a server (on SQLite or PostgreSQL) and two devices, phone and tablet;
+    /// `open` opens a device's store again.
+    func withTwoDevices(postgres: Bool, _ body: (_ phone: OutpostStore, _ tablet: OutpostStore, _ open: (String) throws -> OutpostStore) async throws -> Void) async throws {
+        let dir = try TemporaryDirectory(prefix: "outpost-kinds")
         defer { dir.remove() }
         let server = try await server(dir, postgres: postgres)
         defer { server.stop() }
         let phone = try device("phone", server, dir), tablet = try device("tablet", server, dir)
-        try await phone.put(["name": "bolts", "stock": 10, "totals": ["weight": 2.5, "note": "box"]], in: "items", id: "i1")
-        try await phone.sync()
-        try await tablet.sync()
-        #expect(try await tablet.data("items", "i1")?["stock"] == 10)
+        try await body(phone, tablet) { try device($0, server, dir) }
+    }
 
-        // The tablet closes; it must merge by the kinds it pulled before, offline after a restart.
-        await tablet.close()
-        let reopened = try device("tablet", server, dir)
-        // Offline: the phone takes one, the tablet two (and adds weight on both sides, a double).
-        try await phone.put(["name": "bolts", "stock": 9, "totals": ["weight": 3.0, "note": "box"]], in: "items", id: "i1")
-        try await reopened.put(["name": "bolts", "stock": 8, "totals": ["weight": 2.5, "note": "crate"]], in: "items", id: "i1")
-        try await phone.sync()
-        let merged = try await reopened.sync()
-        #expect(merged.conflicts == 1)
-        try await phone.sync()
-        let expected: JSONObject = ["name": "bolts", "stock": 7, "totals": ["weight": 3.0, "note": "crate"]]
-        #expect(try await phone.data("items", "i1") == expected)
-        #expect(try await reopened.data("items", "i1") == expected)
-        #expect(try await reopened.data("items", "i1")?["stock"]?.numberValue?.lexeme == "7", "an integer counter stays an integer")
+    @Test(arguments: [false, true])
+    func twoDevicesDecrementingACounterOfflineBothEndAtSeven(postgres: Bool) async throws {
+        try await withTwoDevices(postgres: postgres) { phone, tablet, open in
+            try await phone.put(["name": "bolts", "stock": 10, "totals": ["weight": 2.5, "note": "box"]], in: "items", id: "i1")
+            try await phone.sync()
+            try await tablet.sync()
+            #expect(try await tablet.data("items", "i1")?["stock"] == 10)
 
-        // Both take the same count away: each change counts (10 → 9 on both makes 8, not 9).
-        try await phone.put(["name": "bolts", "stock": 6, "totals": ["weight": 3.0, "note": "crate"]], in: "items", id: "i1")
-        try await reopened.put(["name": "bolts", "stock": 6, "totals": ["weight": 3.0, "note": "crate"]], in: "items", id: "i1")
-        try await phone.sync()
-        try await reopened.sync()
-        try await phone.sync()
-        #expect(try await phone.data("items", "i1")?["stock"] == 5)
-        #expect(try await reopened.data("items", "i1")?["stock"] == 5)
-        await phone.close()
-        await reopened.close()
+            // The tablet closes; it must merge by the kinds it pulled before, offline after a restart.
+            await tablet.close()
+            let reopened = try open("tablet")
+            // Offline: the phone takes one, the tablet two (and adds weight on both sides, a double).
+            try await phone.put(["name": "bolts", "stock": 9, "totals": ["weight": 3.0, "note": "box"]], in: "items", id: "i1")
+            try await reopened.put(["name": "bolts", "stock": 8, "totals": ["weight": 2.5, "note": "crate"]], in: "items", id: "i1")
+            try await phone.sync()
+            let merged = try await reopened.sync()
+            #expect(merged.conflicts == 1)
+            try await phone.sync()
+            let expected: JSONObject = ["name": "bolts", "stock": 7, "totals": ["weight": 3.0, "note": "crate"]]
+            #expect(try await phone.data("items", "i1") == expected)
+            #expect(try await reopened.data("items", "i1") == expected)
+            #expect(try await reopened.data("items", "i1")?["stock"]?.numberValue?.lexeme == "7", "an integer counter stays an integer")
+
+            // Both take the same count away: each change counts (10 → 9 on both makes 8, not 9).
+            try await phone.put(["name": "bolts", "stock": 6, "totals": ["weight": 3.0, "note": "crate"]], in: "items", id: "i1")
+            try await reopened.put(["name": "bolts", "stock": 6, "totals": ["weight": 3.0, "note": "crate"]], in: "items", id: "i1")
+            try await phone.sync()
+            try await reopened.sync()
+            try await phone.sync()
+            #expect(try await phone.data("items", "i1")?["stock"] == 5)
+            #expect(try await reopened.data("items", "i1")?["stock"] == 5)
+            await phone.close()
+            await reopened.close()
+        }
     }
 
     @Test(arguments: [false, true])
     func aSetKeepsTheAdditionsAndRemovalsOfBothDevices(postgres: Bool) async throws {
-        let dir = try TemporaryDirectory(prefix: "outpost-set")
-        defer { dir.remove() }
-        let server = try await server(dir, postgres: postgres)
-        defer { server.stop() }
-        let phone = try device("phone", server, dir), tablet = try device("tablet", server, dir)
-        try await phone.put(["tags": ["red", "blue", "green"], "title": "crate"], in: "items", id: "i2")
-        try await phone.sync()
-        try await tablet.sync()
-        // The phone removes blue and adds big; the tablet removes green and adds wet and 3.
-        try await phone.put(["tags": ["red", "green", "big"], "title": "crate"], in: "items", id: "i2")
-        try await tablet.put(["tags": ["wet", "red", "blue", 3], "title": "crate"], in: "items", id: "i2")
-        try await phone.sync()
-        #expect(try await tablet.sync().conflicts == 1)
-        try await phone.sync()
-        // The server's order (the phone's copy), then the tablet's additions in its order.
-        let expected: JSONObject = ["tags": ["red", "big", "wet", 3], "title": "crate"]
-        #expect(try await phone.data("items", "i2") == expected)
-        #expect(try await tablet.data("items", "i2") == expected)
-        await phone.close()
-        await tablet.close()
+        try await withTwoDevices(postgres: postgres) { phone, tablet, open in
+            try await phone.put(["tags": ["red", "blue", "green"], "title": "crate"], in: "items", id: "i2")
+            try await phone.sync()
+            try await tablet.sync()
+            // The phone removes blue and adds big; the tablet removes green and adds wet and 3.
+            try await phone.put(["tags": ["red", "green", "big"], "title": "crate"], in: "items", id: "i2")
+            try await tablet.put(["tags": ["wet", "red", "blue", 3], "title": "crate"], in: "items", id: "i2")
+            try await phone.sync()
+            #expect(try await tablet.sync().conflicts == 1)
+            try await phone.sync()
+            // The server's order (the phone's copy), then the tablet's additions in its order.
+            let expected: JSONObject = ["tags": ["red", "big", "wet", 3], "title": "crate"]
+            #expect(try await phone.data("items", "i2") == expected)
+            #expect(try await tablet.data("items", "i2") == expected)
+            await phone.close()
+            await tablet.close()
+        }
     }
 
     /// Without a declaration, the same edits go to last-write-wins: what the kinds change.
     @Test func withoutTheDeclarationTheCounterIsLastWriteWins() async throws {
-        let dir = try TemporaryDirectory(prefix: "outpost-counter-lww")
-        defer { dir.remove() }
-        let server = try await server(dir, postgres: false)
-        defer { server.stop() }
-        let phone = try device("phone", server, dir), tablet = try device("tablet", server, dir)
-        try await phone.put(["stock": 10], in: "plain", id: "p1")
-        try await phone.sync()
-        try await tablet.sync()
-        try await phone.put(["stock": 9], in: "plain", id: "p1")
-        try await tablet.put(["stock": 8], in: "plain", id: "p1")
-        try await phone.sync()
-        try await tablet.sync()
-        try await phone.sync()
-        let stock = try await phone.data("plain", "p1")?["stock"]
-        #expect(stock == 8 || stock == 9)
-        await phone.close()
-        await tablet.close()
+        try await withTwoDevices(postgres: false) { phone, tablet, open in
+            try await phone.put(["stock": 10], in: "plain", id: "p1")
+            try await phone.sync()
+            try await tablet.sync()
+            try await phone.put(["stock": 9], in: "plain", id: "p1")
+            try await tablet.put(["stock": 8], in: "plain", id: "p1")
+            try await phone.sync()
+            try await tablet.sync()
+            try await phone.sync()
+            let stock = try await phone.data("plain", "p1")?["stock"]
+            #expect(stock == 8 || stock == 9)
+            await phone.close()
+            await tablet.close()
+        }
     }
 }
 
