@@ -55,6 +55,10 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// The server's store: SQLite (a file of the run), or PostgreSQL (a database of the
     /// run, created on the server at that URL and dropped after it).
     public var store: SimStore = .sqlite
+    /// Counter and set fields beside the records (`Ledger`): a rules file declares them,
+    /// steps edit them, and the oracle checks their sums. Off by default, so that a seed's
+    /// run without them stays what it was.
+    public var fieldKinds = false
 
     /// The configuration of `seed` in the default rotation: resolver and fault set cycle
     /// through all 24 combinations (seed mod 24), the device count through 2, 3, 4
@@ -83,6 +87,7 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
     public var reproduction: String {
         var command = "outpost-sim --seed \(seed) --steps \(steps) --resolver \(resolver.rawValue) --faults \(faults.rawValue) --devices \(devices)"
         if case .postgres(let url) = store { command += " --store '\(url)'" }
+        if fieldKinds { command += " --field-kinds" }
         if let broken { return "the test that breaks \(broken.name) (not the command line): \(command) --verbose" }
         return command + " --verbose"
     }
@@ -90,6 +95,7 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         var text = "seed \(seed), \(resolver.rawValue), faults \(faults.rawValue), \(devices) devices, \(steps) steps"
         if case .postgres = store { text += ", on PostgreSQL" }
+        if fieldKinds { text += ", with field kinds" }
         if let broken { text += ", broken: \(broken.name)" }
         return text
     }
@@ -104,7 +110,8 @@ public struct BrokenPart: Sendable, Hashable {
     public var name: String
     /// Wraps the server's store (a store with a deliberate bug).
     public var store: (@Sendable (any SyncStore) -> any SyncStore)?
-    /// Replaces the custom resolver of each device (by its index).
+    /// Replaces the custom resolver of each device (by its index); in a run with field
+    /// kinds, the resolver of the `Ledger` records' conflicts instead.
     public var resolver: (@Sendable (_ device: Int) -> ConflictResolver)?
 
     public init(name: String, store: (@Sendable (any SyncStore) -> any SyncStore)? = nil,

@@ -44,6 +44,8 @@ public enum Invariant: String, Sendable, CaseIterable {
     case convergence = "convergence"
     /// Quarantined records are reported, never dropped.
     case quarantine = "quarantine"
+    /// The counter and set fields end as the sum and the set of every edit (`Ledger`).
+    case fieldKinds = "field-kinds"
     /// The harness could not follow the run (an answer or state no write accounts for).
     case harness = "harness"
 }
@@ -147,6 +149,8 @@ struct Oracle {
     var changeToWrite: [String: Int] = [:]
     var states: [Version: State] = [:]
     var chains: [Epoch: [Key: [Version]]] = [:]
+    /// The server has a rules file (a run with field kinds): its pulls follow docs/rules.md.
+    var underRules = false
     var serverEpochs: [Epoch] = []
     /// What each device's server copy of a record knows.
     var knowledge: [[Key: Set<Int>]]
@@ -320,7 +324,8 @@ struct Oracle {
 
     /// The server answered a push `response` (whether or not the device reads it).
     mutating func serverApplied(device: Int, request: PushRequest, response: PushResponse, time: Int64) {
-        for (change, result) in zip(request.changes, response.results) where result.status == .applied && !result.replayed {
+        for (change, result) in zip(request.changes, response.results) where result.status == .applied && !result.replayed
+            && change.collection != Ledger.collection {
             guard let version = result.version else { continue }
             let key = Key(change.collection, change.id)
             guard let w = attribute(change, device: device) else {
@@ -357,7 +362,7 @@ struct Oracle {
 
     /// `device` read the push answer `response`.
     mutating func answerRead(device: Int, request: PushRequest, response: PushResponse) {
-        for (change, result) in zip(request.changes, response.results) {
+        for (change, result) in zip(request.changes, response.results) where change.collection != Ledger.collection {
             let key = Key(change.collection, change.id)
             guard let w = attribute(change, device: device) else {
                 fail(.harness, "d\(device) read an answer for change \(change.changeId) of \(key), which carries no write the harness knows")
@@ -516,6 +521,16 @@ struct Oracle {
     }
 
     /// The checks after the network healed and every device synced until nothing changed.
+    /// True when every state the server committed of `key` after `held` up to `version` (one
+    /// history) is a tombstone. Under rules a delete reaches a device only with the copy it
+    /// deleted (docs/rules.md, "Pulls: a view per token"): a delete of a deleted record
+    /// departs no copy, so a device keeps the tombstone it was sent (seed 15 with field kinds).
+    func onlyTombstones(_ key: Key, after held: Version, upTo version: Version) -> Bool {
+        guard held.epoch == version.epoch, held.seq < version.seq, let chain = chains[version.epoch]?[key] else { return false }
+        return chain.filter { $0.seq > held.seq && $0.seq <= version.seq }.allSatisfy { states[$0]?.deleted == true }
+            && states[held]?.deleted == true
+    }
+
     mutating func finalCheck(serverEpoch: Epoch, server: [ServerRow], devices: [DeviceFinal]) {
         var final: [Key: ServerRow] = [:]
         for row in server {
@@ -595,11 +610,15 @@ struct Oracle {
                 let version = Version(epoch: serverEpoch, seq: row.seq)
                 let quarantined = device.quarantined.contains { $0.collection == key.collection && $0.id == key.id && $0.version == version.text }
                 guard let r = held[key] else {
+                    // Under rules a page from the start sends no tombstone (docs/rules.md): a
+                    // device that pulled from the start holds none of the records deleted before.
+                    if underRules && row.deleted { continue }
                     if !quarantined { fail(.convergence, "d\(i) lacks \(key), which the server holds at \(describe(state: version))") }
                     continue
                 }
                 if r.version != version || r.deleted != row.deleted || (!row.deleted && tag(of: r.data) != row.tag) {
                     if quarantined { continue }
+                    if underRules && r.deleted && row.deleted, let held = r.version, onlyTombstones(key, after: held, upTo: version) { continue }
                     fail(.convergence, "d\(i) holds \(key) at \(r.version?.text ?? "no version") as \(r.deleted ? "deleted" : tag(of: r.data) ?? "?"); the server holds \(describe(state: version))")
                 }
             }
@@ -635,6 +654,8 @@ struct ServerRow: Sendable {
     let deleted: Bool
     let tag: String?
     let updatedAt: Int64
+    /// The data (for `Ledger`'s records).
+    var data: JSONObject? = nil
 }
 
 /// What a device holds after healing.

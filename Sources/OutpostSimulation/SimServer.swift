@@ -27,6 +27,8 @@ final class SimServer {
     private let backend: Backend
     private(set) var store: (any SyncStore)?
     private(set) var service: SyncService?
+    /// The rules file of the run (`Ledger.rules` for a run with field kinds), or none.
+    private let rules: RulesHolder
 
     /// The run's store.
     private enum Backend {
@@ -39,12 +41,19 @@ final class SimServer {
     static let space = "sim"
 
     init(directory: String, store: SimStore, limits: Limits, clock: VirtualClock, seed: UInt64,
-         wrapStore: (@Sendable (any SyncStore) -> any SyncStore)?) throws {
+         wrapStore: (@Sendable (any SyncStore) -> any SyncStore)?, rules: String? = nil) throws {
         self.directory = directory
         self.limits = limits
         self.clock = clock
         self.wrapStore = wrapStore
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        if let rules {
+            let path = directory + "/rules.json"
+            try Data(rules.utf8).write(to: URL(fileURLWithPath: path))
+            self.rules = try RulesHolder(path: path)
+        } else {
+            self.rules = RulesHolder()
+        }
         // Epochs from the virtual clock and a seeded source: a run replays exactly.
         let epochRandom = Mutex(SimRandom(seed: seed))
         makeEpoch = { previous in
@@ -102,7 +111,7 @@ final class SimServer {
         }
         self.store = store
         let clock = self.clock
-        service = SyncService(store: wrapStore?(store) ?? store, limits: limits, authorizer: authorizer, metrics: Metrics(), clock: { clock.now })
+        service = SyncService(store: wrapStore?(store) ?? store, limits: limits, authorizer: authorizer, metrics: Metrics(), rules: rules, clock: { clock.now })
     }
 
     /// Closes the store (a clean shutdown: in-flight work finishes first).
@@ -229,8 +238,12 @@ final class SimServer {
 
     private static func row(collection: String, id: String, seq: Int64, deleted: Bool, data: [UInt8], updatedAt: Int64) -> ServerRow {
         var t: String?
-        if !deleted, case .object(let o)? = try? JSONParser.parse(data) { t = tag(of: o) }
-        return ServerRow(key: Key(collection, id), seq: seq, deleted: deleted, tag: t, updatedAt: updatedAt)
+        var object: JSONObject?
+        if !deleted, case .object(let o)? = try? JSONParser.parse(data) {
+            t = tag(of: o)
+            object = o
+        }
+        return ServerRow(key: Key(collection, id), seq: seq, deleted: deleted, tag: t, updatedAt: updatedAt, data: object)
     }
 
     // MARK: Requests

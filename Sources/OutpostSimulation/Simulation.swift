@@ -99,6 +99,8 @@ private final class DeviceHandle {
 
 private enum Action {
     case put, delete, sync, poll, resetSync, discardRejected
+    /// An edit of a `Ledger` record (runs with field kinds only).
+    case count
     case crash, armCrash, skew
     case restart, restartEmpty, backup, restore, down
 }
@@ -114,6 +116,8 @@ private final class Run {
     var devices: [DeviceHandle] = []
     var backups: [(name: String, epoch: Epoch)] = []
     var downSteps = 0
+    /// The counter and set edits (runs with field kinds).
+    var ledger = Ledger()
 
     static let keys: [Key] = [Key("todos", "k0"), Key("todos", "k1"), Key("todos", "k2"), Key("todos", "k3"), Key("notes", "n0"), Key("notes", "n1")]
 
@@ -149,13 +153,14 @@ private final class Run {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             let server = try SimServer(directory: directory + "/server", store: configuration.store, limits: Simulation.limits, clock: clock, seed: rng.derive(),
-                                       wrapStore: configuration.broken?.store)
+                                       wrapStore: configuration.broken?.store, rules: configuration.fieldKinds ? Ledger.rules : nil)
             self.server = server
             try server.open()
             let epoch = server.epoch
             world.state.withLock { s in
                 s.service = server.service
                 s.oracle.serverEpoch(epoch)
+                s.oracle.underRules = configuration.fieldKinds
             }
             log("run \(configuration)")
             log("   0 server starts in epoch \(epoch)")
@@ -163,6 +168,10 @@ private final class Run {
                 let device = DeviceHandle(index: i, path: "\(directory)/d\(i).sqlite")
                 devices.append(device)
                 try open(device)
+            }
+            if configuration.fieldKinds, let first = devices.first?.store {
+                for key in Ledger.keys { try await first.put(["count": .number(JSONNumber(Ledger.initial)), "tags": []], in: key.collection, id: key.id) }
+                log("   0 d0 creates \(Ledger.keys.map(\.description).joined(separator: ", ")) at count \(Ledger.initial)")
             }
             for step in 1...max(1, configuration.steps) where configuration.steps > 0 {
                 world.state.withLock { $0.oracle.step = step }
@@ -182,7 +191,25 @@ private final class Run {
 
     // MARK: Devices
 
+    /// The run's resolver; in a run with field kinds, `stock`'s conflicts go to `.mergeFields`
+    /// with the run's resolver as fallback, except the custom one (whose merges the main
+    /// oracle follows): last-write-wins there, and a broken part's resolver in its place.
     func resolver(for device: Int) -> ConflictResolver {
+        guard configuration.fieldKinds else { return runResolver(for: device) }
+        let base: ConflictResolver, stock: ConflictResolver
+        if configuration.resolver == .custom {
+            let world = self.world
+            base = .custom { world.merge(device: device, $0) }
+            stock = configuration.broken?.resolver?(device) ?? .mergeFields(fallback: .lastWriteWins(maxClockDrift: .seconds(300)))
+        } else {
+            base = runResolver(for: device)
+            stock = .mergeFields(fallback: base)
+        }
+        let clock = self.clock
+        return .custom { c in c.collection == Ledger.collection ? stock.resolve(c, now: clock.now) : base.resolve(c, now: clock.now) }
+    }
+
+    func runResolver(for device: Int) -> ConflictResolver {
         switch configuration.resolver {
         case .serverWins: return .serverWins
         case .clientWins: return .clientWins
@@ -228,9 +255,9 @@ private final class Run {
     /// Checks a device after it acted.
     func check(_ device: DeviceHandle) async throws {
         guard let store = device.store else { return }
-        let records = try await store.records(includeDeleted: true)
-        let pending = try await store.pendingChanges()
-        let rejected = try await store.rejectedChanges()
+        let records = try await store.records(includeDeleted: true).filter { $0.collection != Ledger.collection }
+        let pending = try await store.pendingChanges().filter { $0.collection != Ledger.collection }
+        let rejected = try await store.rejectedChanges().filter { $0.collection != Ledger.collection }
         let epoch = try await store.status().epoch
         world.state.withLock { $0.oracle.checkDevice(device.index, records: records, pending: pending, rejected: rejected, epoch: epoch) }
     }
@@ -245,7 +272,7 @@ private final class Run {
             (.crash, f.crash ? 3 : 0), (.armCrash, f.crash ? 4 : 0), (.skew, f.skew ? 3 : 0),
             (.restart, f.server ? 2 : 0), (.restartEmpty, f.server ? 0.8 : 0), (.backup, f.server ? 2 : 0),
             (.restore, f.server && hasBackup ? 1.2 : 0), (.down, f.server && downSteps == 0 ? 1.5 : 0),
-        ])
+        ] + (configuration.fieldKinds ? [(.count, 20)] : []))
     }
 
     func step(_ step: Int) async throws {
@@ -318,6 +345,15 @@ private final class Run {
             log(prefix + "\(d) waitForChanges")
             do { log("      → \(try await store.waitForChanges(timeout: .zero))") } catch { log("      → failed: \(error)") }
             try await afterNetwork(device)
+        case .count:
+            let key = Ledger.keys[rng.below(Ledger.keys.count)]
+            guard let view = try await store.record(in: key.collection, id: key.id), !view.deleted, let data = view.data,
+                  let (edited, note) = ledger.edit(key, data, tag: "\(d).\(step)", rng: &rng) else {
+                log(prefix + "\(d) count \(key): no copy to count on")
+                return
+            }
+            try await store.put(edited, in: key.collection, id: key.id)
+            log(prefix + "\(d) \(key) \(note)")
         case .resetSync:
             try await store.resetSync()
             log(prefix + "\(d) resetSync")
@@ -347,6 +383,7 @@ private final class Run {
         case .restart:
             try await restartServer(prefix, "restarts keeping its data") { try await $0.restart() }
         case .restartEmpty:
+            ledger.historyLost = true
             try await restartServer(prefix, "restarts with its data directory lost") { try await $0.restartEmpty() }
         case .backup:
             guard let server else { return }
@@ -362,8 +399,9 @@ private final class Run {
                 s.service = nil
                 s.held.removeAll()
             }
+            ledger.historyLost = true
             let epoch = try await server.restore(named: backup.name)
-            let rows = try server.rows()
+            let rows = try server.rows().filter { $0.key.collection != Ledger.collection }
             world.state.withLock { s in
                 s.service = server.service
                 s.oracle.serverRestored(epoch: epoch, backupEpoch: backup.epoch, rows: rows)
@@ -460,17 +498,31 @@ private final class Run {
 
     func finalCheck() async throws {
         guard let server else { return }
-        let rows = try server.rows()
+        let all = try server.rows()
+        let rows = all.filter { $0.key.collection != Ledger.collection }
         var finals: [DeviceFinal] = []
+        var held: [[Key: JSONObject]] = [], rejected: [[QueuedChange]] = []
         for device in devices {
             guard let store = device.store else { continue }
+            let records = try await store.records(includeDeleted: true)
+            let refused = try await store.rejectedChanges()
             finals.append(DeviceFinal(
-                records: try await store.records(includeDeleted: true), pending: try await store.pendingChanges(),
-                rejected: try await store.rejectedChanges(), quarantined: try await store.quarantinedRecords(),
+                records: records.filter { $0.collection != Ledger.collection },
+                pending: try await store.pendingChanges().filter { $0.collection != Ledger.collection },
+                rejected: refused.filter { $0.collection != Ledger.collection }, quarantined: try await store.quarantinedRecords(),
                 epoch: try await store.status().epoch))
+            var copies: [Key: JSONObject] = [:]
+            for r in records where r.collection == Ledger.collection && !r.deleted { copies[Key(r.collection, r.id)] = r.data }
+            held.append(copies)
+            rejected.append(refused)
         }
         let epoch = server.epoch
         world.state.withLock { $0.oracle.finalCheck(serverEpoch: epoch, server: rows, devices: finals) }
+        if configuration.fieldKinds {
+            var onServer: [Key: JSONObject] = [:]
+            for row in all where row.key.collection == Ledger.collection && !row.deleted { onServer[row.key] = row.data }
+            for problem in ledger.check(server: onServer, devices: held, rejected: rejected) { fail(.fieldKinds, problem) }
+        }
         log("---- end: server epoch \(epoch), \(rows.count) records")
     }
 }

@@ -35,11 +35,23 @@ struct CISliceTests {
     /// postgres://…` is the large run.
     @Test(.serverLogs) func everyCombinationPassesOnPostgreSQL() async throws {
         let admin = try await PostgresCluster.database(prefix: "simadmin")
+        await passTwiceEachCombination { $0.store = .postgres(admin) }
+    }
+
+    /// Counter and set fields (`Ledger`) under every resolver and fault set: 48 seeds, each
+    /// combination twice. `outpost-sim --field-kinds` is the large run.
+    @Test func counterAndSetFieldsAddUpUnderEveryFaultSet() async {
+        await passTwiceEachCombination { $0.fieldKinds = true }
+    }
+
+    /// Runs seeds 0 to 47 (every resolver × fault set twice), each configuration changed by
+    /// `configure`, and requires every run to pass.
+    func passTwiceEachCombination(_ configure: @escaping @Sendable (inout RunConfiguration) -> Void) async {
         var tally = RunTally()
         var failures: [RunResult] = []
         await Runner.run(first: 0, count: 48, jobs: ProcessInfo.processInfo.activeProcessorCount, configuration: { seed in
             var c = RunConfiguration.forSeed(seed)
-            c.store = .postgres(admin)
+            configure(&c)
             return c
         }) { result in
             tally.add(result)

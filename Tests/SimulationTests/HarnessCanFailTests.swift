@@ -28,6 +28,19 @@ struct HarnessCanFailTests {
         #expect(found[.acknowledgedWrite, default: 0] > 0, "\(found)")
     }
 
+    /// Counters merged by last-write-wins instead of by kind lose counts, and the ledger
+    /// (`Ledger`) sees it.
+    @Test func countersMergedByLastWriteWinsDoNotAddUp() async {
+        let found = await broken(12) { seed in
+            var c = RunConfiguration.forSeed(seed, resolver: .custom, faults: seed % 2 == 0 ? FaultSet.none : .network)
+            c.fieldKinds = true
+            c.broken = BrokenPart(name: "counters by last-write-wins", resolver: { _ in .lastWriteWins() })
+            return c
+        }
+        #expect(found[.fieldKinds, default: 0] > 0, "\(found)")
+        #expect(found.keys.allSatisfy { $0 == .fieldKinds }, "only the ledger's invariant breaks: \(found)")
+    }
+
     @Test(arguments: [
         (ServerMutation.ignoreBaseVersion, Invariant.acknowledgedWrite),
         (.dropTombstones, .convergence),

@@ -65,6 +65,8 @@ enum Effect: Hashable, Sendable {
 struct EngineContext {
     var phase: Phase
     var resolver: ConflictResolver
+    /// The server's field kinds, which `.mergeFields` merges by (`Conflict.fields`).
+    var fieldKinds = FieldKinds()
     /// The device's clock (retry times, when a re-offer was queued).
     var now: Int64
     /// The server's clock as the device estimates it (`OutpostStore.serverNow`): the
@@ -358,7 +360,9 @@ enum Engine {
             settle(latest.body, madeOn: .nothing, kind: decided.count == 1 ? head.kind : .app)
             return true
         }
-        if let body = server.body, latest.body.sameContent(as: body) {
+        // Unless the collection declares field kinds: two devices that took a counter from
+        // 10 to 9 made two changes, which only the resolver's merge counts (8).
+        if let body = server.body, latest.body.sameContent(as: body), context.fieldKinds.kinds(of: r.key.collection).isEmpty {
             settle(nil, madeOn: .nothing)
             return true
         }
@@ -395,7 +399,7 @@ enum Engine {
             base = ConflictBase(data: data, deleted: content.deleted, version: ownEdit ? nil : r.state(chainStart.madeOn)?.version)
         }
         let conflict = Conflict(collection: r.key.collection, id: r.key.id, local: local, server: serverState,
-                                serverChangeId: server.changeId, base: base)
+                                serverChangeId: server.changeId, base: base, fields: context.fieldKinds.kinds(of: r.key.collection))
         switch context.resolver.resolve(conflict, now: context.serverNow) {
         case .keepServer: settle(nil, madeOn: .nothing)
         case .keepLocal: settle(latest.body, madeOn: .copy(server))

@@ -33,7 +33,7 @@ extension OutpostStore {
         let ids = ChangeIDSource(rng: rng, now: time)
         let backoff = configuration.backoff
         var jitter = rng
-        let context = EngineContext(phase: try known ?? phase(d), resolver: configuration.resolver, now: time, serverNow: serverNow(), clientId: clientId,
+        let context = EngineContext(phase: try known ?? phase(d), resolver: configuration.resolver, fieldKinds: fieldKinds, now: time, serverNow: serverNow(), clientId: clientId,
                                     backoff: { attempt in backoff.delayMs(attempt: attempt, using: &jitter) }, newChangeId: ids.next)
         let (after, effects) = Engine.reduce(before, event, context)
         rng = ids.rng

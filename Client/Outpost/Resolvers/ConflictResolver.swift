@@ -23,9 +23,15 @@ public struct Conflict: Sendable, Hashable {
     /// and `server`, for a three-way merge. Nil when the edit created the record, or when
     /// the local side is a copy offered again to a new history.
     public let base: ConflictBase?
+    /// The field kinds the server declares for the collection (docs/rules.md, "Field
+    /// kinds"), by dotted path, as the store last pulled them: `.mergeFields` merges a
+    /// `counter` as server + local − base and a `set` as a set. Empty: every field is `lww`.
+    public let fields: [String: FieldKind]
 
     /// A conflict (for custom resolvers' tests).
-    public init(collection: String, id: String, local: LocalEdit, server: RecordState, serverChangeId: String? = nil, base: ConflictBase? = nil) {
+    public init(collection: String, id: String, local: LocalEdit, server: RecordState, serverChangeId: String? = nil, base: ConflictBase? = nil,
+                fields: [String: FieldKind] = [:]) {
+        self.fields = fields
         self.collection = collection
         self.id = id
         self.local = local
@@ -136,7 +142,11 @@ public struct ConflictResolver: Sendable {
     /// - a field changed only locally keeps the local value, one changed only on the server
     ///   keeps the server's, and one changed on both sides to different values goes to
     ///   `fallback`, which decides once for all such fields of the record;
-    /// - nested objects merge the same way, recursively; arrays are values;
+    /// - a field the server declares a `counter` (`Conflict.fields`) merges as server +
+    ///   local − base when both sides hold numbers, and a `set` as the additions and
+    ///   removals of both sides when both hold arrays (`FieldKinds.mergeCounter`,
+    ///   `mergeSet`), whether one side changed it or both; the fallback is not asked for them;
+    /// - nested objects merge the same way, recursively; other arrays are values;
     /// - a delete against an edit, or a conflict without a base (a create, or a copy
     ///   offered again to a new history), is decided by `fallback` as a whole.
     ///
@@ -197,15 +207,20 @@ public struct ConflictResolver: Sendable {
             case .keepServer, .write, .delete: return false
             }
         }
-        func merge(_ b: JSONObject, _ l: JSONObject, _ s: JSONObject) -> JSONObject {
+        let kinds = conflict.fields
+        func merge(_ b: JSONObject, _ l: JSONObject, _ s: JSONObject, at prefix: String) -> JSONObject {
             var out = JSONObject()
             var keys = Set(l.keys)
             keys.formUnion(s.keys)
             keys.formUnion(b.keys)
             for key in keys {
                 let lv = l[key], sv = s[key], bv = b[key]
+                let path = prefix.isEmpty ? key : prefix + "." + key
                 let chosen: JSONValue?
-                if lv == sv {
+                if !kinds.isEmpty, let kind = kinds[path], let byKind = Self.merge(kind, base: bv, local: lv, server: sv) {
+                    // Before the equality test: two devices that both took 10 to 9 make 8.
+                    chosen = byKind
+                } else if lv == sv {
                     chosen = lv
                 } else if lv == bv {
                     chosen = sv
@@ -214,7 +229,7 @@ public struct ConflictResolver: Sendable {
                 } else if case .object(let lo)? = lv, case .object(let so)? = sv {
                     let bo: JSONObject
                     if case .object(let o)? = bv { bo = o } else { bo = [:] }
-                    chosen = .object(merge(bo, lo, so))
+                    chosen = .object(merge(bo, lo, so, at: path))
                 } else {
                     chosen = localWinsBoth() ? lv : sv
                 }
@@ -222,11 +237,21 @@ public struct ConflictResolver: Sendable {
             }
             return out
         }
-        let merged = merge(baseData, localData, serverData)
+        let merged = merge(baseData, localData, serverData, at: "")
         if let decision, case .write = decision { return decision }
         if let decision, case .delete = decision { return decision }
         if merged == serverData { return .keepServer }
         if merged == localData { return .keepLocal }
         return .write(merged)
+    }
+
+    /// One declared field's merge; nil when its values do not have the kind's shape (a
+    /// field of a record written before the declaration), which then merges as any other.
+    static func merge(_ kind: FieldKind, base: JSONValue?, local: JSONValue?, server: JSONValue?) -> JSONValue? {
+        switch kind {
+        case .counter: return FieldKinds.mergeCounter(base: base, local: local, server: server)
+        case .set: return FieldKinds.mergeSet(base: base, local: local, server: server)
+        case .lww: return nil
+        }
     }
 }

@@ -65,6 +65,9 @@ public actor OutpostStore {
     var lastRoundTripMs: Int64?
     /// True while the telemetry outbox is being sent.
     var sendingTelemetry = false
+    /// The field kinds the server declared in the last page pulled (meta `field_kinds`):
+    /// what `.mergeFields` merges by (docs/client.md, "Field kinds").
+    var fieldKinds: FieldKinds
 
     /// How many epochs the store remembers having left (docs/protocol.md section 5).
     public static let retiredEpochLimit = 32
@@ -153,6 +156,8 @@ public actor OutpostStore {
         self.lock = lock
         self.rng = rng
         self.clockOffset = (try? opened.database.meta(.clockOffset)).flatMap { $0.flatMap { Int64($0) } }
+        self.fieldKinds = (try? opened.database.meta(.fieldKinds)).flatMap { $0.flatMap { try? JSONParser.parse(Array($0.utf8)) } }
+            .map(FieldKinds.init(json:)) ?? FieldKinds()
     }
 
     /// The store's record cipher when `configuration.encryption` is set. A file keeps the

@@ -18,6 +18,9 @@ enum MetaKey: String {
     case clockUncertainty = "clock_uncertainty"
     case clockMeasuredAt = "clock_measured_at"
     case clockJumpedBack = "clock_jumped_back"
+    /// The field kinds the server last declared (`FieldKinds`, its JSON): what
+    /// `.mergeFields` merges by, also offline after a restart.
+    case fieldKinds = "field_kinds"
     /// Before migration 8: the session's state.
     case legacyEpoch = "epoch"
     case legacyCursor = "cursor"

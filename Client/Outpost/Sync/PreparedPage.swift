@@ -82,6 +82,8 @@ struct PreparedPage: Sendable {
     let hasMore: Bool
     /// The space's newest seq when the page was read, if the server said.
     let head: Int64?
+    /// The field kinds the server declares; nil: none.
+    let fields: FieldKinds?
     let items: [PreparedItem]
 
     /// `cipher`: the store's, when it is end-to-end encrypted; a copy it cannot open goes to
@@ -92,6 +94,7 @@ struct PreparedPage: Sendable {
         view = page.view
         hasMore = page.hasMore
         head = page.head
+        fields = page.fields
         var items: [PreparedItem] = []
         items.reserveCapacity(page.records.count)
         for element in page.records {

@@ -85,7 +85,11 @@ extension OutpostStore {
         guard pages.map(\.header) == a.pages else { throw OutpostError.protocolViolation("the session applies pages the store did not fetch") }
         let reofferedBefore = report.reoffered
         var keys: [RecordKey] = []
+        // The server's field kinds as of the last page (none when it sends none), kept
+        // with the pages so that a merge after a restart, offline, uses them too.
+        let kinds = pages.last.map { $0.fields ?? FieldKinds() }
         try write(durability: .normal) { d in
+            if let kinds, kinds != fieldKinds { try d.setMeta(.fieldKinds, String(decoding: kinds.encoded(), as: UTF8.self)) }
             let pulling = a.pulling.engine
             if let epoch = a.retire { try d.retire(epoch, keep: SyncSession.retiredLimit) }
             if a.clearSeen { try d.clearViewSeen() }
@@ -109,6 +113,7 @@ extension OutpostStore {
             }
             try d.storeSession(phase: a.phase, cursor: a.cursor)
         }
+        if let kinds { fieldKinds = kinds }
         notify(StoreEvent(origin: .remote, keys: keys))
         return .applied(reoffered: report.reoffered > reofferedBefore)
     }

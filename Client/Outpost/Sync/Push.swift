@@ -30,7 +30,8 @@ extension OutpostStore {
     }
 
     func engineContext(phase: Phase) -> EngineContext {
-        EngineContext(phase: phase, resolver: configuration.resolver, now: now(), serverNow: serverNow(), clientId: clientId, backoff: { _ in 0 }, newChangeId: { "" })
+        EngineContext(phase: phase, resolver: configuration.resolver, fieldKinds: fieldKinds, now: now(), serverNow: serverNow(), clientId: clientId,
+                      backoff: { _ in 0 }, newChangeId: { "" })
     }
 
     /// `{"clientId":"…","changes":[…]}` around the changes.

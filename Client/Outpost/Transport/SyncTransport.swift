@@ -155,9 +155,13 @@ public struct PulledPage: Sendable, Hashable {
     public var byteCount: Int
     /// The space's newest seq when the page was read, if the server said (`PullPage.head`).
     public var head: Int64?
+    /// The field kinds the server declares (`PullPage.fields`); nil: none.
+    public var fields: FieldKinds?
 
     /// A page.
-    public init(epoch: Epoch, records: [PulledRecord], next: Version, hasMore: Bool, byteCount: Int = 0, head: Int64? = nil, view: String? = nil) {
+    public init(epoch: Epoch, records: [PulledRecord], next: Version, hasMore: Bool, byteCount: Int = 0, head: Int64? = nil, view: String? = nil,
+                fields: FieldKinds? = nil) {
+        self.fields = fields
         self.epoch = epoch
         self.records = records
         self.next = next
@@ -197,7 +201,10 @@ public struct PulledPage: Sendable, Hashable {
         // non-negative integer is ignored rather than failing the page.
         var head: Int64?
         if case .number(let number)? = o["head"], let value = number.int64Value, value >= 0 { head = value }
-        return PulledPage(epoch: epoch, records: records, next: next.version, hasMore: hasMore, byteCount: bytes.count, head: head, view: next.view)
+        // `fields` is read leniently too (`FieldKinds.init(json:)`).
+        let fields = o["fields"].map(FieldKinds.init(json:))
+        return PulledPage(epoch: epoch, records: records, next: next.version, hasMore: hasMore, byteCount: bytes.count, head: head, view: next.view,
+                          fields: fields)
     }
 }
 

@@ -26,6 +26,9 @@ public struct ServerRules: Sendable {
         public let write: RuleExpression?
         /// The shape of every put's data.
         public let schema: JSONSchema?
+        /// The field kinds it declares (`fields`), by dotted path: checked on every put,
+        /// and served to the devices, which merge by them.
+        public let fields: [String: FieldKind]
         /// The paths of `data` the read rule reads: a write that changes none of them (and
         /// is no delete) cannot move the record in or out of any view.
         let readDataPaths: [[String]]
@@ -33,10 +36,11 @@ public struct ServerRules: Sendable {
         /// rules read (nil: the whole object): what the judge keeps of a push.
         let judgedKeys: Set<String>?
 
-        init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?) {
+        init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?, fields: [String: FieldKind] = [:]) {
             self.read = read
             self.write = write
             self.schema = schema
+            self.fields = fields
             readDataPaths = read?.paths(from: .data) ?? []
             let written = (write?.paths(from: .data) ?? []) + (write?.paths(from: .prev) ?? []) + readDataPaths
             judgedKeys = Self.keys(written)
@@ -63,6 +67,12 @@ public struct ServerRules: Sendable {
     let viewClaims: [[String]]
     /// What the view index keeps of the records under these rules.
     public let index: ViewIndex
+    /// The field kinds of the collections that are open to reads (a closed collection's
+    /// name, or one whose read rule is `false`, is not shown), as every pull page under
+    /// these rules serves them.
+    public let fieldKinds: FieldKinds
+    /// `fieldKinds` encoded, for the pages.
+    let fieldKindsJSON: [UInt8]
 
     /// The rules of `collection`; nil when it is closed.
     public func rules(for collection: String) -> Collection? {
@@ -125,14 +135,16 @@ public struct ServerRules: Sendable {
             for claim in rules.read?.paths(from: .auth) ?? [] where !claims.contains(claim) { claims.append(claim) }
         }
         claims.sort { $0.joined(separator: ".") < $1.joined(separator: ".") }
+        let kinds = FieldKinds(collections.filter { $0.value.read.map { $0.literalValue != .bool(false) } ?? false }.mapValues(\.fields))
         return ServerRules(path: path, collections: collections, fallback: fallback, viewMaterial: material, viewClaims: claims,
-                           index: ViewIndex(collections: collections, fallback: fallback))
+                           index: ViewIndex(collections: collections, fallback: fallback), fieldKinds: kinds, fieldKindsJSON: kinds.encoded())
     }
 
     private static func collection(_ value: JSONValue, at path: [String], fallback: Collection?, _ file: RulesFileText) throws(RulesError) -> Collection {
         guard case .object(let o) = value else { throw file.error(at: path, "must be an object with read, write and schema") }
-        for key in o.keys where !["read", "write", "schema", "$comment"].contains(key) {
-            throw file.error(at: path + [key], "unknown key \"\(key)\" (expected read, write, schema)")
+        let named = path.first == "collections"
+        for key in o.keys where !["read", "write", "schema", "$comment"].contains(key) && !(named && key == "fields") {
+            throw file.error(at: path + [key], "unknown key \"\(key)\" (expected read, write, schema\(named ? ", fields" : ""))")
         }
         let read = try expression(o["read"], at: path + ["read"], roots: [.auth, .data, .collection, .id], file) ?? fallback?.read
         let write = try expression(o["write"], at: path + ["write"], roots: Set(RuleExpression.Root.allCases), file) ?? fallback?.write
@@ -144,7 +156,29 @@ public struct ServerRules: Sendable {
                 throw file.error(at: path + ["schema"] + JSONPointer.tokens(error.path), "schema: \(error.reason)")
             }
         }
-        return Collection(read: read, write: write, schema: schema)
+        return Collection(read: read, write: write, schema: schema, fields: try fields(o["fields"], at: path + ["fields"], file))
+    }
+
+    /// A collection's `fields`: an object from dotted path (`"stock"`, `"totals.count"`) to
+    /// `"counter"`, `"set"` or `"lww"` (docs/rules.md, "Field kinds").
+    private static func fields(_ value: JSONValue?, at path: [String], _ file: RulesFileText) throws(RulesError) -> [String: FieldKind] {
+        guard let value else { return [:] }
+        guard case .object(let o) = value else { throw file.error(at: path, "must be an object from field path to kind") }
+        var out: [String: FieldKind] = [:]
+        for (field, kind) in o.elements {
+            let names = field.split(separator: ".", omittingEmptySubsequences: false)
+            guard !field.isEmpty, !names.contains(where: \.isEmpty) else {
+                throw file.error(at: path + [field], "\"\(field)\" is not a field path (member names joined by dots)")
+            }
+            guard let k = kind.stringValue.flatMap(FieldKind.init(rawValue:)) else {
+                throw file.error(at: path + [field], "a field kind is \"counter\", \"set\" or \"lww\"")
+            }
+            if let clash = out.keys.first(where: { $0.hasPrefix(field + ".") || field.hasPrefix($0 + ".") }) {
+                throw file.error(at: path + [field], "\"\(field)\" and \"\(clash)\" overlap: a declared field cannot hold another")
+            }
+            if k != .lww { out[field] = k }
+        }
+        return out
     }
 
     private static func expression(_ value: JSONValue?, at path: [String], roots: Set<RuleExpression.Root>, _ file: RulesFileText) throws(RulesError) -> RuleExpression? {
@@ -317,6 +351,10 @@ public struct RulesJudge: PushJudge {
         if let schema = rules.schema, let failure = schema.validate(.object(data)) {
             refusal = .init(.invalidChange, "data\(failure.path.isEmpty ? "" : " at \(failure.path)") \(failure.reason)",
                             details: ["path": .string(failure.path), "reason": .string(failure.reason)])
+        } else if let bad = FieldKinds.violation(of: rules.fields, in: data) {
+            // A declared field's value must fit its kind, or no device could merge it.
+            refusal = .init(.invalidChange, "data at \(bad.path) \(bad.reason)",
+                            details: ["path": .string(bad.path), "reason": .string(bad.reason), "kind": .string(bad.kind.rawValue)])
         }
         if let keys = rules.judgedKeys {
             var kept = JSONObject()

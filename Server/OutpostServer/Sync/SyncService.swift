@@ -269,7 +269,8 @@ public final class SyncService: Sendable {
                 pullRecords.add(page.count)
                 pullBytes.add(page.bytes)
                 return HTTPResponse(json: PullRules.envelope(epoch: epoch, changes: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: view.id),
-                                                             hasMore: page.hasMore, head: page.head))
+                                                             hasMore: page.hasMore, head: page.head,
+                                                             fields: view.rules.fieldKindsJSON))
             }
             longPollsWoken.add()
         }

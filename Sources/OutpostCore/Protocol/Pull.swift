@@ -18,8 +18,14 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
     /// (an addition to version 1: older servers leave it out). At most `head - next.seq`
     /// records follow, so a client can show how far a long pull has come.
     public var head: Int64?
+    /// On a server with rules: the field kinds of the space's collections (docs/rules.md,
+    /// "Field kinds"), in every page; nil from a server without rules or before this
+    /// addition to version 1, which is the same as no declarations.
+    public var fields: FieldKinds?
 
-    public init(epoch: Epoch, changes: [RecordState], next: Version, hasMore: Bool, head: Int64? = nil, revoked: [Revocation] = [], view: String? = nil) {
+    public init(epoch: Epoch, changes: [RecordState], next: Version, hasMore: Bool, head: Int64? = nil, revoked: [Revocation] = [], view: String? = nil,
+                fields: FieldKinds? = nil) {
+        self.fields = fields
         self.epoch = epoch
         self.changes = changes
         self.revoked = revoked
@@ -50,6 +56,7 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
         hasMore = try r.bool("hasMore")
         head = try r.optionalInt64("head")
         if let head, head < 0 { throw r.invalid("head", "is negative") }
+        fields = try r.optionalObject("fields").map { FieldKinds(json: .object($0)) }
     }
 
     public var json: JSONValue {
@@ -60,6 +67,7 @@ public struct PullPage: Hashable, Sendable, JSONWireType {
             "hasMore": .bool(hasMore),
         ]
         if let head { object["head"] = .number(JSONNumber(head)) }
+        if let fields { object["fields"] = fields.json }
         return .object(object)
     }
 }

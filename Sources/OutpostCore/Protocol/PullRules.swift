@@ -76,10 +76,11 @@ public enum PullRules {
 
     /// `{"epoch":…,"changes":[…],"next":…,"hasMore":…,"head":…}` around a page's encoded
     /// `changes` (`Page.finish`); `head` is the space's newest seq in the snapshot the page
-    /// was read from.
-    public static func envelope(epoch: Epoch, changes: [UInt8], next: Cursor, hasMore: Bool, head: Int64) -> [UInt8] {
+    /// was read from. `fields`: the rules' field kinds (`FieldKinds`, encoded), sent in
+    /// every page under rules (docs/protocol.md section 5), absent otherwise.
+    public static func envelope(epoch: Epoch, changes: [UInt8], next: Cursor, hasMore: Bool, head: Int64, fields: [UInt8]? = nil) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(changes.count + 160)
+        out.reserveCapacity(changes.count + 160 + (fields?.count ?? 0))
         out.append(contentsOf: #"{"epoch":""#.utf8)
         out.append(contentsOf: epoch.rawValue.utf8)
         out.append(contentsOf: #"","changes":"#.utf8)
@@ -88,6 +89,10 @@ public enum PullRules {
         out.append(contentsOf: next.text.utf8)
         out.append(contentsOf: hasMore ? #"","hasMore":true,"head":"#.utf8 : #"","hasMore":false,"head":"#.utf8)
         JSONWriter.appendInt(head, to: &out)
+        if let fields {
+            out.append(contentsOf: #","fields":"#.utf8)
+            out.append(contentsOf: fields)
+        }
         out.append(UInt8(ascii: "}"))
         return out
     }
