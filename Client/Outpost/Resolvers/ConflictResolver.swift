@@ -150,6 +150,18 @@ public struct ConflictResolver: Sendable {
         ConflictResolver(kind: .custom(resolve))
     }
 
+    /// The resolver as the conflict journal names it: `serverWins`, `clientWins`,
+    /// `lastWriteWins`, `custom`, or `mergeFields(<fallback>)`.
+    public var name: String {
+        switch kind {
+        case .mergeFields(let fallback): "mergeFields(\(fallback.name))"
+        case .serverWins: "serverWins"
+        case .clientWins: "clientWins"
+        case .lastWriteWins: "lastWriteWins"
+        case .custom: "custom"
+        }
+    }
+
     /// The decision for `conflict` when the device's clock reads `now` (ms since 1970).
     public func resolve(_ conflict: Conflict, now: Int64) -> Resolution {
         switch kind {

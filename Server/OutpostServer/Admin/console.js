@@ -816,6 +816,42 @@
 
   // ---------- Devices ----------
 
+  // The conflicts each space's devices reported (GET /v1/admin/conflicts): counts only,
+  // the values stay in each device's conflict journal.
+  async function conflictsPanel(page, live) {
+    const body = el('tbody', { id: 'conflicts-rows' });
+    const more = el('button', { class: 'button button-small', type: 'button', text: 'Load more', hidden: true });
+    page.append(el('div', { class: 'panel' },
+      el('div', { class: 'panel-head' }, el('h2', { text: 'Conflicts per space' }),
+        el('span', { class: 'muted', text: 'Conflicts devices reported, and of them those their resolver decided (kept in the device\'s journal)' })),
+      el('div', { class: 'table-wrap' }, el('table', {},
+        el('thead', {}, el('tr', {}, ['Space', 'Devices', 'Conflicts', 'Decided by the resolver'].map((h, i) =>
+          el('th', { class: i > 0 ? 'num' : null, text: h })))),
+        body)),
+      el('div', { class: 'panel-foot' }, more)));
+    let next = '';
+    let total = 0;
+    const load = async () => {
+      more.disabled = true;
+      const answer = await api('/v1/admin/conflicts' + q({ after: next, limit: 100 }));
+      if (!live()) return;
+      for (const s of answer.spaces) {
+        body.append(el('tr', { dataset: { space: s.space } },
+          el('td', { class: 'cell-mono', text: s.space }),
+          el('td', { class: 'num', text: count(s.devices) }),
+          el('td', { class: 'num', text: count(s.conflicts) }),
+          el('td', { class: 'num', text: count(s.resolved) })));
+      }
+      total += answer.spaces.length;
+      if (total === 0) body.append(el('tr', {}, el('td', { colspan: 4, class: 'empty', text: 'No device has reported.' })));
+      next = answer.next;
+      more.hidden = !next;
+      more.disabled = false;
+    };
+    more.addEventListener('click', () => load().catch((e) => page.append(alertBox(e))));
+    await load();
+  }
+
   async function devicesPage(page, params, live) {
     const spaceInput = el('input', { type: 'text', id: 'devices-space', placeholder: 'all spaces', value: params.get('space') || '', spellcheck: 'false' });
     const quiet = el('input', { type: 'number', id: 'devices-quiet', min: 0, max: 87600, placeholder: 'any', value: params.get('notSeenForHours') || '' });
@@ -830,10 +866,11 @@
       el('div', { class: 'panel' },
         el('div', { class: 'panel-head' }, el('h2', { text: 'Devices' }), el('span', { class: 'muted', text: 'The last state each device reported' })),
         el('div', { class: 'table-wrap' }, el('table', {},
-          el('thead', {}, el('tr', {}, ['Space', 'Client', 'SDK', 'Last seen', 'Last sync', 'Pending', 'Last error', 'Clock offset', 'Reports'].map((h) =>
-            el('th', { class: ['Pending', 'Clock offset', 'Reports'].includes(h) ? 'num' : null, text: h })))),
+          el('thead', {}, el('tr', {}, ['Space', 'Client', 'SDK', 'Last seen', 'Last sync', 'Pending', 'Conflicts', 'Last error', 'Clock offset', 'Reports'].map((h) =>
+            el('th', { class: ['Pending', 'Conflicts', 'Clock offset', 'Reports'].includes(h) ? 'num' : null, text: h })))),
           rows)),
         el('div', { class: 'panel-foot' }, shown, more)));
+    await conflictsPanel(page, live);
     let next = '';
     let total = 0;
     const load = async () => {
@@ -848,12 +885,13 @@
           timeCell(d.lastSeenAt),
           timeCell(d.lastSyncAt),
           el('td', { class: 'num', text: count(d.pending) }),
+          el('td', { class: 'num', text: count(d.conflicts) + ' (' + count(d.resolved) + ' decided)' }),
           el('td', {}, d.lastError === null ? el('span', { class: 'badge badge-ok', text: 'ok' }) : el('span', { class: 'badge badge-bad', text: d.lastError })),
           el('td', { class: 'num', text: d.clockOffsetMs === null ? '—' : d.clockOffsetMs + ' ms' }),
           el('td', { class: 'num', text: count(d.reports) })));
       }
       total += answer.devices.length;
-      if (total === 0) rows.append(el('tr', {}, el('td', { colspan: 9, class: 'empty', text: 'No device has reported.' })));
+      if (total === 0) rows.append(el('tr', {}, el('td', { colspan: 10, class: 'empty', text: 'No device has reported.' })));
       next = answer.next;
       shown.textContent = count(total) + (next ? ' devices shown, more follow' : ' devices');
       more.hidden = !next;

@@ -266,6 +266,13 @@ public enum PostgresSchema {
             SELECT sum(octet_length(collection) + octet_length(id) + coalesce(octet_length(data), 0)) FROM records r
              WHERE r.space_id = s.space_id), 0);
         """#,
+        // ---- Issue 36 (conflict journal), a step of its own. 13: the conflicts each device
+        // reported, and of them those its resolver decided (DeviceTelemetry), summed per
+        // space for the console. Same step as SQLite's version 12.
+        #"""
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS conflicts bigint NOT NULL DEFAULT 0;
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS resolved bigint NOT NULL DEFAULT 0;
+        """#,
     ]
 
     /// Brings the database up to `latestVersion` (under the advisory lock) and returns

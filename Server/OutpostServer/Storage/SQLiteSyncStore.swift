@@ -72,7 +72,7 @@ public final class SQLiteSyncStore: SyncStore {
     /// horizons. 7: device telemetry. 8: the webhook outbox (`WebhookOutbox`). 9: the epoch
     /// history (`epoch_history`). 10: the subject of every write. 11: each space's record
     /// bytes.
-    static let schemaVersion = 11
+    static let schemaVersion = 12
 
     /// Opens (creating when absent) the store at `configuration.path`. A new store gets a
     /// new epoch.
@@ -378,6 +378,16 @@ public final class SQLiteSyncStore: SyncStore {
                                                         FROM records r WHERE r.space_id = spaces.space_id);
                     """)
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '11')")
+            }
+        }
+        // ---- Issue 36 (conflict journal), a step of its own: the conflicts each device
+        // reported, and of them those its resolver decided (DeviceTelemetry), summed per
+        // space for the console. Same step as PostgreSQL's migration 13.
+        if version < 12 {
+            try db.transaction {
+                try addColumn(db, "devices", "conflicts INTEGER NOT NULL DEFAULT 0")
+                try addColumn(db, "devices", "resolved INTEGER NOT NULL DEFAULT 0")
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '12')")
             }
         }
     }
