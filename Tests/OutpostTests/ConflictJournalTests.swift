@@ -94,13 +94,13 @@ struct ConflictJournalTests {
         #expect(try await laptop.conflicts(since: second + 1_001).isEmpty)
         #expect(try await laptop.conflicts(since: Date(timeIntervalSince1970: Double(start) / 1000)).map(\.id) == ["a", "b"])
 
-        // 30 days (the default) after the first: a sync prunes it, the second stays.
-        world.clock.set(start + 30 * Self.day + 2_000)
+        // Just past 30 days (the default) after the first: a sync prunes it, the second stays.
+        world.clock.set(all[0].decidedAt + 30 * Self.day + 1)
         try await laptop.sync()
         #expect(try await laptop.conflicts().map(\.id) == ["b"])
-        // A day later the second is past too: opening the store prunes it, without a sync.
+        // Past 30 days after the second: opening the store prunes it, without a sync.
         await laptop.close()
-        world.clock.advance(Self.day)
+        world.clock.set(all[1].decidedAt + 30 * Self.day + 1)
         laptop = try open("laptop")
         #expect(try await laptop.conflicts().isEmpty)
         await laptop.close()
