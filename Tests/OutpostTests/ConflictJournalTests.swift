@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostSQLite
 import OutpostTestSupport
 import Synchronization
 import Testing
@@ -70,6 +71,42 @@ struct ConflictJournalTests {
         laptop = try open("laptop")
         #expect(try await laptop.conflicts() == [entry])
         await laptop.close()
+        await phone.close()
+    }
+
+    /// The decision and its entry commit in one transaction: when the entry cannot be
+    /// written (a trigger in the file refuses it, as a full disk would), the record keeps its
+    /// edit undecided and nothing is told; the next sync decides it, and journals it, once.
+    @Test func aDecisionAndItsEntryCommitTogetherOrNotAtAll() async throws {
+        let world = try RealWorld()
+        let merge = ConflictResolver.mergeFields(fallback: .lastWriteWins())
+        let phone = try world.device("phone", direct: true, resolver: merge) { $0.clock = world.clock.reading() }
+        let laptop = try world.device("laptop", direct: true, resolver: merge) { $0.clock = world.clock.reading() }
+        let told = await laptop.observeConflicts()
+        let (local, _, _, merged) = try await Self.conflict(phone, laptop, clock: world.clock)
+        let changeId = try #require(try await laptop.pendingChanges().first?.changeId)
+        let path = world.dir.appending("laptop.sqlite")
+        func sql(_ statement: String) throws {
+            let c = try Connection(path: path)
+            defer { c.close() }
+            try c.execute(statement)
+        }
+        try sql("CREATE TRIGGER refuse_journal BEFORE INSERT ON conflict_journal BEGIN SELECT RAISE(ABORT, 'journal refused'); END")
+        await #expect(throws: OutpostError.self) { try await laptop.sync() }
+        #expect(try await laptop.conflicts().isEmpty)
+        #expect(try await laptop.pendingChanges().map(\.changeId) == [changeId], "the edit is still the app's, undecided")
+        #expect(try await laptop.data("notes", "n1") == local)
+
+        try sql("DROP TRIGGER refuse_journal")
+        let report = try await laptop.sync()
+        #expect(report.resolved == 1 && report.pushed == 1)
+        #expect(try await laptop.data("notes", "n1") == merged)
+        let entries = try await laptop.conflicts()
+        #expect(entries.count == 1 && entries.first?.changeId == changeId && entries.first?.result == merged)
+        await laptop.close()
+        var streamed: [ConflictEntry] = []
+        for await e in told { streamed.append(e) }
+        #expect(streamed == entries, "only the committed decision is told")
         await phone.close()
     }
 
