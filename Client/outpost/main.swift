@@ -404,7 +404,7 @@ func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
 func reportJSON(_ r: SyncReport) -> JSONObject {
     [
         "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
-        "conflicts": .number(JSONNumber(r.conflicts)), "rejected": .number(JSONNumber(r.rejected)),
+        "conflicts": .number(JSONNumber(r.conflicts)), "resolved": .number(JSONNumber(r.resolved)), "rejected": .number(JSONNumber(r.rejected)),
         "quarantined": .number(JSONNumber(r.quarantined)),
         "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
     ]

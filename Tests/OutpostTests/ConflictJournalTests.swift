@@ -163,12 +163,16 @@ struct ConflictJournalTests {
         let world = try RealWorld()
         let phone = try world.device("phone", direct: true, resolver: .mergeFields(fallback: .clientWins))
         let laptop = try world.device("laptop", direct: true, resolver: .mergeFields(fallback: .clientWins))
-        let (local, server, base, merged) = try await Self.conflict(phone, laptop, clock: nil)
-        try await laptop.sync()
-        let entry = try #require(try await laptop.conflicts().first)
+        let (local, server, base, _) = try await Self.conflict(phone, laptop, clock: nil)
         await laptop.close()
-        await phone.close()
         let store = world.dir.appending("laptop.sqlite")
+        let url = world.server.baseURL.absoluteString, token = world.token
+        let sync = try await blocking { try CLITests.outpost(["--store", store, "--server", url, "--token", token, "--resolve", "client-wins", "sync"]) }
+        #expect(sync.status == 0 && sync.lines.first?["conflicts"] == 1 && sync.lines.first?["resolved"] == 1, "\(sync.stdout) \(sync.stderr)")
+        let reopened = try world.device("laptop", direct: true, resolver: .mergeFields(fallback: .clientWins))
+        let entry = try #require(try await reopened.conflicts().first)
+        await reopened.close()
+        await phone.close()
 
         let run = try await blocking { try CLITests.outpost(["--store", store, "conflicts"]) }
         #expect(run.status == 0, "\(run.stderr)")
@@ -176,8 +180,8 @@ struct ConflictJournalTests {
         #expect(lines.count == 1)
         let line = try #require(lines.first ?? nil)
         #expect(line == entry.json)
-        #expect(line["collection"] == "notes" && line["id"] == "n1" && line["resolution"] == "write" && line["resolver"] == "mergeFields(clientWins)")
-        #expect(line["local"] == .object(local) && line["server"] == .object(server) && line["base"]?["data"] == .object(base) && line["result"] == .object(merged))
+        #expect(line["collection"] == "notes" && line["id"] == "n1" && line["resolution"] == "keepLocal" && line["resolver"] == "clientWins")
+        #expect(line["local"] == .object(local) && line["server"] == .object(server) && line["base"]?["data"] == .object(base) && line["result"] == .object(local))
 
         let later = try await blocking { try CLITests.outpost(["--store", store, "conflicts", "--since", String(entry.decidedAt + 1)]) }
         #expect(later.status == 0 && later.stdout.isEmpty, "\(later.stdout) \(later.stderr)")

@@ -153,10 +153,16 @@ extension LocalDatabase {
         }
     }
 
+    /// True when an entry was decided before `cutoff` (one lookup in the time index).
+    func hasConflicts(before cutoff: Int64) throws -> Bool {
+        try db.scalarInt("SELECT 1 FROM conflict_journal WHERE decided_at < ? LIMIT 1", [.integer(cutoff)]) != nil
+    }
+
     /// Deletes up to `journalPruneBatch` of the oldest entries decided before `cutoff`;
-    /// returns how many.
+    /// returns how many. With nothing to delete it only reads.
     @discardableResult
     func pruneConflictJournal(before cutoff: Int64) throws -> Int {
+        guard try hasConflicts(before: cutoff) else { return 0 }
         try db.run("""
             DELETE FROM conflict_journal WHERE number IN
               (SELECT number FROM conflict_journal WHERE decided_at < ? ORDER BY decided_at LIMIT ?)
@@ -206,10 +212,12 @@ extension OutpostStore {
         journaled.removeAll()
     }
 
-    /// Prunes the entries past the retention, a bounded batch (after a sync). A failure is
-    /// left for the next time: the journal is never worth failing a sync for.
+    /// Prunes the entries past the retention, a bounded batch (after a sync); a sync with
+    /// nothing to prune only reads. A failure is left for the next time: the journal is never
+    /// worth failing a sync for.
     func pruneConflictJournal() {
         let cutoff = configuration.conflictCutoff(now: now())
+        guard (try? read({ try $0.hasConflicts(before: cutoff) })) == true else { return }
         _ = try? write(durability: .normal) { try $0.pruneConflictJournal(before: cutoff) }
     }
 }
