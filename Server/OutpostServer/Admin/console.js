@@ -821,6 +821,7 @@
   async function conflictsPanel(page, live) {
     const body = el('tbody', { id: 'conflicts-rows' });
     const more = el('button', { class: 'button button-small', type: 'button', text: 'Load more', hidden: true });
+    const shown = el('span', { id: 'conflicts-count' });
     page.append(el('div', { class: 'panel' },
       el('div', { class: 'panel-head' }, el('h2', { text: 'Conflicts per space' }),
         el('span', { class: 'muted', text: 'Conflicts devices reported, and of them those their resolver decided (kept in the device\'s journal)' })),
@@ -828,7 +829,7 @@
         el('thead', {}, el('tr', {}, ['Space', 'Devices', 'Conflicts', 'Decided by the resolver'].map((h, i) =>
           el('th', { class: i > 0 ? 'num' : null, text: h })))),
         body)),
-      el('div', { class: 'panel-foot' }, more)));
+      el('div', { class: 'panel-foot' }, shown, more)));
     let next = '';
     let total = 0;
     const load = async () => {
@@ -845,6 +846,7 @@
       total += answer.spaces.length;
       if (total === 0) body.append(el('tr', {}, el('td', { colspan: 4, class: 'empty', text: 'No device has reported.' })));
       next = answer.next;
+      shown.textContent = count(total) + (next ? ' spaces shown, more follow' : total === 1 ? ' space' : ' spaces');
       more.hidden = !next;
       more.disabled = false;
     };
