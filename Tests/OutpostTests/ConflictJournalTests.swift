@@ -142,15 +142,16 @@ struct ConflictJournalTests {
         #expect(try await laptop.conflicts().isEmpty)
         await laptop.close()
 
-        // The app sets the retention: one hour keeps nothing a day old.
+        // The app sets the retention: one hour keeps nothing a day old. A custom resolver is
+        // journaled under the name the app gave it.
         let shortPhone = try world.device("phone2", direct: true, resolver: .serverWins) { $0.clock = world.clock.reading() }
-        let short = try world.device("laptop2", direct: true, resolver: .serverWins) {
+        let short = try world.device("laptop2", direct: true, resolver: .custom(name: "keep-local-title") { _ in .keepLocal }) {
             $0.clock = world.clock.reading()
             $0.conflictRetention = .seconds(3_600)
         }
         _ = try await Self.conflict(shortPhone, short, id: "c", clock: world.clock)
         try await short.sync()
-        #expect(try await short.conflicts().map(\.id) == ["c"])
+        #expect(try await short.conflicts().map { [$0.id, $0.resolver] } == [["c", "keep-local-title"]])
         world.clock.advance(3_600_000 + 1)
         try await short.sync()
         #expect(try await short.conflicts().isEmpty)
