@@ -110,6 +110,34 @@ struct ConflictJournalTests {
         await phone.close()
     }
 
+    /// A conflict of two creates has no base; a delete's side is nil, and so is a result
+    /// that leaves the record deleted.
+    @Test func createsAndDeletesAreJournaledWithoutABaseAndAsNil() async throws {
+        let world = try RealWorld()
+        let phone = try world.device("phone", direct: true, resolver: .clientWins)
+        let laptop = try world.device("laptop", direct: true, resolver: .clientWins)
+        try await phone.put(["from": "phone"], in: "notes", id: "same")
+        try await laptop.put(["from": "laptop"], in: "notes", id: "same")
+        try await phone.sync()
+        try await laptop.sync()
+        let create = try #require(try await laptop.conflicts().last)
+        #expect(create.base == nil && create.local == ["from": "laptop"] && create.server == ["from": "phone"] && create.result == ["from": "laptop"])
+        #expect(create.json["base"] == .null)
+
+        try await phone.sync()
+        try await phone.put(["from": "phone again"], in: "notes", id: "same")
+        try await laptop.delete(from: "notes", id: "same")
+        try await phone.sync()
+        try await laptop.sync()
+        let delete = try #require(try await laptop.conflicts().last)
+        #expect(delete.local == nil && delete.server == ["from": "phone again"] && delete.resolution == .keepLocal && delete.result == nil)
+        #expect(delete.base?.data == ["from": "laptop"] && delete.base?.deleted == false)
+        #expect(delete.json["local"] == .null && delete.json["result"] == .null)
+        #expect(try await laptop.record(in: "notes", id: "same")?.deleted == true)
+        await laptop.close()
+        await phone.close()
+    }
+
     @Test func conflictsSinceFiltersAndRetentionPrunesAfterSyncsAndOnOpen() async throws {
         let world = try RealWorld()
         func open(_ name: String) throws -> OutpostStore {
