@@ -14,6 +14,13 @@ import Testing
 struct ConflictJournalTests {
     static let day: Int64 = 86_400_000
 
+    /// A seed of its own for each device: two devices of one seed that save in the same
+    /// millisecond would draw the same change id, and the server would take the second
+    /// change for a replay of the first.
+    static func seed(_ name: String) -> UInt64 {
+        name.utf8.reduce(1469598103934665603) { ($0 ^ UInt64($1)) &* 1099511628211 }
+    }
+
     /// Both devices edit `n1` of `notes` offline: the phone its title and `n`, the laptop its
     /// title (later) and its note. The phone syncs first; the laptop's sync meets the
     /// conflict and its merge writes {title: laptop's, note: laptop's, n: phone's}.
@@ -36,7 +43,10 @@ struct ConflictJournalTests {
         let world = try RealWorld()
         let merge = ConflictResolver.mergeFields(fallback: .lastWriteWins())
         func open(_ name: String) throws -> OutpostStore {
-            try world.device(name, direct: true, resolver: merge) { $0.clock = world.clock.reading() }
+            try world.device(name, direct: true, resolver: merge) {
+                $0.clock = world.clock.reading()
+                $0.randomSeed = Self.seed(name)
+            }
         }
         let phone = try open("phone")
         var laptop = try open("laptop")
@@ -80,8 +90,14 @@ struct ConflictJournalTests {
     @Test func aDecisionAndItsEntryCommitTogetherOrNotAtAll() async throws {
         let world = try RealWorld()
         let merge = ConflictResolver.mergeFields(fallback: .lastWriteWins())
-        let phone = try world.device("phone", direct: true, resolver: merge) { $0.clock = world.clock.reading() }
-        let laptop = try world.device("laptop", direct: true, resolver: merge) { $0.clock = world.clock.reading() }
+        let phone = try world.device("phone", direct: true, resolver: merge) {
+            $0.clock = world.clock.reading()
+            $0.randomSeed = Self.seed("phone")
+        }
+        let laptop = try world.device("laptop", direct: true, resolver: merge) {
+            $0.clock = world.clock.reading()
+            $0.randomSeed = Self.seed("laptop")
+        }
         let told = await laptop.observeConflicts()
         let (local, _, _, merged) = try await Self.conflict(phone, laptop, clock: world.clock)
         let changeId = try #require(try await laptop.pendingChanges().first?.changeId)
@@ -114,8 +130,8 @@ struct ConflictJournalTests {
     /// that leaves the record deleted.
     @Test func createsAndDeletesAreJournaledWithoutABaseAndAsNil() async throws {
         let world = try RealWorld()
-        let phone = try world.device("phone", direct: true, resolver: .clientWins)
-        let laptop = try world.device("laptop", direct: true, resolver: .clientWins)
+        let phone = try world.device("phone", direct: true, resolver: .clientWins) { $0.randomSeed = Self.seed("phone") }
+        let laptop = try world.device("laptop", direct: true, resolver: .clientWins) { $0.randomSeed = Self.seed("laptop") }
         try await phone.put(["from": "phone"], in: "notes", id: "same")
         try await laptop.put(["from": "laptop"], in: "notes", id: "same")
         try await phone.sync()
@@ -141,7 +157,10 @@ struct ConflictJournalTests {
     @Test func conflictsSinceFiltersAndRetentionPrunesAfterSyncsAndOnOpen() async throws {
         let world = try RealWorld()
         func open(_ name: String) throws -> OutpostStore {
-            try world.device(name, direct: true, resolver: .serverWins) { $0.clock = world.clock.reading() }
+            try world.device(name, direct: true, resolver: .serverWins) {
+                $0.clock = world.clock.reading()
+                $0.randomSeed = Self.seed(name)
+            }
         }
         let phone = try open("phone")
         var laptop = try open("laptop")
@@ -172,9 +191,13 @@ struct ConflictJournalTests {
 
         // The app sets the retention: one hour keeps nothing a day old. A custom resolver is
         // journaled under the name the app gave it.
-        let shortPhone = try world.device("phone2", direct: true, resolver: .serverWins) { $0.clock = world.clock.reading() }
+        let shortPhone = try world.device("phone2", direct: true, resolver: .serverWins) {
+            $0.clock = world.clock.reading()
+            $0.randomSeed = Self.seed("phone2")
+        }
         let short = try world.device("laptop2", direct: true, resolver: .custom(name: "keep-local-title") { _ in .keepLocal }) {
             $0.clock = world.clock.reading()
+            $0.randomSeed = Self.seed("laptop2")
             $0.conflictRetention = .seconds(3_600)
         }
         _ = try await Self.conflict(shortPhone, short, id: "c", clock: world.clock)
@@ -190,15 +213,15 @@ struct ConflictJournalTests {
 
     @Test func theCLIPrintsTheJournalAsJSONLines() async throws {
         let world = try RealWorld()
-        let phone = try world.device("phone", direct: true, resolver: .mergeFields(fallback: .clientWins))
-        let laptop = try world.device("laptop", direct: true, resolver: .mergeFields(fallback: .clientWins))
+        let phone = try world.device("phone", direct: true, resolver: .mergeFields(fallback: .clientWins)) { $0.randomSeed = Self.seed("phone") }
+        let laptop = try world.device("laptop", direct: true, resolver: .mergeFields(fallback: .clientWins)) { $0.randomSeed = Self.seed("laptop") }
         let (local, server, base, _) = try await Self.conflict(phone, laptop, clock: nil)
         await laptop.close()
         let store = world.dir.appending("laptop.sqlite")
         let url = world.server.baseURL.absoluteString, token = world.token
         let sync = try await blocking { try CLITests.outpost(["--store", store, "--server", url, "--token", token, "--resolve", "client-wins", "sync"]) }
         #expect(sync.status == 0 && sync.lines.first?["conflicts"] == 1 && sync.lines.first?["resolved"] == 1, "\(sync.stdout) \(sync.stderr)")
-        let reopened = try world.device("laptop", direct: true, resolver: .mergeFields(fallback: .clientWins))
+        let reopened = try world.device("laptop", direct: true, resolver: .mergeFields(fallback: .clientWins)) { $0.randomSeed = Self.seed("laptop") }
         let entry = try #require(try await reopened.conflicts().first)
         await reopened.close()
         await phone.close()
@@ -251,7 +274,7 @@ struct ConflictJournalTests {
             var c = OutpostStore.Configuration(space: "team")
             c.clientId = name
             c.durability = .normal
-            c.randomSeed = 5
+            c.randomSeed = Self.seed(name)
             c.telemetry = true
             c.resolver = .mergeFields(fallback: .clientWins)
             if encrypted { c.encryption = .spaceKey(keys) }

@@ -29,7 +29,7 @@ struct ConflictDecision: Hashable, Sendable {
 /// a tombstone, a result that leaves the record deleted.
 public struct ConflictEntry: Sendable, Hashable {
     /// The entry's place in the journal: later decisions have greater numbers.
-    public let number: Int64
+    public internal(set) var number: Int64
     /// The record's collection and id.
     public let collection: String
     public let id: String
@@ -63,11 +63,6 @@ public struct ConflictEntry: Sendable, Hashable {
         case .write(let merged): merged
         case .delete: nil
         }
-    }
-
-    func numbered(_ number: Int64) -> ConflictEntry {
-        ConflictEntry(number: number, collection: collection, id: id, changeId: changeId, local: local, server: server, serverVersion: serverVersion,
-                      base: base, resolution: resolution, resolver: resolver, decidedAt: decidedAt, writtenChangeId: writtenChangeId)
     }
 
     /// `resolution`'s name: `keepServer`, `keepLocal`, `write` or `delete`.
@@ -106,7 +101,7 @@ extension LocalDatabase {
         let local = c.local.deleted ? nil : c.local.data
         let server = c.server.deleted ? nil : c.server.data
         let base = c.base
-        let entry = ConflictEntry(number: 0, collection: c.collection, id: c.id, changeId: c.local.changeId, local: local, server: server,
+        var entry = ConflictEntry(number: 0, collection: c.collection, id: c.id, changeId: c.local.changeId, local: local, server: server,
                                   serverVersion: c.server.version, base: base, resolution: decision.resolution, resolver: decision.resolver,
                                   decidedAt: time, writtenChangeId: decision.writtenChangeId)
         func blob(_ object: JSONObject?) -> SQLiteValue { object.map { .blob(encodeObject($0)) } ?? .null }
@@ -119,7 +114,8 @@ extension LocalDatabase {
             """, [.text(c.collection), .text(c.id), .text(c.local.changeId), blob(local), blob(server), .text(c.server.version.text),
                   .integer(base == nil ? 0 : 1), blob(base?.data), .integer(base?.deleted == true ? 1 : 0), base?.version.map { .text($0.text) } ?? .null,
                   .text(entry.resolutionName), blob(merged), .text(decision.resolver), .integer(time), decision.writtenChangeId.map { .text($0) } ?? .null])
-        return entry.numbered(db.lastInsertRowID)
+        entry.number = db.lastInsertRowID
+        return entry
     }
 
     /// The entries decided at or after `since`, in journal order.
