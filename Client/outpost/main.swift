@@ -27,6 +27,10 @@ let usage = """
       sync --all               sync every space the token names (see "Many spaces" below)
       pending                  one JSON line per queued change: changeId, collection, id, op, state
       status                   JSON: epoch, cursor, pending, lastSyncAt, lastError, restoredFrom
+      conflicts [--since TIME] one JSON line per decision of the resolver in the store's conflict
+                               journal, oldest first: collection, id, local, server, base, result,
+                               resolution, resolver, decidedAt (TIME: ms since 1970, or ISO 8601
+                               like 2026-12-01T00:00:00Z; default: every entry kept)
       upload FILE [--content-type TYPE]
                                upload a media file (resuming an interrupted upload of the same
                                file); print the media as JSON (in an encrypted store: the sealed
@@ -45,7 +49,7 @@ let usage = """
     command line.
 
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
-    get, list, pending and status read a store another process has open (an app, a sync
+    get, list, pending, status and conflicts read a store another process has open (an app, a sync
     running) alongside it; the other commands need it to themselves.
 
     Many spaces: with --space given more than once, or `sync --all` (the token's spaces
@@ -302,6 +306,16 @@ func run(_ o: Options) async throws -> Int32 {
             "restoredFrom": s.restoredFrom.map { .string($0) } ?? .null,
         ]))
         await store.close()
+    case "conflicts":
+        var since: Int64 = 0
+        switch args.count {
+        case 0: break
+        case 2 where args[0] == "--since": since = try sinceArgument(args[1])
+        default: throw UsageError(message: "conflicts takes [--since TIME]")
+        }
+        let store = try openStoreForReading(o)
+        for entry in try await store.conflicts(since: since) { print(json(entry.json)) }
+        await store.close()
     case "upload":
         return try await upload(o, args)
     case "key":
@@ -316,6 +330,17 @@ func run(_ o: Options) async throws -> Int32 {
         throw UsageError(message: "unknown command \(command)")
     }
     return 0
+}
+
+/// A time as `conflicts --since` takes it: ms since 1970, or an ISO 8601 date and time.
+func sinceArgument(_ text: String) throws -> Int64 {
+    if let ms = Int64(text), ms >= 0 { return ms }
+    let formatter = ISO8601DateFormatter()
+    for options in [ISO8601DateFormatter.Options.withInternetDateTime, [.withInternetDateTime, .withFractionalSeconds], [.withFullDate]] {
+        formatter.formatOptions = options
+        if let date = formatter.date(from: text) { return Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+    }
+    throw UsageError(message: "--since takes ms since 1970 or an ISO 8601 time (2026-12-01T00:00:00Z), not \(text)")
 }
 
 /// `upload FILE [--content-type TYPE]`: the media JSON on stdout; what happened (resumed,
@@ -379,7 +404,7 @@ func upload(_ o: Options, _ args: [String]) async throws -> Int32 {
 func reportJSON(_ r: SyncReport) -> JSONObject {
     [
         "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
-        "conflicts": .number(JSONNumber(r.conflicts)), "rejected": .number(JSONNumber(r.rejected)),
+        "conflicts": .number(JSONNumber(r.conflicts)), "resolved": .number(JSONNumber(r.resolved)), "rejected": .number(JSONNumber(r.rejected)),
         "quarantined": .number(JSONNumber(r.quarantined)),
         "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
     ]

@@ -492,6 +492,9 @@ import Testing
             entry.lastError = error
             entry.roundTripMs = 24
             entry.clockOffsetMs = client == "phone-7f3a" ? -420 : 12
+            // Conflicts per space: field-ops's devices report 5, of which their resolvers decided 4.
+            entry.conflicts = client == "phone-7f3a" ? 4 : client == "tablet-ops-3" ? 1 : 0
+            entry.resolved = client == "phone-7f3a" ? 3 : client == "tablet-ops-3" ? 1 : 0
             _ = try await send("POST", "/v1/spaces/\(Fixture.space)/telemetry", TelemetryBatch(clientId: client, sdkVersion: "outpost-swift/0.1.0", syncs: [entry]).encoded())
         }
         // An error answer whose message holds markup: the overview's list must show it as text.

@@ -81,4 +81,45 @@ import Testing
             #expect(bad.status == 422 && field == "syncs[0].durationMs", "\(bad.text)")
         }
     }
+
+    /// The conflicts devices report, summed per device and per space (`GET
+    /// /v1/admin/conflicts`): a batch sent again (its answer lost) counts once, a batch of
+    /// another subject counts nothing, and an old report without `resolved` reads as 0.
+    @Test(arguments: Store.allCases) func conflictCountsAddUpPerDeviceAndSpaceEachSyncOnce(store: Store) async throws {
+        let url = store == .postgres ? try await PostgresCluster.database(prefix: "conflicts") : nil
+        try await withServer(configure: { if let url { $0.store = url } }) { s in
+            func send(_ space: String, _ client: String, _ syncs: [(Int64, Int64, Int64)], sub: String = "device") async throws -> Int {
+                let entries = syncs.map { started, conflicts, resolved in
+                    var e = Self.entry(started)
+                    e.conflicts = conflicts
+                    e.resolved = resolved
+                    return e
+                }
+                let token = s.token(sub: sub, spaces: [space], scope: .read)
+                return try await s.request("POST", "/v1/spaces/\(space)/telemetry", token: token,
+                                           body: TelemetryBatch(clientId: client, sdkVersion: "v", syncs: entries).encoded()).status
+            }
+            #expect(try await send("team", "phone", [(1_000, 3, 2), (2_000, 1, 1)]) == 202)
+            #expect(try await send("team", "phone", [(2_000, 1, 1), (3_000, 2, 0)]) == 202, "the sync at 2000 again, and a new one")
+            #expect(try await send("team", "tablet", [(1_000, 5, 5)]) == 202)
+            #expect(try await send("team", "tablet", [(9_000, 7, 7)], sub: "intruder") == 403)
+            #expect(try await send("depot", "phone", [(1_000, 0, 0)]) == 202)
+            let old = try await s.request("POST", "/v1/spaces/team/telemetry", token: s.token(sub: "device", spaces: ["team"], scope: .read),
+                                          body: Array(#"{"clientId":"old","sdkVersion":"v","syncs":[{"startedAt":1,"durationMs":5,"conflicts":4}]}"#.utf8))
+            #expect(old.status == 202)
+
+            let admin = s.token(spaces: [], admin: true)
+            let devices = try json(try await s.request("GET", "/v1/admin/devices?space=team", token: admin))["devices"]?.arrayValue ?? []
+            #expect(devices.map { [$0["clientId"], $0["conflicts"], $0["resolved"]] } == [["old", 4, 0], ["phone", 6, 3], ["tablet", 5, 5]], "\(devices)")
+            let spaces = try json(try await s.request("GET", "/v1/admin/conflicts", token: admin))
+            #expect(spaces == ["spaces": [["space": "depot", "devices": 1, "conflicts": 0, "resolved": 0],
+                                          ["space": "team", "devices": 3, "conflicts": 15, "resolved": 8]], "next": .null], "\(spaces)")
+            let page = try json(try await s.request("GET", "/v1/admin/conflicts?limit=1", token: admin))
+            #expect(page["next"] == "depot" && page["spaces"]?.arrayValue?.count == 1)
+            let rest = try json(try await s.request("GET", "/v1/admin/conflicts?after=depot", token: admin))
+            #expect(rest["spaces"]?.arrayValue?.map { $0["space"] } == ["team"] && rest["next"] == .null)
+            #expect(try await s.request("GET", "/v1/admin/conflicts?after=a/b", token: admin).status == 422)
+            #expect(try await s.request("GET", "/v1/admin/conflicts", token: s.token(spaces: ["*"])).status == 403)
+        }
+    }
 }

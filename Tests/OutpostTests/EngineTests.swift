@@ -339,6 +339,7 @@ enum EngineTable {
             case .pulledShown: self = .plain("pulled")
             case .pushed: self = .plain("pushed")
             case .conflict: self = .plain("conflict settled")
+            case .resolved: self = .plain("journaled")
             case .rejected: self = .plain("rejected")
             case .reoffered: self = .plain("re-offer queued")
             case .syncAgain: self = .plain("sync again")

@@ -316,6 +316,10 @@ class Console:
         self.go("devices")
         self.until(lambda: self.f["device"] in self.text_of("devices-rows"), "the devices list never showed the reporting device")
         check("no_answer" in self.text_of("devices-rows"), "a device's last error is not shown")
+        self.until(lambda: self.d.find_elements(By.CSS_SELECTOR, f'#conflicts-rows tr[data-space="{self.f["space"]}"]'),
+                   "the conflicts per space never showed the reporting space")
+        cells = [c.text for c in self.d.find_elements(By.CSS_SELECTOR, f'#conflicts-rows tr[data-space="{self.f["space"]}"] td')]
+        check(cells[1:] == ["3", "5", "4"], f"the space's devices, conflicts and decided conflicts are {cells[1:]}, not 3, 5, 4")
         self.shot("devices")
 
     def tokens(self):

@@ -50,6 +50,9 @@ enum Effect: Hashable, Sendable {
     case pushed
     /// A conflict was settled (by adopting the server's copy or by the resolver).
     case conflict
+    /// The resolver decided a conflict: the store keeps the decision in its conflict
+    /// journal, in the transaction that stores the record (Store/ConflictJournal.swift).
+    case resolved(ConflictDecision)
     /// A change was rejected for good.
     case rejected
     /// A copy of a left history was queued to be offered again.
@@ -94,7 +97,9 @@ enum Engine {
         case .applied(let changeId, let copy):
             if applied(&r, changeId, copy, context) { effects.append(.pushed) }
         case .conflict(let changeId, let current):
-            if conflict(&r, changeId, current, context) { effects.append(.conflict) }
+            var decision: ConflictDecision?
+            if conflict(&r, changeId, current, context, decided: &decision) { effects.append(.conflict) }
+            if let decision { effects.append(.resolved(decision)) }
         case .rejected(let changeId, let code, let message):
             if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
                 r.edits[i].delivery = .rejected(code: code, message: message)
@@ -330,8 +335,9 @@ enum Engine {
     /// (a re-offer waiting behind them meets the server by its own rule). Either way the
     /// server's copy is adopted without a resolver when it holds what the edits want, and
     /// the resolver sees the newest app edit (or the re-offer's copy), the newest copy, and
-    /// the state the first of the decided edits was made on. Returns true when settled.
-    static func conflict(_ r: inout RecordModel, _ changeId: String, _ current: Copy?, _ context: EngineContext) -> Bool {
+    /// the state the first of the decided edits was made on. Returns true when settled;
+    /// `decided` is the resolver's decision, when the resolver was asked.
+    static func conflict(_ r: inout RecordModel, _ changeId: String, _ current: Copy?, _ context: EngineContext, decided decision: inout ConflictDecision?) -> Bool {
         guard let head = r.head, head.changeId == changeId else { return false }
         if let current, r.server.map({ current.isLater(than: $0) || current.version.epoch != $0.version.epoch }) ?? true {
             if let s = r.server, s.version.epoch != current.version.epoch { keepLeft(&r, s, context) }
@@ -345,13 +351,17 @@ enum Engine {
         var kept = r.edits.filter { !decidedIds.contains($0.localId) }
         // The resolved write counts the conflict as an attempt of the record, so a server that
         // answers every push with a conflict meets a growing backoff.
-        func settle(_ body: Body?, madeOn: MadeOn, kind: EditKind = .app) {
+        @discardableResult
+        func settle(_ body: Body?, madeOn: MadeOn, kind: EditKind = .app) -> String? {
+            var written: String?
             if let body {
-                kept.append(Edit(changeId: context.newChangeId(), kind: kind, body: body, clientTime: latest.clientTime, createdAt: latest.createdAt,
+                written = context.newChangeId()
+                kept.append(Edit(changeId: written!, kind: kind, body: body, clientTime: latest.clientTime, createdAt: latest.createdAt,
                                  madeOn: madeOn, attempts: head.attempts + 1, nextAttemptAt: context.now + context.backoff(head.attempts + 1),
                                  lastError: "conflict; resolved"))
             }
             r.edits = kept
+            return written
         }
         guard let server = r.server, current != nil else {
             // The history has no such record: the edits go as a create (a lone re-offer stays
@@ -400,12 +410,15 @@ enum Engine {
         }
         let conflict = Conflict(collection: r.key.collection, id: r.key.id, local: local, server: serverState,
                                 serverChangeId: server.changeId, base: base, fields: context.fieldKinds.kinds(of: r.key.collection))
-        switch context.resolver.resolve(conflict, now: context.serverNow) {
-        case .keepServer: settle(nil, madeOn: .nothing)
-        case .keepLocal: settle(latest.body, madeOn: .copy(server))
-        case .write(let object): settle(Body(data: encodeObject(object)), madeOn: .copy(server))
-        case .delete: settle(.tombstone, madeOn: .copy(server))
+        let resolution = context.resolver.resolve(conflict, now: context.serverNow)
+        let written: String?
+        switch resolution {
+        case .keepServer: written = settle(nil, madeOn: .nothing)
+        case .keepLocal: written = settle(latest.body, madeOn: .copy(server))
+        case .write(let object): written = settle(Body(data: encodeObject(object)), madeOn: .copy(server))
+        case .delete: written = settle(.tombstone, madeOn: .copy(server))
         }
+        decision = ConflictDecision(conflict: conflict, resolution: resolution, resolver: context.resolver.name, writtenChangeId: written)
         return true
     }
 

@@ -38,6 +38,7 @@ extension OutpostStore {
         let (after, effects) = Engine.reduce(before, event, context)
         rng = ids.rng
         if after != before { try d.save(after) }
+        for case .resolved(let decision) in effects { journaled.append(try d.journal(decision, at: time)) }
         return (effects, after)
     }
 
@@ -49,6 +50,7 @@ extension OutpostStore {
             case .pulledShown: report.pulled += 1
             case .pushed: report.pushed += 1
             case .conflict: report.conflicts += 1
+            case .resolved: report.resolved += 1
             case .rejected: report.rejected += 1
             case .reoffered: report.reoffered += 1
             case .syncAgain, .send: break

@@ -112,7 +112,7 @@ public struct ConflictResolver: Sendable {
         case serverWins
         case clientWins
         case lastWriteWins(driftMs: Int64)
-        case custom(@Sendable (Conflict) -> Resolution)
+        case custom(name: String, @Sendable (Conflict) -> Resolution)
     }
 
     let kind: Kind
@@ -155,9 +155,23 @@ public struct ConflictResolver: Sendable {
         ConflictResolver(kind: .mergeFields(fallback: fallback))
     }
 
-    /// The app decides. Called on the store's actor: keep it fast and free of I/O.
-    public static func custom(_ resolve: @escaping @Sendable (Conflict) -> Resolution) -> ConflictResolver {
-        ConflictResolver(kind: .custom(resolve))
+    /// The app decides. Called on the store's actor: keep it fast and free of I/O. `name`
+    /// is how the conflict journal names it (`ConflictEntry.resolver`).
+    public static func custom(name: String = "custom", _ resolve: @escaping @Sendable (Conflict) -> Resolution) -> ConflictResolver {
+        ConflictResolver(kind: .custom(name: name, resolve))
+    }
+
+    /// The resolver as the conflict journal names it: `serverWins`, `clientWins`,
+    /// `lastWriteWins`, a custom resolver's name (`custom` unless it was given one), or
+    /// `mergeFields(<fallback>)`.
+    public var name: String {
+        switch kind {
+        case .mergeFields(let fallback): "mergeFields(\(fallback.name))"
+        case .serverWins: "serverWins"
+        case .clientWins: "clientWins"
+        case .lastWriteWins: "lastWriteWins"
+        case .custom(let name, _): name
+        }
     }
 
     /// The decision for `conflict` when the device's clock reads `now` (ms since 1970).
@@ -166,7 +180,7 @@ public struct ConflictResolver: Sendable {
         case .mergeFields(let fallback): return Self.mergeFields(conflict, fallback: fallback, now: now)
         case .serverWins: return .keepServer
         case .clientWins: return .keepLocal
-        case .custom(let body): return body(conflict)
+        case .custom(_, let body): return body(conflict)
         case .lastWriteWins(let drift): return Self.lastWriteWins(conflict, now: now, driftMs: drift)
         }
     }

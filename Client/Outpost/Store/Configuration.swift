@@ -41,6 +41,9 @@ extension OutpostStore {
         /// Decides conflicts. Default: a three-way merge field by field, with last-write-wins
         /// (5-minute drift limit) for a field changed on both sides.
         public var resolver: ConflictResolver = .mergeFields(fallback: .lastWriteWins(maxClockDrift: .seconds(300)))
+        /// How long the conflict journal keeps a resolver's decision (`conflicts(since:)`);
+        /// older entries are pruned when the store opens and after syncs. Default 30 days.
+        public var conflictRetention: Duration = .seconds(30 * 86_400)
         /// Retry schedule of failed and in-doubt changes.
         public var backoff: BackoffPolicy = BackoffPolicy()
         /// Records asked for per pull page (clamped to the server's `maxPageLimit`; halved

@@ -123,6 +123,9 @@ public struct SyncReport: Sendable, Hashable {
     public var pulled = 0
     /// Push answers that were conflicts.
     public var conflicts = 0
+    /// Conflicts the resolver decided (each one kept in the conflict journal,
+    /// `OutpostStore.conflicts(since:)`); the others settled without it.
+    public var resolved = 0
     /// Changes rejected for good.
     public var rejected = 0
     /// Pulled records put in quarantine.

@@ -50,6 +50,10 @@ public actor OutpostStore {
     var rng: Randomness
     private var observers: [UUID: Observer] = [:]
     private var activityObservers: [UUID: AsyncStream<SyncActivity>.Continuation] = [:]
+    /// `observeConflicts()`'s subscribers, and the journal entries of the transaction now
+    /// open, told to them once it commits (Store/ConflictJournal.swift).
+    var conflictObservers: [UUID: AsyncStream<ConflictEntry>.Continuation] = [:]
+    var journaled: [ConflictEntry] = []
     /// Records the running sync's pull has received so far (for `SyncProgress`).
     var pulledThisSync = 0
     /// One sync (or re-pull, epoch change, long-poll page) at a time.
@@ -194,6 +198,8 @@ public actor OutpostStore {
         observers.removeAll()
         for continuation in activityObservers.values { continuation.finish() }
         activityObservers.removeAll()
+        for continuation in conflictObservers.values { continuation.finish() }
+        conflictObservers.removeAll()
     }
 
     /// The database, or `closed` (`suspended` while the store is suspended).
@@ -213,9 +219,13 @@ public actor OutpostStore {
     func write<T>(durability: Durability? = nil, _ body: (LocalDatabase) throws -> T) throws -> T {
         let d = try db()
         guard file?.readOnly != true else { throw OutpostError.readOnly }
+        // Journal entries of a transaction that rolls back are never told.
+        defer { journaled.removeAll() }
         do {
             try d.use(durability ?? configuration.durability)
-            return try d.db.transaction { try body(d) }
+            let result = try d.db.transaction { try body(d) }
+            announceJournaled()
+            return result
         } catch let e as SQLiteError {
             throw OutpostError.storage(e.description)
         }
@@ -513,7 +523,7 @@ public actor OutpostStore {
 
     /// A stream for a new subscriber: finished at once when the store is closed, else kept
     /// by `register` under a new id until its consumer stops, when `remove` drops it.
-    private func subscribe<T: Sendable>(_ buffering: AsyncStream<T>.Continuation.BufferingPolicy,
+    func subscribe<T: Sendable>(_ buffering: AsyncStream<T>.Continuation.BufferingPolicy,
                                         register: (UUID, AsyncStream<T>.Continuation) -> Void,
                                         remove: @escaping @Sendable (OutpostStore, UUID) async -> Void) -> AsyncStream<T> {
         let (stream, continuation) = AsyncStream<T>.makeStream(bufferingPolicy: buffering)

@@ -83,6 +83,9 @@ extension OutpostStore {
                 }
                 try database.rebaseUploads()
             }
+            // Opening is a cheap moment to drop the conflict journal's entries past their
+            // retention (a bounded batch).
+            try database.pruneConflictJournal(before: configuration.conflictCutoff(now: configuration.clock()))
             return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta(.restoredFrom))
         } catch let e as SQLiteError {
             database.close()

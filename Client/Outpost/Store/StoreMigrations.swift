@@ -163,6 +163,30 @@ extension LocalDatabase {
             try d.storeSession(phase: phase, cursor: epoch == nil ? nil : cursor)
             for key in [MetaKey.legacyEpoch, .legacyCursor, .legacyRebasing, .legacyViewRePull] { try d.setMeta(key, nil) }
         },
+        // The resolver's decisions (Store/ConflictJournal.swift). `has_base` tells a conflict
+        // without a base from one whose base was a tombstone; `merged` is a `write`'s data.
+        StoreMigration(name: "9 conflict journal") { d, _ in
+            try d.db.execute("""
+                CREATE TABLE conflict_journal(
+                    number INTEGER PRIMARY KEY AUTOINCREMENT,
+                    collection TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    change_id TEXT NOT NULL,
+                    local BLOB,
+                    server BLOB,
+                    server_version TEXT NOT NULL,
+                    has_base INTEGER NOT NULL,
+                    base BLOB,
+                    base_deleted INTEGER NOT NULL,
+                    base_version TEXT,
+                    resolution TEXT NOT NULL,
+                    merged BLOB,
+                    resolver TEXT NOT NULL,
+                    decided_at INTEGER NOT NULL,
+                    written_change_id TEXT);
+                CREATE INDEX conflict_journal_decided ON conflict_journal(decided_at);
+                """)
+        },
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one

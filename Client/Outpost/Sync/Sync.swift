@@ -70,6 +70,7 @@ extension OutpostStore {
             report.epoch = session.phase.epoch
             report.pending = try read { try $0.count(deliveries: ["queued", "sent"]) }
             compactIfDue()
+            pruneConflictJournal()
             announce(.finished(report))
             return report
         } catch {

@@ -25,6 +25,7 @@ extension OutpostStore {
         entry.pushed = Int64(report.pushed)
         entry.pulled = Int64(report.pulled)
         entry.conflicts = Int64(report.conflicts)
+        entry.resolved = Int64(report.resolved)
         entry.rejected = Int64(report.rejected)
         entry.lastError = failure.map { String($0.code.prefix(TelemetryEntry.maxErrorLength)) }
         entry.roundTripMs = lastRoundTripMs

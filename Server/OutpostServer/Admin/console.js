@@ -441,36 +441,44 @@
             el('th', { class: i > 0 && i < 9 && i !== 4 ? 'num' : null, text: h })))),
         body)),
       el('div', { class: 'panel-foot' }, shown, more)));
+    const list = pagedList(page, live, { body, more, shown, key: 'spaces', noun: 'spaces', colspan: 10, empty: 'No space has been written to yet.',
+      path: (after) => '/v1/admin/spaces' + q({ after, limit: 50 }),
+      row: (s) => el('tr', { dataset: { space: s.name } },
+        el('td', {}, el('a', { href: '#/records' + q({ space: s.name }), class: 'cell-mono', text: s.name })),
+        el('td', { class: 'num', text: count(s.records) }),
+        el('td', { class: 'num', text: count(s.tombstones) }),
+        el('td', { class: 'num', text: count(s.head) }),
+        timeCell(s.lastWriteAt),
+        el('td', { class: 'num', text: count(s.mediaFiles) }),
+        el('td', { class: 'num', text: bytes(s.mediaBytes) + (s.mediaBytesLimit == null ? '' : ' of ' + bytes(s.mediaBytesLimit)) }),
+        el('td', { class: 'num', text: count(s.horizon) }),
+        el('td', { class: 'num', text: bytes(s.recordBytes) + (s.recordBytesLimit == null ? '' : ' of ' + bytes(s.recordBytesLimit)) }),
+        el('td', { class: 'nowrap' },
+          el('a', { href: '#/records' + q({ space: s.name }), text: 'Records' }), ' · ',
+          el('a', { href: '#/media' + q({ space: s.name }), text: 'Media' }))) });
+    await list.load();
+  }
+
+  // A list an admin route answers page by page ({<key>: [...], next}): `load` appends the
+  // next page's rows (`row` makes one), then the count and the "Load more" button follow;
+  // `reset` empties it for a new query.
+  function pagedList(page, live, { body, more, shown, key, noun, colspan, empty, path, row }) {
     let next = '';
     let total = 0;
     const load = async () => {
       more.disabled = true;
-      const answer = await api('/v1/admin/spaces' + q({ after: next, limit: 50 }));
+      const answer = await api(path(next));
       if (!live()) return;
-      for (const s of answer.spaces) {
-        body.append(el('tr', { dataset: { space: s.name } },
-          el('td', {}, el('a', { href: '#/records' + q({ space: s.name }), class: 'cell-mono', text: s.name })),
-          el('td', { class: 'num', text: count(s.records) }),
-          el('td', { class: 'num', text: count(s.tombstones) }),
-          el('td', { class: 'num', text: count(s.head) }),
-          timeCell(s.lastWriteAt),
-          el('td', { class: 'num', text: count(s.mediaFiles) }),
-          el('td', { class: 'num', text: bytes(s.mediaBytes) + (s.mediaBytesLimit == null ? '' : ' of ' + bytes(s.mediaBytesLimit)) }),
-          el('td', { class: 'num', text: count(s.horizon) }),
-          el('td', { class: 'num', text: bytes(s.recordBytes) + (s.recordBytesLimit == null ? '' : ' of ' + bytes(s.recordBytesLimit)) }),
-          el('td', { class: 'nowrap' },
-            el('a', { href: '#/records' + q({ space: s.name }), text: 'Records' }), ' · ',
-            el('a', { href: '#/media' + q({ space: s.name }), text: 'Media' }))));
-      }
-      total += answer.spaces.length;
-      if (total === 0) body.append(el('tr', {}, el('td', { colspan: 10, class: 'empty', text: 'No space has been written to yet.' })));
+      for (const item of answer[key]) body.append(row(item));
+      total += answer[key].length;
+      if (total === 0) body.append(el('tr', {}, el('td', { colspan, class: 'empty', text: empty })));
       next = answer.next;
-      shown.textContent = count(total) + (next ? ' spaces shown, more follow' : ' spaces');
+      shown.textContent = count(total) + (next ? ` ${noun} shown, more follow` : ` ${noun}`);
       more.hidden = !next;
       more.disabled = false;
     };
     more.addEventListener('click', () => load().catch((e) => page.append(alertBox(e))));
-    await load();
+    return { load, reset: () => { clear(body); next = ''; total = 0; } };
   }
 
   // ---------- Records ----------
@@ -816,6 +824,30 @@
 
   // ---------- Devices ----------
 
+  // The conflicts each space's devices reported (GET /v1/admin/conflicts): counts only,
+  // the values stay in each device's conflict journal.
+  async function conflictsPanel(page, live) {
+    const body = el('tbody', { id: 'conflicts-rows' });
+    const more = el('button', { class: 'button button-small', type: 'button', text: 'Load more', hidden: true });
+    const shown = el('span', { id: 'conflicts-count' });
+    page.append(el('div', { class: 'panel' },
+      el('div', { class: 'panel-head' }, el('h2', { text: 'Conflicts per space' }),
+        el('span', { class: 'muted', text: 'Conflicts devices reported, and of them those their resolver decided (kept in the device\'s journal)' })),
+      el('div', { class: 'table-wrap' }, el('table', {},
+        el('thead', {}, el('tr', {}, ['Space', 'Devices', 'Conflicts', 'Decided by the resolver'].map((h, i) =>
+          el('th', { class: i > 0 ? 'num' : null, text: h })))),
+        body)),
+      el('div', { class: 'panel-foot' }, shown, more)));
+    const list = pagedList(page, live, { body, more, shown, key: 'spaces', noun: 'spaces', colspan: 4, empty: 'No device has reported.',
+      path: (after) => '/v1/admin/conflicts' + q({ after, limit: 100 }),
+      row: (s) => el('tr', { dataset: { space: s.space } },
+        el('td', { class: 'cell-mono', text: s.space }),
+        el('td', { class: 'num', text: count(s.devices) }),
+        el('td', { class: 'num', text: count(s.conflicts) }),
+        el('td', { class: 'num', text: count(s.resolved) })) });
+    await list.load();
+  }
+
   async function devicesPage(page, params, live) {
     const spaceInput = el('input', { type: 'text', id: 'devices-space', placeholder: 'all spaces', value: params.get('space') || '', spellcheck: 'false' });
     const quiet = el('input', { type: 'number', id: 'devices-quiet', min: 0, max: 87600, placeholder: 'any', value: params.get('notSeenForHours') || '' });
@@ -830,43 +862,31 @@
       el('div', { class: 'panel' },
         el('div', { class: 'panel-head' }, el('h2', { text: 'Devices' }), el('span', { class: 'muted', text: 'The last state each device reported' })),
         el('div', { class: 'table-wrap' }, el('table', {},
-          el('thead', {}, el('tr', {}, ['Space', 'Client', 'SDK', 'Last seen', 'Last sync', 'Pending', 'Last error', 'Clock offset', 'Reports'].map((h) =>
-            el('th', { class: ['Pending', 'Clock offset', 'Reports'].includes(h) ? 'num' : null, text: h })))),
+          el('thead', {}, el('tr', {}, ['Space', 'Client', 'SDK', 'Last seen', 'Last sync', 'Pending', 'Conflicts', 'Last error', 'Clock offset', 'Reports'].map((h) =>
+            el('th', { class: ['Pending', 'Conflicts', 'Clock offset', 'Reports'].includes(h) ? 'num' : null, text: h })))),
           rows)),
         el('div', { class: 'panel-foot' }, shown, more)));
-    let next = '';
-    let total = 0;
-    const load = async () => {
-      more.disabled = true;
-      const answer = await api('/v1/admin/devices' + q({ space: spaceInput.value.trim(), notSeenForHours: quiet.value, after: next, limit: 50 }));
-      if (!live()) return;
-      for (const d of answer.devices) {
-        rows.append(el('tr', {},
-          el('td', { class: 'cell-mono', text: d.space }),
-          el('td', { class: 'cell-mono', text: d.clientId }),
-          el('td', { class: 'cell-mono', text: d.sdkVersion }),
-          timeCell(d.lastSeenAt),
-          timeCell(d.lastSyncAt),
-          el('td', { class: 'num', text: count(d.pending) }),
-          el('td', {}, d.lastError === null ? el('span', { class: 'badge badge-ok', text: 'ok' }) : el('span', { class: 'badge badge-bad', text: d.lastError })),
-          el('td', { class: 'num', text: d.clockOffsetMs === null ? '—' : d.clockOffsetMs + ' ms' }),
-          el('td', { class: 'num', text: count(d.reports) })));
-      }
-      total += answer.devices.length;
-      if (total === 0) rows.append(el('tr', {}, el('td', { colspan: 9, class: 'empty', text: 'No device has reported.' })));
-      next = answer.next;
-      shown.textContent = count(total) + (next ? ' devices shown, more follow' : ' devices');
-      more.hidden = !next;
-      more.disabled = false;
-    };
-    more.addEventListener('click', () => load().catch((e) => page.append(alertBox(e))));
+    await conflictsPanel(page, live);
+    const list = pagedList(page, live, { body: rows, more, shown, key: 'devices', noun: 'devices', colspan: 10, empty: 'No device has reported.',
+      path: (after) => '/v1/admin/devices' + q({ space: spaceInput.value.trim(), notSeenForHours: quiet.value, after, limit: 50 }),
+      row: (d) => el('tr', {},
+        el('td', { class: 'cell-mono', text: d.space }),
+        el('td', { class: 'cell-mono', text: d.clientId }),
+        el('td', { class: 'cell-mono', text: d.sdkVersion }),
+        timeCell(d.lastSeenAt),
+        timeCell(d.lastSyncAt),
+        el('td', { class: 'num', text: count(d.pending) }),
+        el('td', { class: 'num', text: count(d.conflicts) + ' (' + count(d.resolved) + ' decided)' }),
+        el('td', {}, d.lastError === null ? el('span', { class: 'badge badge-ok', text: 'ok' }) : el('span', { class: 'badge badge-bad', text: d.lastError })),
+        el('td', { class: 'num', text: d.clockOffsetMs === null ? '—' : d.clockOffsetMs + ' ms' }),
+        el('td', { class: 'num', text: count(d.reports) })) });
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       setHash('devices', { space: spaceInput.value.trim(), notSeenForHours: quiet.value });
-      clear(rows); next = ''; total = 0;
-      load().catch((e) => page.append(alertBox(e)));
+      list.reset();
+      list.load().catch((e) => page.append(alertBox(e)));
     });
-    await load();
+    await list.load();
   }
 
   // ---------- Tokens ----------

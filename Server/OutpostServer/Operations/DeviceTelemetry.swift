@@ -34,6 +34,18 @@ final class DeviceTelemetry: Sendable {
         var reports: Int64
         /// The authenticated subject its reports are bound to (nil: a row from before).
         var subject: String? = nil
+        /// The conflicts its syncs reported, and of them those its resolver decided (each in
+        /// the device's conflict journal), each sync counted once.
+        var conflicts: Int64 = 0
+        var resolved: Int64 = 0
+    }
+
+    /// The conflicts a space's devices reported (`GET /v1/admin/conflicts`).
+    struct SpaceConflicts: Sendable, Equatable {
+        var space: String
+        var devices: Int64
+        var conflicts: Int64
+        var resolved: Int64
     }
 
     /// Stores a batch received at `now` from a token whose subject is `subject`: the
@@ -56,7 +68,9 @@ final class DeviceTelemetry: Sendable {
                     """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .text(batch.sdkVersion), .text(subject)]) > 0
             }
         }
-        let entries = batch.syncs.map { (started: $0.startedAt, json: String(decoding: $0.json.encoded(canonical: true), as: UTF8.self)) }
+        let entries = batch.syncs.map {
+            (started: $0.startedAt, json: String(decoding: $0.json.encoded(canonical: true), as: UTF8.self), conflicts: $0.conflicts, resolved: $0.resolved)
+        }
         return try await run { db in
             try db.transaction(.process) {
                 let stored = try db.run("""
@@ -73,11 +87,23 @@ final class DeviceTelemetry: Sendable {
                           .integer(newest.queueDepth), .optionalText(newest.lastError), .optionalText(newest.clockOffsetMs.map { String($0) }),
                           .text(subject)])
                 guard stored > 0 else { return false }
+                // A sync already stored (a batch sent again after its answer was lost) adds
+                // nothing to the device's conflict counts.
+                var conflicts: Int64 = 0, resolved: Int64 = 0
                 for entry in entries {
-                    try db.run("""
+                    let inserted = try db.run("""
                         INSERT INTO device_syncs(space, client_id, started_at, received_at, entry) VALUES (?, ?, ?, ?, ?)
                         ON CONFLICT (space, client_id, started_at) DO NOTHING
                         """, [.text(space), .text(batch.clientId), .integer(entry.started), .integer(now), .text(entry.json)])
+                    if inserted > 0 {
+                        conflicts = min(TelemetryEntry.maxCount, conflicts + entry.conflicts)
+                        resolved = min(TelemetryEntry.maxCount, resolved + entry.resolved)
+                    }
+                }
+                if conflicts > 0 || resolved > 0 {
+                    try db.run("""
+                        UPDATE devices SET conflicts = conflicts + ?, resolved = resolved + ? WHERE space = ? AND client_id = ?
+                        """, [.integer(conflicts), .integer(resolved), .text(space), .text(batch.clientId)])
                 }
                 try db.run("""
                     DELETE FROM device_syncs WHERE space = ? AND client_id = ? AND started_at <
@@ -107,7 +133,7 @@ final class DeviceTelemetry: Sendable {
         }
         let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
         let sql = """
-            SELECT space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports, subject
+            SELECT space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports, subject, conflicts, resolved
               FROM devices \(filter) ORDER BY space, client_id LIMIT \(limit)
             """
         let bound = values
@@ -115,7 +141,21 @@ final class DeviceTelemetry: Sendable {
             try db.query(sql, bound) { row in
                 Device(space: row.text(0), clientId: row.text(1), firstSeenAt: row.int64(2), lastSeenAt: row.int64(3), lastSyncAt: row.int64(4),
                        sdkVersion: row.text(5), pending: row.int64(6), lastError: row.optionalText(7),
-                       clockOffsetMs: row.optionalText(8).flatMap { Int64($0) }, reports: row.int64(9), subject: row.optionalText(10))
+                       clockOffsetMs: row.optionalText(8).flatMap { Int64($0) }, reports: row.int64(9), subject: row.optionalText(10),
+                       conflicts: row.int64(11), resolved: row.int64(12))
+            }
+        }
+    }
+
+    /// A page of spaces whose devices reported, in space order after `after`, with the
+    /// conflicts their devices reported.
+    func conflictsBySpace(after: String?, limit: Int) async throws -> [SpaceConflicts] {
+        try await run { db in
+            try db.query("""
+                SELECT space, count(*), CAST(sum(conflicts) AS BIGINT), CAST(sum(resolved) AS BIGINT)
+                  FROM devices WHERE space > ? GROUP BY space ORDER BY space LIMIT \(limit)
+                """, [.text(after ?? "")]) { row in
+                SpaceConflicts(space: row.text(0), devices: row.int64(1), conflicts: row.int64(2), resolved: row.int64(3))
             }
         }
     }

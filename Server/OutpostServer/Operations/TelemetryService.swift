@@ -35,6 +35,9 @@ public final class TelemetryService: Sendable {
         router.add(.GET, "/v1/admin/devices", bodyLimit: 0,
                    preBody: { [self] head, _ in _ = try await authorizer.authorizeAdmin(head) },
                    handler: { [self] request in try await list(request.head) })
+        router.add(.GET, "/v1/admin/conflicts", bodyLimit: 0,
+                   preBody: { [self] head, _ in _ = try await authorizer.authorizeAdmin(head) },
+                   handler: { [self] request in try await conflicts(request.head) })
     }
 
     func stop() {
@@ -87,9 +90,30 @@ public final class TelemetryService: Sendable {
                 "lastError": d.lastError.map { .string($0) } ?? .null, "clockOffsetMs": d.clockOffsetMs.map { .number(JSONNumber($0)) } ?? .null,
                 "reports": .number(JSONNumber(d.reports)),
                 "subject": d.subject.map { .string($0) } ?? .null,
+                "conflicts": .number(JSONNumber(d.conflicts)), "resolved": .number(JSONNumber(d.resolved)),
             ])
         }
         let next: JSONValue = found.count > limit ? .string("\(page.last!.space)/\(page.last!.clientId)") : .null
         return HTTPResponse(json: JSONValue.object(["devices": .array(devices), "next": next]).encoded())
+    }
+
+    /// `GET /v1/admin/conflicts?after=SPACE&limit=N` (admin token): a page of the spaces
+    /// whose devices reported, in name order, each with its devices and the conflicts they
+    /// reported (`conflicts`) and of them those their resolvers decided (`resolved`); counts
+    /// only, as devices report them. `next` is the `after` of the following page.
+    func conflicts(_ head: HTTPRequestHead) async throws -> HTTPResponse {
+        let after = head.query("after").flatMap { $0.isEmpty ? nil : $0 }
+        if let after, !Names.isValidSpace(after) { throw HTTPError.invalidQuery("after", "must be the next of a previous page: a space name") }
+        let limit = try head.integerQuery("limit", min: 1, max: Self.maxDevicesPerPage) ?? Self.defaultDevicesPerPage
+        let found = try await telemetry.conflictsBySpace(after: after, limit: limit + 1)
+        let page = found.prefix(limit)
+        let spaces: [JSONValue] = page.map { s in
+            .object([
+                "space": .string(s.space), "devices": .number(JSONNumber(s.devices)),
+                "conflicts": .number(JSONNumber(s.conflicts)), "resolved": .number(JSONNumber(s.resolved)),
+            ])
+        }
+        let next: JSONValue = found.count > limit ? .string(page.last!.space) : .null
+        return HTTPResponse(json: JSONValue.object(["spaces": .array(spaces), "next": next]).encoded())
     }
 }

@@ -297,6 +297,12 @@ public enum PostgresSchema {
         Migration(name: "view_index without view_index_seq", sql: """
             DROP INDEX IF EXISTS view_index_seq;
             """),
+        // The conflicts each device reported, and of them those its resolver decided
+        // (`DeviceTelemetry`), summed per space for the console.
+        Migration(name: "devices.conflicts, devices.resolved", sql: """
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS conflicts bigint NOT NULL DEFAULT 0;
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS resolved bigint NOT NULL DEFAULT 0;
+            """),
     ]
 
     /// Brings the database up to date (under the advisory lock) and returns its epoch,

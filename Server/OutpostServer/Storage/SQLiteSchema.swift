@@ -242,5 +242,11 @@ enum SQLiteSchema {
         Migration(name: "view_index without view_index_seq", sql: """
             DROP INDEX IF EXISTS view_index_seq;
             """),
+        // The conflicts each device reported, and of them those its resolver decided
+        // (`DeviceTelemetry`), summed per space for the console.
+        Migration(name: "devices.conflicts, devices.resolved", sql: """
+            ALTER TABLE devices ADD COLUMN conflicts INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE devices ADD COLUMN resolved INTEGER NOT NULL DEFAULT 0;
+            """),
     ]
 }

@@ -13,6 +13,10 @@ public struct TelemetryEntry: Sendable, Hashable {
     /// Requests of the sync that failed and were, or will be, tried again.
     public var retries: Int64 = 0
     public var conflicts: Int64 = 0
+    /// Of `conflicts`, those the device's resolver decided (each in its conflict journal);
+    /// a count only: no value of the journal leaves the device. Added in 1.1 without a
+    /// version change; absent reads as 0.
+    public var resolved: Int64 = 0
     public var rejected: Int64 = 0
     /// The code of the error that ended the sync; nil when it succeeded.
     public var lastError: String?
@@ -36,7 +40,7 @@ public struct TelemetryEntry: Sendable, Hashable {
     /// The counting fields by name (key paths are immutable values, safe to share).
     nonisolated(unsafe) static let counts: [(String, WritableKeyPath<TelemetryEntry, Int64>)] = [
         ("durationMs", \.durationMs), ("bytesSent", \.bytesSent), ("bytesReceived", \.bytesReceived), ("pushed", \.pushed), ("pulled", \.pulled),
-        ("retries", \.retries), ("conflicts", \.conflicts), ("rejected", \.rejected), ("queueDepth", \.queueDepth),
+        ("retries", \.retries), ("conflicts", \.conflicts), ("resolved", \.resolved), ("rejected", \.rejected), ("queueDepth", \.queueDepth),
     ]
 
     public var json: JSONValue {

@@ -1,0 +1,219 @@
+import Foundation
+import OutpostCore
+import OutpostSQLite
+
+// The conflict journal (docs/client.md, "The conflict journal"): every decision of the
+// store's resolver is kept in the table `conflict_journal` with what the resolver saw (the
+// local edit, the server's copy, the base) and what it decided. The engine reports a
+// decision as `Effect.resolved`; `transition` (Queue/Enqueue.swift) writes its row in the
+// transaction that stores the record, so there is never a decision without its row nor a
+// row without its decision. Entries older than `Configuration.conflictRetention` are
+// pruned, a bounded batch at a time, when the store opens and after each sync. The journal
+// never leaves the device: telemetry carries counts only (Sync/Telemetry.swift).
+
+/// A resolver's decision as the engine reports it (`Effect.resolved`).
+struct ConflictDecision: Hashable, Sendable {
+    /// What the resolver saw.
+    let conflict: Conflict
+    /// What it decided.
+    let resolution: Resolution
+    /// `ConflictResolver.name` of the store's resolver.
+    let resolver: String
+    /// The change the decision queued (nil when the server's copy stands).
+    let writtenChangeId: String?
+}
+
+/// One decision of the store's resolver, as the conflict journal keeps it.
+///
+/// `nil` data means a delete: a local edit that deleted the record, a server copy that is
+/// a tombstone, a result that leaves the record deleted.
+public struct ConflictEntry: Sendable, Hashable {
+    /// The entry's place in the journal: later decisions have greater numbers.
+    public internal(set) var number: Int64
+    /// The record's collection and id.
+    public let collection: String
+    public let id: String
+    /// The id of the local change that met the conflict (the newest app edit decided).
+    public let changeId: String
+    /// The local edit's data; nil for a delete.
+    public let local: JSONObject?
+    /// The server's copy's data; nil for a tombstone.
+    public let server: JSONObject?
+    /// The server's copy's version.
+    public let serverVersion: Version
+    /// What the app showed when it made the local edit; nil when the resolver had no base
+    /// (a create, or a copy offered again to a new history).
+    public let base: ConflictBase?
+    /// What the resolver decided.
+    public let resolution: Resolution
+    /// `ConflictResolver.name` of the resolver that decided (`mergeFields(lastWriteWins)`,
+    /// `serverWins`, `custom`, …).
+    public let resolver: String
+    /// When it decided, by the store's clock (`Configuration.clock`, ms since 1970).
+    public let decidedAt: Int64
+    /// The change the decision queued to send the result (nil when the server's copy stood).
+    public let writtenChangeId: String?
+
+    /// The record's data after the decision: the server's copy, the local edit or the
+    /// resolver's merge; nil when the record ends deleted.
+    public var result: JSONObject? {
+        switch resolution {
+        case .keepServer: server
+        case .keepLocal: local
+        case .write(let merged): merged
+        case .delete: nil
+        }
+    }
+
+    /// `resolution`'s name: `keepServer`, `keepLocal`, `write` or `delete`.
+    public var resolutionName: String {
+        switch resolution {
+        case .keepServer: "keepServer"
+        case .keepLocal: "keepLocal"
+        case .write: "write"
+        case .delete: "delete"
+        }
+    }
+
+    /// The entry as JSON (what `outpost conflicts` prints): data fields are the object, or
+    /// null for a delete; `base` is null when the resolver had none.
+    public var json: JSONValue {
+        func data(_ object: JSONObject?) -> JSONValue { object.map { .object($0) } ?? .null }
+        let base: JSONValue = self.base.map {
+            .object(["data": data($0.data), "deleted": .bool($0.deleted), "version": $0.version.map { .string($0.text) } ?? .null])
+        } ?? .null
+        return .object([
+            "number": .number(JSONNumber(number)), "collection": .string(collection), "id": .string(id), "changeId": .string(changeId),
+            "decidedAt": .number(JSONNumber(decidedAt)), "resolver": .string(resolver), "resolution": .string(resolutionName),
+            "local": data(local), "server": data(server), "serverVersion": .string(serverVersion.text), "base": base, "result": data(result),
+            "writtenChangeId": writtenChangeId.map { .string($0) } ?? .null,
+        ])
+    }
+}
+
+extension LocalDatabase {
+    /// Entries pruned at most per call (`pruneConflictJournal`): a cheap moment stays cheap.
+    static let journalPruneBatch = 1000
+
+    /// Writes the journal row of `decision`, made at `time`, in the caller's transaction.
+    func journal(_ decision: ConflictDecision, at time: Int64) throws -> ConflictEntry {
+        let c = decision.conflict
+        let local = c.local.deleted ? nil : c.local.data
+        let server = c.server.deleted ? nil : c.server.data
+        let base = c.base
+        var entry = ConflictEntry(number: 0, collection: c.collection, id: c.id, changeId: c.local.changeId, local: local, server: server,
+                                  serverVersion: c.server.version, base: base, resolution: decision.resolution, resolver: decision.resolver,
+                                  decidedAt: time, writtenChangeId: decision.writtenChangeId)
+        func blob(_ object: JSONObject?) -> SQLiteValue { object.map { .blob(encodeObject($0)) } ?? .null }
+        var merged: JSONObject?
+        if case .write(let object) = decision.resolution { merged = object }
+        try db.run("""
+            INSERT INTO conflict_journal(collection, id, change_id, local, server, server_version, has_base, base, base_deleted, base_version,
+                                         resolution, merged, resolver, decided_at, written_change_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, [.text(c.collection), .text(c.id), .text(c.local.changeId), blob(local), blob(server), .text(c.server.version.text),
+                  .integer(base == nil ? 0 : 1), blob(base?.data), .integer(base?.deleted == true ? 1 : 0), base?.version.map { .text($0.text) } ?? .null,
+                  .text(entry.resolutionName), blob(merged), .text(decision.resolver), .integer(time), decision.writtenChangeId.map { .text($0) } ?? .null])
+        entry.number = db.lastInsertRowID
+        return entry
+    }
+
+    /// The entries decided at or after `since`, in journal order.
+    func conflicts(since: Int64) throws -> [ConflictEntry] {
+        let rows = try db.query("""
+            SELECT number, collection, id, change_id, local, server, server_version, has_base, base, base_deleted, base_version,
+                   resolution, merged, resolver, decided_at, written_change_id
+              FROM conflict_journal WHERE decided_at >= ? ORDER BY number
+            """, [.integer(since)]) { row in
+            (number: row.int64(0), collection: row.text(1), id: row.text(2), changeId: row.text(3), local: row.optionalBlob(4), server: row.optionalBlob(5),
+             serverVersion: row.text(6), hasBase: row.int64(7) != 0, base: row.optionalBlob(8), baseDeleted: row.int64(9) != 0,
+             baseVersion: row.optionalText(10), resolution: row.text(11), merged: row.optionalBlob(12), resolver: row.text(13),
+             decidedAt: row.int64(14), written: row.optionalText(15))
+        }
+        return try rows.map { r in
+            guard let version = Version(r.serverVersion) else { throw OutpostError.storage("conflict journal entry \(r.number): bad version") }
+            let resolution: Resolution
+            switch r.resolution {
+            case "keepServer": resolution = .keepServer
+            case "keepLocal": resolution = .keepLocal
+            case "delete": resolution = .delete
+            case "write":
+                guard let merged = r.merged else { throw OutpostError.storage("conflict journal entry \(r.number): no merged data") }
+                resolution = .write(try decodeObject(merged))
+            default: throw OutpostError.storage("conflict journal entry \(r.number): unknown resolution \(r.resolution)")
+            }
+            let base = r.hasBase ? ConflictBase(data: try r.base.map(decodeObject), deleted: r.baseDeleted, version: r.baseVersion.flatMap(Version.init)) : nil
+            return ConflictEntry(number: r.number, collection: r.collection, id: r.id, changeId: r.changeId, local: try r.local.map(decodeObject),
+                                 server: try r.server.map(decodeObject), serverVersion: version, base: base, resolution: resolution,
+                                 resolver: r.resolver, decidedAt: r.decidedAt, writtenChangeId: r.written)
+        }
+    }
+
+    /// True when an entry was decided before `cutoff` (one lookup in the time index).
+    func hasConflicts(before cutoff: Int64) throws -> Bool {
+        try db.scalarInt("SELECT 1 FROM conflict_journal WHERE decided_at < ? LIMIT 1", [.integer(cutoff)]) != nil
+    }
+
+    /// Deletes up to `journalPruneBatch` of the oldest entries decided before `cutoff`;
+    /// returns how many. With nothing to delete it only reads.
+    @discardableResult
+    func pruneConflictJournal(before cutoff: Int64) throws -> Int {
+        guard try hasConflicts(before: cutoff) else { return 0 }
+        try db.run("""
+            DELETE FROM conflict_journal WHERE number IN
+              (SELECT number FROM conflict_journal WHERE decided_at < ? ORDER BY decided_at LIMIT ?)
+            """, [.integer(cutoff), .integer(Int64(Self.journalPruneBatch))])
+        return db.changes
+    }
+}
+
+extension OutpostStore.Configuration {
+    /// The oldest decision the conflict journal keeps at `now`.
+    func conflictCutoff(now: Int64) -> Int64 {
+        now &- conflictRetention.milliseconds
+    }
+}
+
+extension OutpostStore {
+    /// The resolver's decisions made at or after `since` (ms since 1970, by the store's
+    /// clock), oldest first, for as long as `Configuration.conflictRetention` keeps them.
+    public func conflicts(since: Int64 = 0) throws -> [ConflictEntry] {
+        try read { try $0.conflicts(since: since) }
+    }
+
+    /// The resolver's decisions made at or after `since`. See `conflicts(since:)`.
+    public func conflicts(since: Date) throws -> [ConflictEntry] {
+        try conflicts(since: Int64((since.timeIntervalSince1970 * 1000).rounded(.down)))
+    }
+
+    /// The resolver's decisions from now on, each once its transaction has committed. Ends
+    /// when the store closes or the consumer stops. Keeps the newest 256 unread.
+    public func observeConflicts() -> AsyncStream<ConflictEntry> {
+        subscribe(.bufferingNewest(256)) { id, continuation in
+            conflictObservers[id] = continuation
+        } remove: { store, id in
+            await store.removeConflictObserver(id)
+        }
+    }
+
+    private func removeConflictObserver(_ id: UUID) {
+        conflictObservers[id] = nil
+    }
+
+    /// Tells the conflict observers of the entries the committed transaction journaled.
+    func announceJournaled() {
+        for entry in journaled {
+            for continuation in conflictObservers.values { continuation.yield(entry) }
+        }
+        journaled.removeAll()
+    }
+
+    /// Prunes the entries past the retention, a bounded batch (after a sync); a sync with
+    /// nothing to prune only reads. A failure is left for the next time: the journal is never
+    /// worth failing a sync for.
+    func pruneConflictJournal() {
+        let cutoff = configuration.conflictCutoff(now: now())
+        guard (try? read({ try $0.hasConflicts(before: cutoff) })) == true else { return }
+        _ = try? write(durability: .normal) { try $0.pruneConflictJournal(before: cutoff) }
+    }
+}
