@@ -163,6 +163,11 @@ extension LocalDatabase {
             try d.storeSession(phase: phase, cursor: epoch == nil ? nil : cursor)
             for key in [MetaKey.legacyEpoch, .legacyCursor, .legacyRebasing, .legacyViewRePull] { try d.setMeta(key, nil) }
         },
+        // The app version the server wants for an edit it answered `upgrade_required`
+        // (Edit.upgradeTo; docs/rules.md, "App versions").
+        StoreMigration(name: "9 edits held for an app upgrade") { d, _ in
+            try d.db.execute("ALTER TABLE edits ADD COLUMN upgrade_to INTEGER")
+        },
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one

@@ -26,6 +26,9 @@ public struct ServerRules: Sendable {
         public let write: RuleExpression?
         /// The shape of every put's data.
         public let schema: JSONSchema?
+        /// The app version a push must name for writes to the collection (`minAppVersion`:
+        /// the collection's own, else the file's); nil: any.
+        public let minAppVersion: Int?
         /// The paths of `data` the read rule reads: a write that changes none of them (and
         /// is no delete) cannot move the record in or out of any view.
         let readDataPaths: [[String]]
@@ -33,10 +36,11 @@ public struct ServerRules: Sendable {
         /// rules read (nil: the whole object): what the judge keeps of a push.
         let judgedKeys: Set<String>?
 
-        init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?) {
+        init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?, minAppVersion: Int? = nil) {
             self.read = read
             self.write = write
             self.schema = schema
+            self.minAppVersion = minAppVersion
             readDataPaths = read?.paths(from: .data) ?? []
             let written = (write?.paths(from: .data) ?? []) + (write?.paths(from: .prev) ?? []) + readDataPaths
             judgedKeys = Self.keys(written)
@@ -99,19 +103,20 @@ public struct ServerRules: Sendable {
             throw file.error(offset: error.offset, "is not JSON: \(error.reason)")
         }
         guard case .object(let top) = root else { throw file.error(at: [], "must be a JSON object") }
-        for key in top.keys where key != "collections" && key != "default" && key != "$comment" {
-            throw file.error(at: [key], "unknown key \"\(key)\" (expected collections, default)")
+        for key in top.keys where !["collections", "default", "minAppVersion", "$comment"].contains(key) {
+            throw file.error(at: [key], "unknown key \"\(key)\" (expected collections, default, minAppVersion)")
         }
+        let spaceMinimum = try minAppVersion(top["minAppVersion"], at: ["minAppVersion"], file)
         var fallback: Collection?
         if let value = top["default"] {
-            fallback = try collection(value, at: ["default"], fallback: nil, file)
+            fallback = try collection(value, at: ["default"], fallback: nil, spaceMinimum: spaceMinimum, file)
         }
         var collections: [String: Collection] = [:]
         if let value = top["collections"] {
             guard case .object(let named) = value else { throw file.error(at: ["collections"], "must be an object of collections") }
             for (name, rules) in named.elements {
                 guard Names.isValidCollection(name) else { throw file.error(at: ["collections", name], "\"\(name)\" is not a collection name") }
-                collections[name] = try collection(rules, at: ["collections", name], fallback: fallback, file)
+                collections[name] = try collection(rules, at: ["collections", name], fallback: fallback, spaceMinimum: spaceMinimum, file)
             }
         }
         // A view is the read rules and the values of the claims they read.
@@ -129,11 +134,13 @@ public struct ServerRules: Sendable {
                            index: ViewIndex(collections: collections, fallback: fallback))
     }
 
-    private static func collection(_ value: JSONValue, at path: [String], fallback: Collection?, _ file: RulesFileText) throws(RulesError) -> Collection {
+    private static func collection(_ value: JSONValue, at path: [String], fallback: Collection?, spaceMinimum: Int?,
+                                   _ file: RulesFileText) throws(RulesError) -> Collection {
         guard case .object(let o) = value else { throw file.error(at: path, "must be an object with read, write and schema") }
-        for key in o.keys where !["read", "write", "schema", "$comment"].contains(key) {
-            throw file.error(at: path + [key], "unknown key \"\(key)\" (expected read, write, schema)")
+        for key in o.keys where !["read", "write", "schema", "minAppVersion", "$comment"].contains(key) {
+            throw file.error(at: path + [key], "unknown key \"\(key)\" (expected read, write, schema, minAppVersion)")
         }
+        let minimum = try minAppVersion(o["minAppVersion"], at: path + ["minAppVersion"], file) ?? spaceMinimum
         let read = try expression(o["read"], at: path + ["read"], roots: [.auth, .data, .collection, .id], file) ?? fallback?.read
         let write = try expression(o["write"], at: path + ["write"], roots: Set(RuleExpression.Root.allCases), file) ?? fallback?.write
         var schema: JSONSchema?
@@ -144,7 +151,16 @@ public struct ServerRules: Sendable {
                 throw file.error(at: path + ["schema"] + JSONPointer.tokens(error.path), "schema: \(error.reason)")
             }
         }
-        return Collection(read: read, write: write, schema: schema)
+        return Collection(read: read, write: write, schema: schema, minAppVersion: minimum)
+    }
+
+    /// `minAppVersion`: an integer from 0 to `AppVersions.maxVersion`.
+    private static func minAppVersion(_ value: JSONValue?, at path: [String], _ file: RulesFileText) throws(RulesError) -> Int? {
+        guard let value else { return nil }
+        guard let v = value.int64Value, v >= 0, v <= Int64(AppVersions.maxVersion) else {
+            throw file.error(at: path, "must be an integer from 0 to \(AppVersions.maxVersion)")
+        }
+        return Int(v)
     }
 
     private static func expression(_ value: JSONValue?, at path: [String], roots: Set<RuleExpression.Root>, _ file: RulesFileText) throws(RulesError) -> RuleExpression? {
@@ -275,12 +291,24 @@ public struct ReadView: Sendable {
 /// The rules as a push's judge (`PushRules.apply`), for one token.
 public struct RulesJudge: PushJudge {
     public let view: ReadView
+    /// The versions the push names.
+    public let versions: AppVersions
 
-    public init(view: ReadView) { self.view = view }
+    public init(view: ReadView, versions: AppVersions = AppVersions()) {
+        self.view = view
+        self.versions = versions
+    }
 
     public func judge(_ change: Change, current: RecordState?, deletedCopy: JSONObject?) -> PushResult.RejectReason? {
         guard let rules = view.rules.rules(for: change.collection), let write = rules.write else {
             return .init(.forbidden, "the rules give no access to collection \(change.collection)")
+        }
+        // An app too old for the collection's writes is told so before anything else: it
+        // shows no data, and a later app may write what this one cannot.
+        let version = versions.version(for: change.collection)
+        if let minimum = rules.minAppVersion, version < minimum {
+            return .init(.upgradeRequired, "writes to \(change.collection) need app version \(minimum) or later; this app is version \(version)",
+                         details: ["minimum": .number(JSONNumber(minimum)), "version": .number(JSONNumber(version))])
         }
         let prev = current.flatMap { $0.deleted ? nil : $0.data }
         // A token never writes over what it cannot read: the answer to its change (a
