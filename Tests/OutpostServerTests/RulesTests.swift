@@ -63,6 +63,37 @@ let fieldTeamRules = #"""
         #expect(refusal(#"{"collections": {"jobs": {"read": "true"}}}"#) == nil)
     }
 
+    /// `minAppVersion`: a collection's own, else `default`'s for the collections it covers,
+    /// else the space's; an integer from 0 to 2^53 − 1.
+    @Test func minimumAppVersionsApplyPerCollectionOrForTheSpace() throws {
+        let rules = try ServerRules.parse(Array(#"""
+            {"minAppVersion": 2, "collections": {"surveys": {"minAppVersion": 5, "write": "true"}, "jobs": {"write": "true"}},
+             "default": {"read": "true", "write": "true", "minAppVersion": 3}}
+            """#.utf8), path: "rules.json")
+        #expect(rules.rules(for: "surveys")?.minAppVersion == 5)
+        #expect(rules.rules(for: "jobs")?.minAppVersion == 2, "a named collection without its own takes the space's")
+        #expect(rules.rules(for: "notes")?.minAppVersion == 3, "default's, for the collections it covers")
+        #expect(try ServerRules.parse(Array(#"{"default": {"read": "true", "write": "true"}}"#.utf8), path: "r").rules(for: "x")?.minAppVersion == nil)
+        for bad in [#""2""#, "-1", "1.5", "9007199254740992", "null"] {
+            let refused = try #require(refusal(#"{"collections": {"jobs": {"minAppVersion": \#(bad)}}}"#), "\(bad)")
+            #expect(refused.reason.contains("must be an integer") && refused.column == 44, "\(refused)")
+        }
+        let top = try #require(refusal(#"{"minAppVersion": true}"#))
+        #expect(top.reason.contains("must be an integer"))
+        // The judge: a change from an older app is `upgrade_required`, with the minimum.
+        let claims = Claims(sub: "w1", exp: 2_000_000_000, spaces: ["t"], scope: .write)
+        let change = Change(changeId: "c1", collection: "surveys", id: "s1", op: .delete, data: nil, baseVersion: nil)
+        for (versions, refused) in [(AppVersions(), true), (AppVersions(app: 4), true), (AppVersions(app: 9, collections: ["surveys": 4]), true),
+                                    (AppVersions(app: 5), false), (AppVersions(app: 1, collections: ["surveys": 5]), false)] {
+            let reason = RulesJudge(view: rules.view(for: claims), versions: versions).judge(change, current: nil, deletedCopy: nil)
+            #expect((reason?.code == "upgrade_required") == refused, "\(versions)")
+            if refused {
+                #expect(reason?.details?["minimum"] == 5)
+                #expect(reason?.details?["version"]?.int64Value == Int64(versions.version(for: "surveys")))
+            }
+        }
+    }
+
     @Test func aFileTooLargeOrMissingIsRefusedBeforeItIsRead() throws {
         let directory = try TemporaryDirectory(prefix: "outpost-rules-size")
         defer { directory.remove() }

@@ -25,6 +25,13 @@ import Testing
         try await store.record(in: "submissions", id: "f1")?.data?["answers"]?["q1"]
     }
 
+    /// docs/rules.md shows the file whole, as the server takes it.
+    @Test func theDocsShowTheTestedFile() throws {
+        let file = try String(contentsOfFile: Self.rulesPath, encoding: .utf8)
+        let docs = try String(contentsOfFile: repositoryPath("docs/rules.md"), encoding: .utf8)
+        #expect(docs.contains("```json\n" + file + "```"), "docs/rules.md shows docs/examples/supervisor-rules.json as it is")
+    }
+
     @Test(arguments: [false, true])
     func aWorkerEditsUntilApprovalThenOnlyInACorrectionTheSupervisorOpened(postgres: Bool) async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-supervisor")
