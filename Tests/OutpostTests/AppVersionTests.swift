@@ -19,12 +19,7 @@ import Testing
     """#
 
     func device(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory, token: String, appVersion: Int?) throws -> OutpostStore {
-        var c = OutpostStore.Configuration(space: "team")
-        c.clientId = name
-        c.durability = .normal
-        c.randomSeed = 7
-        c.appVersion = appVersion
-        return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: server.baseURL, token: token))
+        try serverDevice(name, server, dir, token: token, space: "team", seed: 7) { $0.appVersion = appVersion }
     }
 
     @Test(arguments: [false, true])

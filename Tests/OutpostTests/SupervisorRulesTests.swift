@@ -14,11 +14,7 @@ import Testing
     static let rulesPath = repositoryPath("docs/examples/supervisor-rules.json")
 
     func device(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory, token: String) throws -> OutpostStore {
-        var c = OutpostStore.Configuration(space: "survey")
-        c.clientId = name
-        c.durability = .normal
-        c.randomSeed = 11
-        return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: server.baseURL, token: token))
+        try serverDevice(name, server, dir, token: token, space: "survey", seed: 11)
     }
 
     func answers(_ store: OutpostStore) async throws -> JSONValue? {
@@ -107,4 +103,16 @@ import Testing
         await phone.close()
         await portal.close()
     }
+}
+
+/// A store named `name` in `dir`, syncing `space` with `server` under `token` (seeded ids,
+/// `.normal` durability), for the tests against a real server with rules.
+func serverDevice(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory, token: String, space: String, seed: UInt64,
+                  configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
+    var c = OutpostStore.Configuration(space: space)
+    c.clientId = name
+    c.durability = .normal
+    c.randomSeed = seed
+    configure(&c)
+    return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: server.baseURL, token: token))
 }
