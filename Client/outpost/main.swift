@@ -12,9 +12,9 @@ import OutpostCore
 let usage = """
     usage: outpost [--store FILE] [--server URL] [--space NAME] [--token TOKEN]
                    [--resolve server-wins|client-wins|last-write-wins]
-                   [--key-file FILE [--clear COLLECTION.FIELD]...] COMMAND
+                   [--key-file FILE [--clear COLLECTION.FIELD]...] [--app-version N] COMMAND
       (or the environment variables OUTPOST_STORE, OUTPOST_SERVER, OUTPOST_SPACE, OUTPOST_TOKEN,
-       OUTPOST_KEY_FILE)
+       OUTPOST_KEY_FILE, OUTPOST_APP_VERSION)
 
     commands:
       put COLLECTION ID JSON   save locally, no network; print the record as JSON
@@ -26,7 +26,9 @@ let usage = """
                                (--progress: "pulled N of about M records" lines on standard error)
       sync --all               sync every space the token names (see "Many spaces" below)
       pending                  one JSON line per queued change: changeId, collection, id, op, state
-      status                   JSON: epoch, cursor, pending, lastSyncAt, lastError, restoredFrom
+                               (upgrade_required ones add requiredAppVersion)
+      status                   JSON: epoch, cursor, pending, upgradeRequired, lastSyncAt, lastError,
+                               restoredFrom
       upload FILE [--content-type TYPE]
                                upload a media file (resuming an interrupted upload of the same
                                file); print the media as JSON (in an encrypted store: the sealed
@@ -43,6 +45,10 @@ let usage = """
     field in clear for the server's rules. The passphrase of key export and import is read
     from OUTPOST_KEY_PASSPHRASE or from the file --passphrase-file names, never from the
     command line.
+
+    --app-version names the version of the data's schema the pushes are from (docs/rules.md,
+    "App versions"); without it none is named, and a server whose rules set a minimum holds
+    the changes (upgrade_required) until a sync with a version that meets it.
 
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
     get, list, pending and status read a store another process has open (an app, a sync
@@ -72,6 +78,7 @@ struct Options {
     var token: String?
     var resolve = "last-write-wins"
     var keyFile: String?
+    var appVersion: Int?
     var clear: [String: Set<String>] = [:]
     var command: [String] = []
 }
@@ -83,6 +90,7 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
     if let v = environment["OUTPOST_SPACE"], !v.isEmpty { o.space = v }
     if let v = environment["OUTPOST_TOKEN"], !v.isEmpty { o.token = v }
     if let v = environment["OUTPOST_KEY_FILE"], !v.isEmpty { o.keyFile = v }
+    if let v = environment["OUTPOST_APP_VERSION"], !v.isEmpty { o.appVersion = try appVersion(v) }
     var i = 0
     func value(_ flag: String) throws -> String {
         i += 1
@@ -106,6 +114,7 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
             case "--token": o.token = try value(arg)
             case "--resolve": o.resolve = try value(arg)
             case "--key-file": o.keyFile = try value(arg)
+            case "--app-version": o.appVersion = try appVersion(try value(arg))
             case "--clear":
                 let field = try value(arg)
                 let parts = field.split(separator: ".", maxSplits: 1).map(String.init)
@@ -143,6 +152,12 @@ func openStoreForReading(_ o: Options) throws -> OutpostStore {
     }
 }
 
+/// An app version: an integer from 0 to 2^53 − 1.
+func appVersion(_ text: String) throws -> Int {
+    guard let v = Int(text), v >= 0, v <= AppVersions.maxVersion else { throw UsageError(message: "--app-version takes an integer from 0 to \(AppVersions.maxVersion)") }
+    return v
+}
+
 func openStore(_ o: Options, needsSync: Bool, reader: Bool = false) throws -> OutpostStore {
     let space: String
     if let s = o.space {
@@ -153,6 +168,7 @@ func openStore(_ o: Options, needsSync: Bool, reader: Bool = false) throws -> Ou
         throw UsageError(message: "--space (or OUTPOST_SPACE) is needed to create \(o.store)")
     }
     var configuration = OutpostStore.Configuration(space: space)
+    configuration.appVersion = o.appVersion
     switch o.resolve {
     case "server-wins": configuration.resolver = .serverWins
     case "client-wins": configuration.resolver = .clientWins
@@ -286,6 +302,7 @@ func run(_ o: Options) async throws -> Int32 {
             if c.state == .rejected {
                 line["error"] = ["code": .string(c.errorCode ?? "rejected"), "message": .string(c.lastError ?? "")]
             }
+            if let required = c.requiredAppVersion, c.state == .upgradeRequired { line["requiredAppVersion"] = .number(JSONNumber(required)) }
             print(json(.object(line)))
         }
         await store.close()
@@ -297,6 +314,7 @@ func run(_ o: Options) async throws -> Int32 {
             "epoch": s.epoch.map { .string($0.rawValue) } ?? .null,
             "cursor": s.cursor.map { .string($0.text) } ?? .null,
             "pending": .number(JSONNumber(s.pending)),
+            "upgradeRequired": .number(JSONNumber(s.upgradeRequired)),
             "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber($0)) } ?? .null,
             "lastError": s.lastError.map { .string($0) } ?? .null,
             "restoredFrom": s.restoredFrom.map { .string($0) } ?? .null,
@@ -380,6 +398,7 @@ func reportJSON(_ r: SyncReport) -> JSONObject {
     [
         "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
         "conflicts": .number(JSONNumber(r.conflicts)), "rejected": .number(JSONNumber(r.rejected)),
+        "upgradeRequired": .number(JSONNumber(r.upgradeRequired)),
         "quarantined": .number(JSONNumber(r.quarantined)),
         "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
     ]

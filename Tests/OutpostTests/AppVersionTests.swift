@@ -122,4 +122,29 @@ import Testing
         #expect(bad.status == 422)
         #expect(bad.text.contains("appVersion"))
     }
+
+    /// The command-line client: `--app-version` names the version; `sync`, `pending` and
+    /// `status` show what is held.
+    @Test func theCommandLineClientNamesItsVersionAndShowsHeldChanges() async throws {
+        let rulesDir = try TemporaryDirectory(prefix: "outpost-app-versions-cli")
+        defer { rulesDir.remove() }
+        let path = rulesDir.appending("rules.json")
+        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
+        let server = try await blocking { try ServerProcess(dataDirectory: rulesDir.appending("data"), arguments: ["--rules", path]) }
+        defer { server.stop() }
+        let token = try server.token(spaces: ["team"])
+        let args = ["--store", rulesDir.appending("cli.sqlite"), "--space", "team", "--server", server.baseURL.absoluteString, "--token", token]
+        func outpost(_ more: [String]) async throws -> CLITests.Run { try await blocking { try CLITests.outpost(args + more) } }
+        #expect(try await outpost(["put", "surveys", "s1", #"{"q1": "no"}"#]).status == 0)
+        let old = try await outpost(["--app-version", "1", "sync"])
+        #expect(old.status == 0 && old.json?["upgradeRequired"] == 1 && old.json?["pushed"] == 0, "\(old.stdout) \(old.stderr)")
+        let pending = try await outpost(["--app-version", "1", "pending"])
+        #expect(pending.lines.first?["state"] == "upgrade_required", "\(pending.stdout)")
+        #expect(pending.lines.first?["requiredAppVersion"] == 2)
+        #expect(try await outpost(["--app-version", "1", "status"]).json?["upgradeRequired"] == 1)
+        #expect(try await outpost(["--app-version", "x", "status"]).status == 64)
+        let updated = try await outpost(["--app-version", "2", "sync"])
+        #expect(updated.json?["pushed"] == 1, "\(updated.stdout) \(updated.stderr)")
+        #expect(try await outpost(["--app-version", "2", "status"]).json?["upgradeRequired"] == 0)
+    }
 }
