@@ -75,6 +75,13 @@ import Testing
         let refusals = try await blocking { try server.metric("outpost_rejections_total{code=\"upgrade_required\"}", token: admin) }
         #expect(refusals == 1, "the server saw the old app's change once")
 
+        // A restart of the same old app: still held, still not sent.
+        await phone.close()
+        phone = try device("phone", server, dir, token: token, appVersion: 1)
+        #expect(try await phone.status().upgradeRequired == 1, "the hold is kept in the file")
+        #expect(try await phone.sync().upgradeRequired == 0)
+        #expect(try await phone.pendingChanges().first?.state == .upgradeRequired)
+
         // The app is updated: the same file opens with version 2 and the next sync sends it.
         await phone.close()
         phone = try device("phone", server, dir, token: token, appVersion: 2)
