@@ -49,6 +49,7 @@ import Testing
         _ = try await phone.put(["worker": "w1", "status": "approved", "answers": ["q1": "4 pumps"]], in: "submissions", id: "f1")
         #expect(try await phone.sync().rejected == 1)
         let selfApproved = try #require(try await phone.rejectedChanges().first)
+        #expect(selfApproved.lastError?.contains("only a supervisor approves a submission") == true, "\(selfApproved.lastError ?? "")")
         #expect(try await phone.discardRejectedChange(selfApproved.changeId))
 
         // The supervisor approves it: the server's copy wins from now on.
@@ -66,7 +67,8 @@ import Testing
         #expect(rejected.count == 1)
         #expect(rejected.first?.state == .rejected)
         #expect(rejected.first?.errorCode == "forbidden")
-        #expect(rejected.first?.lastError?.contains("write rule of submissions refuses") == true, "\(rejected.first?.lastError ?? "")")
+        #expect(rejected.first?.lastError?.contains("a supervisor approved this submission: only a correction they open for you lets you change it") == true,
+                "the reason the rules give: \(rejected.first?.lastError ?? "")")
         #expect(rejected.first?.data?["answers"]?["q1"] == "5 pumps", "the refused edit is kept for the app to show")
         #expect(try await answers(phone) == "4 pumps", "the phone shows the approved copy")
         #expect(try await phone.status().rejected == 1)
@@ -89,6 +91,7 @@ import Testing
         // The worker cannot close the correction; the supervisor does.
         _ = try await phone.put(["worker": "w1", "status": "approved", "approvedBy": "sup", "answers": ["q1": "5 pumps"]], in: "submissions", id: "f1")
         #expect(try await phone.sync().rejected == 1)
+        #expect(try await phone.rejectedChanges().last?.lastError?.contains("opens and closes a correction") == true)
         try await portal.sync()
         #expect(try await answers(portal) == "5 pumps")
         _ = try await portal.put(["worker": "w1", "status": "approved", "approvedBy": "sup", "answers": ["q1": "5 pumps"]], in: "submissions", id: "f1")

@@ -17,13 +17,22 @@ import Synchronization
 /// read and write refused). A named collection that leaves out `read` or `write` takes
 /// that rule from `default`, and is closed for it without one.
 public struct ServerRules: Sendable {
+    /// One condition of a collection's write rule, and the reason its refusal gives.
+    public struct WriteCondition: Sendable {
+        public let rule: RuleExpression
+        /// Said in a refusal by this condition (`forbidden`, in the message and as
+        /// `details.reason`); nil: the generic message.
+        public let reason: String?
+    }
+
     /// The rules of one collection.
     public struct Collection: Sendable {
         /// Who may read a record: evaluated with `auth`, `data` (the record), `collection`, `id`.
         public let read: RuleExpression?
         /// Who may write it: evaluated with every root (`prev` is the record's current
         /// data, `null` when it has none; `data` is what the change writes, `null` for a delete).
-        public let write: RuleExpression?
+        /// Every condition must admit the change; the first that refuses gives its reason.
+        public let write: [WriteCondition]?
         /// The shape of every put's data.
         public let schema: JSONSchema?
         /// The app version a push must name for writes to the collection (`minAppVersion`:
@@ -36,13 +45,13 @@ public struct ServerRules: Sendable {
         /// rules read (nil: the whole object): what the judge keeps of a push.
         let judgedKeys: Set<String>?
 
-        init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?, minAppVersion: Int? = nil) {
+        init(read: RuleExpression?, write: [WriteCondition]?, schema: JSONSchema?, minAppVersion: Int? = nil) {
             self.read = read
             self.write = write
             self.schema = schema
             self.minAppVersion = minAppVersion
             readDataPaths = read?.paths(from: .data) ?? []
-            let written = (write?.paths(from: .data) ?? []) + (write?.paths(from: .prev) ?? []) + readDataPaths
+            let written = (write ?? []).flatMap { $0.rule.paths(from: .data) + $0.rule.paths(from: .prev) } + readDataPaths
             judgedKeys = Self.keys(written)
         }
 
@@ -142,7 +151,7 @@ public struct ServerRules: Sendable {
         }
         let minimum = try minAppVersion(o["minAppVersion"], at: path + ["minAppVersion"], file) ?? spaceMinimum
         let read = try expression(o["read"], at: path + ["read"], roots: [.auth, .data, .collection, .id], file) ?? fallback?.read
-        let write = try expression(o["write"], at: path + ["write"], roots: Set(RuleExpression.Root.allCases), file) ?? fallback?.write
+        let write = try writeConditions(o["write"], at: path + ["write"], file) ?? fallback?.write
         var schema: JSONSchema?
         if let s = o["schema"] {
             do {
@@ -152,6 +161,33 @@ public struct ServerRules: Sendable {
             }
         }
         return Collection(read: read, write: write, schema: schema, minAppVersion: minimum)
+    }
+
+    /// `write`: one expression, or a list of `{"rule", "reason"}` that must all admit a
+    /// change (the first that refuses names the reason).
+    private static func writeConditions(_ value: JSONValue?, at path: [String], _ file: RulesFileText) throws(RulesError) -> [WriteCondition]? {
+        let roots = Set(RuleExpression.Root.allCases)
+        guard case .array(let items)? = value else {
+            return try expression(value, at: path, roots: roots, file).map { [WriteCondition(rule: $0, reason: nil)] }
+        }
+        guard !items.isEmpty else { throw file.error(at: path, "a list of write conditions needs at least one") }
+        var out: [WriteCondition] = []
+        for (i, item) in items.enumerated() {
+            let at = path + [String(i)]
+            guard case .object(let o) = item else { throw file.error(at: at, "must be an object with rule and reason") }
+            for key in o.keys where !["rule", "reason", "$comment"].contains(key) {
+                throw file.error(at: at + [key], "unknown key \"\(key)\" (expected rule, reason)")
+            }
+            guard let rule = try expression(o["rule"], at: at + ["rule"], roots: roots, file) else { throw file.error(at: at, "needs a rule") }
+            var reason: String?
+            switch o["reason"] {
+            case nil: break
+            case .string(let text)? where !text.isEmpty && text.utf8.count <= 500: reason = text
+            default: throw file.error(at: at + ["reason"], "must be a string of 1 to 500 bytes")
+            }
+            out.append(WriteCondition(rule: rule, reason: reason))
+        }
+        return out
     }
 
     /// `minAppVersion`: an integer from 0 to `AppVersions.maxVersion`.
@@ -329,8 +365,11 @@ public struct RulesJudge: PushJudge {
         let context = RuleExpression.Context(auth: view.auth, data: change.op == .put ? change.data.map { .object($0) } ?? .null : .null,
                                              prev: prev.map { .object($0) } ?? .null, op: change.op.rawValue,
                                              collection: change.collection, id: change.id)
-        guard write.admits(context) else {
-            return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue)")
+        for condition in write where !condition.rule.admits(context) {
+            guard let reason = condition.reason else {
+                return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue)")
+            }
+            return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue): \(reason)", details: ["reason": .string(reason)])
         }
         return nil
     }
@@ -436,10 +475,22 @@ struct JSONLocator {
     let bytes: [UInt8]
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 
-    /// The byte offset of the value at `keys` (the root for none); nil when absent.
+    /// The byte offset of the value at `keys` (the root for none; a key of an array is its
+    /// element's index); nil when absent.
     func offset(of keys: [String]) -> Int? {
         var i = skipSpace(0)
         for key in keys {
+            if i < bytes.count, bytes[i] == UInt8(ascii: "["), let index = Int(key) {
+                i = skipSpace(i + 1)
+                for _ in 0..<index {
+                    guard i < bytes.count, bytes[i] != UInt8(ascii: "]") else { return nil }
+                    i = skipSpace(skipValue(i))
+                    guard i < bytes.count, bytes[i] == UInt8(ascii: ",") else { return nil }
+                    i = skipSpace(i + 1)
+                }
+                guard i < bytes.count, bytes[i] != UInt8(ascii: "]") else { return nil }
+                continue
+            }
             guard i < bytes.count, bytes[i] == UInt8(ascii: "{") else { return nil }
             i = skipSpace(i + 1)
             var found = false
