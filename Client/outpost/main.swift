@@ -12,9 +12,9 @@ import OutpostCore
 let usage = """
     usage: outpost [--store FILE] [--server URL] [--space NAME] [--token TOKEN]
                    [--resolve server-wins|client-wins|last-write-wins]
-                   [--key-file FILE [--clear COLLECTION.FIELD]...] COMMAND
+                   [--key-file FILE [--clear COLLECTION.FIELD]...] [--app-version N] COMMAND
       (or the environment variables OUTPOST_STORE, OUTPOST_SERVER, OUTPOST_SPACE, OUTPOST_TOKEN,
-       OUTPOST_KEY_FILE)
+       OUTPOST_KEY_FILE, OUTPOST_APP_VERSION)
 
     commands:
       put COLLECTION ID JSON   save locally, no network; print the record as JSON
@@ -26,7 +26,9 @@ let usage = """
                                (--progress: "pulled N of about M records" lines on standard error)
       sync --all               sync every space the token names (see "Many spaces" below)
       pending                  one JSON line per queued change: changeId, collection, id, op, state
-      status                   JSON: epoch, cursor, pending, lastSyncAt, lastError, restoredFrom
+                               (upgrade_required ones add requiredAppVersion)
+      status                   JSON: epoch, cursor, pending, upgradeRequired, lastSyncAt, lastError,
+                               restoredFrom
       conflicts [--since TIME] one JSON line per decision of the resolver in the store's conflict
                                journal, oldest first: collection, id, local, server, base, result,
                                resolution, resolver, decidedAt (TIME: ms since 1970, or ISO 8601
@@ -47,6 +49,10 @@ let usage = """
     field in clear for the server's rules. The passphrase of key export and import is read
     from OUTPOST_KEY_PASSPHRASE or from the file --passphrase-file names, never from the
     command line.
+
+    --app-version names the version of the data's schema the pushes are from (docs/rules.md,
+    "App versions"); without it none is named, and a server whose rules set a minimum holds
+    the changes (upgrade_required) until a sync with a version that meets it.
 
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
     get, list, pending, status and conflicts read a store another process has open (an app, a sync
@@ -76,6 +82,7 @@ struct Options {
     var token: String?
     var resolve = "last-write-wins"
     var keyFile: String?
+    var appVersion: Int?
     var clear: [String: Set<String>] = [:]
     var command: [String] = []
 }
@@ -87,6 +94,7 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
     if let v = environment["OUTPOST_SPACE"], !v.isEmpty { o.space = v }
     if let v = environment["OUTPOST_TOKEN"], !v.isEmpty { o.token = v }
     if let v = environment["OUTPOST_KEY_FILE"], !v.isEmpty { o.keyFile = v }
+    if let v = environment["OUTPOST_APP_VERSION"], !v.isEmpty { o.appVersion = try appVersion(v) }
     var i = 0
     func value(_ flag: String) throws -> String {
         i += 1
@@ -110,6 +118,7 @@ func parse(_ arguments: [String], environment: [String: String]) throws -> Optio
             case "--token": o.token = try value(arg)
             case "--resolve": o.resolve = try value(arg)
             case "--key-file": o.keyFile = try value(arg)
+            case "--app-version": o.appVersion = try appVersion(try value(arg))
             case "--clear":
                 let field = try value(arg)
                 let parts = field.split(separator: ".", maxSplits: 1).map(String.init)
@@ -147,6 +156,12 @@ func openStoreForReading(_ o: Options) throws -> OutpostStore {
     }
 }
 
+/// An app version: an integer from 0 to 2^53 − 1.
+func appVersion(_ text: String) throws -> Int {
+    guard let v = Int(text), v >= 0, v <= AppVersions.maxVersion else { throw UsageError(message: "--app-version takes an integer from 0 to \(AppVersions.maxVersion)") }
+    return v
+}
+
 func openStore(_ o: Options, needsSync: Bool, reader: Bool = false) throws -> OutpostStore {
     let space: String
     if let s = o.space {
@@ -157,6 +172,7 @@ func openStore(_ o: Options, needsSync: Bool, reader: Bool = false) throws -> Ou
         throw UsageError(message: "--space (or OUTPOST_SPACE) is needed to create \(o.store)")
     }
     var configuration = OutpostStore.Configuration(space: space)
+    configuration.appVersion = o.appVersion
     switch o.resolve {
     case "server-wins": configuration.resolver = .serverWins
     case "client-wins": configuration.resolver = .clientWins
@@ -290,6 +306,7 @@ func run(_ o: Options) async throws -> Int32 {
             if c.state == .rejected {
                 line["error"] = ["code": .string(c.errorCode ?? "rejected"), "message": .string(c.lastError ?? "")]
             }
+            if let required = c.requiredAppVersion, c.state == .upgradeRequired { line["requiredAppVersion"] = .number(JSONNumber(required)) }
             print(json(.object(line)))
         }
         await store.close()
@@ -301,6 +318,7 @@ func run(_ o: Options) async throws -> Int32 {
             "epoch": s.epoch.map { .string($0.rawValue) } ?? .null,
             "cursor": s.cursor.map { .string($0.text) } ?? .null,
             "pending": .number(JSONNumber(s.pending)),
+            "upgradeRequired": .number(JSONNumber(s.upgradeRequired)),
             "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber($0)) } ?? .null,
             "lastError": s.lastError.map { .string($0) } ?? .null,
             "restoredFrom": s.restoredFrom.map { .string($0) } ?? .null,
@@ -405,6 +423,7 @@ func reportJSON(_ r: SyncReport) -> JSONObject {
     [
         "pushed": .number(JSONNumber(r.pushed)), "pulled": .number(JSONNumber(r.pulled)),
         "conflicts": .number(JSONNumber(r.conflicts)), "resolved": .number(JSONNumber(r.resolved)), "rejected": .number(JSONNumber(r.rejected)),
+        "upgradeRequired": .number(JSONNumber(r.upgradeRequired)),
         "quarantined": .number(JSONNumber(r.quarantined)),
         "epoch": r.epoch.map { .string($0.rawValue) } ?? .null, "pending": .number(JSONNumber(r.pending)),
     ]

@@ -63,6 +63,71 @@ let fieldTeamRules = #"""
         #expect(refusal(#"{"collections": {"jobs": {"read": "true"}}}"#) == nil)
     }
 
+    /// `minAppVersion`: a collection's own, else `default`'s for the collections it covers,
+    /// else the space's; an integer from 0 to 2^53 − 1.
+    @Test func minimumAppVersionsApplyPerCollectionOrForTheSpace() throws {
+        let rules = try ServerRules.parse(Array(#"""
+            {"minAppVersion": 2, "collections": {"surveys": {"minAppVersion": 5, "write": "true"}, "jobs": {"write": "true"}},
+             "default": {"read": "true", "write": "true", "minAppVersion": 3}}
+            """#.utf8), path: "rules.json")
+        #expect(rules.rules(for: "surveys")?.minAppVersion == 5)
+        #expect(rules.rules(for: "jobs")?.minAppVersion == 2, "a named collection without its own takes the space's")
+        #expect(rules.rules(for: "notes")?.minAppVersion == 3, "default's, for the collections it covers")
+        #expect(try ServerRules.parse(Array(#"{"default": {"read": "true", "write": "true"}}"#.utf8), path: "r").rules(for: "x")?.minAppVersion == nil)
+        for bad in [#""2""#, "-1", "1.5", "9007199254740992", "null"] {
+            let refused = try #require(refusal(#"{"collections": {"jobs": {"minAppVersion": \#(bad)}}}"#), "\(bad)")
+            #expect(refused.reason.contains("must be an integer") && refused.column == 44, "\(refused)")
+        }
+        let top = try #require(refusal(#"{"minAppVersion": true}"#))
+        #expect(top.reason.contains("must be an integer"))
+        // The judge: a change from an older app is `upgrade_required`, with the minimum.
+        let claims = Claims(sub: "w1", exp: 2_000_000_000, spaces: ["t"], scope: .write)
+        let change = Change(changeId: "c1", collection: "surveys", id: "s1", op: .delete, data: nil, baseVersion: nil)
+        for (versions, refused) in [(AppVersions(), true), (AppVersions(app: 4), true), (AppVersions(app: 9, collections: ["surveys": 4]), true),
+                                    (AppVersions(app: 5), false), (AppVersions(app: 1, collections: ["surveys": 5]), false)] {
+            let reason = RulesJudge(view: rules.view(for: claims), versions: versions).judge(change, current: nil, deletedCopy: nil)
+            #expect((reason?.code == "upgrade_required") == refused, "\(versions)")
+            if refused {
+                #expect(reason?.details?["minimum"] == 5)
+                #expect(reason?.details?["version"]?.int64Value == Int64(versions.version(for: "surveys")))
+            }
+        }
+    }
+
+    /// `write` as a list of conditions: all must admit a change; the first that refuses gives
+    /// its reason, in the message and as `details.reason`.
+    @Test func writeConditionsGiveTheirReasons() throws {
+        let rules = try ServerRules.parse(Array(#"""
+            {"collections": {"forms": {"read": "true", "write": [
+               {"rule": "op == 'put'", "reason": "forms are never deleted"},
+               {"rule": "prev.status != 'approved'", "reason": "approved forms are settled"},
+               {"rule": "data.n != 3"}]}}}
+            """#.utf8), path: "rules.json")
+        let judge = RulesJudge(view: rules.view(for: Claims(sub: "w1", exp: 2_000_000_000, spaces: ["t"], scope: .write)))
+        func judged(_ op: ChangeOp, _ data: JSONObject?, prev: JSONObject?) -> PushResult.RejectReason? {
+            let current = prev.map { RecordState(collection: "forms", id: "f", version: Version(epoch: Epoch("E1")!, seq: 1), deleted: false, data: $0, updatedAt: 1, updatedBy: "x", clientTime: nil) }
+            return judge.judge(Change(changeId: "c", collection: "forms", id: "f", op: op, data: data, baseVersion: current?.version), current: current, deletedCopy: nil)
+        }
+        #expect(judged(.put, ["status": "draft"], prev: nil) == nil)
+        #expect(judged(.delete, nil, prev: ["status": "draft"])?.details?["reason"] == "forms are never deleted")
+        let settled = judged(.put, ["status": "draft"], prev: ["status": "approved"])
+        #expect(settled?.code == "forbidden" && settled?.message.hasSuffix(": approved forms are settled") == true, "\(String(describing: settled))")
+        let plain = judged(.put, ["n": 3], prev: nil)
+        #expect(plain?.code == "forbidden" && plain?.details == nil, "a condition without a reason gives the generic message")
+        #expect(rules.rules(for: "forms")?.judgedKeys == ["status", "n"], "the judge keeps what every condition reads")
+        // Faults, placed in the file.
+        let empty = try #require(refusal(#"{"collections": {"forms": {"write": []}}}"#))
+        #expect(empty.reason.contains("at least one"))
+        let noRule = try #require(refusal(#"{"collections": {"forms": {"write": [{"reason": "x"}]}}}"#))
+        #expect(noRule.reason.contains("needs a rule") && noRule.column == 38, "\(noRule)")
+        let badRule = try #require(refusal(#"{"collections": {"forms": {"write": [{"rule": "true"}, {"rule": "data.a == == 1"}]}}}"#))
+        #expect(badRule.column == 76, "\(badRule)")
+        let unknown = try #require(refusal(#"{"collections": {"forms": {"write": [{"rule": "true", "why": "x"}]}}}"#))
+        #expect(unknown.reason.contains("unknown key \"why\""))
+        let reason = try #require(refusal(#"{"collections": {"forms": {"write": [{"rule": "true", "reason": ""}]}}}"#))
+        #expect(reason.reason.contains("1 to 500 bytes"))
+    }
+
     @Test func aFileTooLargeOrMissingIsRefusedBeforeItIsRead() throws {
         let directory = try TemporaryDirectory(prefix: "outpost-rules-size")
         defer { directory.remove() }

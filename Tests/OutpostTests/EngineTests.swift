@@ -18,6 +18,9 @@ struct EngineWorld: Hashable, Sendable {
     var nextSeq: [Epoch: Int64] = [EngineWorld.e1: 3, EngineWorld.e2: 3, EngineWorld.e3: 3]
     /// The epoch `leaveEpoch()` left (once a run).
     var leftEpoch: Epoch?
+    /// The app's version: 1, or 2 once the app was updated (once a run). A server wants
+    /// version 2 when it answers `upgrade_required`.
+    var appVersion = 1
 
     init(phase: Phase = .following(EngineWorld.e1)) {
         self.phase = phase
@@ -40,8 +43,9 @@ struct EngineWorld: Hashable, Sendable {
         }
     }
 
-    /// The events that can happen now, by name; nil: `leaveEpoch()`, which is no event of
-    /// the record's (the store detaches; the record stays as it was).
+    /// The events that can happen now, by name; nil: `leaveEpoch()` or the app's update,
+    /// which are no events of the record's (the store detaches, or opens with a later app
+    /// version; the record stays as it was).
     func events() -> [(String, RecordEvent?)] {
         var out: [(String, RecordEvent?)] = []
         if record.edits.count < 3 {
@@ -70,6 +74,7 @@ struct EngineWorld: Hashable, Sendable {
                 out.append(("conflict", .conflict(changeId: id, current: Self.copy(epoch, nextSeq[epoch]!, "theirs"))))
                 out.append(("conflict (no copy)", .conflict(changeId: id, current: nil)))
                 out.append(("rejected", .rejected(changeId: id, code: "invalid_change", message: "no")))
+                out.append(("upgradeRequired", .upgradeRequired(changeId: id, minimum: 2, message: "upgrade")))
                 out.append(("notInHistory (epoch_mismatch)", .notInHistory(changeId: id, message: "epoch")))
                 out.append(("noAnswer", .noAnswer(changeId: id, retryAt: 9_000, message: "lost")))
                 out.append(("refused", .refused(changeId: id, sentBefore: head.attempts > 1, retryAt: 9_000, message: "refused")))
@@ -85,15 +90,23 @@ struct EngineWorld: Hashable, Sendable {
         // `leaveEpoch(discardingCopies:)`).
         if record.server != nil || record.left != nil || record.edits.contains(where: \.isReoffer) { out.append(("dropCopies", .dropCopies)) }
         if case .following = phase, leftEpoch == nil { out.append(("leaveEpoch", nil)) }
+        // The app is updated while a change waits for it (earlier, it changes nothing).
+        if appVersion == 1, record.edits.contains(where: { $0.upgradeTo != nil }) { out.append(("appUpdated", nil)) }
         return out
     }
 
-    /// The world after `event`, with what the engine said.
-    func after(_ event: RecordEvent?, resolver: ConflictResolver = .mergeFields()) -> (EngineWorld, [Effect]) {
+    var versions: AppVersions { AppVersions(app: appVersion) }
+
+    /// The world after `event` (nil: the store-level step `name`), with what the engine said.
+    func after(_ name: String, _ event: RecordEvent?, resolver: ConflictResolver = .mergeFields()) -> (EngineWorld, [Effect]) {
         var w = self
         guard let event else {
-            w.leftEpoch = phase.epoch
-            w.phase = .detached
+            if name == "appUpdated" {
+                w.appVersion = 2
+            } else {
+                w.leftEpoch = phase.epoch
+                w.phase = .detached
+            }
             return (w, [])
         }
         var ids = nextId + 1
@@ -102,7 +115,7 @@ struct EngineWorld: Hashable, Sendable {
         default: break
         }
         let context = EngineContext(phase: w.phase, resolver: resolver, now: 5_000, serverNow: 5_000, clientId: "me", backoff: { _ in 1_000 },
-                                    newChangeId: { defer { ids += 1 }; return "n\(ids)" })
+                                    newChangeId: { defer { ids += 1 }; return "n\(ids)" }, versions: w.versions)
         let (record, effects) = Engine.reduce(record, event, context)
         w.record = record
         w.nextId = ids
@@ -123,8 +136,14 @@ enum EngineInvariants {
     static func check(before: EngineWorld, event: RecordEvent?, after: EngineWorld, effects: [Effect]) -> [String] {
         var problems: [String] = []
         guard let event else {
-            if after.record != before.record { problems.append("leaveEpoch changed the record") }
+            if after.record != before.record { problems.append("a store-level step changed the record") }
             return problems
+        }
+        // A change held for a later app version never goes while the app is older.
+        let beforeContext = EngineContext(phase: before.phase, resolver: .serverWins, now: 5_000, serverNow: 5_000, clientId: "me", backoff: { _ in 0 },
+                                          newChangeId: { "" }, versions: before.versions)
+        if case .sending(let id) = event, let e = before.record.edit(id), Engine.isHeld(e, before.record.key, beforeContext), effects.contains(where: { if case .send = $0 { true } else { false } }) {
+            problems.append("\(id) was sent while held for an app upgrade")
         }
         let b = before.record, a = after.record
         // No edit the app made is lost: an unsettled app edit stays (under a new changeId
@@ -175,7 +194,8 @@ enum EngineInvariants {
         // A change goes on a copy only when made on that copy (or the state a later history
         // restored or re-offered from it): an acknowledged write is replaced only by a write
         // made on it, or by a resolver's write, which is made on the copy it saw.
-        let context = EngineContext(phase: after.phase, resolver: .serverWins, now: 5_000, serverNow: 5_000, clientId: "me", backoff: { _ in 0 }, newChangeId: { "" })
+        let context = EngineContext(phase: after.phase, resolver: .serverWins, now: 5_000, serverNow: 5_000, clientId: "me", backoff: { _ in 0 }, newChangeId: { "" },
+                                    versions: after.versions)
         if let change = Engine.outgoing(a, context), let head = a.head, let base = change.baseVersion, head.delivery == .queued {
             let made = a.state(head.madeOn)
             let onIt = made?.version == base || (a.server?.version == base && made.map { a.server!.isState($0) } == true)
@@ -209,7 +229,7 @@ enum EngineInvariants {
 struct EngineTests {
     /// The number of states reachable from an empty record (following E1) in up to seven
     /// events: docs/client.md gives it ("The engine").
-    static let stateCount = 233_853
+    static let stateCount = 248_548
 
     /// Every state reachable from an empty record (following E1) in up to seven events: up
     /// to three edits, every delivery state, copies of three histories (two data losses),
@@ -224,6 +244,8 @@ struct EngineTests {
         var deliveries = Set<String>()
         for w in seen { for e in w.record.edits { deliveries.insert(EngineTable.name(e.delivery)) } }
         #expect(deliveries == ["queued", "sent", "acknowledged", "rejected"], "every delivery state is reached")
+        #expect(seen.contains { w in w.record.edits.contains { Engine.isHeld($0, w.record.key, EngineContext(phase: w.phase, resolver: .serverWins, now: 0, serverNow: 0, clientId: "", backoff: { _ in 0 }, newChangeId: { "" }, versions: w.versions)) } },
+                "a change is held for an app upgrade")
         #expect(Set(seen.map { EngineTable.phase($0.phase) }) == ["detached", "following", "re-pulling"], "every phase is reached")
     }
 
@@ -243,7 +265,7 @@ struct EngineTests {
                 let from = EngineTable.classify(world)
                 if depth < 7 { expanded.insert(from) } else if expanded.contains(from) { continue }
                 for (name, event) in world.events() {
-                    let (after, effects) = world.after(event)
+                    let (after, effects) = world.after(name, event)
                     steps += 1
                     for p in EngineInvariants.check(before: world, event: event, after: after, effects: effects) where problems.count < 20 {
                         problems.append("\(name) on \(from.text): \(p)")
@@ -301,9 +323,9 @@ enum EngineTable {
 
     /// A state's class: the phase and its epoch, the copies' classes, the edits' classes.
     struct StateClass: Hashable {
-        var phase: String, epoch: Epoch?, server: CopyClass?, left: CopyClass?, edits: [EditClass]
+        var phase: String, epoch: Epoch?, server: CopyClass?, left: CopyClass?, edits: [EditClass], updated: Bool = false
         var text: String {
-            var parts = [epoch.map { "\(phase) \($0)" } ?? phase]
+            var parts = [(epoch.map { "\(phase) \($0)" } ?? phase) + (updated ? " (app updated)" : "")]
             if let server { parts.append("copy " + server.text) }
             if let left { parts.append("left " + left.text) }
             parts.append(edits.isEmpty ? "no edits" : "edits [" + edits.map(\.text).joined(separator: ", ") + "]")
@@ -322,8 +344,10 @@ enum EngineTable {
             case .edit: madeOn = "an edit"
             }
             let newId = before.map { $0.record.edit(local: e.localId).map { $0.changeId != e.changeId } ?? false } ?? false
-            return EditClass(reoffer: e.isReoffer, delivery: name(e.delivery), madeOn: madeOn, tried: e.attempts > 0, newId: newId)
-        })
+            // A queued edit the server wants a later app for: `held` while the app is older.
+            let delivery = e.upgradeTo == nil || e.delivery != .queued ? name(e.delivery) : w.appVersion < e.upgradeTo! ? "held" : "queued (upgrade came)"
+            return EditClass(reoffer: e.isReoffer, delivery: delivery, madeOn: madeOn, tried: e.attempts > 0, newId: newId)
+        }, updated: w.appVersion > 1)
     }
 
     static func describe(_ w: EngineWorld) -> String { classify(w).text }
@@ -341,6 +365,7 @@ enum EngineTable {
             case .conflict: self = .plain("conflict settled")
             case .resolved: self = .plain("journaled")
             case .rejected: self = .plain("rejected")
+            case .upgradeRequired: self = .plain("held for an upgrade")
             case .reoffered: self = .plain("re-offer queued")
             case .syncAgain: self = .plain("sync again")
             case .send(let c): self = .send(base: c.baseVersion?.epoch, lineage: c.lineage?.version.epoch)

@@ -17,11 +17,7 @@ import Testing
     """#
 
     func device(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory, token: String) throws -> OutpostStore {
-        var c = OutpostStore.Configuration(space: "team")
-        c.clientId = name
-        c.durability = .normal
-        c.randomSeed = 5
-        return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: server.baseURL, token: token))
+        try serverDevice(name, server, dir, token: token, space: "team", seed: 5)
     }
 
     func ids(_ store: OutpostStore) async throws -> [String] {

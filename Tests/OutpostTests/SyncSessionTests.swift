@@ -50,6 +50,7 @@ struct SessionWorld: Hashable, Sendable {
             let foreign = followed == Self.e3 ? Self.e1 : Self.e3
             out += [("applied", .pushAnswered(sent: ids, .answered(epoch: followed, batch.map { AnsweredChange(changeId: $0.changeId, answer: .applied(Version(epoch: followed, seq: 9), updatedAt: 1)) }))),
                     ("epoch_mismatch", .pushAnswered(sent: ids, .answered(epoch: followed, batch.map { AnsweredChange(changeId: $0.changeId, answer: .rejected(code: "epoch_mismatch", message: "m")) }))),
+                    ("upgrade_required", .pushAnswered(sent: ids, .answered(epoch: followed, batch.map { AnsweredChange(changeId: $0.changeId, answer: .upgradeRequired(minimum: 2, message: "m")) }))),
                     ("foreign answer", .pushAnswered(sent: ids, .answered(epoch: foreign, batch.map { AnsweredChange(changeId: $0.changeId, answer: .applied(Version(epoch: foreign, seq: 9), updatedAt: 1)) }))),
                     ("answer that does not match", .pushAnswered(sent: ids, .answered(epoch: followed, [])))]
             // (Two shrinks a phase: `maxShrinks` is checked on its own, below.)
@@ -331,6 +332,7 @@ enum SessionTable {
         case .conflict: return "conflict"
         case .rejected: return "rejected"
         case .notInHistory: return "notInHistory"
+        case .upgradeRequired: return "upgradeRequired"
         case .foreignAnswer: return "foreignAnswer"
         default: return "\(e)"
         }

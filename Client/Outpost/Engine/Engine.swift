@@ -18,6 +18,9 @@ enum RecordEvent: Hashable, Sendable {
     case conflict(changeId: String, current: Copy?)
     /// The server refused the change for good.
     case rejected(changeId: String, code: String, message: String)
+    /// The server applied nothing, and takes the change only from an app of version
+    /// `minimum` or later (`upgrade_required`): it is held until the app is that version.
+    case upgradeRequired(changeId: String, minimum: Int, message: String)
     /// The followed history never applied it: its base names another epoch
     /// (`epoch_mismatch`). It goes again, as a new change, on what it was made on.
     case notInHistory(changeId: String, message: String)
@@ -55,6 +58,8 @@ enum Effect: Hashable, Sendable {
     case resolved(ConflictDecision)
     /// A change was rejected for good.
     case rejected
+    /// A change is held until the app is updated.
+    case upgradeRequired
     /// A copy of a left history was queued to be offered again.
     case reoffered
     /// The store should sync again soon: something was queued that this sync may not send.
@@ -78,6 +83,9 @@ struct EngineContext {
     var clientId: String
     var backoff: (Int) -> Int64
     var newChangeId: () -> String
+    /// The versions the app was built for (`Configuration.appVersion`): a held edit goes
+    /// once its collection's version reaches what the server wants.
+    var versions = AppVersions()
 }
 
 enum Engine {
@@ -105,6 +113,15 @@ enum Engine {
                 r.edits[i].delivery = .rejected(code: code, message: message)
                 r.edits[i].lastError = message
                 effects.append(.rejected)
+            }
+        case .upgradeRequired(let changeId, let minimum, let message):
+            if let i = r.index(of: changeId), r.edits[i].delivery.isUnsettled {
+                // The server applied nothing: the edit is queued again, as it was, and held
+                // (it absorbs the app's next edit, which this app version makes too).
+                r.edits[i].delivery = .queued
+                r.edits[i].upgradeTo = minimum
+                r.edits[i].lastError = message
+                effects.append(.upgradeRequired)
             }
         case .notInHistory(let changeId, let message):
             if notInHistory(&r, changeId, message, context) { effects.append(.syncAgain) }
@@ -267,6 +284,7 @@ enum Engine {
         guard let change = outgoing(r, context), change.changeId == changeId, let i = r.index(of: changeId) else { return nil }
         r.edits[i].delivery = .sent(base: change.baseVersion)
         r.edits[i].attempts += 1
+        r.edits[i].upgradeTo = nil
         return change
     }
 
@@ -274,7 +292,7 @@ enum Engine {
     /// it was sent with before, or else the one computed now. Nothing goes out of a store
     /// that does not follow a history.
     static func outgoing(_ r: RecordModel, _ context: EngineContext) -> Change? {
-        guard case .following(let epoch) = context.phase, let head = r.head else { return nil }
+        guard case .following(let epoch) = context.phase, let head = r.head, !isHeld(head, r.key, context) else { return nil }
         let base: Version?
         switch head.delivery {
         case .sent(let sentBase): base = sentBase
@@ -284,6 +302,12 @@ enum Engine {
         if case .reoffer(let l, _) = head.kind { lineage = l } else { lineage = nil }
         return Change(changeId: head.changeId, collection: r.key.collection, id: r.key.id, op: head.body.deleted ? .delete : .put,
                       data: try? head.body.data.map(decodeObject), baseVersion: base, clientTime: head.clientTime, lineage: lineage)
+    }
+
+    /// True while the edit waits for an app of the version the server wants.
+    static func isHeld(_ e: Edit, _ key: RecordKey, _ context: EngineContext) -> Bool {
+        guard let needed = e.upgradeTo, e.delivery == .queued else { return false }
+        return context.versions.version(for: key.collection) < needed
     }
 
     /// The base a change is sent with: the version, in the followed history, of the state
@@ -458,7 +482,7 @@ enum Engine {
             guard e.madeOn == .edit(gone.localId) else { return e }
             return Edit(position: e.position, localId: e.localId, changeId: e.changeId, kind: e.kind, body: e.body, clientTime: e.clientTime,
                         createdAt: e.createdAt, madeOn: gone.madeOn, delivery: e.delivery, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt,
-                        lastError: e.lastError)
+                        lastError: e.lastError, upgradeTo: e.upgradeTo)
         }
     }
 

@@ -135,9 +135,12 @@ struct Edit: Hashable, Sendable {
     var nextAttemptAt: Int64 = 0
     /// The last failure or the rejection's reason, for the app.
     var lastError: String?
+    /// The app version the server wants for this change (`upgrade_required`): a queued edit
+    /// is held, not sent, while the app's version for its collection is lower. Nil: none.
+    var upgradeTo: Int?
 
     init(position: Int64? = nil, localId: String? = nil, changeId: String, kind: EditKind, body: Body, clientTime: Int64, createdAt: Int64, madeOn: MadeOn,
-         delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil) {
+         delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil, upgradeTo: Int? = nil) {
         self.position = position
         self.localId = localId ?? changeId
         self.changeId = changeId
@@ -150,6 +153,7 @@ struct Edit: Hashable, Sendable {
         self.attempts = attempts
         self.nextAttemptAt = nextAttemptAt
         self.lastError = lastError
+        self.upgradeTo = upgradeTo
     }
 
     var isReoffer: Bool {

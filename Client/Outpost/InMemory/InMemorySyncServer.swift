@@ -439,7 +439,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
             throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.payloadTooLarge.rawValue, message: "the body is over \(limits.maxRequestBytes) bytes",
                                                                      details: ["limit": .number(JSONNumber(limits.maxRequestBytes))]))
         }
-        let decoded: (clientId: String, changes: [DecodedChange])
+        let decoded: (clientId: String, changes: [DecodedChange], versions: AppVersions)
         do {
             decoded = try PushRequest.decodeForServer(JSONParser.parse(body), maxChanges: limits.maxChangesPerPush)
         } catch PushDecodeError.tooManyChanges(let count, let limit) {

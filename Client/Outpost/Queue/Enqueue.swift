@@ -34,7 +34,8 @@ extension OutpostStore {
         let backoff = configuration.backoff
         var jitter = rng
         let context = EngineContext(phase: try known ?? phase(d), resolver: configuration.resolver, fieldKinds: fieldKinds, now: time, serverNow: serverNow(), clientId: clientId,
-                                    backoff: { attempt in backoff.delayMs(attempt: attempt, using: &jitter) }, newChangeId: ids.next)
+                                    backoff: { attempt in backoff.delayMs(attempt: attempt, using: &jitter) }, newChangeId: ids.next,
+                                    versions: configuration.versions)
         let (after, effects) = Engine.reduce(before, event, context)
         rng = ids.rng
         if after != before { try d.save(after) }
@@ -52,6 +53,7 @@ extension OutpostStore {
             case .conflict: report.conflicts += 1
             case .resolved: report.resolved += 1
             case .rejected: report.rejected += 1
+            case .upgradeRequired: report.upgradeRequired += 1
             case .reoffered: report.reoffered += 1
             case .syncAgain, .send: break
             }

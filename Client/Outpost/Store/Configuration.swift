@@ -85,6 +85,19 @@ extension OutpostStore {
         /// End-to-end encryption of the space's records (docs/encryption.md); nil: records
         /// travel and are stored on the server as the app wrote them.
         public var encryption: Encryption?
+        /// The version of the data's schema this build of the app was made for, sent with
+        /// every push (docs/rules.md, "App versions"). A server whose rules want a later
+        /// version for a collection's writes answers `upgrade_required`: the change is held
+        /// in the queue (`SyncStatus.upgradeRequired`) and goes with the first sync after the
+        /// store is opened by an app of that version. nil (the default): none is sent, and
+        /// the server takes the app for version 0.
+        public var appVersion: Int?
+        /// Per collection, a version in place of `appVersion` (for a collection whose schema
+        /// moves on its own).
+        public var collectionVersions: [String: Int] = [:]
+
+        /// What the pushes name (`appVersion`, `collectionVersions`).
+        var versions: AppVersions { AppVersions(app: appVersion, collections: collectionVersions) }
 
         /// A configuration for `space` with the defaults.
         public init(space: String) {

@@ -85,7 +85,7 @@ extension LocalDatabase {
         let position: Int32 = 0, changeId: Int32 = 1, localId: Int32 = 2, kindColumn: Int32 = 3, lineageVersion: Int32 = 4, lineageTime: Int32 = 5
         let carriedLineage: Int32 = 6, deleted: Int32 = 7, data: Int32 = 8, clientTime: Int32 = 9, createdAt: Int32 = 10, madeOnKind: Int32 = 11
         let madeOnEdit: Int32 = 12, madeOnCopy: Int32 = 13, deliveryColumn = madeOnCopy + n, sentBase = deliveryColumn + 1, ackCopy = sentBase + 1
-        let errorCode = ackCopy + n, lastErrorColumn = errorCode + 1, attempts = lastErrorColumn + 1, nextAttempt = attempts + 1
+        let errorCode = ackCopy + n, lastErrorColumn = errorCode + 1, attempts = lastErrorColumn + 1, nextAttempt = attempts + 1, upgradeTo = nextAttempt + 1
         let kind: EditKind
         if s.text(kindColumn) == "reoffer", let v = s.optionalText(lineageVersion).flatMap(Version.init) {
             kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(lineageTime) ?? 0), descendsFrom: s.optionalText(carriedLineage).flatMap(Version.init))
@@ -115,11 +115,13 @@ extension LocalDatabase {
         }
         return Edit(position: s.int64(position), localId: s.text(localId), changeId: s.text(changeId), kind: kind, body: body, clientTime: s.int64(clientTime),
                     createdAt: s.int64(createdAt), madeOn: madeOn, delivery: delivery, attempts: s.int(attempts), nextAttemptAt: s.int64(nextAttempt),
-                    lastError: lastError)
+                    lastError: lastError, upgradeTo: s.optionalInt64(upgradeTo).map { Int(clamping: $0) })
     }
 
     private static let selectRecordSQL = "SELECT \(recordColumns) FROM records WHERE collection = ? AND id = ?"
-    private static let selectEditsSQL = "SELECT \(editColumns) FROM edits WHERE collection = ? AND id = ? ORDER BY position"
+    // `upgrade_to` (migration 9) is read here and written by `save` only when set, so the
+    // migrations before it that store models never name it.
+    private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to FROM edits WHERE collection = ? AND id = ? ORDER BY position"
     private static let saveRecordSQL = """
         INSERT OR REPLACE INTO records(collection, id, shows, view_data, view_deleted, pending, \(copyColumns("s").joined(separator: ", ")),
                                        \(copyColumns("l").joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: 6 + 2 * Int(copyColumnCount)).joined(separator: ", ")))
@@ -188,6 +190,32 @@ extension LocalDatabase {
         }
         values += [code, e.lastError.map { .text($0) } ?? .null, .integer(Int64(e.attempts)), .integer(e.nextAttemptAt)]
         try db.cached(Self.insertEditSQL).run(values)
+        if let needed = e.upgradeTo {
+            try db.cached("UPDATE edits SET upgrade_to = ? WHERE change_id = ?").run([.integer(Int64(needed)), .text(e.changeId)])
+        }
+    }
+
+    /// The SQL condition (on `edits`) of an edit held for a later app version than
+    /// `versions` names for its collection (`Engine.isHeld`), and its bound values.
+    static func heldCondition(_ versions: AppVersions) -> (sql: String, values: [SQLiteValue]) {
+        var values: [SQLiteValue] = []
+        var version = "?"
+        if !versions.collections.isEmpty {
+            version = "CASE collection"
+            for (name, v) in versions.collections.sorted(by: { $0.key < $1.key }) {
+                version += " WHEN ? THEN ?"
+                values += [.text(name), .integer(Int64(v))]
+            }
+            version += " ELSE ? END"
+        }
+        values.append(.integer(Int64(versions.app ?? 0)))
+        return ("(delivery = 'queued' AND upgrade_to IS NOT NULL AND upgrade_to > \(version))", values)
+    }
+
+    /// How many edits are held for a later app version (`SyncStatus.upgradeRequired`).
+    func heldCount(_ versions: AppVersions) throws -> Int {
+        let (held, values) = Self.heldCondition(versions)
+        return Int(try db.scalarInt("SELECT count(*) FROM edits WHERE \(held)", values) ?? 0)
     }
 
     private static let insertIfAbsentSQL = """

@@ -66,6 +66,10 @@ public enum ChangeState: String, Sendable, Hashable, CaseIterable {
     /// The server will never apply it (invalid, too large...). Kept with its reason for the
     /// app to show; it blocks nothing.
     case rejected
+    /// The server takes it only from a later version of the app (`upgrade_required`,
+    /// `QueuedChange.requiredAppVersion`): held, not sent, until the store is opened by an
+    /// app of that version; then it goes with the next sync.
+    case upgradeRequired = "upgrade_required"
 }
 
 /// A change in the local queue.
@@ -95,6 +99,8 @@ public struct QueuedChange: Sendable, Hashable {
     /// The time of the edit (ms since 1970), by the server's clock as the device estimated
     /// it then (the device's own before its first sync; docs/client.md, "The device's clock").
     public let clientTime: Int64
+    /// For a change held for `upgrade_required`: the app version the server wants.
+    public var requiredAppVersion: Int? = nil
 }
 
 /// A pulled record the store could not decode, kept instead of stopping the pull.
@@ -128,6 +134,9 @@ public struct SyncReport: Sendable, Hashable {
     public var resolved = 0
     /// Changes rejected for good.
     public var rejected = 0
+    /// Changes the server takes only from a later version of the app (`upgrade_required`),
+    /// held in the queue until the store is opened by that version.
+    public var upgradeRequired = 0
     /// Pulled records put in quarantine.
     public var quarantined = 0
     /// Changes left in the queue (not rejected).
@@ -200,6 +209,9 @@ public struct SyncStatus: Sendable, Hashable {
     public let pending: Int
     /// Rejected changes kept for the app.
     public let rejected: Int
+    /// Changes of `pending` held until the app is updated: the server takes them only from
+    /// a later version of the app (`upgrade_required`; `ChangeState.upgradeRequired`).
+    public var upgradeRequired = 0
     /// Quarantined records.
     public let quarantined: Int
     /// End of the last successful sync (ms since 1970).

@@ -361,7 +361,12 @@ public actor OutpostStore {
         let state: ChangeState
         var base: Version?
         var code: String?
+        var required: Int?
         switch e.delivery {
+        case .queued where Engine.isHeld(e, model.key, context):
+            state = .upgradeRequired
+            required = e.upgradeTo
+            if let epoch = context.phase.epoch { base = Engine.wireBase(model, e, epoch: epoch) }
         case .queued:
             state = e.attempts == 0 && e.lastError == nil ? .pending : .failed
             if let epoch = context.phase.epoch { base = Engine.wireBase(model, e, epoch: epoch) }
@@ -378,7 +383,8 @@ public actor OutpostStore {
         }
         return QueuedChange(changeId: e.changeId, collection: model.key.collection, id: model.key.id, op: e.body.deleted ? .delete : .put,
                             data: try e.body.data.map(decodeObject), baseVersion: base, state: state, attempts: e.attempts,
-                            nextAttemptAt: e.nextAttemptAt, lastError: e.lastError, errorCode: code, clientTime: e.clientTime)
+                            nextAttemptAt: e.nextAttemptAt, lastError: e.lastError, errorCode: code, clientTime: e.clientTime,
+                            requiredAppVersion: required)
     }
 
     /// Pulled records that could not be decoded (or failed a validator), oldest first.
@@ -424,13 +430,15 @@ public actor OutpostStore {
     public func status() throws -> SyncStatus {
         try read { d in
             let session = try d.session()
-            return SyncStatus(
+            var status = SyncStatus(
                 clientId: clientId, space: configuration.space, epoch: session.phase.epoch,
                 cursor: session.cursor?.version,
                 pending: try d.count(deliveries: ["queued", "sent"]),
                 rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
                 lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }, lastError: try d.meta(.lastError),
                 retiredEpochs: try d.retiredEpochs(), rebasing: session.phase.isRePulling, restoredFrom: restoredFrom)
+            status.upgradeRequired = try d.heldCount(configuration.versions)
+            return status
         }
     }
 
@@ -440,7 +448,12 @@ public actor OutpostStore {
     public func nextRetryAt() throws -> Int64? {
         let time = now()
         return try read { d in
-            let times = try d.db.query("SELECT next_attempt_at FROM edits WHERE delivery = 'sent' OR (delivery = 'queued' AND (attempts > 0 OR last_error IS NOT NULL))") { $0.int64(0) }
+            // A change held for a later app version waits for no time.
+            let (held, values) = LocalDatabase.heldCondition(configuration.versions)
+            let times = try d.db.query("""
+                SELECT next_attempt_at FROM edits
+                WHERE delivery = 'sent' OR (delivery = 'queued' AND (attempts > 0 OR last_error IS NOT NULL) AND NOT \(held))
+                """, values) { $0.int64(0) }
             return times.map { isDue($0, now: time) ? min($0, time) : $0 }.min()
         }
     }

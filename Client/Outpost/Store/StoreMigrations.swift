@@ -187,6 +187,11 @@ extension LocalDatabase {
                 CREATE INDEX conflict_journal_decided ON conflict_journal(decided_at);
                 """)
         },
+        // The app version the server wants for an edit it answered `upgrade_required`
+        // (Edit.upgradeTo; docs/rules.md, "App versions").
+        StoreMigration(name: "10 edits held for an app upgrade") { d, _ in
+            try d.db.execute("ALTER TABLE edits ADD COLUMN upgrade_to INTEGER")
+        },
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one

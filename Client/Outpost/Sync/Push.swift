@@ -30,8 +30,8 @@ extension OutpostStore {
     }
 
     func engineContext(phase: Phase) -> EngineContext {
-        EngineContext(phase: phase, resolver: configuration.resolver, fieldKinds: fieldKinds, now: now(), serverNow: serverNow(), clientId: clientId,
-                      backoff: { _ in 0 }, newChangeId: { "" })
+        EngineContext(phase: phase, resolver: configuration.resolver, fieldKinds: fieldKinds, now: now(), serverNow: serverNow(), clientId: clientId, backoff: { _ in 0 }, newChangeId: { "" },
+                      versions: configuration.versions)
     }
 
     /// `{"clientId":"…","changes":[…]}` around the changes.
@@ -68,7 +68,7 @@ extension OutpostStore {
         defer { inFlight.subtract(ids) }
         let response: PushResponse
         do {
-            response = try await p.transport.push(PushRequest(clientId: clientId, changes: changes), space: configuration.space)
+            response = try await p.transport.push(PushRequest(clientId: clientId, changes: changes, versions: configuration.versions), space: configuration.space)
         } catch {
             _ = try db()  // closed meanwhile: the changes stay sent
             let failure = Self.transportFailure(error)
@@ -90,7 +90,16 @@ extension OutpostStore {
             case .conflict: answer = .conflict(current: try result.current.map { try openedCopy($0, report: &report) })
             case .rejected:
                 let reason = result.error ?? PushResult.RejectReason(code: "unknown", message: "rejected")
-                answer = .rejected(code: reason.code, message: reason.message)
+                if reason.code == ErrorCode.upgradeRequired.rawValue {
+                    // Held until the app is the version the server names (one past this
+                    // app's when it names none).
+                    let collection = changes.first { $0.changeId == result.changeId }?.collection ?? ""
+                    let minimum = reason.details?["minimum"]?.int64Value.map { Int(clamping: $0) }
+                        ?? configuration.versions.version(for: collection) + 1
+                    answer = .upgradeRequired(minimum: minimum, message: reason.message)
+                } else {
+                    answer = .rejected(code: reason.code, message: reason.message)
+                }
             }
             answers.append(AnsweredChange(changeId: result.changeId, answer: answer))
         }

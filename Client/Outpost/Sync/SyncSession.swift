@@ -77,6 +77,8 @@ enum ChangeAnswer: Hashable, Sendable {
     /// `current`: the server's copy, opened (nil: the server has none).
     case conflict(current: Copy?)
     case rejected(code: String, message: String)
+    /// `upgrade_required`: nothing applied; the server takes it from an app of `minimum` on.
+    case upgradeRequired(minimum: Int, message: String)
 }
 
 /// One change's answer, as the server gave it.
@@ -455,6 +457,8 @@ struct SyncSession: Hashable, Sendable {
             // `epoch_mismatch`: the followed history never applied it.
             if code == ErrorCode.epochMismatch.rawValue { return .notInHistory(changeId: changeId, message: "\(code): \(message)") }
             return .rejected(changeId: changeId, code: code, message: message)
+        case .upgradeRequired(let minimum, let message):
+            return .upgradeRequired(changeId: changeId, minimum: minimum, message: "\(ErrorCode.upgradeRequired.rawValue): \(message)")
         }
     }
 

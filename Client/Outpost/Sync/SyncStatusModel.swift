@@ -30,6 +30,9 @@ public final class SyncStatusModel {
     public private(set) var pending = 0
     /// Changes the server refused for good (`OutpostStore.rejectedChanges()`).
     public private(set) var rejected = 0
+    /// Changes of `pending` held until the app is updated (`upgrade_required`;
+    /// `SyncStatus.upgradeRequired`): the app can ask its user to update.
+    public private(set) var upgradeRequired = 0
     /// Pulled records that could not be decoded (`OutpostStore.quarantinedRecords()`).
     public private(set) var quarantined = 0
     /// When the last sync succeeded (ms since 1970).
@@ -95,6 +98,7 @@ public final class SyncStatusModel {
         guard let status = try? await store.status() else { return }
         if pending != status.pending { pending = status.pending }
         if rejected != status.rejected { rejected = status.rejected }
+        if upgradeRequired != status.upgradeRequired { upgradeRequired = status.upgradeRequired }
         if quarantined != status.quarantined { quarantined = status.quarantined }
         if lastSyncAt != status.lastSyncAt { lastSyncAt = status.lastSyncAt }
         if lastError != status.lastError { lastError = status.lastError }

@@ -17,18 +17,30 @@ import Synchronization
 /// read and write refused). A named collection that leaves out `read` or `write` takes
 /// that rule from `default`, and is closed for it without one.
 public struct ServerRules: Sendable {
+    /// One condition of a collection's write rule, and the reason its refusal gives.
+    public struct WriteCondition: Sendable {
+        public let rule: RuleExpression
+        /// Said in a refusal by this condition (`forbidden`, in the message and as
+        /// `details.reason`); nil: the generic message.
+        public let reason: String?
+    }
+
     /// The rules of one collection.
     public struct Collection: Sendable {
         /// Who may read a record: evaluated with `auth`, `data` (the record), `collection`, `id`.
         public let read: RuleExpression?
         /// Who may write it: evaluated with every root (`prev` is the record's current
         /// data, `null` when it has none; `data` is what the change writes, `null` for a delete).
-        public let write: RuleExpression?
+        /// Every condition must admit the change; the first that refuses gives its reason.
+        public let write: [WriteCondition]?
         /// The shape of every put's data.
         public let schema: JSONSchema?
         /// The field kinds it declares (`fields`), by dotted path: checked on every put,
         /// and served to the devices, which merge by them.
         public let fields: [String: FieldKind]
+        /// The app version a push must name for writes to the collection (`minAppVersion`:
+        /// the collection's own, else the file's); nil: any.
+        public let minAppVersion: Int?
         /// The paths of `data` the read rule reads: a write that changes none of them (and
         /// is no delete) cannot move the record in or out of any view.
         let readDataPaths: [[String]]
@@ -36,13 +48,14 @@ public struct ServerRules: Sendable {
         /// rules read (nil: the whole object): what the judge keeps of a push.
         let judgedKeys: Set<String>?
 
-        init(read: RuleExpression?, write: RuleExpression?, schema: JSONSchema?, fields: [String: FieldKind] = [:]) {
+        init(read: RuleExpression?, write: [WriteCondition]?, schema: JSONSchema?, fields: [String: FieldKind] = [:], minAppVersion: Int? = nil) {
             self.read = read
             self.write = write
             self.schema = schema
             self.fields = fields
+            self.minAppVersion = minAppVersion
             readDataPaths = read?.paths(from: .data) ?? []
-            let written = (write?.paths(from: .data) ?? []) + (write?.paths(from: .prev) ?? []) + readDataPaths
+            let written = (write ?? []).flatMap { $0.rule.paths(from: .data) + $0.rule.paths(from: .prev) } + readDataPaths
             judgedKeys = Self.keys(written)
         }
 
@@ -109,19 +122,20 @@ public struct ServerRules: Sendable {
             throw file.error(offset: error.offset, "is not JSON: \(error.reason)")
         }
         guard case .object(let top) = root else { throw file.error(at: [], "must be a JSON object") }
-        for key in top.keys where key != "collections" && key != "default" && key != "$comment" {
-            throw file.error(at: [key], "unknown key \"\(key)\" (expected collections, default)")
+        for key in top.keys where !["collections", "default", "minAppVersion", "$comment"].contains(key) {
+            throw file.error(at: [key], "unknown key \"\(key)\" (expected collections, default, minAppVersion)")
         }
+        let spaceMinimum = try minAppVersion(top["minAppVersion"], at: ["minAppVersion"], file)
         var fallback: Collection?
         if let value = top["default"] {
-            fallback = try collection(value, at: ["default"], fallback: nil, file)
+            fallback = try collection(value, at: ["default"], fallback: nil, spaceMinimum: spaceMinimum, file)
         }
         var collections: [String: Collection] = [:]
         if let value = top["collections"] {
             guard case .object(let named) = value else { throw file.error(at: ["collections"], "must be an object of collections") }
             for (name, rules) in named.elements {
                 guard Names.isValidCollection(name) else { throw file.error(at: ["collections", name], "\"\(name)\" is not a collection name") }
-                collections[name] = try collection(rules, at: ["collections", name], fallback: fallback, file)
+                collections[name] = try collection(rules, at: ["collections", name], fallback: fallback, spaceMinimum: spaceMinimum, file)
             }
         }
         // A view is the read rules and the values of the claims they read.
@@ -140,14 +154,16 @@ public struct ServerRules: Sendable {
                            index: ViewIndex(collections: collections, fallback: fallback), fieldKinds: kinds, fieldKindsJSON: kinds.encoded())
     }
 
-    private static func collection(_ value: JSONValue, at path: [String], fallback: Collection?, _ file: RulesFileText) throws(RulesError) -> Collection {
+    private static func collection(_ value: JSONValue, at path: [String], fallback: Collection?, spaceMinimum: Int?,
+                                   _ file: RulesFileText) throws(RulesError) -> Collection {
         guard case .object(let o) = value else { throw file.error(at: path, "must be an object with read, write and schema") }
         let named = path.first == "collections"
-        for key in o.keys where !["read", "write", "schema", "$comment"].contains(key) && !(named && key == "fields") {
-            throw file.error(at: path + [key], "unknown key \"\(key)\" (expected read, write, schema\(named ? ", fields" : ""))")
+        for key in o.keys where !["read", "write", "schema", "minAppVersion", "$comment"].contains(key) && !(named && key == "fields") {
+            throw file.error(at: path + [key], "unknown key \"\(key)\" (expected read, write, schema, minAppVersion\(named ? ", fields" : ""))")
         }
+        let minimum = try minAppVersion(o["minAppVersion"], at: path + ["minAppVersion"], file) ?? spaceMinimum
         let read = try expression(o["read"], at: path + ["read"], roots: [.auth, .data, .collection, .id], file) ?? fallback?.read
-        let write = try expression(o["write"], at: path + ["write"], roots: Set(RuleExpression.Root.allCases), file) ?? fallback?.write
+        let write = try writeConditions(o["write"], at: path + ["write"], file) ?? fallback?.write
         var schema: JSONSchema?
         if let s = o["schema"] {
             do {
@@ -156,7 +172,8 @@ public struct ServerRules: Sendable {
                 throw file.error(at: path + ["schema"] + JSONPointer.tokens(error.path), "schema: \(error.reason)")
             }
         }
-        return Collection(read: read, write: write, schema: schema, fields: try fields(o["fields"], at: path + ["fields"], file))
+        return Collection(read: read, write: write, schema: schema, fields: try fields(o["fields"], at: path + ["fields"], file),
+                          minAppVersion: minimum)
     }
 
     /// A collection's `fields`: an object from dotted path (`"stock"`, `"totals.count"`) to
@@ -179,6 +196,43 @@ public struct ServerRules: Sendable {
             if k != .lww { out[field] = k }
         }
         return out
+    }
+
+
+    /// `write`: one expression, or a list of `{"rule", "reason"}` that must all admit a
+    /// change (the first that refuses names the reason).
+    private static func writeConditions(_ value: JSONValue?, at path: [String], _ file: RulesFileText) throws(RulesError) -> [WriteCondition]? {
+        let roots = Set(RuleExpression.Root.allCases)
+        guard case .array(let items)? = value else {
+            return try expression(value, at: path, roots: roots, file).map { [WriteCondition(rule: $0, reason: nil)] }
+        }
+        guard !items.isEmpty else { throw file.error(at: path, "a list of write conditions needs at least one") }
+        var out: [WriteCondition] = []
+        for (i, item) in items.enumerated() {
+            let at = path + [String(i)]
+            guard case .object(let o) = item else { throw file.error(at: at, "must be an object with rule and reason") }
+            for key in o.keys where !["rule", "reason", "$comment"].contains(key) {
+                throw file.error(at: at + [key], "unknown key \"\(key)\" (expected rule, reason)")
+            }
+            guard let rule = try expression(o["rule"], at: at + ["rule"], roots: roots, file) else { throw file.error(at: at, "needs a rule") }
+            var reason: String?
+            switch o["reason"] {
+            case nil: break
+            case .string(let text)? where !text.isEmpty && text.utf8.count <= 500: reason = text
+            default: throw file.error(at: at + ["reason"], "must be a string of 1 to 500 bytes")
+            }
+            out.append(WriteCondition(rule: rule, reason: reason))
+        }
+        return out
+    }
+
+    /// `minAppVersion`: an integer from 0 to `AppVersions.maxVersion`.
+    private static func minAppVersion(_ value: JSONValue?, at path: [String], _ file: RulesFileText) throws(RulesError) -> Int? {
+        guard let value else { return nil }
+        guard let v = value.int64Value, v >= 0, v <= Int64(AppVersions.maxVersion) else {
+            throw file.error(at: path, "must be an integer from 0 to \(AppVersions.maxVersion)")
+        }
+        return Int(v)
     }
 
     private static func expression(_ value: JSONValue?, at path: [String], roots: Set<RuleExpression.Root>, _ file: RulesFileText) throws(RulesError) -> RuleExpression? {
@@ -309,12 +363,24 @@ public struct ReadView: Sendable {
 /// The rules as a push's judge (`PushRules.apply`), for one token.
 public struct RulesJudge: PushJudge {
     public let view: ReadView
+    /// The versions the push names.
+    public let versions: AppVersions
 
-    public init(view: ReadView) { self.view = view }
+    public init(view: ReadView, versions: AppVersions = AppVersions()) {
+        self.view = view
+        self.versions = versions
+    }
 
     public func judge(_ change: Change, current: RecordState?, deletedCopy: JSONObject?) -> PushResult.RejectReason? {
         guard let rules = view.rules.rules(for: change.collection), let write = rules.write else {
             return .init(.forbidden, "the rules give no access to collection \(change.collection)")
+        }
+        // An app too old for the collection's writes is told so before anything else: it
+        // shows no data, and a later app may write what this one cannot.
+        let version = versions.version(for: change.collection)
+        if let minimum = rules.minAppVersion, version < minimum {
+            return .init(.upgradeRequired, "writes to \(change.collection) need app version \(minimum) or later; this app is version \(version)",
+                         details: ["minimum": .number(JSONNumber(minimum)), "version": .number(JSONNumber(version))])
         }
         let prev = current.flatMap { $0.deleted ? nil : $0.data }
         // A token never writes over what it cannot read: the answer to its change (a
@@ -335,8 +401,11 @@ public struct RulesJudge: PushJudge {
         let context = RuleExpression.Context(auth: view.auth, data: change.op == .put ? change.data.map { .object($0) } ?? .null : .null,
                                              prev: prev.map { .object($0) } ?? .null, op: change.op.rawValue,
                                              collection: change.collection, id: change.id)
-        guard write.admits(context) else {
-            return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue)")
+        for condition in write where !condition.rule.admits(context) {
+            guard let reason = condition.reason else {
+                return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue)")
+            }
+            return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue): \(reason)", details: ["reason": .string(reason)])
         }
         return nil
     }
@@ -446,10 +515,22 @@ struct JSONLocator {
     let bytes: [UInt8]
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 
-    /// The byte offset of the value at `keys` (the root for none); nil when absent.
+    /// The byte offset of the value at `keys` (the root for none; a key of an array is its
+    /// element's index); nil when absent.
     func offset(of keys: [String]) -> Int? {
         var i = skipSpace(0)
         for key in keys {
+            if i < bytes.count, bytes[i] == UInt8(ascii: "["), let index = Int(key) {
+                i = skipSpace(i + 1)
+                for _ in 0..<index {
+                    guard i < bytes.count, bytes[i] != UInt8(ascii: "]") else { return nil }
+                    i = skipSpace(skipValue(i))
+                    guard i < bytes.count, bytes[i] == UInt8(ascii: ",") else { return nil }
+                    i = skipSpace(i + 1)
+                }
+                guard i < bytes.count, bytes[i] != UInt8(ascii: "]") else { return nil }
+                continue
+            }
             guard i < bytes.count, bytes[i] == UInt8(ascii: "{") else { return nil }
             i = skipSpace(i + 1)
             var found = false

@@ -83,7 +83,9 @@ public final class SyncService: Sendable {
         let claims = try await authorizer.authorize(request.head, space: space, scope: .write)
         // Under rules, every change is judged in the store's transaction, on the state it
         // would replace (PushRules), by the rules of this moment for this token.
-        let judge: RulesJudge? = rules.rules.map { RulesJudge(view: $0.view(for: claims)) }
+        // The versions the push names are judged against the rules' minimums (docs/rules.md,
+        // "App versions").
+        let judge: RulesJudge? = rules.rules.map { RulesJudge(view: $0.view(for: claims), versions: decoded.versions) }
         let items = decoded.changes.map { prepare($0, judge: judge) }
 
         let results = try await storeCall {
@@ -105,7 +107,7 @@ public final class SyncService: Sendable {
     /// in place as `.invalid`, to be answered `rejected invalid_change`. Public so that an
     /// HTTP face over another implementation of the protocol (the SDK's in-memory server,
     /// in the conformance tests) refuses a malformed push exactly as the server does.
-    public static func decodePush(_ body: [UInt8], maxChanges: Int) throws(HTTPError) -> (clientId: String, changes: [DecodedChange]) {
+    public static func decodePush(_ body: [UInt8], maxChanges: Int) throws(HTTPError) -> (clientId: String, changes: [DecodedChange], versions: AppVersions) {
         // Records nest at most 64 levels; `data` sits three levels below the body's root.
         let value = try parseJSONBody(body, maxDepth: 64 + 3)
         do {

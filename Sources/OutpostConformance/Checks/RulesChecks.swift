@@ -103,6 +103,26 @@ enum RulesChecks {
                 try expect(try await pullAll(c, t, token: t.boss).records.isEmpty, "a job failing the schema was stored")
             }
         },
+        Check("rules-upgrade-required", section: "4", "under rules a write from an app older than the collection's minAppVersion is rejected upgrade_required with details.minimum; a push that names no version is version 0", requires: [.rules]) { c in
+            let rules = fieldTeam.replacingOccurrences(of: #""notes": {"read": "true", "write": "true"}"#,
+                                                       with: #""notes": {"read": "true", "write": "true", "minAppVersion": 2}"#)
+            try await c.withRules(rules) {
+                let t = Team(c)
+                func note(_ id: String) -> JSONValue { ChangeJSON.put(c.unique("chg"), collection: "notes", id: id, data: ["text": "on site"], base: nil) }
+                let none = try await c.push(t.space, [note("n1"), job(c, "j1", "Fix pump", "w1")], token: t.w1).results
+                try expectRejected(none[0], "upgrade_required", "a note from a push that names no version")
+                try expect(none[0].error?.details?["minimum"]?.int64Value == 2 && none[0].error?.details?["version"]?.int64Value == 0,
+                           "details are \(String(describing: none[0].error?.details)), expected minimum 2 and version 0")
+                _ = try expectApplied(none[1], "a job: its collection sets no minimum")
+                let old = try await c.push(t.space, [note("n2")], token: t.w1, extra: [("appVersion", 1)]).results[0]
+                try expectRejected(old, "upgrade_required", "a note from app version 1")
+                _ = try expectApplied(try await c.push(t.space, [note("n3")], token: t.w1, extra: [("appVersion", 2)]).results[0], "a note from app version 2")
+                _ = try expectApplied(try await c.push(t.space, [note("n4")], token: t.w1, extra: [("appVersion", 1), ("collectionVersions", ["notes": 2])]).results[0],
+                                      "a note from version 2 of the notes collection")
+                let stored = try await pullAll(c, t, token: t.boss).records.filter { $0.collection == "notes" }.map(\.id)
+                try expect(stored == ["n3", "n4"], "the notes stored are \(stored), expected n3 and n4")
+            }
+        },
         Check("rules-replay-answers-as-first", section: "4", "under rules a replayed change answers as the first time", requires: [.rules]) { c in
             try await c.withRules(fieldTeam) {
                 let t = Team(c)

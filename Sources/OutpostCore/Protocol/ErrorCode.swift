@@ -28,6 +28,10 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     /// per-space limit of record bytes; `details.limit` and `details.used` (added without a
     /// version change).
     case recordQuotaExceeded = "record_quota_exceeded"
+    /// A change's result: the rules want a later version of the app for writes to its
+    /// collection than the push named (`appVersion`); `details.minimum` and
+    /// `details.version` (docs/rules.md, "App versions"; added without a version change).
+    case upgradeRequired = "upgrade_required"
     // Section 5: pull
     case epochChanged = "epoch_changed"
     case cursorAhead = "cursor_ahead"

@@ -175,18 +175,55 @@ public enum DecodedChange: Hashable, Sendable {
     }
 }
 
+/// The schema versions an app was built for, which a push names (`appVersion` and
+/// `collectionVersions`, docs/protocol.md section 4): one number for the app, and, where a
+/// collection's schema moves on its own, a number per collection. A push that names none
+/// (a 1.1 client) is version 0 for every collection.
+public struct AppVersions: Hashable, Sendable {
+    /// The app's version; nil: none named.
+    public var app: Int?
+    /// Versions per collection, in place of `app` for those collections.
+    public var collections: [String: Int]
+
+    public init(app: Int? = nil, collections: [String: Int] = [:]) {
+        self.app = app
+        self.collections = collections
+    }
+
+    /// True when the push names no version.
+    public var isEmpty: Bool { app == nil && collections.isEmpty }
+
+    /// The version the app was built for in `collection`: its own, else the app's, else 0.
+    public func version(for collection: String) -> Int {
+        collections[collection] ?? app ?? 0
+    }
+
+    /// The largest version the wire carries: 2^53 − 1, exact in every JSON reader.
+    public static let maxVersion = 9_007_199_254_740_991
+}
+
 /// `POST /v1/spaces/{space}/push` request body.
 public struct PushRequest: Hashable, Sendable {
     public var clientId: String
     public var changes: [Change]
+    /// The versions the app was built for (sent only when it names one).
+    public var versions: AppVersions
 
-    public init(clientId: String, changes: [Change]) {
+    public init(clientId: String, changes: [Change], versions: AppVersions = AppVersions()) {
         self.clientId = clientId
         self.changes = changes
+        self.versions = versions
     }
 
     public var json: JSONValue {
-        .object(["clientId": .string(clientId), "changes": .array(changes.map(\.json))])
+        var o: JSONObject = ["clientId": .string(clientId), "changes": .array(changes.map(\.json))]
+        if let app = versions.app { o["appVersion"] = .number(JSONNumber(app)) }
+        if !versions.collections.isEmpty {
+            var c = JSONObject()
+            for (name, v) in versions.collections.sorted(by: { $0.key < $1.key }) { c[name] = .number(JSONNumber(v)) }
+            o["collectionVersions"] = .object(c)
+        }
+        return .object(o)
     }
 
     public func encoded() -> [UInt8] { json.encoded() }
@@ -198,15 +235,17 @@ public struct PushRequest: Hashable, Sendable {
     ///
     /// `maxChanges` is checked before any change is decoded, so an oversized push costs
     /// no more work than counting.
-    public static func decodeForServer(_ value: JSONValue, maxChanges: Int) throws(PushDecodeError) -> (clientId: String, changes: [DecodedChange]) {
+    public static func decodeForServer(_ value: JSONValue, maxChanges: Int) throws(PushDecodeError) -> (clientId: String, changes: [DecodedChange], versions: AppVersions) {
         let r: FieldReader
         do { r = try FieldReader(value) } catch { throw .wire(error) }
         let clientId: String
         let items: [JSONValue]
+        var versions = AppVersions()
         do throws(WireError) {
             clientId = try r.string("clientId")
             guard Names.isValidClientID(clientId) else { throw r.invalid("clientId", "must be 1 to 128 characters of [A-Za-z0-9_.:-]") }
             items = try r.array("changes")
+            versions = try decodeVersions(r)
         } catch { throw .wire(error) }
         guard items.count <= maxChanges else { throw .tooManyChanges(count: items.count, limit: maxChanges) }
         var out: [DecodedChange] = []
@@ -219,7 +258,31 @@ public struct PushRequest: Hashable, Sendable {
             }
             out.append(decodeChange(o, changeId: changeId))
         }
-        return (clientId, out)
+        return (clientId, out, versions)
+    }
+
+    /// `appVersion` and `collectionVersions`: integers from 0 to `AppVersions.maxVersion`.
+    private static func decodeVersions(_ r: FieldReader) throws(WireError) -> AppVersions {
+        func version(_ value: JSONValue, _ field: String) throws(WireError) -> Int? {
+            if value.isNull { return nil }
+            guard let v = value.int64Value, v >= 0, v <= Int64(AppVersions.maxVersion) else {
+                throw WireError(field: field, message: "must be an integer from 0 to \(AppVersions.maxVersion)")
+            }
+            return Int(v)
+        }
+        var versions = AppVersions()
+        if let app = r.object["appVersion"] { versions.app = try version(app, r.fieldPath("appVersion")) }
+        switch r.object["collectionVersions"] {
+        case nil, .null?: break
+        case .object(let o)?:
+            for (name, value) in o.elements {
+                let field = r.fieldPath("collectionVersions") + "." + name
+                guard Names.isValidCollection(name) else { throw WireError(field: field, message: "is not a collection name") }
+                if let v = try version(value, field) { versions.collections[name] = v }
+            }
+        default: throw r.invalid("collectionVersions", "must be an object from collection name to version")
+        }
+        return versions
     }
 
     private static func decodeChange(_ o: JSONObject, changeId: String) -> DecodedChange {
