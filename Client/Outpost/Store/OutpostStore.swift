@@ -233,12 +233,45 @@ public actor OutpostStore {
     /// Saves a Codable value as the record `collection`/`id` (a put). Local only: the
     /// record and its queue entry are written in one transaction; the network is not
     /// touched. Returns the record as stored.
+    ///
+    /// Fields the app's type does not know survive: the put is `value` encoded, plus every
+    /// field of the record as the store shows it now that `T` never reads, at every level
+    /// of nested objects; a field `T` reads and `value` leaves out is removed
+    /// (docs/client.md, "Fields an app does not know"). What `T` reads is learned from the
+    /// store's decodes of it (`get`, `all`, `values`, `StoredRecord.decode`); before any,
+    /// the save decodes the stored record as `T` with `decoder` once to learn it.
     @discardableResult
-    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder()) throws -> StoredRecord {
+    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder(),
+                                   decoder: JSONDecoder = JSONDecoder()) throws -> StoredRecord {
         let json: JSONValue
         do { json = try JSONValue(encoding: value, encoder: encoder) } catch { throw OutpostError.encoding("\(error)") }
         guard case .object(let object) = json else { throw OutpostError.encoding("\(T.self) does not encode as a JSON object") }
-        return try put(object, in: collection, id: id)
+        let key = try validatedKey(collection, id)
+        guard let base = try read({ try $0.shown(key) }), let bytes = base.body.data, let baseObject = try? decodeObject(bytes) else {
+            return try put(object, in: collection, id: id)
+        }
+        return try put(Self.typedPut(object, of: T.self, over: baseObject, in: collection, decoder: decoder), in: collection, id: id)
+    }
+
+    /// The put of a typed save of `app` over `base` (see `save`). A `Decodable` type whose
+    /// reads are not known yet, or not known under a key `base` holds an object for, is
+    /// taught by one decode of `base`; a type that cannot be taught keeps every field of
+    /// `base` that `app` lacks.
+    static func typedPut<T>(_ app: JSONObject, of type: T.Type, over base: JSONObject, in collection: String, decoder: JSONDecoder) -> JSONObject {
+        if let known = KnownFieldsRegistry.fields(of: type, in: collection) {
+            let (object, incomplete) = known.put(app, over: base)
+            guard incomplete else { return object }
+        }
+        if let decodable = type as? any Decodable.Type, learn(decodable, from: base, in: collection, decoder: decoder),
+           let known = KnownFieldsRegistry.fields(of: type, in: collection) {
+            return known.put(app, over: base).object
+        }
+        return TypeFields.putKnowingNothing(app, over: base)
+    }
+
+    /// Decodes `base` as `type` to learn what it reads; false when it does not decode.
+    private static func learn<D: Decodable>(_ type: D.Type, from base: JSONObject, in collection: String, decoder: JSONDecoder) -> Bool {
+        (try? KnownFieldsRegistry.decode(type, from: base, in: collection, decoder: decoder)) != nil
     }
 
     /// Saves raw JSON as the record `collection`/`id` (a put). See `save(_:in:id:)`.
