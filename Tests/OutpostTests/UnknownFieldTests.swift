@@ -158,9 +158,27 @@ struct FieldMergeTests {
         let base: JSONObject = ["first_name": "A", "last_name": "B", "home_site": ["room_no": 1, "wing": "E"]]
         #expect(snake.put(["home_site": ["room_no": 2]], over: base).object == ["home_site": ["room_no": 2, "wing": "E"], "last_name": "B"])
         let custom = TypeFields(fields: .keys(["a": .keys(["b": .whole])]), keyStrategy: .custom { path in
-            TypeFields.PathKeyForTests(path.map(\.stringValue).joined(separator: ".") == "a.B" ? "b" : path.last!.stringValue.lowercased())
+            TypeFields.PathKey(path.map(\.stringValue).joined(separator: ".") == "a.B" ? "b" : path.last!.stringValue.lowercased())
         })
         #expect(custom.put(["A": ["B": 1]], over: ["A": ["B": 0, "C": 3], "D": 4]).object == ["A": ["B": 1, "C": 3], "D": 4])
+    }
+
+    struct Spot: Codable { var name: String; var floor: Int? }
+    struct Visit: Codable { var title: String; var backup: Spot? }
+
+    /// What a type reads inside an object it was only ever seen to find absent is learned
+    /// from the copy a save is made on, so a member the app clears there goes.
+    @Test func aSaveOverAnObjectNeverOpenedLearnsItFromTheStoredCopy() async throws {
+        let world = World()
+        let a = try world.device("a")
+        try await a.put(["title": "T"], in: "learn-inside", id: "r1")
+        try await a.put(["title": "T", "backup": ["name": "S", "floor": 3, "gps": "x"]], in: "learn-inside", id: "r2")
+        _ = try await a.get(Visit.self, from: "learn-inside", id: "r1")
+        #expect(KnownFieldsRegistry.fields(of: Visit.self, in: "learn-inside")?.fields == .keys(["title": .whole, "backup": .unopened]))
+        try await a.save(Visit(title: "T2", backup: Spot(name: "S", floor: nil)), in: "learn-inside", id: "r2")
+        #expect(try await a.data("learn-inside", "r2") == ["title": "T2", "backup": ["name": "S", "gps": "x"]])
+        #expect(KnownFieldsRegistry.fields(of: Visit.self, in: "learn-inside")?.fields
+                == .keys(["title": .whole, "backup": .keys(["name": .whole, "floor": .whole])]))
     }
 
     struct Seen: Codable { var title: String; var note: String? }
@@ -180,17 +198,6 @@ struct FieldMergeTests {
         #expect(try await a.data("learn-first", "r1") == ["title": "T3", "extra": ["deep": true]])
         try await a.put(["title": "T4"], in: "learn-first", id: "r1")
         #expect(try await a.data("learn-first", "r1") == ["title": "T4"])
-    }
-}
-
-extension TypeFields {
-    /// A coding key for the custom key strategy of a test.
-    struct PathKeyForTests: CodingKey {
-        let stringValue: String
-        var intValue: Int? { nil }
-        init(_ name: String) { stringValue = name }
-        init?(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
     }
 }
 

@@ -104,7 +104,8 @@ extension TypeFields {
         }
     }
 
-    private struct PathKey: CodingKey {
+    /// A coding key of a path given to a `.custom` key strategy.
+    struct PathKey: CodingKey {
         let stringValue: String
         var intValue: Int? { nil }
         init(_ name: String) { stringValue = name }
