@@ -18,9 +18,9 @@
 //    the record. Ceiling: the bare protocol over the same transport (a push of one change
 //    while a long-poll pull waits; the time until the pull returns). Goal: p99 < 100 ms.
 // 4. Typed reads and saves (docs/client.md, "Fields an app does not know"): `all(T)` of
-//    10,000 records whose data has a field `T` does not know, where every decode notes the
-//    keys `T` reads; ceiling: the same records read with `records(in:)` and decoded by a
-//    plain JSONDecoder. Then `save(T)` one at a time over existing records (the put keeps
+//    10,000 records whose data has a field `T` does not know (the first decode of `T`
+//    learns which keys it reads, the others are plain); ceiling: the same records read
+//    with `records(in:)` and decoded by a plain JSONDecoder. Then `save(T)` one at a time over existing records (the put keeps
 //    the unknown field); ceiling: `put` of the same value encoded, which merges nothing.
 //    `--typed-only` runs this part alone (no server).
 import Foundation

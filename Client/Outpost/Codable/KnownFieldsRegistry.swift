@@ -6,8 +6,9 @@ import Synchronization
 // (docs/client.md, "Fields an app does not know").
 
 /// What is known of the fields one `Decodable` type reads in one collection: the union of
-/// every decode the SDK has made of it in this process, and the key strategy of the
-/// decoder that made the last one (to name a JSON key as the type's `CodingKey`s do).
+/// the decodes that learned it in this process (the first decode of the type there, and
+/// the copies saves were made on when they had to learn), and the key strategy of the
+/// decoder of the last one (to name a JSON key as the type's `CodingKey`s do).
 struct TypeFields: Sendable {
     var fields: KnownFields
     var keyStrategy: JSONDecoder.KeyDecodingStrategy
@@ -38,9 +39,18 @@ enum KnownFieldsRegistry {
         }
     }
 
+    /// Decodes `object` as `type` with `decoder`; the first decode of `type` in
+    /// `collection` learns what it reads, later ones decode plainly (a recording decode
+    /// costs about half as much again: docs/client.md, "Fields an app does not know").
+    static func decode<T: Decodable>(_ type: T.Type, from object: JSONObject, in collection: String, decoder: JSONDecoder) throws -> T {
+        guard fields(of: type, in: collection) == nil else { return try JSONValue.object(object).decode(type, decoder: decoder) }
+        return try learn(type, from: object, in: collection, decoder: decoder)
+    }
+
     /// Decodes `object` as `type` with `decoder`, adding the fields it read to what is
     /// known of `type` in `collection`.
-    static func decode<T: Decodable>(_ type: T.Type, from object: JSONObject, in collection: String, decoder: JSONDecoder) throws -> T {
+    @discardableResult
+    static func learn<T: Decodable>(_ type: T.Type, from object: JSONObject, in collection: String, decoder: JSONDecoder) throws -> T {
         let recorded = try JSONValue.object(object).decode(Recorded<T>.self, decoder: decoder)
         record(T.self, in: collection, recorded.fields, keyStrategy: decoder.keyDecodingStrategy)
         return recorded.value

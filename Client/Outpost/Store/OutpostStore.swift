@@ -238,8 +238,9 @@ public actor OutpostStore {
     /// field of the record as the store shows it now that `T` never reads, at every level
     /// of nested objects; a field `T` reads and `value` leaves out is removed
     /// (docs/client.md, "Fields an app does not know"). What `T` reads is learned from the
-    /// store's decodes of it (`get`, `all`, `values`, `StoredRecord.decode`); before any,
-    /// the save decodes the stored record as `T` with `decoder` once to learn it.
+    /// store's first decode of it in `collection` (`get`, `all`, `values`,
+    /// `StoredRecord.decode`); before any, the save decodes the stored record as `T` with
+    /// `decoder` to learn it.
     @discardableResult
     public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder(),
                                    decoder: JSONDecoder = JSONDecoder()) throws -> StoredRecord {
@@ -271,7 +272,7 @@ public actor OutpostStore {
 
     /// Decodes `base` as `type` to learn what it reads; false when it does not decode.
     private static func learn<D: Decodable>(_ type: D.Type, from base: JSONObject, in collection: String, decoder: JSONDecoder) -> Bool {
-        (try? KnownFieldsRegistry.decode(type, from: base, in: collection, decoder: decoder)) != nil
+        (try? KnownFieldsRegistry.learn(type, from: base, in: collection, decoder: decoder)) != nil
     }
 
     /// Saves raw JSON as the record `collection`/`id` (a put). See `save(_:in:id:)`.
