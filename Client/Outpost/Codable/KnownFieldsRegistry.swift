@@ -55,6 +55,30 @@ enum KnownFieldsRegistry {
         record(T.self, in: collection, recorded.fields, keyStrategy: decoder.keyDecodingStrategy)
         return recorded.value
     }
+
+    /// The put of a typed save of `app` over `base`, the copy the edit was made on (see
+    /// `OutpostStore.save`). A `Decodable` type whose reads are not known yet in
+    /// `collection`, or not known under a key `base` holds an object for, is taught by one
+    /// decode of `base`; a type that cannot be taught keeps every field of `base` that `app`
+    /// lacks, beyond what is known already.
+    static func put<T>(_ app: JSONObject, of type: T.Type, over base: JSONObject, in collection: String, decoder: JSONDecoder) -> JSONObject {
+        var incompletePut: JSONObject?
+        if let known = fields(of: type, in: collection) {
+            let (object, incomplete) = known.put(app, over: base)
+            guard incomplete else { return object }
+            incompletePut = object
+        }
+        if let decodable = type as? any Decodable.Type, learns(decodable, from: base, in: collection, decoder: decoder),
+           let known = fields(of: type, in: collection) {
+            return known.put(app, over: base).object
+        }
+        return incompletePut ?? TypeFields.putKnowingNothing(app, over: base)
+    }
+
+    /// Decodes `base` as `type` to learn what it reads; false when it does not decode.
+    private static func learns<D: Decodable>(_ type: D.Type, from base: JSONObject, in collection: String, decoder: JSONDecoder) -> Bool {
+        (try? learn(type, from: base, in: collection, decoder: decoder)) != nil
+    }
 }
 
 extension TypeFields {

@@ -251,28 +251,7 @@ public actor OutpostStore {
         guard let base = try read({ try $0.shown(key) }), let bytes = base.body.data, let baseObject = try? decodeObject(bytes) else {
             return try put(object, in: collection, id: id)
         }
-        return try put(Self.typedPut(object, of: T.self, over: baseObject, in: collection, decoder: decoder), in: collection, id: id)
-    }
-
-    /// The put of a typed save of `app` over `base` (see `save`). A `Decodable` type whose
-    /// reads are not known yet, or not known under a key `base` holds an object for, is
-    /// taught by one decode of `base`; a type that cannot be taught keeps every field of
-    /// `base` that `app` lacks.
-    static func typedPut<T>(_ app: JSONObject, of type: T.Type, over base: JSONObject, in collection: String, decoder: JSONDecoder) -> JSONObject {
-        if let known = KnownFieldsRegistry.fields(of: type, in: collection) {
-            let (object, incomplete) = known.put(app, over: base)
-            guard incomplete else { return object }
-        }
-        if let decodable = type as? any Decodable.Type, learn(decodable, from: base, in: collection, decoder: decoder),
-           let known = KnownFieldsRegistry.fields(of: type, in: collection) {
-            return known.put(app, over: base).object
-        }
-        return TypeFields.putKnowingNothing(app, over: base)
-    }
-
-    /// Decodes `base` as `type` to learn what it reads; false when it does not decode.
-    private static func learn<D: Decodable>(_ type: D.Type, from base: JSONObject, in collection: String, decoder: JSONDecoder) -> Bool {
-        (try? KnownFieldsRegistry.learn(type, from: base, in: collection, decoder: decoder)) != nil
+        return try put(KnownFieldsRegistry.put(object, of: T.self, over: baseObject, in: collection, decoder: decoder), in: collection, id: id)
     }
 
     /// Saves raw JSON as the record `collection`/`id` (a put). See `save(_:in:id:)`.
