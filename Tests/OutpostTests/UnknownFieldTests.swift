@@ -87,6 +87,15 @@ struct KeyRecordingTests {
         #expect(fields == .keys(["shape": .whole, "label": .whole]))
     }
 
+    /// A string-keyed dictionary reads every key: a type that is one is read whole, and its
+    /// save puts exactly what it encodes.
+    @Test func aDictionaryTypeIsReadWhole() throws {
+        let (value, fields) = try recorded([String: Int].self, ["a": 1, "b": 2])
+        #expect(value == ["a": 1, "b": 2] && fields == .whole)
+        let known = TypeFields(fields: fields, keyStrategy: .useDefaultKeys)
+        #expect(known.put(["a": 3], over: ["a": 1, "b": 2]).object == ["a": 3])
+    }
+
     /// The app's decoder decodes: its date strategy and key strategy apply as without
     /// recording, and an optional struct and a wrapper around a struct are noted.
     struct Wrapped: Codable, Equatable {
