@@ -240,7 +240,7 @@ public actor OutpostStore {
     /// (docs/client.md, "Fields an app does not know"). What `T` reads is learned from the
     /// store's first decode of it in `collection` (`get`, `all`, `values`,
     /// `StoredRecord.decode`); before any, the save decodes the stored record as `T` with
-    /// `decoder` to learn it.
+    /// `decoder` to learn it (pass the decoder the app reads with when it sets strategies).
     @discardableResult
     public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder(),
                                    decoder: JSONDecoder = JSONDecoder()) throws -> StoredRecord {
