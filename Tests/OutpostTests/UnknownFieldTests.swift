@@ -193,6 +193,28 @@ struct FieldMergeTests {
                 == .keys(["title": .whole, "backup": .keys(["name": .whole, "floor": .whole])]))
     }
 
+    struct Task1: Codable { var title: String }
+
+    /// A field this app does not know, changed meanwhile by another device, is not taken
+    /// back by this app's edit made on the older copy: the three-way merge keeps it.
+    @Test func anUnknownFieldChangedMeanwhileElsewhereIsKeptByTheMerge() async throws {
+        let world = World()
+        let newer = try world.device("newer", resolver: .mergeFields(fallback: .lastWriteWins()))
+        let older = try world.device("older", resolver: .mergeFields(fallback: .lastWriteWins()))
+        try await newer.put(["title": "T", "priority": 1], in: "merge-unknown", id: "r1")
+        try await newer.sync()
+        try await older.sync()
+        let seen = try #require(try await older.get(Task1.self, from: "merge-unknown", id: "r1"))
+        try await newer.put(["title": "T", "priority": 5], in: "merge-unknown", id: "r1")
+        try await newer.sync()
+        try await older.save(Task1(title: seen.title + " edited"), in: "merge-unknown", id: "r1")
+        #expect(try await older.sync().conflicts == 1)
+        try await newer.sync()
+        for store in [older, newer] {
+            #expect(try await store.data("merge-unknown", "r1") == ["title": "T edited", "priority": 5])
+        }
+    }
+
     struct Seen: Codable { var title: String; var note: String? }
     struct EncodeOnly: Encodable { var title: String }
 
