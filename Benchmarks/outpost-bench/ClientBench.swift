@@ -17,6 +17,12 @@
 //    poll; the time from the first device's save to the second device's observer hearing
 //    the record. Ceiling: the bare protocol over the same transport (a push of one change
 //    while a long-poll pull waits; the time until the pull returns). Goal: p99 < 100 ms.
+// 4. Typed reads and saves (docs/client.md, "Fields an app does not know"): `all(T)` of
+//    10,000 records whose data has a field `T` does not know (the first decode of `T`
+//    learns which keys it reads, the others are plain); ceiling: the same records read
+//    with `records(in:)` and decoded by a plain JSONDecoder. Then `save(T)` one at a time over existing records (the put keeps
+//    the unknown field); ceiling: `put` of the same value encoded, which merges nothing.
+//    `--typed-only` runs this part alone (no server).
 import Foundation
 import Glibc
 import Outpost
@@ -33,6 +39,7 @@ enum ClientBench {
         var saves = 2_000
         var rounds = 200
         var pageLimit: Int?
+        var typedOnly = false
         var i = 0
         while i < arguments.count {
             switch arguments[i] {
@@ -41,8 +48,9 @@ enum ClientBench {
             case "--saves" where i + 1 < arguments.count: saves = Int(arguments[i + 1]) ?? saves; i += 1
             case "--rounds" where i + 1 < arguments.count: rounds = Int(arguments[i + 1]) ?? rounds; i += 1
             case "--page-limit" where i + 1 < arguments.count: pageLimit = Int(arguments[i + 1]); i += 1
+            case "--typed-only": typedOnly = true
             case "-h", "--help":
-                print("usage: outpost-bench client [--server PATH] [--records 100000] [--saves 2000] [--rounds 200] [--page-limit N]")
+                print("usage: outpost-bench client [--server PATH] [--records 100000] [--saves 2000] [--rounds 200] [--page-limit N] [--typed-only]")
                 return
             default: throw HTTPBench.BenchError("unknown option \(arguments[i])")
             }
@@ -52,6 +60,7 @@ enum ClientBench {
         defer { try? FileManager.default.removeItem(atPath: work) }
         print("outpost-bench client: load average \(HTTPBench.loadAverage())")
 
+        if typedOnly { return try await typedReadsAndSaves(work: work, records: 10_000, saves: saves) }
         try await localSaves(work: work, count: saves)
 
         let (server, token, url) = try startServer(serverPath, work: work, secret: secret)
@@ -59,6 +68,7 @@ enum ClientBench {
 
         try await initialSync(url: url, token: token, work: work, records: records, pageLimit: pageLimit)
         try await writeToOtherDevice(url: url, token: token, work: work, rounds: rounds)
+        try await typedReadsAndSaves(work: work, records: 10_000, saves: saves)
     }
 
     // MARK: Helpers
@@ -319,5 +329,53 @@ enum ClientBench {
                      percentile(latencies, 0.5), percentile(latencies, 0.99)))
         print(String(format: "ceiling: push → long poll %6.1f ms %8.1f ms   (bare protocol, same transport)", percentile(bare, 0.5), percentile(bare, 0.99)))
         print(String(format: "goal p99 < 100 ms: %@", percentile(latencies, 0.99) < 100 ? "met" : "NOT met"))
+    }
+
+    // MARK: 4. Typed reads and saves
+
+    static func typedReadsAndSaves(work: String, records: Int, saves: Int) async throws {
+        print("\n4. typed reads and saves: \(records) records with a field Todo does not know; best of 5 rounds, interleaved")
+        var configuration = OutpostStore.Configuration(space: "bench")
+        configuration.durability = .normal
+        let store = try OutpostStore(path: work + "/typed.sqlite", configuration: configuration)
+        for n in 0..<records { try await store.put(record(n), in: "todos", id: "t\(n)") }
+        let clock = ContinuousClock()
+        var typed = Duration.seconds(3600), plain = Duration.seconds(3600)
+        for _ in 0..<5 {
+            var start = clock.now
+            let a = try await store.all(Todo.self, in: "todos")
+            typed = min(typed, clock.now - start)
+            start = clock.now
+            let b = try await store.records(in: "todos").map { try JSONValue.object($0.data!).decode(Todo.self) }
+            plain = min(plain, clock.now - start)
+            precondition(a.count == records && b.count == records)
+        }
+        print(String(format: "all(Todo.self)            %8.1f ms   records + plain JSONDecoder %8.1f ms (ceiling)   %.2f× the ceiling",
+                     ms(typed), ms(plain), ms(typed) / ms(plain)))
+
+        var saveLatencies: [Double] = [], putLatencies: [Double] = []
+        for n in 0..<saves {
+            let value = Todo(title: "Edited \(n)", done: n % 2 == 0, priority: n % 5, notes: "Seals checked.")
+            let id = "t\(n % records)"
+            if n % 2 == 0 {
+                let start = clock.now
+                try await store.save(value, in: "todos", id: id)
+                saveLatencies.append(ms(clock.now - start))
+            } else {
+                let start = clock.now
+                guard case .object(let object) = try JSONValue(encoding: value) else { fatalError("Todo encodes as an object") }
+                try await store.put(object, in: "todos", id: id)
+                putLatencies.append(ms(clock.now - start))
+            }
+        }
+        saveLatencies.sort()
+        putLatencies.sort()
+        let s50 = percentile(saveLatencies, 0.5), s99 = percentile(saveLatencies, 0.99)
+        let p50 = percentile(putLatencies, 0.5), p99 = percentile(putLatencies, 0.99)
+        print(String(format: "save(Todo), NORMAL        %8.3f ms %8.3f ms   encode + put %.3f / %.3f ms (ceiling)   (%.2f× / %.2f× the ceiling)",
+                     s50, s99, p50, p99, s50 / p50, s99 / p99))
+        let kept = try await store.record(in: "todos", id: "t0")?.data?["site"]
+        precondition(kept != nil, "a typed save keeps the field Todo does not know")
+        await store.close()
     }
 }

@@ -21,11 +21,13 @@ public struct StoredRecord: Sendable, Hashable {
     /// The client that wrote `version`, when known.
     public let updatedBy: String?
 
-    /// Decodes the data into `type` (with `decoder`, a `JSONDecoder` by default).
+    /// Decodes the data into `type` (with `decoder`, a `JSONDecoder` by default). The first
+    /// decode of `type` in a collection notes which fields it reads, so that its saves keep
+    /// the fields it does not (docs/client.md, "Fields an app does not know").
     public func decode<T: Decodable>(_ type: T.Type = T.self, decoder: JSONDecoder = JSONDecoder()) throws -> T {
         guard let data else { throw OutpostError.decoding(collection: collection, id: id, message: "the record is deleted") }
         do {
-            return try JSONValue.object(data).decode(T.self, decoder: decoder)
+            return try KnownFieldsRegistry.decode(T.self, from: data, in: collection, decoder: decoder)
         } catch {
             throw OutpostError.decoding(collection: collection, id: id, message: "\(error)")
         }

@@ -248,12 +248,25 @@ public actor OutpostStore {
     /// Saves a Codable value as the record `collection`/`id` (a put). Local only: the
     /// record and its queue entry are written in one transaction; the network is not
     /// touched. Returns the record as stored.
+    ///
+    /// Fields the app's type does not know survive: the put is `value` encoded, plus every
+    /// field of the record as the store shows it now that `T` never reads, at every level
+    /// of nested objects; a field `T` reads and `value` leaves out is removed
+    /// (docs/client.md, "Fields an app does not know"). What `T` reads is learned from the
+    /// store's first decode of it in `collection` (`get`, `all`, `values`,
+    /// `StoredRecord.decode`); before any, the save decodes the stored record as `T` with
+    /// `decoder` to learn it (pass the decoder the app reads with when it sets strategies).
     @discardableResult
-    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder()) throws -> StoredRecord {
+    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder(),
+                                   decoder: JSONDecoder = JSONDecoder()) throws -> StoredRecord {
         let json: JSONValue
         do { json = try JSONValue(encoding: value, encoder: encoder) } catch { throw OutpostError.encoding("\(error)") }
         guard case .object(let object) = json else { throw OutpostError.encoding("\(T.self) does not encode as a JSON object") }
-        return try put(object, in: collection, id: id)
+        let key = try validatedKey(collection, id)
+        guard let base = try read({ try $0.shown(key) }), let bytes = base.body.data, let baseObject = try? decodeObject(bytes) else {
+            return try put(object, in: collection, id: id)
+        }
+        return try put(KnownFieldsRegistry.put(object, of: T.self, over: baseObject, in: collection, decoder: decoder), in: collection, id: id)
     }
 
     /// Saves raw JSON as the record `collection`/`id` (a put). See `save(_:in:id:)`.
