@@ -90,9 +90,9 @@ let package = Package(
             name: "OutpostServer",
             dependencies: ["OutpostCore", "OutpostRules", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
             path: "Server/OutpostServer",
-            // Compiled into the binary as bytes (PackageResources.console_js): an installed
-            // binary has no resource bundle beside it on Linux.
-            resources: [.embedInCode("Admin/console.js")],
+            // Compiled into the binary as bytes (PackageResources.console_js, console_css):
+            // an installed binary has no resource bundle beside it on Linux.
+            resources: [.embedInCode("Admin/console.js"), .embedInCode("Admin/console.css")],
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",

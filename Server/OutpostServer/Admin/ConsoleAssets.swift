@@ -31,7 +31,7 @@ struct ConsoleAsset: Sendable {
 /// The admin console's page and assets, and how they are served: static, with no inline
 /// script and a strict Content-Security-Policy (docs/operating.md, "Admin console").
 enum ConsoleAssets {
-    static let style = ConsoleAsset(name: "console.css", contentType: "text/css; charset=utf-8", text: ConsoleStyle.text)
+    static let style = ConsoleAsset(name: "console.css", contentType: "text/css; charset=utf-8", bytes: PackageResources.console_css)
     static let script = ConsoleAsset(name: "console.js", contentType: "text/javascript; charset=utf-8", bytes: PackageResources.console_js)
     static let icon = ConsoleAsset(name: "icon.svg", contentType: "image/svg+xml", text: ConsolePage.icon)
     /// `GET /admin`: it names the other assets by their versioned URLs.
