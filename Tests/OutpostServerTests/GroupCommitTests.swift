@@ -23,7 +23,9 @@ import Testing
             case .sqlite:
                 // The writer stores the group's counters in `spaces` just before COMMIT: the
                 // trigger fails that statement, at the commit of a group that wrote "poison".
-                let db = try Connection(path: f.path)
+                // It waits for the lock as long as any test waits (the default 5 s ran out once
+                // while the store's writer held it on a machine with both cores busy).
+                let db = try Connection(path: f.path, busyTimeoutMs: Int32(testDeadlineSeconds * 1000))
                 try db.execute("""
                     CREATE TRIGGER poison BEFORE UPDATE ON spaces WHEN EXISTS (SELECT 1 FROM records WHERE id = 'poison')
                     BEGIN SELECT RAISE(ABORT, 'poisoned commit'); END;
