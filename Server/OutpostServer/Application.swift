@@ -108,6 +108,10 @@ public final class OutpostApplication: Sendable {
         // Pulls, not the store's waiters: the pulls of one group share one store waiter.
         let sync = sync
         metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(sync.waitingPulls) }
+        let syncStore = store
+        metrics.gauge("outpost_store_queued_writes", help: "Pushes and other writes waiting for the store's writer; one that keeps growing means writes arrive faster than commits.") {
+            Double(syncStore.queuedWrites)
+        }
         let compactor = Compactor(store: store, metrics: metrics, retentionDays: settings.tombstoneRetentionDays)
         // Device telemetry in the store's database, on a session of its own.
         let telemetryStore: DeviceTelemetry

@@ -20,6 +20,7 @@ public final class MutantSyncStore: SyncStore {
 
     public var epoch: Epoch { base.epoch }
     public var notifier: CommitNotifier { base.notifier }
+    public var queuedWrites: Int { base.queuedWrites }
 
     public func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         switch mutation {

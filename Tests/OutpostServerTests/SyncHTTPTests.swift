@@ -285,6 +285,8 @@ import OutpostTestSupport
             #expect(r.text.contains("outpost_http_requests_total{route=\"/v1/spaces/{space}/push\",status=\"200\"} 1"))
             #expect(r.text.contains("# TYPE outpost_http_request_duration_seconds histogram"))
             #expect(r.text.contains("outpost_http_open_connections "))
+            // The push was answered, so nothing waits for the writer.
+            #expect(r.text.contains("outpost_store_queued_writes 0\n"))
             // Histogram buckets are cumulative and end with +Inf = count.
             let buckets = r.text.split(separator: "\n").filter { $0.hasPrefix("outpost_http_request_duration_seconds_bucket{route=\"/v1/spaces/{space}/push\"") }
             let counts = buckets.compactMap { Int($0.split(separator: " ").last!) }

@@ -157,6 +157,8 @@ public final class PostgresSyncStore: SyncStore {
 
     // MARK: SyncStore
 
+    public var queuedWrites: Int { writers.reduce(0) { $0 + $1.queued } }
+
     public func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         try stale.check()
         return try await withCheckedThrowingContinuation { continuation in

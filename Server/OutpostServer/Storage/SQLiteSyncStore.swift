@@ -218,6 +218,8 @@ public final class SQLiteSyncStore: SyncStore {
 
     // MARK: SyncStore
 
+    public var queuedWrites: Int { writer.queued }
+
     public func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult] {
         try await withCheckedThrowingContinuation { continuation in
             let job = WriteJob.push(PushJob(space: space, clientId: clientId, subject: subject, items: items, now: now, judge: judge,

@@ -144,6 +144,10 @@ public protocol SyncStore: Sendable {
     /// the push that made it (`PageCoalescer` relies on that).
     var notifier: CommitNotifier { get }
 
+    /// Pushes and other writes waiting for a writer, not yet taken into a transaction: a
+    /// figure that keeps growing means writes arrive faster than the store commits them.
+    var queuedWrites: Int { get }
+
     /// Applies a push by `clientId` (the device's name for itself) under the token subject
     /// `subject`, and returns one result per item, in order. With a `judge` (a server with
     /// rules), `PushRules` asks it about every change and keeps the departures it names, in

@@ -77,6 +77,9 @@ final class WorkerThread<Job: Sendable>: Sendable {
         }
     }
 
+    /// Jobs queued and not yet taken by the thread (the batch it is handling is not counted).
+    var queued: Int { state.withLock { $0.jobs.count } }
+
     /// Queues a job. Returns false when the thread is stopping and the job was not queued.
     @discardableResult
     func submit(_ job: Job) -> Bool {

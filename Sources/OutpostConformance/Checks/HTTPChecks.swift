@@ -355,18 +355,9 @@ enum HTTPChecks {
             let bytes = c.requestBytes("POST", CheckContext.spacePath(space, "push"), headers: [("Content-Type", "application/json")], body: body, token: c.writeToken(space))
             let connection = try await c.connect()
             defer { connection.close() }
-            var offset = 0
-            var step = 1
             // Pauses make the pieces arrive apart; they stop well inside the server's header
             // timeout, which a busy machine would otherwise stretch them past.
-            let pausesEnd = ContinuousClock.now + c.configuration.headerTimeout / 4
-            while offset < bytes.count {
-                let n = min(step, bytes.count - offset)
-                try await connection.send(Array(bytes[offset..<(offset + n)]))
-                offset += n
-                step = step % 13 + 5
-                if offset < 200 && ContinuousClock.now < pausesEnd { try await Task.sleep(for: .milliseconds(2)) }
-            }
+            try await connection.sendInPieces(bytes, pausedBytes: 200, pausesEnd: ContinuousClock.now + c.configuration.headerTimeout / 4)
             let response = try await connection.response(timeout: c.configuration.responseTimeout)
             let reply = try c.decodePush(response, changes: [try JSONParser.parse(body)["changes"]![0]!])
             _ = try expectApplied(reply.results[0], "a push sent in small pieces")

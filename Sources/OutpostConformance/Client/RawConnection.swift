@@ -139,6 +139,24 @@ public final class RawConnection: Sendable {
         try await offload { try self.sendBlocking(bytes, timeout: timeout) }
     }
 
+    /// Sends `bytes` a few at a time, in pieces of 1, 6, 11, 16, 8, ... bytes, pausing 2 ms
+    /// after each piece that ends before byte `pausedBytes` until `pausesEnd`: all in one
+    /// block on the connection's queue, so the pieces arrive as fast as the client sends
+    /// them, never as slowly as a busy pool hands out turns.
+    public func sendInPieces(_ bytes: [UInt8], pausedBytes: Int, pausesEnd: ContinuousClock.Instant, timeout: Duration = .seconds(30)) async throws {
+        try await offload {
+            var offset = 0
+            var step = 1
+            while offset < bytes.count {
+                let n = min(step, bytes.count - offset)
+                try self.sendBlocking(Array(bytes[offset..<(offset + n)]), timeout: timeout)
+                offset += n
+                step = step % 13 + 5
+                if offset < pausedBytes && ContinuousClock.now < pausesEnd { usleep(2_000) }
+            }
+        }
+    }
+
     /// Sends the UTF-8 of `text`.
     public func send(_ text: String, timeout: Duration = .seconds(30)) async throws {
         try await send(Array(text.utf8), timeout: timeout)
