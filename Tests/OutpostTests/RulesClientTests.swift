@@ -87,4 +87,45 @@ import Testing
         await phone.close()
         await office.close()
     }
+
+    /// `resetSync()` under rules: a pull from the start sends no tombstone, so the refresh
+    /// drops at its end the live copies it did not bring (a job deleted since), keeps the
+    /// tombstone copies the phone already held (what it would offer again to a new history),
+    /// and keeps and sends the phone's pending edit.
+    @Test func aRefreshUnderRulesDropsTheJobsDeletedSinceAndKeepsTombstonesAndEdits() async throws {
+        let dir = try TemporaryDirectory(prefix: "outpost-rules-refresh")
+        defer { dir.remove() }
+        let path = dir.appending("rules.json")
+        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
+        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
+        defer { server.stop() }
+        let phone = try device("phone", server, dir, token: try server.token(sub: "w1", spaces: ["team"]))
+        let office = try device("office", server, dir, token: try server.token(sub: "boss", spaces: ["team"], claims: [#"roles=["supervisor"]"#]))
+        for id in ["j1", "j3", "j5"] { _ = try await office.put(["title": .string("Job \(id)"), "assignee": "w1"], in: "jobs", id: id) }
+        try await office.sync()
+        try await phone.sync()
+        // j5 is deleted while the phone follows: its tombstone reaches the phone.
+        _ = try await office.delete(from: "jobs", id: "j5")
+        try await office.sync()
+        try await phone.sync()
+        let j5 = RecordKey(collection: "jobs", id: "j5")
+        #expect(try await phone.read { try $0.model(j5) }?.server?.body?.deleted == true)
+        // j1 is deleted while the phone does not sync; the phone edits j3, then refreshes.
+        _ = try await office.delete(from: "jobs", id: "j1")
+        try await office.sync()
+        _ = try await phone.put(["title": "Job j3, done", "assignee": "w1"], in: "jobs", id: "j3")
+        try await phone.resetSync()
+        let epoch = try #require(try await phone.read { try $0.session().phase.epoch })
+        #expect(try await phone.read { try $0.session().phase } == .refreshing(epoch))
+        let report = try await phone.sync()
+        #expect(report.pushed == 1)
+        #expect(try await ids(phone) == ["j3"], "the copy of j1, deleted since, is gone after the refresh")
+        #expect(try await phone.read { try $0.model(RecordKey(collection: "jobs", id: "j1")) } == nil)
+        #expect(try await phone.read { try $0.model(j5) }?.server?.body?.deleted == true, "the tombstone the phone held stays")
+        #expect(try await phone.read { try $0.session().phase } == .following(epoch))
+        try await office.sync()
+        #expect(try await office.record(in: "jobs", id: "j3")?.data?["title"] == "Job j3, done")
+        await phone.close()
+        await office.close()
+    }
 }

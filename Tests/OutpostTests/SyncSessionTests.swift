@@ -177,7 +177,7 @@ enum SessionInvariants {
 struct SyncSessionTests {
     /// The number of session states reachable from a new store in two syncs: docs/client.md
     /// gives it ("The sync session").
-    static let stateCount = 186_753
+    static let stateCount = 187_345
 
     /// Every state reachable from a new store in two syncs and one `leaveEpoch()` or
     /// `resetSync()`, with every answer, keeps the invariants.
@@ -187,7 +187,7 @@ struct SyncSessionTests {
         print("session enumeration: \(seen.count) states, \(steps) steps")
         #expect(seen.count == Self.stateCount, "the enumeration reached \(seen.count) states; docs/client.md and stateCount say \(Self.stateCount)")
         let phases = Set(seen.map { SessionTable.phaseName($0.session.phase) })
-        #expect(phases == ["detached", "following", "view re-pulling", "re-pulling", "re-pulling, view changed"], "every phase is reached: \(phases)")
+        #expect(phases == ["detached", "following", "view re-pulling", "refreshing", "re-pulling", "re-pulling, view changed"], "every phase is reached: \(phases)")
     }
 
     static let enumerated: (seen: Set<SessionWorld>, steps: Int, problems: [String]) = {
@@ -227,6 +227,39 @@ struct SyncSessionTests {
         }
         #expect(requests == SyncSession.maxShrinks + SyncSession.pushRounds - 1)
         #expect(effects.last == .fetch(since: Version(epoch: SessionWorld.e1, seq: 1), view: nil), "the pull goes on")
+    }
+
+    /// `resetSync()` makes a refresh: a pull from the start that marks what it brings and
+    /// at its end drops the live copies it did not bring (never the tombstones); a new epoch
+    /// met during it is re-pulled as any, offering again what the new history lacks.
+    @Test func aRefreshDropsUnseenLiveCopiesAndANewEpochDuringItIsAnOrdinaryRePull() {
+        let e1 = SessionWorld.e1, e2 = SessionWorld.e2
+        var s = SyncSession(phase: .following(e1), cursor: Cursor(Version(epoch: e1, seq: 7)))
+        var effects: [SessionEffect]
+        (s, effects) = SyncSession.reduce(s, .reset)
+        #expect(s.phase == .refreshing(e1) && s.cursor == Cursor(Version.start(of: e1)))
+        #expect(effects == [.store(retire: nil, clearSeen: true)])
+        // Its last page: the store drops the live copies not seen, and follows.
+        var pulled = s
+        (pulled, effects) = SyncSession.reduce(pulled, .start(dueOnly: false))
+        (pulled, effects) = SyncSession.reduce(pulled, .candidates([], SessionWorld.limits, overhead: 40))
+        #expect(effects.last == .fetch(since: Version.start(of: e1), view: nil))
+        (pulled, effects) = SyncSession.reduce(pulled, .page(PageHeader(epoch: e1, next: Version(epoch: e1, seq: 9), view: nil, hasMore: false), storeEmpty: false))
+        guard case .apply(let application)? = effects.last else { Issue.record("no apply: \(effects)"); return }
+        #expect(application.dropUnseen == .live && application.phase == .following(e1) && !application.finishRePull)
+        // A new epoch reported twice during the refresh: an ordinary re-pull, not a view change.
+        (s, effects) = SyncSession.reduce(s, .start(dueOnly: false))
+        (s, effects) = SyncSession.reduce(s, .candidates([], SessionWorld.limits, overhead: 40))
+        (s, effects) = SyncSession.reduce(s, .pullRefused(status: 409, ErrorEnvelope(code: "epoch_changed", message: "m", details: ["epoch": .string(e2.rawValue)])))
+        #expect(effects.last == .fetch(since: nil, view: nil))
+        (s, effects) = SyncSession.reduce(s, .page(PageHeader(epoch: e2, next: Version(epoch: e2, seq: 3), view: nil, hasMore: true), storeEmpty: false))
+        guard case .apply(let rePull)? = effects.last else { Issue.record("no apply: \(effects)"); return }
+        #expect(rePull.pulling == .rePulling(e2, viewChanged: false) && rePull.confirm && rePull.clearSeen)
+        // Copies of a live record and of a tombstone, neither brought by the refresh.
+        let live = RecordModel(key: SessionWorld.c1.key, server: Copy(version: Version(epoch: e1, seq: 2), body: Body(data: Array("{}".utf8)), updatedAt: 1))
+        let tombstone = RecordModel(key: SessionWorld.c2.key, server: Copy(version: Version(epoch: e1, seq: 3), body: .tombstone, updatedAt: 1))
+        #expect(UnseenCopies.live.drops(live) && !UnseenCopies.live.drops(tombstone))
+        #expect(UnseenCopies.all.drops(live) && UnseenCopies.all.drops(tombstone))
     }
 
     /// docs/client.md's session table is what the session does.
@@ -280,6 +313,7 @@ enum SessionTable {
         case .detached: return "detached"
         case .following: return "following"
         case .viewRePulling: return "view re-pulling"
+        case .refreshing: return "refreshing"
         case .rePulling(_, let view): return view ? "re-pulling, view changed" : "re-pulling"
         }
     }
@@ -315,12 +349,16 @@ enum SessionTable {
             if a.retire != nil { words.append("retire") }
             if a.confirm { words.append("confirm") }
             if a.clearSeen { words.append("clear seen") }
-            if a.finishView { words.append("drop unseen") }
+            switch a.dropUnseen {
+            case .all?: words.append("drop unseen")
+            case .live?: words.append("drop unseen live")
+            case nil: break
+            }
             if a.finishRePull { words.append("re-offer") }
             return words.joined(separator: ", ")
         case .restartView(_, _, let compacted): return compacted ? "restart (compacted)" : "restart (view)"
         case .epochChanged: return "epoch changed"
-        case .store(let retire): return retire == nil ? "store" : "retire, store"
+        case .store(let retire, let clearSeen): return (retire == nil ? "store" : "retire, store") + (clearSeen ? ", clear seen" : "")
         case .succeed: return "succeed"
         case .fail(let error): return "fail (\(failureName(error)))"
         }

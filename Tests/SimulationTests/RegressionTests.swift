@@ -67,6 +67,9 @@ struct RegressionTests {
     /// Seeds of runs with field kinds (`outpost-sim --field-kinds`), which run under a rules file.
     static let fieldKindSeeds: [(seed: UInt64, bug: String)] = [
         (15, "harness: under rules a delete of a deleted record departs no copy and reaches no device; a device keeps the tombstone it was sent"),
+        (168, "resetSync() pulled from the start keeping every copy, and under rules such a pull sends no tombstone: a record deleted since stayed (the refresh now drops the live copies it did not bring)"),
+        (83, "a refresh that dropped every copy it did not bring, tombstones too, left nothing to offer again to a new history: an acknowledged write was lost (the refresh keeps tombstone copies, and a new epoch met during it re-pulls as usual)"),
+        (165, "a refresh that dropped the tombstone copies it did not bring: the device's acknowledged delete was not offered again to a new history"),
     ]
 
     @Test(arguments: fieldKindSeeds.map(\.seed))
@@ -76,21 +79,5 @@ struct RegressionTests {
         let result = await Simulation.run(configuration)
         let bug = Self.fieldKindSeeds.first { $0.seed == seed }!.bug
         #expect(result.passed, "seed \(seed) (\(bug)):\n\(result.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(result.configuration.reproduction)")
-    }
-
-    /// Found by the runs with field kinds, not fixed: under rules a pull from the start sends
-    /// no tombstone ("a device pulling from the start holds nothing", docs/rules.md), but
-    /// `resetSync()` and a new epoch pull from the start while the device keeps its copies,
-    /// so a record deleted since stays on the device (seed 168: d1's `resetSync()` at step
-    /// 57, after d2 deleted todos/k2 at step 50). When it is fixed, this test fails: make it
-    /// a seed of `fieldKindSeeds`.
-    @Test func aPullFromTheStartUnderRulesLeavesDeletedCopiesOnTheDevice() async {
-        var configuration = RunConfiguration.forSeed(168)
-        configuration.fieldKinds = true
-        let result = await Simulation.run(configuration)
-        withKnownIssue("a re-pull from the start under rules misses the deletes since (seed 168)") {
-            #expect(result.passed, "\(result.violations.map(\.description).joined(separator: "\n"))")
-        }
-        #expect(result.violations.allSatisfy { $0.invariant == .convergence && $0.message.contains("todos/k2") }, "\(result.violations)")
     }
 }

@@ -62,6 +62,7 @@ extension LocalDatabase {
         switch (row?.0, row?.1) {
         case ("following", let e?): phase = .following(e)
         case ("view re-pulling", let e?): phase = .viewRePulling(e)
+        case ("refreshing", let e?): phase = .refreshing(e)
         case ("re-pulling", let e?): phase = .rePulling(e, viewChanged: false)
         case ("re-pulling, view changed", let e?): phase = .rePulling(e, viewChanged: true)
         default: phase = .detached
@@ -76,6 +77,7 @@ extension LocalDatabase {
         case .detached: name = "detached"
         case .following: name = "following"
         case .viewRePulling: name = "view re-pulling"
+        case .refreshing: name = "refreshing"
         case .rePulling(_, let view): name = view ? "re-pulling, view changed" : "re-pulling"
         }
         try db.cached("INSERT OR REPLACE INTO sync_session(one, phase, epoch, cursor) VALUES (1, ?, ?, ?)")

@@ -98,10 +98,12 @@ extension OutpostStore {
                 for key in try d.allKeys() { try transition(key, .historyConfirmed, d, phase: pulling) }
             }
             for page in pages { try apply(page, marksSeen: a.pulling.marksSeen, phase: pulling, d, report: &report, keys: &keys) }
-            if a.finishView {
-                // The copies of the records the new view did not bring are dropped; the app's
-                // unsettled edits of them stay, for the server to judge.
-                for key in try d.keysNotSeen() { try drop(key, d, phase: pulling, report: &report, keys: &keys) }
+            if let unseen = a.dropUnseen {
+                // The copies of the records the pull did not bring are dropped, as the session
+                // says; the app's unsettled edits of them stay, for the server to judge.
+                for key in try d.keysNotSeen() where try d.model(key).map(unseen.drops) ?? false {
+                    try drop(key, d, phase: pulling, report: &report, keys: &keys)
+                }
                 try d.clearViewSeen()
             }
             if a.finishRePull {
@@ -171,8 +173,9 @@ extension OutpostStore {
     }
 
     /// Pulls the current history again from its start at the next sync (a refresh: every
-    /// record comes again and is applied by the usual rules, never over a newer version).
-    /// Pending changes are kept.
+    /// record comes again and is applied by the usual rules, never over a newer version; at
+    /// its end the live copies of records it did not bring, deleted since or out of view,
+    /// are dropped). Pending changes are kept and sent.
     public func resetSync() async throws {
         try await acquireSyncGate()
         defer { releaseSyncGate() }
@@ -205,8 +208,9 @@ extension OutpostStore {
 
     /// Stores what the session decided outside a sync (`SessionEffect.store`).
     private func store(_ decided: (SyncSession, [SessionEffect]), _ d: LocalDatabase) throws {
-        for case .store(let retire) in decided.1 {
+        for case .store(let retire, let clearSeen) in decided.1 {
             if let retire { try d.retire(retire, keep: SyncSession.retiredLimit) }
+            if clearSeen { try d.clearViewSeen() }
             try d.storeSession(phase: decided.0.phase, cursor: decided.0.cursor)
         }
     }

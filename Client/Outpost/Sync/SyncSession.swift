@@ -20,6 +20,13 @@ enum SyncPhase: Hashable, Sendable {
     /// seen, and at its end the copies of every record not seen are dropped, never offered
     /// again. Pushes go.
     case viewRePulling(Epoch)
+    /// Pulling the followed history again from its start at the app's request
+    /// (`resetSync()`): as in a view re-pull, each record the pull brings is marked seen and
+    /// at its end the copies of the others are dropped, since a pull from the start carries
+    /// no tombstone the device needs (under rules none; after compaction not the purged
+    /// ones). Pushes go. The view did not change, so a new epoch met meanwhile is re-pulled
+    /// as any other: what the new history lacks is offered again.
+    case refreshing(Epoch)
     /// Pulling a new history from its start: copies meet it; nothing is pushed.
     /// `viewChanged`: a view re-pull was under way, so what the new history does not bring
     /// is dropped as well (the token may no longer read it), not offered again.
@@ -28,7 +35,7 @@ enum SyncPhase: Hashable, Sendable {
     var epoch: Epoch? {
         switch self {
         case .detached: return nil
-        case .following(let e), .viewRePulling(let e), .rePulling(let e, _): return e
+        case .following(let e), .viewRePulling(let e), .refreshing(let e), .rePulling(let e, _): return e
         }
     }
 
@@ -36,19 +43,28 @@ enum SyncPhase: Hashable, Sendable {
     var engine: Phase {
         switch self {
         case .detached: return .detached
-        case .following(let e), .viewRePulling(let e): return .following(e)
+        case .following(let e), .viewRePulling(let e), .refreshing(let e): return .following(e)
         case .rePulling(let e, _): return .rePulling(e)
         }
     }
 
-    /// True while the pull marks the records it brings and drops the copies of the others at
-    /// its end.
-    var marksSeen: Bool {
+    /// What a marking pull drops at its end of what it did not bring; nil for the others.
+    var unseen: UnseenCopies? {
         switch self {
-        case .viewRePulling, .rePulling(_, viewChanged: true): return true
-        default: return false
+        case .viewRePulling, .rePulling(_, viewChanged: true): return .all
+        case .refreshing: return .live
+        case .detached, .following, .rePulling(_, viewChanged: false): return nil
         }
     }
+
+    /// True while the pull marks the records it brings, to drop (`unseen`) copies of the
+    /// others at its end.
+    var marksSeen: Bool { unseen != nil }
+
+    /// True while what the pull does not bring is dropped for good, never offered again: the
+    /// token's view changed (or compaction purged deletes), so a new history met meanwhile
+    /// is re-pulled the same way.
+    var viewChanged: Bool { unseen == .all }
 
     var isRePulling: Bool {
         if case .rePulling = self { return true }
@@ -117,10 +133,31 @@ struct Application: Hashable, Sendable {
     var retire: Epoch?
     /// Forget the records marked seen first.
     var clearSeen = false
-    /// At the end: drop the copies of records not seen (a view re-pull's end).
-    var finishView = false
+    /// At the end: drop the copies of records not seen (the end of a view re-pull or a
+    /// refresh); nil: none is dropped.
+    var dropUnseen: UnseenCopies?
     /// At the end: offer again the left copies the history lacks (a re-pull's end).
     var finishRePull = false
+}
+
+/// Which copies of the records a marking pull did not bring are dropped at its end.
+enum UnseenCopies: Hashable, Sendable {
+    /// Every one: the token may no longer read them, or the history no longer holds them
+    /// (a view re-pull).
+    case all
+    /// The live ones: the pull did not bring a record the device holds live because it was
+    /// deleted since (its tombstone is not sent from the start) or left the view by a
+    /// write. A copy that is a tombstone already says what the server holds, and stays: it
+    /// is what the device offers again if a new history lacks the record (a refresh).
+    case live
+
+    /// Whether the copies of `model`, a record the pull did not bring, are dropped.
+    func drops(_ model: RecordModel) -> Bool {
+        switch self {
+        case .all: return true
+        case .live: return !(model.server?.body?.deleted ?? false)
+        }
+    }
 }
 
 /// What happens to the session.
@@ -169,8 +206,8 @@ enum SessionEffect: Hashable, Sendable {
     case fetch(since: Version?, view: String?)
     /// In one transaction: `retire` the epoch, follow `phase` (`confirm`: every record's
     /// copy becomes a left copy, to be met in the new history), apply the pages held since
-    /// the last `apply` in order and store the cursor past the last; at `finishView`, drop
-    /// the copies of records not seen; at `finishRePull`, offer again the left copies the
+    /// the last `apply` in order and store the cursor past the last; at `dropUnseen`, drop
+    /// those copies of records not seen; at `finishRePull`, offer again the left copies the
     /// history lacks. Then `applied`.
     case apply(Application)
     /// The view changed (or compaction purged deletes after the cursor): store the phase and
@@ -178,8 +215,9 @@ enum SessionEffect: Hashable, Sendable {
     case restartView(SyncPhase, Cursor, compacted: Bool)
     /// The store follows a new epoch now (the report says so).
     case epochChanged
-    /// Store the phase and cursor (outside a sync), retiring `retire` first.
-    case store(retire: Epoch?)
+    /// Store the phase and cursor (outside a sync), retiring `retire` first and forgetting
+    /// the records marked seen at `clearSeen`.
+    case store(retire: Epoch?, clearSeen: Bool)
     /// The sync ended well.
     case succeed
     /// The sync failed with this error; nothing more is done.
@@ -301,10 +339,14 @@ struct SyncSession: Hashable, Sendable {
     private mutating func handle(_ event: SessionEvent, _ effects: inout [SessionEffect]) {
         switch (step, event) {
         case (.idle, .reset), (.done, .reset):
-            // `resetSync()`: the current history again from its start at the next sync.
+            // `resetSync()`: the current history again from its start at the next sync, as
+            // a refresh that drops at its end the copies of the records it did not bring (a
+            // pull from the start carries no tombstone the device needs). A re-pull under
+            // way starts again as what it is.
             self = stored
+            if case .following(let e) = phase { phase = .refreshing(e) }
             if let epoch = phase.epoch { cursor = Cursor(Version.start(of: epoch)) }
-            effects.append(.store(retire: nil))
+            effects.append(.store(retire: nil, clearSeen: phase.marksSeen))
         case (.idle, .leave), (.done, .leave):
             // `leaveEpoch()`: the epoch is retired, and the next sync follows the epoch two
             // requests report.
@@ -313,7 +355,7 @@ struct SyncSession: Hashable, Sendable {
             if let left { retire(left) }
             phase = .detached
             cursor = nil
-            effects.append(.store(retire: left))
+            effects.append(.store(retire: left, clearSeen: false))
         case (.idle, .start(let dueOnly)), (.done, .start(let dueOnly)):
             self = stored
             self.dueOnly = dueOnly
@@ -525,9 +567,9 @@ struct SyncSession: Hashable, Sendable {
             confirmation = nil
             epochChanged = true
             effects.append(.epochChanged)
-            let viewChanged = phase.marksSeen
+            let viewChanged = phase.viewChanged, marked = phase.marksSeen
             retire(current)
-            follow(.rePulling(reported, viewChanged: viewChanged), pages: [page], confirm: true, retire: current, clearSeen: viewChanged, &effects)
+            follow(.rePulling(reported, viewChanged: viewChanged), pages: [page], confirm: true, retire: current, clearSeen: marked, &effects)
         case nil:
             guard let epoch = phase.epoch, cursor != nil else {
                 confirmation = .firstPage(page)
@@ -549,11 +591,12 @@ struct SyncSession: Hashable, Sendable {
         // At the end of a pull from the start, the store follows the history it pulled.
         if ends, case .rePulling(let e, _) = next { after = .following(e) }
         if ends, case .viewRePulling(let e) = next { after = .following(e) }
+        if ends, case .refreshing(let e) = next { after = .following(e) }
         phase = after
         cursor = Cursor(last.next, view: last.view)
         pageHadMore = last.hasMore
         effects.append(.apply(Application(pages: pages, pulling: next, phase: after, cursor: cursor!, confirm: confirm, retire: retire, clearSeen: clearSeen,
-                                          finishView: ends && next.marksSeen, finishRePull: ends && next.isRePulling)))
+                                          dropUnseen: ends ? next.unseen : nil, finishRePull: ends && next.isRePulling)))
     }
 
     private mutating func reportedNew(_ reported: Epoch, _ effects: inout [SessionEffect]) {
