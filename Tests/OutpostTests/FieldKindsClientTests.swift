@@ -28,7 +28,10 @@ import Testing
         var c = OutpostStore.Configuration(space: "team")
         c.clientId = name
         c.durability = .normal
-        c.randomSeed = 7
+        // Seeded per device: two devices seeded alike made the same change id when both
+        // put the same data in the same millisecond, and the server answered the second
+        // as a replay of the first (a decrement lost, under load, on PostgreSQL).
+        c.randomSeed = World.seed(of: name)
         c.resolver = .mergeFields()
         return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c,
                                 transport: HTTPSyncTransport(baseURL: server.baseURL, token: try server.token(sub: name, spaces: ["team"])))
@@ -71,11 +74,13 @@ import Testing
             // Both take the same count away: each change counts (10 → 9 on both makes 8, not 9).
             try await phone.put(["name": "bolts", "stock": 6, "totals": ["weight": 3.0, "note": "crate"]], in: "items", id: "i1")
             try await reopened.put(["name": "bolts", "stock": 6, "totals": ["weight": 3.0, "note": "crate"]], in: "items", id: "i1")
-            try await phone.sync()
-            try await reopened.sync()
-            try await phone.sync()
-            #expect(try await phone.data("items", "i1")?["stock"] == 5)
-            #expect(try await reopened.data("items", "i1")?["stock"] == 5)
+            let first = try await phone.sync()
+            let second = try await reopened.sync()
+            let third = try await phone.sync()
+            let reports = "phone \(first), tablet \(second), phone \(third)"
+            let onPhone = try await phone.data("items", "i1"), onTablet = try await reopened.data("items", "i1")
+            #expect(onPhone?["stock"] == 5, "\(onPhone ?? [:]); \(reports)")
+            #expect(onTablet?["stock"] == 5, "\(onTablet ?? [:]); \(reports)")
             await phone.close()
             await reopened.close()
         }

@@ -44,7 +44,7 @@ final class MediaWorld: Sendable {
         var c = OutpostStore.Configuration(space: space)
         c.clientId = name
         c.durability = .normal
-        c.randomSeed = 5
+        c.randomSeed = World.seed(of: name)
         c.clock = clock.reading()
         c.backoff = backoff
         return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: proxy.url, token: token))

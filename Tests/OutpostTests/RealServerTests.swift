@@ -35,7 +35,7 @@ final class RealWorld {
         c.clientId = name
         c.resolver = resolver
         c.durability = .normal
-        c.randomSeed = 11
+        c.randomSeed = World.seed(of: name)
         if clockOffset != 0 { c.clock = { systemMilliseconds() + clockOffset } }
         configure(&c)
         var options = HTTPSyncTransport.Options()

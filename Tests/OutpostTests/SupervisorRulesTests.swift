@@ -108,14 +108,16 @@ import Testing
     }
 }
 
-/// A store named `name` in `dir`, syncing `space` with `server` under `token` (seeded ids,
-/// `.normal` durability), for the tests against a real server with rules.
+/// A store named `name` in `dir`, syncing `space` with `server` under `token` (`.normal`
+/// durability), for the tests against a real server with rules. Its ids are seeded by
+/// `seed` and its name: devices seeded alike make the same change ids in the same
+/// millisecond, and the server answers the second as a replay of the first.
 func serverDevice(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory, token: String, space: String, seed: UInt64,
                   configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
     var c = OutpostStore.Configuration(space: space)
     c.clientId = name
     c.durability = .normal
-    c.randomSeed = seed
+    c.randomSeed = World.seed(of: "\(seed) \(name)")
     configure(&c)
     return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: server.baseURL, token: token))
 }
