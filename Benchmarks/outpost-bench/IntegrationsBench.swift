@@ -46,6 +46,10 @@ enum IntegrationsBench {
         var batch = 500
         var rounds = 2
         var webhookTimeout = 2
+        /// `--webhook-batch-changes` and `--webhook-batch-bytes` for both webhook servers; nil:
+        /// the server's defaults.
+        var webhookBatchChanges: Int?
+        var webhookBatchBytes: Int?
         var seconds = 3
         var mediaMiB = 64
         var chunkMiB = 4
@@ -55,6 +59,7 @@ enum IntegrationsBench {
     static let help = """
         usage: outpost-bench integrations [--server PATH] [--parts 1,2,3]
                  [--changes 100000] [--batch 500] [--rounds 2] [--webhook-timeout 2]   (1: webhooks)
+                 [--webhook-batch-changes N] [--webhook-batch-bytes N]                  (1: the servers' batch bounds)
                  [--seconds 3]                                                          (2: provider tokens; --rounds too)
                  [--media-mib 64] [--chunk-mib 4] [--upload-rounds 3]                   (3: tus)
         """
@@ -70,6 +75,8 @@ enum IntegrationsBench {
             case "--batch": o.batch = try reader.number(atLeast: 1)
             case "--rounds": o.rounds = try reader.number(atLeast: 1)
             case "--webhook-timeout": o.webhookTimeout = try reader.number(atLeast: 1)
+            case "--webhook-batch-changes": o.webhookBatchChanges = try reader.number(atLeast: 1)
+            case "--webhook-batch-bytes": o.webhookBatchBytes = try reader.number(atLeast: 1)
             case "--seconds": o.seconds = try reader.number(atLeast: 1)
             case "--media-mib": o.mediaMiB = try reader.number(atLeast: 1)
             case "--chunk-mib": o.chunkMiB = try reader.number(atLeast: 1)
@@ -129,16 +136,20 @@ enum IntegrationsBench {
         defer { hang.stop() }
         let plain = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-none", eventLoops: 0)
         defer { plain.stop() }
-        let fastServer = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-fast", eventLoops: 0, extra: ["--webhook", fast.url, "--webhook-allow-private", "true"])
+        let bounds = (o.webhookBatchChanges.map { ["--webhook-batch-changes", String($0)] } ?? [])
+            + (o.webhookBatchBytes.map { ["--webhook-batch-bytes", String($0)] } ?? [])
+        let fastServer = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-fast", eventLoops: 0,
+                                                         extra: ["--webhook", fast.url, "--webhook-allow-private", "true"] + bounds)
         defer { fastServer.stop() }
         let hangServer = try HTTPBench.ServerChild.start(path: path, data: work + "/webhooks-hang", eventLoops: 0,
                                                          extra: ["--webhook", hang.url, "--webhook-timeout", String(o.webhookTimeout),
-                                                                 "--webhook-allow-private", "true"])
+                                                                 "--webhook-allow-private", "true"] + bounds)
         defer { hangServer.stop() }
         let token = hsToken(), admin = hsToken(admin: true)
         let servers: [(name: String, server: HTTPBench.ServerChild)] = [
             ("no webhook (baseline)", plain), ("fast receiver (200)", fastServer), ("hanging receiver", hangServer),
         ]
+        if !bounds.isEmpty { print("webhook servers: \(bounds.joined(separator: " "))") }
         print("servers: none pid \(plain.pid), fast pid \(fastServer.pid) -> \(fast.url), hanging pid \(hangServer.pid) -> \(hang.url) (--webhook-timeout \(o.webhookTimeout))")
         func bodies(_ space: String, perClient: Int) -> [[[UInt8]]] {
             (0..<clients).map { c in (0..<perClient).map { r in SyncBench.pushBody(space: space, prefix: "\(space)-c\(c)-r\(r)", count: o.batch) } }

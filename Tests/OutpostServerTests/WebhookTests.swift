@@ -119,6 +119,8 @@ import OutpostTestSupport
         #expect(both.webhooks.urls == ["http://c.example/1", "http://d.example/2"])
         let defaults = try env([], [:]).webhooks
         #expect(defaults == WebhookSettings() && defaults.urls.isEmpty && defaults.attempts == 10 && defaults.retryDelayMs == 1000 && defaults.timeoutSeconds == 10)
+        #expect(defaults.batchChanges == 10_000 && defaults.batchBytes == 1_048_576)
+        #expect(try env(["--webhook-batch-changes", "10000"], [:]).webhooks.batchChanges == 10_000)
         let tuned = try env(["--webhook-attempts", "3", "--webhook-retry-delay-ms", "20", "--webhook-timeout", "1",
                              "--webhook-batch-changes", "7", "--webhook-batch-bytes", "4096"], [:]).webhooks
         #expect(tuned.attempts == 3 && tuned.retryDelayMs == 20 && tuned.timeoutSeconds == 1 && tuned.batchChanges == 7 && tuned.batchBytes == 4096)
@@ -128,7 +130,8 @@ import OutpostTestSupport
                                    (["--webhook", "http://a.example/x", "--webhook", "http://a.example/x"], "is given twice"),
                                    (["--webhook-attempts", "0"], "--webhook-attempts must be an integer from 1 to 100"),
                                    (["--webhook-timeout", "301"], "--webhook-timeout must be"),
-                                   (["--webhook-batch-changes", "x"], "--webhook-batch-changes must be")] {
+                                   (["--webhook-batch-changes", "x"], "--webhook-batch-changes must be"),
+                                   (["--webhook-batch-changes", "10001"], "--webhook-batch-changes must be an integer from 1 to 10000")] {
             do {
                 _ = try env(arguments, [:])
                 Issue.record("\(arguments) was accepted")

@@ -14,8 +14,11 @@ public struct WebhookSettings: Sendable, Equatable {
     /// The delay before the first retry, in milliseconds; each later one doubles it, up to
     /// `maxRetryDelayMs`, less a random part of up to half (jitter).
     public var retryDelayMs = 1000
-    /// Most changes in one batch.
-    public var batchChanges = 100
+    /// Most changes in one batch. High by default: under a sustained push load a space gets
+    /// one batch per commit of its writer (the next is claimed only once the previous one
+    /// is delivered), so a batch must carry what a commit wrote to keep up; the bytes bound
+    /// what a receiver gets in one request (docs/benchmarks.md, "Integrations").
+    public var batchChanges = 10_000
     /// Most bytes of changes in one batch (a batch always holds at least one change).
     public var batchBytes = 1_048_576
     /// Deliver also to loopback, private, link-local, shared, unspecified, multicast and
@@ -73,8 +76,8 @@ public struct WebhookSettings: Sendable, Equatable {
         Settings.Option(flag: "--webhook-retry-delay-ms", env: "OUTPOST_WEBHOOK_RETRY_DELAY_MS", help: "milliseconds before a failed delivery's first retry, doubled for each later one up to 5 minutes, with jitter (default 1000)") { s, v in
             s.webhooks.retryDelayMs = try Settings.int("--webhook-retry-delay-ms", v, in: 1...WebhookSettings.maxRetryDelayMs)
         },
-        Settings.Option(flag: "--webhook-batch-changes", env: "OUTPOST_WEBHOOK_BATCH_CHANGES", help: "most changes in one webhook batch (default 100)") { s, v in
-            s.webhooks.batchChanges = try Settings.int("--webhook-batch-changes", v, in: 1...1000)
+        Settings.Option(flag: "--webhook-batch-changes", env: "OUTPOST_WEBHOOK_BATCH_CHANGES", help: "most changes in one webhook batch, 1 to 10000 (default 10000: the bytes bound a batch first)") { s, v in
+            s.webhooks.batchChanges = try Settings.int("--webhook-batch-changes", v, in: 1...10_000)
         },
         Settings.Option(flag: "--webhook-allow-private", env: "OUTPOST_WEBHOOK_ALLOW_PRIVATE", help: "true: webhooks may also reach loopback, private, link-local and other non-public addresses and this server's own (default false: such receivers are refused)") { s, v in
             s.webhooks.allowPrivate = try Settings.bool("--webhook-allow-private", v)
