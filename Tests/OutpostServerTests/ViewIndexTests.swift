@@ -62,12 +62,15 @@ let viewIndexRules = #"""
 
     /// Every entry of the view from `since` to the head, page by page, as the pager with
     /// or without the index gives them: the records (id, seq, deleted, data) and the
-    /// revocations, each in seq order.
-    static func entries(_ s: TestServer, _ view: ReadView, since: Int64, indexed: Bool, limit: Int, collections: [String]?) async throws -> [String] {
+    /// revocations, each in seq order. `holding`: for a device that keeps copies from
+    /// before the start (the pull's `holding`).
+    static func entries(_ s: TestServer, _ view: ReadView, since: Int64, holding: Bool = false, indexed: Bool, limit: Int,
+                        collections: [String]?) async throws -> [String] {
+        let heldAt: Int64? = holding ? 0 : (since > 0 ? since : nil)
         let pager = ViewPager(store: s.app.store, view: view, indexed: indexed)
         var after = since, out: [String] = [], pages = 0
         while true {
-            let page = try await pager.page(space: "team", afterSeq: after, heldAt: since, limit: limit, maxBytes: 1 << 20,
+            let page = try await pager.page(space: "team", afterSeq: after, heldAt: heldAt, limit: limit, maxBytes: 1 << 20,
                                             collections: collections, epoch: s.app.store.epoch)
             guard case .array(let items) = try JSONParser.parse(page.json) else { throw StoreError("a page is not an array") }
             #expect(items.count <= limit)
@@ -119,9 +122,11 @@ let viewIndexRules = #"""
                 let view = rules.view(for: claims)
                 for since in cursors.enumerated().filter({ $0.offset % 3 == 0 }).map(\.element) {
                     for (limit, filter) in [(7, nil), (100, nil), (3, ["jobs", "misc"]), (50, ["open", "other", "shut"])] as [(Int, [String]?)] {
-                        let scanned = try await Self.entries(s, view, since: since, indexed: false, limit: limit, collections: filter)
-                        let indexed = try await Self.entries(s, view, since: since, indexed: true, limit: limit, collections: filter)
-                        #expect(indexed == scanned, "\(claims.sub) from \(since), limit \(limit), collections \(filter ?? [])")
+                        for holding in since == 0 ? [false, true] : [false] {
+                            let scanned = try await Self.entries(s, view, since: since, holding: holding, indexed: false, limit: limit, collections: filter)
+                            let indexed = try await Self.entries(s, view, since: since, holding: holding, indexed: true, limit: limit, collections: filter)
+                            #expect(indexed == scanned, "\(claims.sub) from \(since)\(holding ? " holding" : ""), limit \(limit), collections \(filter ?? [])")
+                        }
                     }
                 }
             }
@@ -143,10 +148,10 @@ let viewIndexRules = #"""
             }
             let view = s.app.rules.rules!.view(for: Self.claims("u0"))
             let page = try await ViewPager(store: s.app.store, view: view, indexed: true)
-                .page(space: "team", afterSeq: 0, heldAt: 0, limit: 100, maxBytes: 1 << 20, collections: nil, epoch: s.app.store.epoch)
+                .page(space: "team", afterSeq: 0, heldAt: nil, limit: 100, maxBytes: 1 << 20, collections: nil, epoch: s.app.store.epoch)
             #expect(page.count == 3 && !page.hasMore)
             #expect(page.lastSeq == 2000, "the cursor moves to the head")
-            let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: 0, limit: 100,
+            let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: nil, limit: 100,
                                                                        lookups: view.lookups(collections: nil).keys, collections: nil))
             #expect(scan.records.map(\.id) == ["j0", "j700", "j1400"], "only the view's records are read")
         }
@@ -175,7 +180,7 @@ let viewIndexRules = #"""
             var claims = Self.claims("u9")
             claims.extra["crew"] = "k2"
             let view = rules.view(for: claims)
-            let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: 0, limit: 100,
+            let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: nil, limit: 100,
                                                                        lookups: view.lookups(collections: ["jobs"]).keys, collections: ["jobs"]))
             #expect(scan.records.map(\.id) == ["j2", "j7", "j12", "j17", "j22", "j27"])
         }
@@ -211,7 +216,7 @@ let viewIndexRules = #"""
             let rules = s.app.rules.rules!
             try await eventually("the view index is rebuilt") { s.app.sync.viewIndex.isReady(rules.index) }
             let view = rules.view(for: Self.claims("u0"))
-            let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: 0, limit: 10,
+            let scan = try await s.app.store.viewScan(ViewScanRequest(space: "team", afterSeq: 0, heldAt: nil, limit: 10,
                                                                        lookups: view.lookups(collections: nil).keys, collections: nil))
             #expect(scan.records.map(\.id) == ["j1", "j2"])
         }

@@ -88,10 +88,10 @@ import Testing
         await office.close()
     }
 
-    /// `resetSync()` under rules: a pull from the start sends no tombstone, so the refresh
-    /// drops at its end the live copies it did not bring (a job deleted since), keeps the
-    /// tombstone copies the phone already held (what it would offer again to a new history),
-    /// and keeps and sends the phone's pending edit.
+    /// `resetSync()` under rules: the refresh pulls from the start saying it keeps copies
+    /// (`holding`), so the delete of a job deleted since reaches the phone (and a live copy
+    /// it did not bring would be dropped at its end, for a server that ignores `holding`);
+    /// the tombstone copies the phone held stay, and its pending edit is kept and sent.
     @Test func aRefreshUnderRulesDropsTheJobsDeletedSinceAndKeepsTombstonesAndEdits() async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-rules-refresh")
         defer { dir.remove() }
@@ -120,11 +120,55 @@ import Testing
         let report = try await phone.sync()
         #expect(report.pushed == 1)
         #expect(try await ids(phone) == ["j3"], "the copy of j1, deleted since, is gone after the refresh")
-        #expect(try await phone.read { try $0.model(RecordKey(collection: "jobs", id: "j1")) } == nil)
+        #expect(try await phone.read { try $0.model(RecordKey(collection: "jobs", id: "j1")) }?.server?.body?.deleted == true,
+                "the refresh says it keeps copies (holding), so the delete of j1 came with it")
         #expect(try await phone.read { try $0.model(j5) }?.server?.body?.deleted == true, "the tombstone the phone held stays")
         #expect(try await phone.read { try $0.session().phase } == .following(epoch))
         try await office.sync()
         #expect(try await office.record(in: "jobs", id: "j3")?.data?["title"] == "Job j3, done")
+        await phone.close()
+        await office.close()
+    }
+
+    /// A new epoch under rules (a restore: here `rotate-epoch`): the phone held j5 live,
+    /// the restored history holds it deleted. Its re-pull says it keeps copies (`holding`),
+    /// so the server sends j5's tombstone from the start: the copy meets it and is not
+    /// offered again. (Without `holding`, a page from the start under rules has no
+    /// tombstone, and the phone re-created j5 as a record the new history lacked.)
+    @Test func aNewEpochUnderRulesMeetsTheRestoredDeletesAndOffersNoneAgain() async throws {
+        let dir = try TemporaryDirectory(prefix: "outpost-rules-epoch")
+        defer { dir.remove() }
+        let path = dir.appending("rules.json")
+        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
+        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
+        defer { server.stop() }
+        let phoneToken = try server.token(sub: "w1", spaces: ["team"])
+        let officeToken = try server.token(sub: "boss", spaces: ["team"], claims: [#"roles=["supervisor"]"#])
+        var phone = try device("phone", server, dir, token: phoneToken)
+        var office = try device("office", server, dir, token: officeToken)
+        for id in ["j1", "j5"] { _ = try await office.put(["title": .string("Job \(id)"), "assignee": "w1"], in: "jobs", id: id) }
+        try await office.sync()
+        try await phone.sync()
+        #expect(try await ids(phone) == ["j1", "j5"])
+        // j5 is deleted while the phone is away; then the server's history is restored as a
+        // new epoch that holds the delete.
+        _ = try await office.delete(from: "jobs", id: "j5")
+        try await office.sync()
+        await phone.close()
+        await office.close()
+        try await blocking {
+            server.stop()
+            let (status, output) = try ServerProcess.run(["rotate-epoch", "--data", server.dataDirectory], environment: ["OUTPOST_JWT_SECRET": server.secret])
+            #expect(status == 0, "\(output)")
+            try server.restart()
+        }
+        phone = try device("phone", server, dir, token: phoneToken)
+        office = try device("office", server, dir, token: officeToken)
+        let report = try await phone.sync()
+        #expect(report.epochChanged && report.reoffered == 0, "\(report)")
+        #expect(try await ids(phone) == ["j1"], "the copy of j5 met its delete in the new history")
+        try await office.sync()
+        #expect(try await ids(office) == ["j1"], "j5 was not offered again")
         await phone.close()
         await office.close()
     }

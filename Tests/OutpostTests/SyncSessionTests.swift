@@ -61,7 +61,7 @@ struct SessionWorld: Hashable, Sendable {
             out += [("no answer", .pushAnswered(sent: ids, .failed(.noAnswer("reset")))),
                     ("not sent", .pushAnswered(sent: ids, .failed(.notSent("offline")))),
                     ("403", .pushAnswered(sent: ids, .failed(.refused(status: 403, ErrorEnvelope(code: "forbidden", message: "m")))))]
-        case .fetch(let since, _)?:
+        case .fetch(let since, _, _)?:
             for epoch in [Self.e1, Self.e2, Self.e3] {
                 let seq = since?.epoch == epoch ? min(since!.seq + 1, 2) : 1
                 let name = epoch == session.phase.epoch ? "page" : "page of \(epoch)"
@@ -226,7 +226,7 @@ struct SyncSessionTests {
             (s, effects) = SyncSession.reduce(s, .pushAnswered(sent: batch.map(\.changeId), .tooLarge(code: "too_many_changes", message: "m")))
         }
         #expect(requests == SyncSession.maxShrinks + SyncSession.pushRounds - 1)
-        #expect(effects.last == .fetch(since: Version(epoch: SessionWorld.e1, seq: 1), view: nil), "the pull goes on")
+        #expect(effects.last == .fetch(since: Version(epoch: SessionWorld.e1, seq: 1), view: nil, holding: false), "the pull goes on")
     }
 
     /// `resetSync()` makes a refresh: a pull from the start that marks what it brings and
@@ -243,7 +243,7 @@ struct SyncSessionTests {
         var pulled = s
         (pulled, effects) = SyncSession.reduce(pulled, .start(dueOnly: false))
         (pulled, effects) = SyncSession.reduce(pulled, .candidates([], SessionWorld.limits, overhead: 40))
-        #expect(effects.last == .fetch(since: Version.start(of: e1), view: nil))
+        #expect(effects.last == .fetch(since: Version.start(of: e1), view: nil, holding: true), "a refresh keeps its copies")
         (pulled, effects) = SyncSession.reduce(pulled, .page(PageHeader(epoch: e1, next: Version(epoch: e1, seq: 9), view: nil, hasMore: false), storeEmpty: false))
         guard case .apply(let application)? = effects.last else { Issue.record("no apply: \(effects)"); return }
         #expect(application.dropUnseen == .live && application.phase == .following(e1) && !application.finishRePull)
@@ -251,7 +251,7 @@ struct SyncSessionTests {
         (s, effects) = SyncSession.reduce(s, .start(dueOnly: false))
         (s, effects) = SyncSession.reduce(s, .candidates([], SessionWorld.limits, overhead: 40))
         (s, effects) = SyncSession.reduce(s, .pullRefused(status: 409, ErrorEnvelope(code: "epoch_changed", message: "m", details: ["epoch": .string(e2.rawValue)])))
-        #expect(effects.last == .fetch(since: nil, view: nil))
+        #expect(effects.last == .fetch(since: nil, view: nil, holding: true), "the confirming pull of a new history keeps the copies")
         (s, effects) = SyncSession.reduce(s, .page(PageHeader(epoch: e2, next: Version(epoch: e2, seq: 3), view: nil, hasMore: true), storeEmpty: false))
         guard case .apply(let rePull)? = effects.last else { Issue.record("no apply: \(effects)"); return }
         #expect(rePull.pulling == .rePulling(e2, viewChanged: false) && rePull.confirm && rePull.clearSeen)
@@ -343,7 +343,7 @@ enum SessionTable {
         case .record(let events): return "record " + events.map { name($0.event) }.joined(separator: "+")
         case .retry(_, let may, _, let now): return may ? "retry (in doubt)" : (now ? "retry now (not applied)" : "retry (not applied)")
         case .pruneSealed: return "prune sealed"
-        case .fetch(let since, _): return since == nil ? "fetch from start" : "fetch"
+        case .fetch(let since, _, let holding): return (since == nil ? "fetch from start" : "fetch") + (holding ? " holding" : "")
         case .apply(let a):
             var words = ["apply \(a.pages.count)"]
             if a.retire != nil { words.append("retire") }

@@ -70,6 +70,10 @@ struct RegressionTests {
         (168, "resetSync() pulled from the start keeping every copy, and under rules such a pull sends no tombstone: a record deleted since stayed (the refresh now drops the live copies it did not bring)"),
         (83, "a refresh that dropped every copy it did not bring, tombstones too, left nothing to offer again to a new history: an acknowledged write was lost (the refresh keeps tombstone copies, and a new epoch met during it re-pulls as usual)"),
         (165, "a refresh that dropped the tombstone copies it did not bring: the device's acknowledged delete was not offered again to a new history"),
+        (940, "a device whose cursor was still at the start held a conflict's current copy, and a page from the start under rules sent no tombstone: the copy stayed after its delete (holding)"),
+        (910, "the same as 940: a copy from a push answer while the cursor was at the start, deleted since"),
+        (1149, "the same as 940, with four devices"),
+        (1182, "a device held a tombstone older than the server's, its cursor at the start (holding)"),
     ]
 
     @Test(arguments: fieldKindSeeds.map(\.seed))

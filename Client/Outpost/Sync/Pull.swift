@@ -16,21 +16,21 @@ import OutpostCore
 
 extension OutpostStore {
     /// Fetches one page for the session: the one fetched ahead when it is the one asked for.
-    func fetch(since: Version?, view: String?, _ p: inout SessionPerformer) async throws -> SessionEvent {
+    func fetch(since: Version?, view: String?, holding: Bool, _ p: inout SessionPerformer) async throws -> SessionEvent {
         let limits: Limits
         do { limits = try await self.limits(p.transport) } catch let e as OutpostError { return .failed(e) }
         var pageLimit = p.pageLimit ?? max(1, min(configuration.pageLimit, limits.maxPageLimit))
         let maxBytes = max(1, min(limits.pageBytes, p.transport.maxResponseBytes - 65_536))
         let page: PreparedPage
         do {
-            if let ahead = p.prefetch, ahead.since == since, ahead.view == view {
+            if let ahead = p.prefetch, ahead.since == since, ahead.view == view, ahead.holding == holding {
                 p.prefetch = nil
                 // The fetch is a detached task: cancelling this sync must reach it.
                 (page, pageLimit) = try await withTaskCancellationHandler { try await ahead.task.value } onCancel: { ahead.task.cancel() }
             } else {
                 p.cancel()
                 (page, pageLimit) = try await Self.fetchPage(p.transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
-                                                             since: since, view: view, limit: pageLimit, maxBytes: maxBytes)
+                                                             since: since, view: view, holding: holding, limit: pageLimit, maxBytes: maxBytes)
             }
         } catch OutpostError.transport(.refused(let status, let envelope)) {
             return .pullRefused(status: status, envelope)
@@ -42,8 +42,9 @@ extension OutpostStore {
             // Fetch the next page while this one is applied.
             let space = configuration.space, validators = configuration.validators, cipher = self.cipher, next = page.next, view = page.view, limit = pageLimit
             let transport = p.transport
-            p.prefetch = Prefetch(since: next, view: view, task: Task.detached {
-                try await Self.fetchPage(transport, space: space, validators: validators, cipher: cipher, since: next, view: view, limit: limit, maxBytes: maxBytes)
+            p.prefetch = Prefetch(since: next, view: view, holding: holding, task: Task.detached {
+                try await Self.fetchPage(transport, space: space, validators: validators, cipher: cipher, since: next, view: view, holding: holding,
+                                         limit: limit, maxBytes: maxBytes)
             })
         }
         p.pages.append(page)
@@ -54,11 +55,12 @@ extension OutpostStore {
     /// Preparing (encoding each record's data for storage, running the validators, freeing
     /// the decoded JSON) happens here too, so the actor's work on a page is SQLite alone.
     nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, validators: [String: @Sendable (JSONObject) throws -> Void],
-                                      cipher: RecordCipher?, since: Version?, view: String? = nil, limit: Int, maxBytes: Int, waitMs: Int = 0) async throws -> (PreparedPage, Int) {
+                                      cipher: RecordCipher?, since: Version?, view: String? = nil, holding: Bool = false, limit: Int, maxBytes: Int,
+                                      waitMs: Int = 0) async throws -> (PreparedPage, Int) {
         var limit = limit
         while true {
             do {
-                let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+                let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs, holding: holding)
                 let page = try await transport.pull(query, space: space)
                 return (PreparedPage(page, validators: validators, cipher: cipher), limit)
             } catch TransportError.answerTooLarge(let cap) {
@@ -74,6 +76,7 @@ extension OutpostStore {
     struct Prefetch {
         let since: Version?
         let view: String?
+        let holding: Bool
         let task: Task<(PreparedPage, Int), any Error>
     }
 

@@ -103,8 +103,8 @@ extension OutpostStore {
             // The sealed forms of what the push phase settled are no longer needed.
             if cipher != nil { try write(durability: .normal) { try $0.pruneSealed() } }
             return nil
-        case .fetch(let since, let view):
-            return try await fetch(since: since, view: view, &p)
+        case .fetch(let since, let view, let holding):
+            return try await fetch(since: since, view: view, holding: holding, &p)
         case .apply(let application):
             return try apply(application, &p, &report)
         case .restartView(let phase, let cursor, let compacted):

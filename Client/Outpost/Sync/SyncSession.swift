@@ -202,8 +202,9 @@ enum SessionEffect: Hashable, Sendable {
     /// The sealed forms of what the push phase settled are no longer needed.
     case pruneSealed
     /// Fetch one page (`since` nil: from the start of the history); then `page`,
-    /// `pullRefused` or `failed`.
-    case fetch(since: Version?, view: String?)
+    /// `pullRefused` or `failed`. `holding`: the store keeps copies from before the start
+    /// of the history it pulls (the pull's `holding`, docs/protocol.md section 5).
+    case fetch(since: Version?, view: String?, holding: Bool)
     /// In one transaction: `retire` the epoch, follow `phase` (`confirm`: every record's
     /// copy becomes a left copy, to be met in the new history), apply the pages held since
     /// the last `apply` in order and store the cursor past the last; at `dropUnseen`, drop
@@ -326,6 +327,22 @@ struct SyncSession: Hashable, Sendable {
 
     enum LongPollVerdict: Hashable, Sendable { case unchanged, needsSync }
 
+    /// Whether the pulls of this sync say the store keeps copies from before the start of
+    /// the history they pull, which the server then decides as held at the start, so they
+    /// learn the deletes and revocations since: a re-pull of a new history (from its
+    /// confirmation on), a refresh, and a store that follows with its cursor still at the
+    /// start (its copies came from push answers: an applied write, a conflict's current).
+    /// A cursor past the start says what the store holds itself; a first sync holds
+    /// nothing; a view re-pull's marks decide.
+    var holding: Bool {
+        if case .reported? = confirmation { return true }
+        switch phase {
+        case .rePulling, .refreshing: return true
+        case .following: return cursor?.version.seq == 0
+        case .detached, .viewRePulling: return false
+        }
+    }
+
     // MARK: The transition function
 
     /// The session after `event`, and what the store does next, in order.
@@ -376,7 +393,7 @@ struct SyncSession: Hashable, Sendable {
             refused(status, envelope, &effects)
         case (.pulling, .applied(let reoffered)):
             self.reoffered = self.reoffered || reoffered
-            if pageHadMore { effects.append(.fetch(since: cursor?.version, view: cursor?.view)) } else { endPull(&effects) }
+            if pageHadMore { effects.append(.fetch(since: cursor?.version, view: cursor?.view, holding: holding)) } else { endPull(&effects) }
         case (.pulling, .failed(let error)):
             fail(error, &effects)
         default:
@@ -533,11 +550,11 @@ struct SyncSession: Hashable, Sendable {
         }
         pageHadMore = false
         if let cursor, phase.epoch != nil {
-            effects.append(.fetch(since: cursor.version, view: cursor.view))
+            effects.append(.fetch(since: cursor.version, view: cursor.view, holding: holding))
         } else {
             // The first epoch the store hears of: the first page and the next request must
             // both report it before anything is applied.
-            effects.append(.fetch(since: nil, view: nil))
+            effects.append(.fetch(since: nil, view: nil, holding: false))
         }
     }
 
@@ -573,7 +590,7 @@ struct SyncSession: Hashable, Sendable {
         case nil:
             guard let epoch = phase.epoch, cursor != nil else {
                 confirmation = .firstPage(page)
-                return effects.append(.fetch(since: page.next, view: page.view))
+                return effects.append(.fetch(since: page.next, view: page.view, holding: false))
             }
             guard page.epoch == epoch else {
                 // A page of another history answered the cursor: it counts as the first report.
@@ -604,7 +621,7 @@ struct SyncSession: Hashable, Sendable {
         guard !reportedEpoch else { return fail(.epochDisagreement(first: epoch.rawValue, second: reported.rawValue), &effects) }
         reportedEpoch = true
         confirmation = .reported(reported)
-        effects.append(.fetch(since: nil, view: nil))
+        effects.append(.fetch(since: nil, view: nil, holding: holding))
     }
 
     private mutating func refused(_ status: Int, _ envelope: ErrorEnvelope, _ effects: inout [SessionEffect]) {
@@ -632,7 +649,7 @@ struct SyncSession: Hashable, Sendable {
             if case .rePulling(let e, _) = phase { phase = .rePulling(e, viewChanged: true) } else { phase = .viewRePulling(epoch) }
             self.cursor = Cursor(Version.start(of: epoch))
             effects.append(.restartView(phase, self.cursor!, compacted: code == ErrorCode.historyCompacted.rawValue))
-            effects.append(.fetch(since: self.cursor!.version, view: nil))
+            effects.append(.fetch(since: self.cursor!.version, view: nil, holding: holding))
         case ErrorCode.cursorAhead.rawValue:
             let head = envelope.details?["head"]?.int64Value.map { "\(envelope.details?["epoch"]?.stringValue ?? epoch.rawValue).\($0)" }
             fail(.cursorAhead(cursor: cursor.version.text, head: head), &effects)

@@ -41,17 +41,18 @@ struct ViewPager {
     /// and no request reads without bound.
     static let scanBudget = 10
 
-    /// The page after `afterSeq`, for a device whose copies are those of the cursor
-    /// `heldAt` (the `since` of its request): at most `limit` entries and `maxBytes` bytes,
-    /// from at most `scanBudget × limit` records read.
-    func page(space: String, afterSeq: Int64, heldAt: Int64, limit: Int, maxBytes: Int, collections: [String]?, epoch: Epoch) async throws -> Page {
+    /// The page after `afterSeq`, for a device whose copies are those of the view at seq
+    /// `heldAt` (the `since` of its request, or 0 for a device that keeps copies from
+    /// before the start; nil: it holds nothing): at most `limit` entries and `maxBytes`
+    /// bytes, from at most `scanBudget × limit` records read.
+    func page(space: String, afterSeq: Int64, heldAt: Int64?, limit: Int, maxBytes: Int, collections: [String]?, epoch: Epoch) async throws -> Page {
         var entries = PullRules.Page(limit: limit, maxBytes: maxBytes)
         var head: Int64 = 0
         var after = afterSeq, read = 0
         let (lookups, exact) = indexed ? view.lookups(collections: collections) : ([], [])
-        // From the start, every record an exact lookup finds is in the view; past it, the
-        // departures' records are found too and each is checked.
-        let admitted = heldAt == 0 ? exact : []
+        // For a device that holds nothing, every record an exact lookup finds is in the
+        // view; otherwise the departures' records are found too and each is checked.
+        let admitted = heldAt == nil ? exact : []
         if indexed && lookups.allSatisfy({ exact.contains($0.scope) }),
            let found = try await store.viewPage(ViewScanRequest(space: space, afterSeq: afterSeq, heldAt: heldAt, limit: limit, lookups: lookups,
                                                                 collections: collections), maxBytes: maxBytes) {
@@ -85,7 +86,7 @@ struct ViewPager {
     /// Decides `records` (read in seq order) and adds their entries to `page`; false when
     /// the page filled (by entries or bytes) before the last of them was decided.
     /// Records of a scope in `admitted` are in the view without a check.
-    private func add(_ records: [StoredRecord], to page: inout PullRules.Page, space: String, heldAt: Int64,
+    private func add(_ records: [StoredRecord], to page: inout PullRules.Page, space: String, heldAt: Int64?,
                      epoch: Epoch, admitted: Set<String>) async throws -> Bool {
         enum Decision { case send, outside }
         var decisions: [Decision] = []
@@ -101,7 +102,7 @@ struct ViewPager {
                 continue
             }
             decisions.append(.outside)
-            if heldAt > 0 { queries.append(DepartureQuery(key: record.key, after: heldAt, upTo: record.seq)) }
+            if let heldAt { queries.append(DepartureQuery(key: record.key, after: heldAt, upTo: record.seq)) }
         }
         let departed = queries.isEmpty ? [:] : try await store.departures(space: space, queries)
 

@@ -759,7 +759,7 @@ final class PostgresReader {
         }
         // The departures and the page in one snapshot.
         return try db.transaction("ISOLATION LEVEL REPEATABLE READ READ ONLY") {
-            if request.heldAt > 0, let departed = try viewRows(request.departedOnly), departed.count > 0, !departed.isNull(0, 2) { return nil }
+            if request.heldAt != nil, let departed = try viewRows(request.departedOnly), departed.count > 0, !departed.isNull(0, 2) { return nil }
             guard let rows = try viewRows(request) else {
                 return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
             }

@@ -656,7 +656,7 @@ final class SQLiteReader {
                   !request.isEmpty else {
                 return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: try self.head(space: request.space))
             }
-            if request.heldAt > 0 {
+            if request.heldAt != nil {
                 let departed = try viewStatement(request.departedOnly, spaceID: spaceID)
                 defer { departed.reset() }
                 if try departed.step() { return nil }

@@ -3,16 +3,16 @@ import OutpostCore
 /// What a page under rules reads from the view index (docs/rules.md, "Cost"): the records
 /// after `afterSeq` that any of `lookups` finds (those of scope "" only among
 /// `collections`, when set), and the records that departed after `heldAt` (none when it is
-/// 0: a device at the start holds nothing), at most `limit` of them.
+/// nil: a device at the start holds nothing), at most `limit` of them.
 public struct ViewScanRequest: Sendable {
     public var space: String
     public var afterSeq: Int64
-    public var heldAt: Int64
+    public var heldAt: Int64?
     public var limit: Int
     public var lookups: [PushRules.IndexKey]
     public var collections: [String]?
 
-    public init(space: String, afterSeq: Int64, heldAt: Int64, limit: Int, lookups: [PushRules.IndexKey], collections: [String]?) {
+    public init(space: String, afterSeq: Int64, heldAt: Int64?, limit: Int, lookups: [PushRules.IndexKey], collections: [String]?) {
         self.space = space
         self.afterSeq = afterSeq
         self.heldAt = heldAt
@@ -30,7 +30,7 @@ public struct ViewScanRequest: Sendable {
     }
 
     /// Whether the scan can find anything.
-    var isEmpty: Bool { lookups.isEmpty && heldAt == 0 }
+    var isEmpty: Bool { lookups.isEmpty && heldAt == nil }
 
     /// A parameter of `seqsSQL`.
     enum Parameter {
@@ -68,7 +68,7 @@ public struct ViewScanRequest: Sendable {
             parts.append(head + "AND path = \(p(.text(lookup.path))) AND key = \(p(.text(lookup.key))) AND seq > \(after)\(scoped) "
                          + "ORDER BY seq LIMIT \(limit)) l\(i)")
         }
-        if heldAt > 0 {
+        if let heldAt {
             let held = p(.integer(heldAt))
             parts.append("SELECT seq FROM (SELECT r.seq FROM records r JOIN (SELECT DISTINCT collection, id FROM departures "
                          + "WHERE space_id = \(space) AND seq > \(held)) d ON r.collection = d.collection AND r.id = d.id "

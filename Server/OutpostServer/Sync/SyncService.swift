@@ -179,6 +179,11 @@ public final class SyncService: Sendable {
         query.limit = try head.integerQuery("limit", min: 1)
         query.maxBytes = try head.integerQuery("maxBytes", min: 1)
         query.waitMs = try head.integerQuery("wait", min: 0, max: PullQuery.maxWaitMs) ?? 0
+        switch head.query("holding") {
+        case nil, "false": query.holding = false
+        case "true": query.holding = true
+        default: throw .invalidQuery("holding", "must be true or false")
+        }
         if let text = head.query("collections") {
             let names = text.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
             guard names.count <= 64, names.allSatisfy(Names.isValidCollection) else {
@@ -254,11 +259,14 @@ public final class SyncService: Sendable {
         let pager = ViewPager(store: store, view: view, indexed: viewIndex.isReady(view.rules.index))
         let limit = limits.pageLimit(requested: query.limit), maxBytes = limits.pageByteBudget(requested: query.maxBytes)
         let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
+        // What the device holds: the view as of its cursor; as of the start when it keeps
+        // copies from before it (`holding`); nothing at the start otherwise.
+        let heldAt: Int64? = query.holding ? 0 : (since.seq > 0 ? since.seq : nil)
         var after = since.seq
         while true {
             let from = after
             let page = try await storeCall {
-                try await pager.page(space: space, afterSeq: from, heldAt: since.seq, limit: limit, maxBytes: maxBytes,
+                try await pager.page(space: space, afterSeq: from, heldAt: heldAt, limit: limit, maxBytes: maxBytes,
                                      collections: query.collections, epoch: epoch)
             }
             try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkHead(since, head: page.head) }

@@ -115,14 +115,22 @@ public struct PullQuery: Hashable, Sendable {
     public var collections: [String]?
     /// Long-poll time in ms (0 to 60000).
     public var waitMs: Int
+    /// The device keeps copies from before this history's start (a re-pull of a new epoch,
+    /// a refresh): under rules the server decides every page as for a device that held
+    /// the view at the start, so it also sends the deletes and revocations of records the
+    /// view admitted then (docs/protocol.md section 5, `holding`). A server without rules
+    /// sends tombstones anyway; an older server ignores it.
+    public var holding: Bool
 
-    public init(since: Version? = nil, sinceView: String? = nil, limit: Int? = nil, maxBytes: Int? = nil, collections: [String]? = nil, waitMs: Int = 0) {
+    public init(since: Version? = nil, sinceView: String? = nil, limit: Int? = nil, maxBytes: Int? = nil, collections: [String]? = nil, waitMs: Int = 0,
+                holding: Bool = false) {
         self.since = since
         self.sinceView = sinceView
         self.limit = limit
         self.maxBytes = maxBytes
         self.collections = collections
         self.waitMs = waitMs
+        self.holding = holding
     }
 
     /// The longest long poll the protocol allows.
@@ -136,6 +144,7 @@ public struct PullQuery: Hashable, Sendable {
         if let maxBytes { items.append(("maxBytes", String(maxBytes))) }
         if let collections, !collections.isEmpty { items.append(("collections", collections.joined(separator: ","))) }
         if waitMs > 0 { items.append(("wait", String(waitMs))) }
+        if holding { items.append(("holding", "true")) }
         return items
     }
 }
