@@ -37,11 +37,13 @@ enum RulesChecks {
     }
 
     /// Every page from `since` with `token`: the records and revocations, and the last cursor.
-    static func pullAll(_ c: CheckContext, _ team: Team, token: String, since: String? = nil) async throws -> (records: [RecordState], revoked: [Revocation], next: String) {
+    /// `holding`: the pulls say `holding=true` (docs/protocol.md section 5).
+    static func pullAll(_ c: CheckContext, _ team: Team, token: String, since: String? = nil, holding: Bool = false) async throws -> (records: [RecordState], revoked: [Revocation], next: String) {
         var cursor = since
         var records: [RecordState] = [], revoked: [Revocation] = []
         for _ in 0..<1_000 {
-            let page = try await c.pull(team.space, cursor.map { [("since", $0)] } ?? [], token: token).page
+            let query = (cursor.map { [("since", $0)] } ?? []) + (holding ? [("holding", "true")] : [])
+            let page = try await c.pull(team.space, query, token: token).page
             records += page.changes
             revoked += page.revoked
             let next = Cursor(page.next, view: page.view).text
@@ -150,6 +152,30 @@ enum RulesChecks {
                 let w2Delete = try await pullAll(c, t, token: t.w2, since: gained.next)
                 try expect(w2Delete.records.isEmpty && w2Delete.revoked.isEmpty, "w2 learned of the delete of a job it never saw")
                 try expect(Cursor(w2Delete.next)?.version == gone, "w2's cursor \(w2Delete.next) did not move past the delete \(gone)")
+            }
+        },
+        Check("rules-holding-from-the-start", section: "5", "under rules a pull from the start that says holding=true gets the deletes and revocations of records the view admitted; without it, neither", requires: [.rules]) { c in
+            try await c.withRules(fieldTeam) {
+                let t = Team(c)
+                let created = try await c.push(t.space, [job(c, "j1", "Fix pump", "w1"), job(c, "j2", "Paint wall", "w1"), job(c, "j3", "Check valve", "w1")],
+                                               token: t.boss)
+                let v1 = try expectApplied(created.results[0], "j1"), v3 = try expectApplied(created.results[2], "j3")
+                let moved = try expectApplied(try await c.push(t.space, [job(c, "j1", "Fix pump", "w2", base: v1)], token: t.boss).results[0], "the reassignment")
+                let gone = try expectApplied(try await c.push(t.space, [ChangeJSON.delete(c.unique("chg"), collection: "jobs", id: "j3", base: v3.text)],
+                                                              token: t.boss).results[0], "the delete")
+                let fresh = try await pullAll(c, t, token: t.w1)
+                try expect(fresh.records.map(\.id) == ["j2"] && fresh.revoked.isEmpty,
+                           "w1 from the start pulled \(fresh.records.map(\.id)) and revoked \(fresh.revoked), expected only j2")
+                let held = try await pullAll(c, t, token: t.w1, holding: true)
+                let tombstones = held.records.filter(\.deleted), live = held.records.filter { !$0.deleted }
+                try expect(live.map(\.id) == ["j2"], "w1 from the start, holding, pulled live \(live.map(\.id)), expected j2")
+                try expect(tombstones.map(\.id) == ["j3"] && tombstones.first?.version == gone,
+                           "w1 from the start, holding, pulled tombstones \(tombstones.map(\.id)), expected j3 at \(gone)")
+                try expect(held.revoked == [Revocation(collection: "jobs", id: "j1", version: moved)],
+                           "w1 from the start, holding, got revoked \(held.revoked), expected jobs/j1 at \(moved)")
+                let other = try await pullAll(c, t, token: t.w2, holding: true)
+                try expect(other.records.map(\.id) == ["j1"] && other.revoked.isEmpty,
+                           "w2 from the start, holding, pulled \(other.records.map(\.id)) and revoked \(other.revoked): it never could see j3")
             }
         },
         Check("rules-cursor-of-another-view", section: "5", "under rules a cursor of another view, or one without a view, is 409 view_changed with details.view", requires: [.rules]) { c in
