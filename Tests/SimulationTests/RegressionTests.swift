@@ -74,6 +74,8 @@ struct RegressionTests {
         (910, "the same as 940: a copy from a push answer while the cursor was at the start, deleted since"),
         (1149, "the same as 940, with four devices"),
         (1182, "a device held a tombstone older than the server's, its cursor at the start (holding)"),
+        (217, "holding decided per page: a following store's first page from cursor 0 said holding and the page fetched ahead did not, so it was fetched again while the first request ran (the pull now decides holding once, at its start)"),
+        (29, "the same as 217, with three devices and network faults"),
     ]
 
     @Test(arguments: fieldKindSeeds.map(\.seed))

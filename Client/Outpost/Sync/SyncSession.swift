@@ -288,6 +288,9 @@ struct SyncSession: Hashable, Sendable {
     var reoffered = false
     /// The last page applied said more follows.
     var pageHadMore = false
+    /// The running pull's `holding` (`holdsCopies` when it started): the same on all its
+    /// pages, which a page fetched ahead relies on.
+    var pullHolding = false
     /// `{"clientId":"…","changes":[…]}` around a push's changes, in bytes.
     var requestOverhead = 0
 
@@ -327,14 +330,14 @@ struct SyncSession: Hashable, Sendable {
 
     enum LongPollVerdict: Hashable, Sendable { case unchanged, needsSync }
 
-    /// Whether the pulls of this sync say the store keeps copies from before the start of
-    /// the history they pull, which the server then decides as held at the start, so they
+    /// Whether a pull starting now says the store keeps copies from before the start of the
+    /// history it pulls, which the server then decides as held at the start, so they
     /// learn the deletes and revocations since: a re-pull of a new history (from its
     /// confirmation on), a refresh, and a store that follows with its cursor still at the
     /// start (its copies came from push answers: an applied write, a conflict's current).
     /// A cursor past the start says what the store holds itself; a first sync holds
     /// nothing; a view re-pull's marks decide.
-    var holding: Bool {
+    var holdsCopies: Bool {
         if case .reported? = confirmation { return true }
         switch phase {
         case .rePulling, .refreshing: return true
@@ -393,7 +396,7 @@ struct SyncSession: Hashable, Sendable {
             refused(status, envelope, &effects)
         case (.pulling, .applied(let reoffered)):
             self.reoffered = self.reoffered || reoffered
-            if pageHadMore { effects.append(.fetch(since: cursor?.version, view: cursor?.view, holding: holding)) } else { endPull(&effects) }
+            if pageHadMore { effects.append(.fetch(since: cursor?.version, view: cursor?.view, holding: pullHolding)) } else { endPull(&effects) }
         case (.pulling, .failed(let error)):
             fail(error, &effects)
         default:
@@ -549,12 +552,14 @@ struct SyncSession: Hashable, Sendable {
             rePullingAtPull = phase.isRePulling
         }
         pageHadMore = false
+        // Decided once for every page of this pull: the store's copies are as of its start.
+        pullHolding = holdsCopies
         if let cursor, phase.epoch != nil {
-            effects.append(.fetch(since: cursor.version, view: cursor.view, holding: holding))
+            effects.append(.fetch(since: cursor.version, view: cursor.view, holding: pullHolding))
         } else {
             // The first epoch the store hears of: the first page and the next request must
             // both report it before anything is applied.
-            effects.append(.fetch(since: nil, view: nil, holding: false))
+            effects.append(.fetch(since: nil, view: nil, holding: pullHolding))
         }
     }
 
@@ -590,7 +595,7 @@ struct SyncSession: Hashable, Sendable {
         case nil:
             guard let epoch = phase.epoch, cursor != nil else {
                 confirmation = .firstPage(page)
-                return effects.append(.fetch(since: page.next, view: page.view, holding: false))
+                return effects.append(.fetch(since: page.next, view: page.view, holding: pullHolding))
             }
             guard page.epoch == epoch else {
                 // A page of another history answered the cursor: it counts as the first report.
@@ -621,7 +626,8 @@ struct SyncSession: Hashable, Sendable {
         guard !reportedEpoch else { return fail(.epochDisagreement(first: epoch.rawValue, second: reported.rawValue), &effects) }
         reportedEpoch = true
         confirmation = .reported(reported)
-        effects.append(.fetch(since: nil, view: nil, holding: holding))
+        pullHolding = holdsCopies
+        effects.append(.fetch(since: nil, view: nil, holding: pullHolding))
     }
 
     private mutating func refused(_ status: Int, _ envelope: ErrorEnvelope, _ effects: inout [SessionEffect]) {
@@ -649,7 +655,8 @@ struct SyncSession: Hashable, Sendable {
             if case .rePulling(let e, _) = phase { phase = .rePulling(e, viewChanged: true) } else { phase = .viewRePulling(epoch) }
             self.cursor = Cursor(Version.start(of: epoch))
             effects.append(.restartView(phase, self.cursor!, compacted: code == ErrorCode.historyCompacted.rawValue))
-            effects.append(.fetch(since: self.cursor!.version, view: nil, holding: holding))
+            pullHolding = holdsCopies
+            effects.append(.fetch(since: self.cursor!.version, view: nil, holding: pullHolding))
         case ErrorCode.cursorAhead.rawValue:
             let head = envelope.details?["head"]?.int64Value.map { "\(envelope.details?["epoch"]?.stringValue ?? epoch.rawValue).\($0)" }
             fail(.cursorAhead(cursor: cursor.version.text, head: head), &effects)
