@@ -24,6 +24,21 @@ import Testing
         try await store.records(in: "jobs").map(\.id).sorted()
     }
 
+    /// A temporary directory with the rules file above, and a server started on it with
+    /// `--rules`: the directory, the rules file's path, the server.
+    func rulesServer(_ prefix: String) async throws -> (TemporaryDirectory, String, ServerProcess) {
+        let dir = try TemporaryDirectory(prefix: prefix)
+        let path = dir.appending("rules.json")
+        do {
+            try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
+            let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
+            return (dir, path, server)
+        } catch {
+            dir.remove()
+            throw error
+        }
+    }
+
     /// Rewrites the rules file and waits for the server to take it (SIGHUP).
     func reload(_ server: ServerProcess, _ path: String, _ text: String, admin: String, count: Int) async throws {
         try Data(text.utf8).write(to: URL(fileURLWithPath: path))
@@ -34,11 +49,8 @@ import Testing
     }
 
     @Test func aWorkersPhoneKeepsItsJobsLosesAReassignedOneSeesRefusalsAndFollowsNewRules() async throws {
-        let dir = try TemporaryDirectory(prefix: "outpost-rules-client")
+        let (dir, path, server) = try await rulesServer("outpost-rules-client")
         defer { dir.remove() }
-        let path = dir.appending("rules.json")
-        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
-        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
         defer { server.stop() }
         let admin = try server.token(spaces: [], admin: true)
         let phone = try device("phone", server, dir, token: try server.token(sub: "w1", spaces: ["team"]))
@@ -93,11 +105,8 @@ import Testing
     /// it did not bring would be dropped at its end, for a server that ignores `holding`);
     /// the tombstone copies the phone held stay, and its pending edit is kept and sent.
     @Test func aRefreshUnderRulesDropsTheJobsDeletedSinceAndKeepsTombstonesAndEdits() async throws {
-        let dir = try TemporaryDirectory(prefix: "outpost-rules-refresh")
+        let (dir, _, server) = try await rulesServer("outpost-rules-refresh")
         defer { dir.remove() }
-        let path = dir.appending("rules.json")
-        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
-        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
         defer { server.stop() }
         let phone = try device("phone", server, dir, token: try server.token(sub: "w1", spaces: ["team"]))
         let office = try device("office", server, dir, token: try server.token(sub: "boss", spaces: ["team"], claims: [#"roles=["supervisor"]"#]))
@@ -136,11 +145,8 @@ import Testing
     /// offered again. (Without `holding`, a page from the start under rules has no
     /// tombstone, and the phone re-created j5 as a record the new history lacked.)
     @Test func aNewEpochUnderRulesMeetsTheRestoredDeletesAndOffersNoneAgain() async throws {
-        let dir = try TemporaryDirectory(prefix: "outpost-rules-epoch")
+        let (dir, _, server) = try await rulesServer("outpost-rules-epoch")
         defer { dir.remove() }
-        let path = dir.appending("rules.json")
-        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
-        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path]) }
         defer { server.stop() }
         let phoneToken = try server.token(sub: "w1", spaces: ["team"])
         let officeToken = try server.token(sub: "boss", spaces: ["team"], claims: [#"roles=["supervisor"]"#])
