@@ -62,7 +62,7 @@ struct ProgressTests {
     /// Waits until `condition` holds for `model`, woken by Observation (never a sleep); fails
     /// with `what` after `timeout` seconds.
     @MainActor
-    static func wait(for model: SyncStatusModel, _ what: String, timeout: Double = 10, _ condition: @escaping @MainActor (SyncStatusModel) -> Bool) async {
+    static func wait(for model: SyncStatusModel, _ what: String, timeout: Double = Double(testDeadlineSeconds), _ condition: @escaping @MainActor (SyncStatusModel) -> Bool) async {
         let deadline = ContinuousClock.now + .seconds(timeout)
         while !condition(model) {
             var timer: Task<Void, Never>?

@@ -49,6 +49,10 @@ public final class SyncStatusModel {
     @ObservationIgnored private let store: OutpostStore
     @ObservationIgnored private var tasks: [Task<Void, Never>] = []
     @ObservationIgnored private var syncing = false
+    @ObservationIgnored private var rebasing = false
+    /// A refresh is reading the store's status; another asked meanwhile reads it again after.
+    @ObservationIgnored private var refreshing = false
+    @ObservationIgnored private var refreshAgain = false
 
     public init(store: OutpostStore) {
         self.store = store
@@ -94,16 +98,28 @@ public final class SyncStatusModel {
         await refresh()
     }
 
+    /// Reads the store's status and shows it. Refreshes never overlap: one asked while another
+    /// reads is folded into a second read after it, so a status read earlier can never land
+    /// after (and over) one read later. The phase follows the sync's activity even when the
+    /// status cannot be read.
     private func refresh() async {
-        guard let status = try? await store.status() else { return }
-        if pending != status.pending { pending = status.pending }
-        if rejected != status.rejected { rejected = status.rejected }
-        if upgradeRequired != status.upgradeRequired { upgradeRequired = status.upgradeRequired }
-        if quarantined != status.quarantined { quarantined = status.quarantined }
-        if lastSyncAt != status.lastSyncAt { lastSyncAt = status.lastSyncAt }
-        if lastError != status.lastError { lastError = status.lastError }
-        if epoch != status.epoch { epoch = status.epoch }
-        let now: Phase = status.rebasing ? .rePulling : (syncing ? .syncing : .idle)
-        if phase != now { phase = now }
+        if refreshing { refreshAgain = true; return }
+        refreshing = true
+        defer { refreshing = false }
+        repeat {
+            refreshAgain = false
+            if let status = try? await store.status() {
+                if pending != status.pending { pending = status.pending }
+                if rejected != status.rejected { rejected = status.rejected }
+                if upgradeRequired != status.upgradeRequired { upgradeRequired = status.upgradeRequired }
+                if quarantined != status.quarantined { quarantined = status.quarantined }
+                if lastSyncAt != status.lastSyncAt { lastSyncAt = status.lastSyncAt }
+                if lastError != status.lastError { lastError = status.lastError }
+                if epoch != status.epoch { epoch = status.epoch }
+                rebasing = status.rebasing
+            }
+            let now: Phase = rebasing ? .rePulling : (syncing ? .syncing : .idle)
+            if phase != now { phase = now }
+        } while refreshAgain
     }
 }
