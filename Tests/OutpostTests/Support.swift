@@ -85,8 +85,8 @@ struct World {
 
 extension OutpostStore {
     /// The live data of a record, or nil.
-    func data(_ collection: String, _ id: String) throws -> JSONObject? {
-        guard let r = try record(in: collection, id: id), !r.deleted else { return nil }
+    func data(_ collection: String, _ id: String, isolation: isolated (any Actor)? = #isolation) async throws -> JSONObject? {
+        guard let r = try await record(in: collection, id: id), !r.deleted else { return nil }
         return r.data
     }
 

@@ -297,7 +297,7 @@ extension LocalDatabase {
         """
 
     /// A record as the app sees it: (key, body, pending, version, updatedAt, updatedBy).
-    struct Shown {
+    struct Shown: Sendable {
         let key: RecordKey
         let body: Body
         let pending: Bool

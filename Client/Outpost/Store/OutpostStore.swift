@@ -43,6 +43,9 @@ public actor OutpostStore {
     nonisolated let cipher: RecordCipher?
     /// The store's file (nil in memory), and whether it was opened for reading only.
     nonisolated let file: StoreFile?
+    /// Read-only connections for the app's reads, outside the actor (Store/ReadPool.swift);
+    /// nil in memory and for a reader store, whose reads run on the actor.
+    nonisolated let readers: ReadPool?
     var database: LocalDatabase?
     var lock: StoreLock?
     /// Open, suspended (file and lock released until `resume()`), or closed for good.
@@ -156,6 +159,7 @@ public actor OutpostStore {
         self.cipher = cipher
         self.transport = transport
         self.file = file
+        self.readers = file.flatMap { $0.readOnly ? nil : ReadPool(path: $0.path) }
         self.database = opened.database
         self.lock = lock
         self.rng = rng
@@ -190,6 +194,7 @@ public actor OutpostStore {
     /// Closes the store: observers finish, the file and its lock are released. A sync in
     /// progress stops at its next step; changes it had sent stay in doubt.
     public func close() {
+        readers?.shut(.closed)
         database?.close()
         database = nil
         lock = nil
@@ -301,30 +306,49 @@ public actor OutpostStore {
     // MARK: - Reading
 
     /// The record decoded as `type`; nil when absent or deleted.
-    public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = JSONDecoder()) throws -> T? {
-        guard let record = try record(in: collection, id: id), !record.deleted else { return nil }
+    ///
+    /// The reads of the app (`get`, `all`, `record`, `records`, `status`) run on the
+    /// caller's own actor (the main actor for a screen), on a read-only connection of their
+    /// own: they never wait for the store's actor, which may be applying a pulled page.
+    /// They see every save that returned before them, and a pulled page whole or not at all
+    /// (docs/client.md, "Reads beside the writer").
+    public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = JSONDecoder(),
+                                              isolation: isolated (any Actor)? = #isolation) async throws -> T? {
+        guard let record = try await record(in: collection, id: id), !record.deleted else { return nil }
         return try record.decode(T.self, decoder: decoder)
     }
 
     /// Every live record of `collection` decoded as `type`, ordered by id.
-    public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = JSONDecoder()) throws -> [T] {
-        try records(in: collection).map { try $0.decode(T.self, decoder: decoder) }
+    public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = JSONDecoder(),
+                                              isolation: isolated (any Actor)? = #isolation) async throws -> [T] {
+        try await records(in: collection).map { try $0.decode(T.self, decoder: decoder) }
     }
 
     /// The record (tombstones included), or nil when the store has never held it.
-    public func record(in collection: String, id: String) throws -> StoredRecord? {
-        try read { try $0.shown(RecordKey(collection: collection, id: id)) }.map(storedRecord)
+    public func record(in collection: String, id: String, isolation: isolated (any Actor)? = #isolation) async throws -> StoredRecord? {
+        let key = RecordKey(collection: collection, id: id)
+        return try await appRead { try $0.shown(key) }.map(storedRecord)
     }
 
     /// The live records of `collection` (all collections when nil), ordered by collection
     /// and id; tombstones only with `includeDeleted`.
-    public func records(in collection: String? = nil, includeDeleted: Bool = false) throws -> [StoredRecord] {
-        try read { try $0.shown(collection: collection) }
+    public func records(in collection: String? = nil, includeDeleted: Bool = false,
+                                    isolation: isolated (any Actor)? = #isolation) async throws -> [StoredRecord] {
+        try await appRead { try $0.shown(collection: collection) }
             .filter { includeDeleted || !$0.body.deleted }
             .map(storedRecord)
     }
 
-    func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
+    /// Runs one of the app's reads on a read-only connection, on the caller's actor; on the
+    /// store's actor when the store has no such connections (in memory, a reader store) or
+    /// all of them are in use.
+    func appRead<T: Sendable>(_ body: @Sendable (LocalDatabase) throws -> T,
+                                          isolation: isolated (any Actor)? = #isolation) async throws -> T {
+        if let readers, let value = try readers.read(body) { return value }
+        return try await read(body)
+    }
+
+    nonisolated func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
         StoredRecord(collection: shown.key.collection, id: shown.key.id, data: try shown.body.data.map(decodeObject),
                      deleted: shown.body.deleted, version: shown.version, pending: shown.pending,
                      updatedAt: shown.updatedAt, updatedBy: shown.updatedBy)
@@ -439,18 +463,19 @@ public actor OutpostStore {
         return released
     }
 
-    /// The sync state.
-    public func status() throws -> SyncStatus {
-        try read { d in
+    /// The sync state (read like `get`, beside the store's actor, in one snapshot).
+    public func status(isolation: isolated (any Actor)? = #isolation) async throws -> SyncStatus {
+        let clientId = clientId, space = configuration.space, versions = configuration.versions, restoredFrom = restoredFrom
+        return try await appRead { d in
             let session = try d.session()
             var status = SyncStatus(
-                clientId: clientId, space: configuration.space, epoch: session.phase.epoch,
+                clientId: clientId, space: space, epoch: session.phase.epoch,
                 cursor: session.cursor?.version,
                 pending: try d.count(deliveries: ["queued", "sent"]),
                 rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
                 lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }, lastError: try d.meta(.lastError),
                 retiredEpochs: try d.retiredEpochs(), rebasing: session.phase.isRePulling, restoredFrom: restoredFrom)
-            status.upgradeRequired = try d.heldCount(configuration.versions)
+            status.upgradeRequired = try d.heldCount(versions)
             return status
         }
     }

@@ -152,6 +152,7 @@ extension OutpostStore {
         defer { if holdsGate { syncGate.release() } }
         // A resume() or close() while it waited ends the suspension here.
         guard lifecycle == .suspending else { return }
+        readers?.shut(.suspended)
         database?.close()
         database = nil
         lock = nil
@@ -184,6 +185,7 @@ extension OutpostStore {
         database = opened.database
         self.lock = lock
         lifecycle = .open
+        readers?.reopen()
     }
 
     /// True while the store is suspended (or suspending).

@@ -1,0 +1,118 @@
+import Foundation
+import OutpostCore
+import OutpostTestSupport
+import Synchronization
+import Testing
+@testable import Outpost
+
+/// The app's reads run beside the store's actor on read-only connections (Store/
+/// ReadPool.swift, docs/client.md "Reads beside the writer"): they never wait for a write
+/// the actor is in the middle of, they see the last commit, and suspension and close
+/// release their descriptors like the writer's.
+@Suite("Reads beside the writer")
+struct ReadPoolTests {
+    /// A resolver that stops the store's actor inside the sync's write, until the test has
+    /// read, for at most the test deadline.
+    final class Gate: Sendable {
+        let inside = DispatchSemaphore(value: 0)
+        let readDone = DispatchSemaphore(value: 0)
+        /// Whether the read came while the resolver waited (nil: never asked).
+        let readInTime = Mutex<Bool?>(nil)
+
+        var resolver: ConflictResolver {
+            .custom(name: "wait-for-a-read") { [self] _ in
+                inside.signal()
+                let arrived = readDone.wait(timeout: .now() + .seconds(testDeadlineSeconds)) == .success
+                readInTime.withLock { $0 = arrived }
+                return .keepServer
+            }
+        }
+    }
+
+    @Test func aReadWhileTheStoreIsInsideAWriteSeesTheLastCommitAndDoesNotWait() async throws {
+        try await withTemporaryDirectory { dir in
+            let world = World()
+            let gate = Gate()
+            let phone = try world.device("phone", path: dir.appending("phone.sqlite"), resolver: gate.resolver)
+            let laptop = try world.device("laptop")
+            try await phone.put(todo("v1"), in: "todos", id: "t1")
+            try await phone.sync()
+            try await laptop.sync()
+            world.clock.advance(1_000)
+            try await phone.put(todo("phone"), in: "todos", id: "t1")
+            try await laptop.put(todo("laptop"), in: "todos", id: "t1")
+            try await laptop.sync()
+
+            // The sync runs on a thread of its own: the resolver blocks that thread, with the
+            // store's actor inside the write that settles the conflict.
+            let writer = DedicatedThreadExecutor(name: "store-writer")
+            defer { writer.stop() }
+            let sync = Task(executorPreference: writer) { try await phone.sync() }
+            try await blocking {
+                guard gate.inside.wait(timeout: .now() + .seconds(testDeadlineSeconds)) == .success else {
+                    throw NotReached("the resolver was not asked within \(testDeadlineSeconds) s")
+                }
+            }
+            // Read on another thread while the actor is held. A read that needed the actor
+            // would return only after the resolver gave up waiting for it.
+            let (during, status) = try await offPool("reader") {
+                (try await phone.data("todos", "t1"), try await phone.status())
+            }
+            gate.readDone.signal()
+            let report = try await sync.value
+
+            #expect(gate.readInTime.withLock { $0 } == true, "the read waited for the store's actor")
+            #expect(during == todo("phone"), "the read saw the last commit: the local edit, not the write in progress")
+            #expect(status.pending == 1, "the status read saw the queued edit")
+            #expect(report.conflicts == 1)
+            #expect(try await phone.data("todos", "t1") == todo("laptop"), "the read after the sync saw its commit")
+            await phone.close()
+        }
+    }
+
+    @Test func aReadSeesEverySaveThatReturnedBeforeIt() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try World().device("phone", path: dir.appending("s.sqlite"))
+            for n in 0..<50 {
+                try await store.put(todo("v\(n)"), in: "todos", id: "t\(n % 5)")
+                #expect(try await store.data("todos", "t\(n % 5)") == todo("v\(n)"))
+                #expect(try await store.records(in: "todos").count == min(n + 1, 5))
+            }
+            #expect(try await store.status().pending == 5)
+            #expect(store.readers!.openCount <= ReadPool.keptIdle)
+            await store.close()
+        }
+    }
+
+    #if os(Linux)
+    /// The descriptors of this process open on `path` (the file itself, not its -wal/-shm).
+    private func descriptors(on path: String) -> Int {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == path }.count
+    }
+
+    @Test func suspendAndCloseReleaseTheReadersDescriptors() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appending("s.sqlite")
+            let store = try World().device("phone", path: path)
+            try await store.put(todo("a"), in: "todos", id: "t1")
+            #expect(try await store.data("todos", "t1") == todo("a"))
+            #expect(store.readers!.openCount == 1)
+            #expect(descriptors(on: path) == 2, "the writer and one reader")
+
+            await store.suspend()
+            #expect(descriptors(on: path) == 0, "suspended: no descriptor on the file")
+            await #expect(throws: OutpostError.suspended) { try await store.record(in: "todos", id: "t1") }
+            await #expect(throws: OutpostError.suspended) { try await store.status() }
+
+            try await store.resume()
+            #expect(try await store.data("todos", "t1") == todo("a"))
+            #expect(descriptors(on: path) == 2)
+
+            await store.close()
+            #expect(descriptors(on: path) == 0, "closed: no descriptor on the file")
+            await #expect(throws: OutpostError.closed) { try await store.all(Todo.self, in: "todos") }
+        }
+    }
+    #endif
+}
