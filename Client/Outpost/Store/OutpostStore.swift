@@ -21,9 +21,11 @@ import OutpostSQLite
 /// let todos = try await store.all(Todo.self, in: "todos")
 /// ```
 ///
-/// Concurrency: the actor owns the only SQLite connection, which never leaves it. While a
-/// sync waits for the network, saves and reads go on; a second `sync()` waits for the
-/// first. One store per file: a second open of the same file, in this process or another,
+/// Concurrency: the actor owns the only writing SQLite connection, which never leaves it.
+/// The app's reads (`get`, `all`, `record`, `records`, `status`) run on the caller's actor
+/// through read-only connections (`ReadPool`), so a screen never waits for a page being
+/// applied. While a sync waits for the network, saves and reads go on; a second `sync()`
+/// waits for the first. One store per file: a second open of the same file, in this process or another,
 /// fails with `OutpostError.storeInUse`, until the first is closed or suspended
 /// (`suspend()`, when the app leaves the foreground). Another process reads the file at any
 /// time through `OutpostStore.reader(path:configuration:)`.
