@@ -22,9 +22,9 @@ import OutpostSQLite
 /// ```
 ///
 /// Concurrency: the actor owns the only writing SQLite connection, which never leaves it.
-/// The app's reads (`get`, `all`, `record`, `records`, `status`) run on read-only
-/// connections (`ReadPool`) on threads of their own, so a screen never waits for a page
-/// being applied. While a sync waits for the network, saves and reads go on; a second `sync()`
+/// The app's reads (`get`, `all`, `record`, `records`, `status`) run on the caller's actor
+/// through read-only connections (`ReadPool`), so a screen never waits for a page being
+/// applied. While a sync waits for the network, saves and reads go on; a second `sync()`
 /// waits for the first. One store per file: a second open of the same file, in this process or another,
 /// fails with `OutpostError.storeInUse`, until the first is closed or suspended
 /// (`suspend()`, when the app leaves the foreground). Another process reads the file at any
@@ -283,7 +283,7 @@ public actor OutpostStore {
         guard JSONValue.object(data).depth <= 64 else { throw OutpostError.encoding("records nest at most 64 levels") }
         guard let shown = try enqueue(key, body: Body(data: encodeObject(data))) else { throw OutpostError.storage("the saved record is not in the store") }
         notify(StoreEvent(origin: .local, keys: [key]))
-        return try Self.storedRecord(shown)
+        return try storedRecord(shown)
     }
 
     /// Deletes the record (a tombstone: the delete syncs like any edit). Returns false when
@@ -309,59 +309,48 @@ public actor OutpostStore {
 
     /// The record decoded as `type`; nil when absent or deleted.
     ///
-    /// The reads of the app (`get`, `all`, `record`, `records`, `status`) run on a
-    /// read-only connection of their own, on its own thread, with the caller (the main
-    /// actor, for a screen) suspended meanwhile: they never wait for the store's actor,
-    /// which may be applying a pulled page, and never hold the caller's thread while they
-    /// read and decode. They see every save that returned before them, and a pulled page
-    /// whole or not at all (docs/client.md, "Reads beside the writer").
+    /// The reads of the app (`get`, `all`, `record`, `records`, `status`) run on the
+    /// caller's own actor (the main actor for a screen), on a read-only connection of their
+    /// own: they never wait for the store's actor, which may be applying a pulled page.
+    /// They see every save that returned before them, and a pulled page whole or not at all
+    /// (docs/client.md, "Reads beside the writer").
     public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = JSONDecoder(),
-                                  isolation: isolated (any Actor)? = #isolation) async throws -> T? {
-        let key = RecordKey(collection: collection, id: id)
-        return try await appRead { d in
-            guard let shown = try d.shown(key), !shown.body.deleted else { return nil }
-            return try Self.storedRecord(shown).decode(T.self, decoder: decoder)
-        }
+                                              isolation: isolated (any Actor)? = #isolation) async throws -> T? {
+        guard let record = try await record(in: collection, id: id), !record.deleted else { return nil }
+        return try record.decode(T.self, decoder: decoder)
     }
 
     /// Every live record of `collection` decoded as `type`, ordered by id.
     public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = JSONDecoder(),
-                                  isolation: isolated (any Actor)? = #isolation) async throws -> [T] {
-        try await appRead { d in
-            try d.shown(collection: collection).filter { !$0.body.deleted }.map { try Self.storedRecord($0).decode(T.self, decoder: decoder) }
-        }
+                                              isolation: isolated (any Actor)? = #isolation) async throws -> [T] {
+        try await records(in: collection).map { try $0.decode(T.self, decoder: decoder) }
     }
 
     /// The record (tombstones included), or nil when the store has never held it.
     public func record(in collection: String, id: String, isolation: isolated (any Actor)? = #isolation) async throws -> StoredRecord? {
         let key = RecordKey(collection: collection, id: id)
-        return try await appRead { try $0.shown(key).map(Self.storedRecord) }
+        return try await appRead { try $0.shown(key) }.map(storedRecord)
     }
 
     /// The live records of `collection` (all collections when nil), ordered by collection
     /// and id; tombstones only with `includeDeleted`.
     public func records(in collection: String? = nil, includeDeleted: Bool = false,
-                        isolation: isolated (any Actor)? = #isolation) async throws -> [StoredRecord] {
-        try await appRead { d in
-            try d.shown(collection: collection).filter { includeDeleted || !$0.body.deleted }.map(Self.storedRecord)
-        }
+                                    isolation: isolated (any Actor)? = #isolation) async throws -> [StoredRecord] {
+        try await appRead { try $0.shown(collection: collection) }
+            .filter { includeDeleted || !$0.body.deleted }
+            .map(storedRecord)
     }
 
-    /// Runs one of the app's reads on a read-only connection (`ReadPool`), the caller
-    /// suspended; on the store's actor when the store has no such connections (in memory,
-    /// a reader store) or all of them are in use.
-    func appRead<T>(_ body: @escaping @Sendable (LocalDatabase) throws -> T,
-                    isolation: isolated (any Actor)? = #isolation) async throws -> T {
-        if let readers, let read = try await readers.read(body) { return read.value }
-        return try await readOnActor(body).value
+    /// Runs one of the app's reads on a read-only connection, on the caller's actor; on the
+    /// store's actor when the store has no such connections (in memory, a reader store) or
+    /// all of them are in use.
+    func appRead<T: Sendable>(_ body: @Sendable (LocalDatabase) throws -> T,
+                                          isolation: isolated (any Actor)? = #isolation) async throws -> T {
+        if let readers, let value = try readers.read(body) { return value }
+        return try await read(body)
     }
 
-    /// `read`, with its result handed over to a caller on another actor.
-    private func readOnActor<T>(_ body: @Sendable (LocalDatabase) throws -> T) throws -> ReadPool.Handover<T> {
-        ReadPool.Handover(value: try read(body))
-    }
-
-    static func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
+    nonisolated func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
         StoredRecord(collection: shown.key.collection, id: shown.key.id, data: try shown.body.data.map(decodeObject),
                      deleted: shown.body.deleted, version: shown.version, pending: shown.pending,
                      updatedAt: shown.updatedAt, updatedBy: shown.updatedBy)

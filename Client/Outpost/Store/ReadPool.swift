@@ -1,13 +1,9 @@
-import Dispatch
 import OutpostSQLite
 import Synchronization
 
 /// Read-only connections to a store's file, for what the app reads (`get`, `all`,
 /// `record`, `records`, `status`) outside the store's actor (docs/client.md, "Reads beside
-/// the writer"). Each connection has a serial queue of its own that its reads run on: the
-/// caller (a screen on the main actor) is suspended meanwhile, never blocked, and a read
-/// waits neither for the store's actor nor for the cooperative pool, which a sync keeps
-/// busy fetching and decoding pages.
+/// the writer").
 ///
 /// Why: the actor owns the one writing connection and applies a pulled page of up to
 /// 1,000 records in one transaction. A read that queued behind that work on the actor
@@ -28,24 +24,14 @@ import Synchronization
 /// then closed, not kept (its generation is old). `reopen` after `resume()` lets reads open
 /// connections again.
 final class ReadPool: Sendable {
-    /// A connection lent to one read at a time (the lock hands it out; one owner at once),
-    /// and the queue its reads run on (serial: Dispatch gives it a thread even when every
-    /// core is busy).
+    /// A connection lent to one read at a time (the lock hands it out; one owner at once).
     final class Reader: @unchecked Sendable {
         let database: LocalDatabase
         let generation: Int
-        let queue = DispatchQueue(label: "outpost.store.reader")
         init(database: LocalDatabase, generation: Int) {
             self.database = database
             self.generation = generation
         }
-    }
-
-    /// A read's result, made on the reader's queue and handed once to the caller, which
-    /// alone uses it from then on (what `sending` says, for a generic result the compiler
-    /// cannot follow through the transaction).
-    struct Handover<T>: @unchecked Sendable {
-        let value: T
     }
 
     enum Shut: Sendable { case suspended, closed }
@@ -71,23 +57,13 @@ final class ReadPool: Sendable {
 
     init(path: String) { self.path = path }
 
-    /// Runs `body` on a reader's queue in one read transaction, the caller suspended
-    /// meanwhile; nil when every reader is lent (the caller reads on the actor instead).
+    /// Runs `body` on a reader in one read transaction; nil when every reader is lent (the
+    /// caller reads on the actor instead).
     ///
     /// - Throws: `OutpostError.suspended` or `closed` after `shut`; `storage` for a SQLite
     ///   failure.
-    func read<T>(_ body: @escaping @Sendable (LocalDatabase) throws -> T,
-                 isolation: isolated (any Actor)? = #isolation) async throws -> Handover<T>? {
+    func read<T>(_ body: (LocalDatabase) throws -> T) throws -> T? {
         guard case .reader(let reader) = try lend() else { return nil }
-        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Handover<T>?, any Error>) in
-            reader.queue.async {
-                continuation.resume(with: Result { Handover(value: try self.run(body, on: reader)) })
-            }
-        }
-    }
-
-    /// Runs `body` in a read transaction on `reader`, then gives the reader back.
-    private func run<T>(_ body: (LocalDatabase) throws -> T, on reader: Reader) throws -> T {
         var healthy = true
         defer { giveBack(reader, healthy: healthy) }
         do {
