@@ -26,15 +26,7 @@ struct ConflictTests {
     /// Phone and laptop synced on t1 = v1; both edit it offline; the laptop pushes first.
     private func concurrentEdits(_ world: World, phone resolver: ConflictResolver) async throws -> OutpostStore {
         let phone = try world.device("phone", resolver: resolver)
-        let laptop = try world.device("laptop")
-        try await phone.put(todo("v1"), in: "todos", id: "t1")
-        try await phone.sync()
-        try await laptop.sync()
-        world.clock.advance(1_000)
-        try await phone.put(todo("phone"), in: "todos", id: "t1")
-        world.clock.advance(1_000)
-        try await laptop.put(todo("laptop"), in: "todos", id: "t1")
-        try await laptop.sync()
+        try await world.concurrentEdits(phone: phone, laptop: try world.device("laptop"))
         return phone
     }
 

@@ -34,14 +34,7 @@ struct ReadPoolTests {
             let world = World()
             let gate = Gate()
             let phone = try world.device("phone", path: dir.appending("phone.sqlite"), resolver: gate.resolver)
-            let laptop = try world.device("laptop")
-            try await phone.put(todo("v1"), in: "todos", id: "t1")
-            try await phone.sync()
-            try await laptop.sync()
-            world.clock.advance(1_000)
-            try await phone.put(todo("phone"), in: "todos", id: "t1")
-            try await laptop.put(todo("laptop"), in: "todos", id: "t1")
-            try await laptop.sync()
+            try await world.concurrentEdits(phone: phone, laptop: try world.device("laptop"))
 
             // The sync runs on a thread of its own: the resolver blocks that thread, with the
             // store's actor inside the write that settles the conflict.

@@ -76,6 +76,19 @@ struct World {
         return try OutpostStore(path: path, configuration: c, transport: server.transport(device: name))
     }
 
+    /// `phone` and `laptop` synced on todos/t1 = v1; both edit it offline, 1 s apart; the
+    /// laptop pushes first, so the phone's next sync meets a conflict.
+    func concurrentEdits(phone: OutpostStore, laptop: OutpostStore) async throws {
+        try await phone.put(todo("v1"), in: "todos", id: "t1")
+        try await phone.sync()
+        try await laptop.sync()
+        clock.advance(1_000)
+        try await phone.put(todo("phone"), in: "todos", id: "t1")
+        clock.advance(1_000)
+        try await laptop.put(todo("laptop"), in: "todos", id: "t1")
+        try await laptop.sync()
+    }
+
     /// The server's live data of a record, or nil.
     func serverData(_ collection: String, _ id: String) -> JSONObject? {
         guard let r = server.record(space: space, collection: collection, id: id), !r.deleted else { return nil }

@@ -25,8 +25,8 @@ import OutpostSQLite
 /// The app's reads (`get`, `all`, `record`, `records`, `status`) run on the caller's actor
 /// through read-only connections (`ReadPool`), so a screen never waits for a page being
 /// applied. While a sync waits for the network, saves and reads go on; a second `sync()`
-/// waits for the first. One store per file: a second open of the same file, in this process or another,
-/// fails with `OutpostError.storeInUse`, until the first is closed or suspended
+/// waits for the first. One store per file: a second open of the same file, in this
+/// process or another, fails with `OutpostError.storeInUse`, until the first is closed or suspended
 /// (`suspend()`, when the app leaves the foreground). Another process reads the file at any
 /// time through `OutpostStore.reader(path:configuration:)`.
 public actor OutpostStore {
@@ -315,14 +315,14 @@ public actor OutpostStore {
     /// They see every save that returned before them, and a pulled page whole or not at all
     /// (docs/client.md, "Reads beside the writer").
     public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = JSONDecoder(),
-                                              isolation: isolated (any Actor)? = #isolation) async throws -> T? {
+                                  isolation: isolated (any Actor)? = #isolation) async throws -> T? {
         guard let record = try await record(in: collection, id: id), !record.deleted else { return nil }
         return try record.decode(T.self, decoder: decoder)
     }
 
     /// Every live record of `collection` decoded as `type`, ordered by id.
     public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = JSONDecoder(),
-                                              isolation: isolated (any Actor)? = #isolation) async throws -> [T] {
+                                  isolation: isolated (any Actor)? = #isolation) async throws -> [T] {
         try await records(in: collection).map { try $0.decode(T.self, decoder: decoder) }
     }
 
@@ -335,7 +335,7 @@ public actor OutpostStore {
     /// The live records of `collection` (all collections when nil), ordered by collection
     /// and id; tombstones only with `includeDeleted`.
     public func records(in collection: String? = nil, includeDeleted: Bool = false,
-                                    isolation: isolated (any Actor)? = #isolation) async throws -> [StoredRecord] {
+                        isolation: isolated (any Actor)? = #isolation) async throws -> [StoredRecord] {
         try await appRead { try $0.shown(collection: collection) }
             .filter { includeDeleted || !$0.body.deleted }
             .map(storedRecord)
@@ -345,7 +345,7 @@ public actor OutpostStore {
     /// store's actor when the store has no such connections (in memory, a reader store) or
     /// all of them are in use.
     func appRead<T: Sendable>(_ body: @Sendable (LocalDatabase) throws -> T,
-                                          isolation: isolated (any Actor)? = #isolation) async throws -> T {
+                    isolation: isolated (any Actor)? = #isolation) async throws -> T {
         if let readers, let value = try readers.read(body) { return value }
         return try await read(body)
     }
