@@ -63,6 +63,42 @@ struct ReadPoolTests {
         }
     }
 
+    /// An actor standing for the main actor: it calls a read, and is asked something else
+    /// while that read runs.
+    actor Screen {
+        /// Counts the todos in a read that waits inside its transaction for `gate.readDone`.
+        func count(_ store: OutpostStore, _ gate: Gate) async throws -> Int {
+            try await store.appRead { d in
+                gate.inside.signal()
+                let released = gate.readDone.wait(timeout: .now() + .seconds(testDeadlineSeconds)) == .success
+                gate.readInTime.withLock { $0 = released }
+                return try d.shown(collection: "todos").count
+            }
+        }
+        func ping() {}
+    }
+
+    @Test func aReadNeverHoldsItsCallersActor() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try World().device("phone", path: dir.appending("s.sqlite"))
+            try await store.put(todo("a"), in: "todos", id: "t1")
+            let screen = Screen(), gate = Gate()
+            let read = Task { try await screen.count(store, gate) }
+            try await blocking {
+                guard gate.inside.wait(timeout: .now() + .seconds(testDeadlineSeconds)) == .success else {
+                    throw NotReached("the read did not start within \(testDeadlineSeconds) s")
+                }
+            }
+            // The read is inside its transaction. Its caller's actor answers at once: a read
+            // that ran on that actor would hold it until the read gave up waiting.
+            await screen.ping()
+            gate.readDone.signal()
+            #expect(try await read.value == 1)
+            #expect(gate.readInTime.withLock { $0 } == true, "the read held its caller's actor")
+            await store.close()
+        }
+    }
+
     @Test func aReadSeesEverySaveThatReturnedBeforeIt() async throws {
         try await withTemporaryDirectory { dir in
             let store = try World().device("phone", path: dir.appending("s.sqlite"))

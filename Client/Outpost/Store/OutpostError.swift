@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostSQLite
 
 /// Every failure the SDK reports, so an app can switch over them.
 ///
@@ -85,5 +86,15 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
         case .transport(let t): t.code
         case .storage: "storage"
         }
+    }
+}
+
+/// Runs `body`, reporting a SQLite failure as `OutpostError.storage`: what every entry
+/// point of the store throws for its file's errors.
+func mappingSQLiteErrors<T>(_ body: () throws -> T) throws -> T {
+    do {
+        return try body()
+    } catch let e as SQLiteError {
+        throw OutpostError.storage(e.description)
     }
 }

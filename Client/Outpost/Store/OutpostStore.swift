@@ -22,11 +22,11 @@ import OutpostSQLite
 /// ```
 ///
 /// Concurrency: the actor owns the only writing SQLite connection, which never leaves it.
-/// The app's reads (`get`, `all`, `record`, `records`, `status`) run on the caller's actor
-/// through read-only connections (`ReadPool`), so a screen never waits for a page being
-/// applied. While a sync waits for the network, saves and reads go on; a second `sync()`
-/// waits for the first. One store per file: a second open of the same file, in this
-/// process or another, fails with `OutpostError.storeInUse`, until the first is closed or suspended
+/// The app's reads (`get`, `all`, `record`, `records`, `status`) run on read-only
+/// connections (`ReadPool`) on threads of their own, so a screen never waits for a page
+/// being applied. While a sync waits for the network, saves and reads go on; a second `sync()`
+/// waits for the first. One store per file: a second open of the same file, in this process or another,
+/// fails with `OutpostError.storeInUse`, until the first is closed or suspended
 /// (`suspend()`, when the app leaves the foreground). Another process reads the file at any
 /// time through `OutpostStore.reader(path:configuration:)`.
 public actor OutpostStore {
@@ -125,13 +125,11 @@ public actor OutpostStore {
     /// does not exist or was never opened as a store.
     public static func space(ofStoreAt path: String) throws -> String? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        do {
+        return try mappingSQLiteErrors {
             let connection = try Connection(path: path, flags: [.readOnly])
             defer { connection.close() }
             guard try connection.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'meta'") == 1 else { return nil }
             return try connection.scalarText("SELECT value FROM meta WHERE key = ?", [.text(MetaKey.space.rawValue)])
-        } catch let e as SQLiteError {
-            throw OutpostError.storage(e.description)
         }
     }
 
@@ -183,12 +181,10 @@ public actor OutpostStore {
             cipher = RecordCipher(space: configuration.space, ring: ring, clearFields: encryption.clearFields)
         }
         let mode = cipher == nil ? "none" : "e2e-1"
-        do {
+        try mappingSQLiteErrors {
             let stored = try opened.database.meta(.encryption)
             if let stored, stored != mode { throw EncryptionError.encryptionRequired(space: configuration.space) }
             if !readOnly { try opened.database.setMeta(.encryption, mode) }
-        } catch let e as SQLiteError {
-            throw OutpostError.storage(e.description)
         }
         return cipher
     }
@@ -228,24 +224,18 @@ public actor OutpostStore {
         guard file?.readOnly != true else { throw OutpostError.readOnly }
         // Journal entries of a transaction that rolls back are never told.
         defer { journaled.removeAll() }
-        do {
+        return try mappingSQLiteErrors {
             try d.use(durability ?? configuration.durability)
             let result = try d.db.transaction { try body(d) }
             announceJournaled()
             return result
-        } catch let e as SQLiteError {
-            throw OutpostError.storage(e.description)
         }
     }
 
     /// Runs a read, mapping SQLite failures.
     func read<T>(_ body: (LocalDatabase) throws -> T) throws -> T {
         let d = try db()
-        do {
-            return try body(d)
-        } catch let e as SQLiteError {
-            throw OutpostError.storage(e.description)
-        }
+        return try mappingSQLiteErrors { try body(d) }
     }
 
     func now() -> Int64 { configuration.clock() }
@@ -283,7 +273,7 @@ public actor OutpostStore {
         guard JSONValue.object(data).depth <= 64 else { throw OutpostError.encoding("records nest at most 64 levels") }
         guard let shown = try enqueue(key, body: Body(data: encodeObject(data))) else { throw OutpostError.storage("the saved record is not in the store") }
         notify(StoreEvent(origin: .local, keys: [key]))
-        return try storedRecord(shown)
+        return try Self.storedRecord(shown)
     }
 
     /// Deletes the record (a tombstone: the delete syncs like any edit). Returns false when
@@ -309,11 +299,15 @@ public actor OutpostStore {
 
     /// The record decoded as `type`; nil when absent or deleted.
     ///
-    /// The reads of the app (`get`, `all`, `record`, `records`, `status`) run on the
-    /// caller's own actor (the main actor for a screen), on a read-only connection of their
-    /// own: they never wait for the store's actor, which may be applying a pulled page.
-    /// They see every save that returned before them, and a pulled page whole or not at all
-    /// (docs/client.md, "Reads beside the writer").
+    /// The reads of the app (`get`, `all`, `record`, `records`, `status`) run on a
+    /// read-only connection of their own, on its own thread, with the caller (the main
+    /// actor, for a screen) suspended meanwhile: they never wait for the store's actor,
+    /// which may be applying a pulled page, and never hold the caller's thread while they
+    /// read the rows and parse their JSON. They see every save that returned before them,
+    /// and a pulled page whole or not at all (docs/client.md, "Reads beside the writer").
+    /// Only the last step, `T`'s `Decodable` initializer, runs with the caller's isolation:
+    /// an app type's conformance may be isolated to the main actor (an app target's
+    /// default), and then must not run anywhere else.
     public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = JSONDecoder(),
                                   isolation: isolated (any Actor)? = #isolation) async throws -> T? {
         guard let record = try await record(in: collection, id: id), !record.deleted else { return nil }
@@ -329,28 +323,33 @@ public actor OutpostStore {
     /// The record (tombstones included), or nil when the store has never held it.
     public func record(in collection: String, id: String, isolation: isolated (any Actor)? = #isolation) async throws -> StoredRecord? {
         let key = RecordKey(collection: collection, id: id)
-        return try await appRead { try $0.shown(key) }.map(storedRecord)
+        return try await appRead { try $0.shown(key).map(Self.storedRecord) }
     }
 
     /// The live records of `collection` (all collections when nil), ordered by collection
     /// and id; tombstones only with `includeDeleted`.
     public func records(in collection: String? = nil, includeDeleted: Bool = false,
                         isolation: isolated (any Actor)? = #isolation) async throws -> [StoredRecord] {
-        try await appRead { try $0.shown(collection: collection) }
-            .filter { includeDeleted || !$0.body.deleted }
-            .map(storedRecord)
+        try await appRead { d in
+            try d.shown(collection: collection).filter { includeDeleted || !$0.body.deleted }.map(Self.storedRecord)
+        }
     }
 
-    /// Runs one of the app's reads on a read-only connection, on the caller's actor; on the
-    /// store's actor when the store has no such connections (in memory, a reader store) or
-    /// all of them are in use.
-    func appRead<T: Sendable>(_ body: @Sendable (LocalDatabase) throws -> T,
+    /// Runs one of the app's reads on a read-only connection (`ReadPool`), the caller
+    /// suspended; on the store's actor when the store has no such connections (in memory,
+    /// a reader store) or all of them are in use.
+    func appRead<T>(_ body: @escaping @Sendable (LocalDatabase) throws -> T,
                     isolation: isolated (any Actor)? = #isolation) async throws -> T {
-        if let readers, let value = try readers.read(body) { return value }
-        return try await read(body)
+        if let readers, let read = try await readers.read(body) { return read.value }
+        return try await readOnActor(body).value
     }
 
-    nonisolated func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
+    /// `read`, with its result handed over to a caller on another actor.
+    private func readOnActor<T>(_ body: @Sendable (LocalDatabase) throws -> T) throws -> ReadPool.Handover<T> {
+        ReadPool.Handover(value: try read(body))
+    }
+
+    static func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
         StoredRecord(collection: shown.key.collection, id: shown.key.id, data: try shown.body.data.map(decodeObject),
                      deleted: shown.body.deleted, version: shown.version, pending: shown.pending,
                      updatedAt: shown.updatedAt, updatedBy: shown.updatedBy)

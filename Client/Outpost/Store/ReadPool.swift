@@ -1,9 +1,13 @@
+import Dispatch
 import OutpostSQLite
 import Synchronization
 
 /// Read-only connections to a store's file, for what the app reads (`get`, `all`,
 /// `record`, `records`, `status`) outside the store's actor (docs/client.md, "Reads beside
-/// the writer").
+/// the writer"). Each connection has a serial queue of its own that its reads run on: the
+/// caller (a screen on the main actor) is suspended meanwhile, never blocked, and a read
+/// waits neither for the store's actor nor for the cooperative pool, which a sync keeps
+/// busy fetching and decoding pages.
 ///
 /// Why: the actor owns the one writing connection and applies a pulled page of up to
 /// 1,000 records in one transaction. A read that queued behind that work on the actor
@@ -24,23 +28,32 @@ import Synchronization
 /// then closed, not kept (its generation is old). `reopen` after `resume()` lets reads open
 /// connections again.
 final class ReadPool: Sendable {
-    /// A connection lent to one read at a time (the lock hands it out; one owner at once).
+    /// A connection lent to one read at a time (the lock hands it out; one owner at once),
+    /// and the queue its reads run on (serial: Dispatch gives it a thread even when every
+    /// core is busy). The connection is opened on that queue by the first read, since
+    /// opening reads the file's header and schema.
     final class Reader: @unchecked Sendable {
-        let database: LocalDatabase
         let generation: Int
-        init(database: LocalDatabase, generation: Int) {
-            self.database = database
-            self.generation = generation
+        let queue = DispatchQueue(label: "outpost.store.reader")
+        private(set) var database: LocalDatabase?
+        init(generation: Int) { self.generation = generation }
+
+        func opened(at path: String) throws -> LocalDatabase {
+            if let database { return database }
+            let opened = try LocalDatabase(readingAt: path)
+            database = opened
+            return opened
         }
     }
 
-    enum Shut: Sendable { case suspended, closed }
-
-    /// What a read gets: a reader, or none because `maximumOpen` are lent.
-    enum Lent {
-        case reader(Reader)
-        case busy
+    /// A read's result, made on the reader's queue and handed once to the caller, which
+    /// alone uses it from then on (what `sending` says, for a generic result the compiler
+    /// cannot follow through the transaction).
+    struct Handover<T>: @unchecked Sendable {
+        let value: T
     }
+
+    enum Shut: Sendable { case suspended, closed }
 
     private struct State {
         var idle: [Reader] = []
@@ -57,45 +70,44 @@ final class ReadPool: Sendable {
 
     init(path: String) { self.path = path }
 
-    /// Runs `body` on a reader in one read transaction; nil when every reader is lent (the
-    /// caller reads on the actor instead).
+    /// Runs `body` on a reader's queue in one read transaction, the caller suspended
+    /// meanwhile; nil when every reader is lent (the caller reads on the actor instead).
     ///
     /// - Throws: `OutpostError.suspended` or `closed` after `shut`; `storage` for a SQLite
     ///   failure.
-    func read<T>(_ body: (LocalDatabase) throws -> T) throws -> T? {
-        guard case .reader(let reader) = try lend() else { return nil }
+    func read<T>(_ body: @escaping @Sendable (LocalDatabase) throws -> T,
+                 isolation: isolated (any Actor)? = #isolation) async throws -> Handover<T>? {
+        guard let reader = try lend() else { return nil }
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Handover<T>?, any Error>) in
+            reader.queue.async {
+                continuation.resume(with: Result { Handover(value: try self.run(body, on: reader)) })
+            }
+        }
+    }
+
+    /// Runs `body` in a read transaction on `reader`, then gives the reader back (closed,
+    /// if its connection failed).
+    private func run<T>(_ body: (LocalDatabase) throws -> T, on reader: Reader) throws -> T {
         var healthy = true
         defer { giveBack(reader, healthy: healthy) }
         do {
-            return try reader.database.db.transaction(.deferred) { try body(reader.database) }
+            let database = try reader.opened(at: path)
+            return try database.db.transaction(.deferred) { try body(database) }
         } catch let e as SQLiteError {
             healthy = false
             throw OutpostError.storage(e.description)
         }
     }
 
-    /// An idle reader, or a new one when fewer than `maximumOpen` are open.
-    private func lend() throws -> Lent {
-        enum Step { case lent(Reader), open(generation: Int), busy }
-        let step: Step = try state.withLock { s in
+    /// An idle reader, or a new one (opened by its first read) when fewer than
+    /// `maximumOpen` are open; nil when that many are lent.
+    private func lend() throws -> Reader? {
+        try state.withLock { s in
             if let shut = s.shut { throw shut == .suspended ? OutpostError.suspended : OutpostError.closed }
-            if let reader = s.idle.popLast() { return .lent(reader) }
-            guard s.open < Self.maximumOpen else { return .busy }
+            if let reader = s.idle.popLast() { return reader }
+            guard s.open < Self.maximumOpen else { return nil }
             s.open += 1
-            return .open(generation: s.generation)
-        }
-        switch step {
-        case .lent(let reader): return .reader(reader)
-        case .busy: return .busy
-        case .open(let generation):
-            do {
-                // Opened outside the lock: opening reads the file's header and schema.
-                return .reader(Reader(database: try LocalDatabase(readingAt: path), generation: generation))
-            } catch {
-                state.withLock { s in if s.generation == generation { s.open -= 1 } }
-                if let e = error as? SQLiteError { throw OutpostError.storage(e.description) }
-                throw error
-            }
+            return Reader(generation: s.generation)
         }
     }
 
@@ -111,7 +123,7 @@ final class ReadPool: Sendable {
             s.open -= 1
             return false
         }
-        if !keep { reader.database.close() }
+        if !keep { reader.database?.close() }
     }
 
     /// Closes the idle readers; reads throw `suspended` or `closed` until `reopen`.
@@ -124,7 +136,7 @@ final class ReadPool: Sendable {
             s.shut = why
             return idle
         }
-        for reader in closing { reader.database.close() }
+        for reader in closing { reader.database?.close() }
     }
 
     /// Lets reads open readers again (after `resume()`).

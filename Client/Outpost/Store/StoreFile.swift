@@ -40,16 +40,10 @@ extension OutpostStore {
     /// bound to this device (`bindToDevice`), and has its uploads' paths rebased on
     /// `configuration.baseDirectory`.
     static func open(_ file: StoreFile?, configuration: Configuration, rng: inout Randomness) throws -> OpenedFile {
-        let database: LocalDatabase
-        do {
-            if let file, file.readOnly {
-                database = try LocalDatabase(readingAt: file.path)
-            } else {
-                database = try LocalDatabase(path: file?.path ?? ":memory:", durability: configuration.durability,
-                                             protection: file == nil ? nil : configuration.fileProtection)
-            }
-        } catch let e as SQLiteError {
-            throw OutpostError.storage(e.description)
+        let database = try mappingSQLiteErrors {
+            if let file, file.readOnly { return try LocalDatabase(readingAt: file.path) }
+            return try LocalDatabase(path: file?.path ?? ":memory:", durability: configuration.durability,
+                                     protection: file == nil ? nil : configuration.fileProtection)
         }
         database.baseDirectory = configuration.baseDirectory.map { MediaFiles.absolutePath($0.path) }
         do {
