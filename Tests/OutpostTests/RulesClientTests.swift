@@ -145,7 +145,19 @@ import Testing
     /// offered again. (Without `holding`, a page from the start under rules has no
     /// tombstone, and the phone re-created j5 as a record the new history lacked.)
     @Test func aNewEpochUnderRulesMeetsTheRestoredDeletesAndOffersNoneAgain() async throws {
-        let (dir, _, server) = try await rulesServer("outpost-rules-epoch")
+        try await meetTheRestoredDeletes(leavingFirst: false)
+    }
+
+    /// The same restore, met by a phone that left its epoch first (`leaveEpoch()`): the
+    /// store is detached, with no cursor, and keeps its copies; its pull says so
+    /// (`holding`), so j5's tombstone comes and j5 is not offered again. (Before, a detached
+    /// store's pull never said `holding`, and the phone re-created j5.)
+    @Test func aStoreThatLeftItsEpochMeetsTheNextHistorysDeletesUnderRules() async throws {
+        try await meetTheRestoredDeletes(leavingFirst: true)
+    }
+
+    private func meetTheRestoredDeletes(leavingFirst: Bool) async throws {
+        let (dir, _, server) = try await rulesServer(leavingFirst ? "outpost-rules-left" : "outpost-rules-epoch")
         defer { dir.remove() }
         defer { server.stop() }
         let phoneToken = try server.token(sub: "w1", spaces: ["team"])
@@ -170,8 +182,12 @@ import Testing
         }
         phone = try device("phone", server, dir, token: phoneToken)
         office = try device("office", server, dir, token: officeToken)
+        if leavingFirst {
+            try await phone.leaveEpoch()
+            #expect(try await phone.read { try $0.session().phase } == .detached)
+        }
         let report = try await phone.sync()
-        #expect(report.epochChanged && report.reoffered == 0, "\(report)")
+        #expect(report.epochChanged == !leavingFirst && report.reoffered == 0, "\(report)")
         #expect(try await ids(phone) == ["j1"], "the copy of j5 met its delete in the new history")
         try await office.sync()
         #expect(try await ids(office) == ["j1"], "j5 was not offered again")

@@ -177,7 +177,7 @@ enum SessionInvariants {
 struct SyncSessionTests {
     /// The number of session states reachable from a new store in two syncs: docs/client.md
     /// gives it ("The sync session").
-    static let stateCount = 190_453
+    static let stateCount = 194_939
 
     /// Every state reachable from a new store in two syncs and one `leaveEpoch()` or
     /// `resetSync()`, with every answer, keeps the invariants.
@@ -263,6 +263,32 @@ struct SyncSessionTests {
     }
 
     /// docs/client.md's session table is what the session does.
+    /// A detached store says `holding` when it may keep copies no cursor accounts for: those
+    /// of the epoch it left, or those its push answers just gave it. A new store that pushed
+    /// nothing does not, so its first sync carries no tombstone.
+    @Test func aDetachedStoreSaysHoldingWhenItKeepsCopies() {
+        func firstFetch(_ session: SyncSession, pushing candidates: [Candidate], answer: ChangeAnswer? = nil) -> SessionEffect? {
+            var (s, effects) = SyncSession.reduce(session, .start(dueOnly: false))
+            (s, effects) = SyncSession.reduce(s, .candidates(candidates, SessionWorld.limits, overhead: 40))
+            if let answer, case .send(let batch)? = effects.last {
+                let ids = batch.map(\.changeId)
+                (s, effects) = SyncSession.reduce(s, .pushAnswered(sent: ids, .answered(epoch: SessionWorld.e1, ids.map { AnsweredChange(changeId: $0, answer: answer) })))
+                (s, effects) = SyncSession.reduce(s, .candidates([], SessionWorld.limits, overhead: 40))
+            }
+            return effects.last
+        }
+        #expect(firstFetch(SyncSession(), pushing: []) == .fetch(since: nil, view: nil, holding: false), "a new store holds nothing")
+        #expect(firstFetch(SyncSession(), pushing: [SessionWorld.c1], answer: .applied(Version(epoch: SessionWorld.e1, seq: 3), updatedAt: 1))
+                == .fetch(since: nil, view: nil, holding: true), "an applied write left a copy")
+        #expect(firstFetch(SyncSession(), pushing: [SessionWorld.c1], answer: .rejected(code: "forbidden", message: "m"))
+                == .fetch(since: nil, view: nil, holding: false), "a rejection leaves no copy")
+
+        let following = SyncSession(phase: .following(SessionWorld.e1), cursor: Cursor(Version(epoch: SessionWorld.e1, seq: 7)))
+        let (left, _) = SyncSession.reduce(following, .leave)
+        #expect(left.phase == .detached && left.retired == [SessionWorld.e1])
+        #expect(firstFetch(left, pushing: []) == .fetch(since: nil, view: nil, holding: true), "the copies of the left epoch stay")
+    }
+
     @Test func theSessionTableInTheDocsIsTheSessions() async throws {
         let table = try await blocking { SessionTable.render() }
         try DocsTable.check(table, marker: "session-table", environment: "OUTPOST_WRITE_SESSION_TABLE")

@@ -291,6 +291,9 @@ struct SyncSession: Hashable, Sendable {
     /// The running pull's `holding` (`holdsCopies` when it started): the same on all its
     /// pages, which a page fetched ahead relies on.
     var pullHolding = false
+    /// A push answer gave the detached store a copy (an applied write, a conflict's
+    /// current) since the sync or its last pull started; the pull's `holding` takes it.
+    var pushGaveCopies = false
     /// `{"clientId":"…","changes":[…]}` around a push's changes, in bytes.
     var requestOverhead = 0
 
@@ -335,14 +338,18 @@ struct SyncSession: Hashable, Sendable {
     /// learn the deletes and revocations since: a re-pull of a new history (from its
     /// confirmation on), a refresh, and a store that follows with its cursor still at the
     /// start (its copies came from push answers: an applied write, a conflict's current).
-    /// A cursor past the start says what the store holds itself; a first sync holds
-    /// nothing; a view re-pull's marks decide.
+    /// A detached store has no cursor to account for anything: it holds copies when it left
+    /// an epoch (`leaveEpoch()` retired one; its copies of that history stay unless it
+    /// discarded them) or when this sync's push answers gave it some; a new store that
+    /// pushed nothing holds nothing. A cursor past the start says what the store holds
+    /// itself; a view re-pull's marks decide.
     var holdsCopies: Bool {
         if case .reported? = confirmation { return true }
         switch phase {
         case .rePulling, .refreshing: return true
         case .following: return cursor?.version.seq == 0
-        case .detached, .viewRePulling: return false
+        case .detached: return !retired.isEmpty || pushGaveCopies
+        case .viewRePulling: return false
         }
     }
 
@@ -478,7 +485,15 @@ struct SyncSession: Hashable, Sendable {
                 effects.append(.retry(batch, mayHaveApplied: true, message: message, now: false))
                 return endPush(failure: .protocolViolation(message), &effects)
             }
-            effects.append(.record(zip(batch, results).map { KeyedEvent(key: $0.key, event: settle($0.changeId, $1.answer, epoch: epoch)) }))
+            let events = zip(batch, results).map { KeyedEvent(key: $0.key, event: settle($0.changeId, $1.answer, epoch: epoch)) }
+            effects.append(.record(events))
+            // Only a detached store's pull depends on it (`holdsCopies`).
+            for e in events where phase == .detached {
+                switch e.event {
+                case .applied, .conflict(_, current: .some): pushGaveCopies = true
+                default: break
+                }
+            }
             if phase.epoch == epoch { push.applied += results.filter { if case .applied = $0.answer { true } else { false } }.count }
         case .tooLarge(let code, let message):
             // Not applied: the changes are as they were. A lone change too large for the
@@ -554,6 +569,7 @@ struct SyncSession: Hashable, Sendable {
         pageHadMore = false
         // Decided once for every page of this pull: the store's copies are as of its start.
         pullHolding = holdsCopies
+        pushGaveCopies = false
         if let cursor, phase.epoch != nil {
             effects.append(.fetch(since: cursor.version, view: cursor.view, holding: pullHolding))
         } else {
