@@ -25,6 +25,8 @@ final class WebhookDeliverer: Sendable {
     let target: WebhookTarget
     let doorbell = Doorbell()
     private let store: any SQLRunner
+    /// Where a batch's rows are read: on SQLite the store's readers, on PostgreSQL `store`.
+    private let reads: any SQLRunner
     private let waiting = Waiting()
     private let client: WebhookHTTPClient
     private let settings: WebhookSettings
@@ -37,10 +39,11 @@ final class WebhookDeliverer: Sendable {
     /// How often the spaces are looked at, and the lag measured, while something waits.
     static let busyScanIntervalMs: Int64 = 1_000
 
-    init(target: WebhookTarget, store: any SQLRunner, client: WebhookHTTPClient, settings: WebhookSettings, secret: [UInt8],
-         owner: String, metrics: WebhookMetrics) {
+    init(target: WebhookTarget, store: any SQLRunner, reads: any SQLRunner, client: WebhookHTTPClient, settings: WebhookSettings,
+         secret: [UInt8], owner: String, metrics: WebhookMetrics) {
         self.target = target
         self.store = store
+        self.reads = reads
         self.client = client
         self.settings = settings
         self.secret = secret
@@ -95,90 +98,150 @@ final class WebhookDeliverer: Sendable {
         }
     }
 
-    /// Batches of one space delivered in a row before the other spaces get their turn.
-    static let batchesPerTurn = 16
+    /// Batches of one space delivered (or claims made) in a row before the other spaces get
+    /// their turn.
+    static let batchesPerTurn = 64
+    /// What a lease must have left beyond a delivery's timeout for the next batch of a run
+    /// to be sent before anything is written (which renews it).
+    static let leaseMarginMs: Int64 = 5_000
 
     /// Delivers `space`'s batches in order until none is left (nil) or the space must wait:
-    /// the time it may be tried again (now, after `batchesPerTurn` batches). A delivered
-    /// batch is recorded and the next one claimed in one job of the store, so that on SQLite,
-    /// where the jobs queue behind the pushes' commits, a batch costs one wait, not two.
+    /// the time it may be tried again (now, after `batchesPerTurn` batches).
+    ///
+    /// A claim (`WebhookOutbox.claim`) takes everything the space committed as a run of
+    /// batches; each is read (on SQLite from a reader, beside the writer's commits) and sent
+    /// when its turn comes, one at a time. Delivered batches are not written down one by
+    /// one: the last one delivered is recorded with the next write, which claims the next
+    /// run in the same job (or records a failure), so that on SQLite, where the jobs queue
+    /// behind the pushes' commits, a run costs one wait, not one per batch. A run is ended
+    /// early (recorded, and what is left of it claimed again) when the lease might lapse
+    /// during the next delivery.
     func deliver(space: String) async -> Int64? {
-        let (key, owner, bounds) = (target.key, self.owner, self.bounds)
+        let (key, owner, bounds, leaseMs) = (target.key, self.owner, self.bounds, self.leaseMs)
+        let timeoutMs = Int64(settings.timeoutSeconds) * 1000
         var claimed: Result<WebhookOutbox.Claim, any Error>?
-        for turn in 0..<Self.batchesPerTurn {
+        var claimedAt = Self.nowMs()
+        var sent = 0
+        for _ in 0..<Self.batchesPerTurn {
             if Task.isCancelled { return nil }
-            let now = Self.nowMs()
             let claim: WebhookOutbox.Claim
             do {
                 if let claimed {
                     claim = try claimed.get()
                 } else {
+                    let now = Self.nowMs()
+                    claimedAt = now
                     claim = try await store.run("webhook") { db in try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: now, bounds: bounds) }
                 }
             } catch {
                 Log.error("webhook claim failed", ["webhook": target.name, "space": space, "error": "\(error)"])
-                return now + 1000
+                return Self.nowMs() + 1000
             }
             claimed = nil
-            let batch: WebhookOutbox.Batch
+            let run: WebhookOutbox.Run
             switch claim {
             case .idle:
                 waiting.idle(space)
                 return nil
             case .notBefore(let at): return at
-            case .batch(let b): batch = b
+            case .run(let r): run = r
             }
-            if let oldest = batch.changes.first?.committedAt { waiting.oldest(space, oldest) }
-            let body: [UInt8]
-            do { body = try WebhookOutbox.body(batch) } catch {
-                Log.error("webhook batch cannot be encoded", ["webhook": target.name, "space": space, "error": "\(error)"])
-                return now + 1000
-            }
-            let answer = await send(body, deliveryID: batch.deliveryID, attempt: batch.failures + 1)
-            if Task.isCancelled { return nil }
-            metrics.delivery(target, answer)
-            let done = Self.nowMs()
-            if answer.delivered {
-                metrics.delivered(target, changes: batch.changes.count)
-                let leaseMs = self.leaseMs
-                let another = turn + 1 < Self.batchesPerTurn
+            // The lease is ours until then, as far as this task knows: each write renews it.
+            var leaseUntil = claimedAt + leaseMs
+            // The last batch delivered and not recorded yet.
+            var unrecorded: WebhookOutbox.Batch?
+            // When set, the turn ends once the delivered batches are recorded.
+            var endTurn: Int64?
+            var index = 0
+            batches: while index < run.batches.count, !Task.isCancelled {
+                if Self.nowMs() + timeoutMs + Self.leaseMarginMs > leaseUntil { break }
+                let batch: WebhookOutbox.Batch
                 do {
-                    let (recorded, next) = try await store.run("webhook") { db -> (Bool, Result<WebhookOutbox.Claim, any Error>?) in
-                        guard try WebhookOutbox.delivered(db, batch, owner: owner, now: done, leaseMs: leaseMs) else { return (false, nil) }
-                        guard another else { return (true, nil) }
-                        return (true, Result { try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: done, bounds: bounds) })
-                    }
-                    guard recorded else { return done + 1000 }
-                    claimed = next
+                    let i = index
+                    // Gone (pruned while the webhook was forgotten): the next claim moves past it.
+                    guard let b = try await reads.run("webhook", { db in try WebhookOutbox.load(db, run, i) }) else { break }
+                    batch = b
                 } catch {
-                    Log.error("webhook delivery could not be recorded; it will be sent again", ["webhook": target.name, "space": space, "error": "\(error)"])
+                    Log.error("webhook batch could not be read", ["webhook": target.name, "space": space, "error": "\(error)"])
+                    endTurn = Self.nowMs() + 1000
+                    break
+                }
+                if let oldest = batch.changes.first?.committedAt { waiting.oldest(space, oldest) }
+                let body: [UInt8]
+                do { body = try WebhookOutbox.body(batch) } catch {
+                    Log.error("webhook batch cannot be encoded", ["webhook": target.name, "space": space, "error": "\(error)"])
+                    endTurn = Self.nowMs() + 1000
+                    break
+                }
+                let answer = await send(body, deliveryID: batch.deliveryID, attempt: batch.failures + 1)
+                if Task.isCancelled { break }
+                metrics.delivery(target, answer)
+                let done = Self.nowMs()
+                sent += 1
+                if answer.delivered {
+                    metrics.delivered(target, changes: batch.changes.count)
+                    unrecorded = batch
+                    index += 1
+                    if sent >= Self.batchesPerTurn {
+                        endTurn = done
+                        break
+                    }
+                    continue
+                }
+                // The failure is recorded with the batches delivered before it.
+                let (settings, name) = (self.settings, target.name)
+                let failure: WebhookOutbox.Failure
+                do {
+                    failure = try await store.run("webhook") { db in
+                        try WebhookOutbox.failed(db, batch, webhookName: name, body: body, error: answer.failure, owner: owner, now: done,
+                                                 settings: settings, leaseMs: leaseMs, random: Double.random(in: 0..<1))
+                    }
+                } catch {
+                    Log.error("webhook failure could not be recorded", ["webhook": target.name, "space": space, "error": "\(error)"])
                     return done + 1000
                 }
-                continue
-            }
-            let (settings, leaseMs, name) = (self.settings, self.leaseMs, target.name)
-            let failure: WebhookOutbox.Failure
-            do {
-                failure = try await store.run("webhook") { db in
-                    try WebhookOutbox.failed(db, batch, webhookName: name, body: body, error: answer.failure, owner: owner, now: done,
-                                             settings: settings, leaseMs: leaseMs, random: Double.random(in: 0..<1))
+                unrecorded = nil
+                switch failure {
+                case .retry(let at):
+                    Log.info("webhook delivery failed; retrying", ["webhook": target.name, "space": space, "attempt": String(batch.failures + 1),
+                                                                     "error": answer.detail])
+                    return at
+                case .deadLettered:
+                    metrics.deadLettered(target)
+                    Log.error("webhook batch is a dead letter after its last attempt", ["webhook": target.name, "space": space,
+                                                                                        "deliveryId": batch.deliveryID, "error": answer.detail])
+                    leaseUntil = done + leaseMs
+                    index += 1
+                    if sent >= Self.batchesPerTurn {
+                        endTurn = done
+                        break batches
+                    }
+                case .leaseLost:
+                    return done + 1000
                 }
+            }
+            // Records the last batch delivered and claims the next run, in one job.
+            let now = Self.nowMs()
+            let another = endTurn == nil && !Task.isCancelled
+            let delivered = unrecorded
+            if delivered == nil && !another { return Task.isCancelled ? nil : endTurn }
+            do {
+                let (recorded, next) = try await store.run("webhook") { db -> (Bool, Result<WebhookOutbox.Claim, any Error>?) in
+                    if let delivered {
+                        guard try WebhookOutbox.delivered(db, delivered, owner: owner, now: now, leaseMs: leaseMs) else { return (false, nil) }
+                    }
+                    guard another else { return (true, nil) }
+                    return (true, Result { try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: now, bounds: bounds) })
+                }
+                guard recorded else { return now + 1000 }
+                claimed = next
+                claimedAt = now
             } catch {
-                Log.error("webhook failure could not be recorded", ["webhook": target.name, "space": space, "error": "\(error)"])
-                return done + 1000
+                Log.error("webhook delivery could not be recorded; it will be sent again", ["webhook": target.name, "space": space, "error": "\(error)"])
+                return now + 1000
             }
-            switch failure {
-            case .retry(let at):
-                Log.info("webhook delivery failed; retrying", ["webhook": target.name, "space": space, "attempt": String(batch.failures + 1),
-                                                                 "error": answer.detail])
-                return at
-            case .deadLettered:
-                metrics.deadLettered(target)
-                Log.error("webhook batch is a dead letter after its last attempt", ["webhook": target.name, "space": space,
-                                                                                    "deliveryId": batch.deliveryID, "error": answer.detail])
-            case .leaseLost:
-                return done + 1000
-            }
+            if Task.isCancelled { return nil }
+            if let endTurn { return endTurn }
         }
         return Self.nowMs()
     }
