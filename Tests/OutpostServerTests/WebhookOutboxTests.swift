@@ -189,8 +189,8 @@ import OutpostTestSupport
     }
 
     /// One claim takes everything the space committed after the cursor, as a run of batches
-    /// cut by the bounds, each recorded with its delivery id; commits after the claim wait
-    /// for the next run. Recording a later batch delivered records the ones before it (the
+    /// cut by the bounds, each recorded with its delivery id; a later claim returns them
+    /// as they were, and cuts what was committed since after them. Recording a later batch delivered records the ones before it (the
     /// deliverer records a run's last delivered batch with its next write); so does a
     /// failure of a later batch, whose retries send it as it was; a dead letter lets the
     /// next batch go. A claim cuts at most `maxBatchesPerClaim` batches.
@@ -210,16 +210,18 @@ import OutpostTestSupport
             #expect(batches.map { $0.changes.map(\.seq) } == [[1, 2], [3, 4], [5, 6], [7, 8], [9]])
             #expect(batches.map(\.failures) == [0, 0, 0, 0, 0])
             #expect(try await db.run("test") { try $0.queryOne("SELECT count(*) FROM webhook_batches", []) { $0.int64(0) } } == 5)
-            // Commits after the claim are not in its run; asking again gives the same run.
+            // Asking again gives the same run, and cuts the commits made since into batches
+            // after it.
             _ = try await f.store.push(space: "s", clientId: "p", items: [prepared("c10", id: "r10", base: nil)], now: 30)
-            #expect(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_001, changes: 2) == claim)
+            let longer = try Self.run(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_001, changes: 2))
+            #expect(Array(longer.batches.prefix(5)) == run.batches && longer.batches.count == 6 && longer.batches[5].after == run.batches[4].last)
             #expect(try await Self.claim(db, Self.first, "s", owner: "B", now: 2_002) == .notBefore(12_001))
 
             // The third batch delivered, recorded without the first two: all three are past.
             #expect(try await Self.delivered(db, batches[2], owner: "A", now: 2_100))
             #expect(try await Self.delivered(db, batches[1], owner: "A", now: 2_101) == false)
             let rest = try Self.run(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_200, changes: 2))
-            #expect(rest.batches == Array(run.batches.suffix(2)))
+            #expect(rest.batches == Array(longer.batches.suffix(3)))
             #expect(try await Self.count(db, space: "s") == 4)
 
             // The fifth fails before the fourth was recorded: the fourth is recorded with the
@@ -229,13 +231,13 @@ import OutpostTestSupport
             let again = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: at, changes: 2))
             #expect(again.deliveryID == batches[4].deliveryID && again.changes == batches[4].changes && again.failures == 1)
             #expect(try WebhookOutbox.body(again) == WebhookOutbox.body(batches[4]))
-            #expect(try Self.run(try await Self.claim(db, Self.first, "s", owner: "B", now: at + 1, changes: 2)).batches.count == 1)
-            // Out of attempts, it is a dead letter; the next claim cuts the next run.
+            #expect(try Self.run(try await Self.claim(db, Self.first, "s", owner: "B", now: at + 1, changes: 2)).batches.count == 2)
+            // Out of attempts, it is a dead letter, and the next batch goes.
             guard case .retry(let at2) = try await Self.failed(db, again, owner: "B", now: at + 2, random: 0) else { Issue.record("no retry"); return }
             let third = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: at2, changes: 2))
             #expect(try await Self.failed(db, third, owner: "B", now: at2 + 1) == .deadLettered)
             let next = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: at2 + 2, changes: 2))
-            #expect(next.changes.map(\.seq) == [10] && next.failures == 0 && !run.batches.map(\.deliveryID).contains(next.deliveryID))
+            #expect(next.changes.map(\.seq) == [10] && next.failures == 0 && next.deliveryID == longer.batches[5].deliveryID)
             #expect(try await Self.delivered(db, next, owner: "B", now: at2 + 3))
             #expect(try await Self.claim(db, Self.first, "s", owner: "B", now: at2 + 4) == .idle)
             #expect(try await db.run("test") { try $0.queryOne("SELECT count(*) FROM webhook_batches", []) { $0.int64(0) } } == 0)
@@ -254,6 +256,39 @@ import OutpostTestSupport
             #expect(try await Self.delivered(db, lastOfCapped, owner: "A", now: 30_002))
             let after = try Self.run(try await Self.claim(db, Self.first, "m", owner: "A", now: 30_003, changes: 1))
             #expect(after.batches.count == 3 && after.batches.first?.after == lastOfCapped.last)
+        }
+    }
+
+    /// A store from before runs of batches kept the batch in flight on the cursor: the
+    /// migration that brings `webhook_batches` makes it the first batch of the space's run,
+    /// with its range, delivery id and failures, so it goes out as it went before; the rows
+    /// after it are cut into the next batches.
+    @Test(arguments: StoreKind.allCases) func theMigrationKeepsTheBatchInFlightAsTheFirstOfItsRun(kind: StoreKind) async throws {
+        try await Self.withOutbox(kind) { f, db in
+            try await db.run("test") { try WebhookOutbox.register($0, [Self.first], now: 1_000) }
+            _ = try await f.store.push(space: "s", clientId: "p", items: (1...5).map { prepared("c\($0)", id: "r\($0)", base: nil) }, now: 10)
+            let key = Self.first.key
+            let inFlight = String(repeating: "ab", count: 16)
+            // The state such a store was in: the rows after the cursor's first up to its
+            // third in flight, failed twice.
+            let ids = try await db.run("test") { db -> [Int64] in
+                let ids = try db.query("SELECT id FROM webhook_outbox ORDER BY id", []) { $0.int64(0) }
+                try db.run("""
+                    INSERT INTO webhook_cursors(webhook, space_id, delivered_id, batch_last, delivery_id, attempts)
+                    SELECT ?, space_id, ?, ?, ?, 2 FROM spaces WHERE name = 's'
+                    """, [.text(key), .integer(ids[0]), .integer(ids[2]), .text(inFlight)])
+                try db.execute("DROP TABLE webhook_batches")
+                try db.run("DELETE FROM migrations WHERE name = 'webhook_batches'", [])
+                return ids
+            }
+            try await f.reopen()
+            let claim = try await Self.claim(db, Self.first, "s", owner: "A", now: 2_000, changes: 10)
+            let run = try Self.run(claim)
+            #expect(run.batches.map(\.deliveryID).first == inFlight && run.failures == 2 && run.batches.count == 2)
+            #expect(run.batches.map(\.after) == [ids[0], ids[2]] && run.batches.map(\.last) == [ids[2], ids[4]])
+            #expect(try await Self.batch(db, claim).changes.map(\.seq) == [2, 3])
+            #expect(try await Self.batch(db, claim, 1).changes.map(\.seq) == [4, 5])
+            #expect(try await db.run("test") { try $0.queryOne("SELECT count(*) FROM webhook_cursors WHERE batch_last IS NOT NULL", []) { $0.int64(0) } } == 0)
         }
     }
 

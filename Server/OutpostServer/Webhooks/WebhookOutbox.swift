@@ -196,10 +196,10 @@ enum WebhookOutbox {
     static let maxChangesPerClaim = 50_000
 
     /// Takes `space` for `webhook` on behalf of `owner` at `now`, and returns its run: the
-    /// batches already claimed and not yet delivered, or, when there are none, everything the
-    /// space committed after the cursor cut into consecutive batches (each at most
-    /// `bounds.changes` rows and `bounds.bytes` bytes of them, never fewer than one, all of
-    /// one epoch; at most `maxBatchesPerClaim` of them and `maxChangesPerClaim` rows), each
+    /// batches already claimed and not yet delivered, followed by everything the space
+    /// committed after them cut into consecutive batches (each at most `bounds.changes` rows
+    /// and `bounds.bytes` bytes of them, never fewer than one, all of one epoch; at most
+    /// `maxBatchesPerClaim` batches in all, and `maxChangesPerClaim` rows read), each new one
     /// recorded with its delivery id, so every delivery of a batch sends the same rows under
     /// the same id. No row's data is read: `load` reads a batch's rows when it is sent. One
     /// transaction; the lease it takes lasts `bounds.leaseMs`.
@@ -229,6 +229,7 @@ enum WebhookOutbox {
             }
             var delivered = cursor.delivered
             var failures = cursor.failures
+            var batches: [Slot] = []
             while true {
                 let claimed = try db.query("""
                     SELECT last_id, delivery_id FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id > ? ORDER BY last_id LIMIT ?
@@ -238,11 +239,11 @@ enum WebhookOutbox {
                                            [.integer(spaceID), .integer(delivered), .integer(first.0)]) { $0.int64(0) } ?? 0
                 guard rows == 0 else {
                     var after = delivered
-                    let batches = claimed.map { (last, id) in
+                    batches = claimed.map { (last, id) in
                         defer { after = last }
                         return Slot(after: after, last: last, deliveryID: id)
                     }
-                    return .run(Run(webhook: webhook, spaceID: spaceID, space: space, batches: batches, failures: failures))
+                    break
                 }
                 // The rows are gone (pruned while this webhook was forgotten): nothing is
                 // left to send of that batch.
@@ -253,39 +254,49 @@ enum WebhookOutbox {
                 delivered = first.0
                 failures = 0
             }
-            // Nothing claimed: cut what the space committed since into a run, by the sizes.
-            let sizes = try db.query("""
-                SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
-                                  + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0) + length(epoch) + 172
-                  FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
-                """, [.integer(spaceID), .integer(delivered), .integer(Int64(maxChangesPerClaim))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
-            guard !sizes.isEmpty else {
+            if batches.count < maxBatchesPerClaim {
+                // What the space committed after the claimed batches, cut into batches by
+                // the sizes (no row's data is read).
+                let start = batches.last?.last ?? delivered
+                let sizes = try db.query("""
+                    SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
+                                      + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0) + length(epoch) + 172
+                      FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
+                    """, [.integer(spaceID), .integer(start), .integer(Int64(maxChangesPerClaim))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
+                if batches.isEmpty && !sizes.isEmpty {
+                    // A new run: nothing of it failed yet.
+                    failures = 0
+                    try db.run("UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, last_error = NULL WHERE webhook = ? AND space_id = ?",
+                               [.integer(delivered)] + key)
+                }
+                var cut: [Slot] = []
+                let room = maxBatchesPerClaim - batches.count
+                var (after, count, bytes, epoch) = (start, 0, Int64(0), sizes.first?.1 ?? "")
+                var last: Int64? = nil
+                func close() {
+                    guard let end = last else { return }
+                    cut.append(Slot(after: after, last: end, deliveryID: Hex.encode(SecureRandom.bytes(16))))
+                    (after, count, bytes, last) = (end, 0, 0, nil)
+                }
+                for (id, rowEpoch, size) in sizes {
+                    if last != nil && (rowEpoch != epoch || count >= bounds.changes || bytes + size > Int64(bounds.bytes)) {
+                        close()
+                        if cut.count == room { break }
+                    }
+                    (epoch, count, bytes, last) = (rowEpoch, count + 1, bytes + size, id)
+                }
+                if cut.count < room { close() }
+                for batch in cut {
+                    try db.run("INSERT INTO webhook_batches(webhook, space_id, last_id, delivery_id) VALUES (?, ?, ?, ?)",
+                               key + [.integer(batch.last), .text(batch.deliveryID)])
+                }
+                batches += cut
+            }
+            guard !batches.isEmpty else {
                 try db.run("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = 0 WHERE webhook = ? AND space_id = ?", key)
                 return .idle
             }
-            var batches: [Slot] = []
-            var (after, count, bytes, epoch) = (delivered, 0, Int64(0), sizes[0].1)
-            var last: Int64? = nil
-            func close() {
-                guard let end = last else { return }
-                batches.append(Slot(after: after, last: end, deliveryID: Hex.encode(SecureRandom.bytes(16))))
-                (after, count, bytes, last) = (end, 0, 0, nil)
-            }
-            for (id, rowEpoch, size) in sizes {
-                if last != nil && (rowEpoch != epoch || count >= bounds.changes || bytes + size > Int64(bounds.bytes)) {
-                    close()
-                    if batches.count == maxBatchesPerClaim { break }
-                }
-                (epoch, count, bytes, last) = (rowEpoch, count + 1, bytes + size, id)
-            }
-            if batches.count < maxBatchesPerClaim { close() }
-            for batch in batches {
-                try db.run("INSERT INTO webhook_batches(webhook, space_id, last_id, delivery_id) VALUES (?, ?, ?, ?)",
-                           key + [.integer(batch.last), .text(batch.deliveryID)])
-            }
-            try db.run("UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, last_error = NULL WHERE webhook = ? AND space_id = ?",
-                       [.integer(delivered)] + key)
-            return .run(Run(webhook: webhook, spaceID: spaceID, space: space, batches: batches, failures: 0))
+            return .run(Run(webhook: webhook, spaceID: spaceID, space: space, batches: batches, failures: failures))
         }
     }
 
