@@ -100,7 +100,7 @@ final class WebhookDeliverer: Sendable {
 
     /// Batches of one space delivered (or claims made) in a row before the other spaces get
     /// their turn.
-    static let batchesPerTurn = 64
+    static let batchesPerTurn = 16
     /// What a lease must have left beyond a delivery's timeout for the next batch of a run
     /// to be sent before anything is written (which renews it).
     static let leaseMarginMs: Int64 = 5_000
