@@ -456,6 +456,31 @@ import OutpostTestSupport
         }
     }
 
+    /// A space written to while its batches go out: each run's next claim is made while its
+    /// last batch is on the wire and picks up the commits made meanwhile. Every commit
+    /// arrives once (no server stopped, so no batch is sent twice), in order, one request
+    /// of the space at a time, each batch under an id of its own.
+    @Test func aSpaceWrittenWhileItsBatchesGoOutGetsEveryCommitOnceInOrder() async throws {
+        try await Self.withReceiver { receiver in
+            try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
+                try await Self.withServer(dir.appending("data"), arguments: ["--webhook", receiver.url, "--webhook-batch-changes", "2"]) { server in
+                    let token = try await Self.token(server)
+                    var acknowledged: [Int64] = []
+                    for i in 0..<20 {
+                        acknowledged += try await Self.push(server, token: token, "busy", (0..<5).map { put("c\(i)-\($0)", "r\(i)-\($0)") })
+                    }
+                    let expected = acknowledged
+                    try await eventually("every commit delivered") { Self.deliveredSeqs(receiver)["busy"] == expected }
+                    #expect(expected == Array(1...100))
+                    let requests = receiver.requests
+                    #expect(requests.allSatisfy { $0.behaviour == .accept && $0.attempt == "1" && $0.seqs.count <= 2 })
+                    #expect(Set(requests.map(\.delivery)).count == requests.count)
+                    #expect(!requests.contains { $0.overlapped }, "two requests of one space were in flight at once")
+                }
+            }
+        }
+    }
+
     /// After its last attempt a batch is a dead letter that the admin list shows; the
     /// space's later commits go on without it; a replay that fails keeps it; a server
     /// without its webhook refuses to replay it; a replay that is delivered sends the batch

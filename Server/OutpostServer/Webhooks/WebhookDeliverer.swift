@@ -111,17 +111,32 @@ final class WebhookDeliverer: Sendable {
     /// A claim (`WebhookOutbox.claim`) takes everything the space committed as a run of
     /// batches; each is read (on SQLite from a reader, beside the writer's commits) and sent
     /// when its turn comes, one at a time. Delivered batches are not written down one by
-    /// one: the last one delivered is recorded with the next write, which claims the next
-    /// run in the same job (or records a failure), so that on SQLite, where the jobs queue
-    /// behind the pushes' commits, a run costs one wait, not one per batch. A run is ended
-    /// early (recorded, and what is left of it claimed again) when the lease might lapse
-    /// during the next delivery.
+    /// one: the last one delivered is recorded with the next write. While the run's last
+    /// batch is sent, the next claim is made (recording the batch before it), and it begins
+    /// with that batch, claimed already: once it is delivered, the rest of that claim is the
+    /// next run. So on SQLite, where the jobs queue behind the pushes' commits, the writer's
+    /// turn is taken while a batch is on the wire, and a fast receiver waits for no commit
+    /// but its own. A run is ended early (recorded, and what is left of it claimed again)
+    /// when the lease might lapse during the next delivery.
     func deliver(space: String) async -> Int64? {
         let (key, owner, bounds, leaseMs) = (target.key, self.owner, self.bounds, self.leaseMs)
         let timeoutMs = Int64(settings.timeoutSeconds) * 1000
+        /// Records `delivered` (when set) and claims the space again (when `claim`), in one job.
+        @Sendable func recordAndClaim(_ delivered: WebhookOutbox.Batch?, claim: Bool, now: Int64) async throws
+            -> (recorded: Bool, claim: Result<WebhookOutbox.Claim, any Error>?) {
+            try await store.run("webhook") { db -> (Bool, Result<WebhookOutbox.Claim, any Error>?) in
+                if let delivered {
+                    guard try WebhookOutbox.delivered(db, delivered, owner: owner, now: now, leaseMs: leaseMs) else { return (false, nil) }
+                }
+                guard claim else { return (true, nil) }
+                return (true, Result { try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: now, bounds: bounds) })
+            }
+        }
         var claimed: Result<WebhookOutbox.Claim, any Error>?
         var claimedAt = Self.nowMs()
         var sent = 0
+        // The last batch delivered and not recorded yet.
+        var unrecorded: WebhookOutbox.Batch?
         for _ in 0..<Self.batchesPerTurn {
             if Task.isCancelled { return nil }
             let claim: WebhookOutbox.Claim
@@ -131,7 +146,10 @@ final class WebhookDeliverer: Sendable {
                 } else {
                     let now = Self.nowMs()
                     claimedAt = now
-                    claim = try await store.run("webhook") { db in try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: now, bounds: bounds) }
+                    let (recorded, result) = try await recordAndClaim(unrecorded, claim: true, now: now)
+                    guard recorded, let result else { return now + 1000 }
+                    unrecorded = nil
+                    claim = try result.get()
                 }
             } catch {
                 Log.error("webhook claim failed", ["webhook": target.name, "space": space, "error": "\(error)"])
@@ -148,10 +166,11 @@ final class WebhookDeliverer: Sendable {
             }
             // The lease is ours until then, as far as this task knows: each write renews it.
             var leaseUntil = claimedAt + leaseMs
-            // The last batch delivered and not recorded yet.
-            var unrecorded: WebhookOutbox.Batch?
             // When set, the turn ends once the delivered batches are recorded.
             var endTurn: Int64?
+            // The claim made while the run's last batch is sent, and when it was made.
+            var following: Task<(recorded: Bool, claim: Result<WebhookOutbox.Claim, any Error>?), any Error>?
+            var followingAt: Int64 = 0
             var index = 0
             batches: while index < run.batches.count, !Task.isCancelled {
                 if Self.nowMs() + timeoutMs + Self.leaseMarginMs > leaseUntil { break }
@@ -173,6 +192,12 @@ final class WebhookDeliverer: Sendable {
                     endTurn = Self.nowMs() + 1000
                     break
                 }
+                if index == run.batches.count - 1 && sent + 1 < Self.batchesPerTurn {
+                    let (recordable, at) = (unrecorded, Self.nowMs())
+                    unrecorded = nil
+                    followingAt = at
+                    following = Task { try await recordAndClaim(recordable, claim: true, now: at) }
+                }
                 let answer = await send(body, deliveryID: batch.deliveryID, attempt: batch.failures + 1)
                 if Task.isCancelled { break }
                 metrics.delivery(target, answer)
@@ -188,7 +213,12 @@ final class WebhookDeliverer: Sendable {
                     }
                     continue
                 }
-                // The failure is recorded with the batches delivered before it.
+                // The failure is recorded with the batches delivered before it (after the
+                // claim made meanwhile, if any: it renewed the lease).
+                if let f = following {
+                    following = nil
+                    if let outcome = try? await f.value, !outcome.recorded { return done + 1000 }
+                }
                 let (settings, name) = (self.settings, target.name)
                 let failure: WebhookOutbox.Failure
                 do {
@@ -220,20 +250,35 @@ final class WebhookDeliverer: Sendable {
                     return done + 1000
                 }
             }
+            if let f = following {
+                // The claim made while the last batch was sent: it begins with that batch.
+                switch await f.result {
+                case .success((false, _)):
+                    return Self.nowMs() + 1000
+                case .success((true, let result)):
+                    if endTurn == nil, !Task.isCancelled, index == run.batches.count, let delivered = unrecorded,
+                       case .success(.run(var next))? = result, let first = next.batches.first,
+                       first.last == delivered.last && first.deliveryID == delivered.deliveryID && next.batches.count > 1 {
+                        next.batches.removeFirst()
+                        next.failures = 0
+                        claimed = .success(.run(next))
+                        claimedAt = followingAt
+                        continue
+                    }
+                    leaseUntil = followingAt + leaseMs
+                case .failure(let error):
+                    // What it was to record is recorded with the next write.
+                    Log.error("webhook claim failed", ["webhook": target.name, "space": space, "error": "\(error)"])
+                }
+            }
             // Records the last batch delivered and claims the next run, in one job.
             let now = Self.nowMs()
             let another = endTurn == nil && !Task.isCancelled
-            let delivered = unrecorded
-            if delivered == nil && !another { return Task.isCancelled ? nil : endTurn }
+            if unrecorded == nil && !another { return Task.isCancelled ? nil : endTurn }
             do {
-                let (recorded, next) = try await store.run("webhook") { db -> (Bool, Result<WebhookOutbox.Claim, any Error>?) in
-                    if let delivered {
-                        guard try WebhookOutbox.delivered(db, delivered, owner: owner, now: now, leaseMs: leaseMs) else { return (false, nil) }
-                    }
-                    guard another else { return (true, nil) }
-                    return (true, Result { try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: now, bounds: bounds) })
-                }
+                let (recorded, next) = try await recordAndClaim(unrecorded, claim: another, now: now)
                 guard recorded else { return now + 1000 }
+                unrecorded = nil
                 claimed = next
                 claimedAt = now
             } catch {
@@ -242,6 +287,16 @@ final class WebhookDeliverer: Sendable {
             }
             if Task.isCancelled { return nil }
             if let endTurn { return endTurn }
+        }
+        // Whatever was delivered last is recorded before the other spaces' turn.
+        if let delivered = unrecorded {
+            let now = Self.nowMs()
+            do {
+                guard try await recordAndClaim(delivered, claim: false, now: now).recorded else { return now + 1000 }
+            } catch {
+                Log.error("webhook delivery could not be recorded; it will be sent again", ["webhook": target.name, "space": space, "error": "\(error)"])
+                return now + 1000
+            }
         }
         return Self.nowMs()
     }
