@@ -10,17 +10,18 @@ import Synchronization
 /// It keeps the spaces that have commits due for the webhook, each with the time it may be
 /// tried again (a retry's backoff, another server's lease), and delivers them space by
 /// space: in each, run after run of batches (`WebhookOutbox.claim`), batch after batch,
-/// until nothing is left or a delivery fails. Between rounds it waits on its doorbell, which the commit notifier
-/// rings with each commit's space (on PostgreSQL also for other servers' commits, through
-/// `LISTEN`), until the next retry is due or the next scan of every space: every second
-/// while anything is waiting, every `scanIntervalMs` otherwise, as a backstop.
+/// until nothing is left or a delivery fails. Between rounds it waits on its doorbell,
+/// which the commit notifier rings with each commit's space (on PostgreSQL also for other
+/// servers' commits, through `LISTEN`), until the next retry is due or the next scan of
+/// every space: every second while anything is waiting, every `scanIntervalMs` otherwise,
+/// as a backstop.
 ///
 /// The lag metric is computed when it is scraped, from the commit time of the oldest
 /// change each space still waits with (`Waiting`): the scan gives it for every space, a
-/// batch about to be sent for its space (its first change is the space's oldest), a commit rung
-/// in a space that had none waiting its own time, and a space found idle is dropped. So
-/// the lag keeps growing while a delivery hangs or the receiver is down, when the
-/// deliverer does not scan.
+/// batch about to be sent for its space (its first change is the space's oldest), a
+/// commit rung in a space that had none waiting its own time, and a space found idle is
+/// dropped. So the lag keeps growing while a delivery hangs or the receiver is down, when
+/// the deliverer does not scan.
 final class WebhookDeliverer: Sendable {
     let target: WebhookTarget
     let doorbell = Doorbell()

@@ -19,8 +19,9 @@ import OutpostCrypto
 /// - **Runs of claimed batches** (`webhook_batches`): a claim cuts everything the space
 ///   committed after the cursor into consecutive batches by the bounds, and records each
 ///   one's last outbox id and delivery id, so every delivery of a batch (a retry, after a
-///   restart) sends the same changes under the same id; the next run is cut only once
-///   this one is delivered or dead-lettered. Within a space, outbox ids grow in commit
+///   restart) sends the same changes under the same id; a later claim returns the batches
+///   not yet delivered as they were, followed by what was committed since, cut the same
+///   way. Within a space, outbox ids grow in commit
 ///   order (the space's writes are serialized by its lock), so the batches of a space go
 ///   out in commit order, one at a time: the deliverer sends a run's batches one after the
 ///   other, and records the last one delivered with its next write (a crash before that
@@ -235,9 +236,9 @@ enum WebhookOutbox {
                     SELECT last_id, delivery_id FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id > ? ORDER BY last_id LIMIT ?
                     """, key + [.integer(delivered), .integer(Int64(maxBatchesPerClaim))]) { ($0.int64(0), $0.text(1)) }
                 guard let first = claimed.first else { break }
-                let rows = try db.queryOne("SELECT count(*) FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ?",
-                                           [.integer(spaceID), .integer(delivered), .integer(first.0)]) { $0.int64(0) } ?? 0
-                guard rows == 0 else {
+                let rows = try db.query("SELECT 1 FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? LIMIT 1",
+                                        [.integer(spaceID), .integer(delivered), .integer(first.0)]) { $0.int64(0) }
+                guard rows.isEmpty else {
                     var after = delivered
                     batches = claimed.map { (last, id) in
                         defer { after = last }
