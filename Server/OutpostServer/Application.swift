@@ -75,8 +75,9 @@ public final class OutpostApplication: Sendable {
             : SecretFile.load(environmentValue: environment["OUTPOST_WEBHOOK_SECRET"], dataDirectory: settings.dataDirectory,
                               fileName: WebhookService.secretFileName, variable: "OUTPOST_WEBHOOK_SECRET")
         // Where the webhook outbox's SQL runs: on PostgreSQL a session of its own, on SQLite
-        // the store's writer thread.
+        // the store's writer thread (and its readers for a batch's rows).
         let webhookSQL: () throws -> any SQLRunner
+        var webhookReads: (any SQLRunner)? = nil
         if let url = settings.postgresURL {
             var configuration = PostgresSyncStore.Configuration(url: url)
             configuration.outbox = !settings.webhooks.urls.isEmpty
@@ -92,6 +93,7 @@ public final class OutpostApplication: Sendable {
             storeConfiguration.recordQuota = settings.recordQuota
             let sqlite = try SQLiteSyncStore(configuration: storeConfiguration)
             webhookSQL = { sqlite.writerSessions }
+            webhookReads = sqlite.readerSessions
             store = parts.store(sqlite)
         }
 
@@ -124,7 +126,7 @@ public final class OutpostApplication: Sendable {
         telemetry = TelemetryService(telemetry: telemetryStore, authorizer: authorizer, metrics: metrics)
         // Webhooks in the store's database.
         webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics,
-                                      soleOwner: settings.postgresURL == nil, store: webhookSQL())
+                                      soleOwner: settings.postgresURL == nil, store: webhookSQL(), reads: webhookReads)
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
                                                           mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
         mediaConfiguration.synchronous = synchronous

@@ -33,6 +33,7 @@ import Testing
         ("media 2: tus_uploads", "c2c17a0c038aa26d4b029393bce2c429424c4b9f1f296e55f7afe4a5697ca70f"),
         ("view_index without view_index_seq", "1f22e90b2f62aff1eddb6d837fd30583e21d507b56e958abf79f9049d2462b81"),
         ("devices.conflicts, devices.resolved", "81061365a99d1d69aff30f1fc04d6903a591b5b9a62cac7c299b03294da9914d"),
+        ("webhook_batches", "1e59b51189541f7ad815e1f35ed94efe86b5d312fb385a15b0bface9b45097b8"),
     ]
     static let releasedPostgres: [(String, String)] = [
         ("sync 1: meta, spaces, records, applied_changes, outpost_lock_spaces, media, uploads, upload_chunks", "6bae312449cb352c7b645a00839d62a97f816bce5027375c1e168a57a774fb86"),
@@ -50,6 +51,7 @@ import Testing
         ("media 2: tus_uploads", "ea9e906e5f570236218a4f735e9af0c5884cd42c41720825657a1bd567c21a2e"),
         ("view_index without view_index_seq", "1f22e90b2f62aff1eddb6d837fd30583e21d507b56e958abf79f9049d2462b81"),
         ("devices.conflicts, devices.resolved", "4da750c935666216a25fd60bd17d6fc2ba5a25fc16ac2b1d760a9a397649211c"),
+        ("webhook_batches", "e48948570a9432fba059f7714901dc22ed7780d8e0c34537ceaef21881563d89"),
     ]
 
     /// Every migration of each list is released and pinned, in order: one edited, renamed,

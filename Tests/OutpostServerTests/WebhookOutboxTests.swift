@@ -64,12 +64,27 @@ import OutpostTestSupport
         return try await db.run("test") { db in try WebhookOutbox.claim(db, webhook: target.key, space: space, owner: owner, now: now, bounds: bounds) }
     }
 
-    static func batch(_ claim: WebhookOutbox.Claim, sourceLocation: SourceLocation = #_sourceLocation) throws -> WebhookOutbox.Batch {
-        guard case .batch(let b) = claim else {
-            Issue.record("expected a batch, got \(claim)", sourceLocation: sourceLocation)
+    static func run(_ claim: WebhookOutbox.Claim, sourceLocation: SourceLocation = #_sourceLocation) throws -> WebhookOutbox.Run {
+        guard case .run(let r) = claim else {
+            Issue.record("expected a run of batches, got \(claim)", sourceLocation: sourceLocation)
+            throw StoreError("no run")
+        }
+        return r
+    }
+
+    /// The `index`th batch of the claim's run, its rows read as the deliverer reads them.
+    static func batch(_ db: WorkerThread<SQLSessionJob>, _ claim: WebhookOutbox.Claim, _ index: Int = 0,
+                      sourceLocation: SourceLocation = #_sourceLocation) async throws -> WebhookOutbox.Batch {
+        let run = try Self.run(claim, sourceLocation: sourceLocation)
+        guard index < run.batches.count else {
+            Issue.record("the run has \(run.batches.count) batches, not \(index + 1)", sourceLocation: sourceLocation)
             throw StoreError("no batch")
         }
-        return b
+        guard let batch = try await db.run("test", { db in try WebhookOutbox.load(db, run, index) }) else {
+            Issue.record("the batch's rows are gone", sourceLocation: sourceLocation)
+            throw StoreError("no rows")
+        }
+        return batch
     }
 
     static func delivered(_ db: WorkerThread<SQLSessionJob>, _ batch: WebhookOutbox.Batch, owner: String, now: Int64) async throws -> Bool {
@@ -102,24 +117,24 @@ import OutpostTestSupport
 
             // A takes the space: the first two rows. B may not while A's lease holds; A
             // asking again gets the same batch under the same delivery id.
-            let b1 = try Self.batch(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_000))
+            let b1 = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "A", now: 2_000))
             #expect(b1.changes.map(\.seq) == [1, 2] && b1.failures == 0 && b1.deliveryID.count == 32)
             #expect(b1.changes[0].committedAt == 10 && b1.changes[0].updatedBy == "p" && b1.changes[0].data == Array(#"{"t":"x"}"#.utf8))
             #expect(try await Self.claim(db, Self.first, "s", owner: "B", now: 2_001) == .notBefore(12_000))
-            #expect(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_002) == .batch(b1))
+            #expect(try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "A", now: 2_002)) == b1)
 
             // A failure: due again after the first delay less its jitter; nobody before.
             guard case .retry(let at) = try await Self.failed(db, b1, owner: "A", now: 3_000, random: 0.5) else { Issue.record("no retry"); return }
             #expect(at == 3_750)
             #expect(try await Self.claim(db, Self.first, "s", owner: "A", now: 3_749) == .notBefore(3_750))
             // Then anyone: B gets the same batch, its failure counted.
-            let b2 = try Self.batch(try await Self.claim(db, Self.first, "s", owner: "B", now: 3_750))
+            let b2 = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: 3_750))
             #expect(b2.deliveryID == b1.deliveryID && b2.changes == b1.changes && b2.failures == 1)
             // A's late news of a delivery does not move B's cursor.
             #expect(try await Self.delivered(db, b1, owner: "A", now: 3_800) == false)
             guard case .retry(let at2) = try await Self.failed(db, b2, owner: "B", now: 4_000, random: 0) else { Issue.record("no retry"); return }
             #expect(at2 == 6_000)
-            let b3 = try Self.batch(try await Self.claim(db, Self.first, "s", owner: "B", now: at2))
+            let b3 = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: at2))
             #expect(b3.failures == 2)
             // The third failure makes it a dead letter, and the next batch is due at once.
             #expect(try await Self.failed(db, b3, owner: "B", now: 6_100) == .deadLettered)
@@ -131,22 +146,22 @@ import OutpostTestSupport
             let kept = try #require(try await db.run("test") { try WebhookOutbox.deadLetter($0, id: letter.id) })
             #expect(kept.body == (try WebhookOutbox.body(b1)) && letter.bytes == Int64(kept.body.count))
 
-            let b4 = try Self.batch(try await Self.claim(db, Self.first, "s", owner: "B", now: 6_200))
+            let b4 = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: 6_200))
             #expect(b4.changes.map(\.seq) == [3, 4] && b4.deliveryID != b1.deliveryID && b4.failures == 0)
             #expect(b4.changes.map(\.recordID) == ["c", "a"] && !b4.changes[1].deleted)
             #expect(try await Self.delivered(db, b4, owner: "B", now: 6_300))
             // The second webhook has had nothing yet, so nothing is pruned.
             #expect(try await Self.count(db, space: "s") == 5)
-            // The byte bound: a batch always holds one change, however small the bound.
-            let b5 = try Self.batch(try await Self.claim(db, Self.first, "s", owner: "B", now: 6_400, changes: 10, bytes: 1))
-            #expect(b5.changes.map(\.seq) == [5] && b5.changes[0].deleted && b5.changes[0].data == nil)
+            // The rest of the run b1 was cut in: the last row, under its own delivery id.
+            let b5 = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: 6_400, changes: 10, bytes: 1))
+            #expect(b5.changes.map(\.seq) == [5] && b5.changes[0].deleted && b5.changes[0].data == nil && b5.deliveryID != b4.deliveryID)
             #expect(try await Self.delivered(db, b5, owner: "B", now: 6_500))
             #expect(try await Self.claim(db, Self.first, "s", owner: "B", now: 6_600) == .idle)
 
             // The second webhook gets the whole space in one batch; then every webhook has
             // had the space's rows and they are pruned. The other space's row stays.
             #expect(try await db.run("test") { try WebhookOutbox.pending($0, webhook: Self.second.key) }.map(\.space).sorted() == ["s", "t"])
-            let w2 = try Self.batch(try await Self.claim(db, Self.second, "s", owner: "A", now: 7_000, changes: 10))
+            let w2 = try await Self.batch(db, try await Self.claim(db, Self.second, "s", owner: "A", now: 7_000, changes: 10))
             #expect(w2.changes.map(\.seq) == [1, 2, 3, 4, 5])
             #expect(try await Self.delivered(db, w2, owner: "A", now: 7_100))
             #expect(try await Self.count(db, space: "s") == 0)
@@ -155,12 +170,12 @@ import OutpostTestSupport
             #expect(pending.map(\.space) == ["t"] && pending.first?.oldest == 30)
 
             // A stopping server gives its leases up.
-            _ = try Self.batch(try await Self.claim(db, Self.first, "t", owner: "A", now: 8_000))
+            _ = try await Self.batch(db, try await Self.claim(db, Self.first, "t", owner: "A", now: 8_000))
             #expect(try await Self.claim(db, Self.first, "t", owner: "B", now: 8_001) == .notBefore(18_000))
             try await db.run("test") { try WebhookOutbox.release($0, owner: "A") }
-            let t = try Self.batch(try await Self.claim(db, Self.first, "t", owner: "B", now: 8_002))
+            let t = try await Self.batch(db, try await Self.claim(db, Self.first, "t", owner: "B", now: 8_002))
             // A lapsed lease can be taken, and its old holder's news is then refused.
-            let taken = try Self.batch(try await Self.claim(db, Self.first, "t", owner: "C", now: 18_003))
+            let taken = try await Self.batch(db, try await Self.claim(db, Self.first, "t", owner: "C", now: 18_003))
             #expect(taken.deliveryID == t.deliveryID)
             #expect(try await Self.delivered(db, t, owner: "B", now: 18_004) == false)
             #expect(try await Self.delivered(db, taken, owner: "C", now: 18_005))
@@ -170,6 +185,110 @@ import OutpostTestSupport
             #expect(try await db.run("test") { try WebhookOutbox.forget($0, seenBefore: 10_000) } == 1)
             #expect(try await Self.count(db) == 0)
             #expect(try await db.run("test") { try WebhookOutbox.pending($0, webhook: Self.second.key) }.isEmpty)
+        }
+    }
+
+    /// One claim takes everything the space committed after the cursor, as a run of batches
+    /// cut by the bounds, each recorded with its delivery id; a later claim returns them
+    /// as they were, and cuts what was committed since after them. Recording a later batch delivered records the ones before it (the
+    /// deliverer records a run's last delivered batch with its next write); so does a
+    /// failure of a later batch, whose retries send it as it was; a dead letter lets the
+    /// next batch go. A claim cuts at most `maxBatchesPerClaim` batches.
+    @Test(arguments: StoreKind.allCases) func oneClaimTakesEverythingPendingAsARunOfBatches(kind: StoreKind) async throws {
+        try await Self.withOutbox(kind) { f, db in
+            try await db.run("test") { try WebhookOutbox.register($0, [Self.first], now: 1_000) }
+            // A commit of seven changes, then one of two.
+            _ = try await f.store.push(space: "s", clientId: "p", items: (1...7).map { prepared("c\($0)", id: "r\($0)", base: nil) }, now: 10)
+            _ = try await f.store.push(space: "s", clientId: "p", items: (8...9).map { prepared("c\($0)", id: "r\($0)", base: nil) }, now: 20)
+            let claim = try await Self.claim(db, Self.first, "s", owner: "A", now: 2_000, changes: 2)
+            let run = try Self.run(claim)
+            #expect(run.batches.count == 5 && run.failures == 0)
+            #expect(zip(run.batches, run.batches.dropFirst()).allSatisfy { $0.last == $1.after }, "\(run.batches)")
+            #expect(Set(run.batches.map(\.deliveryID)).count == 5 && run.batches.allSatisfy { $0.deliveryID.count == 32 })
+            var batches: [WebhookOutbox.Batch] = []
+            for i in 0..<5 { batches.append(try await Self.batch(db, claim, i)) }
+            #expect(batches.map { $0.changes.map(\.seq) } == [[1, 2], [3, 4], [5, 6], [7, 8], [9]])
+            #expect(batches.map(\.failures) == [0, 0, 0, 0, 0])
+            #expect(try await db.run("test") { try $0.queryOne("SELECT count(*) FROM webhook_batches", []) { $0.int64(0) } } == 5)
+            // Asking again gives the same run, and cuts the commits made since into batches
+            // after it.
+            _ = try await f.store.push(space: "s", clientId: "p", items: [prepared("c10", id: "r10", base: nil)], now: 30)
+            let longer = try Self.run(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_001, changes: 2))
+            #expect(Array(longer.batches.prefix(5)) == run.batches && longer.batches.count == 6 && longer.batches[5].after == run.batches[4].last)
+            #expect(try await Self.claim(db, Self.first, "s", owner: "B", now: 2_002) == .notBefore(12_001))
+
+            // The third batch delivered, recorded without the first two: all three are past.
+            #expect(try await Self.delivered(db, batches[2], owner: "A", now: 2_100))
+            #expect(try await Self.delivered(db, batches[1], owner: "A", now: 2_101) == false)
+            let rest = try Self.run(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_200, changes: 2))
+            #expect(rest.batches == Array(longer.batches.suffix(3)))
+            #expect(try await Self.count(db, space: "s") == 4)
+
+            // The fifth fails before the fourth was recorded: the fourth is recorded with the
+            // failure, and the fifth is sent again as it was.
+            guard case .retry(let at) = try await Self.failed(db, batches[4], owner: "A", now: 3_000, random: 0) else { Issue.record("no retry"); return }
+            #expect(try await Self.count(db, space: "s") == 2)
+            let again = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: at, changes: 2))
+            #expect(again.deliveryID == batches[4].deliveryID && again.changes == batches[4].changes && again.failures == 1)
+            #expect(try WebhookOutbox.body(again) == WebhookOutbox.body(batches[4]))
+            #expect(try Self.run(try await Self.claim(db, Self.first, "s", owner: "B", now: at + 1, changes: 2)).batches.count == 2)
+            // Out of attempts, it is a dead letter, and the next batch goes.
+            guard case .retry(let at2) = try await Self.failed(db, again, owner: "B", now: at + 2, random: 0) else { Issue.record("no retry"); return }
+            let third = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: at2, changes: 2))
+            #expect(try await Self.failed(db, third, owner: "B", now: at2 + 1) == .deadLettered)
+            let next = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "B", now: at2 + 2, changes: 2))
+            #expect(next.changes.map(\.seq) == [10] && next.failures == 0 && next.deliveryID == longer.batches[5].deliveryID)
+            #expect(try await Self.delivered(db, next, owner: "B", now: at2 + 3))
+            #expect(try await Self.claim(db, Self.first, "s", owner: "B", now: at2 + 4) == .idle)
+            #expect(try await db.run("test") { try $0.queryOne("SELECT count(*) FROM webhook_batches", []) { $0.int64(0) } } == 0)
+
+            // The byte bound: a batch always holds one change, however small the bound.
+            _ = try await f.store.push(space: "b", clientId: "p", items: (1...3).map { prepared("b\($0)", id: "r\($0)", base: nil) }, now: 40)
+            let small = try Self.run(try await Self.claim(db, Self.first, "b", owner: "A", now: 30_000, changes: 10, bytes: 1))
+            #expect(small.batches.count == 3)
+            // At most maxBatchesPerClaim batches in one claim; the rest in the next run.
+            let many = WebhookOutbox.maxBatchesPerClaim + 3
+            _ = try await f.store.push(space: "m", clientId: "p", items: (1...many).map { prepared("m\($0)", id: "r\($0)", base: nil) }, now: 50)
+            let capped = try await Self.claim(db, Self.first, "m", owner: "A", now: 30_001, changes: 1)
+            #expect(try Self.run(capped).batches.count == WebhookOutbox.maxBatchesPerClaim)
+            let lastOfCapped = try await Self.batch(db, capped, WebhookOutbox.maxBatchesPerClaim - 1)
+            #expect(lastOfCapped.changes.map(\.seq) == [Int64(WebhookOutbox.maxBatchesPerClaim)])
+            #expect(try await Self.delivered(db, lastOfCapped, owner: "A", now: 30_002))
+            let after = try Self.run(try await Self.claim(db, Self.first, "m", owner: "A", now: 30_003, changes: 1))
+            #expect(after.batches.count == 3 && after.batches.first?.after == lastOfCapped.last)
+        }
+    }
+
+    /// A store from before runs of batches kept the batch in flight on the cursor: the
+    /// migration that brings `webhook_batches` makes it the first batch of the space's run,
+    /// with its range, delivery id and failures, so it goes out as it went before; the rows
+    /// after it are cut into the next batches.
+    @Test(arguments: StoreKind.allCases) func theMigrationKeepsTheBatchInFlightAsTheFirstOfItsRun(kind: StoreKind) async throws {
+        try await Self.withOutbox(kind) { f, db in
+            try await db.run("test") { try WebhookOutbox.register($0, [Self.first], now: 1_000) }
+            _ = try await f.store.push(space: "s", clientId: "p", items: (1...5).map { prepared("c\($0)", id: "r\($0)", base: nil) }, now: 10)
+            let key = Self.first.key
+            let inFlight = String(repeating: "ab", count: 16)
+            // The state such a store was in: the rows after the cursor's first up to its
+            // third in flight, failed twice.
+            let ids = try await db.run("test") { db -> [Int64] in
+                let ids = try db.query("SELECT id FROM webhook_outbox ORDER BY id", []) { $0.int64(0) }
+                try db.run("""
+                    INSERT INTO webhook_cursors(webhook, space_id, delivered_id, batch_last, delivery_id, attempts)
+                    SELECT ?, space_id, ?, ?, ?, 2 FROM spaces WHERE name = 's'
+                    """, [.text(key), .integer(ids[0]), .integer(ids[2]), .text(inFlight)])
+                try db.execute("DROP TABLE webhook_batches")
+                try db.run("DELETE FROM migrations WHERE name = 'webhook_batches'", [])
+                return ids
+            }
+            try await f.reopen()
+            let claim = try await Self.claim(db, Self.first, "s", owner: "A", now: 2_000, changes: 10)
+            let run = try Self.run(claim)
+            #expect(run.batches.map(\.deliveryID).first == inFlight && run.failures == 2 && run.batches.count == 2)
+            #expect(run.batches.map(\.after) == [ids[0], ids[2]] && run.batches.map(\.last) == [ids[2], ids[4]])
+            #expect(try await Self.batch(db, claim).changes.map(\.seq) == [2, 3])
+            #expect(try await Self.batch(db, claim, 1).changes.map(\.seq) == [4, 5])
+            #expect(try await db.run("test") { try $0.queryOne("SELECT count(*) FROM webhook_cursors WHERE batch_last IS NOT NULL", []) { $0.int64(0) } } == 0)
         }
     }
 
@@ -183,13 +302,13 @@ import OutpostTestSupport
             let new = try await f.rotateEpoch()
             _ = try await f.store.push(space: "s", clientId: "p", items: [prepared("c3", id: "n", base: nil)], now: 20)
             try await db.run("test") { try WebhookOutbox.register($0, [Self.second], now: 1_000) }
-            let b1 = try Self.batch(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_000, changes: 10))
+            let b1 = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "A", now: 2_000, changes: 10))
             #expect(b1.changes.map(\.epoch) == [old.rawValue, old.rawValue])
             let body = try JSONParser.parse(try WebhookOutbox.body(b1))
             #expect(body["epoch"]?.stringValue == old.rawValue && body["space"]?.stringValue == "s")
             #expect(body["changes"]?[0]?["version"]?.stringValue == "\(old.rawValue).1" && body["changes"]?[0]?["seq"]?.int64Value == 1)
             #expect(try await Self.delivered(db, b1, owner: "A", now: 2_100))
-            let b2 = try Self.batch(try await Self.claim(db, Self.first, "s", owner: "A", now: 2_200, changes: 10))
+            let b2 = try await Self.batch(db, try await Self.claim(db, Self.first, "s", owner: "A", now: 2_200, changes: 10))
             #expect(b2.changes.map(\.epoch) == [new.rawValue] && b2.changes.map(\.seq) == [3])
             #expect(try await Self.claim(db, Self.second, "s", owner: "A", now: 2_300) == .idle)
         }
@@ -219,7 +338,7 @@ import OutpostTestSupport
             let e = f.store.epoch
             let check = try Connection(path: f.path)
             defer { check.close() }
-            #expect(try check.scalarInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'webhook%'") == 4)
+            #expect(try check.scalarInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'webhook%'") == 5)
             let records = try await pageRecords(f.store)
             #expect(records.map(\.id) == ["a", "b", "c"] && records.map(\.version) == [Version(epoch: e, seq: 1), Version(epoch: e, seq: 3), Version(epoch: e, seq: 5)])
             _ = try await f.store.push(space: "sp", clientId: "p", items: [prepared("c3", id: "d", base: nil)], now: 20)

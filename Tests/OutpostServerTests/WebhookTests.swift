@@ -403,6 +403,84 @@ import OutpostTestSupport
         }
     }
 
+    /// One commit of many changes is claimed as a run of batches in one claim, each batch
+    /// recorded in the store with its delivery id before it is sent; they go out one at a
+    /// time, in order, under distinct ids; a failing batch of the run is sent again as it
+    /// was. A delivered batch is recorded with the next write, not at once: a new server
+    /// process on the same data directory, started after a batch was delivered but before
+    /// it was recorded (the next one held by the receiver when the first was killed), sends
+    /// that batch again as it was, then the rest.
+    @Test func oneCommitIsClaimedAsARunOfBatchesThatARestartSendsOnAsClaimed() async throws {
+        try await Self.withReceiver { receiver in
+            try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
+                let arguments = ["--webhook", receiver.url, "--webhook-batch-changes", "3", "--webhook-timeout", "300",
+                                 "--webhook-retry-delay-ms", "20", "--webhook-attempts", "100"]
+                try await Self.withServer(dir.appending("data"), arguments: arguments) { server in
+                    let token = try await Self.token(server)
+                    // The first batch is accepted, the second refused once and then accepted,
+                    // the third held.
+                    receiver.plan([.accept, .fail(500), .accept, .hang], otherwise: .accept)
+                    #expect(try await Self.push(server, token: token, "big", (1...10).map { put("c\($0)", "r\($0)") }) == Array(1...10))
+                    try await eventually("the third batch held by the receiver") { receiver.requests.count == 4 }
+                    let held = receiver.requests
+                    #expect(held.map(\.seqs) == [[1, 2, 3], [4, 5, 6], [4, 5, 6], [7, 8, 9]])
+                    #expect(held.map(\.attempt) == ["1", "1", "2", "1"])
+                    #expect(held[1].delivery == held[2].delivery && held[1].body == held[2].body)
+                    #expect(Set(held.map(\.delivery)).count == 3)
+                    // The run's batches are claimed, the last one too, which was never sent;
+                    // the cursor is past the first batch only (recorded with the second's
+                    // failure): the second's delivery is not recorded yet.
+                    let store = (server.dataDirectory as NSString).appendingPathComponent("outpost.sqlite")
+                    let (claimed, cursor) = try await blocking {
+                        let db = try Connection(path: store, flags: [.readOnly])
+                        defer { db.close() }
+                        let ids: [String?] = try db.query("SELECT delivery_id FROM webhook_batches ORDER BY last_id") { $0.text(0) }
+                        return (ids, try db.scalarInt("SELECT delivered_id FROM webhook_cursors"))
+                    }
+                    #expect(claimed.count == 3 && Array(claimed.prefix(2)) == [held[1].delivery, held[3].delivery], "\(claimed)")
+                    #expect(cursor == 3)
+
+                    try await blocking { server.kill9() }
+                    try await eventually("the held request ended with the killed server") { receiver.hungEnded == 1 }
+                    try await blocking { try server.restart() }
+                    let expected: [Int64] = [1, 2, 3, 4, 5, 6, 4, 5, 6, 7, 8, 9, 10]
+                    try await eventually("every batch delivered after the restart") { Self.deliveredSeqs(receiver)["big"] == expected }
+                    let after = Array(receiver.requests.dropFirst(4))
+                    #expect(after.map(\.seqs) == [[4, 5, 6], [7, 8, 9], [10]])
+                    #expect(after.map(\.delivery) == claimed && after.allSatisfy { $0.behaviour == .accept })
+                    #expect(after[0].body == held[1].body && after[1].body == held[3].body)
+                    #expect(!receiver.requests.contains { $0.overlapped }, "two requests of one space were in flight at once")
+                    #expect(Set(receiver.requests.map(\.delivery)).count == 4)
+                }
+            }
+        }
+    }
+
+    /// A space written to while its batches go out: each run's next claim is made while its
+    /// last batch is on the wire and picks up the commits made meanwhile. Every commit
+    /// arrives once (no server stopped, so no batch is sent twice), in order, one request
+    /// of the space at a time, each batch under an id of its own.
+    @Test func aSpaceWrittenWhileItsBatchesGoOutGetsEveryCommitOnceInOrder() async throws {
+        try await Self.withReceiver { receiver in
+            try await withTemporaryDirectory(prefix: "outpost-webhooks") { dir in
+                try await Self.withServer(dir.appending("data"), arguments: ["--webhook", receiver.url, "--webhook-batch-changes", "2"]) { server in
+                    let token = try await Self.token(server)
+                    var acknowledged: [Int64] = []
+                    for i in 0..<20 {
+                        acknowledged += try await Self.push(server, token: token, "busy", (0..<5).map { put("c\(i)-\($0)", "r\(i)-\($0)") })
+                    }
+                    let expected = acknowledged
+                    try await eventually("every commit delivered") { Self.deliveredSeqs(receiver)["busy"] == expected }
+                    #expect(expected == Array(1...100))
+                    let requests = receiver.requests
+                    #expect(requests.allSatisfy { $0.behaviour == .accept && $0.attempt == "1" && $0.seqs.count <= 2 })
+                    #expect(Set(requests.map(\.delivery)).count == requests.count)
+                    #expect(!requests.contains { $0.overlapped }, "two requests of one space were in flight at once")
+                }
+            }
+        }
+    }
+
     /// After its last attempt a batch is a dead letter that the admin list shows; the
     /// space's later commits go on without it; a replay that fails keeps it; a server
     /// without its webhook refuses to replay it; a replay that is delivered sends the batch

@@ -303,6 +303,23 @@ public enum PostgresSchema {
             ALTER TABLE devices ADD COLUMN IF NOT EXISTS conflicts bigint NOT NULL DEFAULT 0;
             ALTER TABLE devices ADD COLUMN IF NOT EXISTS resolved bigint NOT NULL DEFAULT 0;
             """),
+        // The webhook batches claimed and not yet delivered, per webhook and space: a claim
+        // cuts everything the space committed after the cursor into a run of batches, each
+        // fixed by its last outbox id and delivery id (`WebhookOutbox.claim`). The batch a
+        // cursor had in flight becomes the first of its run.
+        Migration(name: "webhook_batches", sql: """
+            CREATE TABLE IF NOT EXISTS webhook_batches(
+                webhook text COLLATE "C" NOT NULL,
+                space_id bigint NOT NULL,
+                last_id bigint NOT NULL,
+                delivery_id text NOT NULL,
+                PRIMARY KEY(webhook, space_id, last_id));
+            INSERT INTO webhook_batches(webhook, space_id, last_id, delivery_id)
+                SELECT webhook, space_id, batch_last, delivery_id FROM webhook_cursors
+                 WHERE batch_last IS NOT NULL AND delivery_id IS NOT NULL AND batch_last > delivered_id
+                ON CONFLICT DO NOTHING;
+            UPDATE webhook_cursors SET batch_last = NULL, delivery_id = NULL;
+            """),
     ]
 
     /// Brings the database up to date (under the advisory lock) and returns its epoch,

@@ -378,6 +378,22 @@ public final class SQLiteSyncStore: SyncStore {
         func stop() {}
     }
 
+    /// Sessions on the reader threads, borrowing their read-only connections: for reads
+    /// that need not wait for the writer (a webhook batch's rows, once claimed). Queries
+    /// only; each statement reads one snapshot.
+    var readerSessions: any SQLRunner { ReaderSessions(store: self) }
+
+    private struct ReaderSessions: SQLRunner {
+        let store: SQLiteSyncStore
+
+        func run<T: Sendable>(_ what: String, _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
+            try await store.read { reader in try body(SQLiteSession(borrowing: reader.db)) }
+        }
+
+        /// The store owns the readers: `close` ends them.
+        func stop() {}
+    }
+
     /// Runs `body` on the writer thread (outside any push transaction).
     func write<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
@@ -386,7 +402,7 @@ public final class SQLiteSyncStore: SyncStore {
         }
     }
 
-    private func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteReader) throws -> T) async throws -> T {
+    fileprivate func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteReader) throws -> T) async throws -> T {
         let index = nextReader.wrappingAdd(1, ordering: .relaxed).oldValue % readers.count
         return try await withCheckedThrowingContinuation { continuation in
             let job = ReadJob { reader in continuation.resume(with: Result { try body(reader) }) }

@@ -13,14 +13,19 @@ import OutpostCrypto
 ///   last named it. One that no server has named for `forgetAfterMs` is forgotten with its
 ///   cursors, so its backlog stops being kept.
 /// - **A cursor per webhook and space** (`webhook_cursors`): the last outbox id delivered
-///   (or dead-lettered), the batch being delivered (the space's rows after the cursor up
-///   to `batch_last`, fixed when first picked, so every retry sends the same changes under
-///   the same delivery id), its failures, when it may be tried again, and a lease: the
-///   server delivering the space holds it, so that servers sharing a PostgreSQL database
-///   never deliver one space's batches at once. Within a space, outbox ids grow in commit
+///   (or dead-lettered), the failures of the batch after it, when it may be tried again,
+///   and a lease: the server delivering the space holds it, so that servers sharing a
+///   PostgreSQL database never deliver one space's batches at once.
+/// - **Runs of claimed batches** (`webhook_batches`): a claim cuts everything the space
+///   committed after the cursor into consecutive batches by the bounds, and records each
+///   one's last outbox id and delivery id, so every delivery of a batch (a retry, after a
+///   restart) sends the same changes under the same id; a later claim returns the batches
+///   not yet delivered as they were, followed by what was committed since, cut the same
+///   way. Within a space, outbox ids grow in commit
 ///   order (the space's writes are serialized by its lock), so the batches of a space go
-///   out in commit order: the next is picked only once the previous one is delivered or
-///   dead-lettered.
+///   out in commit order, one at a time: the deliverer sends a run's batches one after the
+///   other, and records the last one delivered with its next write (a crash before that
+///   sends the unrecorded ones again, as they were).
 /// - **Retries**: exponential backoff with jitter (`retryDelay`); after the configured
 ///   attempts the batch becomes a **dead letter** (`webhook_dead_letters`, its body kept as
 ///   it was sent) and the space's later batches go on.
@@ -47,8 +52,27 @@ enum WebhookOutbox {
         var subject: String? = nil
     }
 
-    /// A batch claimed for delivery: the space's rows after `after` up to `last`, all of one
-    /// epoch.
+    /// A batch as claimed: the space's rows after `after` up to `last` (all of one epoch),
+    /// and the delivery id every delivery of it carries.
+    struct Slot: Sendable, Equatable {
+        var after: Int64
+        var last: Int64
+        var deliveryID: String
+    }
+
+    /// The batches of a space claimed for a webhook and not yet delivered, in commit order:
+    /// the first starts after the cursor, each next one after the one before it.
+    struct Run: Sendable, Equatable {
+        var webhook: String
+        var spaceID: Int64
+        var space: String
+        var batches: [Slot]
+        /// Deliveries of the first batch that failed so far (the later ones were never tried
+        /// since they were claimed, or were delivered and not recorded).
+        var failures: Int
+    }
+
+    /// A batch loaded for delivery (`load`): its slot's rows.
     struct Batch: Sendable, Equatable {
         var webhook: String
         var spaceID: Int64
@@ -63,7 +87,7 @@ enum WebhookOutbox {
 
     /// What `claim` found for a webhook in a space.
     enum Claim: Sendable, Equatable {
-        case batch(Batch)
+        case run(Run)
         /// Nothing is waiting: every commit of the space was delivered or dead-lettered.
         case idle
         /// The space waits for a retry, or another server holds its lease, until this time
@@ -115,6 +139,7 @@ enum WebhookOutbox {
     @discardableResult
     static func forget(_ db: any SQLSession, seenBefore before: Int64) throws -> Int {
         let forgotten = try db.transaction(.process) { () throws -> Int in
+            try db.run("DELETE FROM webhook_batches WHERE webhook IN (SELECT webhook FROM webhooks WHERE seen_at < ?)", [.integer(before)])
             try db.run("DELETE FROM webhook_cursors WHERE webhook IN (SELECT webhook FROM webhooks WHERE seen_at < ?)", [.integer(before)])
             return try db.run("DELETE FROM webhooks WHERE seen_at < ?", [.integer(before)])
         }
@@ -166,9 +191,18 @@ enum WebhookOutbox {
             """, [.text(webhook), .text(webhook)]) { ($0.text(0), $0.int64(1)) }
     }
 
-    /// Takes `space` for `webhook` on behalf of `owner` at `now`, and returns its batch: the
-    /// one already being delivered, or the next one picked (at most `bounds.changes` rows and
-    /// `bounds.bytes` bytes of them, never fewer than one, all of one epoch). One
+    /// The most batches one claim cuts, and the most changes it reads the sizes of: a claim
+    /// runs on SQLite's writer, between group commits, so its time is bounded.
+    static let maxBatchesPerClaim = 32
+    static let maxChangesPerClaim = 50_000
+
+    /// Takes `space` for `webhook` on behalf of `owner` at `now`, and returns its run: the
+    /// batches already claimed and not yet delivered, followed by everything the space
+    /// committed after them cut into consecutive batches (each at most `bounds.changes` rows
+    /// and `bounds.bytes` bytes of them, never fewer than one, all of one epoch; at most
+    /// `maxBatchesPerClaim` batches in all, and `maxChangesPerClaim` rows read), each new one
+    /// recorded with its delivery id, so every delivery of a batch sends the same rows under
+    /// the same id. No row's data is read: `load` reads a batch's rows when it is sent. One
     /// transaction; the lease it takes lasts `bounds.leaseMs`.
     static func claim(_ db: any SQLSession, webhook: String, space: String, owner: String, now: Int64, bounds: Bounds) throws -> Claim {
         try db.transaction(.process) {
@@ -185,95 +219,146 @@ enum WebhookOutbox {
                  WHERE webhook = ? AND space_id = ? AND (lease_owner IS NULL OR lease_owner = ? OR lease_until <= ?) AND next_attempt_at <= ?
                 """, [.text(owner), .integer(now + bounds.leaseMs)] + key + [.text(owner), .integer(now), .integer(now)])
             guard let cursor = try db.queryOne("""
-                SELECT delivered_id, batch_last, delivery_id, attempts, next_attempt_at, lease_owner, lease_until
+                SELECT delivered_id, attempts, next_attempt_at, lease_owner, lease_until
                   FROM webhook_cursors WHERE webhook = ? AND space_id = ?
                 """, key, { row in
-                    (delivered: row.int64(0), last: row.optionalInt64(1), deliveryID: row.optionalText(2), failures: row.int(3),
-                     nextAttempt: row.int64(4), leaseOwner: row.optionalText(5), leaseUntil: row.int64(6))
+                    (delivered: row.int64(0), failures: row.int(1), nextAttempt: row.int64(2), leaseOwner: row.optionalText(3), leaseUntil: row.int64(4))
                 }) else { return .idle }
             guard taken == 1 else {
                 let leased = cursor.leaseOwner != nil && cursor.leaseOwner != owner ? cursor.leaseUntil : 0
                 return .notBefore(max(leased, cursor.nextAttempt, now + 1))
             }
-            var last = cursor.last
-            var deliveryID = cursor.deliveryID ?? ""
+            var delivered = cursor.delivered
             var failures = cursor.failures
-            if last == nil {
+            var batches: [Slot] = []
+            while true {
+                let claimed = try db.query("""
+                    SELECT last_id, delivery_id FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id > ? ORDER BY last_id LIMIT ?
+                    """, key + [.integer(delivered), .integer(Int64(maxBatchesPerClaim))]) { ($0.int64(0), $0.text(1)) }
+                guard let first = claimed.first else { break }
+                let rows = try db.query("SELECT 1 FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? LIMIT 1",
+                                        [.integer(spaceID), .integer(delivered), .integer(first.0)]) { $0.int64(0) }
+                guard rows.isEmpty else {
+                    var after = delivered
+                    batches = claimed.map { (last, id) in
+                        defer { after = last }
+                        return Slot(after: after, last: last, deliveryID: id)
+                    }
+                    break
+                }
+                // The rows are gone (pruned while this webhook was forgotten): nothing is
+                // left to send of that batch.
+                try db.run("""
+                    UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, next_attempt_at = 0, last_error = NULL WHERE webhook = ? AND space_id = ?
+                    """, [.integer(first.0)] + key)
+                try db.run("DELETE FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id <= ?", key + [.integer(first.0)])
+                delivered = first.0
+                failures = 0
+            }
+            if batches.count < maxBatchesPerClaim {
+                // What the space committed after the claimed batches, cut into batches by
+                // the sizes (no row's data is read).
+                let start = batches.last?.last ?? delivered
                 let sizes = try db.query("""
                     SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
                                       + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0) + length(epoch) + 172
                       FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
-                    """, [.integer(spaceID), .integer(cursor.delivered), .integer(Int64(bounds.changes))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
-                guard let first = sizes.first else {
-                    try db.run("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = 0 WHERE webhook = ? AND space_id = ?", key)
-                    return .idle
+                    """, [.integer(spaceID), .integer(start), .integer(Int64(maxChangesPerClaim))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
+                if batches.isEmpty && !sizes.isEmpty {
+                    // A new run: nothing of it failed yet.
+                    failures = 0
+                    try db.run("UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, last_error = NULL WHERE webhook = ? AND space_id = ?",
+                               [.integer(delivered)] + key)
                 }
-                var bytes: Int64 = 0
-                for (id, epoch, size) in sizes {
-                    guard epoch == first.1, last == nil || bytes + size <= Int64(bounds.bytes) else { break }
-                    bytes += size
-                    last = id
+                var cut: [Slot] = []
+                let room = maxBatchesPerClaim - batches.count
+                var (after, count, bytes, epoch) = (start, 0, Int64(0), sizes.first?.1 ?? "")
+                var last: Int64? = nil
+                func close() {
+                    guard let end = last else { return }
+                    cut.append(Slot(after: after, last: end, deliveryID: Hex.encode(SecureRandom.bytes(16))))
+                    (after, count, bytes, last) = (end, 0, 0, nil)
                 }
-                deliveryID = Hex.encode(SecureRandom.bytes(16))
-                failures = 0
-                try db.run("UPDATE webhook_cursors SET batch_last = ?, delivery_id = ?, attempts = 0, last_error = NULL WHERE webhook = ? AND space_id = ?",
-                           [.integer(last!), .text(deliveryID)] + key)
+                for (id, rowEpoch, size) in sizes {
+                    if last != nil && (rowEpoch != epoch || count >= bounds.changes || bytes + size > Int64(bounds.bytes)) {
+                        close()
+                        if cut.count == room { break }
+                    }
+                    (epoch, count, bytes, last) = (rowEpoch, count + 1, bytes + size, id)
+                }
+                if cut.count < room { close() }
+                for batch in cut {
+                    try db.run("INSERT INTO webhook_batches(webhook, space_id, last_id, delivery_id) VALUES (?, ?, ?, ?)",
+                               key + [.integer(batch.last), .text(batch.deliveryID)])
+                }
+                batches += cut
             }
-            let changes = try db.query("""
-                SELECT id, epoch, seq, collection, record_id, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by,
-                       client_time, lineage, same_as, committed_at, subject
-                  FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? ORDER BY id
-                """, [.integer(spaceID), .integer(cursor.delivered), .integer(last!)]) { row in
-                    let deleted = row.int64(5) != 0
-                    return Change(id: row.int64(0), epoch: row.text(1), seq: row.int64(2), collection: row.text(3), recordID: row.text(4),
-                                  deleted: deleted, data: deleted ? nil : row.bytes(6), updatedAt: row.int64(7), updatedBy: row.text(8),
-                                  clientTime: row.optionalInt64(9), lineage: row.optionalText(10), sameAs: row.optionalText(11),
-                                  committedAt: row.int64(12), subject: row.optionalText(13))
-                }
-            guard !changes.isEmpty else {
-                // The rows are gone (pruned while this webhook was forgotten): nothing is
-                // left to send of that batch.
-                try db.run("""
-                    UPDATE webhook_cursors SET delivered_id = batch_last, batch_last = NULL, delivery_id = NULL, attempts = 0, lease_owner = NULL, lease_until = 0
-                     WHERE webhook = ? AND space_id = ?
-                    """, key)
-                return .notBefore(now)
+            guard !batches.isEmpty else {
+                try db.run("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = 0 WHERE webhook = ? AND space_id = ?", key)
+                return .idle
             }
-            return .batch(Batch(webhook: webhook, spaceID: spaceID, space: space, after: cursor.delivered, last: last!,
-                                deliveryID: deliveryID, failures: failures, changes: changes))
+            return .run(Run(webhook: webhook, spaceID: spaceID, space: space, batches: batches, failures: failures))
         }
     }
 
-    /// Records that `batch` was delivered: the cursor moves past it (the lease stays, for
-    /// the next batch), and rows every webhook has had are pruned. False when `owner` no
-    /// longer holds the lease (another server took it and sends the batch again).
+    /// The rows of the `index`th batch of `run`, to send; nil when they are gone (pruned
+    /// while the webhook was forgotten: the next claim moves past it). A read: on SQLite it
+    /// runs on a reader, beside the writer's commits.
+    static func load(_ db: any SQLSession, _ run: Run, _ index: Int) throws -> Batch? {
+        let slot = run.batches[index]
+        let changes = try db.query("""
+            SELECT id, epoch, seq, collection, record_id, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by,
+                   client_time, lineage, same_as, committed_at, subject
+              FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? ORDER BY id
+            """, [.integer(run.spaceID), .integer(slot.after), .integer(slot.last)]) { row in
+                let deleted = row.int64(5) != 0
+                return Change(id: row.int64(0), epoch: row.text(1), seq: row.int64(2), collection: row.text(3), recordID: row.text(4),
+                              deleted: deleted, data: deleted ? nil : row.bytes(6), updatedAt: row.int64(7), updatedBy: row.text(8),
+                              clientTime: row.optionalInt64(9), lineage: row.optionalText(10), sameAs: row.optionalText(11),
+                              committedAt: row.int64(12), subject: row.optionalText(13))
+            }
+        guard !changes.isEmpty else { return nil }
+        return Batch(webhook: run.webhook, spaceID: run.spaceID, space: run.space, after: slot.after, last: slot.last,
+                     deliveryID: slot.deliveryID, failures: index == 0 ? run.failures : 0, changes: changes)
+    }
+
+    /// Records that `batch` was delivered, and with it every batch of its run before it
+    /// (the deliverer sends a run's batches one after the other and records the last one
+    /// delivered with its next write): the cursor moves past it (the lease stays, for the
+    /// next batch), and rows every webhook has had are pruned. False when `owner` no longer
+    /// holds the lease (another server took it and sends the batch again), or the batch is
+    /// no longer claimed.
     @discardableResult
     static func delivered(_ db: any SQLSession, _ batch: Batch, owner: String, now: Int64, leaseMs: Int64) throws -> Bool {
         try db.transaction(.process) {
-            guard try advance(db, batch, owner: owner, now: now, leaseMs: leaseMs) else { return false }
+            guard try advance(db, batch, to: batch.last, owner: owner, now: now, leaseMs: leaseMs) else { return false }
             try prune(db, spaceID: batch.spaceID)
             return true
         }
     }
 
-    /// Records a failed delivery of `batch` (`error` says why; `body` is what was sent):
-    /// the batch is due again after `retryDelay`, or, at its `attempts`th failure, becomes a
-    /// dead letter and the cursor moves past it. `random` (in 0..<1) draws the jitter.
+    /// Records a failed delivery of `batch` (`error` says why; `body` is what was sent),
+    /// after recording the batches of its run before it as delivered: the batch is due
+    /// again after `retryDelay`, or, at its `attempts`th failure, becomes a dead letter and
+    /// the cursor moves past it. `random` (in 0..<1) draws the jitter.
     static func failed(_ db: any SQLSession, _ batch: Batch, webhookName: String, body: [UInt8], error: String, owner: String, now: Int64,
                        settings: WebhookSettings, leaseMs: Int64, random: Double) throws -> Failure {
         try db.transaction(.process) {
             let failures = batch.failures + 1
             let error = String(error.prefix(500))
+            // The batches before it in its run were delivered.
+            guard try advance(db, batch, to: batch.after, owner: owner, now: now, leaseMs: leaseMs) else { return .leaseLost }
             guard failures >= settings.attempts else {
                 let at = now + retryDelay(failures: failures, firstMs: settings.retryDelayMs, capMs: WebhookSettings.maxRetryDelayMs, random: random)
                 let updated = try db.run("""
                     UPDATE webhook_cursors SET attempts = ?, next_attempt_at = ?, last_error = ?, lease_owner = NULL, lease_until = 0
-                     WHERE webhook = ? AND space_id = ? AND lease_owner = ? AND batch_last = ?
+                     WHERE webhook = ? AND space_id = ? AND lease_owner = ? AND delivered_id = ?
                     """, [.integer(Int64(failures)), .integer(at), .text(error), .text(batch.webhook), .integer(batch.spaceID),
-                          .text(owner), .integer(batch.last)])
+                          .text(owner), .integer(batch.after)])
+                try prune(db, spaceID: batch.spaceID)
                 return updated == 1 ? .retry(at: at) : .leaseLost
             }
-            guard try advance(db, batch, owner: owner, now: now, leaseMs: leaseMs) else { return .leaseLost }
+            guard try advance(db, batch, to: batch.last, owner: owner, now: now, leaseMs: leaseMs) else { return .leaseLost }
             try db.run("""
                 INSERT INTO webhook_dead_letters(webhook, name, space, epoch, first_seq, last_seq, changes, delivery_id, body, attempts, last_error, failed_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -285,13 +370,28 @@ enum WebhookOutbox {
         }
     }
 
-    /// Moves the cursor past `batch` while `owner` holds its lease, renewing the lease.
-    private static func advance(_ db: any SQLSession, _ batch: Batch, owner: String, now: Int64, leaseMs: Int64) throws -> Bool {
-        try db.run("""
-            UPDATE webhook_cursors SET delivered_id = ?, batch_last = NULL, delivery_id = NULL, attempts = 0, next_attempt_at = 0,
-                                       last_error = NULL, lease_until = ?
-             WHERE webhook = ? AND space_id = ? AND lease_owner = ? AND batch_last = ?
-            """, [.integer(batch.last), .integer(now + leaseMs), .text(batch.webhook), .integer(batch.spaceID), .text(owner), .integer(batch.last)]) == 1
+    /// Moves the cursor to `to` (`batch.after`: past the batches of its run before it;
+    /// `batch.last`: past it too) while `owner` holds the lease and `batch` is claimed,
+    /// renewing the lease, and forgets the claimed batches it passed. True also when the
+    /// cursor is at `to` already and `batch` still claimed (`to` is `batch.after`).
+    private static func advance(_ db: any SQLSession, _ batch: Batch, to: Int64, owner: String, now: Int64, leaseMs: Int64) throws -> Bool {
+        let key: [SQLValue] = [.text(batch.webhook), .integer(batch.spaceID)]
+        let moved = try db.run("""
+            UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, next_attempt_at = 0, last_error = NULL, lease_until = ?
+             WHERE webhook = ? AND space_id = ? AND lease_owner = ? AND delivered_id < ? AND delivered_id <= ?
+               AND EXISTS (SELECT 1 FROM webhook_batches b WHERE b.webhook = webhook_cursors.webhook AND b.space_id = webhook_cursors.space_id
+                                                          AND b.last_id = ? AND b.delivery_id = ?)
+            """, [.integer(to), .integer(now + leaseMs)] + key + [.text(owner), .integer(to), .integer(batch.after), .integer(batch.last), .text(batch.deliveryID)])
+        if moved == 1 {
+            try db.run("DELETE FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id <= ?", key + [.integer(to)])
+            return true
+        }
+        return try db.run("""
+            UPDATE webhook_cursors SET lease_until = ?
+             WHERE webhook = ? AND space_id = ? AND lease_owner = ? AND delivered_id = ?
+               AND EXISTS (SELECT 1 FROM webhook_batches b WHERE b.webhook = webhook_cursors.webhook AND b.space_id = webhook_cursors.space_id
+                                                          AND b.last_id = ? AND b.delivery_id = ?)
+            """, [.integer(now + leaseMs)] + key + [.text(owner), .integer(to), .integer(batch.last), .text(batch.deliveryID)]) == 1
     }
 
     /// Deletes the space's rows that every webhook has had (delivered or dead-lettered), or

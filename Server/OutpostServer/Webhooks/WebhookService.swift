@@ -11,7 +11,8 @@ import Synchronization
 ///
 /// Its SQL (`WebhookOutbox`) runs on SQLite on the store's writer thread, between push
 /// transactions, so claims queue with the pushes instead of contending for the write lock
-/// from a second connection; on PostgreSQL on one thread with a session of its own. Each
+/// from a second connection, and a batch's rows are read on the store's readers; on
+/// PostgreSQL on one thread with a session of its own. Each
 /// webhook is delivered by its own task (`WebhookDeliverer`),
 /// woken by the store's commit notifier. A maintenance task keeps the webhooks registered
 /// (`WebhookOutbox.register`), forgets the ones no server names any more and prunes.
@@ -43,8 +44,9 @@ public final class WebhookService: Sendable {
     ///   - secret: the signing secret; nil only when no webhook is configured.
     ///   - soleOwner: true on SQLite, where the data directory's lock keeps other servers out.
     ///   - store: where its SQL runs; `stop` stops it.
+    ///   - reads: where a batch's rows are read (SQLite's readers); `store` when nil.
     init(settings: WebhookSettings, secret: [UInt8]?, authorizer: Authorizer, metrics: Metrics, soleOwner: Bool,
-         store: any SQLRunner) throws {
+         store: any SQLRunner, reads: (any SQLRunner)? = nil) throws {
         self.settings = settings
         targets = settings.targets
         precondition(targets.isEmpty || secret != nil, "webhooks need a signing secret")
@@ -55,8 +57,10 @@ public final class WebhookService: Sendable {
         self.store = store
         client = WebhookHTTPClient(policy: settings.addressPolicy)
         let (store, client, owner, webhookMetrics) = (self.store, self.client, self.owner, self.metrics)
+        let reads = reads ?? store
         deliverers = targets.map {
-            WebhookDeliverer(target: $0, store: store, client: client, settings: settings, secret: secret ?? [], owner: owner, metrics: webhookMetrics)
+            WebhookDeliverer(target: $0, store: store, reads: reads, client: client, settings: settings, secret: secret ?? [], owner: owner,
+                             metrics: webhookMetrics)
         }
     }
 
