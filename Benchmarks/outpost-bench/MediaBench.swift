@@ -185,7 +185,8 @@ enum MediaBench {
     }
 
     /// The file's SHA-256 and each chunk's, read once.
-    static func digests(_ path: String, size: Int64, chunkSize: Int) throws -> (String, [String]) {
+    /// The file's SHA-256 (hex) and, unless `chunks` is false, each chunk's `Content-Digest`.
+    static func digests(_ path: String, size: Int64, chunkSize: Int, chunks withChunks: Bool = true) throws -> (String, [String]) {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(path)") }
         defer { close(fd) }
@@ -198,7 +199,7 @@ enum MediaBench {
             try preadFully(fd, &buffer, count: n, offset: offset)
             let piece = buffer[0..<n]
             whole.update(piece)
-            chunks.append("sha-256=:\(Base64.encode(SHA256.hash(piece))):")
+            if withChunks { chunks.append(contentDigest(piece)) }
             offset += Int64(n)
         }
         return (Hex.encode(whole.finalize()), chunks)
@@ -255,9 +256,18 @@ enum MediaBench {
 
     /// Every chunk, spread over `connections` keep-alive connections (each takes the next
     /// index not yet taken), each on a thread of its own, into `space`.
+    /// `Content-Digest: sha-256=:<base64>:` of `bytes`.
+    static func contentDigest(_ bytes: ArraySlice<UInt8>) -> String {
+        "sha-256=:\(Base64.encode(SHA256.hash(bytes))):"
+    }
+
+    /// Sends every chunk on `connections` keep-alive connections. `digests`: each chunk's
+    /// `Content-Digest`, computed before; nil: each is computed from the chunk's bytes just
+    /// before it is sent, as the SDK's `MediaUploader` does.
     static func sendChunks(port: Int, token: String, uploadId: String, filePath: String, size: Int64, chunkSize: Int,
-                           digests: [String], connections: Int, space: String = "bench") async throws {
+                           digests: [String]?, connections: Int, space: String = "bench") async throws {
         let cursor = ChunkCursor()
+        let count = digests?.count ?? Int((size + Int64(chunkSize) - 1) / Int64(chunkSize))
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<connections {
                 group.addTask {
@@ -269,14 +279,14 @@ enum MediaBench {
                         var buffer = [UInt8](repeating: 0, count: chunkSize)
                         while true {
                             let index = cursor.take()
-                            guard index < digests.count else { return }
+                            guard index < count else { return }
                             let offset = Int64(index) * Int64(chunkSize)
                             let n = Int(min(Int64(chunkSize), size - offset))
                             try preadFully(fd, &buffer, count: n, offset: offset)
                             let response = try connection.request(
                                 "PUT", "/v1/spaces/\(space)/media/uploads/\(uploadId)/chunks/\(index)",
                                 headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/octet-stream"),
-                                          ("Content-Digest", digests[index])],
+                                          ("Content-Digest", digests?[index] ?? contentDigest(buffer[0..<n]))],
                                 body: buffer, bodyCount: n)
                             guard response.status == 200 else {
                                 throw HTTPBench.BenchError("chunk \(index) answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
