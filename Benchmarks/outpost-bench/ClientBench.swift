@@ -340,22 +340,30 @@ enum ClientBench {
     /// The same first sync made by the `outpost` command-line client in a process of its
     /// own, under `/usr/bin/time`: its peak RSS is the SDK's memory for the whole data set.
     static func clientProcessSync(url: URL, token: String, work: String, records: Int) throws {
-        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        let client = me.deletingLastPathComponent().appendingPathComponent("outpost").path
-        guard FileManager.default.isExecutableFile(atPath: client), FileManager.default.isExecutableFile(atPath: "/usr/bin/time") else {
-            print("the client process's memory: not measured (no \(client) built beside outpost-bench, or no /usr/bin/time)")
+        guard let run = try outpostSync(store: work + "/cli.sqlite", space: "bench", server: url.absoluteString, token: token) else {
+            print("the client process's memory: not measured (no outpost built beside outpost-bench, or no /usr/bin/time)")
             return
         }
+        print(String(format: "`outpost sync` in its own process: %.2f s (%.0f records/s), peak RSS %.1f MB (goal < 100 MB: %@)",
+                     run.seconds, Double(records) / run.seconds, run.peakRSS / 1e6, run.peakRSS < 100e6 ? "met" : "NOT met"))
+    }
+
+    /// One `outpost sync` by the command-line client built beside outpost-bench, in a
+    /// process of its own under `/usr/bin/time`: its wall time, peak RSS (bytes) and
+    /// report. Nil when either program is missing; throws when the sync fails.
+    static func outpostSync(store: String, space: String, server: String, token: String) throws -> (seconds: Double, peakRSS: Double, report: String)? {
+        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        let client = me.deletingLastPathComponent().appendingPathComponent("outpost").path
+        guard FileManager.default.isExecutableFile(atPath: client), FileManager.default.isExecutableFile(atPath: "/usr/bin/time") else { return nil }
         let started = ContinuousClock.now
-        let result = try Subprocess.run("/usr/bin/time", ["-f", "outpost-peak-rss-kb %M", client, "--store", work + "/cli.sqlite", "--space", "bench",
-                                                          "--server", url.absoluteString, "--token", token, "sync"])
+        let result = try Subprocess.run("/usr/bin/time", ["-f", "outpost-peak-rss-kb %M", client, "--store", store, "--space", space,
+                                                          "--server", server, "--token", token, "sync"])
         let seconds = ms(ContinuousClock.now - started) / 1000
         guard result.status == 0, let line = result.error.split(separator: "\n").last(where: { $0.hasPrefix("outpost-peak-rss-kb ") }),
-              let kb = Int(line.split(separator: " ").last ?? "") else {
-            throw HTTPBench.BenchError("outpost sync failed: \(result.error)")
+              let kb = Double(line.split(separator: " ").last ?? "") else {
+            throw HTTPBench.BenchError("outpost sync failed: \(result.output) \(result.error)")
         }
-        print(String(format: "`outpost sync` in its own process: %.2f s (%.0f records/s), peak RSS %.1f MB (goal < 100 MB: %@)",
-                     seconds, Double(records) / seconds, Double(kb) * 1024 / 1e6, Double(kb) * 1024 < 100e6 ? "met" : "NOT met"))
+        return (seconds, kb * 1024, result.output)
     }
 
     // MARK: 3. Write to another device

@@ -173,19 +173,7 @@ enum PeersBench {
         let connection = try BenchConnection(port: server.port)
         let epoch = try SyncBench.epochOf(connection: connection)
         func readAll() throws -> (records: Int, seconds: Double, bytes: Int) {
-            var since = "\(epoch).0"
-            var count = 0
-            var bytes = 0
-            let start = Date()
-            while true {
-                let r = try connection.request("GET", "/v1/spaces/peers/pull?limit=1000&since=\(since)", headers: auth)
-                guard r.status == 200, let next = SyncBench.field("next", in: r.body) else { throw HTTPBench.BenchError("pull answered \(r.status)") }
-                count += SyncBench.count(#""collection":"#, in: r.body)
-                bytes += r.body.count
-                since = next
-                if !SyncBench.hasMore(r.body) { break }
-            }
-            return (count, Date().timeIntervalSince(start), bytes)
+            try pullAll(connection, space: "peers", epoch: epoch, token: token)
         }
         _ = try readAll()
         let cpu1 = MemorySampler.cpu(pid: server.pid).total
@@ -243,11 +231,6 @@ enum PeersBench {
     /// pulled them all), under `/usr/bin/time` for its peak RSS. Then the same records read
     /// by raw pulls on one connection, for information.
     static func outpostFirstSync(server: HTTPBench.ServerChild, records: Int, work: String) throws -> Figure {
-        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        let client = me.deletingLastPathComponent().appendingPathComponent("outpost").path
-        guard FileManager.default.isExecutableFile(atPath: client) else {
-            throw HTTPBench.BenchError("(e) needs the outpost client beside outpost-bench: swift build -c release --product outpost (or --sync-records 0)")
-        }
         let token = JWTAuthority(secret: Array(SyncBench.secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
         let perClient = records / syncBatch / 8
         let bodies = (0..<8).map { c in (0..<perClient).map { r in SyncBench.pushBody(space: "first-sync", prefix: "s-c\(c)-r\(r)", count: syncBatch) } }
@@ -255,34 +238,38 @@ enum PeersBench {
         guard seeded.counted == records else { throw HTTPBench.BenchError("outpost applied \(seeded.counted) of \(records) for (e)") }
 
         let cpu0 = MemorySampler.cpu(pid: server.pid).total
-        let started = ContinuousClock.now
-        let result = try Subprocess.run("/usr/bin/time", ["-f", "outpost-peak-rss-kb %M", client, "--store", work + "/first-sync.sqlite", "--space", "first-sync",
-                                                          "--server", "http://127.0.0.1:\(server.port)", "--token", token, "sync"])
-        let seconds = MediaBench.seconds(ContinuousClock.now - started)
-        let serverCPU = MemorySampler.cpu(pid: server.pid).total - cpu0
-        let output = result.output
-        guard result.status == 0, output.contains("\"pulled\":\(records),") else {
-            throw HTTPBench.BenchError("outpost sync did not pull \(records): \(output) \(result.error)")
+        guard let sync = try ClientBench.outpostSync(store: work + "/first-sync.sqlite", space: "first-sync", server: "http://127.0.0.1:\(server.port)",
+                                                     token: token) else {
+            throw HTTPBench.BenchError("(e) needs the outpost client beside outpost-bench (swift build -c release --product outpost) and /usr/bin/time, or --sync-records 0")
         }
-        let rss = result.error.split(separator: "\n").last(where: { $0.hasPrefix("outpost-peak-rss-kb ") }).flatMap { Double($0.split(separator: " ").last ?? "") }
+        let serverCPU = MemorySampler.cpu(pid: server.pid).total - cpu0
+        guard sync.report.contains("\"pulled\":\(records),") else { throw HTTPBench.BenchError("outpost sync did not pull \(records): \(sync.report)") }
         let storeBytes = ["", "-wal"].reduce(0) { $0 + ((try? FileManager.default.attributesOfItem(atPath: work + "/first-sync.sqlite" + $1)[.size] as? Int) ?? 0) }
 
         // The raw pulls of the same records, one connection, pages of 1,000.
         let connection = try BenchConnection(port: server.port)
-        let epoch = try SyncBench.epochOf(connection: connection)
-        var since = "\(epoch).0", pulled = 0
-        let pullStart = ContinuousClock.now
+        let pulled = try pullAll(connection, space: "first-sync", epoch: try SyncBench.epochOf(connection: connection), token: token)
+        return Figure(value: Double(records) / sync.seconds, unit: "records/s",
+                      detail: String(format: "the SDK's first sync into a store file: %.2f s, client peak RSS %.1f MB, store %.0f MB, server CPU %.2f us/record; raw pulls of the same %.0f records/s",
+                                     sync.seconds, sync.peakRSS / 1e6, Double(storeBytes) / 1e6, serverCPU / Double(records) * 1e6, Double(pulled.records) / pulled.seconds))
+    }
+
+    /// Every record of `space` pulled on `connection`, 1,000 a page from the start of
+    /// `epoch`: how many, in how long, and the answers' bytes.
+    static func pullAll(_ connection: BenchConnection, space: String, epoch: String, token: String) throws -> (records: Int, seconds: Double, bytes: Int) {
+        var since = "\(epoch).0"
+        var count = 0
+        var bytes = 0
+        let start = Date()
         while true {
-            let r = try connection.request("GET", "/v1/spaces/first-sync/pull?limit=1000&since=\(since)", headers: [("Authorization", "Bearer \(token)")])
+            let r = try connection.request("GET", "/v1/spaces/\(space)/pull?limit=1000&since=\(since)", headers: [("Authorization", "Bearer \(token)")])
             guard r.status == 200, let next = SyncBench.field("next", in: r.body) else { throw HTTPBench.BenchError("pull answered \(r.status)") }
-            pulled += SyncBench.count(#""collection":"#, in: r.body)
+            count += SyncBench.count(#""collection":"#, in: r.body)
+            bytes += r.body.count
             since = next
             if !SyncBench.hasMore(r.body) { break }
         }
-        let pullSeconds = MediaBench.seconds(ContinuousClock.now - pullStart)
-        return Figure(value: Double(records) / seconds, unit: "records/s",
-                      detail: String(format: "the SDK's first sync into a store file: %.2f s, client peak RSS %.1f MB, store %.0f MB, server CPU %.2f us/record; raw pulls of the same %.0f records/s",
-                                     seconds, (rss ?? 0) * 1024 / 1e6, Double(storeBytes) / 1e6, serverCPU / Double(records) * 1e6, Double(pulled) / pullSeconds))
+        return (count, Date().timeIntervalSince(start), bytes)
     }
 
     // MARK: PocketBase
