@@ -519,9 +519,12 @@ final class Connection {
         }
         if case .held(let hold) = prepared.body {
             // Nothing to send yet: the handler's keeper answers with a `.response` of this serial.
-            let held = HeldRequest(loop: runner.loop, connection: id, serial: serial, policy: policy(for: r), hold: hold)
+            // The handler's task posted this as its last act: nothing is left to cancel, and
+            // a finished task kept referenced would keep its memory while the request waits.
+            let held = HeldRequest(loop: runner.loop, connection: id, serial: serial, policy: policy(for: r), gone: hold.gone)
+            r.task = nil
             r.held = held
-            held.started()
+            hold.start(held)
             return
         }
         r.status = prepared.status.code

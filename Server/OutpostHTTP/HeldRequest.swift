@@ -40,15 +40,17 @@ public final class HeldRequest: Sendable {
     private let connection: ConnectionID
     private let serial: Int
     private let policy: ResponsePolicy
-    private let hold: HTTPHold
+    /// `HTTPHold.gone`: kept, unlike `start`, which runs once (so what only it captures is
+    /// freed while the request waits).
+    private let gone: @Sendable (HeldRequest) -> Void
     private let settled = Atomic<Bool>(false)
 
-    init(loop: EventLoop, connection: ConnectionID, serial: Int, policy: ResponsePolicy, hold: HTTPHold) {
+    init(loop: EventLoop, connection: ConnectionID, serial: Int, policy: ResponsePolicy, gone: @escaping @Sendable (HeldRequest) -> Void) {
         self.loop = loop
         self.connection = connection
         self.serial = serial
         self.policy = policy
-        self.hold = hold
+        self.gone = gone
     }
 
     /// Takes the right to answer: true once, for the first caller.
@@ -91,12 +93,7 @@ public final class HeldRequest: Sendable {
     /// The engine: the connection closed (or answered with an error) before an answer.
     func connectionEnded() {
         guard settle() else { return }
-        hold.gone(self)
-    }
-
-    /// The engine: the request is held; its keeper takes it.
-    func started() {
-        hold.start(self)
+        gone(self)
     }
 
     private func message(_ prepared: PreparedResponse) -> LoopMessage {

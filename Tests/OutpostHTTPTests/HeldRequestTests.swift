@@ -24,6 +24,18 @@ private final class Keeper: Sendable {
     }
 }
 
+/// How many `Canary`s were freed.
+private final class Freed: Sendable {
+    let count = Atomic<Int>(0)
+}
+
+/// Counts its deinitialization: what a hold's `start` captured, freed or not.
+private final class Canary: Sendable {
+    let freed: Freed
+    init(_ freed: Freed) { self.freed = freed }
+    deinit { freed.count.add(1, ordering: .relaxed) }
+}
+
 @Suite struct HeldRequestTests {
     @Test func heldRequestsOnBothLoopsAreAnsweredTogetherFromAnotherThreadAndTheirConnectionsGoOn() async throws {
         let keeper = Keeper()
@@ -91,6 +103,35 @@ private final class Keeper: Sendable {
             c.close()
             try await eventually("its keeper told it is gone") { keeper.gone.load(ordering: .relaxed) == 1 }
             #expect(keeper.all()[0].answer(HTTPResponse(text: "late")) == false)
+        }
+    }
+
+    /// A waiting request costs its connection's state and what `gone` needs, not what its
+    /// handler and `start` used: 100,000 waiting pulls are memory (docs/benchmarks.md, "A
+    /// fleet"). Before, a held request kept its hold's `start` closure and its handler's
+    /// finished task until its answer.
+    @Test func whatOnlyTheHandlerAndStartUsedIsFreedWhileTheRequestWaits() async throws {
+        let keeper = Keeper()
+        let freed = Freed()
+        try await withServer(routes: { r in
+            keeper.routes(&r)
+            r.add(.GET, "/hold-async") { _ in
+                let canary = Canary(freed)
+                await Task.yield()
+                return HTTPResponse(hold: HTTPHold(start: { h in
+                    withExtendedLifetime(canary) { keeper.held.withLock { $0.append(h) } }
+                }, gone: { _ in keeper.gone.add(1, ordering: .relaxed) }))
+            }
+        }) { s in
+            let c = try await s.connect()
+            try c.send(request("GET", "/hold-async"))
+            try await eventually("the request held") { keeper.count == 1 }
+            try await eventually("what the handler and start captured freed while the request waits") { freed.count.load(ordering: .relaxed) == 1 }
+            #expect(HeldRequest.answer(keeper.all(), with: HTTPResponse(text: "later")) == 1)
+            let r = try await io { try c.readResponse() }
+            #expect(r.status == 200)
+            #expect(r.text == "later")
+            c.close()
         }
     }
 }
