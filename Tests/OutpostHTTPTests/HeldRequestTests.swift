@@ -107,10 +107,11 @@ private final class Canary: Sendable {
     }
 
     /// A waiting request costs its connection's state and what `gone` needs, not what its
-    /// handler and `start` used: 100,000 waiting pulls are memory (docs/benchmarks.md, "A
-    /// fleet"). Before, a held request kept its hold's `start` closure and its handler's
-    /// finished task until its answer.
-    @Test func whatOnlyTheHandlerAndStartUsedIsFreedWhileTheRequestWaits() async throws {
+    /// hold's `start` captured: 100,000 waiting pulls are memory (docs/benchmarks.md, "A
+    /// fleet"). Before, a held request kept `start` until its answer. (The handler's
+    /// finished task, which the connection also let go of then, holds nothing a test can
+    /// reach; the live-heap count in docs/benchmarks.md measured both.)
+    @Test func whatTheHoldsStartCapturedIsFreedWhileTheRequestWaits() async throws {
         let keeper = Keeper()
         let freed = Freed()
         try await withServer(routes: { r in
@@ -126,7 +127,7 @@ private final class Canary: Sendable {
             let c = try await s.connect()
             try c.send(request("GET", "/hold-async"))
             try await eventually("the request held") { keeper.count == 1 }
-            try await eventually("what the handler and start captured freed while the request waits") { freed.count.load(ordering: .relaxed) == 1 }
+            try await eventually("what start captured freed while the request waits") { freed.count.load(ordering: .relaxed) == 1 }
             #expect(HeldRequest.answer(keeper.all(), with: HTTPResponse(text: "later")) == 1)
             let r = try await io { try c.readResponse() }
             #expect(r.status == 200)
