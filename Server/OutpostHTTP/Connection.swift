@@ -330,17 +330,10 @@ final class Connection {
     /// 10.1.1: `100 Continue` only now, so a refused client never sends it).
     private func beginBody(_ r: RequestState) {
         if r.hasBody && r.parsed.expectContinue { out.append(continueLine) }
-        if r.gunzip == nil, case .length(let length) = r.parsed.framing {
-            // The length is within the route's limit (checked above): the body is read into
-            // one buffer of its size, not grown by doubling, which copied and faulted in
-            // about twice its size for every media chunk. At most 1 MiB is asked for ahead
-            // of the bytes; a larger body grows from there.
-            r.body.reserveCapacity(min(length, Connection.bodyReserveCap))
-        }
         apply(.bodyStarted)
     }
 
-    /// The most a request body's buffer is sized ahead of its bytes (`beginBody`).
+    /// The most a request body's buffer is sized ahead of its bytes (`receiveBody`).
     static let bodyReserveCap = 1 << 20
 
     private func receiveBody(_ bytes: ArraySlice<UInt8>) {
@@ -361,6 +354,13 @@ final class Connection {
                 respondEarly(.badRequest("request body is not valid gzip"), r)
             }
         } else {
+            if r.body.capacity == 0, case .length(let length) = r.parsed.framing {
+                // The length is within the route's limit (checked before the body): with its
+                // first bytes, the body gets one buffer of its size instead of growing by
+                // doubling, which copied and faulted in about twice every media chunk. At
+                // most 1 MiB is asked for ahead of the bytes; a larger body grows from there.
+                r.body.reserveCapacity(min(length, Connection.bodyReserveCap))
+            }
             r.body.append(contentsOf: bytes)
         }
     }
