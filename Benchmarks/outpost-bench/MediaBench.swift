@@ -184,8 +184,8 @@ enum MediaBench {
         }
     }
 
-    /// The file's SHA-256 and each chunk's, read once.
-    /// The file's SHA-256 (hex) and, unless `chunks` is false, each chunk's `Content-Digest`.
+    /// The file's SHA-256 (hex) and, unless `chunks` is false, each chunk's `Content-Digest`,
+    /// the file read once.
     static func digests(_ path: String, size: Int64, chunkSize: Int, chunks withChunks: Bool = true) throws -> (String, [String]) {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(path)") }
@@ -254,16 +254,15 @@ enum MediaBench {
         return state.uploadId
     }
 
-    /// Every chunk, spread over `connections` keep-alive connections (each takes the next
-    /// index not yet taken), each on a thread of its own, into `space`.
     /// `Content-Digest: sha-256=:<base64>:` of `bytes`.
     static func contentDigest(_ bytes: ArraySlice<UInt8>) -> String {
         "sha-256=:\(Base64.encode(SHA256.hash(bytes))):"
     }
 
-    /// Sends every chunk on `connections` keep-alive connections. `digests`: each chunk's
-    /// `Content-Digest`, computed before; nil: each is computed from the chunk's bytes just
-    /// before it is sent, as the SDK's `MediaUploader` does.
+    /// Every chunk, spread over `connections` keep-alive connections (each takes the next
+    /// index not yet taken), each on a thread of its own, into `space`. `digests`: each
+    /// chunk's `Content-Digest`, computed before; nil: each is computed from the chunk's
+    /// bytes just before it is sent, as the SDK's `MediaUploader` does.
     static func sendChunks(port: Int, token: String, uploadId: String, filePath: String, size: Int64, chunkSize: Int,
                            digests: [String]?, connections: Int, space: String = "bench") async throws {
         let cursor = ChunkCursor()
