@@ -12,6 +12,8 @@ public final class Connection {
     /// The file the connection opened (`:memory:` for an in-memory database).
     public let path: String
     private var cache: [String: Statement] = [:]
+    /// The most statements `cached` keeps.
+    public static let cacheLimit = 256
     private var isClosed = false
 
     /// How a connection opens its file.
@@ -88,12 +90,17 @@ public final class Connection {
 
     /// Returns a prepared statement for `sql`, reused across calls (reset before each use
     /// by `bind`). For the statements a hot path runs over and over.
+    ///
+    /// The cache holds at most `cacheLimit` statements: SQL built at run time (a query of
+    /// the app's) could otherwise grow it for ever. When full it starts again empty; a
+    /// statement a caller still holds stays valid.
     public func cached(_ sql: String) throws(SQLiteError) -> Statement {
         if let stmt = cache[sql] {
             stmt.reset()
             return stmt
         }
         let stmt = try Statement(connection: self, sql: sql)
+        if cache.count >= Self.cacheLimit { cache.removeAll() }
         cache[sql] = stmt
         return stmt
     }

@@ -96,6 +96,11 @@ extension OutpostStore {
         /// moves on its own).
         public var collectionVersions: [String: Int] = [:]
 
+        /// Per collection, the indexes, searchable fields and date fields of its queries
+        /// (`CollectionSchema`; docs/client.md, "Queries"). The store creates and drops the
+        /// indexes as this changes between versions of the app, when it opens.
+        public var collections: [String: CollectionSchema] = [:]
+
         /// What the pushes name (`appVersion`, `collectionVersions`).
         var versions: AppVersions { AppVersions(app: appVersion, collections: collectionVersions) }
 

@@ -122,10 +122,17 @@ extension LocalDatabase {
     // `upgrade_to` (migration 9) is read here and written by `save` only when set, so the
     // migrations before it that store models never name it.
     private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to FROM edits WHERE collection = ? AND id = ? ORDER BY position"
-    private static let saveRecordSQL = """
-        INSERT OR REPLACE INTO records(collection, id, shows, view_data, view_deleted, pending, \(copyColumns("s").joined(separator: ", ")),
-                                       \(copyColumns("l").joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: 6 + 2 * Int(copyColumnCount)).joined(separator: ", ")))
-        """
+    /// An upsert, not `INSERT OR REPLACE`: a replace deletes the row without telling the
+    /// delete triggers and would impose its conflict rule on the statements of the query
+    /// indexes' triggers (Query/QueryIndexes.swift); an update lets them skip a row whose
+    /// content is unchanged.
+    private static let saveRecordSQL: String = {
+        let columns = ["shows", "view_data", "view_deleted", "pending"] + copyColumns("s") + copyColumns("l")
+        return """
+            INSERT INTO records(collection, id, \(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: 2 + columns.count).joined(separator: ", ")))
+            ON CONFLICT(collection, id) DO UPDATE SET \(columns.map { "\($0) = excluded.\($0)" }.joined(separator: ", "))
+            """
+    }()
     private static let insertEditSQL: String = {
         let columns = editColumns.replacingOccurrences(of: "position, change_id, local_id, ", with: "position, change_id, collection, id, local_id, ")
         let count = columns.split(separator: ",").count

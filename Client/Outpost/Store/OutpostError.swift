@@ -43,6 +43,12 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
     case transport(TransportError)
     /// The local database failed.
     case storage(String)
+    /// A query the store cannot run: a field it cannot name, a cursor of another query, a
+    /// search in a collection that declares no searchable field. Nothing was read.
+    case invalidQuery(String)
+    /// Full-text search needs SQLite's FTS5, which the SQLite this process links lacks
+    /// (`OutpostStore.isSearchAvailable`). Every other query works.
+    case searchUnavailable
 
     /// A sentence for people.
     public var description: String {
@@ -63,6 +69,8 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
         case .protocolViolation(let m): "protocol violation: \(m)"
         case .transport(let e): e.description
         case .storage(let m): "storage: \(m)"
+        case .invalidQuery(let m): "invalid query: \(m)"
+        case .searchUnavailable: "full-text search needs SQLite's FTS5, which this platform's SQLite lacks"
         }
     }
 
@@ -85,6 +93,8 @@ public enum OutpostError: Error, Sendable, Hashable, CustomStringConvertible {
         case .protocolViolation: "protocol_violation"
         case .transport(let t): t.code
         case .storage: "storage"
+        case .invalidQuery: "invalid_query"
+        case .searchUnavailable: "search_unavailable"
         }
     }
 }

@@ -561,8 +561,15 @@ public actor OutpostStore {
         for continuation in activityObservers.values { continuation.yield(activity) }
     }
 
-    private func addObserver(_ filter: Observer.Filter) -> AsyncStream<StoreEvent> {
-        subscribe(.unbounded) { id, continuation in
+    /// A signal after every committed transaction that changed what the app sees of
+    /// `collection`, for a reader that reads the collection again on each: signals that
+    /// come while it reads are folded into one (the stream keeps only the newest).
+    func changeSignals(collection: String) -> AsyncStream<StoreEvent> {
+        addObserver(.collection(collection), buffering: .bufferingNewest(1))
+    }
+
+    private func addObserver(_ filter: Observer.Filter, buffering: AsyncStream<StoreEvent>.Continuation.BufferingPolicy = .unbounded) -> AsyncStream<StoreEvent> {
+        subscribe(buffering) { id, continuation in
             observers[id] = Observer(filter: filter, continuation: continuation)
         } remove: { store, id in
             await store.removeObserver(id)

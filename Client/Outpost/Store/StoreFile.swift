@@ -80,6 +80,9 @@ extension OutpostStore {
             // Opening is a cheap moment to drop the conflict journal's entries past their
             // retention (a bounded batch).
             try database.pruneConflictJournal(before: configuration.conflictCutoff(now: configuration.clock()))
+            // The query indexes the app declares now (created, or dropped, only when the
+            // declarations changed since the last open).
+            try database.reconcileQueryIndexes(configuration.collections)
             return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta(.restoredFrom))
         } catch let e as SQLiteError {
             database.close()

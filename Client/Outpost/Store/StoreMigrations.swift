@@ -192,6 +192,18 @@ extension LocalDatabase {
         StoreMigration(name: "10 edits held for an app upgrade") { d, _ in
             try d.db.execute("ALTER TABLE edits ADD COLUMN upgrade_to INTEGER")
         },
+        // Queries (Query/): `doc`, the JSON text the app sees of a live record (NULL for a
+        // tombstone or a record it cannot read), computed from the row, never stored; the
+        // catalog of the indexes the app declared (Query/QueryIndexes.swift). Text, since
+        // SQLite 3.45 and later read a BLOB given to a JSON function as its binary JSON.
+        StoreMigration(name: "11 queries") { d, _ in
+            try d.db.execute("""
+                ALTER TABLE records ADD COLUMN doc TEXT GENERATED ALWAYS AS (CAST(CASE shows WHEN 0 THEN s_data WHEN 1 THEN view_data END AS TEXT)) VIRTUAL;
+                CREATE TABLE query_indexes(
+                    number INTEGER PRIMARY KEY AUTOINCREMENT,
+                    definition TEXT NOT NULL UNIQUE);
+                """)
+        },
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one
