@@ -131,9 +131,11 @@ struct QueryIndex: Sendable, Hashable {
         case .keys(let fields, let kinds):
             let columns = fields.indices.map { "k\($0)" }
             let keys = { (doc: String) in zip(fields, kinds).map { SortKey.sql($0, $1, doc: doc) }.joined(separator: ", ") }
+            // No conflict clause in a trigger: the writing statement's own (an upsert's)
+            // would replace it.
             let upsert = """
-                INSERT OR REPLACE INTO \(t)(id, \(columns.joined(separator: ", "))) SELECT new.id, \(keys("new.doc")) WHERE new.doc IS NOT NULL;
-                DELETE FROM \(t) WHERE new.doc IS NULL AND id = new.id;
+                DELETE FROM \(t) WHERE id = new.id;
+                INSERT INTO \(t)(id, \(columns.joined(separator: ", "))) SELECT new.id, \(keys("new.doc")) WHERE new.doc IS NOT NULL;
                 """
             try db.execute("""
                 CREATE TABLE \(t)(id TEXT PRIMARY KEY, \(columns.joined(separator: ", "))) WITHOUT ROWID;
@@ -149,7 +151,7 @@ struct QueryIndex: Sendable, Hashable {
             let upsert = """
                 DELETE FROM \(t) WHERE rowid = (SELECT n FROM \(t)_ids WHERE id = new.id);
                 DELETE FROM \(t)_ids WHERE new.doc IS NULL AND id = new.id;
-                INSERT OR IGNORE INTO \(t)_ids(id) SELECT new.id WHERE new.doc IS NOT NULL;
+                INSERT INTO \(t)_ids(id) SELECT new.id WHERE new.doc IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \(t)_ids WHERE id = new.id);
                 INSERT INTO \(t)(rowid, \(columns)) SELECT n, \(texts("new.doc")) FROM \(t)_ids WHERE id = new.id AND new.doc IS NOT NULL;
                 """
             // prefix='2 3': prefix queries of two and three characters read an index of
