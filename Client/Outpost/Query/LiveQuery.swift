@@ -20,7 +20,7 @@ import OutpostCore
 /// record that does not decode is left out and listed in `results.skipped`, never the end
 /// of the sequence. While the store is suspended it waits; it ends when the store closes
 /// or its task is cancelled, and throws only when the store cannot read (`storage`).
-public struct LiveQuery<Value: Codable & Sendable>: AsyncSequence, Sendable {
+public struct LiveQuery<Value: Decodable & Sendable>: AsyncSequence, Sendable {
     public typealias Element = LiveResults<Value>
     public typealias Failure = any Error
 
@@ -144,7 +144,7 @@ public struct QueryChanges: Sendable, Hashable {
 ///     .searchable(text: $text).onChange(of: text) { model.update(inspections.search(text)) }
 /// ```
 @MainActor @Observable
-public final class LiveQueryModel<Value: Codable & Sendable> {
+public final class LiveQueryModel<Value: Decodable & Sendable> {
     /// The rows now.
     public private(set) var rows: [QueryRow<Value>] = []
     /// What the last update changed.

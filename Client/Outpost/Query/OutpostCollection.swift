@@ -12,7 +12,7 @@ extension OutpostStore {
     /// ```
     ///
     /// The string API (`put`, `record(in:id:)`, `records(in:)`) stays for raw records.
-    public nonisolated func collection<Value: Codable & Sendable>(_ name: String, of type: Value.Type = Value.self,
+    public nonisolated func collection<Value: Decodable & Sendable>(_ name: String, of type: Value.Type = Value.self,
                                                                   coder: RecordCoder = .standard) -> OutpostCollection<Value> {
         OutpostCollection(name: name, store: self, coder: coder)
     }
@@ -37,7 +37,7 @@ extension OutpostStore {
 
 /// One collection of a store, bound to the app's type `Value` and its coder
 /// (`OutpostStore.collection(_:of:coder:)`).
-public struct OutpostCollection<Value: Codable & Sendable>: Sendable {
+public struct OutpostCollection<Value: Decodable & Sendable>: Sendable {
     /// The collection's name.
     public let name: String
     /// The store it belongs to.
@@ -46,12 +46,6 @@ public struct OutpostCollection<Value: Codable & Sendable>: Sendable {
     public let coder: RecordCoder
 
     // MARK: Records
-
-    /// Saves `value` as the record `id` (a put; local only, like `OutpostStore.save`):
-    /// fields `Value` does not know survive.
-    public func save(_ value: Value, id: String, isolation: isolated (any Actor)? = #isolation) async throws {
-        try await store.save(value, in: name, id: id, encoder: coder.encoder, decoder: coder.decoder)
-    }
 
     /// The record `id` decoded; nil when absent or deleted.
     public func get(_ id: String, isolation: isolated (any Actor)? = #isolation) async throws -> Value? {
@@ -96,6 +90,14 @@ public struct OutpostCollection<Value: Codable & Sendable>: Sendable {
     static func date(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }
 }
 
+extension OutpostCollection where Value: Encodable {
+    /// Saves `value` as the record `id` (a put; local only, like `OutpostStore.save`):
+    /// fields `Value` does not know survive.
+    public func save(_ value: Value, id: String, isolation: isolated (any Actor)? = #isolation) async throws {
+        try await store.save(value, in: name, id: id, encoder: coder.encoder, decoder: coder.decoder)
+    }
+}
+
 /// A query of a collection: a value (filter, order, search, page) that runs with `fetch()`,
 /// `count()`, `explain()` or `live()`. Each modifier returns a new query.
 ///
@@ -109,7 +111,7 @@ public struct OutpostCollection<Value: Codable & Sendable>: Sendable {
 ///
 /// A query sees exactly what `get` sees: the app's unsent edits at once, no deleted record,
 /// no record the app cannot read (quarantined, or sealed under a key the device lacks).
-public struct OutpostQuery<Value: Codable & Sendable>: Sendable {
+public struct OutpostQuery<Value: Decodable & Sendable>: Sendable {
     /// The collection queried.
     public let collection: OutpostCollection<Value>
     var spec: QuerySpec
@@ -296,7 +298,7 @@ public struct QueryResults<Value>: RandomAccessCollection {
         self.cursor = cursor
     }
 
-    init(_ read: QueryRead, of query: OutpostQuery<Value>) where Value: Codable {
+    init(_ read: QueryRead, of query: OutpostQuery<Value>) where Value: Decodable {
         var rows: [QueryRow<Value>] = []
         rows.reserveCapacity(read.rows.count)
         var skipped: [SkippedRecord] = []

@@ -109,11 +109,13 @@ extension OutpostStore {
             self.space = space
         }
 
-        /// Pulled records of `collection` must decode as `type`, else they are quarantined
+        /// Pulled records of `collection` must decode as `type` with `decoder` (by default
+        /// `RecordCoder.standard`'s, which reads both date forms), else they are quarantined
         /// (`OutpostStore.quarantinedRecords()`) instead of stopping the pull or breaking
-        /// `all(_:in:)` later.
-        public mutating func validate<T: Decodable & OutpostSendableMetatype>(_ type: T.Type, in collection: String) {
-            validators[collection] = { object in _ = try JSONValue.object(object).decode(T.self) }
+        /// `all(_:in:)` later. Pass the decoder the app's collection uses.
+        public mutating func validate<T: Decodable & OutpostSendableMetatype>(_ type: T.Type, in collection: String,
+                                                                              decoder: JSONDecoder = RecordCoder.standardDecoder()) {
+            validators[collection] = { object in _ = try JSONValue.object(object).decode(T.self, decoder: decoder) }
         }
     }
 

@@ -21,10 +21,11 @@ public struct StoredRecord: Sendable, Hashable {
     /// The client that wrote `version`, when known.
     public let updatedBy: String?
 
-    /// Decodes the data into `type` (with `decoder`, a `JSONDecoder` by default). The first
+    /// Decodes the data into `type` (with `decoder`; by default `RecordCoder.standard`'s,
+    /// which reads both date forms: docs/client.md, "Dates"). The first
     /// decode of `type` in a collection notes which fields it reads, so that its saves keep
     /// the fields it does not (docs/client.md, "Fields an app does not know").
-    public func decode<T: Decodable>(_ type: T.Type = T.self, decoder: JSONDecoder = JSONDecoder()) throws -> T {
+    public func decode<T: Decodable>(_ type: T.Type = T.self, decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> T {
         guard let data else { throw OutpostError.decoding(collection: collection, id: id, message: "the record is deleted") }
         do {
             return try KnownFieldsRegistry.decode(T.self, from: data, in: collection, decoder: decoder)

@@ -253,9 +253,11 @@ public actor OutpostStore {
     /// store's first decode of it in `collection` (`get`, `all`, `values`,
     /// `StoredRecord.decode`); before any, the save decodes the stored record as `T` with
     /// `decoder` to learn it (pass the decoder the app reads with when it sets strategies).
+    /// The default coder is `RecordCoder.standard`'s: dates as RFC 3339 text (docs/client.md,
+    /// "Dates"). A typed collection (`collection(_:of:coder:)`) names its coder once.
     @discardableResult
-    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = JSONEncoder(),
-                                   decoder: JSONDecoder = JSONDecoder()) throws -> StoredRecord {
+    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = RecordCoder.standardEncoder(),
+                                   decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> StoredRecord {
         let json: JSONValue
         do { json = try JSONValue(encoding: value, encoder: encoder) } catch { throw OutpostError.encoding("\(error)") }
         guard case .object(let object) = json else { throw OutpostError.encoding("\(T.self) does not encode as a JSON object") }
@@ -308,14 +310,14 @@ public actor OutpostStore {
     /// Only the last step, `T`'s `Decodable` initializer, runs with the caller's isolation:
     /// an app type's conformance may be isolated to the main actor (an app target's
     /// default), and then must not run anywhere else.
-    public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = JSONDecoder(),
+    public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = RecordCoder.standardDecoder(),
                                   isolation: isolated (any Actor)? = #isolation) async throws -> T? {
         guard let record = try await record(in: collection, id: id), !record.deleted else { return nil }
         return try record.decode(T.self, decoder: decoder)
     }
 
     /// Every live record of `collection` decoded as `type`, ordered by id.
-    public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = JSONDecoder(),
+    public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = RecordCoder.standardDecoder(),
                                   isolation: isolated (any Actor)? = #isolation) async throws -> [T] {
         try await records(in: collection).map { try $0.decode(T.self, decoder: decoder) }
     }
@@ -521,19 +523,18 @@ public actor OutpostStore {
         addObserver(.all)
     }
 
-    /// The live records of `collection` decoded as `type`: now, then after every change of
-    /// the collection. Ends when the store closes or the consumer stops.
-    public func values<T: Decodable & Sendable>(_ type: T.Type, in collection: String) -> AsyncThrowingStream<[T], any Error> {
-        let events = observe(collection: collection)
+    /// The live records of `collection` decoded as `type` with `decoder`: now, then after
+    /// every committed write that changes them (a live query of the whole collection,
+    /// ordered by id: `OutpostQuery.live()`). A record that does not decode is left out, not
+    /// the end of the stream. Ends when the store closes or the consumer stops. For ids,
+    /// filters, order and what changed, use a typed collection's `live()`.
+    public nonisolated func values<T: Decodable & Sendable>(_ type: T.Type, in collection: String,
+                                                            decoder: JSONDecoder = RecordCoder.standardDecoder()) -> AsyncThrowingStream<[T], any Error> {
+        let live = self.collection(collection, of: T.self, coder: RecordCoder(encoder: RecordCoder.standardEncoder(), decoder: decoder)).query.live()
         let (stream, continuation) = AsyncThrowingStream<[T], any Error>.makeStream()
-        let task = Task { [weak self] in
+        let task = Task {
             do {
-                guard let first = try await self?.all(T.self, in: collection) else { return continuation.finish() }
-                continuation.yield(first)
-                for await _ in events {
-                    guard let current = try await self?.all(T.self, in: collection) else { break }
-                    continuation.yield(current)
-                }
+                for try await update in live { continuation.yield(update.results.values) }
                 continuation.finish()
             } catch {
                 continuation.finish(throwing: error)
