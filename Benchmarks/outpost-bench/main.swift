@@ -15,6 +15,8 @@ let usage = """
       schema   candidate SQLite layouts of the push path, with the store's statements, alternated
       peers    Outpost beside PocketBase (pip-installed): bulk write, paged read, small reads, a 64 MiB upload
       client   the client SDK: local save latency, initial sync, write-to-other-device latency
+      query    queries on the device: an indexed query beside hand-written SQL, a count, search, a live
+               query during a first sync, a first sync with indexes, walking every result
       rules    what a rules file costs: a partial first sync, a page, a judged push, each beside the same without
       e2e      what end-to-end encryption costs: save + sync, initial sync, media upload, each beside the same in clear
       kdf      the Swift scrypt of key exports beside OpenSSL's EVP_PBE_scrypt at the shipped parameters
@@ -41,6 +43,8 @@ do {
         try await PeersBench.run(arguments: Array(arguments.dropFirst()))
     case "client":
         try await ClientBench.run(arguments: Array(arguments.dropFirst()))
+    case "query":
+        try await QueryBench.run(arguments: Array(arguments.dropFirst()))
     case "rules":
         try await RulesBench.run(arguments: Array(arguments.dropFirst()))
     case "e2e":

@@ -22,6 +22,12 @@ let usage = """
       delete COLLECTION ID     delete locally (tombstone)
       get COLLECTION ID        print the record's data as JSON; exit 3 when absent or deleted
       list [COLLECTION]        one JSON object per line: collection, id, data, version, pending
+      query COLLECTION [--where EXPR]... [--sort FIELD[,-FIELD...]] [--search TEXT]
+            [--limit N] [--offset N] [--date FIELD]... [--count | --explain]
+                               one JSON object per line, in the query's order: id, data,
+                               version, pending (see "Queries" below); --count prints
+                               {"count": N}, --explain how the store runs the query:
+                               {"index": [FIELD...] or null, "search": BOOL, "plan": [...], "sql": ...}
       sync [--progress]        one sync; print a JSON report; exit 2 when it failed
                                (--progress: "pulled N of about M records" lines on standard error)
       sync --all               sync every space the token names (see "Many spaces" below)
@@ -54,9 +60,22 @@ let usage = """
     "App versions"); without it none is named, and a server whose rules set a minimum holds
     the changes (upgrade_required) until a sync with a version that meets it.
 
+    Queries: --where takes a filter, e.g. 'status == "open" and (priority >= 3 or tags contains
+    "urgent") and not site.name startsWith "Test"': comparisons (== = != < <= > >=), FIELD in [V, ...],
+    FIELD contains V, FIELD startsWith "TEXT", FIELD is [not] null, FIELD is [not] missing, pending
+    (an edit waits for the server), joined by and (&&), or (||), not (!) and parentheses; values
+    are JSON (strings, numbers, true, false, null) or date("2026-12-07T10:00:00Z"); a field is
+    a dotted path, a name that is not a plain word in `backquotes`. More than one --where: all
+    must hold. --sort takes fields, a leading - for largest first (ties by id). --search finds
+    records whose searchable fields (the app's CollectionSchema.searchable) hold every word, the
+    last as a prefix, best first unless sorted. --date FIELD compares and sorts FIELD as a time
+    (the app's CollectionSchema.dates); without any, the fields the app's indexes hold as dates
+    are dates. query reads the app's indexes and search table as the file holds them and never
+    changes the file.
+
     The store file defaults to ./outpost.sqlite; --space is needed when it is created.
-    get, list, pending, status and conflicts read a store another process has open (an app, a sync
-    running) alongside it; the other commands need it to themselves.
+    get, list, query, pending, status and conflicts read a store another process has open (an
+    app, a sync running) alongside it; the other commands need it to themselves.
 
     Many spaces: with --space given more than once, or `sync --all` (the token's spaces
     claim), --store names a directory (default .) holding one store per space,
@@ -162,7 +181,10 @@ func appVersion(_ text: String) throws -> Int {
     return v
 }
 
-func openStore(_ o: Options, needsSync: Bool, reader: Bool = false) throws -> OutpostStore {
+/// The store of `o`, for a command. `collections` declares queries' dates, indexes and
+/// searchable fields (a store opened for writing makes the file's indexes these: see
+/// `query`, which reads only).
+func openStore(_ o: Options, needsSync: Bool, reader: Bool = false, collections: [String: CollectionSchema] = [:]) throws -> OutpostStore {
     let space: String
     if let s = o.space {
         space = s
@@ -173,6 +195,7 @@ func openStore(_ o: Options, needsSync: Bool, reader: Bool = false) throws -> Ou
     }
     var configuration = OutpostStore.Configuration(space: space)
     configuration.appVersion = o.appVersion
+    configuration.collections = collections
     switch o.resolve {
     case "server-wins": configuration.resolver = .serverWins
     case "client-wins": configuration.resolver = .clientWins
@@ -258,6 +281,8 @@ func run(_ o: Options) async throws -> Int32 {
         let store = try openStoreForReading(o)
         for r in try await store.records(in: args.first) { print(json(recordJSON(r))) }
         await store.close()
+    case "query":
+        return try await query(o, args)
     case "sync" where args == ["--all"] || o.spaces.count > 1:
         return try await syncSpaces(o, all: args == ["--all"])
     case "sync":
@@ -348,6 +373,116 @@ func run(_ o: Options) async throws -> Int32 {
         throw UsageError(message: "unknown command \(command)")
     }
     return 0
+}
+
+/// What a query's rows are decoded as: nothing. The rows give the ids in the query's order,
+/// and each record's data is then printed as stored (`record(in:id:)`, number lexemes
+/// kept); decoding nothing never leaves a record out, as a `JSONValue` decode would one
+/// with a number no `Double` holds (`1e400`).
+struct QueryRowID: Decodable, Sendable {
+    init(from decoder: any Decoder) throws {}
+}
+
+/// `query COLLECTION [--where EXPR]... [--sort FIELD[,-FIELD...]] [--search TEXT] [--limit N]
+/// [--offset N] [--date FIELD]... [--count | --explain]`: the rows as JSON lines, their count,
+/// or the plan.
+///
+/// The store is always opened as a reader, whether or not another process has it open: a
+/// store opened for writing makes the file's query indexes those its configuration declares
+/// (`Configuration.collections`), so opening it with the command line's declarations would
+/// drop the app's indexes and search tables. As a reader it queries them as they are.
+func query(_ o: Options, _ args: [String]) async throws -> Int32 {
+    var collection: String?
+    var filters: [QueryFilter] = []
+    var sorts: [QuerySort] = []
+    var search: String?
+    var limit: Int?
+    var offset = 0
+    var dates: [String] = []
+    var count = false, explain = false
+    var rest = args[...]
+    func value(_ flag: String) throws -> String {
+        guard let v = rest.popFirst() else { throw UsageError(message: "\(flag) needs a value") }
+        return v
+    }
+    func number(_ flag: String) throws -> Int {
+        let text = try value(flag)
+        guard let n = Int(text), n >= 0 else { throw UsageError(message: "\(flag) takes a whole number, not \(text)") }
+        return n
+    }
+    while let arg = rest.popFirst() {
+        switch arg {
+        case "--where":
+            do {
+                filters.append(try QueryFilter(parsing: try value(arg)))
+            } catch OutpostError.invalidQuery(let message) {
+                throw UsageError(message: "--where: \(message)")
+            }
+        case "--sort":
+            for key in try value(arg).split(separator: ",", omittingEmptySubsequences: false) {
+                let field = key.hasPrefix("-") ? key.dropFirst() : key
+                guard !field.isEmpty else { throw UsageError(message: "--sort takes FIELD[,-FIELD...]") }
+                sorts.append(key.hasPrefix("-") ? .descending(String(field)) : .ascending(String(field)))
+            }
+        case "--search": search = try value(arg)
+        case "--limit": limit = try number(arg)
+        case "--offset": offset = try number(arg)
+        case "--date": dates.append(try value(arg))
+        case "--count": count = true
+        case "--explain": explain = true
+        default:
+            guard collection == nil, !arg.hasPrefix("--") else { throw UsageError(message: "query: unexpected \(arg)") }
+            collection = arg
+        }
+    }
+    guard let collection else { throw UsageError(message: "query needs a COLLECTION") }
+    guard !(count && explain) else { throw UsageError(message: "query takes --count or --explain, not both") }
+    guard FileManager.default.fileExists(atPath: o.store) else { throw StoreMissing(path: o.store) }
+
+    let store = try openStore(o, needsSync: false, reader: true,
+                              collections: dates.isEmpty ? [:] : [collection: CollectionSchema(dates: dates)])
+    do {
+        var q = store.collection(collection, of: QueryRowID.self).query.sorted(by: sorts).offset(offset).limit(limit)
+        for filter in filters { q = q.filter(filter) }
+        if let search { q = q.search(search) }
+        if count {
+            print(json(["count": .number(JSONNumber(try await q.count()))]))
+        } else if explain {
+            let plan = try await q.explain()
+            print(json([
+                "index": plan.index.map { .array($0.map { .string($0) }) } ?? .null,
+                "search": .bool(plan.searches),
+                "plan": .array(plan.steps.map { .string($0) }),
+                "sql": .string(plan.sql),
+            ]))
+        } else {
+            for row in try await q.fetch() {
+                // Deleted since the query read it (by the process that has the store open).
+                guard let r = try await store.record(in: collection, id: row.id), let data = r.data, !r.deleted else { continue }
+                print(json([
+                    "id": .string(r.id), "data": .object(data),
+                    "version": r.version.map { .string($0.text) } ?? .null, "pending": .bool(r.pending),
+                ]))
+            }
+        }
+    } catch OutpostError.invalidQuery(let message) {
+        // A query the store cannot run as asked (a search of a collection without a search
+        // table, a field no path can name): the command line's fault, not the file's.
+        await store.close()
+        throw UsageError(message: "query: \(message)")
+    } catch {
+        await store.close()
+        throw error
+    }
+    await store.close()
+    return 0
+}
+
+/// `query` on a path that holds no store: there is nothing to read (and a reader creates
+/// nothing).
+struct StoreMissing: Error, CustomStringConvertible {
+    let path: String
+    var description: String { "no store file at \(path)" }
 }
 
 /// A time as `conflicts --since` takes it: ms since 1970, or an ISO 8601 date and time.

@@ -171,6 +171,87 @@ struct CLITests {
         }
     }
 
+    /// `outpost query` on a store an app made with declared indexes, dates and searchable
+    /// fields: the CLI declares nothing and reads the file's index and search table, beside
+    /// the app while it has the store open and alone after, and leaves them as they are.
+    @Test func queryFiltersSortsPagesCountsExplainsAndSearchesAnAppsStore() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.appending("app.sqlite")
+            var configuration = OutpostStore.Configuration(space: "team")
+            configuration.collections = ["inspections": CollectionSchema(indexes: [["status", "priority"]], searchable: ["notes"], dates: ["due"])]
+            let app = try OutpostStore(path: path, configuration: configuration)
+            let records = [
+                "i1": #"{"status":"open","priority":3,"due":"2026-12-07T10:00:00Z","notes":"Check the pump at Zürich","cost":1.50}"#,
+                "i2": #"{"status":"open","priority":1,"due":"2026-12-01T08:00:00.000Z","notes":"Roof leak","cost":1e400}"#,
+                "i3": #"{"status":"closed","priority":5,"due":"2026-12-09T00:00:00Z","notes":"Pump replaced"}"#,
+                "i4": #"{"status":"open","priority":5,"due":"2026-12-07T13:00:00+05:00","notes":"Fence"}"#,
+                "i5": #"{"status":"review","priority":2,"notes":"pumping station"}"#,
+            ]
+            for (id, text) in records {
+                guard case .object(let data) = try JSONParser.parse(text) else { Issue.record("not an object"); return }
+                try await app.put(data, in: "inspections", id: id)
+            }
+            let query = ["--store", path, "query", "inspections"]
+
+            // Beside the app, which has the store open.
+            let open = try Self.outpost(query + ["--where", #"status == "open""#, "--sort", "-priority,due", "--limit", "2"])
+            #expect(open.status == 0 && open.lines.map { $0["id"] } == ["i4", "i1"], "\(open.stdout) \(open.stderr)")
+            let i1 = try JSONParser.parse(records["i1"]!)
+            #expect(open.lines.last == ["id": "i1", "data": i1, "version": .null, "pending": true])
+            #expect(open.stdout.contains(#""cost":1.50"#), "the data as stored: \(open.stdout)")
+            await app.close()
+
+            // Alone.
+            let page = try Self.outpost(query + ["--sort", "priority", "--offset", "1", "--limit", "2"])
+            #expect(page.lines.map { $0["id"] } == ["i5", "i1"], "\(page.stdout) \(page.stderr)")
+            let all = try Self.outpost(query + ["--where", "cost > 1"])
+            #expect(all.lines.map { $0["id"] } == ["i1", "i2"], "a number no Double holds is not left out: \(all.stdout) \(all.stderr)")
+            #expect(all.stdout.contains(#""cost":1e400"#), "\(all.stdout)")
+            let count = try Self.outpost(query + ["--where", #"status == "open" and priority >= 3"#, "--count"])
+            #expect(count.status == 0 && count.json == ["count": 2], "\(count.stdout) \(count.stderr)")
+
+            // `due` is no index's date here, so without --date it compares as text;
+            // --date due compares times (13:00+05:00 is 08:00 UTC).
+            let before = ["--where", #"due < date("2026-12-07T12:00:00Z")"#, "--sort", "due"]
+            #expect(try Self.outpost(query + before).lines.map { $0["id"] } == ["i2", "i1"])
+            let dated = try Self.outpost(query + before + ["--date", "due"])
+            #expect(dated.lines.map { $0["id"] } == ["i2", "i4", "i1"], "\(dated.stdout) \(dated.stderr)")
+
+            let plan = try Self.outpost(query + ["--where", #"status == "open""#, "--sort", "priority", "--explain"])
+            #expect(plan.status == 0, "\(plan.stderr)")
+            #expect(plan.json?["index"] == ["status", "priority"], "the app's index, used and kept: \(plan.stdout)")
+            #expect(plan.json?["search"] == false)
+            #expect(plan.json?["plan"]?.arrayValue?.isEmpty == false && plan.json?["sql"]?.stringValue?.contains("SELECT") == true, "\(plan.stdout)")
+
+            // Search through the file's search table; the CLI declares no searchable field.
+            let pump = try Self.outpost(query + ["--search", "pump"])
+            #expect(pump.status == 0 && Set(pump.lines.compactMap { $0["id"]?.stringValue }) == ["i1", "i3", "i5"], "\(pump.stdout) \(pump.stderr)")
+            #expect(try Self.outpost(query + ["--search", "zur"]).lines.map { $0["id"] } == ["i1"], "accents ignored")
+            #expect(try Self.outpost(query + ["--search", "pump", "--where", #"status != "closed""#, "--count"]).json == ["count": 2])
+            let searchPlan = try Self.outpost(query + ["--search", "pump", "--explain"])
+            #expect(searchPlan.json?["search"] == true && searchPlan.json?["index"] == .null, "\(searchPlan.stdout)")
+
+            // Usage errors: exit 64, the parser's message on standard error.
+            let bad = try Self.outpost(query + ["--where", "status =="])
+            #expect(bad.status == 64 && bad.stdout.isEmpty, "\(bad.stdout)")
+            #expect(bad.stderr.contains("--where: at character 10: expected a value"), "\(bad.stderr)")
+            #expect(try Self.outpost(query + ["--limit", "-1"]).status == 64)
+            #expect(try Self.outpost(query + ["--sort", "a,,b"]).status == 64)
+            #expect(try Self.outpost(query + ["--count", "--explain"]).status == 64)
+            #expect(try Self.outpost(["--store", path, "query"]).status == 64)
+            #expect(try Self.outpost(["--store", path, "query", "todos", "--search", "x"]).status == 64, "no search table in todos")
+            #expect(try Self.outpost(["--store", dir.appending("absent.sqlite"), "query", "todos"]).status == 1)
+            #expect(try Self.outpost(["--help"]).stdout.contains("query COLLECTION"))
+
+            // The app's index and search table are still there for the app.
+            let reopened = try OutpostStore(path: path, configuration: configuration)
+            let inspections = reopened.collection("inspections", of: JSONValue.self)
+            #expect(try await inspections.filter { $0.status == "open" }.sorted(by: .ascending("priority")).explain().index == ["status", "priority"])
+            #expect(try await inspections.search("pump").count() == 3)
+            await reopened.close()
+        }
+    }
+
     /// Starts `outpost sync` (its server is `proxy`) and SIGKILLs it once the proxy has
     /// received the sync's `request`-th request (1: its first), which is then in flight;
     /// returns whether it was killed before it finished (a sync that ends with fewer

@@ -70,6 +70,36 @@ enum ReadmeSamples {
         return copy
     }
     // readme:end media
+
+    // readme:begin queries
+    struct Inspection: Codable, Sendable {
+        var title: String
+        var status: String
+        var dueDate: Date  // written as RFC 3339 text: "2026-12-07T09:30:00.000Z"
+        var notes: String
+    }
+
+    /// A screen's questions, answered by the store: filtered, sorted, searched, counted, live.
+    static func inspectionsScreen(file: String) async throws -> [String] {
+        var configuration = OutpostStore.Configuration(space: "team")
+        configuration.collections["inspections"] = CollectionSchema(
+            indexes: [["status", "dueDate"]], searchable: ["notes"], dates: ["dueDate"])
+        let store = try OutpostStore(path: file, configuration: configuration)
+        let inspections = store.collection("inspections", of: Inspection.self)  // name and type, once
+        try await inspections.save(Inspection(title: "Pump", status: "open", dueDate: .now, notes: "São Paulo depot"), id: "i1")
+
+        let open = inspections.filter { $0.status == "open" }.sorted(by: .ascending("dueDate"))
+        let firstPage = try await open.limit(50).fetch()          // rows with ids, decoded
+        let count = try await open.count()                       // served by the index
+        let found = try await open.search("sao pau").fetch()     // case, accents, as you type
+        for try await update in open.live() {                    // now, then after each change
+            print(update.results.map(\.id), update.changes.inserted)
+            break
+        }
+        await store.close()
+        return firstPage.map(\.id) + ["\(count)"] + found.map(\.value.title)
+    }
+    // readme:end queries
 }
 
 @Suite("README samples", .offPoolWhileBlocking, .serverLogs)
@@ -102,13 +132,20 @@ struct ReadmeSampleTests {
         #expect(try await blocking { try Data(contentsOf: copy) } == bytes)
     }
 
+    @Test func theQueriesSampleRuns() async throws {
+        try await withTemporaryDirectory { dir in
+            let shown = try await ReadmeSamples.inspectionsScreen(file: dir.appending("app.sqlite"))
+            #expect(shown == ["i1", "1", "Pump"])
+        }
+    }
+
     /// The code blocks of README.md's "Using the SDK" section, and the marked regions here.
     @Test func readmeShowsTheseSamples() throws {
         let here = URL(fileURLWithPath: #filePath)
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
         let source = try String(contentsOf: here, encoding: .utf8)
-        for name in ["two-devices", "app", "media"] {
+        for name in ["two-devices", "app", "media", "queries"] {
             let begin = "    // readme:begin \(name)\n", end = "    // readme:end \(name)\n"
             let region = try #require(source.range(of: begin).flatMap { b in source.range(of: end, range: b.upperBound..<source.endIndex).map { b.upperBound..<$0.lowerBound } })
             let sample = source[region].split(separator: "\n", omittingEmptySubsequences: false)

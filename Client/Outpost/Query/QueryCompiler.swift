@@ -187,7 +187,7 @@ struct QueryCompiler {
     }
 
     private static func check(_ node: QueryFilter.Node, depth: Int = 0) throws {
-        guard depth < 64 else { throw OutpostError.invalidQuery("a filter nests at most 64 levels") }
+        guard depth < QueryFilter.maxDepth else { throw OutpostError.invalidQuery("a filter nests at most \(QueryFilter.maxDepth) levels") }
         switch node {
         case .compare(let f, _, _), .oneOf(let f, _), .contains(let f, _), .hasPrefix(let f, _), .isNull(let f), .isMissing(let f):
             if let p = f.problem { throw OutpostError.invalidQuery(p) }

@@ -132,28 +132,29 @@ struct QueryIndex: Sendable, Hashable {
             let columns = fields.indices.map { "k\($0)" }
             let keys = { (doc: String) in zip(fields, kinds).map { SortKey.sql($0, $1, doc: doc) }.joined(separator: ", ") }
             // No conflict clause in a trigger: the writing statement's own (an upsert's)
-            // would replace it.
-            let upsert = """
-                DELETE FROM \(t) WHERE id = new.id;
-                INSERT INTO \(t)(id, \(columns.joined(separator: ", "))) SELECT new.id, \(keys("new.doc")) WHERE new.doc IS NOT NULL;
-                """
+            // would replace it. A row new to `records` has no keys yet, so its trigger only
+            // inserts (the first sync's path).
+            let insert = "INSERT INTO \(t)(id, \(columns.joined(separator: ", "))) SELECT new.id, \(keys("new.doc")) WHERE new.doc IS NOT NULL;"
+            let upsert = "DELETE FROM \(t) WHERE id = new.id; " + insert
             try db.execute("""
                 CREATE TABLE \(t)(id TEXT PRIMARY KEY, \(columns.joined(separator: ", "))) WITHOUT ROWID;
                 CREATE INDEX \(t)_keys ON \(t)(\(columns.joined(separator: ", ")), id);
                 INSERT INTO \(t)(id, \(columns.joined(separator: ", "))) SELECT id, \(keys("doc")) FROM records WHERE collection = \(c) AND doc IS NOT NULL;
-                CREATE TRIGGER \(t)_insert AFTER INSERT ON records WHEN new.collection = \(c) BEGIN \(upsert) END;
+                CREATE TRIGGER \(t)_insert AFTER INSERT ON records WHEN new.collection = \(c) AND new.doc IS NOT NULL BEGIN \(insert) END;
                 CREATE TRIGGER \(t)_update AFTER UPDATE ON records WHEN new.collection = \(c) AND new.doc IS NOT old.doc BEGIN \(upsert) END;
                 CREATE TRIGGER \(t)_delete AFTER DELETE ON records WHEN old.collection = \(c) BEGIN DELETE FROM \(t) WHERE id = old.id; END;
                 """)
         case .search(let fields):
             let columns = fields.indices.map { "f\($0)" }.joined(separator: ", ")
             let texts = { (doc: String) in fields.map { Self.searchText($0, doc: doc) }.joined(separator: ", ") }
-            let upsert = """
-                DELETE FROM \(t) WHERE rowid = (SELECT n FROM \(t)_ids WHERE id = new.id);
-                DELETE FROM \(t)_ids WHERE new.doc IS NULL AND id = new.id;
+            let insert = """
                 INSERT INTO \(t)_ids(id) SELECT new.id WHERE new.doc IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \(t)_ids WHERE id = new.id);
                 INSERT INTO \(t)(rowid, \(columns)) SELECT n, \(texts("new.doc")) FROM \(t)_ids WHERE id = new.id AND new.doc IS NOT NULL;
                 """
+            let upsert = """
+                DELETE FROM \(t) WHERE rowid = (SELECT n FROM \(t)_ids WHERE id = new.id);
+                DELETE FROM \(t)_ids WHERE new.doc IS NULL AND id = new.id;
+                """ + insert
             // prefix='2 3': prefix queries of two and three characters read an index of
             // their own instead of every term that starts so (search as you type).
             try db.execute("""
@@ -161,7 +162,7 @@ struct QueryIndex: Sendable, Hashable {
                 CREATE TABLE \(t)_ids(n INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE);
                 INSERT INTO \(t)_ids(id) SELECT id FROM records WHERE collection = \(c) AND doc IS NOT NULL;
                 INSERT INTO \(t)(rowid, \(columns)) SELECT m.n, \(texts("r.doc")) FROM \(t)_ids m JOIN records r ON r.collection = \(c) AND r.id = m.id;
-                CREATE TRIGGER \(t)_insert AFTER INSERT ON records WHEN new.collection = \(c) BEGIN \(upsert) END;
+                CREATE TRIGGER \(t)_insert AFTER INSERT ON records WHEN new.collection = \(c) AND new.doc IS NOT NULL BEGIN \(insert) END;
                 CREATE TRIGGER \(t)_update AFTER UPDATE ON records WHEN new.collection = \(c) AND new.doc IS NOT old.doc BEGIN \(upsert) END;
                 CREATE TRIGGER \(t)_delete AFTER DELETE ON records WHEN old.collection = \(c) BEGIN
                     DELETE FROM \(t) WHERE rowid = (SELECT n FROM \(t)_ids WHERE id = old.id);

@@ -140,6 +140,10 @@ extension QueryValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, E
 /// string, and a record whose field has another type, or none, does not match). `!=` is the
 /// negation of `==`, so it matches records without the field.
 public struct QueryFilter: Sendable, Hashable {
+    /// The deepest nesting of `&&`, `||` and `!` a query takes: a comparison alone is one
+    /// level. SQLite's parser has a fixed stack, and each level is a parenthesis in the SQL.
+    public static let maxDepth = 20
+
     indirect enum Node: Sendable, Hashable {
         case compare(QueryField, Comparison, QueryValue)
         case oneOf(QueryField, [QueryValue])
