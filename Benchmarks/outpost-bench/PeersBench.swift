@@ -25,12 +25,21 @@
 //        PocketBase: listing all of them, 1,000 a page by id (its faster way, from (b)),
 //        into nothing: its rows are written into its SQLite file directly, beside it,
 //        since its batch API would take minutes for a million (the seeding is not timed).
+//    (f) a filtered, sorted list on an indexed field: `location == L && quantity >= 0`,
+//        sorted by quantity then id (Outpost: the record id, every sort's last key), the first 50, over the records of (a), L cycling over
+//        the 100 locations of a request (each matches about 1% of them). Outpost: the app's
+//        query on its synced store (`OutpostCollection`, an index declared on location and
+//        quantity), decoded into the app's type, no network: what an offline-first screen
+//        does. PocketBase: its list API with `filter` and `sort`, an index on
+//        (location, quantity) added to the collection, over loopback. One client, one
+//        query at a time, 2,000 queries after 200 of warm-up.
 //    Server CPU (from /proc) is printed beside each figure.
 //
 // Choices made for the peer are printed with the table and recorded in docs/benchmarks.md.
 import Foundation
 import OutpostCLinux
 import Glibc
+import Outpost
 import OutpostCore
 import OutpostCrypto
 import OutpostServer
@@ -113,6 +122,7 @@ enum PeersBench {
             print("\noutpost-server pid \(server.pid) on port \(server.port)")
             outpost = try await outpostWorkloads(server: server, records: total, batch: batch, seconds: o.seconds, file: filePath, size: size)
             if syncTotal > 0 { outpost.append(try outpostFirstSync(server: server, records: syncTotal, work: work)) }
+            outpost.append(try await outpostQuery(server: server, work: work))
         }
         var peer: [Figure] = []
         do {
@@ -121,10 +131,11 @@ enum PeersBench {
             print("\npocketbase pid \(pb.pid) on port \(pb.port)")
             peer = try pocketBaseWorkloads(pb, records: total, batch: batch, seconds: o.seconds, file: filePath, size: size)
             if syncTotal > 0 { peer.append(try pocketBaseFullList(pb, records: syncTotal, directory: work + "/pb_data")) }
+            peer.append(try pocketBaseQuery(pb))
         }
 
-        let names = ["(a) bulk write, 100/request, 8 conn.", "(b) paged read, 1,000/page", "(c) one small read, 64 conn.", "(d) \(o.uploadMegabytes) MiB upload",
-                     "(e) first sync of \(syncTotal) / full list"]
+        let names = ["(a) bulk write, 100/request, 8 conn.", "(b) paged read, 1,000/page", "(c) one small read, 64 conn.", "(d) \(o.uploadMegabytes) MiB upload"]
+            + (syncTotal > 0 ? ["(e) first sync of \(syncTotal) / full list"] : []) + ["(f) filtered, sorted list of 50"]
         print("\nload average at the end: \(HTTPBench.loadAverage())")
         print(HTTPBench.pad("workload", 40) + HTTPBench.pad("Outpost", 22) + HTTPBench.pad("PocketBase", 22) + "ratio")
         for k in 0..<outpost.count {
@@ -220,6 +231,42 @@ enum PeersBench {
         figures.append(Figure(value: mb / best.total, unit: "MB/s",
                               detail: String(format: "%.2f s of which the client's SHA-256 of the file %.2f s (%.0f MB/s without it; each chunk's digest is computed as it goes), server CPU %.2f s", best.total, best.hashing, mb / (best.total - best.hashing), uploadCPU)))
         return figures
+    }
+
+    /// (f)'s query text, for location `n` of a request of (a).
+    static func location(_ n: Int) -> String { "Aisle \(n % 40), shelf \(n % 7)" }
+    static let queryRounds = (warmUp: 200, measured: 2_000)
+
+    /// (f) on Outpost: the records of (a) synced into a new store that declares an index on
+    /// (location, quantity), then the app's query, decoded, one at a time.
+    static func outpostQuery(server: HTTPBench.ServerChild, work: String) async throws -> Figure {
+        struct Item: Codable, Sendable { var name: String; var sku: String; var quantity: Int; var location: String }
+        let token = JWTAuthority(secret: Array(SyncBench.secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .read))
+        var configuration = OutpostStore.Configuration(space: "peers")
+        configuration.collections = ["items": CollectionSchema(indexes: [["location", "quantity"]])]
+        let store = try OutpostStore(path: work + "/query.sqlite", configuration: configuration,
+                                     transport: HTTPSyncTransport(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!, token: token))
+        _ = try await store.sync()
+        let items = store.collection("items", of: Item.self)
+        func query(_ n: Int) -> OutpostQuery<Item> {
+            items.filter { $0.location == .string(location(n)) && $0.quantity >= 0 }.sorted(by: .ascending("quantity")).limit(50)
+        }
+        let plan = try await query(0).explain()
+        guard plan.index == ["location", "quantity"] else { throw HTTPBench.BenchError("(f) does not use its index") }
+        guard try await query(7).fetch().count == 50 else { throw HTTPBench.BenchError("(f) found fewer than 50 records") }
+        for n in 0..<queryRounds.warmUp { _ = try await query(n % 100).fetch() }
+        var latencies: [Double] = []
+        let start = ContinuousClock.now
+        for n in 0..<queryRounds.measured {
+            let t = ContinuousClock.now
+            _ = try await query(n % 100).fetch()
+            latencies.append(ClientBench.ms(ContinuousClock.now - t))
+        }
+        let seconds = MediaBench.seconds(ContinuousClock.now - start)
+        await store.close()
+        latencies.sort()
+        return Figure(value: Double(queryRounds.measured) / seconds, unit: "queries/s",
+                      detail: String(format: "on the device's store, no network: p50 / p99 %.2f / %.2f ms", ClientBench.percentile(latencies, 0.5), ClientBench.percentile(latencies, 0.99)))
     }
 
     /// Changes per push when (e) seeds its records.
@@ -434,6 +481,37 @@ enum PeersBench {
         }
         figures.append(Figure(value: Double(size) / 1e6 / best, unit: "MB/s", detail: String(format: "%.2f s, server CPU %.2f s", best, uploadCPU)))
         return figures
+    }
+
+    /// (f) on PocketBase: an index on (location, quantity) added to `items`, then its list
+    /// API with the same filter and sort, one request at a time on one connection.
+    static func pocketBaseQuery(_ pb: PocketBaseChild) throws -> Figure {
+        let connection = try BenchConnection(port: pb.port)
+        let token = try pb.signIn(connection)
+        try pb.call(connection, "PATCH", "/api/collections/items", token: token,
+                    body: #"{"indexes":["CREATE INDEX idx_items_location_quantity ON items (location, quantity)"]}"#)
+        func path(_ n: Int) -> String {
+            "/api/collections/items/records?perPage=50&skipTotal=1&sort=quantity,id&filter=" + percentEncode("location='\(location(n))' && quantity>=0")
+        }
+        let first = try connection.request("GET", path(7), headers: [("Authorization", token)])
+        guard first.status == 200, SyncBench.count(#""collectionName":"#, in: first.body) == 50 else {
+            throw HTTPBench.BenchError("pocketbase (f) answered \(first.status): \(String(decoding: first.body.prefix(300), as: UTF8.self))")
+        }
+        for n in 0..<queryRounds.warmUp { _ = try connection.request("GET", path(n % 100), headers: [("Authorization", token)]) }
+        var latencies: [Double] = []
+        let cpu0 = MemorySampler.cpu(pid: pb.pid).total
+        let start = ContinuousClock.now
+        for n in 0..<queryRounds.measured {
+            let t = ContinuousClock.now
+            let r = try connection.request("GET", path(n % 100), headers: [("Authorization", token)])
+            guard r.status == 200 else { throw HTTPBench.BenchError("pocketbase (f) answered \(r.status)") }
+            latencies.append(ClientBench.ms(ContinuousClock.now - t))
+        }
+        let seconds = MediaBench.seconds(ContinuousClock.now - start)
+        let cpu = MemorySampler.cpu(pid: pb.pid).total - cpu0
+        latencies.sort()
+        return Figure(value: Double(queryRounds.measured) / seconds, unit: "queries/s",
+                      detail: String(format: "its list API over loopback: p50 / p99 %.2f / %.2f ms, server CPU %.0f us/query", ClientBench.percentile(latencies, 0.5), ClientBench.percentile(latencies, 0.99), cpu / Double(queryRounds.measured) * 1e6))
     }
 
     /// The `data` of record `i` of a request: the same fields and values as

@@ -58,6 +58,9 @@ struct QueryTests {
             #expect(try await query.count() == 9)
             let plan = try await query.explain()
             #expect(plan.index == ["status", "dueDate"], "\(plan)")
+            // Rows come in the index's order and stop at the limit: nothing is sorted.
+            #expect(!plan.steps.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
+            #expect(try await query.after(rows.cursor).explain().steps.contains { $0.contains("TEMP B-TREE") } == false)
 
             let next = try await query.after(rows.cursor).fetch()
             #expect(next.map(\.id) == ["i15", "i18", "i21", "i24"])

@@ -304,9 +304,17 @@ public struct QueryResults<Value>: RandomAccessCollection {
         var skipped: [SkippedRecord] = []
         let collection = query.collection.name
         let decoder = query.collection.coder.decoder
+        // Once the collection's fields are learned, rows decode directly (no lookup each).
+        var learned = KnownFieldsRegistry.fields(of: Value.self, in: collection) != nil
         for r in read.rows {
             do {
-                let value = try Self.decode(r.doc, in: collection, decoder: decoder)
+                let value: Value
+                if learned {
+                    value = try decoder.decode(Value.self, from: Data(r.doc))
+                } else {
+                    value = try Self.decode(r.doc, in: collection, decoder: decoder)
+                    learned = true
+                }
                 rows.append(QueryRow(id: r.id, value: value, version: r.version.flatMap(Version.init),
                                      updatedAt: r.updatedAt.map(OutpostCollection<Value>.date), updatedBy: r.updatedBy,
                                      localState: query.spec.localState ? LocalState(pending: r.pending, rejected: r.rejected) : nil,

@@ -116,6 +116,10 @@ struct QueryCompiler {
         var order: [(sql: String, descending: Bool)] = spec.sorts.map { (key($0.field), $0.descending) }
         if let search { order.append(("\(search.table).rank", false)) }
         let idDescending = spec.sorts.last?.descending ?? false
+        // The id as the driving table has it: a key table's index ends with its id, so an
+        // order by that column (not by `r.id`, the same value SQLite cannot tell is) reads
+        // the rows in index order and stops at the limit instead of sorting every match.
+        let idColumn = chosen.map { "\($0.table).id" } ?? "r.id"
         let shape = spec.sorts.map { "\($0.field.path)\($0.descending ? "-" : "+")" }.joined(separator: ",") + (search == nil ? "" : ",rank")
 
         let rejected = spec.localState
@@ -145,7 +149,7 @@ struct QueryCompiler {
                 alternatives.append("(" + terms.joined(separator: " AND ") + ")")
                 equal.append("\(o.sql) IS ?")
             }
-            alternatives.append("(" + (equal + ["r.id \(idDescending ? "<" : ">") ?"]).joined(separator: " AND ") + ")")
+            alternatives.append("(" + (equal + ["\(idColumn) \(idDescending ? "<" : ">") ?"]).joined(separator: " AND ") + ")")
             // Bind in the order the text names them.
             for i in order.indices {
                 for j in 0..<i { keysetValues.append(after.keys[j]) }
@@ -157,7 +161,7 @@ struct QueryCompiler {
         }
 
         var sql = "\(select) FROM \(from) WHERE \(whereSQL) ORDER BY "
-        sql += (order.map { "\($0.sql)\($0.descending ? " DESC" : "")" } + ["r.id\(idDescending ? " DESC" : "")"]).joined(separator: ", ")
+        sql += (order.map { "\($0.sql)\($0.descending ? " DESC" : "")" } + ["\(idColumn)\(idDescending ? " DESC" : "")"]).joined(separator: ", ")
         var pageValues: [SQLiteValue] = []
         if spec.limit != nil || spec.offset > 0 {
             sql += " LIMIT ? OFFSET ?"

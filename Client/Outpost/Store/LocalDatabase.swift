@@ -53,6 +53,12 @@ final class LocalDatabase {
     /// `Configuration.baseDirectory`, absolute: uploads of files inside it are kept by
     /// their path relative to it (Media/UploadRows.swift).
     var baseDirectory: String?
+    /// The file's search tables, whose notes each write transaction settles before it
+    /// commits (`settleSearch`); set when the indexes are reconciled at open.
+    var searchIndexes: [QueryIndex] = []
+    /// The query index catalog as last read, with the schema cookie it was read at
+    /// (`queryIndexes`).
+    var catalog: (cookie: Int64, indexes: [QueryIndex])?
 
     /// The commit durability in force on the connection.
     private(set) var durability: OutpostStore.Durability

@@ -30,6 +30,10 @@ import OutpostSQLite
 /// (`suspend()`, when the app leaves the foreground). Another process reads the file at any
 /// time through `OutpostStore.reader(path:configuration:)`.
 public actor OutpostStore {
+    /// The thread the actor runs on (`StoreExecutor`: never the cooperative pool).
+    private let executor = StoreExecutor()
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
     /// The configuration the store was opened with.
     public nonisolated let configuration: Configuration
     /// This installation's client id (kept in the file).
@@ -226,7 +230,11 @@ public actor OutpostStore {
         defer { journaled.removeAll() }
         return try mappingSQLiteErrors {
             try d.use(durability ?? configuration.durability)
-            let result = try d.db.transaction { try body(d) }
+            let result = try d.db.transaction {
+                let result = try body(d)
+                try d.settleSearch()
+                return result
+            }
             announceJournaled()
             return result
         }
