@@ -56,12 +56,7 @@ extension OutpostStore {
     public func reencryptAll() throws -> Int {
         guard cipher != nil else { throw EncryptionError.encryptionRequired(space: space) }
         let shown = try read { try $0.shown(collection: nil) }.filter { !$0.body.deleted }
-        var keys: [RecordKey] = []
-        for record in shown {
-            _ = try enqueue(record.key, body: record.body)
-            keys.append(record.key)
-        }
-        notify(StoreEvent(origin: .local, keys: keys))
-        return keys.count
+        // One transaction: a rotation's rewrite is all or nothing.
+        return try commit(shown.map { OutpostTransaction.Write(key: $0.key, operation: .rewrite($0.body)) }).count
     }
 }

@@ -59,19 +59,4 @@ extension OutpostStore {
             }
         }
     }
-
-    /// Writes the local edit `body` of `key` in one transaction. Returns what the app now
-    /// sees of the record (nil when a delete undid a create never sent).
-    func enqueue(_ key: RecordKey, body: Body) throws -> LocalDatabase.Shown? {
-        // The edit's time by the server's clock as measured (docs/client.md, "The device's
-        // clock"): what last-write-wins compares with other devices' edits.
-        let time = serverNow()
-        var ids = rng
-        let changeId = Identifiers.changeID(nowMs: time, using: &ids)
-        rng = ids
-        return try write { d in
-            try transition(key, .edit(body, changeId: changeId, time: time), d)
-            return try d.shown(key)
-        }
-    }
 }

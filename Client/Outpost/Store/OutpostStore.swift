@@ -264,45 +264,34 @@ public actor OutpostStore {
     /// The default coder is `RecordCoder.standard`'s: dates as RFC 3339 text (docs/client.md,
     /// "Dates"). A typed collection (`collection(_:of:coder:)`) names its coder once.
     @discardableResult
-    public func save<T: Encodable>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = RecordCoder.standardEncoder(),
+    public func save<T: Encodable & OutpostSendableMetatype>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = RecordCoder.standardEncoder(),
                                    decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> StoredRecord {
-        let json: JSONValue
-        do { json = try JSONValue(encoding: value, encoder: encoder) } catch { throw OutpostError.encoding("\(error)") }
-        guard case .object(let object) = json else { throw OutpostError.encoding("\(T.self) does not encode as a JSON object") }
-        let key = try validatedKey(collection, id)
-        guard let base = try read({ try $0.shown(key) }), let bytes = base.body.data, let baseObject = try? decodeObject(bytes) else {
-            return try put(object, in: collection, id: id)
-        }
-        return try put(KnownFieldsRegistry.put(object, of: T.self, over: baseObject, in: collection, decoder: decoder), in: collection, id: id)
+        var tx = OutpostTransaction()
+        try tx.save(value, in: collection, id: id, encoder: encoder, decoder: decoder)
+        return try committedRecord(tx)
     }
 
     /// Saves raw JSON as the record `collection`/`id` (a put). See `save(_:in:id:)`.
     @discardableResult
     public func put(_ data: JSONObject, in collection: String, id: String) throws -> StoredRecord {
-        let key = try validatedKey(collection, id)
-        guard JSONValue.object(data).depth <= 64 else { throw OutpostError.encoding("records nest at most 64 levels") }
-        guard let shown = try enqueue(key, body: Body(data: encodeObject(data))) else { throw OutpostError.storage("the saved record is not in the store") }
-        notify(StoreEvent(origin: .local, keys: [key]))
-        return try Self.storedRecord(shown)
+        var tx = OutpostTransaction()
+        try tx.put(data, in: collection, id: id)
+        return try committedRecord(tx)
     }
 
     /// Deletes the record (a tombstone: the delete syncs like any edit). Returns false when
     /// there was nothing to delete.
     @discardableResult
     public func delete(from collection: String, id: String) throws -> Bool {
-        let key = try validatedKey(collection, id)
-        guard let shown = try read({ try $0.shown(key) }), !shown.body.deleted else { return false }
-        _ = try enqueue(key, body: .tombstone)
-        notify(StoreEvent(origin: .local, keys: [key]))
-        return true
+        var tx = OutpostTransaction()
+        try tx.delete(from: collection, id: id)
+        return try !commit(tx.writes).isEmpty
     }
 
-    private func validatedKey(_ collection: String, _ id: String) throws -> RecordKey {
-        guard Names.isValidCollection(collection) else {
-            throw OutpostError.invalidName("invalid collection name \"\(collection)\": ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-        }
-        guard Names.isValidRecordID(id) else { throw OutpostError.invalidName("invalid record id: 1 to 256 bytes of UTF-8, no control characters") }
-        return RecordKey(collection: collection, id: id)
+    /// Commits a block of one put; the record as stored.
+    private func committedRecord(_ tx: OutpostTransaction) throws -> StoredRecord {
+        guard let shown = try commit(tx.writes).first?.shown else { throw OutpostError.storage("the saved record is not in the store") }
+        return try Self.storedRecord(shown)
     }
 
     // MARK: - Reading
