@@ -17,6 +17,7 @@ let usage = """
       client   the client SDK: local save latency, initial sync, write-to-other-device latency
       query    queries on the device: an indexed query beside hand-written SQL, a count, search, a live
                query during a first sync, a first sync with indexes, walking every result
+      transaction  a write block of 10,000 saves beside a hand-written SQLite transaction of the same rows
       rules    what a rules file costs: a partial first sync, a page, a judged push, each beside the same without
       e2e      what end-to-end encryption costs: save + sync, initial sync, media upload, each beside the same in clear
       kdf      the Swift scrypt of key exports beside OpenSSL's EVP_PBE_scrypt at the shipped parameters
@@ -45,6 +46,8 @@ do {
         try await ClientBench.run(arguments: Array(arguments.dropFirst()))
     case "query":
         try await QueryBench.run(arguments: Array(arguments.dropFirst()))
+    case "transaction":
+        try await TransactionBench.run(arguments: Array(arguments.dropFirst()))
     case "rules":
         try await RulesBench.run(arguments: Array(arguments.dropFirst()))
     case "e2e":

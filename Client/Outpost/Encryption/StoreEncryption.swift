@@ -57,6 +57,6 @@ extension OutpostStore {
         guard cipher != nil else { throw EncryptionError.encryptionRequired(space: space) }
         let shown = try read { try $0.shown(collection: nil) }.filter { !$0.body.deleted }
         // One transaction: a rotation's rewrite is all or nothing.
-        return try commit(shown.map { OutpostTransaction.Write(key: $0.key, operation: .rewrite($0.body)) }).count
+        return try commit(shown.map { OutpostTransaction.Write(key: $0.key, operation: .rewrite($0.body)) }, showing: false).count
     }
 }

@@ -117,16 +117,16 @@ extension OutpostStore {
         var tx = OutpostTransaction()
         let result = try body(&tx)
         let writes = tx.writes
-        if !writes.isEmpty { try await commit(writes) }
+        if !writes.isEmpty { try await commit(writes, showing: false) }
         return result
     }
 
-    /// Writes `writes` in one transaction and tells observers once. Returns what the app
-    /// sees of each written record after the commit (nil for a delete, or a delete of a
-    /// record never sent, which leaves nothing), in order; a delete of a record that was
-    /// absent or deleted already writes nothing and has no entry.
+    /// Writes `writes` in one transaction and tells observers once. Returns each record
+    /// written, in order, with what the app sees of it after the commit when `showing` (nil
+    /// for a delete); a delete of a record that was absent or deleted already writes
+    /// nothing and has no entry.
     @discardableResult
-    func commit(_ writes: [OutpostTransaction.Write]) throws -> [(key: RecordKey, shown: LocalDatabase.Shown?)] {
+    func commit(_ writes: [OutpostTransaction.Write], showing: Bool = true) throws -> [(key: RecordKey, shown: LocalDatabase.Shown?)] {
         // The edits' time by the server's clock as measured (docs/client.md, "The device's
         // clock"): what last-write-wins compares with other devices' edits.
         let time = serverNow()
@@ -134,15 +134,14 @@ extension OutpostStore {
             var written: [(key: RecordKey, shown: LocalDatabase.Shown?)] = []
             let phase = try phase(d)
             for w in writes {
-                let stored = try d.shown(w.key)
                 let body: Body
                 switch w.operation {
                 case .put(let object, let merge):
                     var data = object
-                    if let merge, let bytes = stored?.body.data, let base = try? decodeObject(bytes) { data = merge(object, base) }
+                    if let merge, let bytes = try d.shown(w.key)?.body.data, let base = try? decodeObject(bytes) { data = merge(object, base) }
                     body = Body(data: encodeObject(data))
                 case .delete:
-                    guard let stored, !stored.body.deleted else { continue }
+                    guard let stored = try d.shown(w.key), !stored.body.deleted else { continue }
                     body = .tombstone
                 case .rewrite(let content):
                     body = content
@@ -151,7 +150,7 @@ extension OutpostStore {
                 let changeId = Identifiers.changeID(nowMs: time, using: &ids)
                 rng = ids
                 try transition(w.key, .edit(body, changeId: changeId, time: time), d, phase: phase)
-                written.append((w.key, try d.shown(w.key)))
+                written.append((w.key, showing ? try d.shown(w.key) : nil))
             }
             return written
         }
