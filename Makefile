@@ -19,7 +19,8 @@ run: deps
 
 ## Install what is needed and run every test. The tests' server logs go to files, shown
 ## only for a failing test (in its issues) and, when the run fails, by their paths here.
-## Every test is a Swift Testing test, so the empty XCTest pass is not run. Then the
+## Every test is a Swift Testing test, so the empty XCTest pass is not run. Then an app
+## package outside the repository is built with the README's dependency lines. Then the
 ## server's image is built and run as users run it (scripts/container-test.sh, podman):
 ## after the suite, not beside it, since its release build takes both cores for minutes.
 test: deps-test
@@ -29,6 +30,7 @@ test: deps-test
 	@OUTPOST_TEST_LOGS=$(TEST_LOGS) OUTPOST_LOG_FILE=$(TEST_LOGS)/in-process.log swift test --skip-build --disable-xctest \
 	  || { echo "the run failed; the servers' logs are in $(TEST_LOGS):"; ls -R $(TEST_LOGS) | head -50; \
 	       echo "--- the last lines of $(TEST_LOGS)/in-process.log:"; tail -n 40 $(TEST_LOGS)/in-process.log 2>/dev/null; exit 1; }
+	scripts/app-package-test.sh
 	scripts/container-test.sh
 
 ## Build outpost-server and outpost (release) and put them in $(PREFIX)/bin.
