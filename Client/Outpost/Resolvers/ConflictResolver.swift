@@ -25,7 +25,8 @@ public struct Conflict: Sendable, Hashable {
     public let base: ConflictBase?
     /// The field kinds the server declares for the collection (docs/rules.md, "Field
     /// kinds"), by dotted path, as the store last pulled them: `.mergeFields` merges a
-    /// `counter` as server + local − base and a `set` as a set. Empty: every field is `lww`.
+    /// `counter` as server + local − base, a `set` as a set and a `list` element by element.
+    /// Empty: every field is `lww`.
     public let fields: [String: FieldKind]
 
     /// A conflict (for custom resolvers' tests).
@@ -146,6 +147,10 @@ public struct ConflictResolver: Sendable {
     ///   local − base when both sides hold numbers, and a `set` as the additions and
     ///   removals of both sides when both hold arrays (`FieldKinds.mergeCounter`,
     ///   `mergeSet`), whether one side changed it or both; the fallback is not asked for them;
+    /// - a field declared a keyed `list` merges element by element when both sides hold
+    ///   such lists (`FieldKinds.mergeList`): additions of both sides kept, a removal taking
+    ///   only an element the other side left alone, an element both changed merged member
+    ///   by member, a member both changed decided by the same fallback answer as a field;
     /// - nested objects merge the same way, recursively; other arrays are values;
     /// - a delete against an edit, or a conflict without a base (a create, or a copy
     ///   offered again to a new history), is decided by `fallback` as a whole.
@@ -221,51 +226,12 @@ public struct ConflictResolver: Sendable {
             case .keepServer, .write, .delete: return false
             }
         }
-        let kinds = conflict.fields
-        func merge(_ b: JSONObject, _ l: JSONObject, _ s: JSONObject, at prefix: String) -> JSONObject {
-            var out = JSONObject()
-            var keys = Set(l.keys)
-            keys.formUnion(s.keys)
-            keys.formUnion(b.keys)
-            for key in keys {
-                let lv = l[key], sv = s[key], bv = b[key]
-                let path = prefix.isEmpty ? key : prefix + "." + key
-                let chosen: JSONValue?
-                if !kinds.isEmpty, let kind = kinds[path], let byKind = Self.merge(kind, base: bv, local: lv, server: sv) {
-                    // Before the equality test: two devices that both took 10 to 9 make 8.
-                    chosen = byKind
-                } else if lv == sv {
-                    chosen = lv
-                } else if lv == bv {
-                    chosen = sv
-                } else if sv == bv {
-                    chosen = lv
-                } else if case .object(let lo)? = lv, case .object(let so)? = sv {
-                    let bo: JSONObject
-                    if case .object(let o)? = bv { bo = o } else { bo = [:] }
-                    chosen = .object(merge(bo, lo, so, at: path))
-                } else {
-                    chosen = localWinsBoth() ? lv : sv
-                }
-                if let chosen { out[key] = chosen }
-            }
-            return out
-        }
-        let merged = merge(baseData, localData, serverData, at: "")
+        // One implementation for the record and for a keyed list's elements (OutpostCore).
+        let merged = FieldKinds.mergeObject(base: baseData, local: localData, server: serverData, kinds: conflict.fields, localWins: localWinsBoth)
         if let decision, case .write = decision { return decision }
         if let decision, case .delete = decision { return decision }
         if merged == serverData { return .keepServer }
         if merged == localData { return .keepLocal }
         return .write(merged)
-    }
-
-    /// One declared field's merge; nil when its values do not have the kind's shape (a
-    /// field of a record written before the declaration), which then merges as any other.
-    static func merge(_ kind: FieldKind, base: JSONValue?, local: JSONValue?, server: JSONValue?) -> JSONValue? {
-        switch kind {
-        case .counter: return FieldKinds.mergeCounter(base: base, local: local, server: server)
-        case .set: return FieldKinds.mergeSet(base: base, local: local, server: server)
-        case .lww: return nil
-        }
     }
 }

@@ -177,7 +177,7 @@ public struct ServerRules: Sendable {
     }
 
     /// A collection's `fields`: an object from dotted path (`"stock"`, `"totals.count"`) to
-    /// `"counter"`, `"set"` or `"lww"` (docs/rules.md, "Field kinds").
+    /// `"counter"`, `"set"`, `"lww"` or `{"list": "<key member>"}` (docs/rules.md, "Field kinds").
     private static func fields(_ value: JSONValue?, at path: [String], _ file: RulesFileText) throws(RulesError) -> [String: FieldKind] {
         guard let value else { return [:] }
         guard case .object(let o) = value else { throw file.error(at: path, "must be an object from field path to kind") }
@@ -187,15 +187,35 @@ public struct ServerRules: Sendable {
             guard !field.isEmpty, !names.contains(where: \.isEmpty) else {
                 throw file.error(at: path + [field], "\"\(field)\" is not a field path (member names joined by dots)")
             }
-            guard let k = kind.stringValue.flatMap(FieldKind.init(rawValue:)) else {
-                throw file.error(at: path + [field], "a field kind is \"counter\", \"set\" or \"lww\"")
-            }
+            let k = try fieldKind(kind, at: path + [field], file)
             if let clash = out.keys.first(where: { $0.hasPrefix(field + ".") || field.hasPrefix($0 + ".") }) {
                 throw file.error(at: path + [field], "\"\(field)\" and \"\(clash)\" overlap: a declared field cannot hold another")
             }
             if k != .lww { out[field] = k }
         }
         return out
+    }
+
+    /// One declared kind: a name, or the object form `{"list": "<key member>"}` whose only
+    /// member names the member that keys the list's elements (a non-empty string). Anything
+    /// else is refused where it stands, so that a typo never declares a field `lww`.
+    private static func fieldKind(_ value: JSONValue, at path: [String], _ file: RulesFileText) throws(RulesError) -> FieldKind {
+        switch value {
+        case .string(let name):
+            if let kind = FieldKind(name: name) { return kind }
+        case .object(let o):
+            for member in o.keys where member != "list" {
+                throw file.error(at: path + [member], "unknown key \"\(member)\" (a field kind object is {\"list\": \"<key member>\"})")
+            }
+            guard let key = o["list"] else { throw file.error(at: path, "a field kind object is {\"list\": \"<key member>\"}") }
+            guard case .string(let name) = key, !name.isEmpty else {
+                throw file.error(at: path + ["list"], "a list's key is the name of a member of its elements: a non-empty string")
+            }
+            return .list(key: name)
+        default:
+            break
+        }
+        throw file.error(at: path, "a field kind is \"counter\", \"set\" or \"lww\", or {\"list\": \"<key member>\"}")
     }
 
 
@@ -423,7 +443,7 @@ public struct RulesJudge: PushJudge {
         } else if let bad = FieldKinds.violation(of: rules.fields, in: data) {
             // A declared field's value must fit its kind, or no device could merge it.
             refusal = .init(.invalidChange, "data at \(bad.path) \(bad.reason)",
-                            details: ["path": .string(bad.path), "reason": .string(bad.reason), "kind": .string(bad.kind.rawValue)])
+                            details: ["path": .string(bad.path), "reason": .string(bad.reason), "kind": .string(bad.kind.name)])
         }
         if let keys = rules.judgedKeys {
             var kept = JSONObject()
