@@ -344,7 +344,7 @@ func run(_ o: Options) async throws -> Int32 {
             "cursor": s.cursor.map { .string($0.text) } ?? .null,
             "pending": .number(JSONNumber(s.pending)),
             "upgradeRequired": .number(JSONNumber(s.upgradeRequired)),
-            "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber($0)) } ?? .null,
+            "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber(Int64(($0.timeIntervalSince1970 * 1000).rounded()))) } ?? .null,
             "lastError": s.lastError.map { .string($0) } ?? .null,
             "restoredFrom": s.restoredFrom.map { .string($0) } ?? .null,
         ]))
@@ -357,7 +357,7 @@ func run(_ o: Options) async throws -> Int32 {
         default: throw UsageError(message: "conflicts takes [--since TIME]")
         }
         let store = try openStoreForReading(o)
-        for entry in try await store.conflicts(since: since) { print(json(entry.json)) }
+        for entry in try await store.conflicts(since: Date(timeIntervalSince1970: Double(since) / 1000)) { print(json(entry.json)) }
         await store.close()
     case "upload":
         return try await upload(o, args)

@@ -226,7 +226,7 @@ private final class Run {
         c.clientId = "d\(device.index)"
         c.resolver = resolver(for: device.index)
         let clock = self.clock, offset = device.offset
-        c.clock = { clock.now + offset.ms }
+        c.clock = { Date(timeIntervalSince1970: Double(clock.now + offset.ms) / 1000) }
         c.randomSeed = configuration.seed &* 1_000_003 &+ UInt64(device.index) &* 7919 &+ device.incarnation &* 104_729 &+ 1
         c.pageLimit = 3
         c.validators["notes"] = { object in

@@ -429,7 +429,7 @@ struct ContainerAndRestoreTests {
             c.clientId = "phone"
             c.durability = .normal
             c.randomSeed = 5
-            c.clock = world.clock.reading()
+            c.clock = world.clock.dates()
             c.backoff = .init(initial: .seconds(60), maximum: .seconds(120))
             if base { c.baseDirectory = container }
             return try OutpostStore(path: container.appendingPathComponent("Library/Application Support/app.sqlite").path, configuration: c,

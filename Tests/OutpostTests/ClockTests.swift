@@ -16,12 +16,12 @@ struct ClockTests {
         let world = try RealWorld()
         let ahead = try world.device("ahead", direct: true, resolver: .lastWriteWins(), clockOffset: Self.year)
         let other = try world.device("other", direct: true, resolver: .lastWriteWins(), clockOffset: 5_000)
-        #expect(try await ahead.clockStatus().offsetMs == nil, "nothing measured before a sync")
+        #expect(try await ahead.clockStatus().offset.map(\.milliseconds) == nil, "nothing measured before a sync")
         try await ahead.put(todo("first"), in: "todos", id: "t0")
         try await ahead.sync()
         let status = try await ahead.clockStatus()
-        let offset = try #require(status.offsetMs)
-        #expect(abs(offset + Self.year) < 5_000 && (status.uncertaintyMs ?? .max) < 5_000, "offset \(offset)")
+        let offset = try #require(status.offset.map(\.milliseconds))
+        #expect(abs(offset + Self.year) < 5_000 && (status.uncertainty.map(\.milliseconds) ?? .max) < 5_000, "offset \(offset)")
         #expect(status.anomalies == [.offsetBeyondThreshold])
 
         // The device a year ahead writes first; another device writes the same record a
@@ -30,7 +30,7 @@ struct ClockTests {
         // by the server's clock, so the later edit wins.
         try await ahead.put(todo("ahead, earlier"), in: "todos", id: "t1")
         let edit = try #require(try await ahead.pendingChanges().first)
-        #expect(abs(edit.clientTime - systemMilliseconds()) < 5_000, "the edit carries the server's time, not the device's")
+        #expect(abs(edit.clientTime.milliseconds - systemMilliseconds()) < 5_000, "the edit carries the server's time, not the device's")
         try await other.put(todo("other, later"), in: "todos", id: "t1")
         #expect(try await other.sync().pushed == 1)
         let report = try await ahead.sync()
@@ -47,28 +47,28 @@ struct ClockTests {
         // measured offsets are then off by no more than the uncertainty the store reports
         // (half a round trip and the header's second), however long the syncs take.
         let shift = Atomic<Int64>(0)
-        let phone = try world.device("phone", direct: true) { $0.clock = { systemMilliseconds() + shift.load(ordering: .relaxed) } }
+        let phone = try world.device("phone", direct: true) { $0.clock = { Date(milliseconds: systemMilliseconds() + shift.load(ordering: .relaxed)) } }
         try await phone.sync()
         let first = try await phone.clockStatus()
-        let firstSlack = try #require(first.uncertaintyMs) + 1
-        #expect(first.offsetMs.map { abs($0) <= firstSlack } == true && !first.isAnomalous, "\(first)")
+        let firstSlack = try #require(first.uncertainty.map(\.milliseconds)) + 1
+        #expect(first.offset.map(\.milliseconds).map { abs($0) <= firstSlack } == true && !first.isAnomalous, "\(first)")
 
         shift.store(-3_600_000, ordering: .relaxed)
         try await phone.sync()
         let second = try await phone.clockStatus()
-        let secondSlack = try #require(second.uncertaintyMs) + 1
+        let secondSlack = try #require(second.uncertainty.map(\.milliseconds)) + 1
         #expect(second.anomalies == [.jumpedBackwards, .offsetBeyondThreshold], "\(second)")
-        #expect(second.jumpedBackwardsMs.map { abs($0 - 3_600_000) <= firstSlack + secondSlack } == true, "\(second)")
-        #expect(second.offsetMs.map { abs($0 - 3_600_000) <= secondSlack } == true, "\(second)")
+        #expect(second.jumpedBackwards.map(\.milliseconds).map { abs($0 - 3_600_000) <= firstSlack + secondSlack } == true, "\(second)")
+        #expect(second.offset.map(\.milliseconds).map { abs($0 - 3_600_000) <= secondSlack } == true, "\(second)")
 
         // No further jump: the flag clears, the offset stays.
         try await phone.sync()
         let third = try await phone.clockStatus()
-        #expect(third.jumpedBackwardsMs == nil && third.anomalies == [.offsetBeyondThreshold], "\(third)")
+        #expect(third.jumpedBackwards.map(\.milliseconds) == nil && third.anomalies == [.offsetBeyondThreshold], "\(third)")
         // The threshold is the configuration's.
         await phone.close()
         let tolerant = try world.device("phone", direct: true) {
-            $0.clock = { systemMilliseconds() + shift.load(ordering: .relaxed) }
+            $0.clock = { Date(milliseconds: systemMilliseconds() + shift.load(ordering: .relaxed)) }
             $0.clockThreshold = .seconds(7200)
         }
         #expect(try await tolerant.clockStatus().isAnomalous == false)
@@ -125,7 +125,7 @@ struct StoreCompactionTests {
         let clock = ManualClock(systemMilliseconds())
         let phone = try world.device("phone", direct: true) {
             $0.encryption = .spaceKey(keys)
-            $0.clock = clock.reading()
+            $0.clock = clock.dates()
         }
         for i in 0..<50 { try await phone.put(["text": .string(String(repeating: "x", count: 2000)), "i": .number(JSONNumber(Int64(i)))], in: "notes", id: "n\(i)") }
         try await phone.sync()

@@ -44,7 +44,7 @@ struct ConflictJournalTests {
         let merge = ConflictResolver.mergeFields(fallback: .lastWriteWins())
         func open(_ name: String) throws -> OutpostStore {
             try world.device(name, direct: true, resolver: merge) {
-                $0.clock = world.clock.reading()
+                $0.clock = world.clock.dates()
                 $0.randomSeed = Self.seed(name)
             }
         }
@@ -64,7 +64,7 @@ struct ConflictJournalTests {
         #expect(entry.collection == "notes" && entry.id == "n1" && entry.changeId == changeId)
         #expect(entry.local == local && entry.server == server && entry.base?.data == base && entry.base?.deleted == false)
         #expect(entry.resolution == .write(merged) && entry.result == merged)
-        #expect(entry.resolver == "mergeFields(lastWriteWins)" && entry.decidedAt == decidedAt)
+        #expect(entry.resolver == "mergeFields(lastWriteWins)" && entry.decidedAt.milliseconds == decidedAt)
         let serverVersion = try #require(try await phone.record(in: "notes", id: "n1")?.version)
         #expect(entry.serverVersion == serverVersion && entry.base?.version != nil)
         // The decision's write is the change the laptop queued and then pushed.
@@ -91,11 +91,11 @@ struct ConflictJournalTests {
         let world = try RealWorld()
         let merge = ConflictResolver.mergeFields(fallback: .lastWriteWins())
         let phone = try world.device("phone", direct: true, resolver: merge) {
-            $0.clock = world.clock.reading()
+            $0.clock = world.clock.dates()
             $0.randomSeed = Self.seed("phone")
         }
         let laptop = try world.device("laptop", direct: true, resolver: merge) {
-            $0.clock = world.clock.reading()
+            $0.clock = world.clock.dates()
             $0.randomSeed = Self.seed("laptop")
         }
         let told = await laptop.observeConflicts()
@@ -158,7 +158,7 @@ struct ConflictJournalTests {
         let world = try RealWorld()
         func open(_ name: String) throws -> OutpostStore {
             try world.device(name, direct: true, resolver: .serverWins) {
-                $0.clock = world.clock.reading()
+                $0.clock = world.clock.dates()
                 $0.randomSeed = Self.seed(name)
             }
         }
@@ -174,17 +174,17 @@ struct ConflictJournalTests {
         let all = try await laptop.conflicts()
         #expect(all.map(\.id) == ["a", "b"] && all.allSatisfy { $0.resolution == .keepServer && $0.resolver == "serverWins" && $0.writtenChangeId == nil })
         #expect(all[0].result == all[0].server, "server wins: the result is the server's copy")
-        #expect(try await laptop.conflicts(since: second + 1_000).map(\.id) == ["b"])
-        #expect(try await laptop.conflicts(since: second + 1_001).isEmpty)
+        #expect(try await laptop.conflicts(since: Date(milliseconds: second + 1_000)).map(\.id) == ["b"])
+        #expect(try await laptop.conflicts(since: Date(milliseconds: second + 1_001)).isEmpty)
         #expect(try await laptop.conflicts(since: Date(timeIntervalSince1970: Double(start) / 1000)).map(\.id) == ["a", "b"])
 
         // Just past 30 days (the default) after the first: a sync prunes it, the second stays.
-        world.clock.set(all[0].decidedAt + 30 * Self.day + 1)
+        world.clock.set(all[0].decidedAt.milliseconds + 30 * Self.day + 1)
         try await laptop.sync()
         #expect(try await laptop.conflicts().map(\.id) == ["b"])
         // Past 30 days after the second: opening the store prunes it, without a sync.
         await laptop.close()
-        world.clock.set(all[1].decidedAt + 30 * Self.day + 1)
+        world.clock.set(all[1].decidedAt.milliseconds + 30 * Self.day + 1)
         laptop = try open("laptop")
         #expect(try await laptop.conflicts().isEmpty)
         await laptop.close()
@@ -192,11 +192,11 @@ struct ConflictJournalTests {
         // The app sets the retention: one hour keeps nothing a day old. A custom resolver is
         // journaled under the name the app gave it.
         let shortPhone = try world.device("phone2", direct: true, resolver: .serverWins) {
-            $0.clock = world.clock.reading()
+            $0.clock = world.clock.dates()
             $0.randomSeed = Self.seed("phone2")
         }
         let short = try world.device("laptop2", direct: true, resolver: .custom(name: "keep-local-title") { _ in .keepLocal }) {
-            $0.clock = world.clock.reading()
+            $0.clock = world.clock.dates()
             $0.randomSeed = Self.seed("laptop2")
             $0.conflictRetention = .seconds(3_600)
         }
@@ -235,9 +235,9 @@ struct ConflictJournalTests {
         #expect(line["collection"] == "notes" && line["id"] == "n1" && line["resolution"] == "keepLocal" && line["resolver"] == "clientWins")
         #expect(line["local"] == .object(local) && line["server"] == .object(server) && line["base"]?["data"] == .object(base) && line["result"] == .object(local))
 
-        let later = try await blocking { try CLITests.outpost(["--store", store, "conflicts", "--since", String(entry.decidedAt + 1)]) }
+        let later = try await blocking { try CLITests.outpost(["--store", store, "conflicts", "--since", String(entry.decidedAt.milliseconds + 1)]) }
         #expect(later.status == 0 && later.stdout.isEmpty, "\(later.stdout) \(later.stderr)")
-        let iso = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(entry.decidedAt) / 1000 - 1))
+        let iso = ISO8601DateFormatter().string(from: entry.decidedAt.addingTimeInterval(-1))
         let since = try await blocking { try CLITests.outpost(["--store", store, "conflicts", "--since", iso]) }
         #expect(since.status == 0 && since.stdout.split(separator: "\n").count == 1, "\(since.stdout) \(since.stderr)")
         let bad = try await blocking { try CLITests.outpost(["--store", store, "conflicts", "--since", "yesterday"]) }

@@ -228,7 +228,7 @@ struct ConflictTests {
         let change = try #require(try await phone.pendingChanges().first)
         #expect(change.state == .failed)
         #expect(change.attempts >= 2)
-        #expect(change.nextAttemptAt > world.clock.now)
+        #expect(change.nextAttemptAt.milliseconds > world.clock.now)
         // An explicit sync does not wait for the retry time: the app asked for it now.
         let beforeExplicit = world.server.pushRequests
         try await phone.sync()
@@ -236,7 +236,7 @@ struct ConflictTests {
         // Time moves on: the delays grow with every conflict.
         var lastDelay: Int64 = 0
         for _ in 0..<4 {
-            let due = try #require(try await phone.pendingChanges().first?.nextAttemptAt)
+            let due = try #require(try await phone.pendingChanges().first?.nextAttemptAt.milliseconds)
             let delay = due - world.clock.now
             #expect(delay >= lastDelay / 2, "non-decreasing up to jitter")
             lastDelay = delay

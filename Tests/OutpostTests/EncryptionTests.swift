@@ -310,7 +310,7 @@ struct EncryptionTests {
         var c = OutpostStore.Configuration(space: "team")
         c.clientId = "phone"
         c.durability = .normal
-        c.clock = world.clock.reading()
+        c.clock = world.clock.dates()
         c.backoff = .init(initial: .seconds(60), maximum: .seconds(120))
         c.encryption = .spaceKey(keys)
         let store = try OutpostStore(path: world.dir.appending("phone.sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: world.proxy.url, token: world.token))

@@ -45,7 +45,7 @@ final class MediaWorld: Sendable {
         c.clientId = name
         c.durability = .normal
         c.randomSeed = World.seed(of: name)
-        c.clock = clock.reading()
+        c.clock = clock.dates()
         c.backoff = backoff
         return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: proxy.url, token: token))
     }

@@ -36,7 +36,7 @@ final class RealWorld {
         c.resolver = resolver
         c.durability = .normal
         c.randomSeed = World.seed(of: name)
-        if clockOffset != 0 { c.clock = { systemMilliseconds() + clockOffset } }
+        if clockOffset != 0 { c.clock = { Date(milliseconds: systemMilliseconds() + clockOffset) } }
         configure(&c)
         var options = HTTPSyncTransport.Options()
         options.maxResponseBytes = maxResponseBytes

@@ -12,7 +12,7 @@ struct SimulationFindingsTests {
     private func skewedDevice(_ world: World, _ name: String, skew: ManualClock, resolver: ConflictResolver = .serverWins) throws -> OutpostStore {
         try world.device(name, resolver: resolver) { c in
             let clock = world.clock
-            c.clock = { clock.now + skew.now }
+            c.clock = { Date(milliseconds: clock.now + skew.now) }
         }
     }
 
@@ -74,12 +74,12 @@ struct SimulationFindingsTests {
         await #expect(throws: OutpostError.self) { try await a.sync() }
         let waiting = try #require(try await a.pendingChanges().first)
         #expect(waiting.state == .failed)
-        #expect(waiting.nextAttemptAt > world.clock.now)
+        #expect(waiting.nextAttemptAt.milliseconds > world.clock.now)
 
         skew.set(-365 * 86_400_000)  // the user sets the clock back a year
         world.clock.advance(5_000)
         let retry = try #require(try await a.nextRetryAt())
-        #expect(retry <= world.clock.now + skew.now, "due now, not in a year")
+        #expect(retry.milliseconds <= world.clock.now + skew.now, "due now, not in a year")
         let report = try await a.sync()
         #expect(report.pushed == 1)
         #expect(world.serverData("todos", "r1") == todo("one"))
@@ -97,7 +97,7 @@ struct SimulationFindingsTests {
         await #expect(throws: OutpostError.self) { try await a.sync() }  // pushed, the pull after it lost
         let pushed = try #require(try await a.record(in: "todos", id: "r1"))
         #expect(pushed.version != nil)
-        #expect(pushed.updatedAt == world.server.record(space: "team", collection: "todos", id: "r1")?.updatedAt)
+        #expect(pushed.updatedAt?.milliseconds == world.server.record(space: "team", collection: "todos", id: "r1")?.updatedAt)
 
         world.clock.advance(1_000)
         try await a.put(todo("a's offline edit"), in: "todos", id: "r1")

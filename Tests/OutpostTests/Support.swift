@@ -16,9 +16,15 @@ final class ManualClock: Sendable {
 
     func set(_ ms: Int64) { value.withLock { $0 = ms } }
 
-    /// A clock closure offset from this one by `offset` ms (a device whose clock is wrong).
+    /// A clock closure offset from this one by `offset` ms (a device whose clock is wrong),
+    /// in ms since 1970 (the in-memory server's clock).
     func reading(offset: Int64 = 0) -> @Sendable () -> Int64 {
         { [self] in self.now + offset }
+    }
+
+    /// The same as a store's clock (`Configuration.clock`).
+    func dates(offset: Int64 = 0) -> @Sendable () -> Date {
+        { [self] in Date(milliseconds: self.now + offset) }
     }
 }
 
@@ -45,7 +51,7 @@ struct World {
         var c = OutpostStore.Configuration(space: space)
         c.clientId = name
         c.resolver = resolver
-        c.clock = clock.reading(offset: clockOffset)
+        c.clock = clock.dates(offset: clockOffset)
         c.randomSeed = seed ?? World.seed(of: name)
         c.durability = .normal
         return c

@@ -62,8 +62,8 @@ extension OutpostStore {
         /// nil (the default): every upload is kept by its absolute path. See
         /// docs/client.md, "Files and the app's container".
         public var baseDirectory: URL?
-        /// The device's clock, in ms since 1970. Tests move it.
-        public var clock: @Sendable () -> Int64 = systemMilliseconds
+        /// The device's clock. Tests move it.
+        public var clock: @Sendable () -> Date = { Date() }
         /// A fixed seed makes change ids and backoff jitter repeatable (tests); nil uses the
         /// system's random source.
         public var randomSeed: UInt64?

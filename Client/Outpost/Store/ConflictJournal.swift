@@ -49,8 +49,8 @@ public struct ConflictEntry: Sendable, Hashable {
     /// `ConflictResolver.name` of the resolver that decided (`mergeFields(lastWriteWins)`,
     /// `serverWins`, `custom`, …).
     public let resolver: String
-    /// When it decided, by the store's clock (`Configuration.clock`, ms since 1970).
-    public let decidedAt: Int64
+    /// When it decided, by the store's clock (`Configuration.clock`).
+    public let decidedAt: Date
     /// The change the decision queued to send the result (nil when the server's copy stood).
     public let writtenChangeId: String?
 
@@ -84,7 +84,7 @@ public struct ConflictEntry: Sendable, Hashable {
         } ?? .null
         return .object([
             "number": .number(JSONNumber(number)), "collection": .string(collection), "id": .string(id), "changeId": .string(changeId),
-            "decidedAt": .number(JSONNumber(decidedAt)), "resolver": .string(resolver), "resolution": .string(resolutionName),
+            "decidedAt": .number(JSONNumber(decidedAt.milliseconds)), "resolver": .string(resolver), "resolution": .string(resolutionName),
             "local": data(local), "server": data(server), "serverVersion": .string(serverVersion.text), "base": base, "result": data(result),
             "writtenChangeId": writtenChangeId.map { .string($0) } ?? .null,
         ])
@@ -103,7 +103,7 @@ extension LocalDatabase {
         let base = c.base
         var entry = ConflictEntry(number: 0, collection: c.collection, id: c.id, changeId: c.local.changeId, local: local, server: server,
                                   serverVersion: c.server.version, base: base, resolution: decision.resolution, resolver: decision.resolver,
-                                  decidedAt: time, writtenChangeId: decision.writtenChangeId)
+                                  decidedAt: Date(milliseconds: time), writtenChangeId: decision.writtenChangeId)
         func blob(_ object: JSONObject?) -> SQLiteValue { object.map { .blob(encodeObject($0)) } ?? .null }
         var merged: JSONObject?
         if case .write(let object) = decision.resolution { merged = object }
@@ -145,7 +145,7 @@ extension LocalDatabase {
             let base = r.hasBase ? ConflictBase(data: try r.base.map(decodeObject), deleted: r.baseDeleted, version: r.baseVersion.flatMap(Version.init)) : nil
             return ConflictEntry(number: r.number, collection: r.collection, id: r.id, changeId: r.changeId, local: try r.local.map(decodeObject),
                                  server: try r.server.map(decodeObject), serverVersion: version, base: base, resolution: resolution,
-                                 resolver: r.resolver, decidedAt: r.decidedAt, writtenChangeId: r.written)
+                                 resolver: r.resolver, decidedAt: Date(milliseconds: r.decidedAt), writtenChangeId: r.written)
         }
     }
 
@@ -175,15 +175,11 @@ extension OutpostStore.Configuration {
 }
 
 extension OutpostStore {
-    /// The resolver's decisions made at or after `since` (ms since 1970, by the store's
-    /// clock), oldest first, for as long as `Configuration.conflictRetention` keeps them.
-    public func conflicts(since: Int64 = 0) throws -> [ConflictEntry] {
-        try read { try $0.conflicts(since: since) }
-    }
-
-    /// The resolver's decisions made at or after `since`. See `conflicts(since:)`.
-    public func conflicts(since: Date) throws -> [ConflictEntry] {
-        try conflicts(since: Int64((since.timeIntervalSince1970 * 1000).rounded(.down)))
+    /// The resolver's decisions made at or after `since` (by the store's clock), oldest
+    /// first, for as long as `Configuration.conflictRetention` keeps them.
+    public func conflicts(since: Date = Date(timeIntervalSince1970: 0)) throws -> [ConflictEntry] {
+        let ms = since.milliseconds
+        return try read { try $0.conflicts(since: ms) }
     }
 
     /// The resolver's decisions from now on, each once its transaction has committed. Ends

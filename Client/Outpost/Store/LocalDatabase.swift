@@ -1,3 +1,4 @@
+import Foundation
 import OutpostCore
 import OutpostSQLite
 
@@ -147,7 +148,7 @@ final class LocalDatabase {
     func quarantined() throws -> [QuarantinedRecord] {
         try db.query("SELECT number, collection, id, version, raw, reason, quarantined_at FROM quarantine ORDER BY number", []) {
             QuarantinedRecord(number: $0.int64(0), collection: $0.optionalText(1), id: $0.optionalText(2), version: $0.optionalText(3),
-                              raw: $0.blob(4), reason: $0.text(5), quarantinedAt: $0.int64(6))
+                              raw: $0.blob(4), reason: $0.text(5), quarantinedAt: Date(milliseconds: $0.int64(6)))
         }
     }
 

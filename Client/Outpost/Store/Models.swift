@@ -16,8 +16,8 @@ public struct StoredRecord: Sendable, Hashable {
     public let version: Version?
     /// True while a local change of this record waits to be settled by the server.
     public let pending: Bool
-    /// The server's commit time of `version` (ms since 1970), when known.
-    public let updatedAt: Int64?
+    /// The server's commit time of `version`, when known.
+    public let updatedAt: Date?
     /// The client that wrote `version`, when known.
     public let updatedBy: String?
 
@@ -93,15 +93,15 @@ public struct QueuedChange: Sendable, Hashable {
     public let state: ChangeState
     /// Attempts so far (sends, and conflicts that were resolved into it).
     public let attempts: Int
-    /// Not retried before this time (ms since 1970).
-    public let nextAttemptAt: Int64
+    /// Not retried before this time.
+    public let nextAttemptAt: Date
     /// The last failure, or the rejection's reason.
     public let lastError: String?
     /// The rejection's code (`invalid_change`, `record_too_large`...), for rejected changes.
     public let errorCode: String?
-    /// The time of the edit (ms since 1970), by the server's clock as the device estimated
-    /// it then (the device's own before its first sync; docs/client.md, "The device's clock").
-    public let clientTime: Int64
+    /// The time of the edit, by the server's clock as the device estimated it then (the
+    /// device's own before its first sync; docs/client.md, "The device's clock").
+    public let clientTime: Date
     /// For a change held for `upgrade_required`: the app version the server wants.
     public var requiredAppVersion: Int? = nil
 }
@@ -120,8 +120,8 @@ public struct QuarantinedRecord: Sendable, Hashable {
     public let raw: [UInt8]
     /// Why it could not be used.
     public let reason: String
-    /// When it was quarantined (ms since 1970, device clock).
-    public let quarantinedAt: Int64
+    /// When it was quarantined (the device's clock).
+    public let quarantinedAt: Date
 }
 
 /// What one `sync()` did.
@@ -217,8 +217,8 @@ public struct SyncStatus: Sendable, Hashable {
     public var upgradeRequired = 0
     /// Quarantined records.
     public let quarantined: Int
-    /// End of the last successful sync (ms since 1970).
-    public let lastSyncAt: Int64?
+    /// End of the last successful sync.
+    public let lastSyncAt: Date?
     /// The last sync's failure, nil after a success.
     public let lastError: String?
     /// The epochs the store left, oldest first (at most 32).

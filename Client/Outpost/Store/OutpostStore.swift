@@ -246,7 +246,7 @@ public actor OutpostStore {
         return try mappingSQLiteErrors { try body(d) }
     }
 
-    func now() -> Int64 { configuration.clock() }
+    func now() -> Int64 { configuration.clock().milliseconds }
 
     // MARK: - Saving
 
@@ -351,7 +351,7 @@ public actor OutpostStore {
     static func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
         StoredRecord(collection: shown.key.collection, id: shown.key.id, data: try shown.body.data.map(decodeObject),
                      deleted: shown.body.deleted, version: shown.version, pending: shown.pending,
-                     updatedAt: shown.updatedAt, updatedBy: shown.updatedBy)
+                     updatedAt: shown.updatedAt.map(Date.init(milliseconds:)), updatedBy: shown.updatedBy)
     }
 
     // MARK: - Queue, quarantine, status
@@ -420,7 +420,7 @@ public actor OutpostStore {
         }
         return QueuedChange(changeId: e.changeId, collection: model.key.collection, id: model.key.id, op: e.body.deleted ? .delete : .put,
                             data: try e.body.data.map(decodeObject), baseVersion: base, state: state, attempts: e.attempts,
-                            nextAttemptAt: e.nextAttemptAt, lastError: e.lastError, errorCode: code, clientTime: e.clientTime,
+                            nextAttemptAt: Date(milliseconds: e.nextAttemptAt), lastError: e.lastError, errorCode: code, clientTime: Date(milliseconds: e.clientTime),
                             requiredAppVersion: required)
     }
 
@@ -473,7 +473,7 @@ public actor OutpostStore {
                 cursor: session.cursor?.version,
                 pending: try d.count(deliveries: ["queued", "sent"]),
                 rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
-                lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }, lastError: try d.meta(.lastError),
+                lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }.map(Date.init(milliseconds:)), lastError: try d.meta(.lastError),
                 retiredEpochs: try d.retiredEpochs(), rebasing: session.phase.isRePulling, restoredFrom: restoredFrom)
             status.upgradeRequired = try d.heldCount(versions)
             return status
@@ -483,7 +483,12 @@ public actor OutpostStore {
     /// The earliest `nextAttemptAt` of a failed or in-doubt change, if any (schedulers
     /// sync again then; pending changes go with the next sync anyway). A retry time stored
     /// before the device's clock was set back counts as now.
-    public func nextRetryAt() throws -> Int64? {
+    public func nextRetryAt() throws -> Date? {
+        try nextRetryMs().map(Date.init(milliseconds:))
+    }
+
+    /// `nextRetryAt()` in ms since 1970.
+    func nextRetryMs() throws -> Int64? {
         let time = now()
         return try read { d in
             // A change held for a later app version waits for no time.

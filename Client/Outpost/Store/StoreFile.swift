@@ -79,7 +79,7 @@ extension OutpostStore {
             }
             // Opening is a cheap moment to drop the conflict journal's entries past their
             // retention (a bounded batch).
-            try database.pruneConflictJournal(before: configuration.conflictCutoff(now: configuration.clock()))
+            try database.pruneConflictJournal(before: configuration.conflictCutoff(now: configuration.clock().milliseconds))
             // The query indexes the app declares now (created, or dropped, only when the
             // declarations changed since the last open).
             try database.reconcileQueryIndexes(configuration.collections)

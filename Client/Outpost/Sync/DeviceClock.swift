@@ -1,3 +1,4 @@
+import Foundation
 import OutpostCore
 
 /// What the store knows of its device's clock against the server's (docs/client.md, "The
@@ -5,30 +6,30 @@ import OutpostCore
 public struct ClockStatus: Sendable, Hashable {
     /// Why the device's clock is not to be trusted.
     public enum Anomaly: Sendable, Hashable {
-        /// It differs from the server's by more than `thresholdMs`.
+        /// It differs from the server's by more than `threshold`.
         case offsetBeyondThreshold
         /// It went back between the last two measurements (set back by hand, or by a
-        /// dead battery), by `jumpedBackwardsMs`.
+        /// dead battery), by `jumpedBackwards`.
         case jumpedBackwards
     }
 
-    /// The server's clock minus the device's, in ms; nil before the first sync that read
-    /// the server's time.
-    public var offsetMs: Int64?
-    /// How far `offsetMs` may be off (half the round trip of the answer it came from, and
-    /// the header's resolution).
-    public var uncertaintyMs: Int64?
+    /// The server's clock minus the device's; nil before the first sync that read the
+    /// server's time.
+    public var offset: Duration?
+    /// How far `offset` may be off (half the round trip of the answer it came from, and the
+    /// header's resolution).
+    public var uncertainty: Duration?
     /// When it was measured, by the device's clock.
-    public var measuredAt: Int64?
+    public var measuredAt: Date?
     /// How far the device's clock went back between the last two measurements, when it did.
-    public var jumpedBackwardsMs: Int64?
+    public var jumpedBackwards: Duration?
     /// The offset beyond which the clock counts as wrong (`Configuration.clockThreshold`).
-    public var thresholdMs: Int64
+    public var threshold: Duration
 
     public var anomalies: Set<Anomaly> {
         var out: Set<Anomaly> = []
-        if let offsetMs, abs(offsetMs) > thresholdMs + (uncertaintyMs ?? 0) { out.insert(.offsetBeyondThreshold) }
-        if jumpedBackwardsMs != nil { out.insert(.jumpedBackwards) }
+        if let offset, (offset < .zero ? .zero - offset : offset) > threshold + (uncertainty ?? .zero) { out.insert(.offsetBeyondThreshold) }
+        if jumpedBackwards != nil { out.insert(.jumpedBackwards) }
         return out
     }
 
@@ -40,10 +41,11 @@ extension OutpostStore {
     /// The device's clock against the server's, as the last syncs measured it.
     public func clockStatus() throws -> ClockStatus {
         try read { d in
-            ClockStatus(offsetMs: try d.meta(.clockOffset).flatMap { Int64($0) }, uncertaintyMs: try d.meta(.clockUncertainty).flatMap { Int64($0) },
-                        measuredAt: try d.meta(.clockMeasuredAt).flatMap { Int64($0) },
-                        jumpedBackwardsMs: try d.meta(.clockJumpedBack).flatMap { Int64($0) },
-                        thresholdMs: configuration.clockThreshold.milliseconds)
+            ClockStatus(offset: try d.meta(.clockOffset).flatMap { Int64($0) }.map(Duration.milliseconds),
+                        uncertainty: try d.meta(.clockUncertainty).flatMap { Int64($0) }.map(Duration.milliseconds),
+                        measuredAt: try d.meta(.clockMeasuredAt).flatMap { Int64($0) }.map(Date.init(milliseconds:)),
+                        jumpedBackwards: try d.meta(.clockJumpedBack).flatMap { Int64($0) }.map(Duration.milliseconds),
+                        threshold: configuration.clockThreshold)
         }
     }
 

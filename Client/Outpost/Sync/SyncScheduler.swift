@@ -212,8 +212,8 @@ public actor SyncScheduler {
                     failures = 0
                     events.yield(.synced(report))
                     nextSync = clock.now.advanced(by: options.interval)
-                    if let retry = try? await store.nextRetryAt() {
-                        let delay = max(0, retry - store.configuration.clock()) + 1
+                    if let retry = try? await store.nextRetryMs() {
+                        let delay = max(0, retry - store.configuration.clock().milliseconds) + 1
                         nextSync = min(nextSync, clock.now.advanced(by: .milliseconds(delay)))
                     }
                 } catch {

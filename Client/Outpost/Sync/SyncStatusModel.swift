@@ -1,3 +1,4 @@
+import Foundation
 import Observation
 import OutpostCore
 
@@ -35,8 +36,8 @@ public final class SyncStatusModel {
     public private(set) var upgradeRequired = 0
     /// Pulled records that could not be decoded (`OutpostStore.quarantinedRecords()`).
     public private(set) var quarantined = 0
-    /// When the last sync succeeded (ms since 1970).
-    public private(set) var lastSyncAt: Int64?
+    /// When the last sync succeeded.
+    public private(set) var lastSyncAt: Date?
     /// The last sync's failure, nil after a success.
     public private(set) var lastError: String?
     /// The epoch the store follows.
