@@ -219,8 +219,10 @@ public struct SyncStatus: Sendable, Hashable {
     public let quarantined: Int
     /// End of the last successful sync.
     public let lastSyncAt: Date?
-    /// The last sync's failure, nil after a success.
+    /// The last sync's failure, nil after a success: the error's text, for support.
     public let lastError: String?
+    /// What the last failure comes down to (offline, unauthorized, …), nil after a success.
+    public var lastProblem: SyncProblem? = nil
     /// The epochs the store left, oldest first (at most 32).
     public let retiredEpochs: [Epoch]
     /// True while a new epoch's history is being pulled (local changes wait for it).

@@ -476,6 +476,8 @@ public actor OutpostStore {
                 lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }.map(Date.init(milliseconds:)), lastError: try d.meta(.lastError),
                 retiredEpochs: try d.retiredEpochs(), rebasing: session.phase.isRePulling, restoredFrom: restoredFrom)
             status.upgradeRequired = try d.heldCount(versions)
+            // A failure kept by an SDK before `SyncProblem` has its text only: one to retry.
+            status.lastProblem = try d.meta(.lastProblem).flatMap(SyncProblem.init(rawValue:)) ?? (status.lastError == nil ? nil : .serverUnavailable)
             return status
         }
     }

@@ -13,6 +13,8 @@ enum MetaKey: String {
     case encryption
     case lastSyncAt = "last_sync_at"
     case lastError = "last_error"
+    /// The last failure's `SyncProblem` (its raw value), beside its text.
+    case lastProblem = "last_problem"
     case compactedAt = "compacted_at"
     case clockOffset = "clock_offset"
     case clockUncertainty = "clock_uncertainty"

@@ -66,6 +66,7 @@ extension OutpostStore {
             try write(durability: .normal) { d in
                 try d.setMeta(.lastSyncAt, String(now()))
                 try d.setMeta(.lastError, nil)
+                try d.setMeta(.lastProblem, nil)
             }
             report.epoch = session.phase.epoch
             report.pending = try read { try $0.count(deliveries: ["queued", "sent"]) }
@@ -76,7 +77,12 @@ extension OutpostStore {
         } catch {
             let failed = error as? OutpostError ?? .storage("\(error)")
             failure = failed
-            if failed != .closed { try? write { try $0.setMeta(.lastError, failed.description) } }
+            if failed != .closed {
+                try? write { d in
+                    try d.setMeta(.lastError, failed.description)
+                    try d.setMeta(.lastProblem, SyncProblem(failed).rawValue)
+                }
+            }
             announce(.failed(failed.description))
             throw failed
         }

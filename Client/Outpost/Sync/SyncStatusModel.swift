@@ -46,6 +46,13 @@ public final class SyncStatusModel {
     public private(set) var phase: Phase = .idle
     /// The running sync's pull progress; nil when no sync runs or it has pulled nothing yet.
     public private(set) var progress: SyncProgress?
+    /// The whole state in one value, for a status line (`switch` over it), and
+    /// `state.message` for a person: syncing with progress, failed (offline, unauthorized,
+    /// the server unavailable…), changes held for an app update, changes waiting, up to
+    /// date since a time, never synced.
+    public private(set) var state: SyncState = .neverSynced
+    /// `state.message`: a sentence for a status line.
+    public var message: String { state.message }
 
     @ObservationIgnored private let store: OutpostStore
     @ObservationIgnored private var tasks: [Task<Void, Never>] = []
@@ -54,6 +61,7 @@ public final class SyncStatusModel {
     /// A refresh is reading the store's status; another asked meanwhile reads it again after.
     @ObservationIgnored private var refreshing = false
     @ObservationIgnored private var refreshAgain = false
+    @ObservationIgnored private var status: SyncStatus?
 
     public init(store: OutpostStore) {
         self.store = store
@@ -96,6 +104,7 @@ public final class SyncStatusModel {
             syncing = false
             progress = nil
         }
+        showState()
         await refresh()
     }
 
@@ -118,9 +127,17 @@ public final class SyncStatusModel {
                 if lastError != status.lastError { lastError = status.lastError }
                 if epoch != status.epoch { epoch = status.epoch }
                 rebasing = status.rebasing
+                self.status = status
             }
             let now: Phase = rebasing ? .rePulling : (syncing ? .syncing : .idle)
             if phase != now { phase = now }
+            showState()
         } while refreshAgain
+    }
+
+    /// Sets `state` from the last status read and the sync's activity.
+    private func showState() {
+        let now = SyncState(status: status, syncing: syncing, progress: progress)
+        if state != now { state = now }
     }
 }
