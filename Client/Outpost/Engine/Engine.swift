@@ -39,6 +39,8 @@ enum RecordEvent: Hashable, Sendable {
     case rePullFinished
     /// The app discarded a rejected change.
     case discard(changeId: String)
+    /// A person settles the record's conflict left for them (`OutpostStore.settleConflict`).
+    case settle(Resolution, changeId: String, time: Int64)
     /// The app dropped what it knows of left histories (`leaveEpoch(discardingCopies:)`).
     case dropCopies
 }
@@ -150,6 +152,8 @@ enum Engine {
             break
         case .discard(let changeId):
             discard(&r, changeId)
+        case .settle(let resolution, let changeId, let time):
+            settleByPerson(&r, resolution, changeId: changeId, time: time)
         case .dropCopies:
             r.server = nil
             r.left = nil
@@ -304,9 +308,12 @@ enum Engine {
                       data: try? head.body.data.map(decodeObject), baseVersion: base, clientTime: head.clientTime, lineage: lineage)
     }
 
-    /// True while the edit waits for an app of the version the server wants.
+    /// True while the edit is held from the server: it waits for a person to settle its
+    /// conflict, or for an app of the version the server wants.
     static func isHeld(_ e: Edit, _ key: RecordKey, _ context: EngineContext) -> Bool {
-        guard let needed = e.upgradeTo, e.delivery == .queued else { return false }
+        guard e.delivery == .queued else { return false }
+        if e.inConflict { return true }
+        guard let needed = e.upgradeTo else { return false }
         return context.versions.version(for: key.collection) < needed
     }
 
@@ -441,9 +448,38 @@ enum Engine {
         case .keepLocal: written = settle(latest.body, madeOn: .copy(server))
         case .write(let object): written = settle(Body(data: encodeObject(object)), madeOn: .copy(server))
         case .delete: written = settle(.tombstone, madeOn: .copy(server))
+        case .leaveForPerson:
+            // The local edit stays, shown, made on the server's copy and held from the server
+            // until a person settles it (`settleByPerson`); nothing is written for now.
+            if let held = settle(latest.body, madeOn: .copy(server)), let i = r.index(of: held) {
+                r.edits[i].inConflict = true
+                r.edits[i].lastError = "conflict; left for a person"
+            }
+            written = nil
         }
         decision = ConflictDecision(conflict: conflict, resolution: resolution, resolver: context.resolver.name, writtenChangeId: written)
         return true
+    }
+
+    /// A person settles a conflict left for them: the held edit goes as an edit made on the
+    /// server's copy the app showed beside it (`r.server`, the newest pulled), under a new
+    /// change id and time (`keepLocal` its content, `write` and `delete` theirs), or leaves
+    /// (`keepServer`: the server's copy stands). Nothing when no conflict waits.
+    static func settleByPerson(_ r: inout RecordModel, _ resolution: Resolution, changeId: String, time: Int64) {
+        guard let i = r.edits.firstIndex(where: { $0.inConflict && $0.delivery == .queued }) else { return }
+        let held = r.edits[i]
+        func replace(_ body: Body) {
+            r.edits[i] = Edit(position: held.position, localId: held.localId, changeId: changeId, kind: .app, body: body, clientTime: time,
+                              createdAt: held.createdAt, madeOn: r.server.map { .copy($0) } ?? .nothing, delivery: .queued,
+                              attempts: held.attempts, nextAttemptAt: 0, lastError: nil, upgradeTo: held.upgradeTo)
+        }
+        switch resolution {
+        case .keepServer: r.edits.remove(at: i)
+        case .keepLocal: replace(held.body)
+        case .write(let object): replace(Body(data: encodeObject(object)))
+        case .delete: replace(.tombstone)
+        case .leaveForPerson: return
+        }
     }
 
     /// `epoch_mismatch`: the followed history never applied the change. An app edit goes
@@ -482,7 +518,7 @@ enum Engine {
             guard e.madeOn == .edit(gone.localId) else { return e }
             return Edit(position: e.position, localId: e.localId, changeId: e.changeId, kind: e.kind, body: e.body, clientTime: e.clientTime,
                         createdAt: e.createdAt, madeOn: gone.madeOn, delivery: e.delivery, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt,
-                        lastError: e.lastError, upgradeTo: e.upgradeTo)
+                        lastError: e.lastError, upgradeTo: e.upgradeTo, inConflict: e.inConflict)
         }
     }
 

@@ -138,9 +138,13 @@ struct Edit: Hashable, Sendable {
     /// The app version the server wants for this change (`upgrade_required`): a queued edit
     /// is held, not sent, while the app's version for its collection is lower. Nil: none.
     var upgradeTo: Int?
+    /// True while a queued edit waits for a person to settle its conflict
+    /// (`Resolution.leaveForPerson`): shown to the app, held from the server, blocking no
+    /// other record. The app's next edits of the record fold into it and stay held.
+    var inConflict = false
 
     init(position: Int64? = nil, localId: String? = nil, changeId: String, kind: EditKind, body: Body, clientTime: Int64, createdAt: Int64, madeOn: MadeOn,
-         delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil, upgradeTo: Int? = nil) {
+         delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil, upgradeTo: Int? = nil, inConflict: Bool = false) {
         self.position = position
         self.localId = localId ?? changeId
         self.changeId = changeId
@@ -154,6 +158,7 @@ struct Edit: Hashable, Sendable {
         self.nextAttemptAt = nextAttemptAt
         self.lastError = lastError
         self.upgradeTo = upgradeTo
+        self.inConflict = inConflict
     }
 
     var isReoffer: Bool {

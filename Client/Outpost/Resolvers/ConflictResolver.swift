@@ -91,6 +91,12 @@ public enum Resolution: Sendable, Hashable {
     case write(JSONObject)
     /// A delete is written on top of the server's version.
     case delete
+    /// Neither now: the record keeps the local edit, shown and marked in conflict, the
+    /// server's version kept beside it, and waits for a person to settle it
+    /// (`OutpostStore.unsettledConflicts()`, `settleConflict(in:id:_:)`). Nothing of the
+    /// record is sent meanwhile; every other record syncs on. Not a resolution a person
+    /// settles with (`settleConflict` ignores it).
+    case leaveForPerson
 }
 
 /// Decides conflicts. A resolved write is a new change with a new changeId whose base is
@@ -114,6 +120,7 @@ public struct ConflictResolver: Sendable {
         case clientWins
         case lastWriteWins(driftMs: Int64)
         case custom(name: String, @Sendable (Conflict) -> Resolution)
+        case leaveForPerson
     }
 
     let kind: Kind
@@ -122,6 +129,9 @@ public struct ConflictResolver: Sendable {
     public static let serverWins = ConflictResolver(kind: .serverWins)
     /// The local edit always wins.
     public static let clientWins = ConflictResolver(kind: .clientWins)
+    /// Every conflict is left for a person (`Resolution.leaveForPerson`): the app lists them
+    /// and settles each. A custom resolver can leave some and decide others.
+    public static let leaveForPerson = ConflictResolver(kind: .leaveForPerson)
 
     /// The later edit wins, by the devices' clocks, with three guards:
     ///
@@ -176,6 +186,7 @@ public struct ConflictResolver: Sendable {
         case .clientWins: "clientWins"
         case .lastWriteWins: "lastWriteWins"
         case .custom(let name, _): name
+        case .leaveForPerson: "leaveForPerson"
         }
     }
 
@@ -186,6 +197,7 @@ public struct ConflictResolver: Sendable {
         case .serverWins: return .keepServer
         case .clientWins: return .keepLocal
         case .custom(_, let body): return body(conflict)
+        case .leaveForPerson: return .leaveForPerson
         case .lastWriteWins(let drift): return Self.lastWriteWins(conflict, now: now, driftMs: drift)
         }
     }
@@ -223,13 +235,16 @@ public struct ConflictResolver: Sendable {
             if decision == nil { decision = fallback.resolve(conflict, now: now) }
             switch decision! {
             case .keepLocal: return true
-            case .keepServer, .write, .delete: return false
+            case .keepServer, .write, .delete, .leaveForPerson: return false
             }
         }
         // One implementation for the record and for a keyed list's elements (OutpostCore).
         let merged = FieldKinds.mergeObject(base: baseData, local: localData, server: serverData, kinds: conflict.fields, localWins: localWinsBoth)
         if let decision, case .write = decision { return decision }
         if let decision, case .delete = decision { return decision }
+        // A field changed on both sides that the fallback leaves for a person leaves the
+        // record for a person: the fields that merge alone wait with it.
+        if let decision, case .leaveForPerson = decision { return decision }
         if merged == serverData { return .keepServer }
         if merged == localData { return .keepLocal }
         return .write(merged)

@@ -55,19 +55,47 @@ public struct ConflictEntry: Sendable, Hashable {
     public let writtenChangeId: String?
 
     /// The record's data after the decision: the server's copy, the local edit or the
-    /// resolver's merge; nil when the record ends deleted.
+    /// resolver's merge; nil when the record ends deleted. A conflict left for a person
+    /// shows the local edit until it is settled.
     public var result: JSONObject? {
         switch resolution {
         case .keepServer: server
-        case .keepLocal: local
+        case .keepLocal, .leaveForPerson: local
         case .write(let merged): merged
         case .delete: nil
         }
     }
 
-    /// `resolution`'s name: `keepServer`, `keepLocal`, `write` or `delete`.
+    /// The local edit decoded as the app's type; nil for a delete.
+    public func local<T: Decodable>(as type: T.Type, decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> T? {
+        try local.map { try Self.decode($0, as: type, decoder: decoder, collection: collection, id: id) }
+    }
+
+    /// The server's copy decoded as the app's type; nil for a tombstone.
+    public func server<T: Decodable>(as type: T.Type, decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> T? {
+        try server.map { try Self.decode($0, as: type, decoder: decoder, collection: collection, id: id) }
+    }
+
+    /// The base decoded as the app's type; nil without a base or for a deleted one.
+    public func base<T: Decodable>(as type: T.Type, decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> T? {
+        try base?.data.map { try Self.decode($0, as: type, decoder: decoder, collection: collection, id: id) }
+    }
+
+    /// The result decoded as the app's type; nil when the record ends deleted.
+    public func result<T: Decodable>(as type: T.Type, decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> T? {
+        try result.map { try Self.decode($0, as: type, decoder: decoder, collection: collection, id: id) }
+    }
+
+    static func decode<T: Decodable>(_ object: JSONObject, as type: T.Type, decoder: JSONDecoder, collection: String, id: String) throws -> T {
+        do { return try decoder.decode(T.self, from: Data(encodeObject(object))) } catch {
+            throw OutpostError.decoding(collection: collection, id: id, message: "\(error)")
+        }
+    }
+
+    /// `resolution`'s name: `keepServer`, `keepLocal`, `write`, `delete` or `leaveForPerson`.
     public var resolutionName: String {
         switch resolution {
+        case .leaveForPerson: "leaveForPerson"
         case .keepServer: "keepServer"
         case .keepLocal: "keepLocal"
         case .write: "write"
@@ -137,6 +165,7 @@ extension LocalDatabase {
             case "keepServer": resolution = .keepServer
             case "keepLocal": resolution = .keepLocal
             case "delete": resolution = .delete
+            case "leaveForPerson": resolution = .leaveForPerson
             case "write":
                 guard let merged = r.merged else { throw OutpostError.storage("conflict journal entry \(r.number): no merged data") }
                 resolution = .write(try decodeObject(merged))

@@ -86,6 +86,7 @@ extension LocalDatabase {
         let carriedLineage: Int32 = 6, deleted: Int32 = 7, data: Int32 = 8, clientTime: Int32 = 9, createdAt: Int32 = 10, madeOnKind: Int32 = 11
         let madeOnEdit: Int32 = 12, madeOnCopy: Int32 = 13, deliveryColumn = madeOnCopy + n, sentBase = deliveryColumn + 1, ackCopy = sentBase + 1
         let errorCode = ackCopy + n, lastErrorColumn = errorCode + 1, attempts = lastErrorColumn + 1, nextAttempt = attempts + 1, upgradeTo = nextAttempt + 1
+        let inConflict = upgradeTo + 1
         let kind: EditKind
         if s.text(kindColumn) == "reoffer", let v = s.optionalText(lineageVersion).flatMap(Version.init) {
             kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(lineageTime) ?? 0), descendsFrom: s.optionalText(carriedLineage).flatMap(Version.init))
@@ -115,13 +116,13 @@ extension LocalDatabase {
         }
         return Edit(position: s.int64(position), localId: s.text(localId), changeId: s.text(changeId), kind: kind, body: body, clientTime: s.int64(clientTime),
                     createdAt: s.int64(createdAt), madeOn: madeOn, delivery: delivery, attempts: s.int(attempts), nextAttemptAt: s.int64(nextAttempt),
-                    lastError: lastError, upgradeTo: s.optionalInt64(upgradeTo).map { Int(clamping: $0) })
+                    lastError: lastError, upgradeTo: s.optionalInt64(upgradeTo).map { Int(clamping: $0) }, inConflict: s.optionalInt64(inConflict) == 1)
     }
 
     private static let selectRecordSQL = "SELECT \(recordColumns) FROM records WHERE collection = ? AND id = ?"
-    // `upgrade_to` (migration 9) is read here and written by `save` only when set, so the
-    // migrations before it that store models never name it.
-    private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to FROM edits WHERE collection = ? AND id = ? ORDER BY position"
+    // `upgrade_to` (migration 10) and `in_conflict` (migration 12) are read here and written
+    // by `save` only when set, so the migrations before them that store models never name them.
+    private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to, in_conflict FROM edits WHERE collection = ? AND id = ? ORDER BY position"
     /// An upsert, not `INSERT OR REPLACE`: a replace deletes the row without telling the
     /// delete triggers and would impose its conflict rule on the statements of the query
     /// indexes' triggers (Query/QueryIndexes.swift); an update lets them skip a row whose
@@ -200,11 +201,21 @@ extension LocalDatabase {
         if let needed = e.upgradeTo {
             try db.cached("UPDATE edits SET upgrade_to = ? WHERE change_id = ?").run([.integer(Int64(needed)), .text(e.changeId)])
         }
+        if e.inConflict {
+            try db.cached("UPDATE edits SET in_conflict = 1 WHERE change_id = ?").run([.text(e.changeId)])
+        }
+    }
+
+    /// The SQL condition (on `edits`) of an edit the engine holds from the server
+    /// (`Engine.isHeld`): held for a later app version, or in a conflict left for a person.
+    static func heldCondition(_ versions: AppVersions) -> (sql: String, values: [SQLiteValue]) {
+        let (upgrade, values) = upgradeCondition(versions)
+        return ("(\(upgrade) OR (delivery = 'queued' AND in_conflict IS 1))", values)
     }
 
     /// The SQL condition (on `edits`) of an edit held for a later app version than
-    /// `versions` names for its collection (`Engine.isHeld`), and its bound values.
-    static func heldCondition(_ versions: AppVersions) -> (sql: String, values: [SQLiteValue]) {
+    /// `versions` names for its collection, and its bound values.
+    static func upgradeCondition(_ versions: AppVersions) -> (sql: String, values: [SQLiteValue]) {
         var values: [SQLiteValue] = []
         var version = "?"
         if !versions.collections.isEmpty {
@@ -221,8 +232,13 @@ extension LocalDatabase {
 
     /// How many edits are held for a later app version (`SyncStatus.upgradeRequired`).
     func heldCount(_ versions: AppVersions) throws -> Int {
-        let (held, values) = Self.heldCondition(versions)
+        let (held, values) = Self.upgradeCondition(versions)
         return Int(try db.scalarInt("SELECT count(*) FROM edits WHERE \(held)", values) ?? 0)
+    }
+
+    /// How many edits wait for a person to settle their conflict (`SyncStatus.conflicts`).
+    func conflictCount() throws -> Int {
+        Int(try db.scalarInt("SELECT count(*) FROM edits WHERE delivery = 'queued' AND in_conflict = 1") ?? 0)
     }
 
     private static let insertIfAbsentSQL = """

@@ -73,6 +73,9 @@ public enum ChangeState: String, Sendable, Hashable, CaseIterable {
     /// `QueuedChange.requiredAppVersion`): held, not sent, until the store is opened by an
     /// app of that version; then it goes with the next sync.
     case upgradeRequired = "upgrade_required"
+    /// Its conflict was left for a person (`Resolution.leaveForPerson`): held, not sent,
+    /// until the app settles it (`OutpostStore.settleConflict(in:id:_:)`).
+    case inConflict = "in_conflict"
 }
 
 /// A change in the local queue.
@@ -217,6 +220,8 @@ public struct SyncStatus: Sendable, Hashable {
     public var upgradeRequired = 0
     /// Quarantined records.
     public let quarantined: Int
+    /// Records whose conflict waits for a person to settle it (counted in `pending` too).
+    public var conflicts = 0
     /// End of the last successful sync.
     public let lastSyncAt: Date?
     /// The last sync's failure, nil after a success: the error's text, for support.

@@ -400,6 +400,9 @@ public actor OutpostStore {
         var code: String?
         var required: Int?
         switch e.delivery {
+        case .queued where e.inConflict:
+            state = .inConflict
+            if let epoch = context.phase.epoch { base = Engine.wireBase(model, e, epoch: epoch) }
         case .queued where Engine.isHeld(e, model.key, context):
             state = .upgradeRequired
             required = e.upgradeTo
@@ -476,6 +479,7 @@ public actor OutpostStore {
                 lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }.map(Date.init(milliseconds:)), lastError: try d.meta(.lastError),
                 retiredEpochs: try d.retiredEpochs(), rebasing: session.phase.isRePulling, restoredFrom: restoredFrom)
             status.upgradeRequired = try d.heldCount(versions)
+            status.conflicts = try d.conflictCount()
             // A failure kept by an SDK before `SyncProblem` has its text only: one to retry.
             status.lastProblem = try d.meta(.lastProblem).flatMap(SyncProblem.init(rawValue:)) ?? (status.lastError == nil ? nil : .serverUnavailable)
             return status

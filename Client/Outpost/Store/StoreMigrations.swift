@@ -204,6 +204,11 @@ extension LocalDatabase {
                     definition TEXT NOT NULL UNIQUE);
                 """)
         },
+        // An edit whose conflict the resolver left for a person (`Resolution.leaveForPerson`,
+        // Edit.inConflict): 1 while it waits for the app to settle it, NULL otherwise.
+        StoreMigration(name: "12 conflicts left for a person") { d, _ in
+            try d.db.execute("ALTER TABLE edits ADD COLUMN in_conflict INTEGER")
+        },
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one

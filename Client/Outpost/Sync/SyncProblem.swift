@@ -60,6 +60,9 @@ public enum SyncState: Sendable, Hashable {
     case rePulling(progress: SyncProgress?)
     /// The last sync failed for this reason (`SyncProblem`); `pending` changes wait.
     case failed(SyncProblem, pending: Int)
+    /// Records whose conflict waits for a person to settle it
+    /// (`OutpostStore.unsettledConflicts()`).
+    case conflicts(count: Int)
     /// Changes are held until the app is updated (the server takes them only from a later
     /// version of the app).
     case upgradeRequired(count: Int)
@@ -79,6 +82,7 @@ public enum SyncState: Sendable, Hashable {
             if let total = p.approximateTotal, total > p.pulled { return "\(verb): \(p.pulled) of about \(total) records" }
             return "\(verb): \(p.pulled) records"
         case .failed(let problem, _): return problem.message
+        case .conflicts(let n): return n == 1 ? "1 record has changes from two devices to settle." : "\(n) records have changes from two devices to settle."
         case .upgradeRequired(let n): return n == 1 ? "1 change waits for an app update." : "\(n) changes wait for an app update."
         case .waiting(let n): return n == 1 ? "1 change to send." : "\(n) changes to send."
         case .upToDate(let since):
@@ -93,8 +97,10 @@ public enum SyncState: Sendable, Hashable {
         if syncing { self = .syncing(progress: progress); return }
         guard let status else { self = .neverSynced; return }
         if let problem = status.lastProblem { self = .failed(problem, pending: status.pending); return }
+        if status.conflicts > 0 { self = .conflicts(count: status.conflicts); return }
         if status.upgradeRequired > 0 { self = .upgradeRequired(count: status.upgradeRequired); return }
-        if status.pending > status.upgradeRequired { self = .waiting(pending: status.pending - status.upgradeRequired); return }
+        let waiting = status.pending - status.upgradeRequired - status.conflicts
+        if waiting > 0 { self = .waiting(pending: waiting); return }
         if let at = status.lastSyncAt { self = .upToDate(since: at); return }
         self = .neverSynced
     }
