@@ -100,6 +100,55 @@ enum ReadmeSamples {
         return firstPage.map(\.id) + ["\(count)"] + found.map(\.value.title)
     }
     // readme:end queries
+
+    // readme:begin write-block
+    /// An inspection and its checklist items saved at once: one commit, all or nothing.
+    static func saveVisit(store: OutpostStore, inspection: Inspection, items: [String: Inspection]) async throws {
+        let inspections = store.collection("inspections", of: Inspection.self)
+        try await store.transaction { tx in
+            try tx.save(inspection, id: "i1", in: inspections)
+            for (id, item) in items { try tx.save(item, id: id, in: inspections) }
+            try tx.delete(from: "drafts", id: "i1")
+        }  // 10,000 saves in about 0.25 s (docs/benchmarks.md, "Write blocks")
+    }
+    // readme:end write-block
+
+    // readme:begin conflicts
+    /// Conflicts on inspections wait for the inspector; other collections merge by themselves.
+    static let resolver = ConflictResolver.custom(name: "inspectionsByHand") { conflict in
+        conflict.collection == "inspections" ? .leaveForPerson : ConflictResolver.mergeFields().resolve(conflict, now: conflict.local.clientTime)
+    }
+
+    /// The conflict screen: both versions side by side, then the inspector's choice.
+    static func settle(store: OutpostStore) async throws -> [String] {
+        let inspections = store.collection("inspections", of: Inspection.self)
+        var shown: [String] = []
+        for conflict in try await inspections.unsettledConflicts() {  // kept across restarts
+            let mine = try conflict.local(as: Inspection.self), theirs = try conflict.server(as: Inspection.self)
+            shown.append("\(mine?.notes ?? "deleted") | \(theirs?.notes ?? "deleted")")
+            if let mine, let theirs {
+                var merged = theirs
+                merged.notes = theirs.notes + "; " + mine.notes
+                try await inspections.settleConflict(conflict.id, with: merged)  // sent as an ordinary edit
+            } else {
+                try await inspections.settleConflict(conflict.id, .keepServer)
+            }
+        }
+        return shown
+    }
+    // readme:end conflicts
+
+    // readme:begin status-line
+    /// A status line: one value to switch over, and a sentence for a person.
+    @MainActor
+    static func statusLine(_ model: SyncStatusModel) -> String {
+        switch model.state {
+        case .failed(.unauthorized, _): return "Sign in again"   // the app's own action
+        case .syncing(let progress): return progress.map { "\($0.pulled) received" } ?? "Syncing…"
+        default: return model.message   // "Offline. Your changes are saved on this device…"
+        }
+    }
+    // readme:end status-line
 }
 
 @Suite("README samples", .offPoolWhileBlocking, .serverLogs)
@@ -139,13 +188,49 @@ struct ReadmeSampleTests {
         }
     }
 
+    @Test func theWriteBlockConflictAndStatusSamplesRunAgainstARealServer() async throws {
+        let dir = try TemporaryDirectory(prefix: "outpost-readme-conflicts")
+        defer { dir.remove() }
+        let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data")) }
+        defer { server.stop() }
+        let token = try server.token(sub: "u", spaces: ["team"])
+        let phone = try serverDevice("phone", server, dir, token: token, space: "team", seed: 21) { $0.resolver = ReadmeSamples.resolver }
+        let office = try serverDevice("office", server, dir, token: token, space: "team", seed: 21)
+        let due = Date(timeIntervalSince1970: 1_790_000_000)
+        let visit = ReadmeSamples.Inspection(title: "Pump", status: "open", dueDate: due, notes: "first visit")
+        try await ReadmeSamples.saveVisit(store: phone, inspection: visit, items: ["c1": visit, "c2": visit])
+        try await phone.sync()
+        try await office.sync()
+        #expect(try await office.collection("inspections", of: ReadmeSamples.Inspection.self).count() == 3)
+
+        // Both edit i1 offline; the office syncs first, the phone leaves the conflict for its inspector.
+        var theirs = visit, mine = visit
+        theirs.notes = "office: parts ordered"
+        mine.notes = "valve leaks"
+        try await office.collection("inspections", of: ReadmeSamples.Inspection.self).save(theirs, id: "i1")
+        try await office.sync()
+        try await phone.collection("inspections", of: ReadmeSamples.Inspection.self).save(mine, id: "i1")
+        try await phone.sync()
+        let model = await SyncStatusModel(store: phone)
+        await model.start()
+        await ProgressTests.wait(for: model, "one conflict") { $0.state == .conflicts(count: 1) }
+        #expect(await ReadmeSamples.statusLine(model) == "1 record has changes from two devices to settle.")
+        await model.stop()
+        #expect(try await ReadmeSamples.settle(store: phone) == ["valve leaks | office: parts ordered"])
+        try await phone.sync()
+        try await office.sync()
+        #expect(try await office.collection("inspections", of: ReadmeSamples.Inspection.self).get("i1")?.notes == "office: parts ordered; valve leaks")
+        await phone.close()
+        await office.close()
+    }
+
     /// The code blocks of README.md's "Using the SDK" section, and the marked regions here.
     @Test func readmeShowsTheseSamples() throws {
         let here = URL(fileURLWithPath: #filePath)
         let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
         let source = try String(contentsOf: here, encoding: .utf8)
-        for name in ["two-devices", "app", "media", "queries"] {
+        for name in ["two-devices", "app", "media", "queries", "write-block", "conflicts", "status-line"] {
             let begin = "    // readme:begin \(name)\n", end = "    // readme:end \(name)\n"
             let region = try #require(source.range(of: begin).flatMap { b in source.range(of: end, range: b.upperBound..<source.endIndex).map { b.upperBound..<$0.lowerBound } })
             let sample = source[region].split(separator: "\n", omittingEmptySubsequences: false)
