@@ -78,6 +78,42 @@ struct ReadPoolTests {
         func ping() {}
     }
 
+    /// `suspend()` waits for a read in flight to end and its connection to close: no
+    /// reader's descriptor (nor its WAL lock) stays on the file once the store is suspended.
+    @Test func suspensionWaitsForAReadInFlightAndLeavesNoReaderOpen() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try OutpostStore(path: dir.appending("app.sqlite"), configuration: .init(space: "team"))
+            try await store.put(todo("a"), in: "todos", id: "a")
+            let started = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+            final class Events: Sendable { let list = Mutex<[String]>([]) }
+            let events = Events()
+            let read = Task {
+                try await store.appRead { d in
+                    started.signal()
+                    _ = release.wait(timeout: .now() + .seconds(testDeadlineSeconds))
+                    defer { events.list.withLock { $0.append("read") } }
+                    return try d.shown(RecordKey(collection: "todos", id: "a"))?.key.id
+                }
+            }
+            try await blocking { _ = started.wait(timeout: .now() + .seconds(testDeadlineSeconds)) }
+            let suspension = Task {
+                await store.suspend()
+                events.list.withLock { $0.append("suspended") }
+            }
+            try await eventually("the suspension shuts the reads") { store.readers?.shutReason == .suspended }
+            #expect(events.list.withLock { $0 }.isEmpty, "the suspension waits for the read")
+            release.signal()
+            #expect(try await read.value == "a", "the read in flight ends with its answer")
+            await suspension.value
+            #expect(events.list.withLock { $0 } == ["read", "suspended"])
+            #expect(store.readers?.openCount == 0)
+            #expect(await store.isSuspended)
+            try await store.resume()
+            #expect(try await store.record(in: "todos", id: "a") != nil, "reads open again after resume()")
+            await store.close()
+        }
+    }
+
     @Test func aReadNeverHoldsItsCallersActor() async throws {
         try await withTemporaryDirectory { dir in
             let store = try World().device("phone", path: dir.appending("s.sqlite"))

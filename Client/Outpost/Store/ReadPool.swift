@@ -25,8 +25,8 @@ import Synchronization
 ///
 /// Suspension and close: `shut` closes the idle connections and makes reads throw
 /// `suspended` or `closed`; a read running at that moment ends on its connection, which is
-/// then closed, not kept (its generation is old). `reopen` after `resume()` lets reads open
-/// connections again.
+/// then closed, not kept (its generation is old), and `drain` waits for that. `reopen`
+/// after `resume()` lets reads open connections again.
 final class ReadPool: Sendable {
     /// A connection lent to one read at a time (the lock hands it out; one owner at once),
     /// and the queue its reads run on (serial: Dispatch gives it a thread even when every
@@ -60,6 +60,9 @@ final class ReadPool: Sendable {
         var open = 0
         var generation = 0
         var shut: Shut?
+        /// Reads running now (readers lent), and who waits for them to end (`drain`).
+        var lent = 0
+        var drainWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     static let keptIdle = 2
@@ -104,9 +107,13 @@ final class ReadPool: Sendable {
     private func lend() throws -> Reader? {
         try state.withLock { s in
             if let shut = s.shut { throw shut == .suspended ? OutpostError.suspended : OutpostError.closed }
-            if let reader = s.idle.popLast() { return reader }
+            if let reader = s.idle.popLast() {
+                s.lent += 1
+                return reader
+            }
             guard s.open < Self.maximumOpen else { return nil }
             s.open += 1
+            s.lent += 1
             return Reader(generation: s.generation)
         }
     }
@@ -114,16 +121,36 @@ final class ReadPool: Sendable {
     /// Keeps the reader for the next read, or closes it: when `keptIdle` are idle, when
     /// it failed, or when the pool was shut or reopened since it was lent.
     private func giveBack(_ reader: Reader, healthy: Bool) {
-        let keep = state.withLock { s -> Bool in
-            guard reader.generation == s.generation else { return false }
+        let (keep, waiters) = state.withLock { s -> (Bool, [CheckedContinuation<Void, Never>]) in
+            s.lent -= 1
+            let waiters = s.lent == 0 ? s.drainWaiters : []
+            if s.lent == 0 { s.drainWaiters = [] }
+            guard reader.generation == s.generation else { return (false, waiters) }
             if healthy, s.shut == nil, s.idle.count < Self.keptIdle {
                 s.idle.append(reader)
-                return true
+                return (true, waiters)
             }
             s.open -= 1
-            return false
+            return (false, waiters)
         }
+        // Closed before the waiters hear of it: a suspension that waited for this read
+        // finds no reader's descriptor left on the file.
         if !keep { reader.database?.close() }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Waits until no read runs: each running read ends on its connection, which is closed
+    /// when the pool was shut meanwhile. `suspend()` waits here, so no descriptor of a
+    /// reader stays on the file once the store is suspended.
+    func drain() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.lent == 0 { return true }
+                s.drainWaiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
     }
 
     /// Closes the idle readers; reads throw `suspended` or `closed` until `reopen`.
@@ -149,4 +176,7 @@ final class ReadPool: Sendable {
 
     /// Readers open now (idle or lent), for tests of descriptors and suspension.
     var openCount: Int { state.withLock { $0.open } }
+
+    /// Why reads are refused now, if they are (`shut`).
+    var shutReason: Shut? { state.withLock { $0.shut } }
 }

@@ -149,7 +149,15 @@ extension OutpostStore {
         defer { if holdsGate { syncGate.release() } }
         // A resume() or close() while it waited ends the suspension here.
         guard lifecycle == .suspending else { return }
+        // Reads in flight end first, and their connections close: no reader's descriptor
+        // (nor SQLite's WAL lock) stays on the file once the app is suspended.
         readers?.shut(.suspended)
+        await readers?.drain()
+        guard lifecycle == .suspending else {
+            // Resumed while the reads ended: the store stays open, and reads may open again.
+            readers?.reopen()
+            return
+        }
         database?.close()
         database = nil
         lock = nil
