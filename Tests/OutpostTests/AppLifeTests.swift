@@ -542,3 +542,41 @@ extension OutpostStore {
         try read { try $0.db.query("SELECT path FROM media_uploads ORDER BY number", []) { $0.text(0) } }
     }
 }
+
+/// A cold launch for a background task, before the app reported any move: the store must
+/// end suspended after the task, never open while the app is suspended.
+@Suite("Background launches")
+struct BackgroundLaunchTests {
+    @Test func aTaskLaunchedInTheBackgroundLeavesTheStoreSuspendedWithoutAnyReport() async throws {
+        let dir = try TemporaryDirectory(prefix: "outpost-background-launch")
+        defer { dir.remove() }
+        let world = World()
+        let store = try world.device("phone", path: dir.appending("phone.sqlite"))
+        try await store.put(todo("a"), in: "todos", id: "a")
+        let lifecycle = StoreLifecycle(store: store)
+        let report = try await lifecycle.whileOpen(launchedIn: .background) { try await $0.sync() }
+        #expect(report.pushed == 1)
+        #expect(await store.isSuspended, "the task's work done, the store is suspended again")
+        // The app comes to the foreground: reported, the store opens.
+        try await lifecycle.enteringForeground()
+        #expect(await store.isSuspended == false)
+        // A report wins over a later launch's state: in the foreground, a task leaves it open.
+        _ = try await lifecycle.whileOpen(launchedIn: .background) { try await $0.sync() }
+        #expect(await store.isSuspended == false)
+        await store.close()
+    }
+
+    @Test func theAppStateIsAskedAtEveryEntryUntilTheAppReports() async throws {
+        let dir = try TemporaryDirectory(prefix: "outpost-background-launch")
+        defer { dir.remove() }
+        let world = World()
+        let store = try world.device("phone", path: dir.appending("phone.sqlite"))
+        let lifecycle = StoreLifecycle(store: store, appState: { .background })
+        _ = try await lifecycle.whileOpen { try await $0.sync() }
+        #expect(await store.isSuspended, "no report: the app's state, asked, is the background")
+        try await lifecycle.enteringForeground()
+        _ = try await lifecycle.whileOpen { try await $0.sync() }
+        #expect(await store.isSuspended == false, "reported in the foreground")
+        await store.close()
+    }
+}

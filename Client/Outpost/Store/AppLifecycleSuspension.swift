@@ -79,6 +79,19 @@ public final class AppLifecycleSuspension: @unchecked Sendable {
     }
 }
 
+extension StoreLifecycle {
+    /// Where the app is, from UIKit (`UIApplication.applicationState`): `background` in the
+    /// background, else `foreground` (active or inactive). For `init(store:scheduler:appState:)`
+    /// and background launches.
+    @available(iOSApplicationExtension, unavailable)
+    @available(tvOSApplicationExtension, unavailable)
+    @available(visionOSApplicationExtension, unavailable)
+    @available(macCatalystApplicationExtension, unavailable)
+    public static func applicationState() async -> AppState {
+        await MainActor.run { UIApplication.shared.applicationState == .background ? .background : .foreground }
+    }
+}
+
 /// One `beginBackgroundTask` … `endBackgroundTask` pair, ended at most once.
 @available(iOSApplicationExtension, unavailable)
 @available(tvOSApplicationExtension, unavailable)

@@ -22,19 +22,38 @@
 /// A `SyncScheduler` given to it is stopped once the store is suspended and started again
 /// once it is resumed, so the app's first sync back in the foreground is at once, not
 /// after the backoff its syncs refused while suspended would have built.
+///
+/// Until the app reports a move, the lifecycle does not assume the foreground: it asks
+/// `appState` at every entry point, and a background launch tells it the state it was
+/// launched in (`whileOpen(launchedIn:_:)`, which `BackgroundSync` calls). So a cold
+/// launch for a background task, before any report, leaves the store suspended after the
+/// task, never open while the app is suspended (in an App Group container iOS would end
+/// the app for holding the file's lock: 0xdead10cc).
 public actor StoreLifecycle {
     /// The store it suspends and resumes.
     public nonisolated let store: OutpostStore
     /// The app's scheduler of the store, if any.
     public nonisolated let scheduler: SyncScheduler?
-    private var inBackground = false
+    /// Where the app is, as last reported (`enteredBackground`, `enteringForeground`, or a
+    /// background launch); nil before any report, when `appState` is asked.
+    private var inBackground: Bool?
     private var holds = 0
+    private let appState: @Sendable () async -> AppState
 
-    /// A lifecycle for `store` (and its `scheduler`), which starts in the foreground
-    /// (open).
-    public init(store: OutpostStore, scheduler: SyncScheduler? = nil) {
+    /// Where an app is.
+    public enum AppState: Sendable, Hashable {
+        case foreground
+        case background
+    }
+
+    /// A lifecycle for `store` (and its `scheduler`). `appState` tells where the app is
+    /// until it reports a move (on iOS, `StoreLifecycle.applicationState` reads UIKit's);
+    /// by default the foreground.
+    public init(store: OutpostStore, scheduler: SyncScheduler? = nil,
+                appState: @escaping @Sendable () async -> AppState = { .foreground }) {
         self.store = store
         self.scheduler = scheduler
+        self.appState = appState
     }
 
     /// The app moved to the background: the store is suspended once no `whileOpen` holds
@@ -54,6 +73,14 @@ public actor StoreLifecycle {
     public func enteringForeground() async throws {
         inBackground = false
         try await settle()
+    }
+
+    /// `whileOpen` for work the system launched the app for, in `state` (a background
+    /// task's launch: the background): the state counts as reported unless the app
+    /// reported one already, so the store is suspended again after the work.
+    public func whileOpen<T: Sendable>(launchedIn state: AppState, _ body: @Sendable (OutpostStore) async throws -> T) async throws -> T {
+        if inBackground == nil { inBackground = state == .background }
+        return try await whileOpen(body)
     }
 
     /// Runs `body` with the store open, in the background too (a background task's sync),
@@ -76,7 +103,8 @@ public actor StoreLifecycle {
     /// while it waited for the store.
     private func settle() async throws {
         while true {
-            let suspend = inBackground && holds == 0
+            let background = await isInBackground()
+            let suspend = background && holds == 0
             if suspend {
                 await store.suspend()
                 await scheduler?.stop()
@@ -84,7 +112,13 @@ public actor StoreLifecycle {
                 try await store.resume()
                 await scheduler?.start()
             }
-            if suspend == (inBackground && holds == 0) { return }
+            if suspend == (await isInBackground() && holds == 0) { return }
         }
+    }
+
+    /// The last report, or else what `appState` says now.
+    private func isInBackground() async -> Bool {
+        if let inBackground { return inBackground }
+        return await appState() == .background
     }
 }

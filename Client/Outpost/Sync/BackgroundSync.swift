@@ -51,6 +51,10 @@ public enum BackgroundSync {
     /// - Returns: false when the system refused the identifier (it is missing from
     ///   `BGTaskSchedulerPermittedIdentifiers`).
     @discardableResult
+    @available(iOSApplicationExtension, unavailable)
+    @available(tvOSApplicationExtension, unavailable)
+    @available(visionOSApplicationExtension, unavailable)
+    @available(macCatalystApplicationExtension, unavailable)
     public static func register(identifier: String, kind: Kind = .appRefresh, interval: Duration? = .seconds(15 * 60),
                                 lifecycle: @escaping @Sendable () async throws -> StoreLifecycle) -> Bool {
         BGTaskScheduler.shared.register(forTaskWithIdentifier: identifier, using: nil) { task in
@@ -61,7 +65,10 @@ public enum BackgroundSync {
             let sync = Task {
                 let succeeded: Bool
                 do {
-                    _ = try await lifecycle().whileOpen { try await $0.sync() }
+                    // The state the system launched the app in, from UIKit: a cold launch for
+                    // this task is in the background, and the store must end suspended.
+                    let state = await StoreLifecycle.applicationState()
+                    _ = try await lifecycle().whileOpen(launchedIn: state) { try await $0.sync() }
                     succeeded = true
                 } catch {
                     succeeded = false
