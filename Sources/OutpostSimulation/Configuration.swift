@@ -59,6 +59,10 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// steps edit them, and the oracle checks their sums. Off by default, so that a seed's
     /// run without them stays what it was.
     public var fieldKinds = false
+    /// A checklist, a list keyed by `id` (docs/rules.md, "Field kinds"), in the same records
+    /// (`Ledger`): the rules file declares it, steps add, mark and remove its items, and the
+    /// oracle checks that no item or mark is lost. Off by default, like `fieldKinds`.
+    public var listKind = false
 
     /// The configuration of `seed` in the default rotation: resolver and fault set cycle
     /// through all 24 combinations (seed mod 24), the device count through 2, 3, 4
@@ -88,6 +92,7 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
         var command = "outpost-sim --seed \(seed) --steps \(steps) --resolver \(resolver.rawValue) --faults \(faults.rawValue) --devices \(devices)"
         if case .postgres(let url) = store { command += " --store '\(url)'" }
         if fieldKinds { command += " --field-kinds" }
+        if listKind { command += " --list-kind" }
         if let broken { return "the test that breaks \(broken.name) (not the command line): \(command) --verbose" }
         return command + " --verbose"
     }
@@ -96,6 +101,7 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
         var text = "seed \(seed), \(resolver.rawValue), faults \(faults.rawValue), \(devices) devices, \(steps) steps"
         if case .postgres = store { text += ", on PostgreSQL" }
         if fieldKinds { text += ", with field kinds" }
+        if listKind { text += ", with a keyed list" }
         if let broken { text += ", broken: \(broken.name)" }
         return text
     }
@@ -111,7 +117,7 @@ public struct BrokenPart: Sendable, Hashable {
     /// Wraps the server's store (a store with a deliberate bug).
     public var store: (@Sendable (any SyncStore) -> any SyncStore)?
     /// Replaces the custom resolver of each device (by its index); in a run with field
-    /// kinds, the resolver of the `Ledger` records' conflicts instead.
+    /// kinds or the list kind, the resolver of the `Ledger` records' conflicts instead.
     public var resolver: (@Sendable (_ device: Int) -> ConflictResolver)?
 
     public init(name: String, store: (@Sendable (any SyncStore) -> any SyncStore)? = nil,

@@ -99,8 +99,10 @@ private final class DeviceHandle {
 
 private enum Action {
     case put, delete, sync, poll, resetSync, discardRejected
-    /// An edit of a `Ledger` record (runs with field kinds only).
+    /// An edit of a `Ledger` record's count and tags (runs with field kinds only).
     case count
+    /// An edit of a `Ledger` record's checklist (runs with the list kind only).
+    case tick
     case crash, armCrash, skew
     case restart, restartEmpty, backup, restore, down
 }
@@ -116,8 +118,8 @@ private final class Run {
     var devices: [DeviceHandle] = []
     var backups: [(name: String, epoch: Epoch)] = []
     var downSteps = 0
-    /// The counter and set edits (runs with field kinds).
-    var ledger = Ledger()
+    /// The counter, set and checklist edits (runs with field kinds or the list kind).
+    var ledger: Ledger
 
     static let keys: [Key] = [Key("todos", "k0"), Key("todos", "k1"), Key("todos", "k2"), Key("todos", "k3"), Key("notes", "n0"), Key("notes", "n1")]
 
@@ -126,6 +128,7 @@ private final class Run {
         let directory = scratch + "/outpost-sim-\(getpid())-\(configuration.seed)-\(UUID().uuidString.prefix(8))"
         self.directory = directory
         rng = SimRandom(seed: configuration.seed ^ 0x5EED_0F_0D_7A15)
+        ledger = Ledger(counters: configuration.fieldKinds, checklist: configuration.listKind)
         let networkSeed = rng.derive()
         let runtimes = (0..<configuration.devices).map { DeviceRuntime(path: "\(directory)/d\($0).sqlite") }
         world = RunWorld(
@@ -153,14 +156,14 @@ private final class Run {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             let server = try SimServer(directory: directory + "/server", store: configuration.store, limits: Simulation.limits, clock: clock, seed: rng.derive(),
-                                       wrapStore: configuration.broken?.store, rules: configuration.fieldKinds ? Ledger.rules : nil)
+                                       wrapStore: configuration.broken?.store, rules: ledger.isOn ? ledger.rules : nil)
             self.server = server
             try server.open()
-            let epoch = server.epoch
+            let epoch = server.epoch, underRules = ledger.isOn
             world.state.withLock { s in
                 s.service = server.service
                 s.oracle.serverEpoch(epoch)
-                s.oracle.underRules = configuration.fieldKinds
+                s.oracle.underRules = underRules
             }
             log("run \(configuration)")
             log("   0 server starts in epoch \(epoch)")
@@ -169,9 +172,10 @@ private final class Run {
                 devices.append(device)
                 try open(device)
             }
-            if configuration.fieldKinds, let first = devices.first?.store {
-                for key in Ledger.keys { try await first.put(["count": .number(JSONNumber(Ledger.initial)), "tags": []], in: key.collection, id: key.id) }
-                log("   0 d0 creates \(Ledger.keys.map(\.description).joined(separator: ", ")) at count \(Ledger.initial)")
+            if ledger.isOn, let first = devices.first?.store {
+                for key in Ledger.keys { try await first.put(ledger.initialData, in: key.collection, id: key.id) }
+                let what = [ledger.counters ? "at count \(Ledger.initial)" : nil, ledger.checklist ? "with a checklist of \(Ledger.firstItems.count) items" : nil]
+                log("   0 d0 creates \(Ledger.keys.map(\.description).joined(separator: ", ")) " + what.compactMap { $0 }.joined(separator: ", "))
             }
             for step in 1...max(1, configuration.steps) where configuration.steps > 0 {
                 world.state.withLock { $0.oracle.step = step }
@@ -191,11 +195,11 @@ private final class Run {
 
     // MARK: Devices
 
-    /// The run's resolver; in a run with field kinds, `stock`'s conflicts go to `.mergeFields`
+    /// The run's resolver; in a run with field kinds or the list kind, `stock`'s conflicts go to `.mergeFields`
     /// with the run's resolver as fallback, except the custom one (whose merges the main
     /// oracle follows): last-write-wins there, and a broken part's resolver in its place.
     func resolver(for device: Int) -> ConflictResolver {
-        guard configuration.fieldKinds else { return runResolver(for: device) }
+        guard ledger.isOn else { return runResolver(for: device) }
         let base: ConflictResolver, stock: ConflictResolver
         if configuration.resolver == .custom {
             let world = self.world
@@ -272,7 +276,7 @@ private final class Run {
             (.crash, f.crash ? 3 : 0), (.armCrash, f.crash ? 4 : 0), (.skew, f.skew ? 3 : 0),
             (.restart, f.server ? 2 : 0), (.restartEmpty, f.server ? 0.8 : 0), (.backup, f.server ? 2 : 0),
             (.restore, f.server && hasBackup ? 1.2 : 0), (.down, f.server && downSteps == 0 ? 1.5 : 0),
-        ] + (configuration.fieldKinds ? [(.count, 20)] : []))
+        ] + (configuration.fieldKinds ? [(.count, 20)] : []) + (configuration.listKind ? [(.tick, 20)] : []))
     }
 
     func step(_ step: Int) async throws {
@@ -350,6 +354,15 @@ private final class Run {
             guard let view = try await store.record(in: key.collection, id: key.id), !view.deleted, let data = view.data,
                   let (edited, note) = ledger.edit(key, data, tag: "\(d).\(step)", rng: &rng) else {
                 log(prefix + "\(d) count \(key): no copy to count on")
+                return
+            }
+            try await store.put(edited, in: key.collection, id: key.id)
+            log(prefix + "\(d) \(key) \(note)")
+        case .tick:
+            let key = Ledger.keys[rng.below(Ledger.keys.count)]
+            guard let view = try await store.record(in: key.collection, id: key.id), !view.deleted, let data = view.data,
+                  let (edited, note) = ledger.tick(key, data, device: device.index, step: step, rng: &rng) else {
+                log(prefix + "\(d) checklist of \(key): no copy to edit")
                 return
             }
             try await store.put(edited, in: key.collection, id: key.id)
@@ -518,7 +531,7 @@ private final class Run {
         }
         let epoch = server.epoch
         world.state.withLock { $0.oracle.finalCheck(serverEpoch: epoch, server: rows, devices: finals) }
-        if configuration.fieldKinds {
+        if ledger.isOn {
             var onServer: [Key: JSONObject] = [:]
             for row in all where row.key.collection == Ledger.collection && !row.deleted { onServer[row.key] = row.data }
             for problem in ledger.check(server: onServer, devices: held, rejected: rejected) { fail(.fieldKinds, problem) }

@@ -13,7 +13,7 @@ let usage = """
                        [--resolver server-wins|client-wins|last-write-wins|custom]
                        [--faults none|network|server|crash|skew|all] [--devices 2|3|4]
                        [--jobs N] [--scratch DIR] [--verbose] [--no-shrink] [--store postgres://…]
-                       [--field-kinds]
+                       [--field-kinds] [--list-kind]
       --seeds N        how many seeds to run (default 1000), from --first-seed (default 0)
       --seed N         run seed N only (--first-seed N --seeds 1)
       --steps N        random steps per run before the network heals (default 80)
@@ -28,6 +28,8 @@ let usage = """
                        through URL (whose user may create databases) and drops it after
       --field-kinds    add counter and set fields (a rules file declares them) and check
                        their sums (docs/simulation.md, "Field kinds")
+      --list-kind      add a checklist, a list keyed by id (a rules file declares it), and
+                       check that no item or mark is lost (docs/simulation.md, "Field kinds")
     """
 
 func fail(_ message: String) -> Never {
@@ -47,6 +49,7 @@ var verbose = false
 var shrink = true
 var store = SimStore.sqlite
 var fieldKinds = false
+var listKind = false
 
 /// `v`, or the usage and exit 64.
 func required<T>(_ v: T?, _ message: String) -> T {
@@ -81,6 +84,7 @@ while let argument = arguments.popFirst() {
         guard url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") else { fail("--store takes a postgres:// URL") }
         store = .postgres(url)
     case "--field-kinds": fieldKinds = true
+    case "--list-kind": listKind = true
     case "-h", "--help":
         print(usage)
         exit(0)
@@ -90,11 +94,12 @@ while let argument = arguments.popFirst() {
 guard seeds >= 0, steps >= 0 else { fail("--seeds and --steps must not be negative") }
 
 let pinnedResolver = resolver, pinnedFaults = faults, pinnedDevices = deviceCount, runSteps = steps
-let runStore = store, runFieldKinds = fieldKinds
+let runStore = store, runFieldKinds = fieldKinds, runListKind = listKind
 let make: @Sendable (UInt64) -> RunConfiguration = { seed in
     var c = RunConfiguration.forSeed(seed, steps: runSteps, resolver: pinnedResolver, faults: pinnedFaults, devices: pinnedDevices)
     c.store = runStore
     c.fieldKinds = runFieldKinds
+    c.listKind = runListKind
     return c
 }
 

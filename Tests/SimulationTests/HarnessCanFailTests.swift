@@ -41,6 +41,33 @@ struct HarnessCanFailTests {
         #expect(found.keys.allSatisfy { $0 == .fieldKinds }, "only the ledger's invariant breaks: \(found)")
     }
 
+    /// A keyed list merged as a plain value (its declaration left out of the conflict, so
+    /// `.mergeFields` takes the list whole, by last-write-wins) loses items and marks, and
+    /// the ledger (`Ledger`) sees it.
+    @Test func aKeyedListMergedAsAPlainValueLosesItems() async {
+        let found = await broken(12) { seed in
+            var c = RunConfiguration.forSeed(seed, resolver: .custom, faults: seed % 2 == 0 ? FaultSet.none : .network)
+            c.listKind = true
+            c.broken = BrokenPart(name: "keyed list merged as a plain value", resolver: { _ in Self.mergeFieldsWithoutLists() })
+            return c
+        }
+        #expect(found[.fieldKinds, default: 0] > 0, "\(found)")
+        #expect(found.keys.allSatisfy { $0 == .fieldKinds }, "only the ledger's invariant breaks: \(found)")
+    }
+
+    /// `.mergeFields` as the runs use it, except that a field declared a list merges as
+    /// any other value.
+    static func mergeFieldsWithoutLists() -> ConflictResolver {
+        let merge = ConflictResolver.mergeFields(fallback: .lastWriteWins(maxClockDrift: .seconds(300)))
+        return .custom { c in
+            let plain = Conflict(collection: c.collection, id: c.id, local: c.local, server: c.server, serverChangeId: c.serverChangeId, base: c.base,
+                                 fields: c.fields.filter { if case .list = $0.value { false } else { true } })
+            // A custom resolver has no clock: the later of the two sides' times stands for now
+            // (last-write-wins uses it only to cap times ahead of it).
+            return merge.resolve(plain, now: max(c.local.clientTime, c.server.updatedAt))
+        }
+    }
+
     @Test(arguments: [
         (ServerMutation.ignoreBaseVersion, Invariant.acknowledgedWrite),
         (.dropTombstones, .convergence),
