@@ -530,6 +530,20 @@ struct MediaFinalizeTests {
             }
         }
     }
+
+    /// A file a locked device's data protection keeps closed (`EPERM`, `EACCES`) is a wait,
+    /// not a failure for good: the upload stays waiting and resumes once it opens. (This
+    /// machine runs the tests as root, whom no permission stops, so the rule is checked
+    /// where it is decided, on the two codes.)
+    @Test func aFileProtectedWhileTheDeviceIsLockedWaitsInsteadOfFailingForGood() {
+        for code in [EPERM, EACCES] {
+            let error = MediaFiles.readFailure("/photos/roof.jpg", code)
+            guard case .fileProtected = error else { Issue.record("\(code) gave \(error)"); continue }
+            #expect(!error.isPermanent && error.code == "file_protected")
+        }
+        #expect(MediaFiles.readFailure("/photos/roof.jpg", ENOENT).isPermanent)
+        #expect(MediaFiles.readFailure("/photos/roof.jpg", EISDIR).code == "file_unreadable")
+    }
 }
 
 // MARK: - The command-line client

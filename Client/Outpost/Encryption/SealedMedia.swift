@@ -148,7 +148,7 @@ extension MediaFiles {
                     let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
                     if n < 0 {
                         if errno == EINTR { continue }
-                        failure = MediaError.fileUnreadable(path: path, reason: errnoText())
+                        failure = MediaFiles.readFailure(path)
                         break
                     }
                     var sealed: [UInt8] = []

@@ -80,10 +80,17 @@ enum MediaFiles {
 
     static func errnoText(_ code: Int32 = errno) -> String { String(cString: strerror(code)) }
 
+    /// What a failed open or read of `path` with `code` means for an upload: a permission
+    /// error is the device's data protection while it is locked (the file opens again once
+    /// it is unlocked), so the upload waits; anything else is permanent.
+    static func readFailure(_ path: String, _ code: Int32 = errno) -> MediaError {
+        code == EPERM || code == EACCES ? .fileProtected(path: path, reason: errnoText(code)) : .fileUnreadable(path: path, reason: errnoText(code))
+    }
+
     /// Opens `path` for reading; a directory or anything but a regular file is refused.
     static func openForReading(_ path: String) throws -> (Int32, FileIdentity) {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw MediaError.fileUnreadable(path: path, reason: errnoText()) }
+        guard fd >= 0 else { throw readFailure(path) }
         var s = stat()
         guard fstat(fd, &s) == 0 else {
             let reason = errnoText()
@@ -123,7 +130,7 @@ enum MediaFiles {
                     let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
                     if n < 0 {
                         if errno == EINTR { continue }
-                        throw MediaError.fileUnreadable(path: path, reason: errnoText())
+                        throw readFailure(path)
                     }
                     if n == 0 { break }
                     buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
@@ -178,7 +185,7 @@ final class ChunkReader: Sendable {
                 let n = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, length - done, off_t(offset) + off_t(done)) }
                 if n < 0 {
                     if errno == EINTR { continue }
-                    throw MediaError.fileUnreadable(path: path, reason: MediaFiles.errnoText())
+                    throw MediaFiles.readFailure(path)
                 }
                 if n == 0 { throw FileChanged() }
                 done += n

@@ -138,8 +138,13 @@ public struct PendingUpload: Sendable, Hashable {
 /// and `resumeUploads()` (or `upload(file:)` again) continues with the chunks the server
 /// lacks. Store failures (`OutpostError.closed`, `.storage`) are thrown as they are.
 public enum MediaError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// The file cannot be read (missing, a directory, no permission).
+    /// The file cannot be read (missing, a directory, not a regular file). Permanent.
     case fileUnreadable(path: String, reason: String)
+    /// The file cannot be opened now: it is protected while the device is locked (data
+    /// protection: `EPERM` or `EACCES`). Not permanent: the upload waits, and continues once
+    /// the device is unlocked (`resumeUploads()`, e.g. on
+    /// `protectedDataDidBecomeAvailableNotification`).
+    case fileProtected(path: String, reason: String)
     /// The file kept changing while it was uploaded (each change starts the upload over
     /// with a new hash; this is thrown after `MediaUploader.Options.maxRestarts`).
     case fileChanged(path: String)
@@ -171,7 +176,7 @@ public enum MediaError: Error, Sendable, Hashable, CustomStringConvertible {
     public var isPermanent: Bool {
         switch self {
         case .fileUnreadable, .checksumMismatch, .tooLarge, .refused, .invalidArgument: true
-        case .fileChanged, .transport, .protocolViolation, .downloadCorrupt, .mediaNotFound, .destinationUnwritable: false
+        case .fileChanged, .fileProtected, .transport, .protocolViolation, .downloadCorrupt, .mediaNotFound, .destinationUnwritable: false
         }
     }
 
@@ -179,6 +184,7 @@ public enum MediaError: Error, Sendable, Hashable, CustomStringConvertible {
     public var code: String {
         switch self {
         case .fileUnreadable: "file_unreadable"
+        case .fileProtected: "file_protected"
         case .fileChanged: "file_changed"
         case .checksumMismatch: "checksum_mismatch"
         case .tooLarge: "payload_too_large"
@@ -196,6 +202,7 @@ public enum MediaError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .fileUnreadable(let path, let reason): "cannot read \(path): \(reason)"
+        case .fileProtected(let path, let reason): "cannot read \(path) now (protected while the device is locked?): \(reason)"
         case .fileChanged(let path): "\(path) kept changing while it was uploaded"
         case .checksumMismatch(let expected, let actual):
             "the server found SHA-256 \(actual ?? "?") for the joined chunks, not the declared \(expected); the upload was discarded"
