@@ -214,8 +214,10 @@ final class DownloadFile: Sendable {
     }
 
     /// Creates the temporary file in the destination's directory (so the final rename stays
-    /// on one file system and is atomic).
-    static func create(destination: String) async throws -> DownloadFile {
+    /// on one file system and is atomic), with the store's protection class
+    /// (`Configuration.fileProtection`) before its first byte: a downloaded photo is as
+    /// protected as the records that point at it. The rename keeps the class.
+    static func create(destination: String, protection: OutpostStore.FileProtection) async throws -> DownloadFile {
         try await MediaFiles.run(on: DispatchQueue(label: "outpost.media.create")) {
             let url = URL(fileURLWithPath: destination)
             let directory = url.deletingLastPathComponent().path
@@ -223,6 +225,11 @@ final class DownloadFile: Sendable {
             let temporary = directory + "/." + url.lastPathComponent + ".\(String(suffix.next() as UInt64, radix: 36)).outpost-download"
             let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
             guard fd >= 0 else { throw MediaError.destinationUnwritable(path: destination, reason: MediaFiles.errnoText()) }
+            do { try Platform.protect(temporary, protection) } catch {
+                close(fd)
+                unlink(temporary)
+                throw MediaError.destinationUnwritable(path: destination, reason: "cannot set its protection class: \(error)")
+            }
             return DownloadFile(destination: destination, temporary: temporary, fd: fd)
         }
     }

@@ -190,7 +190,7 @@ public actor MediaUploader {
         let size = try await retryingDownload(mediaId) { [transport, space] in try await transport.mediaSize(mediaId, space: space) }
         // Compaction removes what a crash leaves in this directory.
         try? await store.noteDownloadDirectory(destination.deletingLastPathComponent().path)
-        let file = try await DownloadFile.create(destination: destination.path)
+        let file = try await DownloadFile.create(destination: destination.path, protection: store.configuration.fileProtection)
         do {
             var hasher = SHA256()
             var offset: Int64 = 0

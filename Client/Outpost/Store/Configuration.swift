@@ -55,13 +55,13 @@ extension OutpostStore {
         /// `.completeUntilFirstUserAuthentication`, so a background sync can open the store
         /// while the phone is locked.
         public var fileProtection: FileProtection = .completeUntilFirstUserAuthentication
-        /// The directory the app keeps its files in (on iOS the app's container:
-        /// `URL.homeDirectory`, or an App Group container). Media uploads of files inside it
-        /// are kept by their path relative to it, so they survive the move of the container
-        /// that every app update makes; files elsewhere are kept by their absolute path.
-        /// nil (the default): every upload is kept by its absolute path. See
-        /// docs/client.md, "Files and the app's container".
-        public var baseDirectory: URL?
+        /// The directory the app keeps its files in. Media uploads of files inside it are
+        /// kept by their path relative to it, so they survive the move of the container that
+        /// every app update makes; files elsewhere are kept by their absolute path. The
+        /// default is the app's home on Apple platforms (its data container; set an App
+        /// Group container's URL when the files live there) and nil on Linux (every path
+        /// absolute). See docs/client.md, "Files and the app's container".
+        public var baseDirectory: URL? = Platform.defaultBaseDirectory
         /// The device's clock. Tests move it.
         public var clock: @Sendable () -> Date = { Date() }
         /// A fixed seed makes change ids and backoff jitter repeatable (tests); nil uses the

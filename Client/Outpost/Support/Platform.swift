@@ -116,6 +116,20 @@ enum Platform {
         #endif
     }
 
+    // MARK: The app's container
+
+    /// The directory an app's files live in, by default (`Configuration.baseDirectory`): on
+    /// Apple platforms the app's home, its data container, which every app update moves, so
+    /// that uploads kept relative to it survive the move; nil on Linux, where no container
+    /// moves and paths stay absolute.
+    static var defaultBaseDirectory: URL? {
+        #if canImport(Darwin)
+        return URL(fileURLWithPath: NSHomeDirectory(), isDirectory: true)
+        #else
+        return nil
+        #endif
+    }
+
     // MARK: Backups
 
     /// Keeps the file at `path` out of the device's backups (iCloud, the computer's, Time
