@@ -51,7 +51,12 @@ public struct KeychainKeyStore: KeyStore {
 
     public func save(_ keyring: Keyring, space: String) throws {
         let data = Data(keyring.json.encoded(canonical: true))
-        let status = SecItemUpdate(item(space) as CFDictionary, [kSecValueData as String: data] as CFDictionary)
+        // The accessibility class is set on update too: an item an earlier SDK (or another
+        // app of the group) wrote with another class takes this one, so the keys are
+        // readable after the first unlock, as a background sync needs.
+        let changes: [String: Any] = [kSecValueData as String: data,
+                                      kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly]
+        let status = SecItemUpdate(item(space) as CFDictionary, changes as CFDictionary)
         if status == errSecItemNotFound {
             var added = item(space)
             added[kSecValueData as String] = data
