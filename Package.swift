@@ -201,13 +201,14 @@ let package = Package(
 
 // The server, the conformance suite, the simulation, the benchmarks, the tests' support and
 // the tests that use them need Linux: epoll, eventfd and glibc's posix_spawn extensions
-// (OutpostCLinux), and libcrypto's signatures. They are declared only where the manifest
+// (OutpostCLinux), and libcrypto (OutpostCCrypto: the crypto seam chooses its primitives
+// by platform, `os(Linux)`, never by whether the module can be imported). They are declared only where the manifest
 // runs on Linux, so that on a Mac the package is the SDK, the modules under it, the
 // `outpost` command and their portable tests, and `swift test` there builds
 // (scripts/check-apple.sh). A target added above that depends on one of these belongs here.
 #if !os(Linux)
 let linuxOnly: Set<String> = [
-    "OutpostCLinux", "OutpostCLibPQ", "OutpostPostgres", "OutpostSubprocess", "OutpostSignatures",
+    "OutpostCCrypto", "OutpostCLinux", "OutpostCLibPQ", "OutpostPostgres", "OutpostSubprocess", "OutpostSignatures",
     "OutpostHTTP", "OutpostServer", "outpost-server", "OutpostConformance", "outpost-conformance",
     "OutpostSimulation", "outpost-sim", "outpost-bench", "OutpostTestSupport", "OutpostMutants",
     "OutpostTests", "OutpostCompressionTests", "OutpostHTTPTests", "ConformanceTests", "SimulationTests",

@@ -1,4 +1,4 @@
-#if canImport(OutpostCCrypto)
+#if os(Linux)
 import OutpostCore
 import Testing
 @testable import OutpostCrypto

@@ -1,7 +1,7 @@
 // OpenSSL as the oracle of the Swift scrypt: where libcrypto is linked (Linux), every
 // derivation here is made by both and must agree byte for byte. On Apple platforms there
 // is no libcrypto, and RFC 7914's vectors (KDFTests) are the check.
-#if canImport(OutpostCCrypto)
+#if os(Linux)
 import OutpostCCrypto
 import OutpostCore
 import Testing

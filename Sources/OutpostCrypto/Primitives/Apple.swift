@@ -2,7 +2,7 @@
 // PBKDF2-HMAC-SHA256 from CommonCrypto; the counterpart of Primitives/Linux.swift, with the
 // same declarations. Not compiled by this repository's Linux builds and CI: checked by
 // scripts/check-apple.sh on a Mac (docs/client.md, "What is verified where").
-#if canImport(CryptoKit) && canImport(CommonCrypto) && !canImport(OutpostCCrypto)
+#if !os(Linux) && canImport(CryptoKit) && canImport(CommonCrypto)
 import CommonCrypto
 import CryptoKit
 import Foundation
@@ -114,6 +114,6 @@ enum PBKDF2Primitive {
 }
 #endif
 
-#if !canImport(OutpostCCrypto) && !(canImport(CryptoKit) && canImport(CommonCrypto))
+#if !os(Linux) && !(canImport(CryptoKit) && canImport(CommonCrypto))
 #error("OutpostCrypto's primitives come from libcrypto (Linux) or from CryptoKit and CommonCrypto (Apple platforms)")
 #endif

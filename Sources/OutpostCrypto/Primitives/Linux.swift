@@ -2,7 +2,7 @@
 // PBKDF2-HMAC-SHA256. Everything else in OutpostCrypto is Swift that runs the same on every
 // platform; Primitives/Apple.swift is this file's counterpart over CryptoKit and
 // CommonCrypto. Package.swift links libcrypto on Linux only, so this module exists there alone.
-#if canImport(OutpostCCrypto)
+#if os(Linux)
 import OutpostCCrypto
 
 // MARK: AES-256-GCM

@@ -2,7 +2,7 @@
 // The server hashes each upload's bytes as they arrive and keeps the state between
 // requests and across restarts, so finalize reads nothing back (docs/media.md, "Hashing").
 // CryptoKit has no such state to export, and the SDK has no use for it.
-#if canImport(OutpostCCrypto)
+#if os(Linux)
 import OutpostCCrypto
 
 /// SHA-256 (FIPS 180-4) of a stream that can stop and go on later: `savedState` is the
