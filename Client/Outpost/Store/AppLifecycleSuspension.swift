@@ -42,13 +42,13 @@ public final class AppLifecycleSuspension: @unchecked Sendable {
         let center = NotificationCenter.default
         observers = [
             center.addObserver(forName: UIApplication.didEnterBackgroundNotification, object: nil, queue: .main) { _ in
-                MainActor.assumeIsolated { Self.suspend(lifecycle) }
+                MainActor.assumeIsolated { AppLifecycleSuspension.suspend(lifecycle) }
             },
             center.addObserver(forName: UIApplication.willEnterForegroundNotification, object: nil, queue: .main) { _ in
                 Task { try? await lifecycle.enteringForeground() }
             },
         ]
-        if UIApplication.shared.applicationState == .background { Self.suspend(lifecycle) }
+        if UIApplication.shared.applicationState == .background { AppLifecycleSuspension.suspend(lifecycle) }
     }
 
     deinit {
