@@ -580,3 +580,54 @@ struct BackgroundLaunchTests {
         await store.close()
     }
 }
+
+/// The rules of a background task's run (`BackgroundTaskRun`, what `BackgroundSync` does
+/// with `BGTaskScheduler`'s task): completed exactly once, true when the work returned,
+/// false when it threw or the time ran out; the expiration cancels the work and waits for it.
+@Suite("Background task runs")
+struct BackgroundTaskRunTests {
+    final class Completions: Sendable {
+        let list = Mutex<[Bool]>([])
+        let signal = DispatchSemaphore(value: 0)
+        func record(_ success: Bool) {
+            list.withLock { $0.append(success) }
+            signal.signal()
+        }
+        func waitForOne() async throws {
+            try await blocking { [signal] in _ = signal.wait(timeout: .now() + .seconds(testDeadlineSeconds)) }
+        }
+    }
+
+    struct Failed: Error {}
+
+    @Test func aRunIsCompletedOnceWithTheWorksOutcome() async throws {
+        let succeeded = Completions()
+        _ = BackgroundTaskRun(complete: succeeded.record) {}
+        try await succeeded.waitForOne()
+        #expect(succeeded.list.withLock { $0 } == [true])
+
+        let failed = Completions()
+        _ = BackgroundTaskRun(complete: failed.record) { throw Failed() }
+        try await failed.waitForOne()
+        #expect(failed.list.withLock { $0 } == [false])
+    }
+
+    @Test func anExpirationCancelsTheWorkWaitsForItAndCompletesOnceWithFalse() async throws {
+        let completions = Completions()
+        let entered = DispatchSemaphore(value: 0)
+        let sawCancellation = Mutex(false)
+        let run = BackgroundTaskRun(complete: completions.record) {
+            entered.signal()
+            // A sync waiting for the network until it is cancelled.
+            while !Task.isCancelled { await Task.yield() }
+            sawCancellation.withLock { $0 = true }
+            throw CancellationError()
+        }
+        try await blocking { _ = entered.wait(timeout: .now() + .seconds(testDeadlineSeconds)) }
+        try await blocking { run.expire(grace: .seconds(testDeadlineSeconds)) }
+        #expect(sawCancellation.withLock { $0 }, "the work saw the cancellation before the expiration returned")
+        #expect(completions.list.withLock { $0 } == [false], "completed once, with false")
+        run.expire()
+        #expect(completions.list.withLock { $0 } == [false], "a second expiration completes nothing")
+    }
+}

@@ -42,8 +42,9 @@ public struct KeychainKeyStore: KeyStore {
         query[kSecMatchLimit as String] = kSecMatchLimitOne
         var result: CFTypeRef?
         let status = SecItemCopyMatching(query as CFDictionary, &result)
-        if status == errSecItemNotFound { return nil }
-        guard status == errSecSuccess, let data = result as? Data else { throw Self.failure("read", status) }
+        let answer = Self.status(status)
+        if answer == .itemNotFound { return nil }
+        guard answer == .success, let data = result as? Data else { throw answer.error("read") }
         do { return try Keyring(json: try JSONParser.parse([UInt8](data))) } catch let e as EncryptionError { throw e } catch {
             throw EncryptionError.invalidKeyring("the keychain item of \(space) is not a keyring")
         }
@@ -56,15 +57,14 @@ public struct KeychainKeyStore: KeyStore {
         // readable after the first unlock, as a background sync needs.
         let changes: [String: Any] = [kSecValueData as String: data,
                                       kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly]
-        let status = SecItemUpdate(item(space) as CFDictionary, changes as CFDictionary)
-        if status == errSecItemNotFound {
+        switch Self.status(SecItemUpdate(item(space) as CFDictionary, changes as CFDictionary)).afterUpdate() {
+        case .done: return
+        case .fail(let error): throw error
+        case .add:
             var added = item(space)
             added[kSecValueData as String] = data
             added[kSecAttrAccessible as String] = kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly
-            let result = SecItemAdd(added as CFDictionary, nil)
-            guard result == errSecSuccess else { throw Self.failure("write", result) }
-        } else if status != errSecSuccess {
-            throw Self.failure("write", status)
+            if case .fail(let error) = Self.status(SecItemAdd(added as CFDictionary, nil)).afterAdd() { throw error }
         }
     }
 
@@ -81,18 +81,9 @@ public struct KeychainKeyStore: KeyStore {
         return item
     }
 
-    /// A keychain failure, with the two an app meets most named plainly.
-    private static func failure(_ operation: String, _ status: OSStatus) -> EncryptionError {
-        let reason: String
-        switch status {
-        case errSecInteractionNotAllowed:
-            reason = "the device has been locked since it started: the keys can be read after its first unlock"
-        case errSecMissingEntitlement:
-            reason = "the app is not entitled to this keychain access group (or, on macOS, to the data protection keychain)"
-        default:
-            reason = (SecCopyErrorMessageString(status, nil) as String?) ?? "OSStatus \(status)"
-        }
-        return EncryptionError.keyFile("keychain \(operation) failed: \(reason) (OSStatus \(status))")
+    /// The answer's meaning (`KeychainStatus`, portable), with Security's message for it.
+    private static func status(_ code: OSStatus) -> KeychainStatus {
+        KeychainStatus(code, message: SecCopyErrorMessageString(code, nil) as String?)
     }
 }
 #endif

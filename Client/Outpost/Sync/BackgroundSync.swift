@@ -60,30 +60,16 @@ public enum BackgroundSync {
         BGTaskScheduler.shared.register(forTaskWithIdentifier: identifier, using: nil) { task in
             // Scheduled first, so a task the system ends early still has a successor.
             if let interval { try? BackgroundSync.schedule(identifier: identifier, kind: kind, after: interval) }
-            let completion = Completion(task: task)
-            let finished = DispatchSemaphore(value: 0)
-            let sync = Task {
-                let succeeded: Bool
-                do {
-                    // The state the system launched the app in, from UIKit: a cold launch for
-                    // this task is in the background, and the store must end suspended.
-                    let state = await StoreLifecycle.applicationState()
-                    _ = try await lifecycle().whileOpen(launchedIn: state) { try await $0.sync() }
-                    succeeded = true
-                } catch {
-                    succeeded = false
-                }
-                completion.complete(success: succeeded)
-                finished.signal()
+            // The run's rules (completed once; the expiration cancels, waits briefly and
+            // completes with false) are `BackgroundTaskRun`'s, tested on Linux.
+            let bgTask = UncheckedTask(task)
+            let run = BackgroundTaskRun(complete: { bgTask.task.setTaskCompleted(success: $0) }) {
+                // The state the system launched the app in, from UIKit: a cold launch for
+                // this task is in the background, and the store must end suspended.
+                let state = await StoreLifecycle.applicationState()
+                _ = try await lifecycle().whileOpen(launchedIn: state) { try await $0.sync() }
             }
-            task.expirationHandler = {
-                // The cancelled sync unwinds and the store suspends again on the store's
-                // executor (never this thread): waited for, briefly, so that the app is
-                // not suspended holding the store's file.
-                sync.cancel()
-                _ = finished.wait(timeout: .now() + 1)
-                completion.complete(success: false)
-            }
+            task.expirationHandler = { run.expire() }
         }
     }
 
@@ -108,22 +94,12 @@ public enum BackgroundSync {
         try BGTaskScheduler.shared.submit(request)
     }
 
-    /// Completes the system's task once, from whichever comes first: the sync's end or
-    /// the expiration handler. `@unchecked Sendable`: `BGTask` is not marked `Sendable`;
-    /// it is only used for one `setTaskCompleted(success:)` (the atomic makes it one),
-    /// which the framework accepts from any thread.
-    private final class Completion: @unchecked Sendable {
-        private let task: BGTask
-        private let done = Atomic(false)
-
-        init(task: BGTask) {
-            self.task = task
-        }
-
-        func complete(success: Bool) {
-            guard done.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-            task.setTaskCompleted(success: success)
-        }
+    /// The system's task, handed to the run's completion. `@unchecked Sendable`: `BGTask`
+    /// is not marked `Sendable`; it is used for one `setTaskCompleted(success:)` (the run
+    /// makes it one), which the framework accepts from any thread.
+    private struct UncheckedTask: @unchecked Sendable {
+        let task: BGTask
+        init(_ task: BGTask) { self.task = task }
     }
 }
 #endif
