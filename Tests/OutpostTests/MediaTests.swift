@@ -179,7 +179,7 @@ struct MediaTests {
         let pending = try #require(try await uploader.pendingUploads().first)
         #expect(pending.state == .waiting && pending.attempts == 1 && pending.chunksAcknowledged == 2 && pending.chunkCount == 5)
         #expect(pending.mediaId == sha256Hex(data) && pending.lastError != nil)
-        #expect(pending.nextAttemptAt > world.clock.now, "the retry time is the store's backoff")
+        #expect(pending.nextAttemptAt.milliseconds > world.clock.now, "the retry time is the store's backoff")
         #expect(try await world.serverReceived(try #require(pending.uploadId)) == [0, 1], "nothing of the cut chunk was kept")
 
         // Not due yet: nothing is sent.

@@ -118,8 +118,8 @@ public struct PendingUpload: Sendable, Hashable {
     public var state: State
     /// Failed attempts since the last progress.
     public var attempts: Int
-    /// When `resumeUploads()` tries it again (ms since 1970, the store's clock).
-    public var nextAttemptAt: Int64
+    /// When `resumeUploads()` tries it again (the store's clock).
+    public var nextAttemptAt: Date
     /// The last failure, for people.
     public var lastError: String?
     /// The last failure's code (`MediaError.code`).

@@ -80,7 +80,7 @@ struct UploadRow: Sendable, Hashable {
     var pending: PendingUpload {
         PendingUpload(path: path, mediaId: sha256, size: size, contentType: contentType, filename: filename, uploadId: uploadId,
                       chunkSize: chunkSize, chunksAcknowledged: acknowledged, chunkCount: chunkCount, state: state, attempts: attempts,
-                      nextAttemptAt: nextAttemptAt, lastError: lastError, errorCode: errorCode)
+                      nextAttemptAt: Date(milliseconds: nextAttemptAt), lastError: lastError, errorCode: errorCode)
     }
 }
 
