@@ -15,12 +15,13 @@ if [ "$purpose" = "test" ]; then
   # util-linux has runuser. strace: AppLifeTests watches the client's renames and
   # directory fsyncs from outside.
   # python3-venv: the venvs schemathesis, tuspy, Selenium and cryptography are installed into (below).
+  # python3-yaml: AppleWorkflowTests parses .github/workflows/apple.yml.
   # chromium, chromium-driver and fonts-dejavu-core: the admin console's browser test
   # (AdminConsoleTests) drives headless Chromium through Selenium and saves screenshots.
   # podman, runc and debootstrap: scripts/container-test.sh builds the server's image and
   # runs it (runc: Debian's default crun refuses some machines' cgroups); debootstrap makes
   # its base images where no registry is reachable.
-  packages+=(gzip procps curl postgresql util-linux strace python3 python3-venv chromium chromium-driver fonts-dejavu-core podman runc debootstrap)
+  packages+=(gzip procps curl postgresql util-linux strace python3 python3-venv python3-yaml chromium chromium-driver fonts-dejavu-core podman runc debootstrap)
 fi
 
 missing=()
