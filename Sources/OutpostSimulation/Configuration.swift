@@ -63,6 +63,12 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// (`Ledger`): the rules file declares it, steps add, mark and remove its items, and the
     /// oracle checks that no item or mark is lost. Off by default, like `fieldKinds`.
     public var listKind = false
+    /// Conflicts left for a person (`Resolution.leaveForPerson`, docs/simulation.md,
+    /// "Conflicts left for a person"): each device's resolver leaves every conflict of some
+    /// records (a seeded coin per record), a step settles a device's held conflict with a
+    /// seeded choice, healing settles the rest, and the oracle checks that a held record is
+    /// never sent and blocks no other record. Off by default, like `fieldKinds`.
+    public var leaveConflicts = false
 
     /// The configuration of `seed` in the default rotation: resolver and fault set cycle
     /// through all 24 combinations (seed mod 24), the device count through 2, 3, 4
@@ -93,6 +99,7 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
         if case .postgres(let url) = store { command += " --store '\(url)'" }
         if fieldKinds { command += " --field-kinds" }
         if listKind { command += " --list-kind" }
+        if leaveConflicts { command += " --leave-conflicts" }
         if let broken { return "the test that breaks \(broken.name) (not the command line): \(command) --verbose" }
         return command + " --verbose"
     }
@@ -102,6 +109,7 @@ public struct RunConfiguration: Sendable, Hashable, CustomStringConvertible {
         if case .postgres = store { text += ", on PostgreSQL" }
         if fieldKinds { text += ", with field kinds" }
         if listKind { text += ", with a keyed list" }
+        if leaveConflicts { text += ", conflicts left for a person" }
         if let broken { text += ", broken: \(broken.name)" }
         return text
     }
@@ -119,12 +127,23 @@ public struct BrokenPart: Sendable, Hashable {
     /// Replaces the custom resolver of each device (by its index); in a run with field
     /// kinds or the list kind, the resolver of the `Ledger` records' conflicts instead.
     public var resolver: (@Sendable (_ device: Int) -> ConflictResolver)?
+    /// In a run with conflicts left for a person: true when a device's push is not sent
+    /// because the device holds `held` conflicts (an engine whose queue waits behind them).
+    public var holdsPush: (@Sendable (_ device: Int, _ held: Int) -> Bool)?
+    /// In a run with conflicts left for a person: the resolution the store is given in place
+    /// of the person's (an engine that settles otherwise than asked); the oracle follows the
+    /// person's.
+    public var settle: (@Sendable (_ asked: Resolution) -> Resolution)?
 
     public init(name: String, store: (@Sendable (any SyncStore) -> any SyncStore)? = nil,
-                resolver: (@Sendable (_ device: Int) -> ConflictResolver)? = nil) {
+                resolver: (@Sendable (_ device: Int) -> ConflictResolver)? = nil,
+                holdsPush: (@Sendable (_ device: Int, _ held: Int) -> Bool)? = nil,
+                settle: (@Sendable (_ asked: Resolution) -> Resolution)? = nil) {
         self.name = name
         self.store = store
         self.resolver = resolver
+        self.holdsPush = holdsPush
+        self.settle = settle
     }
 
     public static func == (a: BrokenPart, b: BrokenPart) -> Bool { a.name == b.name }

@@ -80,6 +80,8 @@ struct WorldState: Sendable {
     var finished = false
     var requests = 0
     var faultsInjected = 0
+    /// A broken part's engine whose queue waits behind held conflicts (`BrokenPart.holdsPush`).
+    var holdsPush: (@Sendable (_ device: Int, _ held: Int) -> Bool)?
 }
 
 /// The network's decision about one request.
@@ -252,6 +254,11 @@ extension RunWorld {
 
     func push(_ request: PushRequest, device: Int) async throws -> PushResponse {
         let body = request.encoded()
+        let blocked = state.withLock { s -> Bool in
+            s.oracle.pushed(device: device, changes: request.changes)
+            return s.holdsPush?(device, s.oracle.heldConflicts[device].count) ?? false
+        }
+        if blocked { throw TransportError.notSent("the queue waits behind a conflict left for a person") }
         guard let (plan, service) = begin("push", device: device, changes: request.changes.count) else {
             throw TransportError.notSent("the run is over")
         }

@@ -46,6 +46,9 @@ public enum Invariant: String, Sendable, CaseIterable {
     case quarantine = "quarantine"
     /// The counter and set fields end as the sum and the set of every edit (`Ledger`).
     case fieldKinds = "field-kinds"
+    /// A record held in a conflict left for a person was sent, or kept another record's
+    /// change from reaching the server (runs with conflicts left for a person).
+    case queueBlocked = "queue-blocked"
     /// The harness could not follow the run (an answer or state no write accounts for).
     case harness = "harness"
 }
@@ -166,6 +169,10 @@ struct Oracle {
     var decidedOver: [Version: Set<Int>] = [:]
     var rejections: [Rejection] = []
     var events: [StepEvents]
+    /// The records each device holds in a conflict left for a person: its resolver left
+    /// them, or the store lists them (`unsettledConflicts`) after the device acted. Nothing
+    /// of them may be sent until the person settles them.
+    var heldConflicts: [Set<Key>]
     var violations: [Violation] = []
 
     init(devices: Int, resolver: ResolverKind) {
@@ -178,6 +185,7 @@ struct Oracle {
         maxVersion = Array(repeating: [:], count: devices)
         deviceEpoch = Array(repeating: nil, count: devices)
         events = Array(repeating: StepEvents(), count: devices)
+        heldConflicts = Array(repeating: [], count: devices)
     }
 
     mutating func fail(_ invariant: Invariant, _ message: String) {
@@ -262,6 +270,79 @@ struct Oracle {
         latest[device][key] = Local(write: id, fate: .pending)
     }
 
+    // MARK: Conflicts left for a person
+
+    /// `device`'s resolver left the conflict of `key` for a person: the device keeps its
+    /// local edit, shown and held (the conflict answer already made it an edit on the
+    /// server's copy, in `answerRead`), and sends nothing of the record until it is settled.
+    mutating func leftForPerson(device: Int, key: Key) {
+        heldConflicts[device].insert(key)
+    }
+
+    /// The store's own list of `device`'s held conflicts, read after the device acted.
+    mutating func held(device: Int, keys: Set<Key>) {
+        heldConflicts[device] = keys
+    }
+
+    /// `device` pushes `changes`: none may be of a record it holds in conflict, except a
+    /// re-offer (`lineage`): the record's server copy offered again to a new history that
+    /// lacks it (an acknowledged write restored), which carries nothing of the held edit.
+    mutating func pushed(device: Int, changes: [Change]) {
+        for change in changes where change.lineage == nil && heldConflicts[device].contains(Key(change.collection, change.id)) {
+            let content = change.op == .delete ? "a delete" : "put \(tag(of: change.data) ?? "?")"
+            fail(.queueBlocked, "d\(device) sent \(change.collection)/\(change.id) (\(content), \(change.changeId)), a record it holds in a conflict left for a person")
+        }
+    }
+
+    /// A person settles `device`'s held conflict of `key`, whose held edit shows `local`
+    /// (nil: a delete), beside the server's copy at `serverVersion` (nil: none): an edit made
+    /// on that copy, knowing it and the held edit (`keepLocal` the held edit's content, a
+    /// `write` or `delete` a new write), or the held edit dropped (`keepServer`), the person
+    /// having decided over it. Returns the write the store now queues, if any.
+    mutating func settle(device: Int, key: Key, local: JSONObject?, serverVersion: Version?, resolution: Resolution) -> Int? {
+        heldConflicts[device].remove(key)
+        var held: Int?
+        // A delete: the device's own, or a tombstone it offered again to a new history (a
+        // re-offer decided in a conflict is held as the copy it carries).
+        if let local { held = tag(of: local).flatMap { tagToWrite[$0] } } else { held = tombstoneWrite(device: device, key: key) }
+        guard let held else {
+            fail(.harness, "d\(device) settles \(key), whose held edit (\(local.map { tag(of: $0) ?? "?" } ?? "a delete")) carries no write the harness knows")
+            return nil
+        }
+        var know = writes[held].know
+        var shown: Content?
+        if let v = serverVersion {
+            if let s = states[v], s.key == key {
+                know.formUnion(s.know)
+                shown = Content(deleted: s.deleted, tag: s.deleted ? nil : writes[s.write].tag)
+                decidedOver[v, default: []].formUnion(writes[held].know.union([held]))
+            } else {
+                fail(.harness, "d\(device) shows \(key) at \(v) beside its held conflict, a version the server never committed for it")
+            }
+        }
+        let wasLatest = latest[device][key]?.write == held
+        func replaced(by id: Int) -> Int {
+            if wasLatest { latest[device][key]!.fate = .settled }
+            writes[id].madeOn = shown
+            latest[device][key] = Local(write: id, fate: .pending)
+            return id
+        }
+        switch resolution {
+        case .keepServer, .leaveForPerson:
+            if wasLatest { latest[device][key]!.fate = .settled }
+            return nil
+        case .keepLocal:
+            writes[held].know.formUnion(know)
+            writes[held].madeOn = shown
+            latest[device][key] = Local(write: held, fate: .pending)
+            return held
+        case .write(let data):
+            return replaced(by: newWrite(key: key, device: device, data: data, deleted: false, know: know, origin: "d\(device) settles at step \(step)"))
+        case .delete:
+            return replaced(by: newWrite(key: key, device: device, data: nil, deleted: true, know: know, origin: "d\(device) settles by a delete at step \(step)"))
+        }
+    }
+
     /// The write a change carries.
     mutating func attribute(_ change: Change, device: Int) -> Int? {
         if let w = changeToWrite[change.changeId] { return w }
@@ -272,10 +353,16 @@ struct Oracle {
             changeToWrite[change.changeId] = s.write
             return s.write
         }
+        let found = change.op == .put ? tag(of: change.data).flatMap { tagToWrite[$0] } : tombstoneWrite(device: device, key: key)
+        if let found { changeToWrite[change.changeId] = found }
+        return found
+    }
+
+    /// The write a tombstone of `key` that `device` sends or holds carries: its own pending
+    /// delete, or a copy it offers again.
+    func tombstoneWrite(device: Int, key: Key) -> Int? {
         var found: Int?
-        if change.op == .put {
-            found = tag(of: change.data).flatMap { tagToWrite[$0] }
-        } else if let local = latest[device][key], writes[local.write].deleted, local.fate == .pending {
+        if let local = latest[device][key], writes[local.write].deleted, local.fate == .pending {
             found = local.write
         } else if let version = maxVersion[device][key], let s = states[version], s.deleted {
             // A tombstone offered again to a new history: the device's copy.
@@ -293,7 +380,6 @@ struct Oracle {
             // (seed 28533): the newest one that history committed.
             found = s.write
         }
-        if let found { changeToWrite[change.changeId] = found }
         return found
     }
 

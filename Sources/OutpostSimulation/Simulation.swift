@@ -103,6 +103,8 @@ private enum Action {
     case count
     /// An edit of a `Ledger` record's checklist (runs with the list kind only).
     case tick
+    /// A person settles one of the device's conflicts left for them (runs with conflicts left).
+    case settle
     case crash, armCrash, skew
     case restart, restartEmpty, backup, restore, down
 }
@@ -120,6 +122,11 @@ private final class Run {
     var downSteps = 0
     /// The counter, set and checklist edits (runs with field kinds or the list kind).
     var ledger: Ledger
+    /// The records whose conflicts every device's resolver leaves for a person (runs with
+    /// conflicts left): a seeded coin per record, at least one.
+    var leftKeys: Set<Key> = []
+    /// Settles made, for the tags of the values a person writes.
+    var settles = 0
 
     static let keys: [Key] = [Key("todos", "k0"), Key("todos", "k1"), Key("todos", "k2"), Key("todos", "k3"), Key("notes", "n0"), Key("notes", "n1")]
 
@@ -135,6 +142,12 @@ private final class Run {
             state: WorldState(rng: SimRandom(seed: networkSeed), oracle: Oracle(devices: configuration.devices, resolver: configuration.resolver),
                               networkFaults: configuration.faults.network, devices: runtimes),
             clock: clock, limits: Simulation.limits, token: SimServer.token)
+        if configuration.leaveConflicts {
+            leftKeys = Set(Run.keys.filter { _ in rng.chance(0.5) })
+            if leftKeys.isEmpty { leftKeys = [Run.keys[rng.below(Run.keys.count)]] }
+            let holdsPush = configuration.broken?.holdsPush
+            world.state.withLock { $0.holdsPush = holdsPush }
+        }
     }
 
     func result() -> RunResult {
@@ -166,6 +179,7 @@ private final class Run {
                 s.oracle.underRules = underRules
             }
             log("run \(configuration)")
+            if configuration.leaveConflicts { log("   0 conflicts of \(leftKeys.sorted().map(\.description).joined(separator: ", ")) are left for a person") }
             log("   0 server starts in epoch \(epoch)")
             for i in 0..<configuration.devices {
                 let device = DeviceHandle(index: i, path: "\(directory)/d\(i).sqlite")
@@ -195,10 +209,30 @@ private final class Run {
 
     // MARK: Devices
 
+    /// The device's resolver: in a run with conflicts left, those of the left records go to
+    /// a person (`.leaveForPerson`, the oracle told); every other one to `ledgerResolver`.
+    func resolver(for device: Int) -> ConflictResolver {
+        let inner = ledgerResolver(for: device)
+        guard configuration.leaveConflicts else { return inner }
+        // Conflicts of the left records go to a person (before any merge the oracle follows).
+        let world = self.world, clock = self.clock, left = leftKeys
+        return .custom { c in
+            let key = Key(c.collection, c.id)
+            guard left.contains(key) else { return inner.resolve(c, now: clock.now) }
+            world.state.withLock { s in
+                s.oracle.leftForPerson(device: device, key: key)
+                let local = c.local.deleted ? "deleted" : tag(of: c.local.data) ?? "?"
+                let server = c.server.deleted ? "deleted" : tag(of: c.server.data) ?? "?"
+                s.log.append("      d\(device) resolver: \(key) \(local) + \(c.server.version) \(server) → left for a person")
+            }
+            return .leaveForPerson
+        }
+    }
+
     /// The run's resolver; in a run with field kinds or the list kind, `stock`'s conflicts go to `.mergeFields`
     /// with the run's resolver as fallback, except the custom one (whose merges the main
     /// oracle follows): last-write-wins there, and a broken part's resolver in its place.
-    func resolver(for device: Int) -> ConflictResolver {
+    func ledgerResolver(for device: Int) -> ConflictResolver {
         guard ledger.isOn else { return runResolver(for: device) }
         let base: ConflictResolver, stock: ConflictResolver
         if configuration.resolver == .custom {
@@ -263,7 +297,46 @@ private final class Run {
         let pending = try await store.pendingChanges().filter { $0.collection != Ledger.collection }
         let rejected = try await store.rejectedChanges().filter { $0.collection != Ledger.collection }
         let epoch = try await store.status().epoch
-        world.state.withLock { $0.oracle.checkDevice(device.index, records: records, pending: pending, rejected: rejected, epoch: epoch) }
+        let held: Set<Key>? = configuration.leaveConflicts ? Set(try await store.unsettledConflicts().map { Key($0.collection, $0.id) }) : nil
+        world.state.withLock { s in
+            s.oracle.checkDevice(device.index, records: records, pending: pending, rejected: rejected, epoch: epoch)
+            if let held { s.oracle.held(device: device.index, keys: held) }
+        }
+    }
+
+    /// A person settles `device`'s held conflict `c` with a seeded choice: keep the local
+    /// edit, keep the server's copy, write a merge naming both (tag `t`), or delete.
+    func settle(_ device: DeviceHandle, _ c: UnsettledConflict, prefix: String) async throws {
+        guard let store = device.store else { return }
+        settles += 1
+        let key = Key(c.collection, c.id), d = "d\(device.index)"
+        let local = c.local.map { tag(of: $0) ?? "?" } ?? "deleted"
+        let server = c.serverVersion == nil ? "nothing" : c.server.map { tag(of: $0) ?? "?" } ?? "deleted"
+        let t = "p\(device.index).\(settles)"
+        let resolution: Resolution = rng.weighted([
+            (.keepLocal, 3), (.keepServer, 3), (.write(["t": .string(t), "l": .string(local), "s": .string(server)]), 3), (.delete, 1),
+        ])
+        let note: String
+        switch resolution {
+        case .keepLocal: note = "keeps its \(local)"
+        case .keepServer: note = "keeps the server's \(server)"
+        case .write: note = "writes \(t) (\(local) + \(server))"
+        case .delete: note = "deletes it"
+        case .leaveForPerson: note = "leaves it"
+        }
+        let write = world.state.withLock { s in
+            s.oracle.settle(device: device.index, key: key, local: c.local, serverVersion: c.serverVersion, resolution: resolution)
+        }
+        let given = configuration.broken?.settle?(resolution) ?? resolution
+        guard try await store.settleConflict(in: c.collection, id: c.id, given) else {
+            fail(.harness, "\(d) listed \(key) as an unsettled conflict, and settleConflict found none there")
+            return
+        }
+        if case .delete = resolution, let write,
+           let entry = try await store.pendingChanges().last(where: { $0.collection == key.collection && $0.id == key.id && $0.op == .delete }) {
+            world.state.withLock { $0.oracle.nameChange(entry.changeId, write: write) }
+        }
+        log(prefix + "\(d) settles its conflict of \(key) (\(local) beside \(c.serverVersion?.text ?? "no copy") \(server)): \(note)")
     }
 
     // MARK: Steps
@@ -276,7 +349,8 @@ private final class Run {
             (.crash, f.crash ? 3 : 0), (.armCrash, f.crash ? 4 : 0), (.skew, f.skew ? 3 : 0),
             (.restart, f.server ? 2 : 0), (.restartEmpty, f.server ? 0.8 : 0), (.backup, f.server ? 2 : 0),
             (.restore, f.server && hasBackup ? 1.2 : 0), (.down, f.server && downSteps == 0 ? 1.5 : 0),
-        ] + (configuration.fieldKinds ? [(.count, 20)] : []) + (configuration.listKind ? [(.tick, 20)] : []))
+        ] + (configuration.fieldKinds ? [(.count, 20)] : []) + (configuration.listKind ? [(.tick, 20)] : [])
+          + (configuration.leaveConflicts ? [(.settle, 6)] : []))
     }
 
     func step(_ step: Int) async throws {
@@ -367,6 +441,14 @@ private final class Run {
             }
             try await store.put(edited, in: key.collection, id: key.id)
             log(prefix + "\(d) \(key) \(note)")
+        case .settle:
+            let held = try await store.unsettledConflicts().filter { $0.collection != Ledger.collection }
+            guard !held.isEmpty else {
+                log(prefix + "\(d) settles a conflict: none left")
+                return
+            }
+            try await settle(device, held[rng.below(held.count)], prefix: prefix)
+            try await check(device)
         case .resetSync:
             try await store.resetSync()
             log(prefix + "\(d) resetSync")
@@ -487,6 +569,38 @@ private final class Run {
         for device in devices where world.state.withLock({ $0.devices[device.index].dead }) {
             try await crashAndReopen(device)
         }
+        if try await syncUntilQuiet("heal") { return }
+        fail(.convergence, "the devices still change after 12 rounds of syncing on a healed network")
+    }
+
+    /// Every device syncs, round after round, until a round changes nothing (at most 12
+    /// rounds): true when it did. A held conflict does not count as a change. In a run with
+    /// conflicts left, then the check that they blocked nothing: every change still pending
+    /// is held; and the person settles every one left (settled values may meet the resolver
+    /// and be left again), and the devices sync until quiet again.
+    func syncUntilQuiet(_ name: String) async throws -> Bool {
+        guard try await syncRounds(name) else { return false }
+        guard configuration.leaveConflicts else { return true }
+        try await checkNothingBlocked()
+        for pass in 1...8 {
+            var settled = 0
+            for device in devices {
+                guard let store = device.store else { continue }
+                for c in try await store.unsettledConflicts() where c.collection != Ledger.collection {
+                    try await settle(device, c, prefix: "  settle \(pass) ")
+                    settled += 1
+                }
+                try await check(device)
+            }
+            if settled == 0 { return true }
+            guard try await syncRounds("heal after settling \(pass)") else { return false }
+            try await checkNothingBlocked()
+        }
+        fail(.convergence, "conflicts are still left for a person after 8 passes of settling them all and syncing")
+        return true
+    }
+
+    func syncRounds(_ name: String) async throws -> Bool {
         for round in 1...12 {
             clock.advance(360_000)  // every retry time has come (backoff is at most 5 minutes)
             var changed = false
@@ -494,19 +608,34 @@ private final class Run {
                 guard let store = device.store else { continue }
                 do {
                     let r = try await store.sync()
-                    if r.pushed + r.pulled + r.conflicts + r.rejected + r.reoffered + r.quarantined + r.pending > 0 || r.epochChanged {
+                    let held = configuration.leaveConflicts ? try await store.status().conflicts : 0
+                    if r.pushed + r.pulled + r.conflicts + r.rejected + r.reoffered + r.quarantined + (r.pending - held) > 0 || r.epochChanged {
                         changed = true
-                        log("  heal \(round) d\(device.index): pushed \(r.pushed), pulled \(r.pulled), conflicts \(r.conflicts), rejected \(r.rejected), re-offered \(r.reoffered), pending \(r.pending)\(r.epochChanged ? ", new epoch" : "")")
+                        log("  \(name) \(round) d\(device.index): pushed \(r.pushed), pulled \(r.pulled), conflicts \(r.conflicts), rejected \(r.rejected), re-offered \(r.reoffered), pending \(r.pending)\(held > 0 ? " (\(held) held)" : "")\(r.epochChanged ? ", new epoch" : "")")
                     }
                 } catch {
                     changed = true
-                    log("  heal \(round) d\(device.index): failed: \(error)")
+                    log("  \(name) \(round) d\(device.index): failed: \(error)")
                 }
                 try await check(device)
             }
-            if !changed { return }
+            if !changed { return true }
         }
-        fail(.convergence, "the devices still change after 12 rounds of syncing on a healed network")
+        if configuration.leaveConflicts { try await checkNothingBlocked() }
+        return false
+    }
+
+    /// No queue blocked: after syncing on a healed network, a device's only pending changes
+    /// are those it holds in conflict; every other record's change reached the server.
+    func checkNothingBlocked() async throws {
+        for device in devices {
+            guard let store = device.store else { continue }
+            let pending = try await store.pendingChanges()
+            let others = pending.filter { $0.state != .inConflict }
+            guard !others.isEmpty else { continue }
+            let held = pending.count - others.count
+            fail(.queueBlocked, "d\(device.index) holds \(held) conflict(s) left for a person and still has other changes pending after syncing on a healed network: \(others.map { "\($0.collection)/\($0.id) \($0.state.rawValue)" }.joined(separator: ", "))")
+        }
     }
 
     func finalCheck() async throws {

@@ -13,7 +13,7 @@ let usage = """
                        [--resolver server-wins|client-wins|last-write-wins|custom]
                        [--faults none|network|server|crash|skew|all] [--devices 2|3|4]
                        [--jobs N] [--scratch DIR] [--verbose] [--no-shrink] [--store postgres://…]
-                       [--field-kinds] [--list-kind]
+                       [--field-kinds] [--list-kind] [--leave-conflicts]
       --seeds N        how many seeds to run (default 1000), from --first-seed (default 0)
       --seed N         run seed N only (--first-seed N --seeds 1)
       --steps N        random steps per run before the network heals (default 80)
@@ -30,6 +30,10 @@ let usage = """
                        their sums (docs/simulation.md, "Field kinds")
       --list-kind      add a checklist, a list keyed by id (a rules file declares it), and
                        check that no item or mark is lost (docs/simulation.md, "Field kinds")
+      --leave-conflicts
+                       resolvers leave the conflicts of some records for a person, steps and
+                       healing settle them; check that a held record is never sent and blocks
+                       no other (docs/simulation.md, "Conflicts left for a person")
     """
 
 func fail(_ message: String) -> Never {
@@ -50,6 +54,7 @@ var shrink = true
 var store = SimStore.sqlite
 var fieldKinds = false
 var listKind = false
+var leaveConflicts = false
 
 /// `v`, or the usage and exit 64.
 func required<T>(_ v: T?, _ message: String) -> T {
@@ -85,6 +90,7 @@ while let argument = arguments.popFirst() {
         store = .postgres(url)
     case "--field-kinds": fieldKinds = true
     case "--list-kind": listKind = true
+    case "--leave-conflicts": leaveConflicts = true
     case "-h", "--help":
         print(usage)
         exit(0)
@@ -94,12 +100,13 @@ while let argument = arguments.popFirst() {
 guard seeds >= 0, steps >= 0 else { fail("--seeds and --steps must not be negative") }
 
 let pinnedResolver = resolver, pinnedFaults = faults, pinnedDevices = deviceCount, runSteps = steps
-let runStore = store, runFieldKinds = fieldKinds, runListKind = listKind
+let runStore = store, runFieldKinds = fieldKinds, runListKind = listKind, runLeaveConflicts = leaveConflicts
 let make: @Sendable (UInt64) -> RunConfiguration = { seed in
     var c = RunConfiguration.forSeed(seed, steps: runSteps, resolver: pinnedResolver, faults: pinnedFaults, devices: pinnedDevices)
     c.store = runStore
     c.fieldKinds = runFieldKinds
     c.listKind = runListKind
+    c.leaveConflicts = runLeaveConflicts
     return c
 }
 

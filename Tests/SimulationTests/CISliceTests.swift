@@ -53,6 +53,15 @@ struct CISliceTests {
         await passTwiceEachCombination(first: 48) { $0.listKind = true }
     }
 
+    /// Conflicts left for a person (`RunConfiguration.leaveConflicts`) under every resolver
+    /// and fault set: 48 seeds, each combination twice. No record lost, every device
+    /// converged once the person settled them all, and no queue blocked: a held record never
+    /// sent, and every other record's change delivered while conflicts were held.
+    /// `outpost-sim --leave-conflicts` is the large run.
+    @Test func conflictsLeftForAPersonLoseNothingAndBlockNoQueue() async {
+        await passTwiceEachCombination { $0.leaveConflicts = true }
+    }
+
     /// Runs seeds `first` to `first` + 47 (every resolver × fault set twice when `first` is
     /// a multiple of 24), each configuration changed by `configure`, and requires every run
     /// to pass.

@@ -55,6 +55,32 @@ struct HarnessCanFailTests {
         #expect(found.keys.allSatisfy { $0 == .fieldKinds }, "only the ledger's invariant breaks: \(found)")
     }
 
+    /// An engine whose queue waits behind a conflict left for a person (a device that holds
+    /// one sends nothing) keeps other records' changes from the server, and the check that
+    /// nothing is blocked after healing sees it.
+    @Test func aQueueWaitingBehindAHeldConflictIsCaught() async {
+        let found = await broken(24) { seed in
+            var c = RunConfiguration.forSeed(seed)
+            c.leaveConflicts = true
+            c.broken = BrokenPart(name: "queue waits behind a held conflict", holdsPush: { _, held in held > 0 })
+            return c
+        }
+        #expect(found[.queueBlocked, default: 0] > 0, "\(found)")
+    }
+
+    /// An engine that drops the value a person settled a conflict with (every settle taken
+    /// as `.keepServer`) loses local edits, and the oracle, following the person's choice,
+    /// sees them leave the queue unanswered.
+    @Test func aSettledValueDroppedIsCaught() async {
+        let found = await broken(24) { seed in
+            var c = RunConfiguration.forSeed(seed)
+            c.leaveConflicts = true
+            c.broken = BrokenPart(name: "settled value dropped", settle: { _ in .keepServer })
+            return c
+        }
+        #expect(found[.localEdit, default: 0] > 0, "\(found)")
+    }
+
     /// `.mergeFields` as the runs use it, except that a field declared a list merges as
     /// any other value.
     static func mergeFieldsWithoutLists() -> ConflictResolver {

@@ -86,4 +86,18 @@ struct RegressionTests {
         let bug = Self.fieldKindSeeds.first { $0.seed == seed }!.bug
         #expect(result.passed, "seed \(seed) (\(bug)):\n\(result.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(result.configuration.reproduction)")
     }
+    /// Seeds of runs with conflicts left for a person (`outpost-sim --leave-conflicts`).
+    static let leftConflictSeeds: [(seed: UInt64, bug: String)] = [
+        (11, "harness: a re-offer of a held record's server copy to a new history (a restore) is sent while the conflict is held; it carries the copy, not the held edit"),
+        (419, "harness: a held delete can be a tombstone the device offered again to a new history (a re-offer decided in a conflict is held as the copy it carries)"),
+    ]
+
+    @Test(arguments: leftConflictSeeds.map(\.seed))
+    func leftConflictSeedStaysFixed(seed: UInt64) async {
+        var configuration = RunConfiguration.forSeed(seed)
+        configuration.leaveConflicts = true
+        let result = await Simulation.run(configuration)
+        let bug = Self.leftConflictSeeds.first { $0.seed == seed }!.bug
+        #expect(result.passed, "seed \(seed) (\(bug)):\n\(result.violations.map(\.description).joined(separator: "\n"))\nreproduce: \(result.configuration.reproduction)")
+    }
 }
