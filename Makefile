@@ -14,7 +14,7 @@ TEST_LOGS ?= $(CURDIR)/.build/test-logs
 ## server on its embedded SQLite store (the first start prints what to do next).
 run: deps
 	swift build -c release --product outpost-server
-	swift build -c release --product outpost
+	swift build -c release --product outpost-cli
 	.build/release/outpost-server serve --host $(HOST) --port $(PORT) --data $(DATA)
 
 ## Install what is needed and run every test. The tests' server logs go to files, shown
@@ -33,11 +33,13 @@ test: deps-test
 	scripts/app-package-test.sh
 	scripts/container-test.sh
 
-## Build outpost-server and outpost (release) and put them in $(PREFIX)/bin.
+## Build outpost-server and the command-line client (release) and put them in $(PREFIX)/bin
+## (the client's binary, outpost-cli, is installed as outpost).
 install: deps
 	swift build -c release --product outpost-server
-	swift build -c release --product outpost
-	install -m 0755 .build/release/outpost-server .build/release/outpost $(PREFIX)/bin/
+	swift build -c release --product outpost-cli
+	install -m 0755 .build/release/outpost-server $(PREFIX)/bin/
+	install -m 0755 .build/release/outpost-cli $(PREFIX)/bin/outpost
 
 deps:
 	scripts/install-deps.sh run

@@ -33,7 +33,10 @@ let package = Package(
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
         .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
-        .executable(name: "outpost", targets: ["outpost"]),
+        // The command-line client's binary is `outpost-cli` (installed as `outpost`): no two
+        // products or targets may differ only in case, since on a case-insensitive volume
+        // (a Mac's default) `Outpost` and `outpost` would share build folders and schemes.
+        .executable(name: "outpost-cli", targets: ["OutpostCLI"]),
         .executable(name: "outpost-sim", targets: ["outpost-sim"]),
     ],
     targets: [
@@ -107,7 +110,7 @@ let package = Package(
             resources: [.copy("PrivacyInfo.xcprivacy")],
             swiftSettings: swiftSettings),
         .executableTarget(
-            name: "outpost", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),
+            name: "OutpostCLI", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),
 
         // MARK: Conformance suite (checks any server over HTTP: never depends on Server/)
         .target(

@@ -341,7 +341,7 @@ enum ClientBench {
     /// own, under `/usr/bin/time`: its peak RSS is the SDK's memory for the whole data set.
     static func clientProcessSync(url: URL, token: String, work: String, records: Int) throws {
         guard let run = try outpostSync(store: work + "/cli.sqlite", space: "bench", server: url.absoluteString, token: token) else {
-            print("the client process's memory: not measured (no outpost built beside outpost-bench, or no /usr/bin/time)")
+            print("the client process's memory: not measured (no outpost-cli built beside outpost-bench, or no /usr/bin/time)")
             return
         }
         print(String(format: "`outpost sync` in its own process: %.2f s (%.0f records/s), peak RSS %.1f MB (goal < 100 MB: %@)",
@@ -353,7 +353,7 @@ enum ClientBench {
     /// report. Nil when either program is missing; throws when the sync fails.
     static func outpostSync(store: String, space: String, server: String, token: String) throws -> (seconds: Double, peakRSS: Double, report: String)? {
         let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        let client = me.deletingLastPathComponent().appendingPathComponent("outpost").path
+        let client = me.deletingLastPathComponent().appendingPathComponent("outpost-cli").path
         guard FileManager.default.isExecutableFile(atPath: client), FileManager.default.isExecutableFile(atPath: "/usr/bin/time") else { return nil }
         let started = ContinuousClock.now
         let result = try Subprocess.run("/usr/bin/time", ["-f", "outpost-peak-rss-kb %M", client, "--store", store, "--space", space,

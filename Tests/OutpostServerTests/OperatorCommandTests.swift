@@ -118,10 +118,13 @@ final class StopFlag: Sendable {
             #expect(try await Self.run(["frobnicate"], in: dir).status == 64)
             #expect(try await Self.run(["help", "frobnicate"], in: dir).status == 64)
             // The other executables.
-            for (name, arguments) in [("outpost", ["--help"]), ("outpost", ["sync", "--help"]), ("outpost", ["help"]),
-                                      ("outpost-conformance", ["--help"]), ("outpost-sim", ["--help"])] {
-                let r = try await blocking { try Subprocess.run(BuildProducts.executable(name), arguments) }
-                #expect(r.status == 0 && r.output.hasPrefix("usage: \(name)"), "\(name) \(arguments): \(r.status) \(r.error.prefix(200))")
+            // The command-line client's binary is `outpost-cli`; it is installed, and named in
+            // its usage, as `outpost`.
+            for (binary, name, arguments) in [("outpost-cli", "outpost", ["--help"]), ("outpost-cli", "outpost", ["sync", "--help"]),
+                                              ("outpost-cli", "outpost", ["help"]), ("outpost-conformance", "outpost-conformance", ["--help"]),
+                                              ("outpost-sim", "outpost-sim", ["--help"])] {
+                let r = try await blocking { try Subprocess.run(BuildProducts.executable(binary), arguments) }
+                #expect(r.status == 0 && r.output.hasPrefix("usage: \(name)"), "\(binary) \(arguments): \(r.status) \(r.error.prefix(200))")
             }
         }
     }

@@ -258,7 +258,7 @@ struct AppLifeTests {
             let keys = dir.appending("team.keys"), trace = dir.appending("trace")
             let run = try await blocking {
                 try Subprocess.run("/usr/bin/strace", ["-f", "-qq", "-e", "trace=openat,rename,renameat,renameat2,fsync,fdatasync", "-o", trace,
-                                                        BuildProducts.executable("outpost"), "--key-file", keys, "--space", "team", "key", "create"])
+                                                        BuildProducts.executable("outpost-cli"), "--key-file", keys, "--space", "team", "key", "create"])
             }
             #expect(run.status == 0, "\(run.output) \(run.error)")
             let lines = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").map(String.init)

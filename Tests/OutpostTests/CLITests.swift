@@ -23,7 +23,7 @@ struct CLITests {
         let env = Subprocess.environment(adding: environment) {
             ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN", "OUTPOST_KEY_FILE", "OUTPOST_KEY_PASSPHRASE"].contains($0)
         }
-        let result = try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: env, input: input)
+        let result = try Subprocess.run(BuildProducts.executable("outpost-cli"), arguments, environment: env, input: input)
         return Run(status: result.status, stdout: result.output, stderr: result.error)
     }
 
@@ -267,7 +267,7 @@ struct CLITests {
                 k.process?.send(SIGKILL)
             }
         }
-        let process = try Subprocess(BuildProducts.executable("outpost"), arguments + ["sync"])
+        let process = try Subprocess(BuildProducts.executable("outpost-cli"), arguments + ["sync"])
         kill.withLock { k in
             k.process = process
             if k.due { process.send(SIGKILL) }

@@ -565,7 +565,7 @@ struct MediaCLITests {
     /// Runs `outpost ARGS` to completion on a thread of its own.
     static func outpost(_ arguments: [String]) async throws -> Run {
         try await blocking {
-            let result = try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: cliEnvironment)
+            let result = try Subprocess.run(BuildProducts.executable("outpost-cli"), arguments, environment: cliEnvironment)
             return Run(status: result.status, stdout: result.output, stderr: result.error)
         }
     }
@@ -579,7 +579,7 @@ struct MediaCLITests {
 
         // Killed (SIGKILL) while chunk 3's request hangs.
         world.proxy.on("/chunks/3", .hold(forward: false))
-        let child = try Subprocess(BuildProducts.executable("outpost"), base + ["upload", url.path], environment: Self.cliEnvironment)
+        let child = try Subprocess(BuildProducts.executable("outpost-cli"), base + ["upload", url.path], environment: Self.cliEnvironment)
         try await world.proxy.waitUntilHeld()
         child.send(SIGKILL)
         let ended = await child.exited()

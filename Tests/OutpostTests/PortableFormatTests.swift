@@ -20,7 +20,7 @@ import Testing
             let environment = Subprocess.environment(adding: ["OUTPOST_KEY_PASSPHRASE": "a passphrase from the command line"]) {
                 ["OUTPOST_STORE", "OUTPOST_SERVER", "OUTPOST_SPACE", "OUTPOST_TOKEN", "OUTPOST_KEY_FILE"].contains($0)
             }
-            let outpost = BuildProducts.executable("outpost")
+            let outpost = BuildProducts.executable("outpost-cli")
             for command in [["key", "create"], ["key", "rotate"]] {
                 let run = try await blocking { try Subprocess.run(outpost, base + command, environment: environment) }
                 #expect(run.status == 0, "\(command): \(run.error)")

@@ -52,7 +52,7 @@ struct ProgressTests {
         let arguments = ["--store", world.dir.appending("cli.sqlite"), "--space", "team", "--server", world.server.baseURL.absoluteString,
                          "--token", world.token, "sync", "--progress"]
         let run = try await blocking {
-            try Subprocess.run(BuildProducts.executable("outpost"), arguments, environment: Subprocess.environment { $0.hasPrefix("OUTPOST_") })
+            try Subprocess.run(BuildProducts.executable("outpost-cli"), arguments, environment: Subprocess.environment { $0.hasPrefix("OUTPOST_") })
         }
         #expect(run.status == 0, "\(run.error)")
         let lines = run.error.split(separator: "\n").filter { $0.hasPrefix("pulled ") }

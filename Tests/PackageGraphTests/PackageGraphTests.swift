@@ -31,6 +31,22 @@ import Testing
         #expect(linux.contains { $0.links.contains("crypto") }, "\(linux)")
     }
 
+    /// No two targets or products have names that differ only in case: on a case-insensitive
+    /// volume (a Mac's default) `Outpost` and `outpost` share `.build` folders, modules and
+    /// Xcode schemes, and `swift build` fails there. The manifest of issue 31, with the
+    /// library `Outpost` and the executable `outpost`, is refused.
+    @Test func noTwoNamesDifferOnlyInCase() async throws {
+        let graph = try await PackageGraph.dump(packageAt: Self.root.path)
+        #expect(graph.namesDifferingOnlyInCase.isEmpty, "\(graph.namesDifferingOnlyInCase)")
+        try await withTemporaryDirectory(prefix: "outpost-graph") { dir in
+            try FileManager.default.copyItem(
+                at: Self.root.appendingPathComponent("Tests/PackageGraphTests/Fixtures/Package-before-issue31.swift"),
+                to: dir.url.appendingPathComponent("Package.swift"))
+            let before = try await PackageGraph.dump(packageAt: dir.path)
+            #expect(before.namesDifferingOnlyInCase.contains(["Outpost", "outpost"]), "\(before.namesDifferingOnlyInCase)")
+        }
+    }
+
     /// The rules language is the server's: no library an app can pick reaches it, on any
     /// platform, and the server does.
     @Test func theSDKDoesNotLinkTheRulesLanguage() async throws {
@@ -138,6 +154,15 @@ struct PackageGraph {
             guard result.status == 0 else { throw ProcessFailure("swift package dump-package failed (\(result.status)): \(result.error)") }
             return try PackageGraph(json: Data(result.outputBytes))
         }
+    }
+
+    /// Names (of targets, and of products) that differ only in case, each group sorted.
+    var namesDifferingOnlyInCase: Set<[String]> {
+        var out: Set<[String]> = []
+        for names in [Array(targets.keys), Array(products.keys)] {
+            for (_, group) in Dictionary(grouping: names, by: { $0.lowercased() }) where Set(group).count > 1 { out.insert(Set(group).sorted()) }
+        }
+        return out
     }
 
     init(json: Data) throws {
