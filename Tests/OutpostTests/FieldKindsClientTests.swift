@@ -17,11 +17,7 @@ import Testing
 
     /// A server with the rules above, on SQLite or on a PostgreSQL database of its own.
     func server(_ dir: TemporaryDirectory, postgres: Bool) async throws -> ServerProcess {
-        let database = postgres ? try await PostgresCluster.database(prefix: "kinds") : nil
-        let path = dir.appending("rules.json")
-        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
-        let arguments = ["--rules", path] + (database.map { ["--store", $0] } ?? [])
-        return try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: arguments) }
+        try await rulesServer(dir, rules: Self.rules, postgres: postgres, prefix: "kinds")
     }
 
     func device(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory) throws -> OutpostStore {

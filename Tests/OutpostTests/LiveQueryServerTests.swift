@@ -29,12 +29,7 @@ struct LiveQueryServerTests {
     func aWorkersLiveListFollowsTheOfficesEditsDeletesAndReassignments(postgres: Bool) async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-live-server")
         defer { dir.remove() }
-        let path = dir.appending("rules.json")
-        try Data(Self.rules.utf8).write(to: URL(fileURLWithPath: path))
-        let database = postgres ? try await PostgresCluster.database(prefix: "livequery") : nil
-        let server = try await blocking {
-            try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", path] + (database.map { ["--store", $0] } ?? []))
-        }
+        let server = try await rulesServer(dir, rules: Self.rules, postgres: postgres, prefix: "livequery")
         defer { server.stop() }
         let office = try serverDevice("office", server, dir, token: try server.token(sub: "boss", spaces: ["team"], claims: [#"roles=["supervisor"]"#]),
                                       space: "team", seed: 3) { $0.collections = Self.schema }

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostTestSupport
 import Synchronization
 import Testing
 @testable import Outpost
@@ -117,4 +118,14 @@ extension OutpostStore {
 
 func todo(_ title: String, done: Bool = false) -> JSONObject {
     ["title": .string(title), "done": .bool(done)]
+}
+
+/// A real `outpost-server` reading `rules` (a rules file written into `dir`), on SQLite or
+/// on a PostgreSQL database of its own (`prefix` names it).
+func rulesServer(_ dir: TemporaryDirectory, rules: String, postgres: Bool, prefix: String) async throws -> ServerProcess {
+    let database = postgres ? try await PostgresCluster.database(prefix: prefix) : nil
+    let path = dir.appending("rules.json")
+    try Data(rules.utf8).write(to: URL(fileURLWithPath: path))
+    let arguments = ["--rules", path] + (database.map { ["--store", $0] } ?? [])
+    return try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: arguments) }
 }
