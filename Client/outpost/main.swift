@@ -181,9 +181,10 @@ func appVersion(_ text: String) throws -> Int {
     return v
 }
 
-/// The store of `o`, for a command. `collections` declares queries' dates, indexes and
-/// searchable fields (a store opened for writing makes the file's indexes these: see
-/// `query`, which reads only).
+/// The store of `o`, for a command. `collections` declares queries' dates. The file's query
+/// indexes and search tables are the app's: the client never reconciles them to its own
+/// declarations (`Configuration.reconcilesQueryIndexes`), so a `put` or a `sync` on an
+/// app's file keeps them, and keeps them up to date.
 func openStore(_ o: Options, needsSync: Bool, reader: Bool = false, collections: [String: CollectionSchema] = [:]) throws -> OutpostStore {
     let space: String
     if let s = o.space {
@@ -196,6 +197,7 @@ func openStore(_ o: Options, needsSync: Bool, reader: Bool = false, collections:
     var configuration = OutpostStore.Configuration(space: space)
     configuration.appVersion = o.appVersion
     configuration.collections = collections
+    configuration.reconcilesQueryIndexes = false
     switch o.resolve {
     case "server-wins": configuration.resolver = .serverWins
     case "client-wins": configuration.resolver = .clientWins
@@ -388,9 +390,7 @@ struct QueryRowID: Decodable, Sendable {
 /// or the plan.
 ///
 /// The store is always opened as a reader, whether or not another process has it open: a
-/// store opened for writing makes the file's query indexes those its configuration declares
-/// (`Configuration.collections`), so opening it with the command line's declarations would
-/// drop the app's indexes and search tables. As a reader it queries them as they are.
+/// query writes nothing, and reads the app's indexes and search tables as they are.
 func query(_ o: Options, _ args: [String]) async throws -> Int32 {
     var collection: String?
     var filters: [QueryFilter] = []

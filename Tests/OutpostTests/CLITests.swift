@@ -243,11 +243,18 @@ struct CLITests {
             #expect(try Self.outpost(["--store", dir.appending("absent.sqlite"), "query", "todos"]).status == 1)
             #expect(try Self.outpost(["--help"]).stdout.contains("query COLLECTION"))
 
-            // The app's index and search table are still there for the app.
+            // A write by the client (support staff fixing a record) keeps the app's index and
+            // search table, and keeps them up to date: the client declares neither.
+            let put = try Self.outpost(["--store", path, "put", "inspections", "i6", #"{"status":"open","priority":4,"notes":"Pump seal"}"#])
+            #expect(put.status == 0, "\(put.stderr)")
+            #expect(try Self.outpost(query + ["--search", "seal"]).lines.map { $0["id"] } == ["i6"])
+
+            // The app's index and search table are still there for the app, rebuilt by nothing.
             let reopened = try OutpostStore(path: path, configuration: configuration)
             let inspections = reopened.collection("inspections", of: JSONValue.self)
             #expect(try await inspections.filter { $0.status == "open" }.sorted(by: .ascending("priority")).explain().index == ["status", "priority"])
-            #expect(try await inspections.search("pump").count() == 3)
+            #expect(try await inspections.search("pump").count() == 4)
+            #expect(try await inspections.filter { $0.status == "open" && $0.priority >= 4 }.count() == 2)
             await reopened.close()
         }
     }

@@ -100,6 +100,11 @@ extension OutpostStore {
         /// (`CollectionSchema`; docs/client.md, "Queries"). The store creates and drops the
         /// indexes as this changes between versions of the app, when it opens.
         public var collections: [String: CollectionSchema] = [:]
+        /// Whether opening the store makes the file's query indexes those `collections`
+        /// declares (true, an app's store). A tool that opens an app's file without the app's
+        /// declarations (the `outpost` command-line client) sets false: the file keeps the
+        /// app's indexes and search tables as they are, and keeps them up to date.
+        public var reconcilesQueryIndexes = true
 
         /// What the pushes name (`appVersion`, `collectionVersions`).
         var versions: AppVersions { AppVersions(app: appVersion, collections: collectionVersions) }

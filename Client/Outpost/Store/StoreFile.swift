@@ -82,7 +82,11 @@ extension OutpostStore {
             try database.pruneConflictJournal(before: configuration.conflictCutoff(now: configuration.clock().milliseconds))
             // The query indexes the app declares now (created, or dropped, only when the
             // declarations changed since the last open).
-            try database.reconcileQueryIndexes(configuration.collections)
+            if configuration.reconcilesQueryIndexes {
+                try database.reconcileQueryIndexes(configuration.collections)
+            } else {
+                database.searchIndexes = try database.queryIndexes().filter(\.isSearch)
+            }
             return OpenedFile(database: database, clientId: clientId, restoredFrom: try database.meta(.restoredFrom))
         } catch let e as SQLiteError {
             database.close()
