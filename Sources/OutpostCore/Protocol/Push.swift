@@ -85,9 +85,14 @@ public struct Change: Hashable, Sendable {
     /// Set on a re-offer (protocol 1.1): the copy of an earlier history this change carries
     /// again. Nil for an edit.
     public var lineage: Lineage?
+    /// Set on a resolved write (added without a version change): what the device's
+    /// resolver did with the conflict. The server keeps it with the state the write stores
+    /// when that state replaces another (`RecordState.resolved`). Like `clientTime`, not
+    /// part of the fingerprint.
+    public var resolves: ResolutionMark?
 
     public init(changeId: String, collection: String, id: String, op: ChangeOp, data: JSONObject?, baseVersion: Version?, force: Bool = false, clientTime: Int64? = nil,
-                lineage: Lineage? = nil) {
+                lineage: Lineage? = nil, resolves: ResolutionMark? = nil) {
         self.changeId = changeId
         self.collection = collection
         self.id = id
@@ -97,6 +102,7 @@ public struct Change: Hashable, Sendable {
         self.force = force
         self.clientTime = clientTime
         self.lineage = lineage
+        self.resolves = resolves
     }
 
     /// The JSON sent in a push.
@@ -112,6 +118,7 @@ public struct Change: Hashable, Sendable {
         if force { o["force"] = .bool(true) }
         if let clientTime { o["clientTime"] = .number(JSONNumber(clientTime)) }
         if let lineage { o["lineage"] = lineage.json }
+        if let resolves { o["resolves"] = resolves.json }
         return .object(o)
     }
 
@@ -334,8 +341,14 @@ public struct PushRequest: Hashable, Sendable {
             lineage = Lineage(version: v, updatedAt: t)
         default: return invalid("lineage must be an object {version, updatedAt} or null")
         }
+        var resolves: ResolutionMark?
+        switch o["resolves"].map({ ResolutionMark.decode($0, field: "resolves") }) {
+        case nil: break
+        case .success(let mark)?: resolves = mark
+        case .failure(let error)?: return invalid("\(error.field) \(error.message)")
+        }
         return .valid(Change(changeId: changeId, collection: collection, id: id, op: op, data: data, baseVersion: baseVersion, force: force, clientTime: clientTime,
-                             lineage: lineage))
+                             lineage: lineage, resolves: resolves))
     }
 }
 

@@ -202,6 +202,9 @@ public enum PushRules {
         public var clientTime: Int64?
         public var lineage: Version?
         public var sameAs: Version?
+        /// Set when a resolved write (`Change.resolves`) replaces a state: that state's
+        /// version and the mark.
+        public var resolved: Resolved?
     }
 
     /// A live state replaced by a write that may take the record out of some token's view
@@ -400,16 +403,19 @@ public enum PushRules {
             let version = Version(epoch: epoch, seq: head)
             let updatedAt = change.lineage?.updatedAt ?? now
             let lineage = change.lineage?.version ?? current?.lineage
+            // A resolved write keeps its mark beside the version of the state it replaces; one
+            // that creates the record replaces nothing, so no device lost a write to it.
+            let resolved = change.resolves.flatMap { mark in current.map { Resolved(over: Version(epoch: epoch, seq: $0.seq), mark: mark) } }
             let write = Write(key: key, seq: head, deleted: change.op == .delete, data: data,
                               updatedAt: updatedAt, updatedBy: context.clientId, subject: context.subject, clientTime: change.clientTime,
-                              lineage: lineage, sameAs: change.lineage?.version)
+                              lineage: lineage, sameAs: change.lineage?.version, resolved: resolved)
             written[key] = writes.count
             writes.append(write)
             if judge != nil {
                 if write.deleted, let replaced = judged[key], !replaced.deleted, let copy = replaced.data { deletedCopies[key] = copy }
                 judged[key] = RecordState(collection: key.collection, id: key.id, version: version, deleted: write.deleted,
                                           data: write.deleted ? nil : change.data, updatedAt: updatedAt, updatedBy: context.clientId,
-                                          clientTime: change.clientTime, lineage: lineage, sameAs: write.sameAs)
+                                          clientTime: change.clientTime, lineage: lineage, sameAs: write.sameAs, resolved: resolved)
             }
             heads[key] = Head(seq: head, lineage: lineage, sameAs: write.sameAs, dataBytes: Int64(data?.count ?? 0))
             applied[change.changeId] = Applied(fingerprint: input.fingerprint, version: version, appliedAt: now)
@@ -552,6 +558,6 @@ extension PushRules.Write {
             object = o
         }
         return RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: seq), deleted: deleted, data: object,
-                           updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs)
+                           updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs, resolved: resolved)
     }
 }

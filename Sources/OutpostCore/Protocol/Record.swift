@@ -21,9 +21,14 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
     /// from it, or written by a re-offer carrying it) and nothing was written on it since.
     /// `lineage` says "descends from"; `sameAs` says "is".
     public var sameAs: Version?
+    /// Set when a device's resolved write stored this state over another (added without a
+    /// version change, docs/protocol.md section 4, "Resolutions"): the version it replaced
+    /// and what the resolver did. A device whose acknowledged write was that version learns
+    /// that another device's resolution replaced it.
+    public var resolved: Resolved?
 
     public init(collection: String, id: String, version: Version, deleted: Bool, data: JSONObject?, updatedAt: Int64, updatedBy: String, clientTime: Int64?,
-                lineage: Version? = nil, sameAs: Version? = nil) {
+                lineage: Version? = nil, sameAs: Version? = nil, resolved: Resolved? = nil) {
         self.collection = collection
         self.id = id
         self.version = version
@@ -34,6 +39,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
         self.clientTime = clientTime
         self.lineage = lineage
         self.sameAs = sameAs
+        self.resolved = resolved
     }
 
     public init(json: JSONValue) throws(WireError) {
@@ -61,6 +67,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
             guard let v = Version(text), v.seq > 0 else { throw r.invalid("sameAs", "is not a version") }
             sameAs = v
         }
+        if let value = r.object["resolved"], !value.isNull { resolved = try Resolved(json: value, field: r.fieldPath("resolved")) }
     }
 
     public var json: JSONValue {
@@ -76,6 +83,7 @@ public struct RecordState: Hashable, Sendable, JSONWireType {
         if let clientTime { o["clientTime"] = .number(JSONNumber(clientTime)) }
         if let lineage { o["lineage"] = .string(lineage.text) }
         if let sameAs { o["sameAs"] = .string(sameAs.text) }
+        if let resolved { o["resolved"] = resolved.json }
         return .object(o)
     }
 }
