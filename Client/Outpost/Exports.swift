@@ -23,3 +23,6 @@ public typealias ChangeOp = OutpostCore.ChangeOp
 public typealias MediaInfo = OutpostCore.MediaInfo
 /// What a server says of itself (`GET /v1/info`): its protocol version and limits.
 public typealias ServerInfo = OutpostCore.ServerInfo
+/// What a resolver did with a conflict, as its resolved write told the server: `keepLocal`,
+/// `write` (a merge) or `delete` (`RemoteDecision.outcome`).
+public typealias ResolutionOutcome = OutpostCore.ResolutionMark.Outcome

@@ -364,6 +364,7 @@ enum EngineTable {
             case .pushed: self = .plain("pushed")
             case .conflict: self = .plain("conflict settled")
             case .resolved: self = .plain("journaled")
+            case .overwritten: self = .plain("journaled (decided elsewhere)")
             case .rejected: self = .plain("rejected")
             case .upgradeRequired: self = .plain("held for an upgrade")
             case .reoffered: self = .plain("re-offer queued")

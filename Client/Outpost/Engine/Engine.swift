@@ -58,6 +58,9 @@ enum Effect: Hashable, Sendable {
     /// The resolver decided a conflict: the store keeps the decision in its conflict
     /// journal, in the transaction that stores the record (Store/ConflictJournal.swift).
     case resolved(ConflictDecision)
+    /// Another device's resolution replaced a write of this device that the server had
+    /// acknowledged: the store keeps it in its conflict journal too (`Engine.lostWrite`).
+    case overwritten(LostWrite)
     /// A change was rejected for good.
     case rejected
     /// A change is held until the app is updated.
@@ -162,9 +165,22 @@ enum Engine {
         // A left copy meets the history's copy as soon as that is known, so a store that
         // follows a history holds no left copy.
         if meet(&r, context, historyLacksRecord: event == .rePullFinished) { effects.append(.reoffered) }
+        if let lost = lostWrite(r.key, before: record.server, after: r.server, context) { effects.append(.overwritten(lost)) }
         normalize(&r)
         if r.view != viewBefore { effects.append(.show) }
         return (r, effects)
+    }
+
+    /// The rule of a lost write: the record's copy moves from a state this device wrote to
+    /// one that another device's resolution wrote over exactly that state (its `resolved`
+    /// names the version). Whatever brought the copy (a pull, a conflict's answer), the
+    /// device learns that its acknowledged write was decided against. Both copies must be
+    /// readable: the journal shows the two contents.
+    static func lostWrite(_ key: RecordKey, before: Copy?, after: Copy?, _ context: EngineContext) -> LostWrite? {
+        guard let mine = before, let theirs = after, let resolved = theirs.resolved, resolved.over == mine.version,
+              mine.updatedBy == context.clientId, let by = theirs.updatedBy, by != context.clientId,
+              mine.body != nil, theirs.body != nil else { return nil }
+        return LostWrite(key: key, mine: mine, theirs: theirs, resolved: resolved)
     }
 
     // MARK: Local edits
@@ -304,8 +320,11 @@ enum Engine {
         }
         let lineage: Lineage?
         if case .reoffer(let l, _) = head.kind { lineage = l } else { lineage = nil }
+        // A resolution's mark goes only with a base: a write that creates the record
+        // replaces no device's write.
         return Change(changeId: head.changeId, collection: r.key.collection, id: r.key.id, op: head.body.deleted ? .delete : .put,
-                      data: try? head.body.data.map(decodeObject), baseVersion: base, clientTime: head.clientTime, lineage: lineage)
+                      data: try? head.body.data.map(decodeObject), baseVersion: base, clientTime: head.clientTime, lineage: lineage,
+                      resolves: base == nil ? nil : head.resolves)
     }
 
     /// True while the edit is held from the server: it waits for a person to settle its
@@ -383,13 +402,13 @@ enum Engine {
         // The resolved write counts the conflict as an attempt of the record, so a server that
         // answers every push with a conflict meets a growing backoff.
         @discardableResult
-        func settle(_ body: Body?, madeOn: MadeOn, kind: EditKind = .app) -> String? {
+        func settle(_ body: Body?, madeOn: MadeOn, kind: EditKind = .app, resolves: ResolutionMark.Outcome? = nil) -> String? {
             var written: String?
             if let body {
                 written = context.newChangeId()
                 kept.append(Edit(changeId: written!, kind: kind, body: body, clientTime: latest.clientTime, createdAt: latest.createdAt,
                                  madeOn: madeOn, attempts: head.attempts + 1, nextAttemptAt: context.now + context.backoff(head.attempts + 1),
-                                 lastError: "conflict; resolved"))
+                                 lastError: "conflict; resolved", resolves: resolves.map { ResolutionMark(resolver: context.resolver.markName, outcome: $0) }))
             }
             r.edits = kept
             return written
@@ -445,9 +464,9 @@ enum Engine {
         let written: String?
         switch resolution {
         case .keepServer: written = settle(nil, madeOn: .nothing)
-        case .keepLocal: written = settle(latest.body, madeOn: .copy(server))
-        case .write(let object): written = settle(Body(data: encodeObject(object)), madeOn: .copy(server))
-        case .delete: written = settle(.tombstone, madeOn: .copy(server))
+        case .keepLocal: written = settle(latest.body, madeOn: .copy(server), resolves: .keepLocal)
+        case .write(let object): written = settle(Body(data: encodeObject(object)), madeOn: .copy(server), resolves: .write)
+        case .delete: written = settle(.tombstone, madeOn: .copy(server), resolves: .delete)
         case .leaveForPerson:
             // The local edit stays, shown, made on the server's copy and held from the server
             // until a person settles it (`settleByPerson`); nothing is written for now.
@@ -468,16 +487,17 @@ enum Engine {
     static func settleByPerson(_ r: inout RecordModel, _ resolution: Resolution, changeId: String, time: Int64) {
         guard let i = r.edits.firstIndex(where: { $0.inConflict && $0.delivery == .queued }) else { return }
         let held = r.edits[i]
-        func replace(_ body: Body) {
+        func replace(_ body: Body, _ outcome: ResolutionMark.Outcome) {
             r.edits[i] = Edit(position: held.position, localId: held.localId, changeId: changeId, kind: .app, body: body, clientTime: time,
                               createdAt: held.createdAt, madeOn: r.server.map { .copy($0) } ?? .nothing, delivery: .queued,
-                              attempts: held.attempts, nextAttemptAt: 0, lastError: nil, upgradeTo: held.upgradeTo)
+                              attempts: held.attempts, nextAttemptAt: 0, lastError: nil, upgradeTo: held.upgradeTo,
+                              resolves: ResolutionMark(resolver: ConflictResolver.personName, outcome: outcome))
         }
         switch resolution {
         case .keepServer: r.edits.remove(at: i)
-        case .keepLocal: replace(held.body)
-        case .write(let object): replace(Body(data: encodeObject(object)))
-        case .delete: replace(.tombstone)
+        case .keepLocal: replace(held.body, .keepLocal)
+        case .write(let object): replace(Body(data: encodeObject(object)), .write)
+        case .delete: replace(.tombstone, .delete)
         case .leaveForPerson: return
         }
     }
@@ -518,7 +538,7 @@ enum Engine {
             guard e.madeOn == .edit(gone.localId) else { return e }
             return Edit(position: e.position, localId: e.localId, changeId: e.changeId, kind: e.kind, body: e.body, clientTime: e.clientTime,
                         createdAt: e.createdAt, madeOn: gone.madeOn, delivery: e.delivery, attempts: e.attempts, nextAttemptAt: e.nextAttemptAt,
-                        lastError: e.lastError, upgradeTo: e.upgradeTo, inConflict: e.inConflict)
+                        lastError: e.lastError, upgradeTo: e.upgradeTo, inConflict: e.inConflict, resolves: e.resolves)
         }
     }
 

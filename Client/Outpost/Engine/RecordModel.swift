@@ -23,9 +23,13 @@ struct Copy: Hashable, Sendable {
     var changeId: String?
     /// The state of an earlier history this state is, with nothing written since (1.1).
     var sameAs: Version?
+    /// Set when another device's resolved write stored this state (as the server sent it;
+    /// not kept in the file): the version it replaced and what that resolver did. Read by
+    /// the transition that takes the copy in (`Engine.lostWrite`).
+    var resolved: Resolved?
 
     init(version: Version, body: Body?, updatedAt: Int64?, updatedBy: String? = nil, clientTime: Int64? = nil, lineage: Version? = nil, changeId: String? = nil,
-         sameAs: Version? = nil) {
+         sameAs: Version? = nil, resolved: Resolved? = nil) {
         self.version = version
         self.body = body
         self.updatedAt = updatedAt
@@ -34,11 +38,12 @@ struct Copy: Hashable, Sendable {
         self.lineage = lineage
         self.changeId = changeId
         self.sameAs = sameAs
+        self.resolved = resolved
     }
 
     init(_ state: RecordState) {
         self.init(version: state.version, body: Body(state), updatedAt: state.updatedAt, updatedBy: state.updatedBy,
-                  clientTime: state.clientTime, lineage: state.lineage, sameAs: state.sameAs)
+                  clientTime: state.clientTime, lineage: state.lineage, sameAs: state.sameAs, resolved: state.resolved)
     }
 
     /// True when this state is `other` or descends from it: a later state of the same
@@ -142,9 +147,13 @@ struct Edit: Hashable, Sendable {
     /// (`Resolution.leaveForPerson`): shown to the app, held from the server, blocking no
     /// other record. The app's next edits of the record fold into it and stay held.
     var inConflict = false
+    /// Set on the write that settles a conflict (a resolver's or a person's decision): sent
+    /// with it (`Change.resolves`), so the server tells the device whose write it replaces.
+    var resolves: ResolutionMark?
 
     init(position: Int64? = nil, localId: String? = nil, changeId: String, kind: EditKind, body: Body, clientTime: Int64, createdAt: Int64, madeOn: MadeOn,
-         delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil, upgradeTo: Int? = nil, inConflict: Bool = false) {
+         delivery: Delivery = .queued, attempts: Int = 0, nextAttemptAt: Int64 = 0, lastError: String? = nil, upgradeTo: Int? = nil, inConflict: Bool = false,
+         resolves: ResolutionMark? = nil) {
         self.position = position
         self.localId = localId ?? changeId
         self.changeId = changeId
@@ -159,6 +168,7 @@ struct Edit: Hashable, Sendable {
         self.lastError = lastError
         self.upgradeTo = upgradeTo
         self.inConflict = inConflict
+        self.resolves = resolves
     }
 
     var isReoffer: Bool {

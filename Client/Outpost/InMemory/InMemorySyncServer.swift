@@ -76,6 +76,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         /// The earlier-history version this state is, with nothing written on it since
         /// (protocol 1.1); re-offers are admitted by it.
         var sameAs: Version?
+        /// Set when a resolved write stored it over another state (`RecordState.resolved`).
+        var resolved: Resolved?
         /// The bytes of its data as stored (canonical JSON; 0 for a tombstone).
         var dataBytes: Int64 = 0
     }
@@ -137,7 +139,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
                     data = o
                 }
                 space.records[key] = StoredState(seq: w.seq, deleted: w.deleted, data: data, updatedAt: w.updatedAt, updatedBy: w.updatedBy,
-                                                 clientTime: w.clientTime, lineage: w.lineage, sameAs: w.sameAs, dataBytes: Int64(w.data?.count ?? 0))
+                                                 clientTime: w.clientTime, lineage: w.lineage, sameAs: w.sameAs, resolved: w.resolved,
+                                                 dataBytes: Int64(w.data?.count ?? 0))
                 space.log.append((w.seq, key))
                 space.head = max(space.head, w.seq)
             }
@@ -168,6 +171,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
                     let version = Version(epoch: ending, seq: spaces[name]!.records[key]!.seq)
                     spaces[name]!.records[key]!.lineage = version
                     spaces[name]!.records[key]!.sameAs = version
+                    // The version a resolution replaced is of the history that ends.
+                    spaces[name]!.records[key]!.resolved = nil
                 }
             }
         }
@@ -520,7 +525,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     static func recordState(_ key: RecordKey, _ s: StoredState, epoch: Epoch) -> RecordState {
         RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: s.seq), deleted: s.deleted,
                     data: s.deleted ? nil : s.data, updatedAt: s.updatedAt, updatedBy: s.updatedBy, clientTime: s.clientTime, lineage: s.lineage,
-                    sameAs: s.sameAs)
+                    sameAs: s.sameAs, resolved: s.resolved)
     }
 
     // MARK: Pull

@@ -39,7 +39,13 @@ extension OutpostStore {
         let (after, effects) = Engine.reduce(before, event, context)
         rng = ids.rng
         if after != before { try d.save(after) }
-        for case .resolved(let decision) in effects { journaled.append(try d.journal(decision, at: time)) }
+        for effect in effects {
+            switch effect {
+            case .resolved(let decision): journaled.append(try d.journal(decision, at: time))
+            case .overwritten(let lost): journaled.append(try d.journal(lost, at: time))
+            default: break
+            }
+        }
         return (effects, after)
     }
 
@@ -52,6 +58,7 @@ extension OutpostStore {
             case .pushed: report.pushed += 1
             case .conflict: report.conflicts += 1
             case .resolved: report.resolved += 1
+            case .overwritten: report.overwritten += 1
             case .rejected: report.rejected += 1
             case .upgradeRequired: report.upgradeRequired += 1
             case .reoffered: report.reoffered += 1

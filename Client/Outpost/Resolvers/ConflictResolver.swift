@@ -250,3 +250,15 @@ public struct ConflictResolver: Sendable {
         return .write(merged)
     }
 }
+
+extension ConflictResolver {
+    /// The resolver a resolved write names (`ResolutionMark.resolver`): `name`, cut to the
+    /// length the wire carries (`custom` when it is empty), so no name of the app's choosing
+    /// makes the server refuse the write.
+    var markName: String {
+        name.isEmpty ? "custom" : String(name.prefix(ResolutionMark.maxResolverLength))
+    }
+
+    /// The name of a person's decision on a conflict left for them (`OutpostStore.settleConflict`).
+    static let personName = "person"
+}

@@ -7,7 +7,9 @@ import OutpostSQLite
 // local edit, the server's copy, the base) and what it decided. The engine reports a
 // decision as `Effect.resolved`; `transition` (Queue/Enqueue.swift) writes its row in the
 // transaction that stores the record, so there is never a decision without its row nor a
-// row without its decision. Entries older than `Configuration.conflictRetention` are
+// row without its decision. A decision made on another device that replaced this device's
+// acknowledged write (`Effect.overwritten`, `Engine.lostWrite`) is kept the same way, in the
+// transaction that takes in the copy that says so. Entries older than `Configuration.conflictRetention` are
 // pruned, a bounded batch at a time, when the store opens and after each sync. The journal
 // never leaves the device: telemetry carries counts only (Sync/Telemetry.swift).
 
@@ -23,7 +25,34 @@ struct ConflictDecision: Hashable, Sendable {
     let writtenChangeId: String?
 }
 
-/// One decision of the store's resolver, as the conflict journal keeps it.
+/// A write of this device that another device's resolution replaced, as the engine
+/// reports it (`Effect.overwritten`).
+struct LostWrite: Hashable, Sendable {
+    let key: RecordKey
+    /// The copy this device wrote (the server acknowledged it).
+    let mine: Copy
+    /// The copy the other device's resolution wrote over it.
+    let theirs: Copy
+    /// The resolution's mark, as the server kept it.
+    let resolved: Resolved
+}
+
+/// What another device's resolver decided, when its resolved write replaced a write of
+/// this device that the server had acknowledged (`ConflictEntry.decidedElsewhere`). The
+/// device learns it when it takes in the state that write stored (a pull, or a conflict's
+/// answer), from a server that keeps resolutions.
+public struct RemoteDecision: Sendable, Hashable {
+    /// The `clientId` of the device whose resolver decided.
+    public let clientId: String
+    /// The version of this device's write that the resolution replaced.
+    public let overwrote: Version
+    /// What that device's resolver did, as it saw the conflict: kept its own edit, wrote a
+    /// merge, or deleted the record.
+    public let outcome: ResolutionOutcome
+}
+
+/// One decision about a conflict, as the conflict journal keeps it: the store's resolver's,
+/// or (`decidedElsewhere`) another device's that replaced this device's write.
 ///
 /// `nil` data means a delete: a local edit that deleted the record, a server copy that is
 /// a tombstone, a result that leaves the record deleted.
@@ -53,6 +82,13 @@ public struct ConflictEntry: Sendable, Hashable {
     public let decidedAt: Date
     /// The change the decision queued to send the result (nil when the server's copy stood).
     public let writtenChangeId: String?
+    /// Set when another device decided: its resolved write replaced this device's write
+    /// `local`, which the server had acknowledged. Then `changeId` is this device's change
+    /// that wrote `local` (empty when the device learned of its write from a pull, without
+    /// the change's id), `server` and `serverVersion` are what the resolution wrote,
+    /// `resolver` is the other device's resolver, `resolution` is `keepServer` (this device
+    /// now shows what the server holds), `base` and `writtenChangeId` are nil.
+    public let decidedElsewhere: RemoteDecision?
 
     /// The record's data after the decision: the server's copy, the local edit or the
     /// resolver's merge; nil when the record ends deleted. A conflict left for a person
@@ -115,6 +151,9 @@ public struct ConflictEntry: Sendable, Hashable {
             "decidedAt": .number(JSONNumber(decidedAt.milliseconds)), "resolver": .string(resolver), "resolution": .string(resolutionName),
             "local": data(local), "server": data(server), "serverVersion": .string(serverVersion.text), "base": base, "result": data(result),
             "writtenChangeId": writtenChangeId.map { .string($0) } ?? .null,
+            "decidedElsewhere": decidedElsewhere.map {
+                .object(["clientId": .string($0.clientId), "overwrote": .string($0.overwrote.text), "outcome": .string($0.outcome.rawValue)])
+            } ?? .null,
         ])
     }
 }
@@ -131,7 +170,7 @@ extension LocalDatabase {
         let base = c.base
         var entry = ConflictEntry(number: 0, collection: c.collection, id: c.id, changeId: c.local.changeId, local: local, server: server,
                                   serverVersion: c.server.version, base: base, resolution: decision.resolution, resolver: decision.resolver,
-                                  decidedAt: Date(milliseconds: time), writtenChangeId: decision.writtenChangeId)
+                                  decidedAt: Date(milliseconds: time), writtenChangeId: decision.writtenChangeId, decidedElsewhere: nil)
         func blob(_ object: JSONObject?) -> SQLiteValue { object.map { .blob(encodeObject($0)) } ?? .null }
         var merged: JSONObject?
         if case .write(let object) = decision.resolution { merged = object }
@@ -146,17 +185,42 @@ extension LocalDatabase {
         return entry
     }
 
+    /// Writes the journal row of `lost`, learned at `time`, in the caller's transaction.
+    func journal(_ lost: LostWrite, at time: Int64) throws -> ConflictEntry {
+        func object(_ copy: Copy) throws -> JSONObject? {
+            guard let body = copy.body, !body.deleted else { return nil }
+            return try body.data.map(decodeObject)
+        }
+        let local = try object(lost.mine), server = try object(lost.theirs)
+        let remote = RemoteDecision(clientId: lost.theirs.updatedBy ?? "", overwrote: lost.mine.version, outcome: lost.resolved.mark.outcome)
+        var entry = ConflictEntry(number: 0, collection: lost.key.collection, id: lost.key.id, changeId: lost.mine.changeId ?? "", local: local, server: server,
+                                  serverVersion: lost.theirs.version, base: nil, resolution: .keepServer, resolver: lost.resolved.mark.resolver,
+                                  decidedAt: Date(milliseconds: time), writtenChangeId: nil, decidedElsewhere: remote)
+        func blob(_ object: JSONObject?) -> SQLiteValue { object.map { .blob(encodeObject($0)) } ?? .null }
+        try db.run("""
+
+            INSERT INTO conflict_journal(collection, id, change_id, local, server, server_version, has_base, base_deleted,
+                                         resolution, resolver, decided_at, decided_by, overwrote, remote_outcome)
+            VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?)
+            """, [.text(entry.collection), .text(entry.id), .text(entry.changeId), blob(local), blob(server), .text(lost.theirs.version.text),
+                  .text(entry.resolutionName), .text(entry.resolver), .integer(time), .text(remote.clientId), .text(remote.overwrote.text),
+                  .text(remote.outcome.rawValue)])
+        entry.number = db.lastInsertRowID
+        return entry
+    }
+
     /// The entries decided at or after `since`, in journal order.
     func conflicts(since: Int64) throws -> [ConflictEntry] {
         let rows = try db.query("""
             SELECT number, collection, id, change_id, local, server, server_version, has_base, base, base_deleted, base_version,
-                   resolution, merged, resolver, decided_at, written_change_id
+                   resolution, merged, resolver, decided_at, written_change_id, decided_by, overwrote, remote_outcome
               FROM conflict_journal WHERE decided_at >= ? ORDER BY number
             """, [.integer(since)]) { row in
             (number: row.int64(0), collection: row.text(1), id: row.text(2), changeId: row.text(3), local: row.optionalBlob(4), server: row.optionalBlob(5),
              serverVersion: row.text(6), hasBase: row.int64(7) != 0, base: row.optionalBlob(8), baseDeleted: row.int64(9) != 0,
              baseVersion: row.optionalText(10), resolution: row.text(11), merged: row.optionalBlob(12), resolver: row.text(13),
-             decidedAt: row.int64(14), written: row.optionalText(15))
+             decidedAt: row.int64(14), written: row.optionalText(15), decidedBy: row.optionalText(16), overwrote: row.optionalText(17),
+             remoteOutcome: row.optionalText(18))
         }
         return try rows.map { r in
             guard let version = Version(r.serverVersion) else { throw OutpostError.storage("conflict journal entry \(r.number): bad version") }
@@ -171,10 +235,17 @@ extension LocalDatabase {
                 resolution = .write(try decodeObject(merged))
             default: throw OutpostError.storage("conflict journal entry \(r.number): unknown resolution \(r.resolution)")
             }
+            var remote: RemoteDecision?
+            if let by = r.decidedBy {
+                guard let overwrote = r.overwrote.flatMap(Version.init), let outcome = r.remoteOutcome.flatMap(ResolutionOutcome.init(rawValue:)) else {
+                    throw OutpostError.storage("conflict journal entry \(r.number): a decision made elsewhere without its version or outcome")
+                }
+                remote = RemoteDecision(clientId: by, overwrote: overwrote, outcome: outcome)
+            }
             let base = r.hasBase ? ConflictBase(data: try r.base.map(decodeObject), deleted: r.baseDeleted, version: r.baseVersion.flatMap(Version.init)) : nil
             return ConflictEntry(number: r.number, collection: r.collection, id: r.id, changeId: r.changeId, local: try r.local.map(decodeObject),
                                  server: try r.server.map(decodeObject), serverVersion: version, base: base, resolution: resolution,
-                                 resolver: r.resolver, decidedAt: Date(milliseconds: r.decidedAt), writtenChangeId: r.written)
+                                 resolver: r.resolver, decidedAt: Date(milliseconds: r.decidedAt), writtenChangeId: r.written, decidedElsewhere: remote)
         }
     }
 

@@ -86,7 +86,7 @@ extension LocalDatabase {
         let carriedLineage: Int32 = 6, deleted: Int32 = 7, data: Int32 = 8, clientTime: Int32 = 9, createdAt: Int32 = 10, madeOnKind: Int32 = 11
         let madeOnEdit: Int32 = 12, madeOnCopy: Int32 = 13, deliveryColumn = madeOnCopy + n, sentBase = deliveryColumn + 1, ackCopy = sentBase + 1
         let errorCode = ackCopy + n, lastErrorColumn = errorCode + 1, attempts = lastErrorColumn + 1, nextAttempt = attempts + 1, upgradeTo = nextAttempt + 1
-        let inConflict = upgradeTo + 1
+        let inConflict = upgradeTo + 1, resolves = inConflict + 1
         let kind: EditKind
         if s.text(kindColumn) == "reoffer", let v = s.optionalText(lineageVersion).flatMap(Version.init) {
             kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(lineageTime) ?? 0), descendsFrom: s.optionalText(carriedLineage).flatMap(Version.init))
@@ -116,13 +116,21 @@ extension LocalDatabase {
         }
         return Edit(position: s.int64(position), localId: s.text(localId), changeId: s.text(changeId), kind: kind, body: body, clientTime: s.int64(clientTime),
                     createdAt: s.int64(createdAt), madeOn: madeOn, delivery: delivery, attempts: s.int(attempts), nextAttemptAt: s.int64(nextAttempt),
-                    lastError: lastError, upgradeTo: s.optionalInt64(upgradeTo).map { Int(clamping: $0) }, inConflict: s.optionalInt64(inConflict) == 1)
+                    lastError: lastError, upgradeTo: s.optionalInt64(upgradeTo).map { Int(clamping: $0) }, inConflict: s.optionalInt64(inConflict) == 1,
+                    resolves: s.optionalText(resolves).flatMap(readMark))
     }
 
     private static let selectRecordSQL = "SELECT \(recordColumns) FROM records WHERE collection = ? AND id = ?"
-    // `upgrade_to` (migration 10) and `in_conflict` (migration 12) are read here and written
-    // by `save` only when set, so the migrations before them that store models never name them.
-    private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to, in_conflict FROM edits WHERE collection = ? AND id = ? ORDER BY position"
+    /// A resolution's mark as `edits.resolves` keeps it (`{"resolver", "outcome"}`).
+    private static func readMark(_ text: String) -> ResolutionMark? {
+        guard let value = try? JSONParser.parse(Array(text.utf8)), case .success(let mark) = ResolutionMark.decode(value, field: "resolves") else { return nil }
+        return mark
+    }
+
+    // `upgrade_to` (migration 10), `in_conflict` (migration 12) and `resolves` (migration 13)
+    // are read here and written by `save` only when set, so the migrations before them that
+    // store models never name them.
+    private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to, in_conflict, resolves FROM edits WHERE collection = ? AND id = ? ORDER BY position"
     /// An upsert, not `INSERT OR REPLACE`: a replace deletes the row without telling the
     /// delete triggers and would impose its conflict rule on the statements of the query
     /// indexes' triggers (Query/QueryIndexes.swift); an update lets them skip a row whose
@@ -203,6 +211,9 @@ extension LocalDatabase {
         }
         if e.inConflict {
             try db.cached("UPDATE edits SET in_conflict = 1 WHERE change_id = ?").run([.text(e.changeId)])
+        }
+        if let mark = e.resolves {
+            try db.cached("UPDATE edits SET resolves = ? WHERE change_id = ?").run([.text(String(decoding: mark.json.encoded(), as: UTF8.self)), .text(e.changeId)])
         }
     }
 

@@ -138,6 +138,9 @@ public struct SyncReport: Sendable, Hashable {
     /// Conflicts the resolver decided (each one kept in the conflict journal,
     /// `OutpostStore.conflicts(since:)`); the others settled without it.
     public var resolved = 0
+    /// Writes of this device, acknowledged before, that another device's resolution
+    /// replaced (each kept in the conflict journal with `ConflictEntry.decidedElsewhere`).
+    public var overwritten = 0
     /// Changes rejected for good.
     public var rejected = 0
     /// Changes the server takes only from a later version of the app (`upgrade_required`),

@@ -209,6 +209,18 @@ extension LocalDatabase {
         StoreMigration(name: "12 conflicts left for a person") { d, _ in
             try d.db.execute("ALTER TABLE edits ADD COLUMN in_conflict INTEGER")
         },
+        // Resolutions told both ways: the mark a resolved write carries (Edit.resolves, JSON
+        // `{"resolver", "outcome"}`), and in the journal a decision made on another device that
+        // replaced this device's write (ConflictEntry.decidedElsewhere).
+        StoreMigration(name: "13 resolutions told both ways") { d, _ in
+            try d.db.execute("""
+
+                ALTER TABLE edits ADD COLUMN resolves TEXT;
+                ALTER TABLE conflict_journal ADD COLUMN decided_by TEXT;
+                ALTER TABLE conflict_journal ADD COLUMN overwrote TEXT;
+                ALTER TABLE conflict_journal ADD COLUMN remote_outcome TEXT;
+                """)
+        },
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one
