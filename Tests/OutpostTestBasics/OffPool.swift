@@ -141,7 +141,7 @@ public struct OffPoolTrait: TestTrait, SuiteTrait, TestScoping {
     public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         await turns.acquire()
         defer { turns.release() }
-        try await OutpostTestSupport.offPool("test-off-pool") { try await function() }
+        try await OutpostTestBasics.offPool("test-off-pool") { try await function() }
     }
 
     static let computing = AsyncSlots(ProcessInfo.processInfo.activeProcessorCount)
