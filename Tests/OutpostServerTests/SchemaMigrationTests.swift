@@ -34,6 +34,7 @@ import Testing
         ("view_index without view_index_seq", "1f22e90b2f62aff1eddb6d837fd30583e21d507b56e958abf79f9049d2462b81"),
         ("devices.conflicts, devices.resolved", "81061365a99d1d69aff30f1fc04d6903a591b5b9a62cac7c299b03294da9914d"),
         ("webhook_batches", "1e59b51189541f7ad815e1f35ed94efe86b5d312fb385a15b0bface9b45097b8"),
+        ("records.resolved, webhook_outbox.resolved", "7f4db100d73f4c780420c5868bb3d195f82557b06422fd8248b1959ebfbc2197"),
     ]
     static let releasedPostgres: [(String, String)] = [
         ("sync 1: meta, spaces, records, applied_changes, outpost_lock_spaces, media, uploads, upload_chunks", "6bae312449cb352c7b645a00839d62a97f816bce5027375c1e168a57a774fb86"),
@@ -52,6 +53,7 @@ import Testing
         ("view_index without view_index_seq", "1f22e90b2f62aff1eddb6d837fd30583e21d507b56e958abf79f9049d2462b81"),
         ("devices.conflicts, devices.resolved", "4da750c935666216a25fd60bd17d6fc2ba5a25fc16ac2b1d760a9a397649211c"),
         ("webhook_batches", "e48948570a9432fba059f7714901dc22ed7780d8e0c34537ceaef21881563d89"),
+        ("records.resolved, webhook_outbox.resolved", "b48f106035e0913c5bf93da1454e2ae9a20d033a60ce320ad6f2e0516ddcaedd"),
     ]
 
     /// Every migration of each list is released and pinned, in order: one edited, renamed,
@@ -285,6 +287,8 @@ import Testing
         let lineage: [Version?] = sync >= 2 ? [Version(epoch: e0, seq: 1), Version(epoch: e0, seq: 2), nil] : [nil, nil, nil]
         let sameAs: [Version?] = sync == 2 ? lineage : sync >= 3 ? [Version(epoch: e0, seq: 1), nil, nil] : [nil, nil, nil]
         #expect(records.map(\.lineage) == lineage && records.map(\.sameAs) == sameAs)
+        // No state of a release before resolutions were kept carries a mark.
+        #expect(records.allSatisfy { $0.resolved == nil })
         let other = try decodePage(try await store.page(PageRequest(space: "other", afterSeq: 0, limit: 100, maxBytes: 1 << 20, collections: nil)))
         #expect(other.map(\.id) == ["z"] && other.first?.data == ["n": 1])
         // collection + id + data of every record, tombstones included: "notes" "z" {"n":1};

@@ -83,7 +83,7 @@ final class RecordBrowser: Sendable {
             }
             // One more than asked tells whether another page follows.
             let sizes = try db.query("""
-                SELECT id, coalesce(length(data), 0) FROM records WHERE \(conditions) ORDER BY id LIMIT ?
+                SELECT id, coalesce(length(data), 0) + coalesce(length(resolved), 0) FROM records WHERE \(conditions) ORDER BY id LIMIT ?
                 """, values + [.integer(Int64(limit + 1))]) { (id: $0.text(0), bytes: $0.int(1)) }
             var chosen: [String] = []
             var total = 0
@@ -95,7 +95,7 @@ final class RecordBrowser: Sendable {
             }
             guard !chosen.isEmpty else { return empty }
             let records = try db.query("""
-                SELECT id, seq, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by, client_time, lineage, same_as, subject
+                SELECT id, seq, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by, client_time, lineage, same_as, subject, resolved
                   FROM records WHERE space_id = ? AND collection = ? AND \(db.anyOf("id")) ORDER BY id
                 """, [.integer(spaceID), .text(collection), .texts(chosen)]) { Self.record($0, collection: collection) }
             var out: [UInt8] = [UInt8(ascii: "[")]
@@ -116,7 +116,7 @@ final class RecordBrowser: Sendable {
         try await run { db in
             guard let spaceID = try Self.spaceID(db, space) else { return nil }
             return try db.queryOne("""
-                SELECT id, seq, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by, client_time, lineage, same_as, subject
+                SELECT id, seq, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by, client_time, lineage, same_as, subject, resolved
                   FROM records WHERE space_id = ? AND collection = ? AND id = ?
                 """, [.integer(spaceID), .text(collection), .text(id)]) { Self.record($0, collection: collection) }
         }
@@ -146,13 +146,14 @@ final class RecordBrowser: Sendable {
     }
 
     /// A record from the columns `id, seq, deleted (0 or 1), data, updated_at, updated_by,
-    /// client_time, lineage, same_as, subject`: the console shows an operator the
+    /// client_time, lineage, same_as, subject, resolved`: the console shows an operator the
     /// authenticated subject that wrote each state, which no pull sends.
     private static func record(_ row: any SQLRow, collection: String) -> StoredRecord {
         let deleted = row.int64(2) != 0
         return StoredRecord(collection: collection, id: row.text(0), seq: row.int64(1), deleted: deleted,
                             data: deleted ? nil : row.bytes(3), updatedAt: row.int64(4), updatedBy: row.text(5),
-                            clientTime: row.optionalInt64(6), lineage: row.optionalText(7), sameAs: row.optionalText(8), subject: row.optionalText(9))
+                            clientTime: row.optionalInt64(6), lineage: row.optionalText(7), sameAs: row.optionalText(8),
+                            resolved: row.optionalText(10), subject: row.optionalText(9))
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {

@@ -674,7 +674,8 @@
             meta('Client time', r.clientTime === undefined ? '—' : formatTime(r.clientTime), null,
               r.clientTime === undefined ? null : String(r.clientTime)),
             meta('Lineage', r.lineage || '—'),
-            meta('Same as', r.sameAs || '—')),
+            meta('Same as', r.sameAs || '—'),
+            meta('Resolved', r.resolved ? `${r.resolved.outcome} by ${r.resolved.resolver} over ${r.resolved.over}` : '—', 'record-resolved')),
           json)));
     };
 

@@ -320,6 +320,15 @@ public enum PostgresSchema {
                 ON CONFLICT DO NOTHING;
             UPDATE webhook_cursors SET batch_last = NULL, delivery_id = NULL;
             """),
+        // What a resolved write did (docs/protocol.md section 4, "Resolutions"; added
+        // without a version change): the state it stored keeps the version it replaced and
+        // the resolver's mark (`Resolved.stored`), which pages, conflicts and webhooks carry
+        // as they are. NULL for every state written before, and cleared by any later write
+        // and by a rotation.
+        Migration(name: "records.resolved, webhook_outbox.resolved", sql: """
+            ALTER TABLE records ADD COLUMN IF NOT EXISTS resolved text;
+            ALTER TABLE webhook_outbox ADD COLUMN IF NOT EXISTS resolved text;
+            """),
     ]
 
     /// Brings the database up to date (under the advisory lock) and returns its epoch,
@@ -361,8 +370,9 @@ public enum PostgresSchema {
 
     /// Gives the database at `url` a new epoch, later than its current one, at `now`; adds
     /// the epoch that ends to the history (`epoch_history`), gives every record its lineage
-    /// and sameAs in it, and tells running instances (`NOTIFY outpost_epoch`): they stop
-    /// taking writes and shut down, to be started again on the new epoch.
+    /// and sameAs in it (and clears resolutions' marks), and tells running instances
+    /// (`NOTIFY outpost_epoch`): they stop taking writes and shut down, to be started again
+    /// on the new epoch.
     public static func rotateEpoch(url: String, makeEpoch: SQLiteSyncStore.EpochMaker = SQLiteSyncStore.systemEpoch,
                                    now: Int64 = SQLiteSyncStore.systemClock()) throws -> Epoch {
         let db = try PostgresConnection(url: url)
@@ -384,8 +394,9 @@ public enum PostgresSchema {
                 // Every record's own version in the history that ends (seqs are kept), as
                 // both what it descends from and what it is, since nothing is written on it
                 // yet: re-offers of that history are judged against same_as (docs/protocol.md
-                // section 4, added in 1.1). It replaces older values.
-                try db.run("UPDATE records SET lineage = $1 || '.' || seq, same_as = $1 || '.' || seq", [.text(previous.rawValue)])
+                // section 4, added in 1.1). It replaces older values. A resolution's mark
+                // goes: the version it names is of the history that ends.
+                try db.run("UPDATE records SET lineage = $1 || '.' || seq, same_as = $1 || '.' || seq, resolved = NULL", [.text(previous.rawValue)])
             }
             try db.query("SELECT pg_notify('outpost_epoch', $1)", [.text(epoch.rawValue)])
             return epoch

@@ -563,7 +563,7 @@ struct PostgresPushStorage: PushStorage {
 
     func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState] {
         let rows = try db.query("""
-            SELECT r.collection, r.id, r.seq, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as
+            SELECT r.collection, r.id, r.seq, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.resolved
               FROM unnest($2::text[], $3::text[]) AS k(collection, id)
               JOIN records r ON r.space_id = $1 AND r.collection = k.collection AND r.id = k.id
             """, [.int(spaceID), .textArray(keys.map(\.collection)), .textArray(keys.map(\.id))])
@@ -578,7 +578,8 @@ struct PostgresPushStorage: PushStorage {
             }
             out[key] = RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: rows.int64(i, 2)), deleted: deleted,
                                    data: data, updatedAt: rows.int64(i, 5), updatedBy: rows.text(i, 6), clientTime: rows.optionalInt64(i, 7),
-                                   lineage: rows.optionalText(i, 8).flatMap(Version.init), sameAs: rows.optionalText(i, 9).flatMap(Version.init))
+                                   lineage: rows.optionalText(i, 8).flatMap(Version.init), sameAs: rows.optionalText(i, 9).flatMap(Version.init),
+                                   resolved: rows.optionalText(i, 10).flatMap(Resolved.init(stored:)))
         }
         return out
     }
@@ -586,19 +587,21 @@ struct PostgresPushStorage: PushStorage {
     func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space counters: PushRules.Space) throws {
         try db.query("""
             WITH written AS (
-              INSERT INTO records AS r (space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject)
+              INSERT INTO records AS r (space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject,
+                                        resolved)
               SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::bytea[], $7::bigint[], $8::text[],
-                                       $9::bigint[], $10::text[], $11::text[], $21::text[])
+                                       $9::bigint[], $10::text[], $11::text[], $21::text[], $22::text[])
               ON CONFLICT (space_id, collection, id) DO UPDATE SET
                 seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
                 updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as,
-                subject = excluded.subject
-              RETURNING r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.subject),
+                subject = excluded.subject, resolved = excluded.resolved
+              RETURNING r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.subject,
+                        r.resolved),
             queued AS (
               INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time,
-                                         lineage, same_as, committed_at, subject)
+                                         lineage, same_as, committed_at, subject, resolved)
               SELECT $1, $12, w.seq, w.collection, w.id, w.deleted, w.data, w.updated_at, w.updated_by, w.client_time, w.lineage, w.same_as,
-                     $19::bigint, w.subject
+                     $19::bigint, w.subject, w.resolved
                 FROM written w WHERE $19::bigint IS NOT NULL ORDER BY w.seq
               RETURNING 1),
             remembered AS (
@@ -618,7 +621,7 @@ struct PostgresPushStorage: PushStorage {
                 .textArray(remember.map(\.changeId)), .bytesArray(remember.map(\.fingerprint)),
                 .intArray(remember.map(\.seq)), .intArray(remember.map(\.appliedAt)),
                 .int(counters.head), .text(space), outboxAt.map { .int($0) } ?? .null, .int(counters.recordBytes),
-                .textArray(writes.map(\.subject)),
+                .textArray(writes.map(\.subject)), .textArray(writes.map { $0.resolved?.stored }),
             ])
     }
 
@@ -693,9 +696,10 @@ final class PostgresReader {
     static func pageSQL(filtered: Bool) -> String {
         """
         SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
-               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, s.horizon_seq
+               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.resolved,
+               s.horizon_seq
         FROM spaces s LEFT JOIN LATERAL (
-            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records
+            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records
             WHERE space_id = s.space_id AND seq > $2\(filtered ? " AND collection = ANY($4)" : "")
             ORDER BY seq LIMIT $3) r ON true
         WHERE s.name = $1
@@ -734,7 +738,8 @@ final class PostgresReader {
             let deleted = rows.bool(row, 5)
             records.append(StoredRecord(collection: rows.text(row, 3), id: rows.text(row, 4), seq: rows.int64(row, 2), deleted: deleted,
                                         data: deleted ? nil : rows.bytes(row, 6), updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8),
-                                        clientTime: rows.optionalInt64(row, 9), lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11)))
+                                        clientTime: rows.optionalInt64(row, 9), lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11),
+                                        resolved: rows.optionalText(row, 12)))
         }
         return RecordScan(records: records, hasMore: hasMore, head: rows.int64(0, 0))
     }
@@ -773,9 +778,9 @@ final class PostgresReader {
         let (seqs, parameters) = request.seqsSQL(space: "s.space_id", first: 2, placeholder: { "$\($0)" }, inList: { "\($0) = ANY(\($1))" })
         let sql = """
             SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
-                   r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as
+                   r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.resolved
             FROM spaces s LEFT JOIN LATERAL (
-                SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records
+                SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records
                 WHERE space_id = s.space_id AND seq IN (\(seqs))
                 ORDER BY seq LIMIT $3) r ON true
             WHERE s.name = $1
@@ -802,7 +807,7 @@ final class PostgresReader {
             return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
         }
         var page = encodePage(rows, limit: request.limit, maxBytes: request.maxBytes)
-        page.horizon = rows.int64(0, 12)
+        page.horizon = rows.int64(0, 13)
         return page
     }
 
@@ -817,7 +822,7 @@ final class PostgresReader {
                     RecordJSON.append(
                         to: &out, collection: rows.text(row, 3), id: rows.text(row, 4), epoch: epoch, seq: rows.int64(row, 2), deleted: deleted,
                         data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9),
-                        lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11))
+                        lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11), resolved: rows.optionalText(row, 12))
                 }
             }
             if !added { break }

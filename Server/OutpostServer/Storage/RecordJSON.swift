@@ -5,16 +5,18 @@ import OutpostCore
 /// so the wire form of a record exists in one place (docs/protocol.md section 5).
 public enum RecordJSON {
     /// Appends `{"collection":…,"id":…,"version":…,"deleted":…,"data":…,"updatedAt":…,
-    /// "updatedBy":…,"clientTime":…,"lineage":…,"sameAs":…}`. `data` is the stored compact
+    /// "updatedBy":…,"clientTime":…,"lineage":…,"sameAs":…,"resolved":…}`. `data` is the stored compact
     /// JSON object, written as it is; it is left out for a tombstone. `lineage` and `sameAs`
     /// are the stored `"<epoch>.<seq>"` texts (protocol 1.1), each left out when the state
-    /// has none. With `subject` (the authenticated subject of the push that wrote the state:
+    /// has none. `resolved` is the stored mark of a resolved write (`Resolved.stored`: compact
+    /// JSON the server itself wrote), written as it is; left out when the state has none.
+    /// With `subject` (the authenticated subject of the push that wrote the state:
     /// for operators, in the admin console and webhooks, never in a pull), `"subject":…`
     /// follows.
     public static func append(
         to out: inout [UInt8], collection: String, id: String, epoch: Epoch, seq: Int64, deleted: Bool,
         data: UnsafeRawBufferPointer?, updatedAt: Int64, updatedBy: String, clientTime: Int64?, lineage: String?, sameAs: String?,
-        subject: String? = nil
+        resolved: String? = nil, subject: String? = nil
     ) {
         out.append(contentsOf: #"{"collection":"#.utf8)
         JSONWriter.appendString(collection, to: &out)
@@ -49,6 +51,10 @@ public enum RecordJSON {
         if let sameAs {
             out.append(contentsOf: #","sameAs":"#.utf8)
             JSONWriter.appendString(sameAs, to: &out)
+        }
+        if let resolved {
+            out.append(contentsOf: #","resolved":"#.utf8)
+            out.append(contentsOf: resolved.utf8)
         }
         if let subject {
             out.append(contentsOf: #","subject":"#.utf8)

@@ -44,7 +44,7 @@ struct SQLitePushStorage: PushStorage {
     }
 
     func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState] {
-        let find = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        let find = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records WHERE space_id = ? AND collection = ? AND id = ?")
         var out: [PushRules.Key: RecordState] = [:]
         for key in keys {
             try find.bind(int: spaceID, at: 1)
@@ -60,12 +60,12 @@ struct SQLitePushStorage: PushStorage {
     /// The space's counters are stored by the writer at its commit (`SQLiteWriter`).
     func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space: PushRules.Space) throws {
         let upsert = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject, resolved)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
             ON CONFLICT(space_id, collection, id) DO UPDATE SET
               seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
               updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as,
-              subject = excluded.subject
+              subject = excluded.subject, resolved = excluded.resolved
             """)
         for w in writes {
             try upsert.bind(int: spaceID, at: 1)
@@ -80,6 +80,7 @@ struct SQLitePushStorage: PushStorage {
             if let v = w.lineage { try upsert.bind(text: v.text, at: 10) } else { try upsert.bindNull(at: 10) }
             if let v = w.sameAs { try upsert.bind(text: v.text, at: 11) } else { try upsert.bindNull(at: 11) }
             try upsert.bind(text: w.subject, at: 12)
+            if let r = w.resolved { try upsert.bind(text: r.stored, at: 13) } else { try upsert.bindNull(at: 13) }
             while try upsert.step() {}
             upsert.reset()
         }
@@ -101,8 +102,8 @@ struct SQLitePushStorage: PushStorage {
     private func queue(_ writes: [PushRules.Write], at committedAt: Int64) throws {
         let insert = try db.cached("""
             INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time, lineage, same_as,
-                                       committed_at, subject)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                                       committed_at, subject, resolved)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
             """)
         for w in writes {
             try insert.bind(int: spaceID, at: 1)
@@ -119,6 +120,7 @@ struct SQLitePushStorage: PushStorage {
             if let v = w.sameAs { try insert.bind(text: v.text, at: 12) } else { try insert.bindNull(at: 12) }
             try insert.bind(int: committedAt, at: 13)
             try insert.bind(text: w.subject, at: 14)
+            if let r = w.resolved { try insert.bind(text: r.stored, at: 15) } else { try insert.bindNull(at: 15) }
             while try insert.step() {}
             insert.reset()
         }

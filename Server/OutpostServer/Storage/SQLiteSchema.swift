@@ -264,5 +264,14 @@ enum SQLiteSchema {
                  WHERE batch_last IS NOT NULL AND delivery_id IS NOT NULL AND batch_last > delivered_id;
             UPDATE webhook_cursors SET batch_last = NULL, delivery_id = NULL;
             """),
+        // What a resolved write did (docs/protocol.md section 4, "Resolutions"; added
+        // without a version change): the state it stored keeps the version it replaced and
+        // the resolver's mark (`Resolved.stored`), which pages, conflicts and webhooks carry
+        // as they are. NULL for every state written before, and cleared by any later write
+        // and by a rotation.
+        Migration(name: "records.resolved, webhook_outbox.resolved", sql: """
+            ALTER TABLE records ADD COLUMN resolved TEXT;
+            ALTER TABLE webhook_outbox ADD COLUMN resolved TEXT;
+            """),
     ]
 }

@@ -200,9 +200,10 @@ public final class SQLiteSyncStore: SyncStore {
     /// its own version in the history that ends, since seqs are kept across a rotation, and
     /// nothing is written on it yet. Re-offers of that history are judged against sameAs
     /// (docs/protocol.md section 4, added in 1.1); older values are replaced, as devices compare
-    /// with the most recent history they knew.
+    /// with the most recent history they knew. A resolution's mark goes: the version it
+    /// names is of the history that ends.
     static func recordLineage(_ db: Connection, endingEpoch ending: Epoch) throws {
-        try db.run("UPDATE records SET lineage = ?1 || '.' || seq, same_as = ?1 || '.' || seq", [.text(ending.rawValue)])
+        try db.run("UPDATE records SET lineage = ?1 || '.' || seq, same_as = ?1 || '.' || seq, resolved = NULL", [.text(ending.rawValue)])
     }
 
     /// Opens the store file at `path`, gives it a new epoch (made by `makeEpoch`) at `now`
@@ -524,7 +525,7 @@ final class SQLiteWriter: GroupWriter {
         return entry
     }
 
-    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as`.
+    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved`.
     static func recordState(_ row: Statement, collection: String, id: String, epoch: Epoch, seq: Int64) throws -> RecordState {
         let deleted = row.int64(1) != 0
         var data: JSONObject?
@@ -535,7 +536,8 @@ final class SQLiteWriter: GroupWriter {
         }
         return RecordState(collection: collection, id: id, version: Version(epoch: epoch, seq: seq), deleted: deleted, data: data,
                            updatedAt: row.int64(3), updatedBy: row.text(4), clientTime: row.optionalInt64(5),
-                           lineage: row.optionalText(6).flatMap(Version.init), sameAs: row.optionalText(7).flatMap(Version.init))
+                           lineage: row.optionalText(6).flatMap(Version.init), sameAs: row.optionalText(7).flatMap(Version.init),
+                           resolved: row.optionalText(8).flatMap(Resolved.init(stored:)))
     }
 }
 
@@ -560,7 +562,7 @@ final class SQLiteReader {
     /// The statement of a page's records: `limit + 1` of them, so the caller learns
     /// whether more follow.
     private func recordsAfter(_ request: PageRequest, spaceID: Int64) throws -> Statement {
-        var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records WHERE space_id = ? AND seq > ?"
+        var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records WHERE space_id = ? AND seq > ?"
         var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
         if let collections = request.collections, !collections.isEmpty {
             sql += " AND collection IN (" + Array(repeating: "?", count: collections.count).joined(separator: ",") + ")"
@@ -588,7 +590,8 @@ final class SQLiteReader {
                 let deleted = stmt.int64(3) != 0
                 records.append(StoredRecord(collection: stmt.text(1), id: stmt.text(2), seq: stmt.int64(0), deleted: deleted,
                                             data: deleted ? nil : stmt.blob(4), updatedAt: stmt.int64(5), updatedBy: stmt.text(6),
-                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9)))
+                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9),
+                                            resolved: stmt.optionalText(10)))
             }
             return RecordScan(records: records, hasMore: hasMore, head: head)
         }
@@ -611,7 +614,8 @@ final class SQLiteReader {
                 let deleted = stmt.int64(3) != 0
                 records.append(StoredRecord(collection: stmt.text(1), id: stmt.text(2), seq: stmt.int64(0), deleted: deleted,
                                             data: deleted ? nil : stmt.blob(4), updatedAt: stmt.int64(5), updatedBy: stmt.text(6),
-                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9)))
+                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9),
+                                            resolved: stmt.optionalText(10)))
             }
             return RecordScan(records: records, hasMore: hasMore, head: head)
         }
@@ -621,7 +625,7 @@ final class SQLiteReader {
     private func viewStatement(_ request: ViewScanRequest, spaceID: Int64) throws -> Statement {
         let (seqs, parameters) = request.seqsSQL(space: "?1", first: 2, placeholder: { "?\($0)" },
                                                  inList: { "\($0) IN (SELECT value FROM json_each(\($1)))" })
-        let stmt = try db.cached("SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as FROM records "
+        let stmt = try db.cached("SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records "
                                  + "WHERE space_id = ?1 AND seq IN (\(seqs)) ORDER BY seq LIMIT ?3")
         try stmt.bind([.integer(spaceID)] + parameters.map { parameter -> SQLiteValue in
             switch parameter {
@@ -694,7 +698,7 @@ final class SQLiteReader {
                     RecordJSON.append(
                         to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: stmt.int64(0), deleted: deleted,
                         data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
-                        lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9))
+                        lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9), resolved: stmt.optionalText(10))
                 }
             }
             if !added { break }

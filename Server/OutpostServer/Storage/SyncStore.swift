@@ -72,6 +72,9 @@ public struct StoredRecord: Sendable {
     public var clientTime: Int64?
     public var lineage: String?
     public var sameAs: String?
+    /// The stored mark of the resolved write that stored this state (`Resolved.stored`);
+    /// nil for any other state.
+    public var resolved: String? = nil
     /// The authenticated subject of the push that wrote it, when read for an operator (the
     /// admin console); nil in a pull's reads, and for a state written before it was kept.
     public var subject: String? = nil
@@ -83,7 +86,7 @@ public struct StoredRecord: Sendable {
         func encode(_ data: UnsafeRawBufferPointer?) {
             RecordJSON.append(to: &out, collection: collection, id: id, epoch: epoch, seq: seq, deleted: deleted, data: data,
                               updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs,
-                              subject: subject)
+                              resolved: resolved, subject: subject)
         }
         if let data, !deleted { data.withUnsafeBytes { encode($0) } } else { encode(nil) }
     }

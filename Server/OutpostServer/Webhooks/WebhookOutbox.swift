@@ -46,6 +46,8 @@ enum WebhookOutbox {
         var clientTime: Int64?
         var lineage: String?
         var sameAs: String?
+        /// The stored mark of a resolved write (`Resolved.stored`), nil for any other.
+        var resolved: String? = nil
         /// When the push that wrote it arrived (ms since 1970).
         var committedAt: Int64
         /// The authenticated subject of that push (nil for a row written before it was kept).
@@ -261,7 +263,8 @@ enum WebhookOutbox {
                 let start = batches.last?.last ?? delivered
                 let sizes = try db.query("""
                     SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
-                                      + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0) + length(epoch) + 172
+                                      + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0)
+                                      + coalesce(length(resolved) + 12, 0) + length(epoch) + 172
                       FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
                     """, [.integer(spaceID), .integer(start), .integer(Int64(maxChangesPerClaim))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
                 if batches.isEmpty && !sizes.isEmpty {
@@ -308,14 +311,14 @@ enum WebhookOutbox {
         let slot = run.batches[index]
         let changes = try db.query("""
             SELECT id, epoch, seq, collection, record_id, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by,
-                   client_time, lineage, same_as, committed_at, subject
+                   client_time, lineage, same_as, committed_at, subject, resolved
               FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? ORDER BY id
             """, [.integer(run.spaceID), .integer(slot.after), .integer(slot.last)]) { row in
                 let deleted = row.int64(5) != 0
                 return Change(id: row.int64(0), epoch: row.text(1), seq: row.int64(2), collection: row.text(3), recordID: row.text(4),
                               deleted: deleted, data: deleted ? nil : row.bytes(6), updatedAt: row.int64(7), updatedBy: row.text(8),
                               clientTime: row.optionalInt64(9), lineage: row.optionalText(10), sameAs: row.optionalText(11),
-                              committedAt: row.int64(12), subject: row.optionalText(13))
+                              resolved: row.optionalText(14), committedAt: row.int64(12), subject: row.optionalText(13))
             }
         guard !changes.isEmpty else { return nil }
         return Batch(webhook: run.webhook, spaceID: run.spaceID, space: run.space, after: slot.after, last: slot.last,
@@ -418,7 +421,7 @@ enum WebhookOutbox {
 
     /// The JSON body of a batch: `{"space", "epoch", "changes": [{"seq", "collection",
     /// "id", "version", "deleted", "data", "updatedAt", "updatedBy", "clientTime",
-    /// "lineage", "sameAs", "subject"}]}`, each change a record as a pull page has it
+    /// "lineage", "sameAs", "resolved", "subject"}]}`, each change a record as a pull page has it
     /// (docs/protocol.md section 5) with its `seq` first and the authenticated subject of the
     /// push that wrote it last (absent for a change written before subjects were kept), in
     /// commit order. The same batch always encodes to the same bytes.
@@ -440,7 +443,8 @@ enum WebhookOutbox {
             func encode(_ data: UnsafeRawBufferPointer?) {
                 RecordJSON.append(to: &record, collection: change.collection, id: change.recordID, epoch: epoch, seq: change.seq,
                                   deleted: change.deleted, data: data, updatedAt: change.updatedAt, updatedBy: change.updatedBy,
-                                  clientTime: change.clientTime, lineage: change.lineage, sameAs: change.sameAs, subject: change.subject)
+                                  clientTime: change.clientTime, lineage: change.lineage, sameAs: change.sameAs, resolved: change.resolved,
+                                  subject: change.subject)
             }
             if let data = change.data, !change.deleted { data.withUnsafeBytes { encode($0) } } else { encode(nil) }
             // The record's own members after its opening brace.
