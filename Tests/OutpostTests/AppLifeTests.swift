@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Synchronization
 import Testing
 @testable import Outpost
@@ -11,6 +14,7 @@ import Testing
 /// gate, and a store restored from another device's backup.
 @Suite("An app's life: suspension, readers, restores, durability", .serialized, .serverLogs)
 struct AppLifeTests {
+    #if canImport(OutpostTestSupport)
     /// The `outpost` command-line client on the store's file: a second process.
     static func outpost(_ arguments: [String], environment: [String: String] = [:]) async throws -> CLITests.Run {
         try await blocking { try CLITests.outpost(arguments, environment: environment) }
@@ -64,6 +68,7 @@ struct AppLifeTests {
             await reopened.close()
         }
     }
+    #endif
 
     @Test func aSuspensionWaitsForTheRunningSyncAndItsCancellationCancelsTheSync() async throws {
         try await withTemporaryDirectory { dir in
@@ -181,6 +186,7 @@ struct AppLifeTests {
         }
     }
 
+    #if canImport(OutpostTestSupport)
     @Test func aReaderInAnotherProcessOrThisOneReadsWhileTheAppHoldsTheStore() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir.appending("s.sqlite")
@@ -212,6 +218,7 @@ struct AppLifeTests {
             #expect(status.status == 0 && status.json?["pending"] == 2, "\(status.stdout) \(status.stderr)")
         }
     }
+    #endif
 
     @Test func aStoreOpensInADirectoryThatDoesNotExistYet() async throws {
         try await withTemporaryDirectory { dir in
@@ -250,6 +257,7 @@ struct AppLifeTests {
         }
     }
 
+    #if canImport(OutpostTestSupport)
     /// The key file is written to a temporary file, synced, renamed over the old one, and
     /// then its directory is synced (a rename is an entry of the directory, which POSIX
     /// leaves to the directory's own sync): seen from outside with strace.
@@ -273,6 +281,7 @@ struct AppLifeTests {
             #expect(lines[..<renamed].contains { $0.contains("fsync(") && $0.hasSuffix("= 0") })
         }
     }
+    #endif
 
     @Test func plainHTTPRefusedByAppTransportSecuritySaysSo() {
         let error = TransportError.classifying(URLError(.appTransportSecurityRequiresSecureConnection))
@@ -415,6 +424,7 @@ struct KeyTransferThreadTests {
 /// backup onto another device.
 @Suite("An app's life: container moves and restores", .serialized, .serverLogs)
 struct ContainerAndRestoreTests {
+    #if canImport(OutpostTestSupport)
     /// An app update moves the whole container: the first run's upload (its chunks 0 and 1
     /// acknowledged) resumes in the second from where it was. With no base directory in
     /// the first run (an earlier SDK), the row kept the absolute path and is rebased when
@@ -462,6 +472,7 @@ struct ContainerAndRestoreTests {
         #expect(try await uploader.pendingUploads().isEmpty)
         await app.close()
     }
+    #endif
 
     /// Files outside the base directory keep their absolute path; an absolute row is rebased
     /// only when its file is gone and found again at the same place under the base.

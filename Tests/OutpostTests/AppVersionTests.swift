@@ -1,8 +1,10 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// App versions (docs/rules.md, "App versions") over a real `outpost-server` with a rules
 /// file, on SQLite and PostgreSQL: a change from an app older than the rules' minimum is
@@ -155,3 +157,4 @@ import Testing
         #expect(try await outpost(["--app-version", "2", "status"]).json?["upgradeRequired"] == 0)
     }
 }
+#endif

@@ -1,12 +1,16 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Synchronization
 import Testing
 @testable import Outpost
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// The `outpost` command-line client, run as a child process.
 @Suite("outpost command-line client", .offPoolWhileBlocking, .serialized, .serverLogs)
@@ -332,3 +336,4 @@ struct CLITests {
         #expect(pulled.allSatisfy { $0["pending"] == false })
     }
 }
+#endif

@@ -1,10 +1,12 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
-import OutpostTestSupport
+import OutpostTestBasics
 import Synchronization
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// The device's clock against the server's (docs/client.md, "The device's clock"), over a
 /// real `outpost-server` child, with injected device clocks.
@@ -163,3 +165,4 @@ struct StoreCompactionTests {
         await phone.close()
     }
 }
+#endif

@@ -1,10 +1,12 @@
 import Foundation
 import OutpostCore
 import OutpostSQLite
-import OutpostTestSupport
+import OutpostTestBasics
 import Synchronization
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// The conflict journal (docs/client.md, "The conflict journal") against a real
 /// `outpost-server` child and real SQLite files: what an entry keeps, `conflicts(since:)`,
@@ -318,3 +320,4 @@ struct ConflictJournalTests {
         }
     }
 }
+#endif

@@ -2,7 +2,10 @@ import Foundation
 import OutpostCore
 import OutpostCrypto
 import OutpostSQLite
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 @testable import Outpost
 
@@ -15,6 +18,7 @@ struct EncryptionTests {
     /// derivation).
     static let quickWrap = KeyDerivation.pbkdf2SHA256
 
+    #if canImport(OutpostTestSupport)
     final class World: Sendable {
         let dir: TemporaryDirectory
         let server: ServerProcess
@@ -61,6 +65,7 @@ struct EncryptionTests {
             }
         }
     }
+    #endif
 
     /// Every regular file under `path` that holds `marker`.
     static func files(under path: String, holding marker: String) throws -> [String] {
@@ -76,6 +81,7 @@ struct EncryptionTests {
         return found
     }
 
+    #if canImport(OutpostTestSupport)
     // Off the pool: the default wrap's scrypt (three derivations of 128 MiB).
     @Test(.offPool, arguments: [false, true])
     func twoDevicesShareAKeyByPassphraseSyncAndMergeAndTheServerKeepsNoMarker(postgres: Bool) async throws {
@@ -192,6 +198,7 @@ struct EncryptionTests {
         await fresh.close()
         await stranger.close()
     }
+    #endif
 
     @Test func aSealedCopyMovedToAnotherRecordOrRelabelledDoesNotOpen() throws {
         let ring = Keyring(SpaceKey.generate())
@@ -218,6 +225,7 @@ struct EncryptionTests {
         #expect(throws: RecordCipher.OpenFailure.self) { try other.open(collection: "jobs", id: "j1", data: sealed) }
     }
 
+    #if canImport(OutpostTestSupport)
     @Test func rotationSealsNewWritesUnderANewKeyAndReencryptAllRewritesTheRest() async throws {
         let world = try await World()
         let first = try SpaceKeys.create(space: "team", in: world.keys("phone"))
@@ -253,6 +261,7 @@ struct EncryptionTests {
         await phone.close()
         await laptop.close()
     }
+    #endif
 
     @Test func aStoreKeepsTheModeItWasMadeWithAndNeedsItsKeys() async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-e2e-mode")
@@ -303,6 +312,7 @@ struct EncryptionTests {
         await store.close()
     }
 
+    #if canImport(OutpostTestSupport)
     @Test func anEncryptedFileSurvivesAnInterruptedUploadAndResumesWithTheSameSealedBytes() async throws {
         let world = try await MediaWorld.make()
         let keys = FileKeyStore(path: world.dir.appending("keys"))
@@ -378,6 +388,7 @@ struct EncryptionTests {
         await office.close()
         await w1.close()
     }
+    #endif
 }
 
 extension OutpostStore {

@@ -1,9 +1,13 @@
 import Foundation
-import OutpostTestSupport
+import OutpostTestBasics
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// A one-request-per-connection HTTP proxy in front of a real server, that can misbehave the
 /// way proxies do: answer `504` with an HTML page after the server handled the request, or
@@ -103,3 +107,4 @@ final class FaultyProxy: Sendable {
         }
     }
 }
+#endif

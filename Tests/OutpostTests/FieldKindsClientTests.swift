@@ -1,9 +1,13 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 @testable import Outpost
 
+#if canImport(OutpostTestSupport)
 /// Field kinds (docs/rules.md, "Field kinds"): the rules file declares a counter and a set,
 /// the server serves the declarations in its pages, and two devices (real SQLite files)
 /// that changed them offline end alike, over a real `outpost-server` on SQLite and on
@@ -121,6 +125,7 @@ import Testing
         }
     }
 }
+#endif
 
 /// The merge by kind, alone (`ConflictResolver.mergeFields` with `Conflict.fields`).
 @Suite struct FieldKindsMergeTests {

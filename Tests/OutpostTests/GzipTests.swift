@@ -1,13 +1,17 @@
 import Foundation
 import OutpostCompression
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Synchronization
 import Testing
 @testable import Outpost
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// The SDK's compressed request bodies: what `HTTPSyncTransport` puts on the wire, and a
 /// real server inflating it.
@@ -78,3 +82,4 @@ struct GzipTests {
         #expect(try await world.serverRecords().count == 400)
     }
 }
+#endif

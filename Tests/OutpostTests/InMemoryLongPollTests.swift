@@ -1,7 +1,7 @@
 import Foundation
 import Outpost
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 
 /// `InMemorySyncServer`'s long poll waits on a signal: a commit to its space wakes it, a

@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 @testable import Outpost
 
@@ -20,6 +23,7 @@ struct LeftConflictTests {
         conflict.collection == "inspections" ? .leaveForPerson : ConflictResolver.mergeFields().resolve(conflict, now: conflict.local.clientTime)
     }
 
+    #if canImport(OutpostTestSupport)
     @Test(arguments: [false, true])
     func aConflictLeftForAPersonWaitsAcrossARestartAndItsSettledValueReachesTheOtherDevice(postgres: Bool) async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-left-conflict")
@@ -93,6 +97,7 @@ struct LeftConflictTests {
         await phone.close()
         await laptop.close()
     }
+    #endif
 
     /// The status line shows conflicts waiting, and `SyncState` counts them apart from the
     /// changes waiting to go.

@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Synchronization
 import Testing
 @testable import Outpost
@@ -160,6 +163,7 @@ final class AskCount: Sendable {
     var value: Int { count.withLock { $0 } }
 }
 
+#if canImport(OutpostTestSupport)
 /// A keyed list over a real `outpost-server` on SQLite and on PostgreSQL: two inspectors
 /// (real SQLite files) tick different items of one checklist and edit the same item
 /// offline, one of them restarting before it syncs; both end with every edit.
@@ -254,3 +258,4 @@ final class AskCount: Sendable {
         await tablet.close()
     }
 }
+#endif

@@ -1,8 +1,10 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// A live query on one device against a real `outpost-server` (SQLite and PostgreSQL) with a
 /// rules file: it shows another device's edits and deletes as they are pulled, and drops the
@@ -83,3 +85,4 @@ struct LiveQueryServerTests {
         await office.close()
     }
 }
+#endif

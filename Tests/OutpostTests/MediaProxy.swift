@@ -1,9 +1,13 @@
 import Foundation
 import Synchronization
-import OutpostTestSupport
+import OutpostTestBasics
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// A one-request-per-connection HTTP proxy in front of a real `outpost-server`, for media
 /// tests: it logs every request that reaches it (so tests count chunk PUTs) and can cut a
@@ -193,3 +197,4 @@ final class MediaProxy: Sendable {
         }
     }
 }
+#endif

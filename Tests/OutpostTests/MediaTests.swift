@@ -1,14 +1,20 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Synchronization
 import Testing
 @testable import Outpost
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
+#if canImport(OutpostTestSupport)
 /// A real `outpost-server` child with 64 KiB chunks, behind a `MediaProxy` that counts
 /// chunk PUTs and cuts, loses or holds requests on real sockets. Made with `make()`, which
 /// starts the child off the cooperative pool.
@@ -78,6 +84,7 @@ final class MediaWorld: Sendable {
 
     static func chunkCount(_ size: Int) -> Int { (size + chunkSize - 1) / chunkSize }
 }
+#endif
 
 /// Repeatable bytes (SplitMix64).
 func mediaBytes(_ count: Int, seed: UInt64) -> Data {
@@ -101,6 +108,7 @@ func collect(_ upload: MediaUpload) -> Task<[MediaProgress], Never> {
     }
 }
 
+#if canImport(OutpostTestSupport)
 @Suite("Media uploads against a real outpost-server", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct MediaTests {
     @Test func anUploadSendsEveryChunkOnceReportsProgressAndDownloadsVerified() async throws {
@@ -364,6 +372,7 @@ struct MediaTests {
         await store.close()
     }
 }
+#endif
 
 // MARK: - Answers a real server gives only after losing bytes
 
@@ -548,6 +557,7 @@ struct MediaFinalizeTests {
 
 // MARK: - The command-line client
 
+#if canImport(OutpostTestSupport)
 @Suite("outpost upload", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct MediaCLITests {
     struct Run: Sendable {
@@ -616,3 +626,4 @@ struct MediaCLITests {
         #expect(try await Self.outpost(["--help"]).stdout.contains("upload FILE [--content-type TYPE]"))
     }
 }
+#endif

@@ -1,6 +1,6 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import OutpostSQLite
 import Testing
 @testable import Outpost

@@ -1,8 +1,10 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// The encryption formats as other clients meet them: a key exported by this Linux build
 /// of the `outpost` command imports through `SpaceKeys.import` (the path an app takes on
@@ -58,3 +60,4 @@ import Testing
         }
     }
 }
+#endif

@@ -2,7 +2,10 @@ import Foundation
 import Observation
 import Synchronization
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 @testable import Outpost
 
@@ -42,6 +45,7 @@ struct ProgressTests {
         #expect(report.pulled == 2_500)
     }
 
+    #if canImport(OutpostTestSupport)
     /// Over a real socket and a real server: `outpost sync --progress` prints a line per page.
     @Test func theCommandLinePrintsProgressPerPage() async throws {
         let world = try RealWorld()
@@ -58,6 +62,7 @@ struct ProgressTests {
         let lines = run.error.split(separator: "\n").filter { $0.hasPrefix("pulled ") }
         #expect(lines.count >= 2 && lines.last == "pulled 1200 of about 1200 records", "\(run.error)")
     }
+    #endif
 
     /// Waits until `condition` holds for `model`, woken by Observation (never a sleep); fails
     /// with `what` after `timeout` seconds.

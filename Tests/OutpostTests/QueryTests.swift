@@ -1,7 +1,7 @@
 import Foundation
 import OutpostCore
 import OutpostSQLite
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 @testable import Outpost
 

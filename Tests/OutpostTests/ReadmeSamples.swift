@@ -1,6 +1,9 @@
 import Foundation
 import Outpost
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 
 // The README's "Using the SDK" section shows the code between the `readme:` markers of
@@ -157,6 +160,7 @@ struct ReadmeSampleTests {
         #expect(try await ReadmeSamples.twoDevices() == [ReadmeSamples.Todo(title: "Buy milk")])
     }
 
+    #if canImport(OutpostTestSupport)
     @Test func theAppSampleRunsAgainstARealServer() async throws {
         let world = try RealWorld()
         let scheduler = try await ReadmeSamples.app(server: world.server.baseURL, token: world.token, file: world.dir.appending("app.sqlite"))
@@ -180,6 +184,7 @@ struct ReadmeSampleTests {
         let copy = try await ReadmeSamples.photo(server: world.server.baseURL, token: world.token, file: file, directory: directory)
         #expect(try await blocking { try Data(contentsOf: copy) } == bytes)
     }
+    #endif
 
     @Test func theQueriesSampleRuns() async throws {
         try await withTemporaryDirectory { dir in
@@ -188,6 +193,7 @@ struct ReadmeSampleTests {
         }
     }
 
+    #if canImport(OutpostTestSupport)
     @Test func theWriteBlockConflictAndStatusSamplesRunAgainstARealServer() async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-readme-conflicts")
         defer { dir.remove() }
@@ -223,6 +229,7 @@ struct ReadmeSampleTests {
         await phone.close()
         await office.close()
     }
+    #endif
 
     /// The code blocks of README.md's "Using the SDK" section, and the marked regions here.
     @Test func readmeShowsTheseSamples() throws {

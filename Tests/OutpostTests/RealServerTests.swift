@@ -1,9 +1,11 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Synchronization
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// A real `outpost-server` child (on port 0) behind a `FaultyProxy`, so the devices keep
 /// one URL across restarts, and faults happen on real sockets.
@@ -309,3 +311,4 @@ struct RealServerTests {
         #expect(try await a.data("todos", "t1") == todo("hello"))
     }
 }
+#endif

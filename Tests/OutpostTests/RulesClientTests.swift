@@ -1,8 +1,10 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// The SDK against a real `outpost-server` with a rules file (docs/rules.md): what a
 /// worker's phone holds as jobs are created, reassigned and refused, and as the rules change.
@@ -195,3 +197,4 @@ import Testing
         await office.close()
     }
 }
+#endif

@@ -1,5 +1,5 @@
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 @testable import Outpost
 

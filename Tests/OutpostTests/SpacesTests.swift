@@ -1,8 +1,10 @@
 import Foundation
 import OutpostCore
-import OutpostTestSupport
+import OutpostTestBasics
 import Testing
 @testable import Outpost
+#if canImport(OutpostTestSupport)
+import OutpostTestSupport
 
 /// One device, several spaces (docs/client.md, "Many spaces"), against a real
 /// `outpost-server` child: `OutpostClient` and the CLI's many-spaces sync.
@@ -93,3 +95,4 @@ struct DeviceTelemetryTests {
         await quiet.close()
     }
 }
+#endif

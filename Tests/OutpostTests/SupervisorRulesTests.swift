@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 @testable import Outpost
 
@@ -13,9 +16,11 @@ import Testing
 @Suite struct SupervisorRulesTests {
     static let rulesPath = repositoryPath("docs/examples/supervisor-rules.json")
 
+    #if canImport(OutpostTestSupport)
     func device(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirectory, token: String) throws -> OutpostStore {
         try serverDevice(name, server, dir, token: token, space: "survey", seed: 11)
     }
+    #endif
 
     func answers(_ store: OutpostStore) async throws -> JSONValue? {
         try await store.record(in: "submissions", id: "f1")?.data?["answers"]?["q1"]
@@ -28,6 +33,7 @@ import Testing
         #expect(docs.contains("```json\n" + file + "```"), "docs/rules.md shows docs/examples/supervisor-rules.json as it is")
     }
 
+    #if canImport(OutpostTestSupport)
     @Test(arguments: [false, true])
     func aWorkerEditsUntilApprovalThenOnlyInACorrectionTheSupervisorOpened(postgres: Bool) async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-supervisor")
@@ -106,8 +112,10 @@ import Testing
         await phone.close()
         await portal.close()
     }
+    #endif
 }
 
+#if canImport(OutpostTestSupport)
 /// A store named `name` in `dir`, syncing `space` with `server` under `token` (`.normal`
 /// durability), for the tests against a real server with rules. Its ids are seeded by
 /// `seed` and its name: devices seeded alike make the same change ids in the same
@@ -121,3 +129,4 @@ func serverDevice(_ name: String, _ server: ServerProcess, _ dir: TemporaryDirec
     configure(&c)
     return try OutpostStore(path: dir.appending("\(name).sqlite"), configuration: c, transport: HTTPSyncTransport(baseURL: server.baseURL, token: token))
 }
+#endif

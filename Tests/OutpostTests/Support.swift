@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Synchronization
 import Testing
 @testable import Outpost
@@ -120,6 +123,7 @@ func todo(_ title: String, done: Bool = false) -> JSONObject {
     ["title": .string(title), "done": .bool(done)]
 }
 
+#if canImport(OutpostTestSupport)
 /// A real `outpost-server` reading `rules` (a rules file written into `dir`), on SQLite or
 /// on a PostgreSQL database of its own (`prefix` names it).
 func rulesServer(_ dir: TemporaryDirectory, rules: String, postgres: Bool, prefix: String) async throws -> ServerProcess {
@@ -129,3 +133,4 @@ func rulesServer(_ dir: TemporaryDirectory, rules: String, postgres: Bool, prefi
     let arguments = ["--rules", path] + (database.map { ["--store", $0] } ?? [])
     return try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: arguments) }
 }
+#endif

@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Synchronization
 import Testing
 @testable import Outpost
@@ -14,6 +17,7 @@ struct SyncStateTests {
         await ProgressTests.wait(for: model, what) { condition($0.state) }
     }
 
+    #if canImport(OutpostTestSupport)
     @MainActor
     @Test func theStateSaysOfflineUnauthorizedUnavailableWaitingAndUpToDateInWords() async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-sync-state")
@@ -69,6 +73,7 @@ struct SyncStateTests {
         #expect(try await reopened.status().lastProblem == .offline)
         await reopened.close()
     }
+    #endif
 
     /// The state's words for a running sync never read "0 of about 0".
     @Test func progressWordsStartWithoutNumbers() {

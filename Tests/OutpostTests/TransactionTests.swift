@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 @testable import Outpost
 
@@ -116,6 +119,7 @@ struct TransactionTests {
         }
     }
 
+    #if canImport(OutpostTestSupport)
     /// The block's edits reach another device through a real server, all of them.
     @Test func aBlocksEditsSyncToAnotherDevice() async throws {
         let dir = try TemporaryDirectory(prefix: "outpost-transaction")
@@ -139,4 +143,5 @@ struct TransactionTests {
         await phone.close()
         await laptop.close()
     }
+    #endif
 }

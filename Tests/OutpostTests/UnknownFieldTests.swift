@@ -1,6 +1,9 @@
 import Foundation
 import OutpostCore
+import OutpostTestBasics
+#if canImport(OutpostTestSupport)
 import OutpostTestSupport
+#endif
 import Testing
 @testable import Outpost
 
@@ -254,6 +257,7 @@ enum SurveyV2 {
     struct Survey: Codable, Equatable { var title: String; var note: String?; var site: Site; var priority: Int? }
 }
 
+#if canImport(OutpostTestSupport)
 @Suite("Fields an app does not know survive its saves, over a real server", .offPoolWhileBlocking, .serialized, .serverLogs)
 struct UnknownFieldTests {
     @Test(arguments: [false, true])
@@ -297,3 +301,4 @@ struct UnknownFieldTests {
         #expect(try await old.data(collection, "s1") == ["title": "Pump 2", "site": ["name": "North gate"], "priority": 3])
     }
 }
+#endif
