@@ -21,8 +21,11 @@ run: deps
 ## only for a failing test (in its issues) and, when the run fails, by their paths here.
 ## Every test is a Swift Testing test, so the empty XCTest pass is not run. Then an app
 ## package outside the repository is built with the README's dependency lines. Then the
-## server's image is built and run as users run it (scripts/container-test.sh, podman):
-## after the suite, not beside it, since its release build takes both cores for minutes.
+## SDK's tests are built as a Mac declares them, without the Linux-only test support
+## (scripts/check-portable-tests.sh): a portable test that needs a server process fails
+## here, not first on a Mac. Then the server's image is built and run as users run it
+## (scripts/container-test.sh, podman): after the suite, not beside it, since its release
+## build takes both cores for minutes.
 test: deps-test
 	swift build --build-tests
 	rm -rf $(TEST_LOGS) && mkdir -p $(TEST_LOGS)
@@ -31,6 +34,7 @@ test: deps-test
 	  || { echo "the run failed; the servers' logs are in $(TEST_LOGS):"; ls -R $(TEST_LOGS) | head -50; \
 	       echo "--- the last lines of $(TEST_LOGS)/in-process.log:"; tail -n 40 $(TEST_LOGS)/in-process.log 2>/dev/null; exit 1; }
 	scripts/app-package-test.sh
+	scripts/check-portable-tests.sh
 	scripts/container-test.sh
 
 ## Build outpost-server and the command-line client (release) and put them in $(PREFIX)/bin
