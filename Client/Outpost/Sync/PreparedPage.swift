@@ -11,6 +11,7 @@ struct PreparedRecord: Sendable {
     let clientTime: Int64?
     let lineage: Version?
     let sameAs: Version?
+    let resolved: Resolved?
 
     init(_ state: RecordState, body: Body? = nil) {
         key = RecordKey(collection: state.collection, id: state.id)
@@ -21,10 +22,12 @@ struct PreparedRecord: Sendable {
         clientTime = state.clientTime
         lineage = state.lineage
         sameAs = state.sameAs
+        resolved = state.resolved
     }
 
     var copy: Copy {
-        Copy(version: version, body: body, updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs)
+        Copy(version: version, body: body, updatedAt: updatedAt, updatedBy: updatedBy, clientTime: clientTime, lineage: lineage, sameAs: sameAs,
+             resolved: resolved)
     }
 }
 

@@ -298,6 +298,40 @@ enum PushChecks {
             let stored = try await PushChecks.current(c, space, id: "r1")
             try expect(stored?.data == ["v": 4], "after forced puts the record is \(stored?.data?.description ?? "absent"), expected {\"v\":4}")
         },
+        Check("push-resolution-kept-with-the-state-it-wrote", section: "4",
+              "a resolved write (resolves) over a state is kept with it as resolved {over, resolver, outcome} in pulls and conflict answers; a plain write clears it, a create keeps none, a malformed one is rejected invalid_change") { c in
+            let space = c.newSpace()
+            let v1 = try await create(c, space, id: "r1")
+            let mark: JSONValue = .object(["resolver": "mergeFields(lastWriteWins)", "outcome": "write"])
+            func resolved(_ change: JSONValue, _ mark: JSONValue) -> JSONValue {
+                guard case .object(var o) = change else { return change }
+                o["resolves"] = mark
+                return .object(o)
+            }
+            let put = resolved(ChangeJSON.put(c.unique("chg"), id: "r1", data: ["v": 2], base: v1.text), mark)
+            let v2 = try expectApplied(try await c.push(space, [put], clientId: "resolving-device").results[0], "a resolved write over r1")
+            let expected = Resolved(over: v1, mark: ResolutionMark(resolver: "mergeFields(lastWriteWins)", outcome: .write))
+            var record = try await LineageChecks.pulled(c, space, "r1")
+            try expect(record.version == v2 && record.resolved == expected,
+                       "a pull shows r1 at \(record.version) with resolved \(record.resolved.map { "\($0.json)" } ?? "absent"), expected \(v2) with \(expected.json)")
+            let stale = try await c.push(space, [ChangeJSON.put(c.unique("chg"), id: "r1", data: ["v": 3], base: v1.text)]).results[0]
+            let current = try expectConflict(stale, "a put on the version the resolution replaced")
+            try expect(current?.resolved == expected, "the conflict's current has resolved \(current?.resolved.map { "\($0.json)" } ?? "absent"), expected \(expected.json)")
+            for bad: JSONValue in [.string("write"), .object(["resolver": "", "outcome": "write"]), .object(["resolver": "x", "outcome": "bogus"]),
+                                   .object(["resolver": .string(String(repeating: "r", count: 129)), "outcome": "write"])] {
+                let result = try await c.push(space, [resolved(ChangeJSON.put(c.unique("chg"), id: "r1", data: ["v": 9], base: v2.text), bad)]).results[0]
+                try expectRejected(result, "invalid_change", "a resolved write whose resolves is \(bad)")
+            }
+            record = try await LineageChecks.pulled(c, space, "r1")
+            try expect(record.version == v2, "after refused resolutions r1 is \(record.version), expected \(v2)")
+            _ = try expectApplied(try await c.push(space, [ChangeJSON.put(c.unique("chg"), id: "r1", data: ["v": 4], base: v2.text)]).results[0], "a plain put")
+            record = try await LineageChecks.pulled(c, space, "r1")
+            try expect(record.resolved == nil, "a plain put over a resolved state left resolved \(record.resolved.map { "\($0.json)" } ?? "")")
+            let create = resolved(ChangeJSON.put(c.unique("chg"), id: "r2", data: ["v": 1], base: nil), mark)
+            _ = try expectApplied(try await c.push(space, [create]).results[0], "a resolved write that creates r2")
+            let created = try await LineageChecks.pulled(c, space, "r2")
+            try expect(created.resolved == nil, "a resolved write that created r2 replaced nothing, but r2 has resolved \(created.resolved.map { "\($0.json)" } ?? "")")
+        },
         Check("push-replay-returns-original-version", section: "4", "a change applied before is not applied again: the original version and updatedAt with replayed: true, however the record changed since") { c in
             let space = c.newSpace()
             let changeId = c.unique("chg")
