@@ -51,10 +51,12 @@ public struct HTTPClientFailure: Error, Sendable, CustomStringConvertible {
     public var description: String { detail }
 }
 
-/// The one small HTTP/1.1 client of the server's own outgoing calls (a webhook POST to an
-/// `http://` receiver, the `healthcheck` probe) and of the tests that must control the
-/// bytes on the wire (keep-alive, pipelining, partial sends, malformed input). The
-/// conformance suite keeps a client of its own on purpose: it checks this engine.
+/// The engine's HTTP/1.1 client: the server's own outgoing calls (a webhook POST to an
+/// `http://` receiver, the `healthcheck` probe) and the tests that must control the bytes
+/// on the wire (keep-alive, pipelining, partial sends, malformed input). Two others exist on
+/// purpose: the conformance suite's (it checks this engine, so it does not use it) and the
+/// benchmarks' `BenchConnection` (it sends a body from the caller's buffer and reads with a
+/// small buffer per connection, for thousands of idle long polls).
 ///
 /// Blocking, on one non-blocking TCP socket: every wait is poll(2), and ends at `timeout`
 /// seconds after it began, at the `deadline` (an uptime in nanoseconds) when there is one,
@@ -130,14 +132,6 @@ public final class HTTPClient {
 
     // MARK: Reading
 
-    /// True when the peer closed the connection (reads its end within `timeout`).
-    public func isClosedByPeer() -> Bool {
-        while true {
-            if !buffer.isEmpty { return false }
-            guard let more = try? fill() else { return false }
-            if !more { return true }
-        }
-    }
 
     /// Reads one answer. `head` means the request was HEAD (no body follows). Interim 1xx
     /// answers are returned like any other when `interim` is true, else skipped.

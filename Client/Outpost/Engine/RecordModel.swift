@@ -221,11 +221,6 @@ struct RecordModel: Hashable, Sendable {
         edits.last { $0.delivery.isUnsettled && !$0.isReoffer } ?? edits.last { $0.delivery.isUnsettled }
     }
 
-    /// The version the app's view is based on.
-    var shownVersion: Version? {
-        (server ?? left)?.version
-    }
-
     /// The first edit that waits for the server: the one the next push sends.
     var head: Edit? { edits.first { $0.delivery.isUnsettled } }
 

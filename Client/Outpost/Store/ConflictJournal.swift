@@ -5,7 +5,7 @@ import OutpostSQLite
 // The conflict journal (docs/client.md, "The conflict journal"): every decision of the
 // store's resolver is kept in the table `conflict_journal` with what the resolver saw (the
 // local edit, the server's copy, the base) and what it decided. The engine reports a
-// decision as `Effect.resolved`; `transition` (Queue/Enqueue.swift) writes its row in the
+// decision as `Effect.resolved`; `transition` (Queue/Transition.swift) writes its row in the
 // transaction that stores the record, so there is never a decision without its row nor a
 // row without its decision. A decision made on another device that replaced this device's
 // acknowledged write (`Effect.overwritten`, `Engine.lostWrite`) is kept the same way, in the

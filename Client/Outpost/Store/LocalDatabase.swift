@@ -152,16 +152,6 @@ final class LocalDatabase {
         }
     }
 
-    /// The newest quarantined copy of `key` in `epoch` (its version and raw element), if the
-    /// quarantine still holds one.
-    func quarantinedCopy(_ key: RecordKey, in epoch: Epoch) throws -> (version: Version, raw: [UInt8])? {
-        let rows = try db.query("SELECT version, raw FROM quarantine WHERE collection = ? AND id = ?", [.text(key.collection), .text(key.id)]) {
-            ($0.optionalText(0).flatMap(Version.init), $0.blob(1))
-        }
-        return rows.compactMap { v, raw in v.flatMap { $0.epoch == epoch ? (version: $0, raw: raw) : nil } }
-            .max { $0.version.seq < $1.version.seq }
-    }
-
     func deleteQuarantined(_ number: Int64) throws {
         try db.run("DELETE FROM quarantine WHERE number = ?", [.integer(number)])
     }

@@ -318,10 +318,6 @@ extension LocalDatabase {
         try db.queryOne("SELECT collection, id FROM edits WHERE change_id = ?", [.text(changeId)]) { RecordKey(collection: $0.text(0), id: $0.text(1)) }
     }
 
-    func recordCount() throws -> Int {
-        Int(try db.scalarInt("SELECT count(*) FROM records") ?? 0)
-    }
-
     // MARK: What the app reads
 
     private static let shownColumns = """

@@ -83,7 +83,7 @@ public actor OutpostStore {
     var fieldKinds: FieldKinds
 
     /// How many epochs the store remembers having left (docs/protocol.md section 5).
-    public static let retiredEpochLimit = 32
+    public static let retiredEpochLimit = SyncSession.retiredLimit
 
     /// Opens (creating when absent) the store at `path`.
     ///

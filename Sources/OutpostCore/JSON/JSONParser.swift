@@ -185,7 +185,6 @@ struct ParseState: ~Copyable {
     var position = 0
     var values = MoveStack<JSONValue>(capacity: 64)
     var keys = MoveStack<String>(capacity: 32)
-    var keyOffsets: [Int] = []
     /// Decoded bytes of a string that has escapes.
     var scratch: [UInt8] = []
 

@@ -172,13 +172,6 @@ struct JSONOutput: ~Copyable, JSONByteSink {
         count += length
     }
 
-    /// Writes without a capacity check: the caller reserved room.
-    @inline(__always)
-    mutating func writeUnchecked(_ byte: UInt8) {
-        base[count] = byte
-        count += 1
-    }
-
     /// The bytes written so far.
     func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         body(UnsafeBufferPointer(start: base, count: count))
