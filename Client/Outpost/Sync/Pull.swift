@@ -251,16 +251,17 @@ extension OutpostStore {
         try await acquireSyncGate()
         defer { releaseSyncGate() }
         let session = try read { try $0.session() }
+        let phase: SyncPhase, cursor: Cursor
         switch session.longPollVerdict(asked: asked, page: page.header) {
-        case .unchanged?: return .unchanged
-        case .needsSync?: return .needsSync
-        case nil: break
+        case .unchanged: return .unchanged
+        case .needsSync: return .needsSync
+        case .apply(let p, let c): (phase, cursor) = (p, c)
         }
         var report = SyncReport()
         var keys: [RecordKey] = []
         try write(durability: .normal) { d in
-            try apply(page, marksSeen: false, phase: session.phase.engine, d, report: &report, keys: &keys)
-            try d.storeSession(phase: session.phase, cursor: Cursor(page.next, view: page.view))
+            try apply(page, marksSeen: false, phase: phase.engine, d, report: &report, keys: &keys)
+            try d.storeSession(phase: phase, cursor: cursor)
         }
         notify(StoreEvent(origin: .remote, keys: keys))
         if page.hasMore { return .needsSync }

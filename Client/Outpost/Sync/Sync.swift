@@ -3,9 +3,10 @@ import OutpostCore
 // The store's side of a sync: it performs what the session (Sync/SyncSession.swift) asks
 // and feeds back what came of it. The session decides the steps of a sync (what to fetch or
 // send next, when to stop, retire an epoch or pull again); what a page or an answer does to a
-// record is the engine's (Engine/Engine.swift). Three decisions still live here, outside
-// the session: the long poll's cursor (Pull.swift), halving a page's limit after an answer
-// too large, and a `.store` effect met inside a sync.
+// record is the engine's (Engine/Engine.swift); the long poll's verdict and cursor are the
+// session's too (`SyncSession.longPollVerdict`). Two decisions still live here, outside the
+// session: halving a page's limit after an answer too large (`fetchPage`), and ignoring a
+// `.store` effect met inside a sync, whose state the pages' transaction stores.
 
 extension OutpostStore {
     /// One sync: pushes the queue, then pulls to the end of the server's history (and, when

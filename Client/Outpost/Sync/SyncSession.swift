@@ -319,19 +319,24 @@ struct SyncSession: Hashable, Sendable {
         return cursor
     }
 
-    /// Whether a long poll's page, fetched from `asked` while the store was free, may be
-    /// applied to this session now: only when the session still follows that page's epoch
-    /// and is where the poll asked from. Nil: apply it; else the answer to give.
-    func longPollVerdict(asked: Cursor, page: PageHeader) -> LongPollVerdict? {
+    /// What a long poll's page, fetched from `asked` while the store was free, does to this
+    /// session now: it is applied only when the session still follows that page's epoch and
+    /// is where the poll asked from, and then the cursor moves to the page's end.
+    func longPollVerdict(asked: Cursor, page: PageHeader) -> LongPollVerdict {
         guard case .following(let epoch) = phase, page.epoch == epoch, let cursor else { return .needsSync }
         if cursor.version != asked.version {
             // A sync ran meanwhile: when it got as far as this page, nothing is new.
             return cursor.version.epoch == epoch && cursor.version.seq >= page.next.seq ? .unchanged : .needsSync
         }
-        return nil
+        return .apply(phase: phase, cursor: Cursor(page.next, view: page.view))
     }
 
-    enum LongPollVerdict: Hashable, Sendable { case unchanged, needsSync }
+    enum LongPollVerdict: Hashable, Sendable {
+        /// Apply the page and store this phase and cursor with it.
+        case apply(phase: SyncPhase, cursor: Cursor)
+        case unchanged
+        case needsSync
+    }
 
     /// Whether a pull starting now says the store keeps copies from before the start of the
     /// history it pulls, which the server then decides as held at the start, so they
