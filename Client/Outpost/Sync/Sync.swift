@@ -4,9 +4,9 @@ import OutpostCore
 // and feeds back what came of it. The session decides the steps of a sync (what to fetch or
 // send next, when to stop, retire an epoch or pull again); what a page or an answer does to a
 // record is the engine's (Engine/Engine.swift); the long poll's verdict and cursor are the
-// session's too (`SyncSession.longPollVerdict`). Two decisions still live here, outside the
-// session: halving a page's limit after an answer too large (`fetchPage`), and ignoring a
-// `.store` effect met inside a sync, whose state the pages' transaction stores.
+// session's too (`SyncSession.longPollVerdict`). One decision still lives outside the
+// session: halving a page's limit after an answer too large (`fetchPage`). A `.store`
+// effect comes only from `reset` and `leave`, outside a sync (`OutpostStore.store`).
 
 extension OutpostStore {
     /// One sync: pushes the queue, then pulls to the end of the server's history (and, when
@@ -127,8 +127,11 @@ extension OutpostStore {
         case .epochChanged:
             report.epochChanged = true
             return nil
-        case .succeed, .store:
+        case .succeed:
             return nil
+        case .store:
+            // The session emits it only for `reset` and `leave`, which never run inside a sync.
+            throw OutpostError.protocolViolation("the session asked to store its state inside a sync")
         case .fail(let error):
             throw error
         }
