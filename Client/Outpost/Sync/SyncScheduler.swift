@@ -153,18 +153,14 @@ public actor SyncScheduler {
 
     private static func run<C: Clock<Duration>>(clock: C, store: OutpostStore, options: Options, wake: AsyncSignal, inbox: Mailbox,
                                                 events: AsyncStream<Event>.Continuation) async {
-        var rng = Randomness(seed: nil)
-        var failures = 0
-        var nextSync = clock.now
-        // The long poll runs beside everything else: a local edit syncs at once instead of
+        // The decisions are the model's (SchedulerModel); this loop performs its steps. The
+        // long poll runs beside everything else: a local edit syncs at once instead of
         // waiting for the poll to be cancelled, and the poll's page is applied only if the
-        // store's cursor has not moved meanwhile. Each poll has a number, so the outcome of
-        // one cancelled when the conditions stopped holding is told from the running one's.
+        // store's cursor has not moved meanwhile.
+        var model = SchedulerModel(options: options, now: clock.now)
         var poll: Task<Void, Never>?
-        var pollId = 0
         defer { poll?.cancel() }
-        // Why it waits for the conditions; nil while they hold.
-        var waiting: SyncConditions.Unmet?
+        func tell(_ told: [Event]) { for event in told { events.yield(event) } }
         while !Task.isCancelled {
             let (demanded, ended, network) = inbox.withLock { box in
                 defer {
@@ -173,81 +169,57 @@ public actor SyncScheduler {
                 }
                 return (box.demanded, box.poll, box.network)
             }
-            // A demand made while it waits stays in `nextSync` until the conditions hold.
-            if demanded { nextSync = clock.now }
-            if let ended, ended.id == pollId, poll != nil {
-                poll = nil
-                switch ended.outcome {
-                case .success(.changed): events.yield(.remoteChanges)
-                case .success(.unchanged): break
-                case .success(.needsSync): nextSync = clock.now
-                case .failure(let failure):
-                    if failure == .closed { return }
-                    failures += 1
-                    events.yield(.failed(failure))
-                    nextSync = clock.now.advanced(by: .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng)))
+            if demanded { tell(model.take(.demanded, now: clock.now)) }
+            if let ended {
+                let wasPolling = model.polling
+                tell(model.take(.pollEnded(id: ended.id, outcome: ended.outcome), now: clock.now))
+                if wasPolling, !model.polling { poll = nil }
+            }
+            let (step, told) = model.next(network: network, now: clock.now)
+            tell(told)
+            switch step {
+            case .stop:
+                return
+            case .waitForWake(let cancelPoll):
+                if cancelPoll {
+                    poll?.cancel()
+                    poll = nil
                 }
-            }
-            guard let network else {
                 await wake.wait()
-                continue
-            }
-            if let unmet = options.conditions.unmet(in: network) {
-                if unmet != waiting {
-                    waiting = unmet
-                    events.yield(.waitingForConditions(unmet))
-                }
-                poll?.cancel()
-                poll = nil
-                await wake.wait()
-                continue
-            }
-            if waiting != nil {
-                waiting = nil
-                nextSync = clock.now
-            }
-            if clock.now >= nextSync {
+            case .sync:
                 do {
                     let report = try await store.sync(dueOnly: true)
-                    failures = 0
-                    events.yield(.synced(report))
-                    nextSync = clock.now.advanced(by: options.interval)
-                    if let retry = try? await store.nextRetryMs() {
-                        let delay = max(0, retry - store.configuration.clock().milliseconds) + 1
-                        nextSync = min(nextSync, clock.now.advanced(by: .milliseconds(delay)))
-                    }
+                    var retryIn: Duration?
+                    if let retry = try? await store.nextRetryMs() { retryIn = .milliseconds(retry - store.configuration.clock().milliseconds) }
+                    tell(model.take(.synced(report, retryIn: retryIn), now: clock.now))
                 } catch {
-                    let failure = error as? OutpostError ?? .storage("\(error)")
-                    if failure == .closed { return }
-                    failures += 1
-                    events.yield(.failed(failure))
-                    nextSync = clock.now.advanced(by: .milliseconds(options.backoff.delayMs(attempt: failures, using: &rng)))
+                    tell(model.take(.failed(error as? OutpostError ?? .storage("\(error)")), now: clock.now))
                 }
-                continue
-            }
-            if poll == nil, failures == 0, let longPoll = options.longPoll {
-                pollId += 1
-                let id = pollId
-                poll = Task {
-                    let outcome: Result<OutpostStore.WaitResult, OutpostError>
-                    do { outcome = .success(try await store.waitForChanges(timeout: longPoll)) } catch {
-                        outcome = .failure(error as? OutpostError ?? .storage("\(error)"))
-                    }
-                    // A cancelled poll's outcome is the cancellation's, and the loop no longer waits for it.
-                    if Task.isCancelled { return }
-                    inbox.withLock { box in
-                        if (box.poll?.id ?? 0) < id { box.poll = (id, outcome) }
-                    }
-                    wake.signal()
+            case .sleep(let due, let startPoll):
+                if let id = startPoll, let longPoll = options.longPoll { poll = Self.longPoll(id, store: store, timeout: longPoll, inbox: inbox, wake: wake) }
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await wake.wait() }
+                    group.addTask { try? await clock.sleep(until: due, tolerance: nil) }
+                    _ = await group.next()
+                    group.cancelAll()
                 }
             }
-            let due = nextSync
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await wake.wait() }
-                group.addTask { try? await clock.sleep(until: due, tolerance: nil) }
-                _ = await group.next()
-                group.cancelAll()
+        }
+    }
+
+    /// Holds the long poll numbered `id` open; its outcome goes to the inbox, unless it was
+    /// cancelled (the loop no longer waits for it) or a later poll's outcome is there.
+    private static func longPoll(_ id: Int, store: OutpostStore, timeout: Duration, inbox: Mailbox, wake: AsyncSignal) -> Task<Void, Never> {
+        Task {
+            let outcome: Result<OutpostStore.WaitResult, OutpostError>
+            do { outcome = .success(try await store.waitForChanges(timeout: timeout)) } catch {
+                outcome = .failure(error as? OutpostError ?? .storage("\(error)"))
             }
+            if Task.isCancelled { return }
+            inbox.withLock { box in
+                if (box.poll?.id ?? 0) < id { box.poll = (id, outcome) }
+            }
+            wake.signal()
         }
     }
 }
