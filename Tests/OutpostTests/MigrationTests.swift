@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostCrypto
 import OutpostTestBasics
 import OutpostSQLite
 import Testing
@@ -7,6 +8,187 @@ import Testing
 
 @Suite("Store files of earlier schemas")
 struct MigrationTests {
+    // MARK: Frozen migrations
+
+    /// Each released migration by name, with the SHA-256 of its frozen text
+    /// (`StoreMigration.frozenText`: its SQL, and the version of a Swift part). A migration is
+    /// added here when it is released, and never changed: a change to what it made is a new
+    /// migration at the end of the list.
+    static let released: [(String, String)] = [
+        ("1 records, queue, aside, quarantine, retired epochs", "95605c627e66e5178882968a05c0c85e471f06cb94625ddc2bf8b98d592b1ac0"),
+        ("2 media uploads", "d24957169db23dcfed28f88d9a0339e9c857c7ec612ced3705b96396de5d5d9a"),
+        ("3 record models", "5624dc35670fa8f4b12079efa1dbf88a19e2fe9a08040f6f7254e116f875002d"),
+        ("4 view re-pull seen", "d2a36abc553b3338a06085bc3f47bf8d66a35e53528cfbaa53ffe4500fb6ce02"),
+        ("5 sealed edits and uploads", "95ee24fe8f7e732a77f730076084a3a2e939a54665994bf24618f50a1fc8d45a"),
+        ("6 telemetry outbox", "536a9c7948b0a70f9ba8ea7ed553b34dba032532f1457efa61a9b7a1f6885ee2"),
+        ("7 download directories", "46110d0e311f3f09a1313edfdad70d5f0b587a8ff4c216dfbf3344f08b96fab0"),
+        ("8 sync session", "1786588f9b8a23543855b9af1d467bb0b1bdccc8f6f9eb37eb44f1e64ed071b6"),
+        ("9 conflict journal", "0fdb9cc92450a99ebed19bdcd822f5f5d9b98f4abcbb2f27fc1f11e94daca192"),
+        ("10 edits held for an app upgrade", "ec9591ebcf554e0daf5c9b2a7ba6c4551d9d994ec2cf00a46cd3dd3a404752b5"),
+        ("11 queries", "b8e98f970bbe1b5eec1fc159a4bc31280f051c1257e58bb96cb29a743164cb64"),
+        ("12 conflicts left for a person", "beba2218b068a6da977a7facbb38174685f54417f693f485c83a8329e35a02bf"),
+        ("13 resolutions told both ways", "76b0cd3a6871cc44a73c1a9fda5d291c8d08ac2d5d8a369cb980673419534cc9"),
+    ]
+
+    /// The Swift parts of released migrations (Client/Outpost/Store/Migrations), with the
+    /// SHA-256 of their source: frozen like the SQL, even where their version was not bumped.
+    static let frozenHelpers: [(String, String)] = [
+        ("Client/Outpost/Store/Migrations/Migration3.swift", "482a0650fd92ac2c3c7d8fb1d209911abec996aec504db99c076215f1b920992"),
+        ("Client/Outpost/Store/Migrations/Migration8.swift", "be0d65766c1b6f841b5b048060d05396f48e0b32f27fab39d3df00e8875b2f67"),
+    ]
+
+    static let frozenRule = "migrations are frozen once released: append a new migration to LocalDatabase.migrations instead"
+
+    /// Every migration of the list is released and pinned, in order: one edited, renamed,
+    /// moved or removed fails here, and so does a change to a frozen helper.
+    @Test func theReleasedMigrationsAreFrozen() throws {
+        let actual = LocalDatabase.migrations.map { ($0.name, SHA256.hex(Array($0.frozenText.utf8))) }
+        #expect(actual.map(\.0) == Self.released.map(\.0), "the list's names and order (\(Self.frozenRule); pin a new one here when it is released)")
+        for ((name, hash), (_, pinned)) in zip(actual, Self.released) where hash != pinned {
+            Issue.record("migration \"\(name)\" has frozen text of SHA-256 \(hash), released as \(pinned): \(Self.frozenRule)")
+        }
+        for (path, pinned) in Self.frozenHelpers {
+            let hash = SHA256.hex(Array(try Data(contentsOf: URL(fileURLWithPath: repositoryPath(path)))))
+            if hash != pinned { Issue.record("\(path) has SHA-256 \(hash), released as \(pinned): \(Self.frozenRule)") }
+        }
+    }
+
+    /// The rows migration 3 makes of each schema 2 fixture (`records`, `edits`, `meta`,
+    /// `sqlite_sequence`), pinned by SHA-256: what the release of schema 3 wrote from them.
+    static let migrationThreeRows: [(String, String)] = [
+        ("store-schema2.sqlite", "ae20a34bcc93093e36fff2c2014b86390d38ad18d075e1cdfa243b99791e9c86"),
+        ("store-schema2-cases.sqlite.gz", "c3c9ad50ab5444478f0951f0898ac1fc7f2d4a169814c2ea2257d1b71b107399"),
+    ]
+
+    @Test(arguments: migrationThreeRows) func migrationThreeWritesWhatItsReleaseWrote(_ fixture: String, _ pinned: String) throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path + "/store.sqlite"
+        if fixture.hasSuffix(".gz") {
+            try StoreFixtures.unpack(fixture, to: path)
+        } else {
+            try FileManager.default.copyItem(atPath: repositoryPath("Tests/OutpostTests/Fixtures/\(fixture)"), toPath: path)
+        }
+        let db = try Connection(path: path)
+        defer { db.close() }
+        try db.transaction { try LocalDatabase.migrations[2].run(db, newFile: false) }
+        var rows: [String] = []
+        for table in ["records", "edits", "meta", "sqlite_sequence"] {
+            rows += try db.query("SELECT * FROM \(table) ORDER BY 1, 2", []) { s in
+                table + "(" + (0..<s.columnCount).map { i -> String in
+                    switch s.value(i) {
+                    case .null: return "NULL"
+                    case .integer(let v): return String(v)
+                    case .real(let v): return String(v)
+                    case .text(let v): return "'" + v + "'"
+                    case .blob(let v): return "x'" + v.map { String(format: "%02x", $0) }.joined() + "'"
+                    }
+                }.joined(separator: ", ") + ")"
+            }
+        }
+        let hash = SHA256.hex(Array(rows.joined(separator: "\n").utf8))
+        #expect(hash == pinned, "migration 3 made other rows of \(fixture) than its release (\(Self.frozenRule)):\n\(rows.joined(separator: "\n"))")
+    }
+
+    /// A store file of every released schema from 3 on (`StoreFixtures`), opened by today's
+    /// SDK: its schema is what the frozen migrations make, and its records, queue (queued,
+    /// sent, rejected, held for an app upgrade, left for a person, a resolution's mark),
+    /// conflict journal and session survive, and its edits reach a server.
+    @Test(arguments: StoreFixtures.schemas) func aFileOfEveryReleasedSchemaOpensWithWhatItHeld(_ schema: Int) async throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path + "/store.sqlite"
+        try StoreFixtures.unpack(schema, to: path)
+        do {
+            let raw = try Connection(path: path, flags: [.readOnly])
+            defer { raw.close() }
+            let fresh = try StoreFixtures.makeSchema(schema, at: dir.path + "/fresh.sqlite")
+            defer { fresh.close() }
+            #expect(try StoreFixtures.schema(raw) == StoreFixtures.schema(fresh),
+                    "migrations 1…\(schema) no longer make the schema they released (\(Self.frozenRule))")
+            #expect(try raw.scalarText("SELECT value FROM meta WHERE key = 'schema_version'") == String(schema))
+        }
+        let e1 = StoreFixtures.e1
+        let world = World()
+        // The file's server is gone; this one's history is later than the file's.
+        world.clock.advance(86_400_000)
+        world.server.restartEmpty()
+        var store: OutpostStore? = try world.device("fixture-phone", path: path)
+        let phone = store!
+
+        // Records, as the app sees them.
+        var expected: [String: JSONObject?] = ["a": todo("a"), "b": todo("b pending"), "c": nil, "n": todo("new"), "r": nil]
+        if schema >= 10 { expected["h"] = todo("h for v3") }
+        if schema >= 12 { expected["k"] = todo("k mine") }
+        if schema >= 13 { expected["m"] = todo("m merged") }
+        for (id, data) in expected.sorted(by: { $0.key < $1.key }) {
+            #expect(try await phone.data("todos", id) == data, "record \(id)")
+        }
+        #expect(try await phone.record(in: "todos", id: "a")?.version?.text == "\(e1).1")
+
+        // The queue.
+        var queue = ["b put pending", "c delete in_doubt", "n put pending"]
+        if schema >= 10 { queue.append("h put upgrade_required") }
+        if schema >= 12 { queue.append("k put in_conflict") }
+        if schema >= 13 { queue.append("m put failed") }
+        let described = try await phone.pendingChanges().map { "\($0.id) \($0.op.rawValue) \($0.state.rawValue)" }
+        #expect(described == queue)
+        #expect(try await phone.pendingChanges().first { $0.id == "c" }?.baseVersion?.text == "\(e1).3", "a sent edit keeps its base")
+        #expect(try await phone.rejectedChanges().map { "\($0.id) \($0.errorCode ?? "-")" } == ["r record_too_large"])
+        if schema >= 12 {
+            let conflicts = try await phone.unsettledConflicts()
+            #expect(conflicts.map(\.id) == ["k"])
+            #expect(conflicts.first?.local == todo("k mine") && conflicts.first?.server == todo("k theirs"))
+            #expect(conflicts.first?.base == todo("k base"))
+        }
+        if schema >= 13 {
+            let mark = try await phone.read { try $0.model(RecordKey(collection: "todos", id: "m")) }?.edits.first?.resolves
+            #expect(mark == ResolutionMark(resolver: "mergeFields(lastWriteWins)", outcome: .write))
+        }
+
+        // The session.
+        let status = try await phone.status()
+        #expect(status.clientId == "fixture-phone")
+        #expect(status.epoch?.rawValue == e1 && status.cursor?.text == "\(e1).8" && !status.rebasing)
+        #expect(status.retiredEpochs.map(\.rawValue) == [StoreFixtures.e0])
+        #expect(status.rejected == 1 && status.upgradeRequired == (schema >= 10 ? 1 : 0) && status.conflicts == (schema >= 12 ? 1 : 0))
+        #expect(try await phone.read { try $0.session().phase } == .following(Epoch(e1)!))
+
+        // The conflict journal.
+        let journal = try await phone.conflicts()
+        if schema >= 9 {
+            #expect(journal.map { "\($0.id) \($0.changeId) \($0.resolver)" } == ["a ch-a0 lastWriteWins", "b ch-b0 mergeFields(lastWriteWins)"]
+                    + (schema >= 12 ? ["k ch-k custom"] : []) + (schema >= 13 ? ["c ch-c0 mergeFields(lastWriteWins)"] : []))
+            #expect(journal.first?.resolution == .keepServer && journal.first?.base == nil && journal.first?.local == todo("a mine"))
+            let merge = journal.dropFirst().first
+            #expect(merge?.resolution == .write(todo("b merged")) && merge?.writtenChangeId == "ch-b1" && merge?.server == todo("b theirs"))
+            #expect(merge?.base == ConflictBase(data: todo("b base"), deleted: false, version: Version("\(e1).1")))
+            if schema >= 13 {
+                let elsewhere = journal.last?.decidedElsewhere
+                #expect(elsewhere?.clientId == "laptop" && elsewhere?.overwrote.text == "\(e1).2" && elsewhere?.outcome == .write)
+            }
+        } else {
+            #expect(journal.isEmpty)
+        }
+
+        // The file is of today's schema: every migration recorded once, in order.
+        let names = try await phone.read { try $0.db.query("SELECT name FROM migrations ORDER BY position", []) { $0.text(0) } }
+        #expect(names == LocalDatabase.migrations.map(\.name))
+        #expect(try await phone.read { try $0.db.scalarText("SELECT value FROM meta WHERE key = 'schema_version'") } == String(LocalDatabase.migrations.count))
+        #expect(try await phone.read { try $0.db.scalarText("SELECT value FROM meta WHERE key = 'encryption'") } == "none")
+        #expect(try await phone.read { try $0.db.scalarInt("SELECT count(*) FROM meta WHERE key IN ('epoch', 'cursor', 'rebasing', 'view_repull')") } == 0)
+
+        // Its edits go: this world's server is another history, which the store meets.
+        try await phone.sync()
+        try await phone.sync()
+        for (id, data) in [("b", todo("b pending")), ("n", todo("new")), ("c", nil)] as [(String, JSONObject?)] {
+            #expect(world.serverData("todos", id) == data, "server \(id)")
+        }
+        await phone.close()
+        store = nil
+        let again = try world.device("fixture-phone", path: path)
+        #expect(try await again.data("todos", "b") == todo("b pending"), "opened again")
+        await again.close()
+    }
+
     /// `Fixtures/store-schema2.sqlite` was written by the release before the engine's
     /// rewrite (schema 2: `records`, `queue`, `aside`): records a, b, c, d synced; then
     /// `big` rejected as too large; b's put applied with its answer lost (in doubt) and

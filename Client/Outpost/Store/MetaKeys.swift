@@ -2,7 +2,9 @@ import OutpostCore
 import OutpostSQLite
 
 /// Every key of the store file's `meta` table: the one place that names them. The sync
-/// session's state is not here: it is the typed row `sync_session` (migration 8).
+/// session's state is not here: it is the typed row `sync_session` (migration 8). The keys
+/// files of earlier schemas held (`epoch`, `cursor`, `rebasing`, `view_repull`,
+/// `rebased_through`) are named only in the frozen migrations that removed them.
 enum MetaKey: String {
     /// The number of migrations run (older SDKs refuse a file past theirs by it).
     case schemaVersion = "schema_version"
@@ -23,13 +25,6 @@ enum MetaKey: String {
     /// The field kinds the server last declared (`FieldKinds`, its JSON): what
     /// `.mergeFields` merges by, also offline after a restart.
     case fieldKinds = "field_kinds"
-    /// Before migration 8: the session's state.
-    case legacyEpoch = "epoch"
-    case legacyCursor = "cursor"
-    case legacyRebasing = "rebasing"
-    case legacyViewRePull = "view_repull"
-    /// Before migration 3.
-    case legacyRebasedThrough = "rebased_through"
 }
 
 extension LocalDatabase {

@@ -31,46 +31,6 @@ extension LocalDatabase {
                     sameAs: s.optionalText(i + 9).flatMap(Version.init))
     }
 
-    static let modelSchema = """
-        CREATE TABLE records(
-            collection TEXT NOT NULL,
-            id TEXT NOT NULL,
-            shows INTEGER NOT NULL,
-            view_data BLOB,
-            view_deleted INTEGER NOT NULL DEFAULT 0,
-            pending INTEGER NOT NULL DEFAULT 0,
-            \(copyColumns("s").joined(separator: ", ")),
-            \(copyColumns("l").joined(separator: ", ")),
-            PRIMARY KEY(collection, id)) WITHOUT ROWID;
-        CREATE INDEX records_left ON records(l_version) WHERE l_version IS NOT NULL;
-        CREATE TABLE edits(
-            position INTEGER PRIMARY KEY AUTOINCREMENT,
-            change_id TEXT NOT NULL UNIQUE,
-            collection TEXT NOT NULL,
-            id TEXT NOT NULL,
-            local_id TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            lineage_version TEXT,
-            lineage_updated_at INTEGER,
-            carried_lineage TEXT,
-            deleted INTEGER NOT NULL,
-            data BLOB,
-            client_time INTEGER NOT NULL,
-            created_at INTEGER NOT NULL,
-            made_on TEXT NOT NULL,
-            made_on_edit TEXT,
-            \(copyColumns("m").joined(separator: ", ")),
-            delivery TEXT NOT NULL,
-            sent_base TEXT,
-            \(copyColumns("a").joined(separator: ", ")),
-            error_code TEXT,
-            last_error TEXT,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_at INTEGER NOT NULL DEFAULT 0);
-        CREATE INDEX edits_record ON edits(collection, id, position);
-        CREATE INDEX edits_delivery ON edits(delivery);
-        """
-
     // MARK: Models
 
     private static let recordColumns = "collection, id, " + copyColumns("s").joined(separator: ", ") + ", " + copyColumns("l").joined(separator: ", ")
@@ -128,8 +88,7 @@ extension LocalDatabase {
     }
 
     // `upgrade_to` (migration 10), `in_conflict` (migration 12) and `resolves` (migration 13)
-    // are read here and written by `save` only when set, so the migrations before them that
-    // store models never name them.
+    // are read here and written by `save` only when set.
     private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to, in_conflict, resolves FROM edits WHERE collection = ? AND id = ? ORDER BY position"
     /// An upsert, not `INSERT OR REPLACE`: a replace deletes the row without telling the
     /// delete triggers and would impose its conflict rule on the statements of the query
@@ -351,83 +310,5 @@ extension LocalDatabase {
             return try db.query("SELECT \(Self.shownColumns) FROM records WHERE collection = ? AND shows != 2 ORDER BY id", [.text(collection)], Self.readShown)
         }
         return try db.query("SELECT \(Self.shownColumns) FROM records WHERE shows != 2 ORDER BY collection, id", [], Self.readShown)
-    }
-
-    // MARK: Migration from schema 2
-
-    /// Schema 2 kept a record's state in `records` (view, server copy, an epoch check
-    /// flag), `aside` and `queue`. Each record becomes one model: its copy (the newer of the
-    /// row's and the one kept aside; a copy of a history being re-pulled is a left copy),
-    /// and its queue entries as edits, each made on the one before it, the first on the
-    /// copy its base names. An entry sent and unanswered stays sent with its base, so it
-    /// goes again with the same fingerprint. A copy queued to be offered again keeps its
-    /// content as an edit.
-    func migrateToModels() throws {
-        try db.execute("ALTER TABLE records RENAME TO records_v2; ALTER TABLE queue RENAME TO queue_v2")
-        try db.execute("DROP INDEX IF EXISTS records_epoch_check; DROP INDEX IF EXISTS queue_record; DROP INDEX IF EXISTS queue_state")
-        try db.execute(Self.modelSchema)
-        let rePulling = try meta(.legacyRebasing) != nil
-        struct OldRow { var key: RecordKey; var server: Copy?; var epochCheck: Bool }
-        var rows: [RecordKey: OldRow] = [:]
-        _ = try db.query("""
-            SELECT collection, id, data, deleted, pending, version, server_data, server_deleted, updated_at, updated_by, client_time, own_change_id, epoch_check
-            FROM records_v2
-            """) { s in
-            let key = RecordKey(collection: s.text(0), id: s.text(1))
-            var server: Copy?
-            if let v = s.optionalText(5).flatMap(Version.init) {
-                let pending = s.int64(4) != 0
-                let body = pending ? Body(data: s.int64(7) != 0 ? nil : s.blob(6)) : Body(data: s.int64(3) != 0 ? nil : s.blob(2))
-                server = Copy(version: v, body: body, updatedAt: s.optionalInt64(8), updatedBy: s.optionalText(9), clientTime: s.optionalInt64(10),
-                              changeId: s.optionalText(11))
-            }
-            rows[key] = OldRow(key: key, server: server, epochCheck: s.int64(12) != 0)
-        }
-        _ = try db.query("SELECT collection, id, version, deleted, data, updated_at, updated_by, client_time FROM aside") { s in
-            let key = RecordKey(collection: s.text(0), id: s.text(1))
-            guard let v = Version(s.text(2)) else { return }
-            let copy = Copy(version: v, body: Body(data: s.int64(3) != 0 ? nil : s.blob(4)), updatedAt: s.int64(5), updatedBy: s.text(6), clientTime: s.optionalInt64(7))
-            var row = rows[key] ?? OldRow(key: key, server: nil, epochCheck: false)
-            if row.server.map({ copy.isLater(than: $0) }) ?? true { row.server = copy }
-            rows[key] = row
-        }
-        var edits: [RecordKey: [Edit]] = [:]
-        _ = try db.query("""
-            SELECT position, change_id, collection, id, op, data, base_version, client_time, state, attempts, next_attempt_at, last_error, error_code, created_at
-            FROM queue_v2 ORDER BY position
-            """) { s in
-            let key = RecordKey(collection: s.text(2), id: s.text(3))
-            let body = s.text(4) == "delete" ? Body.tombstone : Body(data: s.optionalBlob(5))
-            let base = s.optionalText(6).flatMap(Version.init)
-            var list = edits[key] ?? []
-            let madeOn: MadeOn
-            if let previous = list.last {
-                madeOn = .edit(previous.localId)
-            } else if let base {
-                let server = rows[key]?.server
-                madeOn = .copy(server?.version == base ? server! : Copy(version: base, body: nil, updatedAt: nil))
-            } else {
-                madeOn = .nothing
-            }
-            let delivery: Delivery
-            switch s.text(8) {
-            case "in_flight", "in_doubt": delivery = .sent(base: base)
-            case "rejected": delivery = .rejected(code: s.optionalText(12) ?? "unknown", message: s.optionalText(11) ?? "rejected")
-            default: delivery = .queued
-            }
-            list.append(Edit(position: s.int64(0), changeId: s.text(1), kind: .app, body: body, clientTime: s.int64(7), createdAt: s.int64(13),
-                             madeOn: madeOn, delivery: delivery, attempts: s.int(9), nextAttemptAt: s.int64(10), lastError: s.optionalText(11)))
-            edits[key] = list
-        }
-        for key in Set(rows.keys).union(edits.keys) {
-            var model = RecordModel(key: key, edits: edits[key] ?? [])
-            if let row = rows[key], let copy = row.server {
-                if rePulling && row.epochCheck { model.left = copy } else { model.server = copy }
-            }
-            Engine.normalize(&model)
-            try save(model)
-        }
-        try db.execute("DROP TABLE records_v2; DROP TABLE queue_v2; DROP TABLE aside")
-        try setMeta(.legacyRebasedThrough, nil)
     }
 }

@@ -3,24 +3,67 @@ import OutpostSQLite
 
 // The store file's schema, as a list of named migrations (the model of GRDB's
 // `DatabaseMigrator`): each runs once, in the list's order; the ones a file lacks run
-// together in one transaction, and each name is recorded in `migrations` as it runs. A
-// released migration is never edited again: a change of the schema is a new migration at
-// the end of the list. `MigrationTests` opens files that earlier releases wrote
-// (Tests/OutpostTests/Fixtures) and checks what they held survives.
+// together in one transaction, and each name is recorded in `migrations` as it runs.
+//
+// A released migration is frozen: never edited again, and a change of the schema is a new
+// migration at the end of the list. So its body is only what it was at its release: SQL
+// written inline (never built from the live code's constants), and, where data must be
+// transformed in Swift, a helper of Store/Migrations/ that works on the tables as they were
+// then and that no live code uses. A migration gets only the file's `Connection`, never the
+// `LocalDatabase`, so it cannot call the live storage code. `MigrationTests` pins each
+// migration's frozen text (`StoreMigration.frozenText`) and each helper's source by SHA-256,
+// and opens files of every released schema (Tests/OutpostTests/Fixtures) to check what they
+// held survives.
 
 /// One step of the schema.
 struct StoreMigration: Sendable {
+    /// A part of a migration's body; the parts run in order.
+    enum Part: Sendable {
+        /// SQL, as released.
+        case sql(String)
+        /// SQL, as released, run only on a file that had a schema before this open.
+        case sqlOnOlderFile(String)
+        /// A data transformation in Swift: a frozen helper of Store/Migrations/, named by a
+        /// version string bumped by hand with any change to it.
+        case swift(version: String, run: @Sendable (Connection) throws -> Void)
+    }
+
     let name: String
+    let parts: [Part]
+
+    init(_ name: String, _ parts: Part...) {
+        self.name = name
+        self.parts = parts
+    }
+
+    /// What is pinned by SHA-256 once released: each part's SQL, and a Swift part's version.
+    var frozenText: String {
+        parts.map { part in
+            switch part {
+            case .sql(let sql): return "sql\n" + sql
+            case .sqlOnOlderFile(let sql): return "sql on an older file\n" + sql
+            case .swift(let version, _): return "swift " + version
+            }
+        }.joined(separator: "\n")
+    }
+
     /// Runs inside the migration transaction. `newFile`: the file had no schema before this
     /// open.
-    let run: @Sendable (_ d: LocalDatabase, _ newFile: Bool) throws -> Void
+    func run(_ db: Connection, newFile: Bool) throws {
+        for part in parts {
+            switch part {
+            case .sql(let sql): try db.execute(sql)
+            case .sqlOnOlderFile(let sql): if !newFile { try db.execute(sql) }
+            case .swift(_, let run): try run(db)
+            }
+        }
+    }
 }
 
 extension LocalDatabase {
     /// Every migration, in order. Append only.
     static let migrations: [StoreMigration] = [
-        StoreMigration(name: "1 records, queue, aside, quarantine, retired epochs") { d, _ in
-            try d.db.execute("""
+        StoreMigration("1 records, queue, aside, quarantine, retired epochs", .sql("""
                 CREATE TABLE records(
                     collection TEXT NOT NULL,
                     id TEXT NOT NULL,
@@ -77,11 +120,9 @@ extension LocalDatabase {
                 CREATE TABLE retired_epochs(
                     number INTEGER PRIMARY KEY AUTOINCREMENT,
                     epoch TEXT NOT NULL);
-                """)
-        },
+                """)),
         // Uploads kept until the server holds their file (Media/UploadRows.swift).
-        StoreMigration(name: "2 media uploads") { d, _ in
-            try d.db.execute("""
+        StoreMigration("2 media uploads", .sql("""
                 CREATE TABLE media_uploads(
                     number INTEGER PRIMARY KEY AUTOINCREMENT,
                     path TEXT NOT NULL UNIQUE,
@@ -101,20 +142,59 @@ extension LocalDatabase {
                     last_error TEXT,
                     error_code TEXT,
                     created_at INTEGER NOT NULL);
-                """)
-        },
-        // One model per record (Engine/RecordModel.swift; ModelStorage.migrateToModels).
-        StoreMigration(name: "3 record models") { d, _ in try d.migrateToModels() },
+                """)),
+        // One model per record (Engine/RecordModel.swift): schema 2's `records`, `aside` and
+        // `queue` become `records` and `edits` (Migrations/Migration3.swift converts the rows).
+        StoreMigration("3 record models", .sql("""
+                ALTER TABLE records RENAME TO records_v2; ALTER TABLE queue RENAME TO queue_v2;
+                DROP INDEX IF EXISTS records_epoch_check; DROP INDEX IF EXISTS queue_record; DROP INDEX IF EXISTS queue_state;
+                CREATE TABLE records(
+                    collection TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    shows INTEGER NOT NULL,
+                    view_data BLOB,
+                    view_deleted INTEGER NOT NULL DEFAULT 0,
+                    pending INTEGER NOT NULL DEFAULT 0,
+                    s_version, s_data, s_deleted, s_readable, s_updated_at, s_updated_by, s_client_time, s_lineage, s_change_id, s_same_as,
+                    l_version, l_data, l_deleted, l_readable, l_updated_at, l_updated_by, l_client_time, l_lineage, l_change_id, l_same_as,
+                    PRIMARY KEY(collection, id)) WITHOUT ROWID;
+                CREATE INDEX records_left ON records(l_version) WHERE l_version IS NOT NULL;
+                CREATE TABLE edits(
+                    position INTEGER PRIMARY KEY AUTOINCREMENT,
+                    change_id TEXT NOT NULL UNIQUE,
+                    collection TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    local_id TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    lineage_version TEXT,
+                    lineage_updated_at INTEGER,
+                    carried_lineage TEXT,
+                    deleted INTEGER NOT NULL,
+                    data BLOB,
+                    client_time INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    made_on TEXT NOT NULL,
+                    made_on_edit TEXT,
+                    m_version, m_data, m_deleted, m_readable, m_updated_at, m_updated_by, m_client_time, m_lineage, m_change_id, m_same_as,
+                    delivery TEXT NOT NULL,
+                    sent_base TEXT,
+                    a_version, a_data, a_deleted, a_readable, a_updated_at, a_updated_by, a_client_time, a_lineage, a_change_id, a_same_as,
+                    error_code TEXT,
+                    last_error TEXT,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at INTEGER NOT NULL DEFAULT 0);
+                CREATE INDEX edits_record ON edits(collection, id, position);
+                CREATE INDEX edits_delivery ON edits(delivery);
+                """),
+            .swift(version: Migration3.version, run: Migration3.convert),
+            .sql("DROP TABLE records_v2; DROP TABLE queue_v2; DROP TABLE aside; DELETE FROM meta WHERE key = 'rebased_through'")),
         // The records a view re-pull brought (Sync/SyncSession.swift, docs/rules.md).
-        StoreMigration(name: "4 view re-pull seen") { d, _ in
-            try d.db.execute("CREATE TABLE IF NOT EXISTS view_seen(collection TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY(collection, id)) WITHOUT ROWID")
-        },
+        StoreMigration("4 view re-pull seen", .sql("CREATE TABLE IF NOT EXISTS view_seen(collection TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY(collection, id)) WITHOUT ROWID")),
         // The wire form of each unsettled put of an end-to-end encrypted store, sealed when
         // the edit is saved (Encryption/SealedEdits.swift), and how an upload seals its file
         // (Encryption/SealedMedia.swift). A file made before encryption existed holds records
         // in clear; a new file takes the mode of the store that opens it (OutpostStore.init).
-        StoreMigration(name: "5 sealed edits and uploads") { d, newFile in
-            try d.db.execute("""
+        StoreMigration("5 sealed edits and uploads", .sql("""
                 CREATE TABLE sealed(
                     change_id TEXT PRIMARY KEY,
                     collection TEXT NOT NULL,
@@ -124,49 +204,31 @@ extension LocalDatabase {
                 ALTER TABLE media_uploads ADD COLUMN seal_kid TEXT;
                 ALTER TABLE media_uploads ADD COLUMN seal_prefix BLOB;
                 ALTER TABLE media_uploads ADD COLUMN seal_segment INTEGER;
-                """)
-            if !newFile { try d.setMeta(.encryption, "none") }
-        },
+                """),
+            .sqlOnOlderFile("INSERT OR REPLACE INTO meta(key, value) VALUES ('encryption', 'none')")),
         // The telemetry outbox (Sync/Telemetry.swift).
-        StoreMigration(name: "6 telemetry outbox") { d, _ in
-            try d.db.execute("""
+        StoreMigration("6 telemetry outbox", .sql("""
                 CREATE TABLE IF NOT EXISTS telemetry_outbox(
                     number INTEGER PRIMARY KEY AUTOINCREMENT,
                     entry BLOB NOT NULL);
-                """)
-        },
+                """)),
         // Where downloads write their temporary files (Store/Compaction.swift).
-        StoreMigration(name: "7 download directories") { d, _ in
-            try d.db.execute("CREATE TABLE IF NOT EXISTS download_directories(path TEXT PRIMARY KEY) WITHOUT ROWID;")
-        },
+        StoreMigration("7 download directories", .sql("CREATE TABLE IF NOT EXISTS download_directories(path TEXT PRIMARY KEY) WITHOUT ROWID;")),
         // The sync session's state, typed (Sync/SyncSession.swift): one row instead of the
-        // meta keys `epoch`, `rebasing`, `cursor` and `view_repull`.
-        StoreMigration(name: "8 sync session") { d, _ in
-            try d.db.execute("""
+        // meta keys `epoch`, `rebasing`, `cursor` and `view_repull` (Migrations/Migration8.swift
+        // moves them).
+        StoreMigration("8 sync session", .sql("""
                 CREATE TABLE sync_session(
                     one INTEGER PRIMARY KEY CHECK (one = 1),
                     phase TEXT NOT NULL,
                     epoch TEXT,
                     cursor TEXT);
-                """)
-            let epoch = try d.meta(.legacyEpoch).flatMap(Epoch.init)
-            let cursor = try d.meta(.legacyCursor).flatMap(Cursor.init)
-            let rePulling = try d.meta(.legacyRebasing) != nil
-            let viewRePull = try d.meta(.legacyViewRePull) != nil
-            let phase: SyncPhase
-            switch (epoch, rePulling, viewRePull) {
-            case (nil, _, _): phase = .detached
-            case (let e?, true, let view): phase = .rePulling(e, viewChanged: view)
-            case (let e?, false, true): phase = .viewRePulling(e)
-            case (let e?, false, false): phase = .following(e)
-            }
-            try d.storeSession(phase: phase, cursor: epoch == nil ? nil : cursor)
-            for key in [MetaKey.legacyEpoch, .legacyCursor, .legacyRebasing, .legacyViewRePull] { try d.setMeta(key, nil) }
-        },
+                """),
+            .swift(version: Migration8.version, run: Migration8.moveSession),
+            .sql("DELETE FROM meta WHERE key IN ('epoch', 'cursor', 'rebasing', 'view_repull')")),
         // The resolver's decisions (Store/ConflictJournal.swift). `has_base` tells a conflict
         // without a base from one whose base was a tombstone; `merged` is a `write`'s data.
-        StoreMigration(name: "9 conflict journal") { d, _ in
-            try d.db.execute("""
+        StoreMigration("9 conflict journal", .sql("""
                 CREATE TABLE conflict_journal(
                     number INTEGER PRIMARY KEY AUTOINCREMENT,
                     collection TEXT NOT NULL,
@@ -185,42 +247,33 @@ extension LocalDatabase {
                     decided_at INTEGER NOT NULL,
                     written_change_id TEXT);
                 CREATE INDEX conflict_journal_decided ON conflict_journal(decided_at);
-                """)
-        },
+                """)),
         // The app version the server wants for an edit it answered `upgrade_required`
         // (Edit.upgradeTo; docs/rules.md, "App versions").
-        StoreMigration(name: "10 edits held for an app upgrade") { d, _ in
-            try d.db.execute("ALTER TABLE edits ADD COLUMN upgrade_to INTEGER")
-        },
+        StoreMigration("10 edits held for an app upgrade", .sql("ALTER TABLE edits ADD COLUMN upgrade_to INTEGER")),
         // Queries (Query/): `doc`, the JSON text the app sees of a live record (NULL for a
         // tombstone or a record it cannot read), computed from the row, never stored; the
         // catalog of the indexes the app declared (Query/QueryIndexes.swift). Text, since
         // SQLite 3.45 and later read a BLOB given to a JSON function as its binary JSON.
-        StoreMigration(name: "11 queries") { d, _ in
-            try d.db.execute("""
+        StoreMigration("11 queries", .sql("""
                 ALTER TABLE records ADD COLUMN doc TEXT GENERATED ALWAYS AS (CAST(CASE shows WHEN 0 THEN s_data WHEN 1 THEN view_data END AS TEXT)) VIRTUAL;
                 CREATE TABLE query_indexes(
                     number INTEGER PRIMARY KEY AUTOINCREMENT,
                     definition TEXT NOT NULL UNIQUE);
-                """)
-        },
+                """)),
         // An edit whose conflict the resolver left for a person (`Resolution.leaveForPerson`,
         // Edit.inConflict): 1 while it waits for the app to settle it, NULL otherwise.
-        StoreMigration(name: "12 conflicts left for a person") { d, _ in
-            try d.db.execute("ALTER TABLE edits ADD COLUMN in_conflict INTEGER")
-        },
+        StoreMigration("12 conflicts left for a person", .sql("ALTER TABLE edits ADD COLUMN in_conflict INTEGER")),
         // Resolutions told both ways: the mark a resolved write carries (Edit.resolves, JSON
         // `{"resolver", "outcome"}`), and in the journal a decision made on another device that
         // replaced this device's write (ConflictEntry.decidedElsewhere).
-        StoreMigration(name: "13 resolutions told both ways") { d, _ in
-            try d.db.execute("""
+        StoreMigration("13 resolutions told both ways", .sql("""
 
                 ALTER TABLE edits ADD COLUMN resolves TEXT;
                 ALTER TABLE conflict_journal ADD COLUMN decided_by TEXT;
                 ALTER TABLE conflict_journal ADD COLUMN overwrote TEXT;
                 ALTER TABLE conflict_journal ADD COLUMN remote_outcome TEXT;
-                """)
-        },
+                """)),
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one
@@ -250,7 +303,7 @@ extension LocalDatabase {
                 throw OutpostError.schemaTooNew(max(version, applied.count))
             }
             for (i, migration) in Self.migrations.enumerated().dropFirst(applied.count) {
-                try migration.run(self, newFile)
+                try migration.run(db, newFile: newFile)
                 try record(migration.name, at: i + 1)
             }
             // Older SDKs read the version and refuse a file past theirs.
