@@ -4,9 +4,11 @@
 // Layers (arrows point one way; see docs/architecture.md):
 //   C system libraries  <- OutpostSQLite, OutpostPostgres, OutpostCrypto, OutpostSignatures, OutpostCompression
 //   OutpostCore (wire types, no I/O) <- everything
+//   OutpostSyncRules (the protocol's push and pull rules) <- OutpostServer, OutpostTesting; never the SDK
 //   OutpostRules (the rules language: schemas and expressions) <- OutpostServer; never the SDK
 //   OutpostHTTP (engine, knows bytes and HTTP only) <- OutpostServer <- outpost-server
 //   Outpost (client SDK) <- outpost (CLI); never depends on the server.
+//   OutpostTesting (InMemorySyncServer, for tests and previews) <- Outpost, OutpostSyncRules
 //
 // Tools version 6.0: the oldest with Swift 6 language mode (Xcode 16, docs/client.md,
 // "Platforms and compilers"). The SDK's Apple platforms are the oldest that have the
@@ -30,6 +32,9 @@ let package = Package(
         // outpost-conformance command, and neither builds anywhere but Linux.
         .library(name: "OutpostCore", targets: ["OutpostCore"]),
         .library(name: "Outpost", targets: ["Outpost"]),
+        // InMemorySyncServer, for an app's tests and SwiftUI previews: the protocol in process
+        // with the server's own rules (OutpostSyncRules), which `Outpost` never links.
+        .library(name: "OutpostTesting", targets: ["OutpostTesting"]),
         .executable(name: "outpost-server", targets: ["outpost-server"]),
         .executable(name: "outpost-bench", targets: ["outpost-bench"]),
         .executable(name: "outpost-conformance", targets: ["outpost-conformance"]),
@@ -59,6 +64,10 @@ let package = Package(
 
         // MARK: Shared building blocks
         .target(name: "OutpostCore", path: "Sources/OutpostCore", swiftSettings: swiftSettings),
+        // The push and pull rules of docs/protocol.md sections 4 and 5, written once for the
+        // server's stores and InMemorySyncServer (OutpostTesting). Portable; the SDK never
+        // links it (Tests/PackageGraphTests).
+        .target(name: "OutpostSyncRules", dependencies: ["OutpostCore"], path: "Sources/OutpostSyncRules", swiftSettings: swiftSettings),
         // The rules file's language (docs/rules.md): JSON Schema and rule expressions. The
         // server checks writes with it; the SDK never links it.
         .target(name: "OutpostRules", dependencies: ["OutpostCore"], path: "Sources/OutpostRules", swiftSettings: swiftSettings),
@@ -91,7 +100,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "OutpostServer",
-            dependencies: ["OutpostCore", "OutpostRules", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
+            dependencies: ["OutpostCore", "OutpostSyncRules", "OutpostRules", "OutpostHTTP", "OutpostSQLite", "OutpostPostgres", "OutpostCrypto", "OutpostSignatures", "OutpostCLinux"],
             path: "Server/OutpostServer",
             // Compiled into the binary as bytes (PackageResources.console_js, console_css):
             // an installed binary has no resource bundle beside it on Linux.
@@ -101,7 +110,7 @@ let package = Package(
             name: "outpost-server", dependencies: ["OutpostServer"], path: "Server/outpost-server",
             swiftSettings: swiftSettings),
 
-        // MARK: Client (never depends on Server/)
+        // MARK: Client (never depends on Server/ nor on OutpostSyncRules)
         .target(
             name: "Outpost",
             dependencies: ["OutpostCore", "OutpostSQLite", "OutpostCrypto", "OutpostCompression"],
@@ -111,6 +120,11 @@ let package = Package(
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "OutpostCLI", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),
+        // InMemorySyncServer: a product of its own, so that the server's rules stay out of an
+        // app that links only `Outpost`. Portable (no Glibc, no libcrypto of its own).
+        .target(
+            name: "OutpostTesting", dependencies: ["Outpost", "OutpostCore", "OutpostCrypto", "OutpostSyncRules"], path: "Client/OutpostTesting",
+            swiftSettings: swiftSettings),
 
         // MARK: Conformance suite (checks any server over HTTP: never depends on Server/)
         .target(
@@ -148,7 +162,7 @@ let package = Package(
         // Deliberate bugs for the mutation tests, as decorators of a real server's parts;
         // only test targets link it.
         .target(
-            name: "OutpostMutants", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostCrypto", "OutpostSignatures"], path: "Tests/OutpostMutants",
+            name: "OutpostMutants", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostCore", "OutpostSyncRules", "OutpostCrypto", "OutpostSignatures"], path: "Tests/OutpostMutants",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostCoreTests", dependencies: ["OutpostCore"], path: "Tests/OutpostCoreTests",
@@ -162,7 +176,7 @@ let package = Package(
             // and the store's, sync's (against InMemorySyncServer), queries', media's and
             // migrations' tests run (scripts/check-apple.sh; scripts/check-portable-tests.sh
             // builds them so on Linux).
-            name: "OutpostTests", dependencies: ["Outpost", "OutpostTestBasics", "OutpostTestSupport", "OutpostCompression", "OutpostCrypto", "OutpostSQLite"],
+            name: "OutpostTests", dependencies: ["Outpost", "OutpostTesting", "OutpostTestBasics", "OutpostTestSupport", "OutpostCompression", "OutpostCrypto", "OutpostSQLite"],
             path: "Tests/OutpostTests",
             // Store files made by earlier releases, opened by the migration tests.
             exclude: ["Fixtures"],
@@ -197,15 +211,17 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "ConformanceTests",
-            // Outpost: the SDK's InMemorySyncServer, run through the suite behind an HTTP face.
-            dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression", "Outpost", "OutpostMutants"],
+            // OutpostTesting: InMemorySyncServer, run through the suite behind an HTTP face;
+            // OutpostSyncRules: the rule tables, run against every store.
+            dependencies: ["OutpostConformance", "OutpostServer", "OutpostHTTP", "OutpostTestSupport", "OutpostCompression", "Outpost", "OutpostTesting",
+                           "OutpostSyncRules", "OutpostMutants"],
             path: "Tests/ConformanceTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulationTests",
             dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore", "OutpostTestSupport", "OutpostMutants"],
             path: "Tests/SimulationTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostHTTP", "OutpostPostgres", "OutpostSignatures", "OutpostTestSupport"],
+            name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostSyncRules", "OutpostHTTP", "OutpostPostgres", "OutpostSignatures", "OutpostTestSupport"],
             path: "Tests/OutpostServerTests",
             // The tus client script the tests run with tuspy (TusTests).
             exclude: ["tus"],

@@ -6,7 +6,8 @@
 #
 # 1. `xcodebuild` builds the Outpost scheme (the SDK and everything it links) for iOS and
 #    for macOS: every Apple-only file listed in docs/client.md ("Apple-only code") compiles,
-#    and nothing reaches libcrypto.
+#    and nothing reaches libcrypto; then the OutpostTesting scheme (InMemorySyncServer and
+#    the server's push and pull rules, OutpostSyncRules), which an app's tests and previews link.
 # 2. `swift test` runs the portable crypto and format tests on macOS, where OutpostCrypto's
 #    primitives are CryptoKit and CommonCrypto: RFC 7914's scrypt vectors, the AES-GCM,
 #    SHA-256 and PBKDF2 vectors, the STREAM framing, and the fixtures of docs/encryption.md
@@ -28,9 +29,11 @@ if [ "$(uname -s)" != "Darwin" ]; then
 fi
 xcodebuild -version
 
-for destination in 'generic/platform=iOS' 'generic/platform=macOS'; do
-  echo "== xcodebuild -scheme Outpost -destination '$destination' build"
-  xcodebuild -scheme Outpost -destination "$destination" -quiet build
+for scheme in Outpost OutpostTesting; do
+  for destination in 'generic/platform=iOS' 'generic/platform=macOS'; do
+    echo "== xcodebuild -scheme $scheme -destination '$destination' build"
+    xcodebuild -scheme "$scheme" -destination "$destination" -quiet build
+  done
 done
 
 echo "== swift test: the crypto and format tests"
@@ -39,4 +42,4 @@ swift test --filter 'OutpostCryptoTests'
 echo "== swift test: the SDK's portable tests and the rest a Mac declares"
 swift test --skip 'OutpostCryptoTests'
 
-echo "check-apple: the Outpost SDK builds for iOS and macOS, and its crypto, format and portable tests pass"
+echo "check-apple: the Outpost SDK and OutpostTesting build for iOS and macOS, and the crypto, format and portable tests pass"

@@ -4,8 +4,9 @@ import OutpostCore
 // `import Outpost` is the only import it needs (docs/client.md, "Public API"): a record's
 // data (`JSONObject`, `JSONValue`, `JSONNumber`), a record's version and the server's
 // epoch, a queued change's operation, and what the server says of itself and of a media
-// file. The rest of `OutpostCore` (the wire's requests and pages, the server's push and
-// pull rules) stays out of an app's sight; a custom `SyncTransport` imports `OutpostCore`.
+// file. The rest of `OutpostCore` (the wire's requests and pages) stays out of an app's
+// sight; a custom `SyncTransport` imports `OutpostCore`. The server's push and pull rules are
+// not there at all: they are `OutpostSyncRules`, which the SDK never links.
 
 /// A record's data: a JSON object whose members keep their order and their numbers' text.
 public typealias JSONObject = OutpostCore.JSONObject

@@ -1,4 +1,5 @@
 import Outpost
+import OutpostTesting
 import OutpostConformance
 import OutpostCore
 import Testing

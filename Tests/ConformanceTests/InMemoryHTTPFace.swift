@@ -1,5 +1,6 @@
 import Foundation
 import Outpost
+import OutpostTesting
 import OutpostConformance
 import OutpostCore
 import OutpostHTTP

@@ -1,5 +1,6 @@
 import Foundation
 import Outpost
+import OutpostTesting
 import OutpostCore
 import OutpostCrypto
 import OutpostServer

@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostSyncRules
 import OutpostServer
 import Synchronization
 

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import OutpostCore
+import OutpostSyncRules
 import OutpostCrypto
 import OutpostPostgres
 @testable import OutpostServer

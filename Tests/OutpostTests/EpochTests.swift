@@ -3,6 +3,7 @@ import OutpostCore
 import OutpostTestBasics
 import Testing
 @testable import Outpost
+import OutpostTesting
 
 /// docs/protocol.md section 5, "How a client treats a new epoch", and seed 003's "Epochs go one
 /// way" and "Two requests before a new epoch counts".

@@ -1,6 +1,7 @@
 import OutpostCore
 import Testing
 @testable import Outpost
+import OutpostTesting
 
 /// "An answer nobody read settles nothing" (seed 003): lost answers, proxies' 504s, cut-off
 /// bodies and answers longer than the transport reads leave a change in doubt; it is sent

@@ -1,6 +1,7 @@
 import OutpostCore
 import Testing
 @testable import Outpost
+import OutpostTesting
 
 /// `InMemorySyncServer` keeps protocol 1.1's lineage and sameAs rules (docs/protocol.md sections 4 and 5)
 /// as the real stores do (`LineageStoreTests`, the conformance suite's lineage checks).

@@ -1,6 +1,7 @@
 import OutpostCore
 import Testing
 @testable import Outpost
+import OutpostTesting
 
 /// Pushes split to the server's limits; pages with a byte budget; a page larger than the
 /// client reads makes it ask for fewer records (seed 003, "Pages have a byte budget").

@@ -6,26 +6,50 @@ import Testing
 /// `Client/Outpost` with a small scanner of its own (the package has no SwiftSyntax), names each
 /// public declaration the way the section's first paragraph says, and compares the two lists:
 /// a declaration the section does not list, and an entry that names no declaration, both fail.
+/// The product `OutpostTesting` (`Client/OutpostTesting`) has a list of its own, in "Testing and
+/// previews", held to its sources the same way; a declaration listed under the wrong module
+/// fails both checks.
 @Suite("The Public API list in docs/client.md")
 struct PublicAPIDocsTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
+    /// The heading of `OutpostTesting`'s list in docs/client.md.
+    static let testingHeading = "Every public declaration of `OutpostTesting`"
+
     @Test func everyPublicDeclarationIsListedAndEveryEntryNamesOne() throws {
-        let sdk = Self.root.appendingPathComponent("Client/Outpost")
-        let files = try #require(FileManager.default.enumerator(at: sdk, includingPropertiesForKeys: nil))
-        var sources: [PublicAPIScanner.Source] = []
-        for case let file as URL in files where file.pathExtension == "swift" {
-            let relative = String(file.path.dropFirst(Self.root.path.count + 1))
-            sources.append(.init(path: relative, text: try String(contentsOf: file, encoding: .utf8)))
-        }
-        let scan = PublicAPIScanner.scan(sources.sorted { $0.path < $1.path })
+        let scan = try Self.scan("Client/Outpost")
         // The scanner must be reading the SDK, not an empty or half-read tree.
         #expect(scan.declarations["OutpostStore"] != nil && scan.declarations.count > 100,
                 "the scan found \(scan.declarations.count) public declarations")
+        // The in-memory server is not the SDK's (an app that links only `Outpost` has none).
+        #expect(scan.declarations["InMemorySyncServer"] == nil)
 
-        let doc = try String(contentsOf: Self.root.appendingPathComponent("docs/client.md"), encoding: .utf8)
-        let report = PublicAPIDocs.check(scan: scan, doc: doc)
+        let report = PublicAPIDocs.check(scan: scan, doc: try Self.doc())
         #expect(report.isClean, Comment(rawValue: report.message))
+    }
+
+    @Test func everyPublicDeclarationOfOutpostTestingIsListedInItsOwnList() throws {
+        let scan = try Self.scan("Client/OutpostTesting")
+        #expect(scan.declarations["InMemorySyncServer"] != nil && scan.declarations["InMemorySyncTransport"] != nil && scan.declarations.count > 30,
+                "the scan found \(scan.declarations.count) public declarations")
+
+        let report = PublicAPIDocs.check(scan: scan, doc: try Self.doc(), heading: Self.testingHeading)
+        #expect(report.isClean, Comment(rawValue: report.message))
+    }
+
+    /// The public declarations of the Swift files under `folder` (relative to the root).
+    static func scan(_ folder: String) throws -> PublicAPIScanner.Scan {
+        let files = try #require(FileManager.default.enumerator(at: root.appendingPathComponent(folder), includingPropertiesForKeys: nil))
+        var sources: [PublicAPIScanner.Source] = []
+        for case let file as URL in files where file.pathExtension == "swift" {
+            let relative = String(file.path.dropFirst(root.path.count + 1))
+            sources.append(.init(path: relative, text: try String(contentsOf: file, encoding: .utf8)))
+        }
+        return PublicAPIScanner.scan(sources.sorted { $0.path < $1.path })
+    }
+
+    static func doc() throws -> String {
+        try String(contentsOf: root.appendingPathComponent("docs/client.md"), encoding: .utf8)
     }
 
     /// The check can fail: a declaration the list leaves out and an entry naming nothing are
@@ -59,6 +83,24 @@ struct PublicAPIDocsTests {
         let fixed = doc.replacingOccurrences(of: "`Box.height`", with: "`Box.resize(to:animated:)`")
         #expect(PublicAPIDocs.check(scan: scan, doc: fixed).isClean)
         #expect(PublicAPIDocs.check(scan: scan, doc: "# SDK\n").problems == ["docs: no heading contains \"Public API\""])
+
+        // A list under another heading is read apart: the section of "Public API" ends at
+        // the next heading of its level, and the other list is only its own heading's.
+        let two = fixed + """
+
+            ## Testing
+
+            ### Every public declaration of `BoxTesting`
+
+            - `FakeBox`, `FakeBox.open()`
+            """
+        #expect(PublicAPIDocs.check(scan: scan, doc: two).isClean)
+        let fake = PublicAPIScanner.scan([.init(path: "FakeBox.swift", text: "public struct FakeBox { public func open() {} }")])
+        #expect(PublicAPIDocs.check(scan: fake, doc: two, heading: "Every public declaration of `BoxTesting`").isClean)
+        let misplaced = PublicAPIDocs.check(scan: fake, doc: fixed, heading: "Every public declaration of `BoxTesting`")
+        #expect(misplaced.problems == ["docs: no heading contains \"Every public declaration of `BoxTesting`\""])
+        let wrongList = PublicAPIDocs.check(scan: fake, doc: fixed)
+        #expect(wrongList.missing == ["FakeBox", "FakeBox.open()"] && wrongList.stale.count == 3)
     }
 
     /// The shapes of declaration the SDK's sources use, and the ones the scanner must pass by.
@@ -637,6 +679,8 @@ enum PublicAPIScanner {
 
 enum PublicAPIDocs {
     struct Report {
+        /// The heading of the section checked.
+        var heading = "Public API"
         /// Public declarations the section does not list.
         var missing: [String] = []
         /// Entries of the section that name no public declaration.
@@ -649,12 +693,12 @@ enum PublicAPIDocs {
         var message: String {
             var parts: [String] = []
             if !missing.isEmpty {
-                parts.append("\(missing.count) public declarations are not in docs/client.md's \"Public API\" list "
+                parts.append("\(missing.count) public declarations are not in docs/client.md's \"\(heading)\" list "
                     + "(add each as a list entry, spelled as the section's first paragraph says):\n"
                     + missing.map { "  `\($0)`" }.joined(separator: "\n"))
             }
             if !stale.isEmpty {
-                parts.append("\(stale.count) entries of the \"Public API\" list name no public declaration "
+                parts.append("\(stale.count) entries of the \"\(heading)\" list name no public declaration "
                     + "(removed or renamed?):\n" + stale.map { "  `\($0)`" }.joined(separator: "\n"))
             }
             if !problems.isEmpty {
@@ -693,10 +737,10 @@ enum PublicAPIDocs {
         return found ? entries : nil
     }
 
-    static func check(scan: PublicAPIScanner.Scan, doc: String) -> Report {
-        var report = Report(problems: scan.problems)
-        guard let listed = entries(in: doc) else {
-            report.problems.append("docs: no heading contains \"Public API\"")
+    static func check(scan: PublicAPIScanner.Scan, doc: String, heading: String = "Public API") -> Report {
+        var report = Report(heading: heading, problems: scan.problems)
+        guard let listed = entries(in: doc, heading: heading) else {
+            report.problems.append("docs: no heading contains \"\(heading)\"")
             return report
         }
         let declared = Set(scan.declarations.keys)

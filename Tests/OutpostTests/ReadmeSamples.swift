@@ -1,5 +1,6 @@
 import Foundation
 import Outpost
+import OutpostTesting
 import OutpostTestBasics
 #if canImport(OutpostTestSupport)
 import OutpostTestSupport
@@ -18,7 +19,7 @@ enum ReadmeSamples {
 
     /// Two devices, one server: the phone saves offline and syncs; the laptop receives it.
     static func twoDevices() async throws -> [Todo] {
-        let server = InMemorySyncServer()  // in tests and previews; HTTPSyncTransport in the app
+        let server = InMemorySyncServer()  // OutpostTesting, in tests and previews; HTTPSyncTransport in the app
         let phone = try OutpostStore.inMemory(configuration: .init(space: "team"), transport: server.transport(device: "phone"))
         let laptop = try OutpostStore.inMemory(configuration: .init(space: "team"), transport: server.transport(device: "laptop"))
 

@@ -2,6 +2,7 @@ import Foundation
 import OutpostCore
 import Testing
 @testable import Outpost
+import OutpostTesting
 
 /// Bugs the integrity harness (`outpost-sim`, docs/simulation.md) found, each as a scenario
 /// on the in-memory server. `Tests/SimulationTests/RegressionTests.swift` replays the seeds

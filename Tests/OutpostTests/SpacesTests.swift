@@ -3,6 +3,7 @@ import OutpostCore
 import OutpostTestBasics
 import Testing
 @testable import Outpost
+import OutpostTesting
 #if canImport(OutpostTestSupport)
 import OutpostTestSupport
 

@@ -3,6 +3,7 @@ import OutpostCore
 import OutpostTestBasics
 import Testing
 @testable import Outpost
+import OutpostTesting
 
 @Suite("Store: local API, files, observation, quarantine, crashes")
 struct StoreTests {

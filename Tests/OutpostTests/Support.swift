@@ -7,6 +7,7 @@ import OutpostTestSupport
 import Synchronization
 import Testing
 @testable import Outpost
+import OutpostTesting
 
 /// A clock tests move by hand (ms since 1970).
 final class ManualClock: Sendable {

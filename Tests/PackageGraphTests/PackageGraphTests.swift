@@ -5,7 +5,8 @@ import Testing
 /// What the `Outpost` product links on iOS and macOS, read from the manifest itself
 /// (`swift package dump-package`): following every target dependency whose condition lets
 /// it onto the platform, the product may reach no system library but sqlite3 and zlib,
-/// which every Apple SDK ships. libcrypto, libpq and the Linux headers of OutpostCLinux do
+/// which every Apple SDK ships, and none of the server's rules (`OutpostSyncRules`, which
+/// only `OutpostTesting` brings to an app's tests and previews). libcrypto, libpq and the Linux headers of OutpostCLinux do
 /// not exist there, and an app that reached them would not build.
 @Suite struct PackageGraphTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -25,7 +26,7 @@ import Testing
                 #expect(refused.isEmpty, "\(product) on \(platform): \(refused)")
             }
         }
-        #expect(graph.libraryProducts == ["Outpost", "OutpostCore"])
+        #expect(graph.libraryProducts == ["Outpost", "OutpostCore", "OutpostTesting"])
         // The walk honours conditions: on Linux the same product does reach libcrypto.
         let linux = try graph.systemLibraries(reachedBy: "Outpost", on: "linux", links: Self.currentLinks)
         #expect(linux.contains { $0.links.contains("crypto") }, "\(linux)")
@@ -58,6 +59,34 @@ import Testing
             }
         }
         #expect(try graph.targets(reachedBy: "outpost-server", on: "linux").contains { $0.target.name == "OutpostRules" })
+    }
+
+    /// The protocol's push and pull rules are the server's (`OutpostSyncRules`): the
+    /// `Outpost` product an app links reaches neither them nor `OutpostTesting` (the
+    /// in-memory server that runs them), on any platform, and neither does `OutpostCore`.
+    /// `OutpostTesting` reaches the SDK and the rules, and the server reaches the rules.
+    @Test func theSDKCarriesNoServerRule() async throws {
+        let graph = try await PackageGraph.dump(packageAt: Self.root.path)
+        for platform in ["ios", "macos", "linux"] {
+            for product in ["Outpost", "OutpostCore"] {
+                let reached = try Self.serverParts(reachedBy: product, in: graph, on: platform)
+                #expect(reached.isEmpty, "\(product) on \(platform) reaches \(reached.map { $0.joined(separator: " -> ") })")
+            }
+            let testing = Set(try graph.targets(reachedBy: "OutpostTesting", on: platform).map(\.target.name))
+            #expect(testing.isSuperset(of: ["OutpostTesting", "Outpost", "OutpostSyncRules"]), "OutpostTesting on \(platform) reaches \(testing.sorted())")
+        }
+        #expect(try graph.targets(reachedBy: "outpost-server", on: "linux").contains { $0.target.name == "OutpostSyncRules" })
+
+        // The walk sees a dependency that would bring the rules in, however deep.
+        var broken = graph
+        broken.targets["OutpostCompression"]!.dependencies.append(.init(name: "OutpostSyncRules", platforms: ["ios"], isProduct: false))
+        #expect(try Self.serverParts(reachedBy: "Outpost", in: broken, on: "ios") == [["Outpost", "OutpostCompression", "OutpostSyncRules"]])
+        #expect(try Self.serverParts(reachedBy: "Outpost", in: broken, on: "macos").isEmpty)
+    }
+
+    /// The paths by which `product` reaches `OutpostSyncRules` or `OutpostTesting` on `platform`.
+    static func serverParts(reachedBy product: String, in graph: PackageGraph, on platform: String) throws -> [[String]] {
+        try graph.targets(reachedBy: product, on: platform).filter { ["OutpostSyncRules", "OutpostTesting"].contains($0.target.name) }.map(\.path)
     }
 
     /// The manifest as it was before the SDK's crypto had a seam (kept as a fixture): the

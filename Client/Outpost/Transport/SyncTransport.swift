@@ -9,7 +9,8 @@ import OutpostCore
 /// a change: everything else leaves it in doubt, and it is sent again under the same
 /// changeId. Any other error a custom transport throws is treated as `noAnswer`.
 ///
-/// `HTTPSyncTransport` talks to a real server; `InMemorySyncServer` plays one in-process.
+/// `HTTPSyncTransport` talks to a real server; `InMemorySyncServer` (the `OutpostTesting`
+/// product) plays one in-process.
 public protocol SyncTransport: Sendable {
     /// `GET /v1/info`: the epoch and the limits.
     func serverInfo() async throws -> ServerInfo

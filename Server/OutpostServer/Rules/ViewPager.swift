@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostSyncRules
 
 /// One page of a pull under rules (docs/rules.md): the records after the cursor that the
 /// token's view admits, a `revoked` entry for each record whose latest write took it out of

@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostSyncRules
 
 /// One push as a store's writer thread receives it.
 struct PushJob: Sendable {

@@ -1,6 +1,7 @@
 import OutpostCLinux
 import Foundation
 import OutpostCore
+import OutpostSyncRules
 import OutpostPostgres
 import Synchronization
 

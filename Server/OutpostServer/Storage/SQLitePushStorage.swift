@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostSyncRules
 import OutpostSQLite
 
 /// `PushStorage` on the SQLite writer's connection, inside its transaction for one push

@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostSyncRules
 
 /// A change ready for the store: checked (`PushRules.check`), with its fingerprint and
 /// its `data` encoded. The CPU work (JSON encoding, SHA-256) happens in the handler, on the

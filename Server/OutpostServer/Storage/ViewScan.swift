@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostSyncRules
 
 /// What a page under rules reads from the view index (docs/rules.md, "Cost"): the records
 /// after `afterSeq` that any of `lookups` finds (those of scope "" only among

@@ -1,4 +1,5 @@
 import OutpostCore
+import OutpostSyncRules
 import OutpostHTTP
 
 /// The protocol's errors as `HTTPError`s, by `ErrorCode`, so every handler answers a

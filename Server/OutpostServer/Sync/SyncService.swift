@@ -1,5 +1,6 @@
 import Foundation
 import OutpostCore
+import OutpostSyncRules
 import OutpostCrypto
 import OutpostHTTP
 

@@ -1,6 +1,9 @@
+import OutpostCore
+
 /// The pull rules of docs/protocol.md section 5, once, for every server: the SQLite and
-/// PostgreSQL stores behind `SyncService` and the SDK's `InMemorySyncServer` call them,
-/// and differ only in how they read rows (each hands its rows to `Page` one by one).
+/// PostgreSQL stores behind `SyncService` and `InMemorySyncServer` (`OutpostTesting`) call
+/// them, and differ only in how they read rows (each hands its rows to `Page` one by one).
+/// Like the push rules, they are the server's: the SDK never links this module.
 ///
 /// A pull is judged in this order:
 /// 1. `start`: the cursor names the server's epoch (`409 epoch_changed`);

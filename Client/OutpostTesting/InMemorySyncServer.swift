@@ -1,5 +1,7 @@
+import Outpost
 import OutpostCore
 import OutpostCrypto
+import OutpostSyncRules
 import Synchronization
 
 /// An Outpost server in process, for tests and previews: two stores on one
@@ -11,13 +13,17 @@ import Synchronization
 /// the sameAs of the state they would replace, tombstones, pages with a record limit, a byte budget,
 /// `hasMore`/`next`, cursor errors (`epoch_changed`, `cursor_ahead`, `view_changed`,
 /// `history_compacted`), long polls woken by commits, and the limits of section 3. The
-/// rules are the server's own, written once in `OutpostCore` (`PushRules`, `PullRules`);
-/// this server only keeps the rows in memory. Every answer goes through the same encoding
+/// rules are the server's own, written once in `OutpostSyncRules` (`PushRules`, `PullRules`);
+/// this server only keeps the rows in memory. It is the `OutpostTesting` product, apart from
+/// the SDK, so an app that links only `Outpost` carries none of the server's rules: link it
+/// from a test target, or from the target that holds an app's SwiftUI previews. Every answer goes through the same encoding
 /// and decoding as over HTTP, so a cut-off body fails where it would fail for real.
 ///
 /// Operators' actions and faults make the situations a real deployment meets:
 ///
 /// ```swift
+/// import OutpostTesting
+///
 /// let server = InMemorySyncServer()
 /// let phone = try OutpostStore.inMemory(configuration: .init(space: "team"), transport: server.transport(device: "phone"))
 /// server.inject(.loseAnswer, on: .push)          // applied, answer lost
@@ -196,7 +202,8 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
     private struct State: Sendable {
         var history: History
         var faults: [ArmedFault] = []
-        var rng: Randomness
+        /// Makes the epochs: the same seed, the same epochs.
+        var rng: SplitMix64
         var pushes = 0
         var pulls = 0
         var waiters: [UInt64: Waiter] = [:]
@@ -221,7 +228,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
 
     /// A server with `limits`, a clock for `updatedAt`, and a seed for its epochs.
     public init(limits: Limits = Limits(), clock: @escaping @Sendable () -> Int64 = systemMilliseconds, seed: UInt64 = 1) {
-        var rng = Randomness(seed: seed)
+        var rng = SplitMix64(seed: seed)
         let now = clock()
         let epoch = Epoch.generate(nowMs: now, after: nil, using: &rng)
         state = Mutex(State(history: History(epoch: epoch, now: now), rng: rng))

@@ -1,6 +1,9 @@
+import OutpostCore
+
 /// The push rules of docs/protocol.md section 4, once, for every store: the SQLite and
-/// PostgreSQL stores of the server and the SDK's `InMemorySyncServer` each implement
-/// `PushStorage` (what differs: how rows are read and written) and call `PushRules.apply`.
+/// PostgreSQL stores of the server and `InMemorySyncServer` (`OutpostTesting`) each
+/// implement `PushStorage` (what differs: how rows are read and written) and call
+/// `PushRules.apply`. They are the server's: the SDK (`Outpost`) never links this module.
 ///
 /// The rules run set-wise, so a store with a network between it and its rows (PostgreSQL)
 /// needs a fixed number of round trips per push, not per change:
