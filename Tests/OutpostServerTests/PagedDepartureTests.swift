@@ -4,14 +4,14 @@ import OutpostCore
 import OutpostTestSupport
 @testable import OutpostServer
 
-/// A known bug of pulls under rules, found by the simulation (`outpost-sim --list-kind
-/// --seed 40`; not a bug of the list kind): a page decides a deleted record by the first
-/// departure after *its own* cursor (`ViewPager`, `DepartureQuery(after: heldAt)`), but a
-/// device's copy of a record whose newest version lies past that cursor is older than the
-/// page: the earlier pages of the pull send each record only at its newest seq. When the
-/// record's departure (its delete) came before the page's cursor and a later delete over
-/// the tombstone departs nothing, no page sends the tombstone, and the device keeps its
-/// live copy for good. A pull in one page sends it.
+/// Found by the simulation (`outpost-sim --list-kind --seed 40`; not a bug of the list
+/// kind): a page decided a deleted record by the first departure after *its own* cursor,
+/// but a device's copy of a record whose newest version lies past that cursor is the view's
+/// as of where the pull began: the earlier pages send each record only at its newest seq.
+/// When the record's departure (its delete) came before the page's cursor and a later
+/// delete over the tombstone departs nothing, no page sent the tombstone, and the device
+/// kept its live copy for good. The rule now: a page looks for departures after the seq the
+/// pull began from, which the cursors of a pull with more pages carry (`PulledView`).
 @Suite struct PagedDepartureTests {
     let http = RulesHTTPTests()
 
@@ -51,9 +51,7 @@ import OutpostTestSupport
             // In pages of two, the second page (after seq 4) looks for n0's departure in
             // (4, 5] only and passes the tombstone over.
             let paged = try await pulled(limit: 2)
-            withKnownIssue("paged pulls under rules miss a departure before the page's cursor") {
-                #expect(paged.contains("n0@5 deleted"), "\(paged)")
-            }
+            #expect(paged.contains("n0@5 deleted"), "\(paged)")
         }
     }
 }

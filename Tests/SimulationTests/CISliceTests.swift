@@ -45,12 +45,12 @@ struct CISliceTests {
     }
 
     /// A keyed list (`Ledger`'s checklist) under every resolver and fault set: 48 seeds,
-    /// each combination twice. `outpost-sim --list-kind` is the large run. Seeds 48 to 95:
-    /// seed 40 with the list kind meets a bug of paged pulls under rules, not of the list
-    /// (a delete over a tombstone after a page boundary never reaches a device that held
-    /// the record: `PagedDepartureTests`, docs/simulation.md, "Field kinds").
+    /// each combination twice. `outpost-sim --list-kind` is the large run. Seed 40 is in
+    /// the slice: it found that a page under rules looked for departures after its own
+    /// cursor, not after where the pull began (`PagedDepartureTests`, docs/rules.md, "Paged
+    /// pulls").
     @Test func aKeyedListLosesNoItemOrMarkUnderEveryFaultSet() async {
-        await passTwiceEachCombination(first: 48) { $0.listKind = true }
+        await passTwiceEachCombination(first: 0) { $0.listKind = true }
     }
 
     /// Conflicts left for a person (`RunConfiguration.leaveConflicts`) under every resolver

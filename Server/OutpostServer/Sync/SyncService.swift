@@ -251,7 +251,8 @@ public final class SyncService: Sendable {
     /// These pulls share no page read with others (`PageCoalescer`, `LongPollHub`): their
     /// pages differ from token to token.
     func viewPull(space: String, query: PullQuery, since: Version, view: ReadView) async throws -> HTTPResponse {
-        try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkView(since, sinceView: query.sinceView, view: view.id) }
+        let pulled = PulledView(query.sinceView)
+        try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkView(since, sinceView: pulled.view, view: view.id) }
         if since.seq > 0 {
             let horizon = try await storeCall { try await self.store.horizon(space: space) }
             try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkHorizon(since, horizon: horizon) }
@@ -260,9 +261,10 @@ public final class SyncService: Sendable {
         let pager = ViewPager(store: store, view: view, indexed: viewIndex.isReady(view.rules.index))
         let limit = limits.pageLimit(requested: query.limit), maxBytes = limits.pageByteBudget(requested: query.maxBytes)
         let deadline = ContinuousClock.now + .milliseconds(query.waitMs)
-        // What the device holds: the view as of its cursor; as of the start when it keeps
-        // copies from before it (`holding`); nothing at the start otherwise.
-        let heldAt: Int64? = query.holding ? 0 : (since.seq > 0 ? since.seq : nil)
+        // What the device holds: the view as of where its pull began (its cursor, or the
+        // beginning an earlier page's cursor carries); as of the start when it keeps copies
+        // from before it (`holding`); nothing at the start otherwise.
+        let heldAt = pulled.heldAt(since: since.seq, holding: query.holding)
         var after = since.seq
         while true {
             let from = after
@@ -279,7 +281,8 @@ public final class SyncService: Sendable {
                 pullPages.add()
                 pullRecords.add(page.count)
                 pullBytes.add(page.bytes)
-                return HTTPResponse(json: PullRules.envelope(epoch: epoch, changes: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: view.id),
+                let nextView = PulledView.next(view: view.id, heldAt: heldAt, holding: query.holding, hasMore: page.hasMore).text
+                return HTTPResponse(json: PullRules.envelope(epoch: epoch, changes: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: nextView),
                                                              hasMore: page.hasMore, head: page.head,
                                                              fields: view.rules.fieldKindsJSON))
             }
