@@ -54,4 +54,20 @@ import OutpostTestSupport
             #expect(paged.contains("n0@5 deleted"), "\(paged)")
         }
     }
+
+    @Test func aCursorsViewPartCarriesWhereAPagedPullBegan() {
+        let view = "0123456789abcdef"
+        #expect(PulledView("\(view)h42") == PulledView(view: view, began: 42))
+        #expect(PulledView(view) == PulledView(view: view) && PulledView(nil) == PulledView(view: nil))
+        #expect(PulledView("\(view)hx").view == "\(view)hx", "a part that does not split is a view, which matches none")
+        #expect(PulledView.next(view: view, heldAt: 7, holding: false, hasMore: true).text == "\(view)h7")
+        #expect(PulledView.next(view: view, heldAt: 7, holding: false, hasMore: false).text == view, "the last page's cursor is the view's")
+        #expect(PulledView.next(view: view, heldAt: 0, holding: true, hasMore: true).text == view, "a holding pull reads from the start anyway")
+        #expect(PulledView.next(view: view, heldAt: nil, holding: false, hasMore: true).text == view, "a first page from the start holds nothing")
+        #expect(PulledView(view: view, began: 7).heldAt(since: 20, holding: false) == 7)
+        #expect(PulledView(view: view, began: 30).heldAt(since: 20, holding: false) == 20, "never later than the page's cursor")
+        #expect(PulledView(view: view).heldAt(since: 20, holding: false) == 20 && PulledView(view: view).heldAt(since: 0, holding: false) == nil)
+        #expect(PulledView(view: view, began: 7).heldAt(since: 20, holding: true) == 0)
+        #expect(Cursor.isValidView("\(view)h\(Int64(9_007_199_254_740_991))"), "the longest carried part is still a view on the wire")
+    }
 }
