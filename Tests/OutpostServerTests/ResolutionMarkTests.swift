@@ -43,6 +43,9 @@ import Testing
         try await withServer(configure: { settings in
             settings.dataDirectory = data
             if let url { settings.store = url }
+            // The server compacts at start, in the background: the fixtures' tombstones are
+            // older than the default retention, and a pull must find them whenever it runs.
+            settings.tombstoneRetentionDays = 36_500
         }, body)
     }
 
