@@ -28,6 +28,7 @@ struct MigrationTests {
         ("11 queries", "b8e98f970bbe1b5eec1fc159a4bc31280f051c1257e58bb96cb29a743164cb64"),
         ("12 conflicts left for a person", "beba2218b068a6da977a7facbb38174685f54417f693f485c83a8329e35a02bf"),
         ("13 resolutions told both ways", "76b0cd3a6871cc44a73c1a9fda5d291c8d08ac2d5d8a369cb980673419534cc9"),
+        ("14 session phase as a code", "d601fe03153b5f73ff76434ba1a090b0ffb4062fadc9d880e1f4c462c904b699"),
     ]
 
     /// The Swift parts of released migrations (Client/Outpost/Store/Migrations), with the
@@ -51,6 +52,43 @@ struct MigrationTests {
             let hash = SHA256.hex(Array(try Data(contentsOf: URL(fileURLWithPath: repositoryPath(path)))))
             if hash != pinned { Issue.record("\(path) has SHA-256 \(hash), released as \(pinned): \(Self.frozenRule)") }
         }
+    }
+
+    /// Every phase is stored as its code and read back as itself; a code no release wrote,
+    /// or a phase without its epoch, reads as detached.
+    @Test func everyPhaseIsReadBackFromItsCode() throws {
+        let e = Epoch(StoreFixtures.e1)!
+        let phases: [SyncPhase] = [.detached, .following(e), .viewRePulling(e), .refreshing(e), .rePulling(e, viewChanged: false), .rePulling(e, viewChanged: true)]
+        #expect(Set(phases.map(\.storedCode)).count == phases.count, "one code per phase")
+        let dir = try TemporaryDirectory()
+        let db = try LocalDatabase(path: dir.path + "/store.sqlite", durability: .normal)
+        defer { db.close() }
+        for phase in phases {
+            try db.storeSession(phase: phase, cursor: Cursor("\(e.rawValue).3"))
+            #expect(try db.sessionRow().phase == phase)
+        }
+        #expect(SyncPhase(storedCode: 6, epoch: e) == nil && SyncPhase(storedCode: 1, epoch: nil) == nil)
+    }
+
+    /// Migration 14 codes each phase migration 8 (and the releases after it) wrote as prose,
+    /// keeping the epoch and cursor; a phase without its epoch, or prose no release wrote,
+    /// becomes detached without an epoch, as the prose was read before.
+    @Test(arguments: [
+        ("following", true, "1 E"), ("view re-pulling", true, "2 E"), ("refreshing", true, "3 E"),
+        ("re-pulling", true, "4 E"), ("re-pulling, view changed", true, "5 E"), ("detached", false, "0 -"),
+        ("following", false, "0 -"), ("unheard of", true, "0 -"),
+    ]) func migrationFourteenCodesThePhaseItFinds(_ prose: String, _ withEpoch: Bool, _ expected: String) throws {
+        let dir = try TemporaryDirectory()
+        let db = try StoreFixtures.makeSchema(13, at: dir.path + "/store.sqlite")
+        defer { db.close() }
+        let e1 = StoreFixtures.e1
+        try db.run("INSERT OR REPLACE INTO sync_session(one, phase, epoch, cursor) VALUES (1, ?, ?, ?)",
+                   [.text(prose), withEpoch ? .text(e1) : .null, .text("\(e1).8")])
+        try db.transaction { try LocalDatabase.migrations[13].run(db, newFile: false) }
+        let row = try db.query("SELECT phase, epoch, cursor FROM sync_session", []) { s in
+            "\(s.int64(0)) \(s.optionalText(1) == e1 ? "E" : s.optionalText(1) ?? "-") \(s.optionalText(2) ?? "-")"
+        }
+        #expect(row == ["\(expected) \(e1).8"])
     }
 
     /// The rows migration 3 makes of each schema 2 fixture (`records`, `edits`, `meta`,

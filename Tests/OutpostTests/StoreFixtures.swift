@@ -19,7 +19,7 @@ enum StoreFixtures {
     /// The schemas with a fixture made here. Schema 2 (and 7) also have fixtures the
     /// releases themselves wrote; schema 1 differs from 2 only by the empty table migration 2
     /// creates, so the schema 2 fixture covers its path.
-    static let schemas = Array(3...13)
+    static let schemas = Array(3...14)
 
     static let e1 = "01KB83JBW0QW2BTHPY19BCEG6R"
     /// An epoch the store left (`retired_epochs`).
@@ -83,7 +83,9 @@ enum StoreFixtures {
         if n < 8 {
             sql += "INSERT INTO meta(key, value) VALUES ('epoch', '\(e1)'), ('cursor', '\(e1).8');\n"
         } else {
-            sql += "INSERT OR REPLACE INTO sync_session(one, phase, epoch, cursor) VALUES (1, 'following', '\(e1)', '\(e1).8');\n"
+            // Prose until migration 14, a code since.
+            let following = n < 14 ? "'following'" : "1"
+            sql += "INSERT OR REPLACE INTO sync_session(one, phase, epoch, cursor) VALUES (1, \(following), '\(e1)', '\(e1).8');\n"
         }
         // A new file takes the encryption mode of the store that opens it (migration 5 on).
         if n >= 5 { sql += "INSERT INTO meta(key, value) VALUES ('encryption', 'none');\n" }

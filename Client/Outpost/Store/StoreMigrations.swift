@@ -274,6 +274,31 @@ extension LocalDatabase {
                 ALTER TABLE conflict_journal ADD COLUMN overwrote TEXT;
                 ALTER TABLE conflict_journal ADD COLUMN remote_outcome TEXT;
                 """)),
+        // The session's phase stored as a code (SyncPhase.storedCode), not as the prose
+        // migration 8 wrote: 0 detached (no epoch), 1 following, 2 view re-pulling,
+        // 3 refreshing, 4 re-pulling, 5 re-pulling after a view change. A phase without its
+        // epoch, or one no release wrote, becomes detached, as it was read before.
+        StoreMigration("14 session phase as a code", .sql("""
+                CREATE TABLE sync_session_coded(
+                    one INTEGER PRIMARY KEY CHECK (one = 1),
+                    phase INTEGER NOT NULL CHECK (phase BETWEEN 0 AND 5),
+                    epoch TEXT,
+                    cursor TEXT,
+                    CHECK ((phase = 0) = (epoch IS NULL)));
+                INSERT INTO sync_session_coded(one, phase, epoch, cursor)
+                    SELECT one, code, CASE code WHEN 0 THEN NULL ELSE epoch END, cursor FROM (
+                        SELECT one, epoch, cursor,
+                            CASE WHEN epoch IS NULL THEN 0 ELSE CASE phase
+                                WHEN 'following' THEN 1
+                                WHEN 'view re-pulling' THEN 2
+                                WHEN 'refreshing' THEN 3
+                                WHEN 're-pulling' THEN 4
+                                WHEN 're-pulling, view changed' THEN 5
+                                ELSE 0 END END AS code
+                        FROM sync_session);
+                DROP TABLE sync_session;
+                ALTER TABLE sync_session_coded RENAME TO sync_session;
+                """)),
     ]
 
     /// Brings the file's schema up to date: the migrations it lacks, in order, in one
