@@ -61,7 +61,10 @@ struct SessionWorld: Hashable, Sendable {
             out += [("no answer", .pushAnswered(sent: ids, .failed(.noAnswer("reset")))),
                     ("not sent", .pushAnswered(sent: ids, .failed(.notSent("offline")))),
                     ("403", .pushAnswered(sent: ids, .failed(.refused(status: 403, ErrorEnvelope(code: "forbidden", message: "m")))))]
-        case .fetch(let since, _, _)?:
+        case .fetch(let since, let view, _, let limit)?:
+            // A page of one record too large fails the sync (halving a larger limit is
+            // `aPageTooLargeIsAskedAgainWithHalfAsManyRecords`: it changes nothing else).
+            out.append(("page too large", .pageTooLarge(since: since, view: view, limit: limit ?? 1, cap: 1_000)))
             for epoch in [Self.e1, Self.e2, Self.e3] {
                 let seq = since?.epoch == epoch ? min(since!.seq + 1, 2) : 1
                 let name = epoch == session.phase.epoch ? "page" : "page of \(epoch)"
@@ -226,7 +229,36 @@ struct SyncSessionTests {
             (s, effects) = SyncSession.reduce(s, .pushAnswered(sent: batch.map(\.changeId), .tooLarge(code: "too_many_changes", message: "m")))
         }
         #expect(requests == SyncSession.maxShrinks + SyncSession.pushRounds - 1)
-        #expect(effects.last == .fetch(since: Version(epoch: SessionWorld.e1, seq: 1), view: nil, holding: false), "the pull goes on")
+        #expect(effects.last == .fetch(since: Version(epoch: SessionWorld.e1, seq: 1), view: nil, holding: false, limit: nil), "the pull goes on")
+    }
+
+    /// A page larger than the transport reads is asked again, from the same place, with half
+    /// as many records; the smaller limit holds for the rest of the sync, and a page of one
+    /// record too large fails the sync.
+    @Test func aPageTooLargeIsAskedAgainWithHalfAsManyRecords() {
+        let e1 = SessionWorld.e1
+        let start = Version(epoch: e1, seq: 1)
+        var s = SyncSession(phase: .following(e1), cursor: Cursor(start))
+        var effects: [SessionEffect]
+        (s, effects) = SyncSession.reduce(s, .start(dueOnly: false))
+        (s, effects) = SyncSession.reduce(s, .candidates([], SessionWorld.limits, overhead: 40))
+        #expect(effects.last == .fetch(since: start, view: nil, holding: false, limit: nil))
+        (s, effects) = SyncSession.reduce(s, .pageTooLarge(since: start, view: nil, limit: 100, cap: 40_000))
+        #expect(effects.last == .fetch(since: start, view: nil, holding: false, limit: 50), "the same place, half as many")
+        (s, effects) = SyncSession.reduce(s, .pageTooLarge(since: start, view: nil, limit: 50, cap: 40_000))
+        #expect(effects.last == .fetch(since: start, view: nil, holding: false, limit: 25))
+        let next = Version(epoch: e1, seq: 30)
+        (s, effects) = SyncSession.reduce(s, .page(PageHeader(epoch: e1, next: next, view: nil, hasMore: true), storeEmpty: false))
+        #expect(effects.contains { if case .apply = $0 { true } else { false } })
+        (s, effects) = SyncSession.reduce(s, .applied(reoffered: false))
+        #expect(effects.last == .fetch(since: next, view: nil, holding: false, limit: 25), "the limit holds for the rest of the sync")
+        (s, effects) = SyncSession.reduce(s, .pageTooLarge(since: next, view: nil, limit: 1, cap: 40_000))
+        #expect(effects.last == .fail(.transport(.answerTooLarge(limit: 40_000))), "one record too large fails the sync")
+
+        // The next sync starts from the configured limit again.
+        (s, effects) = SyncSession.reduce(s, .start(dueOnly: false))
+        (s, effects) = SyncSession.reduce(s, .candidates([], SessionWorld.limits, overhead: 40))
+        #expect(effects.last == .fetch(since: next, view: nil, holding: false, limit: nil))
     }
 
     /// `resetSync()` makes a refresh: a pull from the start that marks what it brings and
@@ -243,7 +275,7 @@ struct SyncSessionTests {
         var pulled = s
         (pulled, effects) = SyncSession.reduce(pulled, .start(dueOnly: false))
         (pulled, effects) = SyncSession.reduce(pulled, .candidates([], SessionWorld.limits, overhead: 40))
-        #expect(effects.last == .fetch(since: Version.start(of: e1), view: nil, holding: true), "a refresh keeps its copies")
+        #expect(effects.last == .fetch(since: Version.start(of: e1), view: nil, holding: true, limit: nil), "a refresh keeps its copies")
         (pulled, effects) = SyncSession.reduce(pulled, .page(PageHeader(epoch: e1, next: Version(epoch: e1, seq: 9), view: nil, hasMore: false), storeEmpty: false))
         guard case .apply(let application)? = effects.last else { Issue.record("no apply: \(effects)"); return }
         #expect(application.dropUnseen == .live && application.phase == .following(e1) && !application.finishRePull)
@@ -251,7 +283,7 @@ struct SyncSessionTests {
         (s, effects) = SyncSession.reduce(s, .start(dueOnly: false))
         (s, effects) = SyncSession.reduce(s, .candidates([], SessionWorld.limits, overhead: 40))
         (s, effects) = SyncSession.reduce(s, .pullRefused(status: 409, ErrorEnvelope(code: "epoch_changed", message: "m", details: ["epoch": .string(e2.rawValue)])))
-        #expect(effects.last == .fetch(since: nil, view: nil, holding: true), "the confirming pull of a new history keeps the copies")
+        #expect(effects.last == .fetch(since: nil, view: nil, holding: true, limit: nil), "the confirming pull of a new history keeps the copies")
         (s, effects) = SyncSession.reduce(s, .page(PageHeader(epoch: e2, next: Version(epoch: e2, seq: 3), view: nil, hasMore: true), storeEmpty: false))
         guard case .apply(let rePull)? = effects.last else { Issue.record("no apply: \(effects)"); return }
         #expect(rePull.pulling == .rePulling(e2, viewChanged: false) && rePull.confirm && rePull.clearSeen)
@@ -277,16 +309,16 @@ struct SyncSessionTests {
             }
             return effects.last
         }
-        #expect(firstFetch(SyncSession(), pushing: []) == .fetch(since: nil, view: nil, holding: false), "a new store holds nothing")
+        #expect(firstFetch(SyncSession(), pushing: []) == .fetch(since: nil, view: nil, holding: false, limit: nil), "a new store holds nothing")
         #expect(firstFetch(SyncSession(), pushing: [SessionWorld.c1], answer: .applied(Version(epoch: SessionWorld.e1, seq: 3), updatedAt: 1))
-                == .fetch(since: nil, view: nil, holding: true), "an applied write left a copy")
+                == .fetch(since: nil, view: nil, holding: true, limit: nil), "an applied write left a copy")
         #expect(firstFetch(SyncSession(), pushing: [SessionWorld.c1], answer: .rejected(code: "forbidden", message: "m"))
-                == .fetch(since: nil, view: nil, holding: false), "a rejection leaves no copy")
+                == .fetch(since: nil, view: nil, holding: false, limit: nil), "a rejection leaves no copy")
 
         let following = SyncSession(phase: .following(SessionWorld.e1), cursor: Cursor(Version(epoch: SessionWorld.e1, seq: 7)))
         let (left, _) = SyncSession.reduce(following, .leave)
         #expect(left.phase == .detached && left.retired == [SessionWorld.e1])
-        #expect(firstFetch(left, pushing: []) == .fetch(since: nil, view: nil, holding: true), "the copies of the left epoch stay")
+        #expect(firstFetch(left, pushing: []) == .fetch(since: nil, view: nil, holding: true, limit: nil), "the copies of the left epoch stay")
     }
 
     @Test func theSessionTableInTheDocsIsTheSessions() async throws {
@@ -369,7 +401,8 @@ enum SessionTable {
         case .record(let events): return "record " + events.map { name($0.event) }.joined(separator: "+")
         case .retry(_, let may, _, let now): return may ? "retry (in doubt)" : (now ? "retry now (not applied)" : "retry (not applied)")
         case .pruneSealed: return "prune sealed"
-        case .fetch(let since, _, let holding): return (since == nil ? "fetch from start" : "fetch") + (holding ? " holding" : "")
+        case .fetch(let since, _, let holding, let limit):
+            return (since == nil ? "fetch from start" : "fetch") + (holding ? " holding" : "") + (limit.map { " \($0) records" } ?? "")
         case .apply(let a):
             var words = ["apply \(a.pages.count)"]
             if a.retire != nil { words.append("retire") }

@@ -10,65 +10,60 @@ import OutpostCore
 //   inserted without a read.
 // - A record that cannot be decoded (or fails the app's validator) goes to the quarantine;
 //   the pull goes on.
-// - A page larger than the transport reads makes the store ask for half as many records.
+// - A page larger than the transport reads is told to the session, which asks for half as
+//   many records (`pageTooLarge`).
 // - While a page is applied, the next one is fetched (it is used only if the session asks
 //   for it).
 
 extension OutpostStore {
     /// Fetches one page for the session: the one fetched ahead when it is the one asked for.
-    func fetch(since: Version?, view: String?, holding: Bool, _ p: inout SessionPerformer) async throws -> SessionEvent {
+    func fetch(since: Version?, view: String?, holding: Bool, limit: Int?, _ p: inout SessionPerformer) async throws -> SessionEvent {
         let limits: Limits
         do { limits = try await self.limits(p.transport) } catch let e as OutpostError { return .failed(e) }
-        var pageLimit = p.pageLimit ?? max(1, min(configuration.pageLimit, limits.maxPageLimit))
+        let pageLimit = limit ?? max(1, min(configuration.pageLimit, limits.maxPageLimit))
         let maxBytes = max(1, min(limits.pageBytes, p.transport.maxResponseBytes - 65_536))
         let page: PreparedPage
         do {
-            if let ahead = p.prefetch, ahead.since == since, ahead.view == view, ahead.holding == holding {
+            if let ahead = p.prefetch, ahead.since == since, ahead.view == view, ahead.holding == holding, ahead.limit == pageLimit {
                 p.prefetch = nil
                 // The fetch is a detached task: cancelling this sync must reach it.
-                (page, pageLimit) = try await withTaskCancellationHandler { try await ahead.task.value } onCancel: { ahead.task.cancel() }
+                page = try await withTaskCancellationHandler { try await ahead.task.value } onCancel: { ahead.task.cancel() }
             } else {
                 p.cancel()
-                (page, pageLimit) = try await Self.fetchPage(p.transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
-                                                             since: since, view: view, holding: holding, limit: pageLimit, maxBytes: maxBytes)
+                page = try await Self.fetchPage(p.transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
+                                                since: since, view: view, holding: holding, limit: pageLimit, maxBytes: maxBytes)
             }
         } catch OutpostError.transport(.refused(let status, let envelope)) {
             return .pullRefused(status: status, envelope)
+        } catch OutpostError.transport(.answerTooLarge(let cap)) {
+            return .pageTooLarge(since: since, view: view, limit: pageLimit, cap: cap)
         } catch let e as OutpostError {
             return .failed(e)
         }
-        p.pageLimit = pageLimit
         if page.hasMore {
             // Fetch the next page while this one is applied.
-            let space = configuration.space, validators = configuration.validators, cipher = self.cipher, next = page.next, view = page.view, limit = pageLimit
+            let space = configuration.space, validators = configuration.validators, cipher = self.cipher, next = page.next, view = page.view
             let transport = p.transport
-            p.prefetch = Prefetch(since: next, view: view, holding: holding, task: Task.detached {
+            p.prefetch = Prefetch(since: next, view: view, holding: holding, limit: pageLimit, task: Task.detached {
                 try await Self.fetchPage(transport, space: space, validators: validators, cipher: cipher, since: next, view: view, holding: holding,
-                                         limit: limit, maxBytes: maxBytes)
+                                         limit: pageLimit, maxBytes: maxBytes)
             })
         }
         p.pages.append(page)
         return .page(page.header, storeEmpty: try read { try $0.isEmpty() })
     }
 
-    /// `fetch` off the actor: returns the page, prepared, and the limit that worked.
-    /// Preparing (encoding each record's data for storage, running the validators, freeing
-    /// the decoded JSON) happens here too, so the actor's work on a page is SQLite alone.
+    /// `fetch` off the actor: returns the page, prepared. Preparing (encoding each record's
+    /// data for storage, running the validators, freeing the decoded JSON) happens here
+    /// too, so the actor's work on a page is SQLite alone.
     nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, validators: [String: @Sendable (JSONObject) throws -> Void],
                                       cipher: RecordCipher?, since: Version?, view: String? = nil, holding: Bool = false, limit: Int, maxBytes: Int,
-                                      waitMs: Int = 0) async throws -> (PreparedPage, Int) {
-        var limit = limit
-        while true {
-            do {
-                let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs, holding: holding)
-                let page = try await transport.pull(query, space: space)
-                return (PreparedPage(page, validators: validators, cipher: cipher), limit)
-            } catch TransportError.answerTooLarge(let cap) {
-                guard limit > 1 else { throw OutpostError.transport(.answerTooLarge(limit: cap)) }
-                limit = max(1, limit / 2)
-            } catch {
-                throw transportFailure(error)
-            }
+                                      waitMs: Int = 0) async throws -> PreparedPage {
+        do {
+            let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs, holding: holding)
+            return PreparedPage(try await transport.pull(query, space: space), validators: validators, cipher: cipher)
+        } catch {
+            throw transportFailure(error)
         }
     }
 
@@ -77,7 +72,8 @@ extension OutpostStore {
         let since: Version?
         let view: String?
         let holding: Bool
-        let task: Task<(PreparedPage, Int), any Error>
+        let limit: Int
+        let task: Task<PreparedPage, any Error>
     }
 
     /// Applies the session's pages in one transaction (see `Application`).
@@ -243,9 +239,12 @@ extension OutpostStore {
         let waitMs = Int(min(max(timeout.milliseconds, 0), Int64(PullQuery.maxWaitMs)))
         let page: PreparedPage
         do {
-            (page, _) = try await Self.fetchPage(transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
-                                                 since: asked.version, view: asked.view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+            page = try await Self.fetchPage(transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
+                                            since: asked.version, view: asked.view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
         } catch OutpostError.transport(.refused(409, _)) {
+            return .needsSync
+        } catch OutpostError.transport(.answerTooLarge) {
+            // More than one answer holds: a sync pulls it in smaller pages.
             return .needsSync
         }
         try await acquireSyncGate()

@@ -4,9 +4,9 @@ import OutpostCore
 // and feeds back what came of it. The session decides the steps of a sync (what to fetch or
 // send next, when to stop, retire an epoch or pull again); what a page or an answer does to a
 // record is the engine's (Engine/Engine.swift); the long poll's verdict and cursor are the
-// session's too (`SyncSession.longPollVerdict`). One decision still lives outside the
-// session: halving a page's limit after an answer too large (`fetchPage`). A `.store`
-// effect comes only from `reset` and `leave`, outside a sync (`OutpostStore.store`).
+// session's too (`SyncSession.longPollVerdict`), and so is halving a page's limit after an
+// answer too large (`pageTooLarge`). A `.store` effect comes only from `reset` and `leave`,
+// outside a sync (`OutpostStore.store`).
 
 extension OutpostStore {
     /// One sync: pushes the queue, then pulls to the end of the server's history (and, when
@@ -113,8 +113,8 @@ extension OutpostStore {
             // The sealed forms of what the push phase settled are no longer needed.
             if cipher != nil { try write(durability: .normal) { try $0.pruneSealed() } }
             return nil
-        case .fetch(let since, let view, let holding):
-            return try await fetch(since: since, view: view, holding: holding, &p)
+        case .fetch(let since, let view, let holding, let limit):
+            return try await fetch(since: since, view: view, holding: holding, limit: limit, &p)
         case .apply(let application):
             return try apply(application, &p, &report)
         case .restartView(let phase, let cursor, let compacted):
@@ -160,7 +160,6 @@ extension OutpostStore {
 /// yet applied, the page being fetched ahead, and what the last push request carried.
 struct SessionPerformer {
     let transport: any SyncTransport
-    var pageLimit: Int?
     var pages: [PreparedPage] = []
     var prefetch: OutpostStore.Prefetch?
     /// Per change of the last push request: whether an earlier request carried it.

@@ -179,6 +179,9 @@ enum SessionEvent: Hashable, Sendable {
     /// A pull was refused with this envelope (a 409: `epoch_changed`, `view_changed`,
     /// `history_compacted`, `cursor_ahead`).
     case pullRefused(status: Int, ErrorEnvelope)
+    /// The page asked from `since` and `view` with `limit` records was larger than the
+    /// transport reads (`cap` bytes): a server that cuts pages by count alone.
+    case pageTooLarge(since: Version?, view: String?, limit: Int, cap: Int)
     /// The store applied the pages; `reoffered`: it queued copies to be offered again.
     case applied(reoffered: Bool)
     /// A request failed otherwise (the network, a 5xx), or the store could not read or write.
@@ -201,10 +204,12 @@ enum SessionEffect: Hashable, Sendable {
     case retry([Candidate], mayHaveApplied: Bool, message: String, now: Bool)
     /// The sealed forms of what the push phase settled are no longer needed.
     case pruneSealed
-    /// Fetch one page (`since` nil: from the start of the history); then `page`,
-    /// `pullRefused` or `failed`. `holding`: the store keeps copies from before the start
-    /// of the history it pulls (the pull's `holding`, docs/protocol.md section 5).
-    case fetch(since: Version?, view: String?, holding: Bool)
+    /// Fetch one page (`since` nil: from the start of the history) of at most `limit`
+    /// records (nil: as many as the configuration and the server allow); then `page`,
+    /// `pullRefused`, `pageTooLarge` or `failed`. `holding`: the store keeps copies from
+    /// before the start of the history it pulls (the pull's `holding`, docs/protocol.md
+    /// section 5).
+    case fetch(since: Version?, view: String?, holding: Bool, limit: Int?)
     /// In one transaction: `retire` the epoch, follow `phase` (`confirm`: every record's
     /// copy becomes a left copy, to be met in the new history), apply the pages held since
     /// the last `apply` in order and store the cursor past the last; at `dropUnseen`, drop
@@ -296,6 +301,9 @@ struct SyncSession: Hashable, Sendable {
     var pushGaveCopies = false
     /// `{"clientId":"…","changes":[…]}` around a push's changes, in bytes.
     var requestOverhead = 0
+    /// The records a page may hold, once a page was too large for the transport: halved
+    /// each time, kept for the rest of the sync. Nil: as many as allowed.
+    var pageLimit: Int?
 
     init(phase: SyncPhase = .detached, cursor: Cursor? = nil, retired: [Epoch] = []) {
         self.phase = phase
@@ -406,15 +414,27 @@ struct SyncSession: Hashable, Sendable {
             pulled(page, storeEmpty: empty, &effects)
         case (.pulling, .pullRefused(let status, let envelope)):
             refused(status, envelope, &effects)
+        case (.pulling, .pageTooLarge(let since, let view, let limit, let cap)):
+            // Half as many records from the same place, down to one; a single record too
+            // large fails the sync.
+            guard limit > 1 else { return fail(.transport(.answerTooLarge(limit: cap)), &effects) }
+            pageLimit = limit / 2
+            fetch(since: since, view: view, &effects)
         case (.pulling, .applied(let reoffered)):
             self.reoffered = self.reoffered || reoffered
-            if pageHadMore { effects.append(.fetch(since: cursor?.version, view: cursor?.view, holding: pullHolding)) } else { endPull(&effects) }
+            if pageHadMore { fetch(since: cursor?.version, view: cursor?.view, &effects) } else { endPull(&effects) }
         case (.pulling, .failed(let error)):
             fail(error, &effects)
         default:
             // An event the step does not expect (a bug of the store's): the sync fails.
             fail(.protocolViolation("the sync session got \(event) while \(step)"), &effects)
         }
+    }
+
+    /// Asks for the page after `since` (nil: the history's start), under the running
+    /// pull's `holding` and the sync's page limit.
+    private mutating func fetch(since: Version?, view: String?, _ effects: inout [SessionEffect]) {
+        effects.append(.fetch(since: since, view: view, holding: pullHolding, limit: pageLimit))
     }
 
     private mutating func fail(_ error: OutpostError, _ effects: inout [SessionEffect]) {
@@ -576,11 +596,11 @@ struct SyncSession: Hashable, Sendable {
         pullHolding = holdsCopies
         pushGaveCopies = false
         if let cursor, phase.epoch != nil {
-            effects.append(.fetch(since: cursor.version, view: cursor.view, holding: pullHolding))
+            fetch(since: cursor.version, view: cursor.view, &effects)
         } else {
             // The first epoch the store hears of: the first page and the next request must
             // both report it before anything is applied.
-            effects.append(.fetch(since: nil, view: nil, holding: pullHolding))
+            fetch(since: nil, view: nil, &effects)
         }
     }
 
@@ -616,7 +636,7 @@ struct SyncSession: Hashable, Sendable {
         case nil:
             guard let epoch = phase.epoch, cursor != nil else {
                 confirmation = .firstPage(page)
-                return effects.append(.fetch(since: page.next, view: page.view, holding: pullHolding))
+                return fetch(since: page.next, view: page.view, &effects)
             }
             guard page.epoch == epoch else {
                 // A page of another history answered the cursor: it counts as the first report.
@@ -648,7 +668,7 @@ struct SyncSession: Hashable, Sendable {
         reportedEpoch = true
         confirmation = .reported(reported)
         pullHolding = holdsCopies
-        effects.append(.fetch(since: nil, view: nil, holding: pullHolding))
+        fetch(since: nil, view: nil, &effects)
     }
 
     private mutating func refused(_ status: Int, _ envelope: ErrorEnvelope, _ effects: inout [SessionEffect]) {
@@ -677,7 +697,7 @@ struct SyncSession: Hashable, Sendable {
             self.cursor = Cursor(Version.start(of: epoch))
             effects.append(.restartView(phase, self.cursor!, compacted: code == ErrorCode.historyCompacted.rawValue))
             pullHolding = holdsCopies
-            effects.append(.fetch(since: self.cursor!.version, view: nil, holding: pullHolding))
+            fetch(since: self.cursor!.version, view: nil, &effects)
         case ErrorCode.cursorAhead.rawValue:
             let head = envelope.details?["head"]?.int64Value.map { "\(envelope.details?["epoch"]?.stringValue ?? epoch.rawValue).\($0)" }
             fail(.cursorAhead(cursor: cursor.version.text, head: head), &effects)
