@@ -382,170 +382,84 @@ public actor MediaUploader {
         return prepared
     }
 
-    /// What to do after a failed request.
-    private enum Next {
-        /// The server forgot the upload (expired, aborted): init again.
-        case initAgain
-        /// Retry after the backoff.
-        case retry(MediaError)
-        /// Stop this call; the upload waits (401, 403, a confused server).
-        case stop(MediaError)
-        /// Fail for good.
-        case fail(MediaError)
-    }
-
-    private nonisolated func classify(_ error: TransportError, row: UploadRow) -> Next {
-        guard case .refused(let status, let envelope) = error else { return .retry(.transport(error)) }
-        switch (status, envelope.code) {
-        case (404, "upload_not_found"):
-            return .initAgain
-        case (422, "checksum_mismatch"):
-            return .fail(.checksumMismatch(expected: envelope.details?["expected"]?.stringValue ?? row.sha256,
-                                           actual: envelope.details?["actual"]?.stringValue))
-        case (413, _):
-            return .fail(.tooLarge(size: row.size, limit: envelope.details?["limit"]?.int64Value))
-        case (422, "digest_mismatch"):
-            return .retry(.transport(error))  // the chunk was damaged on the way
-        case (401, _), (403, _):
-            return .stop(.transport(error))
-        case (422, "invalid_chunk_size"), (422, "invalid_chunk_index"), (400, "digest_required"):
-            return .stop(.protocolViolation("the server refused a chunk: \(error)"))
-        case (408, _), (429, _), (500..., _):
-            return .retry(.transport(error))
-        default:
-            return .fail(.refused(error))
-        }
-    }
-
-    /// Brings the server to hold the file of `initial`, from wherever it is.
+    /// Brings the server to hold the file of `initial`, from wherever it is: performs the
+    /// steps of an `UploadModel`, which makes every decision.
     private nonisolated func send(_ initial: UploadRow, hub: ProgressHub, restarts: Int) async throws -> MediaInfo {
         var row = initial
         let reader = try chunkSource(row, try await ChunkReader.open(row.path, expected: row.identity))
         let number = row.number
-        func report(_ phase: MediaProgress.Phase) {
-            hub.yield(MediaProgress(phase: phase, bytesHashed: row.size, bytesSent: row.bytesAcknowledged, totalBytes: row.size, restarts: restarts))
-        }
-        // A row that is gone was discarded (`discardUpload` cancels this run first) or
-        // replaced by another call's newer hash of the file.
-        func reload() async throws -> UploadRow {
-            guard let current = try await store.uploadRow(path: row.path), current.number == number else {
-                try Task.checkCancellation()
-                throw UploadRowReplaced()
-            }
-            return current
-        }
-        func update(_ change: @escaping @Sendable (inout UploadRow) -> Void) async throws -> UploadRow {
-            guard let updated = try await store.updateUploadRow(number, change) else {
-                try Task.checkCancellation()
-                throw UploadRowReplaced()
-            }
-            return updated
-        }
-        var failures = 0
-        var initsAgain = 0
-        var incompleteRounds = 0
-        report(.uploading)
+        var model = UploadModel(row: row, maxAttempts: options.maxAttempts)
+        var step = model.start()
         while true {
-            try Task.checkCancellation()
-            let acknowledgedBefore = row.acknowledged
-            do {
-                // 1. Where the server is: GET the upload it knows, or init (which returns an
-                //    open upload of the same file again, so an init whose answer was lost
-                //    is not repeated as a new upload).
-                let answer: UploadAnswer
-                if let id = row.uploadId {
-                    answer = try await transport.upload(id, space: space)
-                } else {
-                    // A sealed file is announced without its type and name, which only the
-                    // record that refers to it tells.
-                    let request = row.sealing == nil
-                        ? UploadRequest(size: row.size, sha256: row.sha256, contentType: row.contentType, filename: row.filename)
-                        : UploadRequest(size: row.size, sha256: row.sha256, contentType: Self.sealedContentType, filename: nil)
-                    answer = try await transport.beginUpload(request, space: space)
-                }
-                let state: UploadState
-                switch answer {
-                case .complete(let media): return try await finish(row, media, hub: hub, restarts: restarts)
-                case .open(let s): state = s
-                }
-                guard state.size == row.size, state.sha256 == row.sha256, state.chunkSize > 0,
-                      state.chunkCount == UploadState.chunkCount(size: row.size, chunkSize: state.chunkSize) else {
-                    throw MediaError.protocolViolation("the server's upload \(state.uploadId) is not this file's (size \(state.size), chunk size \(state.chunkSize), \(state.chunkCount) chunks)")
-                }
-                row = try await update {
-                    $0.uploadId = state.uploadId
-                    $0.chunkSize = state.chunkSize
-                    $0.setReceived(state.received.filter { $0 < state.chunkCount })
-                }
-                report(.uploading)
-
-                // 2. The chunks the server lacks; 3. finalize, which may find more missing.
-                var missing = (0..<row.chunkCount).filter { !row.has($0) }
-                while true {
-                    if !missing.isEmpty { row = try await sendChunks(missing, of: row, reader: reader, hub: hub, restarts: restarts) }
-                    report(.finalizing)
-                    do {
-                        let media = try await transport.finalize(state.uploadId, space: space)
-                        return try await finish(row, media, hub: hub, restarts: restarts)
-                    } catch let error as TransportError where error.errorCode == "upload_incomplete" {
-                        // Bytes the server lost (a power failure) or a chunk whose receipt
-                        // was lost: send what it names.
-                        incompleteRounds += 1
-                        let named = Self.indexes(error, below: row.chunkCount)
-                        guard !named.isEmpty, incompleteRounds <= options.maxAttempts else {
-                            throw MediaError.protocolViolation("finalize keeps answering upload_incomplete (\(named.count) chunks named)")
-                        }
-                        missing = named
-                        row = try await update { [named] r in
-                            var kept = r
-                            kept.received = []
-                            for i in 0..<r.chunkCount where r.has(i) && !named.contains(i) { kept.mark(i) }
-                            r = kept
-                        }
-                        report(.uploading)
-                    }
-                }
-            } catch let error as TransportError {
+            for phase in step.reports {
+                hub.yield(MediaProgress(phase: phase, bytesHashed: row.size, bytesSent: row.bytesAcknowledged, totalBytes: row.size, restarts: restarts))
+            }
+            let input: UploadModel.Input
+            switch step.effect {
+            case .query, .begin, .sendChunks, .finalize:
+                input = try await request(step.effect, row: row, reader: reader, hub: hub, restarts: restarts)
+                if case .sent(let sent) = input { row = sent }
+            case .update(let change):
+                row = try await stored(store.updateUploadRow(number) { change.apply(to: &$0) })
+                input = .stored(row)
+            case .reload:
                 try Task.checkCancellation()  // a cancelled request is not a failure of the server
-                row = try await reload()
-                if row.acknowledged > acknowledgedBefore { failures = 0 }
-                switch classify(error, row: row) {
-                case .initAgain:
-                    initsAgain += 1
-                    row = try await update { $0.forgetServerUpload() }
-                    report(.uploading)
-                    if initsAgain <= options.maxAttempts { continue }
-                    let failure = MediaError.transport(error)
-                    try await store.recordUploadFailure(number, failure)
-                    throw failure
-                case .fail(let failure):
-                    if case .checksumMismatch = failure {
-                        // The server discarded the upload: the next attempt starts from a new hash.
-                        try await store.updateUploadRow(number) { $0.forgetServerUpload() }
-                    }
-                    try await store.recordUploadFailure(number, failure)
-                    throw failure
-                case .stop(let failure):
-                    try await store.recordUploadFailure(number, failure)
-                    throw failure
-                case .retry(let failure):
-                    failures += 1
-                    let delay = try await store.recordUploadFailure(number, failure)
-                    if failures >= options.maxAttempts { throw failure }
-                    try await Task.sleep(for: .milliseconds(delay))
-                }
-            } catch let error as MediaError {
-                // A protocol violation: stop here; a later run asks the server again.
+                row = try await stored(store.uploadRow(path: row.path).flatMap { $0.number == number ? $0 : nil })
+                input = .reloaded(row)
+            case .recordFailure(let failure):
+                input = .recorded(delayMs: try await store.recordUploadFailure(number, failure))
+            case .wait(let milliseconds):
+                try await Task.sleep(for: .milliseconds(milliseconds))
+                input = .waited
+            case .finish(let media):
+                try await store.deleteUploadRow(number)
+                hub.yield(MediaProgress(phase: .complete, bytesHashed: row.size, bytesSent: row.size, totalBytes: row.size, restarts: restarts))
+                return media
+            case .fail(let error, let forgetServerUpload):
+                if forgetServerUpload { try await store.updateUploadRow(number) { $0.forgetServerUpload() } }
                 try await store.recordUploadFailure(number, error)
                 throw error
+            case .giveUp(let error):
+                throw error
             }
+            step = model.take(input)
         }
     }
 
-    /// The indexes `details.missing` of a `409 upload_incomplete` names.
-    private static func indexes(_ error: TransportError, below count: Int) -> [Int] {
-        guard case .refused(_, let envelope) = error, case .array(let items)? = envelope.details?["missing"] else { return [] }
-        return Array(Set(items.compactMap { $0.int64Value.map(Int.init) }.filter { $0 >= 0 && $0 < count })).sorted()
+    /// The row an update or a reload found. One that is gone was discarded
+    /// (`discardUpload` cancels this run first) or replaced by another call's newer hash of
+    /// the file.
+    private nonisolated func stored(_ row: UploadRow?) throws -> UploadRow {
+        guard let row else {
+            try Task.checkCancellation()
+            throw UploadRowReplaced()
+        }
+        return row
+    }
+
+    /// Performs a request `effect` of the model and returns what came of it: the answer, or
+    /// the failure, which the model classifies.
+    private nonisolated func request(_ effect: UploadModel.Effect, row: UploadRow, reader: any ChunkSource, hub: ProgressHub, restarts: Int) async throws -> UploadModel.Input {
+        do {
+            switch effect {
+            case .query(let uploadId):
+                try Task.checkCancellation()
+                return .answered(try await transport.upload(uploadId, space: space))
+            case .begin(let request):
+                try Task.checkCancellation()
+                return .answered(try await transport.beginUpload(request, space: space))
+            case .sendChunks(let indexes):
+                return .sent(try await sendChunks(indexes, of: row, reader: reader, hub: hub, restarts: restarts))
+            case .finalize(let uploadId):
+                return .finalized(try await transport.finalize(uploadId, space: space))
+            default:
+                preconditionFailure("\(effect) is not a request")
+            }
+        } catch let error as TransportError {
+            return .failed(error)
+        } catch let error as MediaError {
+            return .broke(error)
+        }
     }
 
     /// Sends the chunks `indexes`, at most `maxConcurrentChunks` at once, each read from the
@@ -586,18 +500,6 @@ public actor MediaUploader {
             }
         }
         return latest
-    }
-
-    /// Records the completion: the stored upload is removed.
-    private nonisolated func finish(_ row: UploadRow, _ media: MediaInfo, hub: ProgressHub, restarts: Int) async throws -> MediaInfo {
-        guard media.mediaId == row.sha256, media.size == row.size else {
-            let error = MediaError.protocolViolation("the server completed media \(media.mediaId) (\(media.size) bytes), not \(row.sha256) (\(row.size) bytes)")
-            try await store.recordUploadFailure(row.number, error)
-            throw error
-        }
-        try await store.deleteUploadRow(row.number)
-        hub.yield(MediaProgress(phase: .complete, bytesHashed: row.size, bytesSent: row.size, totalBytes: row.size, restarts: restarts))
-        return media
     }
 
     /// Runs one download request, retrying failures of the network or the server with the
