@@ -7,21 +7,19 @@ import Synchronization
 /// Delivers one webhook's batches, in a task of its own, so a slow or failing receiver
 /// never slows a push (a push only writes its outbox rows).
 ///
-/// It keeps the spaces that have commits due for the webhook, each with the time it may be
-/// tried again (a retry's backoff, another server's lease), and delivers them space by
-/// space: in each, run after run of batches (`WebhookOutbox.claim`), batch after batch,
-/// until nothing is left or a delivery fails. Between rounds it waits on its doorbell,
-/// which the commit notifier rings with each commit's space (on PostgreSQL also for other
-/// servers' commits, through `LISTEN`), until the next retry is due or the next scan of
-/// every space: every second while anything is waiting, every `scanIntervalMs` otherwise,
-/// as a backstop.
+/// What it does and when is decided by a `WebhookDeliveryModel`: which spaces are due, when
+/// to scan them all, the runs of claimed batches in each, the backoff after a failure. The
+/// deliverer only performs the model's steps (database jobs through `store`, batches read
+/// through `reads`, deliveries through `client`, waits on its doorbell) and feeds their
+/// results back, with the time they ended. The commit notifier rings the doorbell with each
+/// commit's space (on PostgreSQL also for other servers' commits, through `LISTEN`).
 ///
 /// The lag metric is computed when it is scraped, from the commit time of the oldest
 /// change each space still waits with (`Waiting`): the scan gives it for every space, a
 /// batch about to be sent for its space (its first change is the space's oldest), a
-/// commit rung in a space that had none waiting its own time, and a space found idle is
-/// dropped. So the lag keeps growing while a delivery hangs or the receiver is down, when
-/// the deliverer does not scan.
+/// commit rung in a space that had none waiting its own time, and a space a claim finds
+/// idle is dropped. So the lag keeps growing while a delivery hangs or the receiver is
+/// down, when the deliverer does not scan.
 final class WebhookDeliverer: Sendable {
     let target: WebhookTarget
     let doorbell = Doorbell()
@@ -34,11 +32,6 @@ final class WebhookDeliverer: Sendable {
     private let secret: [UInt8]
     private let owner: String
     private let metrics: WebhookMetrics
-
-    /// The backstop: how often every space is looked at while nothing is known to wait.
-    static let scanIntervalMs: Int64 = 30_000
-    /// How often the spaces are looked at, and the lag measured, while something waits.
-    static let busyScanIntervalMs: Int64 = 1_000
 
     init(target: WebhookTarget, store: any SQLRunner, reads: any SQLRunner, client: WebhookHTTPClient, settings: WebhookSettings,
          secret: [UInt8], owner: String, metrics: WebhookMetrics) {
@@ -69,237 +62,144 @@ final class WebhookDeliverer: Sendable {
 
     static func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    /// Delivers until the task is cancelled.
+    /// The job started beside a delivery (`WebhookDeliveryModel.Step.send`).
+    private typealias Beside = Task<WebhookDeliveryModel.Written, Never>
+
+    /// Delivers until the task is cancelled: performs the model's steps and feeds it their
+    /// results. Once cancelled, it records the batch delivered last, if it was not yet.
     func run() async {
-        var due: [String: Int64] = [:]
-        var scanAt: Int64 = 0
+        var model = WebhookDeliveryModel(leaseMs: leaseMs, timeoutMs: Int64(settings.timeoutSeconds) * 1000)
+        var beside: Beside?
         while !Task.isCancelled {
-            var now = Self.nowMs()
-            if now >= scanAt {
-                do {
-                    let key = target.key
-                    let pending = try await store.run("webhook") { db in try WebhookOutbox.pending(db, webhook: key) }
-                    for (space, _) in pending where due[space] == nil { due[space] = now }
-                    waiting.scanned(pending, startedAt: now)
-                } catch {
-                    Log.error("webhook scan failed", ["webhook": target.name, "error": "\(error)"])
-                }
-                scanAt = now + (due.isEmpty ? Self.scanIntervalMs : Self.busyScanIntervalMs)
-            }
-            for (space, at) in due.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) where at <= now {
-                if Task.isCancelled { return }
-                due[space] = await deliver(space: space)
-            }
-            now = Self.nowMs()
-            let rung = await doorbell.wait(untilMs: min(due.values.min() ?? .max, scanAt))
-            now = Self.nowMs()
-            for space in rung.spaces where due[space] == nil { due[space] = now }
-            if rung.everything { scanAt = now }
-            if !due.isEmpty { scanAt = min(scanAt, now + Self.busyScanIntervalMs) }
+            let now = Self.nowMs()
+            let step = model.next(now: now)
+            let input = await perform(step, at: now, beside: &beside)
+            model.take(input, now: Self.nowMs())
+        }
+        if let beside { _ = await beside.value }
+        if let delivered = model.unrecorded { _ = await write(recording: delivered, claim: nil, now: Self.nowMs()) }
+    }
+
+    /// Performs `step`, asked for at `now`, and returns what happened.
+    private func perform(_ step: WebhookDeliveryModel.Step, at now: Int64, beside: inout Beside?) async -> WebhookDeliveryModel.Input {
+        switch step {
+        case .scan:
+            return await scan(at: now)
+        case .wait(let until):
+            return .rung(await doorbell.wait(untilMs: until))
+        case .claim(let space, let recording):
+            return .written(await write(recording: recording, claim: space, now: now))
+        case .record(let batch):
+            return .written(await write(recording: batch, claim: nil, now: now))
+        case .read(let run, let index):
+            return .read(await read(run, index))
+        case .send(let batch, let body, let job):
+            if let job { beside = Task { await self.write(recording: job.recording, claim: job.space, now: now) } }
+            let answer = await send(body, deliveryID: batch.deliveryID, attempt: batch.failures + 1)
+            metrics.delivery(target, answer)
+            if answer.delivered { metrics.delivered(target, changes: batch.changes.count) }
+            return .answered(answer)
+        case .collectBeside:
+            let written = await beside?.value ?? .failed
+            beside = nil
+            return .besideWritten(written)
+        case .recordFailure(let batch, let body, let answer):
+            return .failureRecorded(await recordFailure(batch, body: body, answer: answer, now: now))
         }
     }
 
-    /// Batches of one space delivered (or claims made) in a row before the other spaces get
-    /// their turn.
-    static let batchesPerTurn = 16
-    /// What a lease must have left beyond a delivery's timeout for the next batch of a run
-    /// to be sent before anything is written (which renews it).
-    static let leaseMarginMs: Int64 = 5_000
+    /// Reads which spaces have commits the webhook has not had, and notes each one's oldest
+    /// for the lag.
+    private func scan(at now: Int64) async -> WebhookDeliveryModel.Input {
+        do {
+            let key = target.key
+            let pending = try await store.run("webhook") { db in try WebhookOutbox.pending(db, webhook: key) }
+            waiting.scanned(pending, startedAt: now)
+            return .scanned(spaces: pending.map(\.space))
+        } catch {
+            Log.error("webhook scan failed", ["webhook": target.name, "error": "\(error)"])
+            return .scanFailed
+        }
+    }
 
-    /// Delivers `space`'s batches in order until none is left (nil) or the space must wait:
-    /// the time it may be tried again (now, after `batchesPerTurn` batches).
-    ///
-    /// A claim (`WebhookOutbox.claim`) takes everything the space committed as a run of
-    /// batches; each is read (on SQLite from a reader, beside the writer's commits) and sent
-    /// when its turn comes, one at a time. Delivered batches are not written down one by
-    /// one: the last one delivered is recorded with the next write. While the run's last
-    /// batch is sent, the next claim is made (recording the batch before it), and it begins
-    /// with that batch, claimed already: once it is delivered, the rest of that claim is the
-    /// next run. So on SQLite, where the jobs queue behind the pushes' commits, the writer's
-    /// turn is taken while a batch is on the wire, and a fast receiver waits for no commit
-    /// but its own. A run is ended early (recorded, and what is left of it claimed again)
-    /// when the lease might lapse during the next delivery.
-    func deliver(space: String) async -> Int64? {
+    /// Records `recording` as delivered (when set), then claims `space` (when set), in one
+    /// job at `now`. A claim that finds the space idle drops it from the lag.
+    private func write(recording: WebhookOutbox.Batch?, claim space: String?, now: Int64) async -> WebhookDeliveryModel.Written {
         let (key, owner, bounds, leaseMs) = (target.key, self.owner, self.bounds, self.leaseMs)
-        let timeoutMs = Int64(settings.timeoutSeconds) * 1000
-        /// Records `delivered` (when set) and claims the space again (when `claim`), in one job.
-        @Sendable func recordAndClaim(_ delivered: WebhookOutbox.Batch?, claim: Bool, now: Int64) async throws
-            -> (recorded: Bool, claim: Result<WebhookOutbox.Claim, any Error>?) {
-            try await store.run("webhook") { db -> (Bool, Result<WebhookOutbox.Claim, any Error>?) in
-                if let delivered {
-                    guard try WebhookOutbox.delivered(db, delivered, owner: owner, now: now, leaseMs: leaseMs) else { return (false, nil) }
+        let done: (recorded: Bool, claim: Result<WebhookOutbox.Claim, any Error>?)
+        do {
+            done = try await store.run("webhook") { db -> (Bool, Result<WebhookOutbox.Claim, any Error>?) in
+                if let recording {
+                    guard try WebhookOutbox.delivered(db, recording, owner: owner, now: now, leaseMs: leaseMs) else { return (false, nil) }
                 }
-                guard claim else { return (true, nil) }
+                guard let space else { return (true, nil) }
                 return (true, Result { try WebhookOutbox.claim(db, webhook: key, space: space, owner: owner, now: now, bounds: bounds) })
             }
+        } catch {
+            let what = recording == nil ? "webhook claim failed" : "webhook delivery could not be recorded; it will be sent again"
+            Log.error(what, ["webhook": target.name, "space": space ?? recording?.space ?? "", "error": "\(error)"])
+            return .failed
         }
-        var claimed: Result<WebhookOutbox.Claim, any Error>?
-        var claimedAt = Self.nowMs()
-        var sent = 0
-        // The last batch delivered and not recorded yet.
-        var unrecorded: WebhookOutbox.Batch?
-        for _ in 0..<Self.batchesPerTurn {
-            if Task.isCancelled { return nil }
-            let claim: WebhookOutbox.Claim
-            do {
-                if let claimed {
-                    claim = try claimed.get()
-                } else {
-                    let now = Self.nowMs()
-                    claimedAt = now
-                    let (recorded, result) = try await recordAndClaim(unrecorded, claim: true, now: now)
-                    guard recorded, let result else { return now + 1000 }
-                    unrecorded = nil
-                    claim = try result.get()
-                }
-            } catch {
-                Log.error("webhook claim failed", ["webhook": target.name, "space": space, "error": "\(error)"])
-                return Self.nowMs() + 1000
-            }
-            claimed = nil
-            let run: WebhookOutbox.Run
-            switch claim {
-            case .idle:
-                waiting.idle(space)
-                return nil
-            case .notBefore(let at): return at
-            case .run(let r): run = r
-            }
-            // The lease is ours until then, as far as this task knows: each write renews it.
-            var leaseUntil = claimedAt + leaseMs
-            // When set, the turn ends once the delivered batches are recorded.
-            var endTurn: Int64?
-            // The claim made while the run's last batch is sent, and when it was made.
-            var following: Task<(recorded: Bool, claim: Result<WebhookOutbox.Claim, any Error>?), any Error>?
-            var followingAt: Int64 = 0
-            var index = 0
-            batches: while index < run.batches.count, !Task.isCancelled {
-                if Self.nowMs() + timeoutMs + Self.leaseMarginMs > leaseUntil { break }
-                let batch: WebhookOutbox.Batch
-                do {
-                    let i = index
-                    // Gone (pruned while the webhook was forgotten): the next claim moves past it.
-                    guard let b = try await reads.run("webhook", { db in try WebhookOutbox.load(db, run, i) }) else { break }
-                    batch = b
-                } catch {
-                    Log.error("webhook batch could not be read", ["webhook": target.name, "space": space, "error": "\(error)"])
-                    endTurn = Self.nowMs() + 1000
-                    break
-                }
-                if let oldest = batch.changes.first?.committedAt { waiting.oldest(space, oldest) }
-                let body: [UInt8]
-                do { body = try WebhookOutbox.body(batch) } catch {
-                    Log.error("webhook batch cannot be encoded", ["webhook": target.name, "space": space, "error": "\(error)"])
-                    endTurn = Self.nowMs() + 1000
-                    break
-                }
-                if index == run.batches.count - 1 && sent + 1 < Self.batchesPerTurn {
-                    let (recordable, at) = (unrecorded, Self.nowMs())
-                    unrecorded = nil
-                    followingAt = at
-                    following = Task { try await recordAndClaim(recordable, claim: true, now: at) }
-                }
-                let answer = await send(body, deliveryID: batch.deliveryID, attempt: batch.failures + 1)
-                if Task.isCancelled { break }
-                metrics.delivery(target, answer)
-                let done = Self.nowMs()
-                sent += 1
-                if answer.delivered {
-                    metrics.delivered(target, changes: batch.changes.count)
-                    unrecorded = batch
-                    index += 1
-                    if sent >= Self.batchesPerTurn {
-                        endTurn = done
-                        break
-                    }
-                    continue
-                }
-                // The failure is recorded with the batches delivered before it (after the
-                // claim made meanwhile, if any: it renewed the lease).
-                if let f = following {
-                    following = nil
-                    if let outcome = try? await f.value, !outcome.recorded { return done + 1000 }
-                }
-                let (settings, name) = (self.settings, target.name)
-                let failure: WebhookOutbox.Failure
-                do {
-                    failure = try await store.run("webhook") { db in
-                        try WebhookOutbox.failed(db, batch, webhookName: name, body: body, error: answer.failure, owner: owner, now: done,
-                                                 settings: settings, leaseMs: leaseMs, random: Double.random(in: 0..<1))
-                    }
-                } catch {
-                    Log.error("webhook failure could not be recorded", ["webhook": target.name, "space": space, "error": "\(error)"])
-                    return done + 1000
-                }
-                unrecorded = nil
-                switch failure {
-                case .retry(let at):
-                    Log.info("webhook delivery failed; retrying", ["webhook": target.name, "space": space, "attempt": String(batch.failures + 1),
-                                                                     "error": answer.detail])
-                    return at
-                case .deadLettered:
-                    metrics.deadLettered(target)
-                    Log.error("webhook batch is a dead letter after its last attempt", ["webhook": target.name, "space": space,
-                                                                                        "deliveryId": batch.deliveryID, "error": answer.detail])
-                    leaseUntil = done + leaseMs
-                    index += 1
-                    if sent >= Self.batchesPerTurn {
-                        endTurn = done
-                        break batches
-                    }
-                case .leaseLost:
-                    return done + 1000
-                }
-            }
-            if let f = following {
-                // The claim made while the last batch was sent: it begins with that batch.
-                switch await f.result {
-                case .success((false, _)):
-                    return Self.nowMs() + 1000
-                case .success((true, let result)):
-                    if endTurn == nil, !Task.isCancelled, index == run.batches.count, let delivered = unrecorded,
-                       case .success(.run(var next))? = result, let first = next.batches.first,
-                       first.last == delivered.last && first.deliveryID == delivered.deliveryID && next.batches.count > 1 {
-                        next.batches.removeFirst()
-                        next.failures = 0
-                        claimed = .success(.run(next))
-                        claimedAt = followingAt
-                        continue
-                    }
-                    leaseUntil = followingAt + leaseMs
-                case .failure(let error):
-                    // What it was to record is recorded with the next write.
-                    Log.error("webhook claim failed", ["webhook": target.name, "space": space, "error": "\(error)"])
-                }
-            }
-            // Records the last batch delivered and claims the next run, in one job.
-            let now = Self.nowMs()
-            let another = endTurn == nil && !Task.isCancelled
-            if unrecorded == nil && !another { return Task.isCancelled ? nil : endTurn }
-            do {
-                let (recorded, next) = try await recordAndClaim(unrecorded, claim: another, now: now)
-                guard recorded else { return now + 1000 }
-                unrecorded = nil
-                claimed = next
-                claimedAt = now
-            } catch {
-                Log.error("webhook delivery could not be recorded; it will be sent again", ["webhook": target.name, "space": space, "error": "\(error)"])
-                return now + 1000
-            }
-            if Task.isCancelled { return nil }
-            if let endTurn { return endTurn }
+        guard done.recorded else { return .refused }
+        switch done.claim {
+        case nil:
+            return .recorded(nil)
+        case .success(let claim)?:
+            if claim == .idle, let space { waiting.idle(space) }
+            return .recorded(claim)
+        case .failure(let error)?:
+            Log.error("webhook claim failed", ["webhook": target.name, "space": space ?? "", "error": "\(error)"])
+            return .claimFailed
         }
-        // Whatever was delivered last is recorded before the other spaces' turn.
-        if let delivered = unrecorded {
-            let now = Self.nowMs()
-            do {
-                guard try await recordAndClaim(delivered, claim: false, now: now).recorded else { return now + 1000 }
-            } catch {
-                Log.error("webhook delivery could not be recorded; it will be sent again", ["webhook": target.name, "space": space, "error": "\(error)"])
-                return now + 1000
-            }
+    }
+
+    /// The `index`th batch of `run` (on SQLite from a reader, beside the writer's commits),
+    /// its first change noted as its space's oldest, with its body.
+    private func read(_ run: WebhookOutbox.Run, _ index: Int) async -> WebhookDeliveryModel.Read {
+        let batch: WebhookOutbox.Batch
+        do {
+            guard let b = try await reads.run("webhook", { db in try WebhookOutbox.load(db, run, index) }) else { return .gone }
+            batch = b
+        } catch {
+            Log.error("webhook batch could not be read", ["webhook": target.name, "space": run.space, "error": "\(error)"])
+            return .failed
         }
-        return Self.nowMs()
+        if let oldest = batch.changes.first?.committedAt { waiting.oldest(run.space, oldest) }
+        do {
+            return .batch(batch, body: try WebhookOutbox.body(batch))
+        } catch {
+            Log.error("webhook batch cannot be encoded", ["webhook": target.name, "space": run.space, "error": "\(error)"])
+            return .failed
+        }
+    }
+
+    /// Records the failed delivery of `batch` at `now` (a retry, or a dead letter after the
+    /// last attempt); nil when the job failed.
+    private func recordFailure(_ batch: WebhookOutbox.Batch, body: [UInt8], answer: WebhookHTTPClient.Answer, now: Int64) async
+        -> WebhookOutbox.Failure? {
+        let (settings, name, owner, leaseMs) = (self.settings, target.name, self.owner, self.leaseMs)
+        let failure: WebhookOutbox.Failure
+        do {
+            failure = try await store.run("webhook") { db in
+                try WebhookOutbox.failed(db, batch, webhookName: name, body: body, error: answer.failure, owner: owner, now: now,
+                                         settings: settings, leaseMs: leaseMs, random: Double.random(in: 0..<1))
+            }
+        } catch {
+            Log.error("webhook failure could not be recorded", ["webhook": target.name, "space": batch.space, "error": "\(error)"])
+            return nil
+        }
+        switch failure {
+        case .retry:
+            Log.info("webhook delivery failed; retrying", ["webhook": target.name, "space": batch.space, "attempt": String(batch.failures + 1),
+                                                             "error": answer.detail])
+        case .deadLettered:
+            metrics.deadLettered(target)
+            Log.error("webhook batch is a dead letter after its last attempt", ["webhook": target.name, "space": batch.space,
+                                                                                "deliveryId": batch.deliveryID, "error": answer.detail])
+        case .leaseLost:
+            break
+        }
+        return failure
     }
 
     /// One signed POST of `body`.

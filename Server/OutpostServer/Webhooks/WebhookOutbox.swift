@@ -209,92 +209,25 @@ enum WebhookOutbox {
     static func claim(_ db: any SQLSession, webhook: String, space: String, owner: String, now: Int64, bounds: Bounds) throws -> Claim {
         try db.transaction(.process) {
             guard let spaceID = try db.queryOne("SELECT space_id FROM spaces WHERE name = ?", [.text(space)], { $0.int64(0) }) else { return .idle }
-            // A webhook forgotten by another server has no row: nothing to deliver for it
-            // until this server registers it again.
-            try db.run("""
-                INSERT INTO webhook_cursors(webhook, space_id, delivered_id) SELECT webhook, ?, start_id FROM webhooks WHERE webhook = ?
-                ON CONFLICT (webhook, space_id) DO NOTHING
-                """, [.integer(spaceID), .text(webhook)])
             let key: [SQLValue] = [.text(webhook), .integer(spaceID)]
-            let taken = try db.run("""
-                UPDATE webhook_cursors SET lease_owner = ?, lease_until = ?
-                 WHERE webhook = ? AND space_id = ? AND (lease_owner IS NULL OR lease_owner = ? OR lease_until <= ?) AND next_attempt_at <= ?
-                """, [.text(owner), .integer(now + bounds.leaseMs)] + key + [.text(owner), .integer(now), .integer(now)])
-            guard let cursor = try db.queryOne("""
-                SELECT delivered_id, attempts, next_attempt_at, lease_owner, lease_until
-                  FROM webhook_cursors WHERE webhook = ? AND space_id = ?
-                """, key, { row in
-                    (delivered: row.int64(0), failures: row.int(1), nextAttempt: row.int64(2), leaseOwner: row.optionalText(3), leaseUntil: row.int64(4))
-                }) else { return .idle }
-            guard taken == 1 else {
-                let leased = cursor.leaseOwner != nil && cursor.leaseOwner != owner ? cursor.leaseUntil : 0
-                return .notBefore(max(leased, cursor.nextAttempt, now + 1))
+            let cursor: Cursor
+            switch try takeLease(db, key, owner: owner, now: now, leaseMs: bounds.leaseMs) {
+            case .taken(let c): cursor = c
+            case .notTaken(let claim): return claim
             }
-            var delivered = cursor.delivered
-            var failures = cursor.failures
-            var batches: [Slot] = []
-            while true {
-                let claimed = try db.query("""
-                    SELECT last_id, delivery_id FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id > ? ORDER BY last_id LIMIT ?
-                    """, key + [.integer(delivered), .integer(Int64(maxBatchesPerClaim))]) { ($0.int64(0), $0.text(1)) }
-                guard let first = claimed.first else { break }
-                let rows = try db.query("SELECT 1 FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? LIMIT 1",
-                                        [.integer(spaceID), .integer(delivered), .integer(first.0)]) { $0.int64(0) }
-                guard rows.isEmpty else {
-                    var after = delivered
-                    batches = claimed.map { (last, id) in
-                        defer { after = last }
-                        return Slot(after: after, last: last, deliveryID: id)
-                    }
-                    break
-                }
-                // The rows are gone (pruned while this webhook was forgotten): nothing is
-                // left to send of that batch.
-                try db.run("""
-                    UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, next_attempt_at = 0, last_error = NULL WHERE webhook = ? AND space_id = ?
-                    """, [.integer(first.0)] + key)
-                try db.run("DELETE FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id <= ?", key + [.integer(first.0)])
-                delivered = first.0
-                failures = 0
-            }
+            var (batches, delivered, failures) = try claimedBefore(db, key, cursor)
             if batches.count < maxBatchesPerClaim {
                 // What the space committed after the claimed batches, cut into batches by
                 // the sizes (no row's data is read).
                 let start = batches.last?.last ?? delivered
-                let sizes = try db.query("""
-                    SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
-                                      + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0)
-                                      + coalesce(length(resolved) + 12, 0) + length(epoch) + 172
-                      FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
-                    """, [.integer(spaceID), .integer(start), .integer(Int64(maxChangesPerClaim))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
+                let sizes = try rowSizes(db, spaceID: spaceID, after: start)
                 if batches.isEmpty && !sizes.isEmpty {
                     // A new run: nothing of it failed yet.
                     failures = 0
                     try db.run("UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, last_error = NULL WHERE webhook = ? AND space_id = ?",
                                [.integer(delivered)] + key)
                 }
-                var cut: [Slot] = []
-                let room = maxBatchesPerClaim - batches.count
-                var (after, count, bytes, epoch) = (start, 0, Int64(0), sizes.first?.1 ?? "")
-                var last: Int64? = nil
-                func close() {
-                    guard let end = last else { return }
-                    cut.append(Slot(after: after, last: end, deliveryID: Hex.encode(SecureRandom.bytes(16))))
-                    (after, count, bytes, last) = (end, 0, 0, nil)
-                }
-                for (id, rowEpoch, size) in sizes {
-                    if last != nil && (rowEpoch != epoch || count >= bounds.changes || bytes + size > Int64(bounds.bytes)) {
-                        close()
-                        if cut.count == room { break }
-                    }
-                    (epoch, count, bytes, last) = (rowEpoch, count + 1, bytes + size, id)
-                }
-                if cut.count < room { close() }
-                for batch in cut {
-                    try db.run("INSERT INTO webhook_batches(webhook, space_id, last_id, delivery_id) VALUES (?, ?, ?, ?)",
-                               key + [.integer(batch.last), .text(batch.deliveryID)])
-                }
-                batches += cut
+                batches += try cut(db, key, sizes, after: start, room: maxBatchesPerClaim - batches.count, bounds: bounds)
             }
             guard !batches.isEmpty else {
                 try db.run("UPDATE webhook_cursors SET lease_owner = NULL, lease_until = 0 WHERE webhook = ? AND space_id = ?", key)
@@ -302,6 +235,115 @@ enum WebhookOutbox {
             }
             return .run(Run(webhook: webhook, spaceID: spaceID, space: space, batches: batches, failures: failures))
         }
+    }
+
+    /// A webhook's cursor in a space, as a claim reads it once it holds the lease.
+    private struct Cursor {
+        var delivered: Int64
+        var failures: Int
+    }
+
+    private enum Lease {
+        case taken(Cursor)
+        /// Another server holds the lease, a retry is pending, or the webhook is forgotten.
+        case notTaken(Claim)
+    }
+
+    /// Takes the lease of the space's cursor (`key`: webhook and space id) for `owner` at
+    /// `now`, creating the cursor when the webhook has none there yet: when the lease is
+    /// free, expired or ours, and no retry is pending.
+    private static func takeLease(_ db: any SQLSession, _ key: [SQLValue], owner: String, now: Int64, leaseMs: Int64) throws -> Lease {
+        // A webhook forgotten by another server has no row: nothing to deliver for it
+        // until this server registers it again.
+        try db.run("""
+            INSERT INTO webhook_cursors(webhook, space_id, delivered_id) SELECT webhook, ?, start_id FROM webhooks WHERE webhook = ?
+            ON CONFLICT (webhook, space_id) DO NOTHING
+            """, [key[1], key[0]])
+        let taken = try db.run("""
+            UPDATE webhook_cursors SET lease_owner = ?, lease_until = ?
+             WHERE webhook = ? AND space_id = ? AND (lease_owner IS NULL OR lease_owner = ? OR lease_until <= ?) AND next_attempt_at <= ?
+            """, [.text(owner), .integer(now + leaseMs)] + key + [.text(owner), .integer(now), .integer(now)])
+        guard let cursor = try db.queryOne("""
+            SELECT delivered_id, attempts, next_attempt_at, lease_owner, lease_until
+              FROM webhook_cursors WHERE webhook = ? AND space_id = ?
+            """, key, { row in
+                (delivered: row.int64(0), failures: row.int(1), nextAttempt: row.int64(2), leaseOwner: row.optionalText(3), leaseUntil: row.int64(4))
+            }) else { return .notTaken(.idle) }
+        guard taken == 1 else {
+            let leased = cursor.leaseOwner != nil && cursor.leaseOwner != owner ? cursor.leaseUntil : 0
+            return .notTaken(.notBefore(max(leased, cursor.nextAttempt, now + 1)))
+        }
+        return .taken(Cursor(delivered: cursor.delivered, failures: cursor.failures))
+    }
+
+    /// The batches claimed before and not yet delivered, after `cursor` (at most
+    /// `maxBatchesPerClaim`), with the cursor as it is once batches whose rows are gone
+    /// (pruned while this webhook was forgotten) are passed.
+    private static func claimedBefore(_ db: any SQLSession, _ key: [SQLValue], _ cursor: Cursor) throws
+        -> (batches: [Slot], delivered: Int64, failures: Int) {
+        var (delivered, failures) = (cursor.delivered, cursor.failures)
+        while true {
+            let claimed = try db.query("""
+                SELECT last_id, delivery_id FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id > ? ORDER BY last_id LIMIT ?
+                """, key + [.integer(delivered), .integer(Int64(maxBatchesPerClaim))]) { ($0.int64(0), $0.text(1)) }
+            guard let first = claimed.first else { return ([], delivered, failures) }
+            let rows = try db.query("SELECT 1 FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? LIMIT 1",
+                                    [key[1], .integer(delivered), .integer(first.0)]) { $0.int64(0) }
+            guard rows.isEmpty else {
+                var after = delivered
+                let batches = claimed.map { (last, id) in
+                    defer { after = last }
+                    return Slot(after: after, last: last, deliveryID: id)
+                }
+                return (batches, delivered, failures)
+            }
+            // The rows are gone: nothing is left to send of that batch.
+            try db.run("""
+                UPDATE webhook_cursors SET delivered_id = ?, attempts = 0, next_attempt_at = 0, last_error = NULL WHERE webhook = ? AND space_id = ?
+                """, [.integer(first.0)] + key)
+            try db.run("DELETE FROM webhook_batches WHERE webhook = ? AND space_id = ? AND last_id <= ?", key + [.integer(first.0)])
+            delivered = first.0
+            failures = 0
+        }
+    }
+
+    /// The id, epoch and size of each row the space committed after `after` (at most
+    /// `maxChangesPerClaim`), in commit order, measured in SQL: no row's data is read.
+    private static func rowSizes(_ db: any SQLSession, spaceID: Int64, after: Int64) throws -> [(id: Int64, epoch: String, size: Int64)] {
+        try db.query("""
+            SELECT id, epoch, length(collection) + length(record_id) + coalesce(length(data), 0) + length(updated_by)
+                              + coalesce(length(lineage), 0) + coalesce(length(same_as), 0) + coalesce(length(subject), 0)
+                              + coalesce(length(resolved) + 12, 0) + length(epoch) + 172
+              FROM webhook_outbox WHERE space_id = ? AND id > ? ORDER BY id LIMIT ?
+            """, [.integer(spaceID), .integer(after), .integer(Int64(maxChangesPerClaim))]) { ($0.int64(0), $0.text(1), $0.int64(2)) }
+    }
+
+    /// Cuts the rows of `sizes` (committed after `start`) into at most `room` consecutive
+    /// batches by the bounds, and records each in the space's cursor (`key`: webhook and
+    /// space id) with a delivery id of its own.
+    private static func cut(_ db: any SQLSession, _ key: [SQLValue], _ sizes: [(id: Int64, epoch: String, size: Int64)], after start: Int64,
+                            room: Int, bounds: Bounds) throws -> [Slot] {
+        var cut: [Slot] = []
+        var (after, count, bytes, epoch) = (start, 0, Int64(0), sizes.first?.1 ?? "")
+        var last: Int64? = nil
+        func close() {
+            guard let end = last else { return }
+            cut.append(Slot(after: after, last: end, deliveryID: Hex.encode(SecureRandom.bytes(16))))
+            (after, count, bytes, last) = (end, 0, 0, nil)
+        }
+        for (id, rowEpoch, size) in sizes {
+            if last != nil && (rowEpoch != epoch || count >= bounds.changes || bytes + size > Int64(bounds.bytes)) {
+                close()
+                if cut.count == room { break }
+            }
+            (epoch, count, bytes, last) = (rowEpoch, count + 1, bytes + size, id)
+        }
+        if cut.count < room { close() }
+        for batch in cut {
+            try db.run("INSERT INTO webhook_batches(webhook, space_id, last_id, delivery_id) VALUES (?, ?, ?, ?)",
+                       key + [.integer(batch.last), .text(batch.deliveryID)])
+        }
+        return cut
     }
 
     /// The rows of the `index`th batch of `run`, to send; nil when they are gone (pruned
