@@ -57,79 +57,31 @@ public final class OutpostApplication: Sendable {
         // A rules file that does not check refuses the start, before anything is opened.
         rules = try RulesHolder(path: settings.rulesPath)
         dataDirectory = try DataDirectory(path: settings.dataDirectory)
-        let synchronous: Connection.Synchronous = settings.synchronous == "normal" ? .normal : .full
-        if settings.postgresURL != nil {
-            // Instances behind one load balancer must verify each other's tokens.
-            guard let secret = environment["OUTPOST_JWT_SECRET"], !secret.isEmpty else {
-                throw Settings.Invalid(description: "--store postgres://… needs OUTPOST_JWT_SECRET: every instance on the database must sign and verify tokens with the same secret")
-            }
-            if !settings.webhooks.urls.isEmpty, (environment["OUTPOST_WEBHOOK_SECRET"] ?? "").isEmpty {
-                throw Settings.Invalid(description: "--webhook with --store postgres://… needs OUTPOST_WEBHOOK_SECRET: every instance on the database must sign deliveries with the same secret")
-            }
-        }
-        // The secrets, before any store is opened: a missing, blank or weak one refuses the
-        // start. The webhook secret only when there is something to sign.
-        let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
-        let previous = try JWTSecret.previous(environment["OUTPOST_JWT_PREVIOUS_SECRETS"])
-        let webhookSecret = try settings.webhooks.urls.isEmpty ? nil
-            : SecretFile.load(environmentValue: environment["OUTPOST_WEBHOOK_SECRET"], dataDirectory: settings.dataDirectory,
-                              fileName: WebhookService.secretFileName, variable: "OUTPOST_WEBHOOK_SECRET")
-        // Where the webhook outbox's SQL runs: on PostgreSQL a session of its own, on SQLite
-        // the store's writer thread (and its readers for a batch's rows).
-        let webhookSQL: () throws -> any SQLRunner
-        var webhookReads: (any SQLRunner)? = nil
-        if let url = settings.postgresURL {
-            var configuration = PostgresSyncStore.Configuration(url: url)
-            configuration.outbox = !settings.webhooks.urls.isEmpty
-            configuration.recordQuota = settings.recordQuota
-            let handler = epochChangeHandler
-            configuration.onEpochChange = { _ in handler.run() }
-            store = parts.store(try PostgresSyncStore(configuration: configuration))
-            webhookSQL = { try SQLSessionJob.thread(name: "webhooks", open: { PostgresSession(db: try PostgresSyncStore.open(url)) }) }
-        } else {
-            var storeConfiguration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
-            storeConfiguration.synchronous = synchronous
-            storeConfiguration.outbox = !settings.webhooks.urls.isEmpty
-            storeConfiguration.recordQuota = settings.recordQuota
-            let sqlite = try SQLiteSyncStore(configuration: storeConfiguration)
-            webhookSQL = { sqlite.writerSessions }
-            webhookReads = sqlite.readerSessions
-            store = parts.store(sqlite)
-        }
+        let secrets = try Secrets(settings: settings, environment: environment)
+        let opened = try Self.openStore(settings, dataDirectory, parts: parts, onEpochChange: epochChangeHandler)
+        store = opened.store
+        let sessions = DatabaseSessions(settings: settings, dataDirectory: dataDirectory)
 
         metrics = Metrics()
         Self.declareHTTPMetrics(metrics)
-        let shared = JWTAuthority(secret: secret, previousSecrets: previous)
+        let shared = JWTAuthority(secret: secrets.jwt, previousSecrets: secrets.previous)
         // Without a provider the verifier is the HS256 authority alone, as it always was.
         identityProvider = settings.identityProvider.isConfigured ? try ProviderTokens(settings: settings.identityProvider, metrics: metrics) : nil
         let tokens: any TokenVerifier = identityProvider.map { ServerTokens(shared: shared, provider: $0) } ?? shared
         authorizer = Authorizer(authority: parts.tokens(tokens))
         sync = SyncService(store: store, limits: settings.limits, authorizer: authorizer, metrics: metrics, rules: rules, audit: settings.accessLog)
         sync.viewIndex.follow(rules.rules)
-        metrics.declare("outpost_rules_reloads_total", help: "Reloads of the rules file, by result (applied, refused).", kind: "counter")
-        // Pulls, not the store's waiters: the pulls of one group share one store waiter.
-        let sync = sync
-        metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(sync.waitingPulls) }
-        let syncStore = store
-        metrics.gauge("outpost_store_queued_writes", help: "Pushes and other writes waiting for the store's writer; one that keeps growing means writes arrive faster than commits.") {
-            Double(syncStore.queuedWrites)
-        }
+        Self.declareSyncMetrics(metrics, sync: sync, store: store)
         let compactor = Compactor(store: store, metrics: metrics, retentionDays: settings.tombstoneRetentionDays)
         // Device telemetry in the store's database, on a session of its own.
-        let telemetryStore: DeviceTelemetry
-        if let url = settings.postgresURL {
-            telemetryStore = try DeviceTelemetry(name: "pg") { PostgresSession(db: try PostgresSyncStore.open(url)) }
-        } else {
-            let path = dataDirectory.storePath
-            telemetryStore = try DeviceTelemetry(name: "outpost") { try SQLiteSession(path: path, durableSynchronous: synchronous) }
-        }
-        telemetry = TelemetryService(telemetry: telemetryStore, authorizer: authorizer, metrics: metrics)
+        telemetry = TelemetryService(telemetry: try DeviceTelemetry(name: sessions.name, open: sessions.open(readOnly: false)),
+                                     authorizer: authorizer, metrics: metrics)
         // Webhooks in the store's database.
-        webhooks = try WebhookService(settings: settings.webhooks, secret: webhookSecret, authorizer: authorizer, metrics: metrics,
-                                      soleOwner: settings.postgresURL == nil, store: webhookSQL(), reads: webhookReads)
+        webhooks = try WebhookService(settings: settings.webhooks, secret: secrets.webhook, authorizer: authorizer, metrics: metrics,
+                                      soleOwner: settings.postgresURL == nil, store: opened.webhookSQL(), reads: opened.webhookReads)
         var mediaConfiguration = MediaStore.Configuration(databasePath: dataDirectory.storePath,
                                                           mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
-        mediaConfiguration.synchronous = synchronous
+        mediaConfiguration.synchronous = sessions.synchronous
         mediaConfiguration.postgresURL = settings.postgresURL
         media = MediaService(store: try MediaStore(configuration: mediaConfiguration), limits: settings.limits, authorizer: authorizer,
                              metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours, quota: settings.mediaQuota)
@@ -137,16 +89,8 @@ public final class OutpostApplication: Sendable {
                                        metricsRequireAdmin: settings.metricsRequireAdmin, compactor: compactor, media: media.store,
                                        quotas: (settings.recordQuota, settings.mediaQuota))
         // The admin console reads records on a session of its own (read-only on SQLite).
-        let browser: RecordBrowser
-        if let url = settings.postgresURL {
-            browser = try RecordBrowser(name: "pg", epoch: store.epoch) { PostgresSession(db: try PostgresSyncStore.open(url)) }
-        } else {
-            let path = dataDirectory.storePath
-            browser = try RecordBrowser(name: "outpost", epoch: store.epoch) {
-                try SQLiteSession(path: path, flags: [.readOnly], durableSynchronous: synchronous)
-            }
-        }
-        let signer = JWTAuthority(secret: secret)
+        let browser = try RecordBrowser(name: sessions.name, epoch: store.epoch, open: sessions.open(readOnly: true))
+        let signer = JWTAuthority(secret: secrets.jwt)
         admin = AdminService(browser: browser, media: media, authorizer: authorizer, metrics: metrics, errors: errors,
                              storeKind: settings.postgresURL == nil ? "sqlite" : "postgresql",
                              startedAt: Int64(Date().timeIntervalSince1970 * 1000), sign: { signer.sign($0) })
@@ -157,21 +101,110 @@ public final class OutpostApplication: Sendable {
         telemetry.register(&router)
         admin.register(&router)
         webhooks.register(&router)
+        self.router = router
         media.startSweeper()
         webhooks.start(notifier: store.notifier)
-        self.router = router
-        if let identityProvider {
-            if case .url(let url) = settings.identityProvider.source, url.scheme?.lowercased() == "http", !Self.isLoopback(url.host ?? "") {
-                Log.error("the JWKS URL is plain http: anyone on the path can swap the provider's keys; use https", ["url": url.redacted])
+        if let identityProvider { Self.start(identityProvider, settings.identityProvider) }
+        sweeper = Self.startSweeper(store: store, compactor: compactor, changeIdRetentionDays: settings.changeIdRetentionDays)
+    }
+
+    /// The secrets, read before any store is opened: a missing, blank or weak one refuses
+    /// the start. The webhook secret only when there is something to sign.
+    private struct Secrets {
+        let jwt: [UInt8]
+        let previous: [[UInt8]]
+        let webhook: [UInt8]?
+
+        init(settings: Settings, environment: [String: String]) throws {
+            if settings.postgresURL != nil {
+                // Instances behind one load balancer must verify each other's tokens.
+                guard let secret = environment["OUTPOST_JWT_SECRET"], !secret.isEmpty else {
+                    throw Settings.Invalid(description: "--store postgres://… needs OUTPOST_JWT_SECRET: every instance on the database must sign and verify tokens with the same secret")
+                }
+                if !settings.webhooks.urls.isEmpty, (environment["OUTPOST_WEBHOOK_SECRET"] ?? "").isEmpty {
+                    throw Settings.Invalid(description: "--webhook with --store postgres://… needs OUTPOST_WEBHOOK_SECRET: every instance on the database must sign deliveries with the same secret")
+                }
             }
-            identityProvider.start()
+            jwt = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: settings.dataDirectory)
+            previous = try JWTSecret.previous(environment["OUTPOST_JWT_PREVIOUS_SECRETS"])
+            webhook = try settings.webhooks.urls.isEmpty ? nil
+                : SecretFile.load(environmentValue: environment["OUTPOST_WEBHOOK_SECRET"], dataDirectory: settings.dataDirectory,
+                                  fileName: WebhookService.secretFileName, variable: "OUTPOST_WEBHOOK_SECRET")
+        }
+    }
+
+    /// The sync store the settings name, wrapped by `parts`, and where the webhook outbox's
+    /// SQL runs: on PostgreSQL a session of its own, on SQLite the store's writer thread
+    /// (and its readers for a batch's rows).
+    private static func openStore(_ settings: Settings, _ dataDirectory: DataDirectory, parts: Parts, onEpochChange: EpochChangeHook) throws
+        -> (store: any SyncStore, webhookSQL: () throws -> any SQLRunner, webhookReads: (any SQLRunner)?) {
+        if let url = settings.postgresURL {
+            var configuration = PostgresSyncStore.Configuration(url: url)
+            configuration.outbox = !settings.webhooks.urls.isEmpty
+            configuration.recordQuota = settings.recordQuota
+            configuration.onEpochChange = { _ in onEpochChange.run() }
+            let store = parts.store(try PostgresSyncStore(configuration: configuration))
+            return (store, { try SQLSessionJob.thread(name: "webhooks", open: { PostgresSession(db: try PostgresSyncStore.open(url)) }) }, nil)
+        }
+        var configuration = SQLiteSyncStore.Configuration(path: dataDirectory.storePath)
+        configuration.synchronous = DatabaseSessions.synchronous(settings)
+        configuration.outbox = !settings.webhooks.urls.isEmpty
+        configuration.recordQuota = settings.recordQuota
+        let sqlite = try SQLiteSyncStore(configuration: configuration)
+        return (parts.store(sqlite), { sqlite.writerSessions }, sqlite.readerSessions)
+    }
+
+    /// Sessions of their own on the store's database, for the parts that keep tables there
+    /// beside the sync store (telemetry, the console's record browser).
+    private struct DatabaseSessions {
+        let name: String
+        let synchronous: Connection.Synchronous
+        let postgresURL: String?
+        let path: String
+
+        init(settings: Settings, dataDirectory: DataDirectory) {
+            postgresURL = settings.postgresURL
+            name = settings.postgresURL == nil ? "outpost" : "pg"
+            synchronous = Self.synchronous(settings)
+            path = dataDirectory.storePath
         }
 
-        // Forget applied change ids older than their retention, and purge tombstones older
-        // than theirs (Compactor), at start and every hour.
-        let retentionMs = Int64(settings.changeIdRetentionDays) * 86_400_000
-        let store = self.store
-        sweeper = Task.detached(priority: .background) {
+        static func synchronous(_ settings: Settings) -> Connection.Synchronous {
+            settings.synchronous == "normal" ? .normal : .full
+        }
+
+        /// Opens one session; `readOnly` on SQLite (PostgreSQL sessions are the store's role's).
+        func open(readOnly: Bool) -> @Sendable () throws -> any SQLSession {
+            let (url, path, synchronous) = (postgresURL, path, synchronous)
+            if let url { return { PostgresSession(db: try PostgresSyncStore.open(url)) } }
+            return { try SQLiteSession(path: path, flags: readOnly ? [.readOnly] : [.readWrite, .create], durableSynchronous: synchronous) }
+        }
+    }
+
+    /// The gauges of the sync service and its store.
+    private static func declareSyncMetrics(_ metrics: Metrics, sync: SyncService, store: any SyncStore) {
+        metrics.declare("outpost_rules_reloads_total", help: "Reloads of the rules file, by result (applied, refused).", kind: "counter")
+        // Pulls, not the store's waiters: the pulls of one group share one store waiter.
+        metrics.gauge("outpost_long_polls_waiting", help: "Pull requests held open by a long poll.") { Double(sync.waitingPulls) }
+        metrics.gauge("outpost_store_queued_writes", help: "Pushes and other writes waiting for the store's writer; one that keeps growing means writes arrive faster than commits.") {
+            Double(store.queuedWrites)
+        }
+    }
+
+    /// Starts refreshing the identity provider's keys, warning first when they come over
+    /// plain http from another host.
+    private static func start(_ provider: ProviderTokens, _ settings: IdentityProviderSettings) {
+        if case .url(let url) = settings.source, url.scheme?.lowercased() == "http", !isLoopback(url.host ?? "") {
+            Log.error("the JWKS URL is plain http: anyone on the path can swap the provider's keys; use https", ["url": url.redacted])
+        }
+        provider.start()
+    }
+
+    /// Forgets applied change ids older than their retention, and purges tombstones older
+    /// than theirs (Compactor), at start and every hour.
+    private static func startSweeper(store: any SyncStore, compactor: Compactor, changeIdRetentionDays: Int) -> Task<Void, Never> {
+        let retentionMs = Int64(changeIdRetentionDays) * 86_400_000
+        return Task.detached(priority: .background) {
             while !Task.isCancelled {
                 let cutoff = Int64(Date().timeIntervalSince1970 * 1000) - retentionMs
                 do {
