@@ -332,7 +332,8 @@ extension WebhookDeliveryModel {
                 case .done(let at):
                     return .done(at)
                 case .claiming, .reading, .sending, .collectingForFailure, .recordingFailure, .collecting, .writingEnd, .recordingLast:
-                    // Waiting for an input: `WebhookDeliveryModel.next` asks for its step again.
+                    // A step waits for its answer: `WebhookDeliveryModel.next` asks for that step
+                    // again without coming here. Were it to, the space is left for later.
                     return .done(now + WebhookDeliveryModel.pauseMs)
                 }
             }
