@@ -288,69 +288,13 @@ func run(_ o: Options) async throws -> Int32 {
     case "sync" where args == ["--all"] || o.spaces.count > 1:
         return try await syncSpaces(o, all: args == ["--all"])
     case "sync":
-        guard args.isEmpty || args == ["--progress"] else { throw UsageError(message: "usage: sync [--progress] | sync --all") }
-        let store = try openStore(o, needsSync: true)
-        defer { Task { await store.close() } }
-        // --progress: one line on standard error per page the pull applies.
-        var progressPrinter: Task<Void, Never>?
-        if args == ["--progress"] {
-            let activity = await store.syncActivity()
-            progressPrinter = Task {
-                for await step in activity {
-                    guard case .pulled(let p) = step else { continue }
-                    let total = p.approximateTotal.map { " of about \($0)" } ?? ""
-                    FileHandle.standardError.write(Data("pulled \(p.pulled)\(total) records\n".utf8))
-                }
-            }
-        }
-        do {
-            let r = try await store.sync()
-            // Closing ends the activity stream, so every progress line is out before the report.
-            await store.close()
-            await progressPrinter?.value
-            print(json(.object(reportJSON(r))))
-            return 0
-        } catch let error as OutpostError {
-            let pending = (try? await store.status().pending) ?? 0
-            await store.close()
-            await progressPrinter?.value
-            print(json([
-                "error": ["code": .string(error.code), "message": .string(error.description)],
-                "pending": .number(JSONNumber(pending)),
-            ]))
-            FileHandle.standardError.write(Data("outpost: sync failed: \(error)\n".utf8))
-            return 2
-        }
+        return try await syncOne(o, args)
     case "pending":
         try expect(0...0)
-        let store = try openStoreForReading(o)
-        let changes = try await store.pendingChanges() + store.rejectedChanges()
-        for c in changes.sorted(by: { $0.clientTime < $1.clientTime }) {
-            var line: JSONObject = [
-                "changeId": .string(c.changeId), "collection": .string(c.collection), "id": .string(c.id),
-                "op": .string(c.op.rawValue), "state": .string(c.state.rawValue),
-            ]
-            if c.state == .rejected {
-                line["error"] = ["code": .string(c.errorCode ?? "rejected"), "message": .string(c.lastError ?? "")]
-            }
-            if let required = c.requiredAppVersion, c.state == .upgradeRequired { line["requiredAppVersion"] = .number(JSONNumber(required)) }
-            print(json(.object(line)))
-        }
-        await store.close()
+        try await printPending(o)
     case "status":
         try expect(0...0)
-        let store = try openStoreForReading(o)
-        let s = try await store.status()
-        print(json([
-            "epoch": s.epoch.map { .string($0.rawValue) } ?? .null,
-            "cursor": s.cursor.map { .string($0.text) } ?? .null,
-            "pending": .number(JSONNumber(s.pending)),
-            "upgradeRequired": .number(JSONNumber(s.upgradeRequired)),
-            "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber(Int64(($0.timeIntervalSince1970 * 1000).rounded()))) } ?? .null,
-            "lastError": s.lastError.map { .string($0) } ?? .null,
-            "restoredFrom": s.restoredFrom.map { .string($0) } ?? .null,
-        ]))
-        await store.close()
+        try await printStatus(o)
     case "conflicts":
         var since: Int64 = 0
         switch args.count {
@@ -377,6 +321,78 @@ func run(_ o: Options) async throws -> Int32 {
     return 0
 }
 
+/// `sync [--progress]`: one sync of the store's space; the report, or the error and the
+/// changes still pending (exit 2).
+func syncOne(_ o: Options, _ args: [String]) async throws -> Int32 {
+    guard args.isEmpty || args == ["--progress"] else { throw UsageError(message: "usage: sync [--progress] | sync --all") }
+    let store = try openStore(o, needsSync: true)
+    defer { Task { await store.close() } }
+    // --progress: one line on standard error per page the pull applies.
+    var progressPrinter: Task<Void, Never>?
+    if args == ["--progress"] {
+        let activity = await store.syncActivity()
+        progressPrinter = Task {
+            for await step in activity {
+                guard case .pulled(let p) = step else { continue }
+                let total = p.approximateTotal.map { " of about \($0)" } ?? ""
+                FileHandle.standardError.write(Data("pulled \(p.pulled)\(total) records\n".utf8))
+            }
+        }
+    }
+    do {
+        let r = try await store.sync()
+        // Closing ends the activity stream, so every progress line is out before the report.
+        await store.close()
+        await progressPrinter?.value
+        print(json(.object(reportJSON(r))))
+        return 0
+    } catch let error as OutpostError {
+        let pending = (try? await store.status().pending) ?? 0
+        await store.close()
+        await progressPrinter?.value
+        print(json([
+            "error": ["code": .string(error.code), "message": .string(error.description)],
+            "pending": .number(JSONNumber(pending)),
+        ]))
+        FileHandle.standardError.write(Data("outpost: sync failed: \(error)\n".utf8))
+        return 2
+    }
+}
+
+/// `pending`: the queue's changes and the rejected ones, oldest first.
+func printPending(_ o: Options) async throws {
+    let store = try openStoreForReading(o)
+    let changes = try await store.pendingChanges() + store.rejectedChanges()
+    for c in changes.sorted(by: { $0.clientTime < $1.clientTime }) {
+        var line: JSONObject = [
+            "changeId": .string(c.changeId), "collection": .string(c.collection), "id": .string(c.id),
+            "op": .string(c.op.rawValue), "state": .string(c.state.rawValue),
+        ]
+        if c.state == .rejected {
+            line["error"] = ["code": .string(c.errorCode ?? "rejected"), "message": .string(c.lastError ?? "")]
+        }
+        if let required = c.requiredAppVersion, c.state == .upgradeRequired { line["requiredAppVersion"] = .number(JSONNumber(required)) }
+        print(json(.object(line)))
+    }
+    await store.close()
+}
+
+/// `status`: the store's epoch, cursor, pending count and last sync.
+func printStatus(_ o: Options) async throws {
+    let store = try openStoreForReading(o)
+    let s = try await store.status()
+    print(json([
+        "epoch": s.epoch.map { .string($0.rawValue) } ?? .null,
+        "cursor": s.cursor.map { .string($0.text) } ?? .null,
+        "pending": .number(JSONNumber(s.pending)),
+        "upgradeRequired": .number(JSONNumber(s.upgradeRequired)),
+        "lastSyncAt": s.lastSyncAt.map { .number(JSONNumber(Int64(($0.timeIntervalSince1970 * 1000).rounded()))) } ?? .null,
+        "lastError": s.lastError.map { .string($0) } ?? .null,
+        "restoredFrom": s.restoredFrom.map { .string($0) } ?? .null,
+    ]))
+    await store.close()
+}
+
 /// What a query's rows are decoded as: nothing. The rows give the ids in the query's order,
 /// and each record's data is then printed as stored (`record(in:id:)`, number lexemes
 /// kept); decoding nothing never leaves a record out, as a `JSONValue` decode would one
@@ -392,59 +408,16 @@ struct QueryRowID: Decodable, Sendable {
 /// The store is always opened as a reader, whether or not another process has it open: a
 /// query writes nothing, and reads the app's indexes and search tables as they are.
 func query(_ o: Options, _ args: [String]) async throws -> Int32 {
-    var collection: String?
-    var filters: [QueryFilter] = []
-    var sorts: [QuerySort] = []
-    var search: String?
-    var limit: Int?
-    var offset = 0
-    var dates: [String] = []
-    var count = false, explain = false
-    var rest = args[...]
-    func value(_ flag: String) throws -> String {
-        guard let v = rest.popFirst() else { throw UsageError(message: "\(flag) needs a value") }
-        return v
-    }
-    func number(_ flag: String) throws -> Int {
-        let text = try value(flag)
-        guard let n = Int(text), n >= 0 else { throw UsageError(message: "\(flag) takes a whole number, not \(text)") }
-        return n
-    }
-    while let arg = rest.popFirst() {
-        switch arg {
-        case "--where":
-            do {
-                filters.append(try QueryFilter(parsing: try value(arg)))
-            } catch OutpostError.invalidQuery(let message) {
-                throw UsageError(message: "--where: \(message)")
-            }
-        case "--sort":
-            for key in try value(arg).split(separator: ",", omittingEmptySubsequences: false) {
-                let field = key.hasPrefix("-") ? key.dropFirst() : key
-                guard !field.isEmpty else { throw UsageError(message: "--sort takes FIELD[,-FIELD...]") }
-                sorts.append(key.hasPrefix("-") ? .descending(String(field)) : .ascending(String(field)))
-            }
-        case "--search": search = try value(arg)
-        case "--limit": limit = try number(arg)
-        case "--offset": offset = try number(arg)
-        case "--date": dates.append(try value(arg))
-        case "--count": count = true
-        case "--explain": explain = true
-        default:
-            guard collection == nil, !arg.hasPrefix("--") else { throw UsageError(message: "query: unexpected \(arg)") }
-            collection = arg
-        }
-    }
-    guard let collection else { throw UsageError(message: "query needs a COLLECTION") }
-    guard !(count && explain) else { throw UsageError(message: "query takes --count or --explain, not both") }
+    let a = try QueryArguments(args)
+    let (collection, count, explain) = (a.collection, a.count, a.explain)
     guard FileManager.default.fileExists(atPath: o.store) else { throw StoreMissing(path: o.store) }
 
     let store = try openStore(o, needsSync: false, reader: true,
-                              collections: dates.isEmpty ? [:] : [collection: CollectionSchema(dates: dates)])
+                              collections: a.dates.isEmpty ? [:] : [collection: CollectionSchema(dates: a.dates)])
     do {
-        var q = store.collection(collection, of: QueryRowID.self).query.sorted(by: sorts).offset(offset).limit(limit)
-        for filter in filters { q = q.filter(filter) }
-        if let search { q = q.search(search) }
+        var q = store.collection(collection, of: QueryRowID.self).query.sorted(by: a.sorts).offset(a.offset).limit(a.limit)
+        for filter in a.filters { q = q.filter(filter) }
+        if let search = a.search { q = q.search(search) }
         if count {
             print(json(["count": .number(JSONNumber(try await q.count()))]))
         } else if explain {
@@ -476,6 +449,60 @@ func query(_ o: Options, _ args: [String]) async throws -> Int32 {
     }
     await store.close()
     return 0
+}
+
+/// The options of `query`, as parsed from its arguments.
+struct QueryArguments {
+    var collection = ""
+    var filters: [QueryFilter] = []
+    var sorts: [QuerySort] = []
+    var search: String?
+    var limit: Int?
+    var offset = 0
+    var dates: [String] = []
+    var count = false, explain = false
+
+    init(_ args: [String]) throws {
+        var named: String?
+        var rest = args[...]
+        func value(_ flag: String) throws -> String {
+            guard let v = rest.popFirst() else { throw UsageError(message: "\(flag) needs a value") }
+            return v
+        }
+        func number(_ flag: String) throws -> Int {
+            let text = try value(flag)
+            guard let n = Int(text), n >= 0 else { throw UsageError(message: "\(flag) takes a whole number, not \(text)") }
+            return n
+        }
+        while let arg = rest.popFirst() {
+            switch arg {
+            case "--where":
+                do {
+                    filters.append(try QueryFilter(parsing: try value(arg)))
+                } catch OutpostError.invalidQuery(let message) {
+                    throw UsageError(message: "--where: \(message)")
+                }
+            case "--sort":
+                for key in try value(arg).split(separator: ",", omittingEmptySubsequences: false) {
+                    let field = key.hasPrefix("-") ? key.dropFirst() : key
+                    guard !field.isEmpty else { throw UsageError(message: "--sort takes FIELD[,-FIELD...]") }
+                    sorts.append(key.hasPrefix("-") ? .descending(String(field)) : .ascending(String(field)))
+                }
+            case "--search": search = try value(arg)
+            case "--limit": limit = try number(arg)
+            case "--offset": offset = try number(arg)
+            case "--date": dates.append(try value(arg))
+            case "--count": count = true
+            case "--explain": explain = true
+            default:
+                guard named == nil, !arg.hasPrefix("--") else { throw UsageError(message: "query: unexpected \(arg)") }
+                named = arg
+            }
+        }
+        guard let named else { throw UsageError(message: "query needs a COLLECTION") }
+        guard !(count && explain) else { throw UsageError(message: "query takes --count or --explain, not both") }
+        collection = named
+    }
 }
 
 /// `query` on a path that holds no store: there is nothing to read (and a reader creates

@@ -188,20 +188,7 @@ public enum BackupCommand {
             try db.execute("PRAGMA journal_mode=DELETE")
             let meta = try StoreMeta(db)
             guard let epoch = meta.epoch else { throw OperatorError("the store has no valid epoch; run outpost-server check --data \(dataDirectory)") }
-            var leftOut = 0
-            if meta.hasMediaTables {
-                leftOut = Int(try db.scalarInt("SELECT count(*) FROM uploads WHERE state = 'open'") ?? 0)
-                // tus uploads (media schema 2) hold their bytes in upload files too.
-                let tus = try db.scalarInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tus_uploads'") == 1
-                if tus { leftOut += Int(try db.scalarInt("SELECT count(*) FROM tus_uploads WHERE state = 'open'") ?? 0) }
-                try db.transaction {
-                    try db.execute("""
-                        DELETE FROM upload_chunks WHERE upload_id IN (SELECT upload_id FROM uploads WHERE state = 'open');
-                        DELETE FROM uploads WHERE state = 'open';
-                        """)
-                    if tus { try db.execute("DELETE FROM tus_uploads WHERE state = 'open'") }
-                }
-            }
+            let leftOut = meta.hasMediaTables ? try leaveOutOpenUploads(db) : 0
             let media: [BackupManifest.MediaFile] = meta.hasMediaTables
                 ? try db.query("SELECT space, media_id, size FROM media ORDER BY space, media_id") {
                     BackupManifest.MediaFile(space: $0.text(0), sha256: $0.text(1), size: $0.int64(2))
@@ -244,6 +231,23 @@ public enum BackupCommand {
 
         try OperatorFiles.write(try manifest.encoded(), to: OperatorFiles.join(staging, "manifest.json"), mode: 0o600)
         return manifest
+    }
+
+    /// Deletes the open uploads from the copy (their bytes live in upload files a backup
+    /// does not hold); returns how many.
+    private static func leaveOutOpenUploads(_ db: Connection) throws -> Int {
+        var leftOut = Int(try db.scalarInt("SELECT count(*) FROM uploads WHERE state = 'open'") ?? 0)
+        // tus uploads (media schema 2) hold their bytes in upload files too.
+        let tus = try db.scalarInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tus_uploads'") == 1
+        if tus { leftOut += Int(try db.scalarInt("SELECT count(*) FROM tus_uploads WHERE state = 'open'") ?? 0) }
+        try db.transaction {
+            try db.execute("""
+                DELETE FROM upload_chunks WHERE upload_id IN (SELECT upload_id FROM uploads WHERE state = 'open');
+                DELETE FROM uploads WHERE state = 'open';
+                """)
+            if tus { try db.execute("DELETE FROM tus_uploads WHERE state = 'open'") }
+        }
+        return leftOut
     }
 
     /// Copies every file of `media` from the media directory `source` to the same place

@@ -164,37 +164,7 @@ public enum CheckCommand {
             if !header.isEmpty { report.checked.append("store: " + header.joined(separator: ", ")) }
             guard meta.schemaVersion != nil else { return nil }
 
-            let ahead = try db.query("""
-                SELECT s.name, s.head_seq, max(r.seq) FROM records r JOIN spaces s ON s.space_id = r.space_id
-                GROUP BY r.space_id HAVING max(r.seq) > s.head_seq
-                """) { ($0.text(0), $0.int64(1), $0.int64(2)) }
-            for (space, head, top) in ahead {
-                report.problems.append("space \(space): a record has seq \(top) above the space's head \(head); the next push would reuse a seq")
-            }
-            let strays = try db.scalarInt("SELECT count(*) FROM records WHERE space_id NOT IN (SELECT space_id FROM spaces)") ?? 0
-            if strays > 0 { report.problems.append("store: \(strays) records belong to no space") }
-            let spaces = try db.scalarInt("SELECT count(*) FROM spaces") ?? 0
-            let records = try db.scalarInt("SELECT count(*) FROM records") ?? 0
-            if ahead.isEmpty && strays == 0 {
-                report.checked.append("\(records) records in \(spaces) spaces; every space's head covers its records' seqs")
-            }
-            // Compaction (schema 6): where each space's history is whole from.
-            if try db.scalarInt("SELECT count(*) FROM pragma_table_info('spaces') WHERE name = 'horizon_seq'") == 1 {
-                let compacted = try db.query("SELECT name, horizon_seq FROM spaces WHERE horizon_seq > 0 ORDER BY name") { ($0.text(0), $0.int64(1)) }
-                let tombstones = try db.scalarInt("SELECT count(*) FROM records WHERE deleted = 1") ?? 0
-                if compacted.isEmpty {
-                    report.checked.append("history horizon: no tombstone purged yet; \(tombstones) tombstones kept")
-                } else {
-                    let list = compacted.prefix(20).map { "\($0.0) at \($0.1)" }.joined(separator: ", ")
-                    report.checked.append("history horizon: \(compacted.count) spaces compacted (\(list)\(compacted.count > 20 ? ", ..." : "")); \(tombstones) tombstones kept")
-                }
-                let free = (try db.scalarInt("PRAGMA freelist_count") ?? 0) * (try db.scalarInt("PRAGMA page_size") ?? 0)
-                report.checked.append("free space: \(free) bytes of freed rows (purged tombstones, expired change ids) that new rows reuse")
-                let above = try db.query("SELECT name, horizon_seq, head_seq FROM spaces WHERE horizon_seq > head_seq") { ($0.text(0), $0.int64(1), $0.int64(2)) }
-                for (space, horizon, head) in above {
-                    report.problems.append("space \(space): history horizon \(horizon) is above the space's head \(head)")
-                }
-            }
+            try checkRecords(db, &report)
             guard meta.hasMediaTables else {
                 if meta.mediaSchemaVersion != nil { report.problems.append("store: the media tables are missing") }
                 return nil
@@ -205,6 +175,42 @@ public enum CheckCommand {
         } catch {
             report.problems.append("store \(path) cannot be read: \(error)")
             return nil
+        }
+    }
+
+    /// Checks the records against their spaces: every seq under its space's head, no record
+    /// without a space, and each space's history horizon under its head.
+    private static func checkRecords(_ db: Connection, _ report: inout Report) throws {
+        let ahead = try db.query("""
+            SELECT s.name, s.head_seq, max(r.seq) FROM records r JOIN spaces s ON s.space_id = r.space_id
+            GROUP BY r.space_id HAVING max(r.seq) > s.head_seq
+            """) { ($0.text(0), $0.int64(1), $0.int64(2)) }
+        for (space, head, top) in ahead {
+            report.problems.append("space \(space): a record has seq \(top) above the space's head \(head); the next push would reuse a seq")
+        }
+        let strays = try db.scalarInt("SELECT count(*) FROM records WHERE space_id NOT IN (SELECT space_id FROM spaces)") ?? 0
+        if strays > 0 { report.problems.append("store: \(strays) records belong to no space") }
+        let spaces = try db.scalarInt("SELECT count(*) FROM spaces") ?? 0
+        let records = try db.scalarInt("SELECT count(*) FROM records") ?? 0
+        if ahead.isEmpty && strays == 0 {
+            report.checked.append("\(records) records in \(spaces) spaces; every space's head covers its records' seqs")
+        }
+        // Compaction (schema 6): where each space's history is whole from.
+        if try db.scalarInt("SELECT count(*) FROM pragma_table_info('spaces') WHERE name = 'horizon_seq'") == 1 {
+            let compacted = try db.query("SELECT name, horizon_seq FROM spaces WHERE horizon_seq > 0 ORDER BY name") { ($0.text(0), $0.int64(1)) }
+            let tombstones = try db.scalarInt("SELECT count(*) FROM records WHERE deleted = 1") ?? 0
+            if compacted.isEmpty {
+                report.checked.append("history horizon: no tombstone purged yet; \(tombstones) tombstones kept")
+            } else {
+                let list = compacted.prefix(20).map { "\($0.0) at \($0.1)" }.joined(separator: ", ")
+                report.checked.append("history horizon: \(compacted.count) spaces compacted (\(list)\(compacted.count > 20 ? ", ..." : "")); \(tombstones) tombstones kept")
+            }
+            let free = (try db.scalarInt("PRAGMA freelist_count") ?? 0) * (try db.scalarInt("PRAGMA page_size") ?? 0)
+            report.checked.append("free space: \(free) bytes of freed rows (purged tombstones, expired change ids) that new rows reuse")
+            let above = try db.query("SELECT name, horizon_seq, head_seq FROM spaces WHERE horizon_seq > head_seq") { ($0.text(0), $0.int64(1), $0.int64(2)) }
+            for (space, horizon, head) in above {
+                report.problems.append("space \(space): history horizon \(horizon) is above the space's head \(head)")
+            }
         }
     }
 

@@ -77,25 +77,7 @@ public enum RestoreCommand {
             throw OperatorError("\(dataDirectory) already holds a \(hasStore ? "store" : "media directory"); pass --force to replace it (the replaced data is deleted)")
         }
 
-        // The epoch the directory had: the restored one must sort after it too. It and the
-        // epochs it had ended join the restored store's history: devices may hold copies of
-        // them to offer again.
-        var replacedEpoch: Epoch?
-        var replacedHistory: [(Epoch, Int64)] = []
-        if hasStore {
-            do {
-                // Read-write, so that a WAL left by a killed server is recovered and, at close,
-                // folded into the file and removed (nothing else can have the store open now).
-                let old = try Connection(path: storePath, flags: [.readWrite])
-                defer { old.close() }
-                replacedEpoch = try StoreMeta(old).epoch
-                if try old.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'epoch_history'") == 1 {
-                    replacedHistory = try SQLiteSyncStore.endedEpochs(old)
-                }
-            } catch {
-                FileHandle.standardError.write(Data("outpost-server: warning: cannot read the epoch of the store being replaced (\(error)); the new epoch is made from the clock alone\n".utf8))
-            }
-        }
+        let (replacedEpoch, replacedHistory) = hasStore ? replacedEpochs(storePath) : (nil, [])
 
         // Prepare the new store beside the old one.
         let stagingStore = storePath + ".restoring"
@@ -126,14 +108,7 @@ public enum RestoreCommand {
             for sidecar in ["-wal", "-shm", "-journal"] { try OperatorFiles.remove(storePath + sidecar) }
             try OperatorFiles.rename(stagingStore, storePath)
 
-            // The secret, last, when the backup has one and the directory none of its own.
-            var restoredSecret = false
-            let backupSecret = OperatorFiles.join(backup, JWTSecret.fileName)
-            let secret = OperatorFiles.join(dataDirectory, JWTSecret.fileName)
-            if OperatorFiles.isRegularFile(backupSecret), !OperatorFiles.exists(secret) {
-                _ = try OperatorFiles.copy(from: backupSecret, to: secret, mode: 0o600)
-                restoredSecret = true
-            }
+            let restoredSecret = try restoreSecret(from: backup, into: dataDirectory)
             try OperatorFiles.sync(dataDirectory)
             try OperatorFiles.remove(replacedMedia)
             withExtendedLifetime(directory) {}
@@ -143,6 +118,35 @@ public enum RestoreCommand {
             try? OperatorFiles.remove(stagingMedia)
             throw error
         }
+    }
+
+    /// The epoch of the store being replaced, and the epochs it had ended: the restored
+    /// epoch must sort after it, and they join the restored store's history, since devices
+    /// may hold copies of them to offer again. Unreadable, the new epoch is made from the
+    /// clock alone.
+    private static func replacedEpochs(_ storePath: String) -> (Epoch?, [(Epoch, Int64)]) {
+        do {
+            // Read-write, so that a WAL left by a killed server is recovered and, at close,
+            // folded into the file and removed (nothing else can have the store open now).
+            let old = try Connection(path: storePath, flags: [.readWrite])
+            defer { old.close() }
+            let epoch = try StoreMeta(old).epoch
+            guard try old.scalarInt("SELECT count(*) FROM sqlite_master WHERE name = 'epoch_history'") == 1 else { return (epoch, []) }
+            return (epoch, try SQLiteSyncStore.endedEpochs(old))
+        } catch {
+            FileHandle.standardError.write(Data("outpost-server: warning: cannot read the epoch of the store being replaced (\(error)); the new epoch is made from the clock alone\n".utf8))
+            return (nil, [])
+        }
+    }
+
+    /// The secret, restored last, when the backup has one and the directory none of its
+    /// own; returns whether it was.
+    private static func restoreSecret(from backup: String, into dataDirectory: String) throws -> Bool {
+        let backupSecret = OperatorFiles.join(backup, JWTSecret.fileName)
+        let secret = OperatorFiles.join(dataDirectory, JWTSecret.fileName)
+        guard OperatorFiles.isRegularFile(backupSecret), !OperatorFiles.exists(secret) else { return false }
+        _ = try OperatorFiles.copy(from: backupSecret, to: secret, mode: 0o600)
+        return true
     }
 
     /// Checks and upgrades the staged store and gives it its new epoch; returns the epoch.
