@@ -426,22 +426,7 @@ enum Engine {
             settle(nil, madeOn: .nothing)
             return true
         }
-        if let carried = head.carried {
-            if server.holds(carried) {
-                // The history already descends from the copy: it is done; edits made on it
-                // meet the history's copy when they go.
-                r.edits.removeAll { $0.localId == head.localId }
-                return true
-            }
-            if server.isAncestor(of: carried) {
-                // The history holds an older state of the copy (a restore from an earlier
-                // backup): the copy goes again on it, as the server's rule allows.
-                r.edits.removeAll { $0.localId == head.localId }
-                r.edits.append(Edit(changeId: context.newChangeId(), kind: head.kind, body: head.body, clientTime: head.clientTime,
-                                    createdAt: head.createdAt, madeOn: .copy(server), attempts: head.attempts + 1))
-                return true
-            }
-        }
+        if settledByHistory(&r, head, server, context) { return true }
         guard let local = try? LocalEdit(data: latest.body.data.map(decodeObject), deleted: latest.body.deleted, clientTime: latest.clientTime,
                                          changeId: latest.changeId, clientId: context.clientId),
               server.body != nil, let serverState = try? server.recordState(r.key, fallbackTime: context.serverNow) else {
@@ -449,17 +434,8 @@ enum Engine {
             settle(latest.body, madeOn: .copy(server))
             return true
         }
-        // The merge's base: what the app saw when it made the first of the decided app edits
-        // (a re-offer carries a copy whose common ancestor with the server's is unknown).
-        var base: ConflictBase?
-        if let chainStart = decided.first(where: { !$0.isReoffer }), let content = r.content(chainStart.madeOn),
-           let data = try? content.data.map(decodeObject) {
-            let ownEdit: Bool
-            if case .edit(let id) = chainStart.madeOn, let earlier = r.edit(local: id), earlier.delivery.isUnsettled || isRejected(earlier) { ownEdit = true } else { ownEdit = false }
-            base = ConflictBase(data: data, deleted: content.deleted, version: ownEdit ? nil : r.state(chainStart.madeOn)?.version)
-        }
         let conflict = Conflict(collection: r.key.collection, id: r.key.id, local: local, server: serverState,
-                                serverChangeId: server.changeId, base: base, fields: context.fieldKinds.kinds(of: r.key.collection))
+                                serverChangeId: server.changeId, base: mergeBase(r, decided), fields: context.fieldKinds.kinds(of: r.key.collection))
         let resolution = context.resolver.resolve(conflict, now: context.serverNow)
         let written: String?
         switch resolution {
@@ -478,6 +454,35 @@ enum Engine {
         }
         decision = ConflictDecision(conflict: conflict, resolution: resolution, resolver: context.resolver.name, writtenChangeId: written)
         return true
+    }
+
+    /// A re-offer's conflict that the history settles without a resolver: one that already
+    /// descends from the re-offered copy is done (edits made on it meet the history's copy
+    /// when they go); one that holds an older state of the copy (a restore from an earlier
+    /// backup) takes the copy again on that state, as the server's rule allows. Returns
+    /// true when settled so.
+    private static func settledByHistory(_ r: inout RecordModel, _ head: Edit, _ server: Copy, _ context: EngineContext) -> Bool {
+        guard let carried = head.carried else { return false }
+        if server.holds(carried) {
+            r.edits.removeAll { $0.localId == head.localId }
+            return true
+        }
+        guard server.isAncestor(of: carried) else { return false }
+        r.edits.removeAll { $0.localId == head.localId }
+        r.edits.append(Edit(changeId: context.newChangeId(), kind: head.kind, body: head.body, clientTime: head.clientTime,
+                            createdAt: head.createdAt, madeOn: .copy(server), attempts: head.attempts + 1))
+        return true
+    }
+
+    /// The merge's base: what the app saw when it made the first of the decided app edits
+    /// (a re-offer carries a copy whose common ancestor with the server's is unknown). Its
+    /// version is nil when it was the device's own edit, not yet settled or rejected.
+    private static func mergeBase(_ r: RecordModel, _ decided: [Edit]) -> ConflictBase? {
+        guard let chainStart = decided.first(where: { !$0.isReoffer }), let content = r.content(chainStart.madeOn),
+              let data = try? content.data.map(decodeObject) else { return nil }
+        let ownEdit: Bool
+        if case .edit(let id) = chainStart.madeOn, let earlier = r.edit(local: id), earlier.delivery.isUnsettled || isRejected(earlier) { ownEdit = true } else { ownEdit = false }
+        return ConflictBase(data: data, deleted: content.deleted, version: ownEdit ? nil : r.state(chainStart.madeOn)?.version)
     }
 
     /// A person settles a conflict left for them: the held edit goes as an edit made on the

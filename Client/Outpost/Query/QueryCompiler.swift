@@ -136,28 +136,9 @@ struct QueryCompiler {
             guard after.shape == shape, after.keys.count == order.count else {
                 throw OutpostError.invalidQuery("the cursor was taken in another order than this query's")
             }
-            var alternatives: [String] = []
-            var equal: [String] = []
-            for (i, o) in order.enumerated() {
-                let v = after.keys[i]
-                var terms = equal
-                if v == .null {
-                    if o.descending { terms.append("0") } else { terms.append("\(o.sql) IS NOT NULL") }
-                } else {
-                    terms.append(o.descending ? "(\(o.sql) < ? OR \(o.sql) IS NULL)" : "\(o.sql) > ?")
-                }
-                alternatives.append("(" + terms.joined(separator: " AND ") + ")")
-                equal.append("\(o.sql) IS ?")
-            }
-            alternatives.append("(" + (equal + ["\(idColumn) \(idDescending ? "<" : ">") ?"]).joined(separator: " AND ") + ")")
-            // Bind in the order the text names them.
-            for i in order.indices {
-                for j in 0..<i { keysetValues.append(after.keys[j]) }
-                if after.keys[i] != .null { keysetValues.append(after.keys[i]) }
-            }
-            keysetValues += after.keys
-            keysetValues.append(.text(after.id))
-            whereSQL += " AND (" + alternatives.joined(separator: " OR ") + ")"
+            let keyset = Self.keyset(after: after, order: order, idColumn: idColumn, idDescending: idDescending)
+            whereSQL += " AND (" + keyset.sql + ")"
+            keysetValues = keyset.values
         }
 
         var sql = "\(select) FROM \(from) WHERE \(whereSQL) ORDER BY "
@@ -169,17 +150,43 @@ struct QueryCompiler {
         }
 
         // A count through the key table alone when nothing else is asked of the record.
-        let countSQL: String
-        if let chosen, !filterReadsRecord {
-            countSQL = "SELECT count(*) FROM \(chosen.table) WHERE \(filter)"
-        } else {
-            countSQL = "SELECT count(*) FROM \(from) WHERE \(base) AND \(filter)"
-        }
-        let countValues = (chosen != nil && !filterReadsRecord ? [] : baseValues) + filterValues
+        let keyTable = filterReadsRecord ? nil : chosen?.table
+        let countSQL = keyTable.map { "SELECT count(*) FROM \($0) WHERE \(filter)" } ?? "SELECT count(*) FROM \(from) WHERE \(base) AND \(filter)"
+        let countValues = (keyTable != nil ? [] : baseValues) + filterValues
 
         return CompiledQuery(sql: sql, values: baseValues + filterValues + keysetValues + pageValues,
                              countSQL: countSQL, countValues: countValues, keyCount: order.count, shape: shape,
                              index: chosen, searchIndex: search)
+    }
+
+    /// The rows after the cursor `after` in `order` (then the id): one alternative per
+    /// sort key (the keys before it equal, this one past it, NULLs last ascending and first
+    /// descending), and the last all equal with a later id; with the values bound in the
+    /// order the text names them.
+    private static func keyset(after: QueryCursor, order: [(sql: String, descending: Bool)], idColumn: String,
+                               idDescending: Bool) -> (sql: String, values: [SQLiteValue]) {
+        var alternatives: [String] = []
+        var equal: [String] = []
+        for (i, o) in order.enumerated() {
+            let v = after.keys[i]
+            var terms = equal
+            if v == .null {
+                if o.descending { terms.append("0") } else { terms.append("\(o.sql) IS NOT NULL") }
+            } else {
+                terms.append(o.descending ? "(\(o.sql) < ? OR \(o.sql) IS NULL)" : "\(o.sql) > ?")
+            }
+            alternatives.append("(" + terms.joined(separator: " AND ") + ")")
+            equal.append("\(o.sql) IS ?")
+        }
+        alternatives.append("(" + (equal + ["\(idColumn) \(idDescending ? "<" : ">") ?"]).joined(separator: " AND ") + ")")
+        var values: [SQLiteValue] = []
+        for i in order.indices {
+            for j in 0..<i { values.append(after.keys[j]) }
+            if after.keys[i] != .null { values.append(after.keys[i]) }
+        }
+        values += after.keys
+        values.append(.text(after.id))
+        return (alternatives.joined(separator: " OR "), values)
     }
 
     private func validate() throws {
