@@ -3,8 +3,27 @@ import Foundation
 import Glibc
 #endif
 
-/// A blocking HTTP/1.1 keep-alive connection for the benchmark: requests with a body from
-/// a buffer, answers with `Content-Length`.
+/// A blocking HTTP/1.1 keep-alive connection: the benchmarks' client wherever the time of a
+/// request is a figure. The engine's `HTTPClient` (OutpostHTTP) serves the untimed probes
+/// (`probe` in Drive.swift); this one stays for the timed work because of what it does not
+/// cost, so the figures are the server's:
+///
+/// - A body goes out from the caller's buffer, `bodyCount` bytes of it, with no copy:
+///   `media`'s chunk PUTs and `integrations` 3's tus PATCHes (a 4 MiB buffer read anew for
+///   each piece) and `peers` (d)'s 64 MiB multipart body. `HTTPClient.encode` joins head
+///   and body into a new array per request, a copy of every byte inside the timed region.
+/// - `download` hands the body to a sink piece by piece: `media`'s download (256 MiB by
+///   default) is hashed or discarded as it arrives, where `HTTPClient` gathers the whole body
+///   into one array, whose allocation and copy would be timed.
+/// - Reads block in recv(2) (with `SO_RCVTIMEO`) into one buffer per connection: one
+///   system call for an answer not yet there, where `HTTPClient`'s non-blocking socket takes
+///   a recv that finds nothing, a poll and a recv again, and allocates and copies a 64 KiB
+///   block per read. The closed loops of `driveClients` (`push`, `rules`, `integrations`,
+///   `peers`, `scaling`), the page loops of `pull`, `rules` and `peers`, and the long-poll
+///   wake-ups' pushes run beside the server on the same cores: each extra call per request
+///   is taken from the server's figure.
+///
+/// Answers are read with `Content-Length` or chunked (PocketBase's large lists).
 final class BenchConnection {
     let fd: Int32
     private var buffer: [UInt8]

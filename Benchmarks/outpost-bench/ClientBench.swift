@@ -86,8 +86,7 @@ enum ClientBench {
     static func startServer(_ serverPath: String?, work: String, secret: String) throws -> (HTTPBench.ServerChild, String, URL) {
         setenv("OUTPOST_JWT_SECRET", secret, 1)
         let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0)
-        let token = JWTAuthority(secret: Array(secret.utf8)).sign(
-            Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        let token = benchToken(secret: secret)
         print("server pid \(server.pid) on port \(server.port)")
         return (server, token, URL(string: "http://127.0.0.1:\(server.port)")!)
     }
@@ -188,25 +187,7 @@ enum ClientBench {
     static func initialSync(url: URL, token: String, work: String, records: Int, pageLimit requested: Int?) async throws {
         let transport = HTTPSyncTransport(baseURL: url, token: token)
         let limits = try await transport.serverInfo().limits
-        // Seed the space through the protocol, in pushes of the server's largest size.
-        var n = 0
-        var bytes = 0
-        // What the screen shows: a collection of 50 records, in the first page.
-        let screen = (0..<screenSize).map { i in
-            Change(changeId: "screen-\(i)", collection: "screen", id: String(format: "s%02d", i), op: .put, data: record(i), baseVersion: nil)
-        }
-        _ = try await transport.push(PushRequest(clientId: "seeder", changes: screen), space: "bench")
-        while n < records {
-            var changes: [Change] = []
-            while changes.count < limits.maxChangesPerPush && n < records {
-                let data = record(n)
-                bytes += JSONValue.object(data).encoded().count
-                changes.append(Change(changeId: "seed-\(n)", collection: "todos", id: String(format: "t%07d", n), op: .put, data: data, baseVersion: nil))
-                n += 1
-            }
-            let answer = try await transport.push(PushRequest(clientId: "seeder", changes: changes), space: "bench")
-            guard answer.results.allSatisfy({ $0.status == .applied }) else { throw HTTPBench.BenchError("seeding failed") }
-        }
+        let bytes = try await seed(transport, records: records, changesPerPush: limits.maxChangesPerPush)
         var configuration = OutpostStore.Configuration(space: "bench")
         if let requested { configuration.pageLimit = requested }
         let pageLimit = configuration.pageLimit
@@ -225,30 +206,7 @@ enum ClientBench {
         }
         let transportSeconds = ms(clock.now - start) / 1000
 
-        // Ceiling 2: raw SQLite inserts of the same bytes, a transaction per page, with the
-        // durability the store uses for pulled pages (NORMAL: see OutpostStore.write).
-        let raw = try Connection(path: work + "/raw-sync.sqlite")
-        try raw.enableWAL(synchronous: .normal)
-        try raw.execute("CREATE TABLE t(collection TEXT, id TEXT, data BLOB, version TEXT, PRIMARY KEY(collection, id)) WITHOUT ROWID")
-        let blobs = (0..<records).map { n -> [UInt8] in
-            var b: [UInt8] = []
-            JSONWriter.append(record(n), to: &b)
-            return b
-        }
-        start = clock.now
-        var row = 0
-        while row < records {
-            try raw.transaction {
-                let stmt = try raw.cached("INSERT INTO t(collection, id, data, version) VALUES (?, ?, ?, ?)")
-                for r in row..<min(records, row + pageLimit) {
-                    try stmt.bind([.text("todos"), .text(String(format: "t%07d", r)), .blob(blobs[r]), .text("E.\(r + 1)")])
-                    while try stmt.step() {}
-                }
-            }
-            row += pageLimit
-        }
-        let rawSeconds = ms(clock.now - start) / 1000
-        raw.close()
+        let rawSeconds = try rawInsertSeconds(work: work, records: records, pageLimit: pageLimit)
 
         // The SDK: a new store pulling everything, with a screen reading beside it.
         let store = try OutpostStore(path: work + "/initial.sqlite", configuration: configuration, transport: transport)
@@ -282,6 +240,73 @@ enum ClientBench {
         _ = try await gzipStore.sync()
         let gzipSeconds = ms(clock.now - start) / 1000
         await gzipStore.close()
+        printInitialSync(records: records, seconds: seconds, gzipSeconds: gzipSeconds, transportSeconds: transportSeconds, rawSeconds: rawSeconds,
+                         memory: (before, after), fileBytes: fileBytes, during: during, idle: idleReads)
+        try clientProcessSync(url: url, token: token, work: work, records: records)
+    }
+
+    static let screenSize = 50
+
+    /// Seeds the space `bench` through the protocol: the screen's 50 records, then `records`
+    /// records in pushes of `changesPerPush` (the server's largest). Returns the seeded
+    /// records' bytes of data.
+    static func seed(_ transport: HTTPSyncTransport, records: Int, changesPerPush: Int) async throws -> Int {
+        var n = 0
+        var bytes = 0
+        // What the screen shows: a collection of 50 records, in the first page.
+        let screen = (0..<screenSize).map { i in
+            Change(changeId: "screen-\(i)", collection: "screen", id: String(format: "s%02d", i), op: .put, data: record(i), baseVersion: nil)
+        }
+        _ = try await transport.push(PushRequest(clientId: "seeder", changes: screen), space: "bench")
+        while n < records {
+            var changes: [Change] = []
+            while changes.count < changesPerPush && n < records {
+                let data = record(n)
+                bytes += JSONValue.object(data).encoded().count
+                changes.append(Change(changeId: "seed-\(n)", collection: "todos", id: String(format: "t%07d", n), op: .put, data: data, baseVersion: nil))
+                n += 1
+            }
+            let answer = try await transport.push(PushRequest(clientId: "seeder", changes: changes), space: "bench")
+            guard answer.results.allSatisfy({ $0.status == .applied }) else { throw HTTPBench.BenchError("seeding failed") }
+        }
+        return bytes
+    }
+
+    /// The initial sync's ceiling 2: seconds of raw SQLite inserts of the same bytes.
+    static func rawInsertSeconds(work: String, records: Int, pageLimit: Int) throws -> Double {
+        // Ceiling 2: raw SQLite inserts of the same bytes, a transaction per page, with the
+        // durability the store uses for pulled pages (NORMAL: see OutpostStore.write).
+        let clock = ContinuousClock()
+        let raw = try Connection(path: work + "/raw-sync.sqlite")
+        try raw.enableWAL(synchronous: .normal)
+        try raw.execute("CREATE TABLE t(collection TEXT, id TEXT, data BLOB, version TEXT, PRIMARY KEY(collection, id)) WITHOUT ROWID")
+        let blobs = (0..<records).map { n -> [UInt8] in
+            var b: [UInt8] = []
+            JSONWriter.append(record(n), to: &b)
+            return b
+        }
+        let start = clock.now
+        var row = 0
+        while row < records {
+            try raw.transaction {
+                let stmt = try raw.cached("INSERT INTO t(collection, id, data, version) VALUES (?, ?, ?, ?)")
+                for r in row..<min(records, row + pageLimit) {
+                    try stmt.bind([.text("todos"), .text(String(format: "t%07d", r)), .blob(blobs[r]), .text("E.\(r + 1)")])
+                    while try stmt.step() {}
+                }
+            }
+            row += pageLimit
+        }
+        let rawSeconds = ms(clock.now - start) / 1000
+        raw.close()
+        return rawSeconds
+    }
+
+    /// The initial sync's table beside its ceilings, its goals, and the screen's reads.
+    static func printInitialSync(records: Int, seconds: Double, gzipSeconds: Double, transportSeconds: Double, rawSeconds: Double,
+                                 memory: (before: (peak: Int, now: Int), after: (peak: Int, now: Int)), fileBytes: Int,
+                                 during: (get: [Double], all: [Double]), idle idleReads: (get: [Double], all: [Double])) {
+        let (before, after) = memory
         print("                            records/s     seconds")
         print(String(format: "SDK initial sync        %12.0f %10.2f   peak memory %.1f MB (%.1f MB before, %.1f MB after)",
                      Double(records) / seconds, seconds, Double(after.peak) / 1e6, Double(before.now) / 1e6, Double(after.now) / 1e6))
@@ -299,10 +324,7 @@ enum ClientBench {
         }
         let worst = max(percentile(during.get, 0.99), percentile(during.all, 0.99))
         print(String(format: "goal: reads during the sync p99 < 16 ms: %@ (%.2f ms)", worst < 16 ? "met" : "NOT met", worst))
-        try clientProcessSync(url: url, token: token, work: work, records: records)
     }
-
-    static let screenSize = 50
 
     /// A screen on the main actor: every 2 ms, `get` of a random record and `all` of the
     /// 50-record collection, each timed, until `stop()`.

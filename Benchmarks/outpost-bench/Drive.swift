@@ -1,4 +1,7 @@
 import Foundation
+import OutpostCore
+import OutpostHTTP
+import OutpostServer
 import Synchronization
 
 /// What `driveClients` measured: what the answers counted, the wall time, and the latency of one
@@ -88,3 +91,49 @@ struct OptionReader {
         HTTPBench.BenchError("unknown option \(option)\n\(help)")
     }
 }
+
+// MARK: Shared setup
+
+/// A token signed with the HS256 `secret` a bench's servers are started with (through
+/// `OUTPOST_JWT_SECRET`), for every space and valid for a day.
+func benchToken(secret: String, sub: String = "bench", scope: Claims.Scope = .write, admin: Bool = false,
+                roles: [String]? = nil) -> String {
+    JWTAuthority(secret: Array(secret.utf8)).sign(
+        Claims(sub: sub, exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: scope, admin: admin,
+               extra: roles.map { ["roles": .array($0.map { .string($0) })] } ?? [:]))
+}
+
+/// Fills `space` with 10,000 records (20 pushes of 500 on `connection`) and returns the path
+/// of a pull of one record from its middle: what a device that is almost up to date asks for.
+func seedOneRecordPull(on connection: BenchConnection, space: String, token: String) throws -> String {
+    for r in 0..<20 {
+        _ = try SyncBench.push(SyncBench.pushBody(space: space, prefix: "seed-\(r)", count: 500), on: connection,
+                               path: "/v1/spaces/\(space)/push", token: token)
+    }
+    let epoch = try SyncBench.epochOf(connection: connection)
+    return "/v1/spaces/\(space)/pull?limit=1&since=\(epoch).5000"
+}
+
+/// What `body` returns and the CPU time (user and system, all threads) process `pid` spent
+/// while it ran, in seconds.
+func withCPU<T>(of pid: Int32, _ body: () throws -> T) rethrows -> (T, Double) {
+    let before = MemorySampler.cpu(pid: pid).total
+    let result = try body()
+    return (result, MemorySampler.cpu(pid: pid).total - before)
+}
+
+/// The same, for work that suspends.
+func withCPU<T>(of pid: Int32, _ body: () async throws -> T) async rethrows -> (T, Double) {
+    let before = MemorySampler.cpu(pid: pid).total
+    let result = try await body()
+    return (result, MemorySampler.cpu(pid: pid).total - before)
+}
+
+/// One GET on a new connection through the engine's `HTTPClient`: the benches' untimed
+/// probes (readiness, `/v1/info`, `/metrics`), where no figure depends on the client.
+func probe(port: Int, _ path: String, token: String? = nil) throws -> HTTPClientResponse {
+    try HTTPClient(port: port, timeout: 10).request("GET", path, headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [])
+}
+
+/// "met" or "MISSED", as every goal line says.
+func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }

@@ -97,51 +97,73 @@ enum HTTPBench {
         print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores; nice \(o.nice.map(String.init) ?? "unchanged"); server: \(serverPath)")
 
         let loadBefore = loadAverage()
-        var outpostRuns: [WrkResult] = []
-        var pullRuns: [WrkResult] = []
-        var nginxRuns: [WrkResult] = []
-        do {
-            // The pull's token is signed with the secret the server is started with.
-            setenv("OUTPOST_JWT_SECRET", IntegrationsBench.secret, 1)
-            let server = try ServerChild.start(path: serverPath, data: work + "/data", eventLoops: o.eventLoops)
-            defer { server.stop() }
-            let url = "http://127.0.0.1:\(server.port)/healthz"
-            try check(url: url)
-            let pull = o.skipPull ? nil : try onePullURL(port: server.port)
-            let authorization = ["Authorization: Bearer \(IntegrationsBench.hsToken())"]
-            if o.warmup > 0 {
-                _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup)
-                if let pull { _ = try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.warmup) }
-            }
-            // The server's CPU per request beside the rates: on a machine shared with other
-            // work it moves far less than requests/s do.
-            func measured(_ run: () throws -> WrkResult) rethrows -> WrkResult {
-                let before = MemorySampler.cpu(pid: server.pid).total
-                var result = try run()
-                let cpu = MemorySampler.cpu(pid: server.pid).total - before
-                result.serverMicrosecondsPerRequest = cpu * 1e6 / max(1, result.requestsPerSecond * Double(o.seconds))
-                return result
-            }
-            for _ in 0..<o.rounds {
-                outpostRuns.append(try measured { try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds) })
-                if let pull {
-                    pullRuns.append(try measured { try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.seconds) })
-                }
-            }
-            print("outpost-server RSS after load: \(formatMB(rss(pid: server.pid)))")
-        }
-        if !o.skipNginx {
-            let nginx = try NginxChild.start(directory: work + "/nginx")
-            defer { nginx.stop() }
-            let url = "http://127.0.0.1:\(nginx.port)/healthz"
-            try check(url: url)
-            if o.warmup > 0 { _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup) }
-            for _ in 0..<o.rounds {
-                nginxRuns.append(try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds))
-            }
+        let (outpostRuns, pullRuns) = try measureOutpost(o, serverPath: serverPath, work: work)
+        let nginxRuns = o.skipNginx ? [] : try measureNginx(o, work: work)
+        report(o, outpost: outpostRuns, pull: pullRuns, nginx: nginxRuns, loadBefore: loadBefore)
+
+        if o.fileMegabytes > 0 {
+            print("")
+            try await fileDownload(megabytes: o.fileMegabytes, directory: work)
         }
 
-        // The best round of each side (the one least disturbed by other work).
+        if !o.skipIdle && o.idleConnections > 0 {
+            print("")
+            try measureIdle(o, serverPath: serverPath, work: work)
+        }
+    }
+
+    /// wrk's rounds of /healthz and of the one-record pull on a server of its own (after a
+    /// warm-up of each), with the server's CPU per request.
+    static func measureOutpost(_ o: Options, serverPath: String, work: String) throws -> (healthz: [WrkResult], pull: [WrkResult]) {
+        var outpostRuns: [WrkResult] = []
+        var pullRuns: [WrkResult] = []
+        // The pull's token is signed with the secret the server is started with.
+        setenv("OUTPOST_JWT_SECRET", IntegrationsBench.secret, 1)
+        let server = try ServerChild.start(path: serverPath, data: work + "/data", eventLoops: o.eventLoops)
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)/healthz"
+        try check(url: url)
+        let pull = o.skipPull ? nil : try onePullURL(port: server.port)
+        let authorization = ["Authorization: Bearer \(IntegrationsBench.hsToken())"]
+        if o.warmup > 0 {
+            _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup)
+            if let pull { _ = try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.warmup) }
+        }
+        // The server's CPU per request beside the rates: on a machine shared with other
+        // work it moves far less than requests/s do.
+        func measured(_ run: () throws -> WrkResult) rethrows -> WrkResult {
+            let (run, cpu) = try withCPU(of: server.pid, run)
+            var result = run
+            result.serverMicrosecondsPerRequest = cpu * 1e6 / max(1, result.requestsPerSecond * Double(o.seconds))
+            return result
+        }
+        for _ in 0..<o.rounds {
+            outpostRuns.append(try measured { try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds) })
+            if let pull {
+                pullRuns.append(try measured { try runWrk(url: pull, headers: authorization, threads: o.threads, connections: o.connections, seconds: o.seconds) })
+            }
+        }
+        print("outpost-server RSS after load: \(formatMB(rss(pid: server.pid)))")
+        return (outpostRuns, pullRuns)
+    }
+
+    /// wrk's rounds of the static file on nginx, after a warm-up.
+    static func measureNginx(_ o: Options, work: String) throws -> [WrkResult] {
+        var nginxRuns: [WrkResult] = []
+        let nginx = try NginxChild.start(directory: work + "/nginx")
+        defer { nginx.stop() }
+        let url = "http://127.0.0.1:\(nginx.port)/healthz"
+        try check(url: url)
+        if o.warmup > 0 { _ = try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.warmup) }
+        for _ in 0..<o.rounds {
+            nginxRuns.append(try runWrk(url: url, threads: o.threads, connections: o.connections, seconds: o.seconds))
+        }
+        return nginxRuns
+    }
+
+    /// Every round when there were several, then the best round of each side (the one
+    /// least disturbed by other work) with the ratio and the goals.
+    static func report(_ o: Options, outpost outpostRuns: [WrkResult], pull pullRuns: [WrkResult], nginx nginxRuns: [WrkResult], loadBefore: String) {
         let best = outpostRuns.max { $0.requestsPerSecond < $1.requestsPerSecond }!
         if o.rounds > 1 {
             print("rounds (requests/s, p99):")
@@ -162,28 +184,24 @@ enum HTTPBench {
             print(row("nginx", nginxBest))
             let ratio = best.requestsPerSecond / nginxBest.requestsPerSecond
             print(String(format: "ratio outpost/nginx: %.2fx requests/s", ratio))
-            print("goal requests/s >= nginx: \(ratio >= 1 ? "met" : "MISSED")")
+            print("goal requests/s >= nginx: \(verdict(ratio >= 1))")
         }
-        print("goal p99 < 5 ms: \(best.p99Milliseconds < 5 ? "met" : "MISSED") (\(String(format: "%.2f", best.p99Milliseconds)) ms)")
+        print("goal p99 < 5 ms: \(verdict(best.p99Milliseconds < 5)) (\(String(format: "%.2f", best.p99Milliseconds)) ms)")
+    }
 
-        if o.fileMegabytes > 0 {
-            print("")
-            try await fileDownload(megabytes: o.fileMegabytes, directory: work)
-        }
-
-        if !o.skipIdle && o.idleConnections > 0 {
-            print("")
-            let server = try ServerChild.start(path: serverPath, data: work + "/data-idle", eventLoops: o.eventLoops)
-            defer { server.stop() }
-            let atStart = rss(pid: server.pid)
-            let sockets = try openIdleConnections(port: server.port, count: o.idleConnections)
-            defer { for fd in sockets { close(fd) } }
-            usleep(500_000)
-            let withIdle = rss(pid: server.pid)
-            print("idle: \(sockets.count) keep-alive connections (one request each, then idle)")
-            print("  server RSS at start \(formatMB(atStart)), with them open \(formatMB(withIdle)) (+\(formatMB(withIdle - atStart)), \(sockets.isEmpty ? 0 : (withIdle - atStart) / sockets.count) bytes each)")
-            print("  goal RSS < 300 MB: \(withIdle < 300 * 1024 * 1024 ? "met" : "MISSED")")
-        }
+    /// A fresh server's RSS at start and with `o.idleConnections` idle keep-alive
+    /// connections open.
+    static func measureIdle(_ o: Options, serverPath: String, work: String) throws {
+        let server = try ServerChild.start(path: serverPath, data: work + "/data-idle", eventLoops: o.eventLoops)
+        defer { server.stop() }
+        let atStart = rss(pid: server.pid)
+        let sockets = try openIdleConnections(port: server.port, count: o.idleConnections)
+        defer { for fd in sockets { close(fd) } }
+        usleep(500_000)
+        let withIdle = rss(pid: server.pid)
+        print("idle: \(sockets.count) keep-alive connections (one request each, then idle)")
+        print("  server RSS at start \(formatMB(atStart)), with them open \(formatMB(withIdle)) (+\(formatMB(withIdle - atStart)), \(sockets.isEmpty ? 0 : (withIdle - atStart) / sockets.count) bytes each)")
+        print("  goal RSS < 300 MB: \(verdict(withIdle < 300 * 1024 * 1024))")
     }
 
     /// Serves a file of `megabytes` MiB with `.file` from an in-process engine and
@@ -239,15 +257,10 @@ enum HTTPBench {
     // MARK: wrk
 
     /// Fills a space of 10,000 records on the server at `port` and returns the URL of a pull
-    /// of one record from its middle (what a device that is almost up to date asks for).
+    /// of one record from its middle, checked to answer one record.
     static func onePullURL(port: Int) throws -> String {
         let connection = try BenchConnection(port: port)
-        for r in 0..<20 {
-            _ = try SyncBench.push(SyncBench.pushBody(space: "bench", prefix: "seed-\(r)", count: 500), on: connection,
-                                   path: "/v1/spaces/bench/push", token: IntegrationsBench.hsToken())
-        }
-        let epoch = try SyncBench.epochOf(connection: connection)
-        let path = "/v1/spaces/bench/pull?limit=1&since=\(epoch).5000"
+        let path = try seedOneRecordPull(on: connection, space: "bench", token: IntegrationsBench.hsToken())
         let (status, body) = try connection.exchange(method: "GET", path: path, token: IntegrationsBench.hsToken(), body: nil)
         guard status == 200, SyncBench.count(#""collection":"#, in: body) == 1 else {
             throw BenchError("the one-record pull answered \(status): \(String(decoding: body.prefix(300), as: UTF8.self))")

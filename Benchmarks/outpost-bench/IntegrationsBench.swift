@@ -101,11 +101,7 @@ enum IntegrationsBench {
     }
 
     /// An HS256 token of the server's secret for every space.
-    static func hsToken(admin: Bool = false) -> String {
-        JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write, admin: admin))
-    }
-
-    static func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }
+    static func hsToken(admin: Bool = false) -> String { benchToken(secret: secret, admin: admin) }
 
     static func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
@@ -113,10 +109,10 @@ enum IntegrationsBench {
 
     /// The samples of `name` in the server's `/metrics`: each series' labels and value.
     static func metric(_ name: String, port: Int, admin: String) throws -> [(labels: String, value: Double)] {
-        let (status, body) = try BenchConnection(port: port).exchange(method: "GET", path: "/metrics", token: admin, body: nil)
-        guard status == 200 else { throw HTTPBench.BenchError("/metrics answered \(status)") }
+        let answer = try probe(port: port, "/metrics", token: admin)
+        guard answer.status == 200 else { throw HTTPBench.BenchError("/metrics answered \(answer.status)") }
         var out: [(String, Double)] = []
-        for line in String(decoding: body, as: UTF8.self).split(separator: "\n") where line.hasPrefix(name) {
+        for line in answer.text.split(separator: "\n") where line.hasPrefix(name) {
             let rest = line.dropFirst(name.count)
             guard rest.first == " " || rest.first == "{", let value = Double(rest.split(separator: " ").last ?? "") else { continue }
             out.append((rest.hasPrefix("{") ? String(rest.prefix { $0 != "}" }.dropFirst()) : "", value))
@@ -165,8 +161,7 @@ enum IntegrationsBench {
         fast.reset()
         expected = 0
 
-        struct Run { var rate: Double; var p50: Double; var p99: Double; var cpuPerChange: Double }
-        var runs: [String: [Run]] = [:]
+        var runs: [String: [WebhookRun]] = [:]
         var deliveries: [String] = []
         for round in 0..<o.rounds {
             let order = round % 2 == 0 ? servers : Array(servers.reversed())
@@ -179,7 +174,7 @@ enum IntegrationsBench {
                 }
                 let cpu = MemorySampler.cpu(pid: server.pid).total - cpu0
                 guard r.counted == total else { throw HTTPBench.BenchError("\(name): only \(r.counted) of \(total) changes applied") }
-                runs[name, default: []].append(Run(rate: Double(r.counted) / r.seconds, p50: r.p50, p99: r.p99, cpuPerChange: cpu / Double(r.counted)))
+                runs[name, default: []].append(WebhookRun(rate: Double(r.counted) / r.seconds, p50: r.p50, p99: r.p99, cpuPerChange: cpu / Double(r.counted)))
                 if server === fastServer {
                     expected += total
                     let had = fast.changes - (expected - total)
@@ -191,14 +186,29 @@ enum IntegrationsBench {
             }
         }
 
-        let base = runs[servers[0].name]!
+        printWebhookReport(runs: runs, names: servers.map(\.name), deliveries: deliveries, fast: fast)
+        let hangDeliveries = try metric("outpost_webhook_deliveries_total", port: hangServer.port, admin: admin)
+            .map { "\($0.labels.split(separator: ",").last ?? ""): \(Int($0.value))" }.joined(separator: ", ")
+        let hangLag = try metric("outpost_webhook_lag_seconds", port: hangServer.port, admin: admin).first?.value ?? .nan
+        print(String(format: "hanging receiver: %d connections accepted, deliveries %@, outpost_webhook_lag_seconds %.0f at the end",
+                     hang.connections, hangDeliveries.isEmpty ? "none" : hangDeliveries, hangLag))
+        await fast.stop()
+    }
+
+    /// One webhook push round of one server: its rate, latency per push and CPU per change.
+    struct WebhookRun { var rate: Double; var p50: Double; var p99: Double; var cpuPerChange: Double }
+
+    /// The webhook servers' table beside the baseline (`names[0]`), and what the fast
+    /// receiver got.
+    static func printWebhookReport(runs: [String: [WebhookRun]], names: [String], deliveries: [String], fast: WebhookReceiver) {
+        let base = runs[names[0]]!
         let baseRate = mean(base.map(\.rate)), baseP50 = mean(base.map(\.p50))
         print("\n" + MediaBench.pad("", 24) + MediaBench.pad("changes/s", 11) + MediaBench.pad("p50 / p99 per push", 21) + MediaBench.pad("server CPU", 14) + "push time × baseline (p50 × baseline)")
-        for (name, _) in servers {
+        for name in names {
             let rs = runs[name]!
             let rate = mean(rs.map(\.rate)), p50 = mean(rs.map(\.p50)), p99 = mean(rs.map(\.p99))
             let ratio = baseRate / rate
-            let judged = name == servers[0].name ? "1.00" : String(format: "%.2f × (%.2f ×); goal ≤ 1.3 ×: %@", ratio, p50 / baseP50, verdict(ratio <= 1.3))
+            let judged = name == names[0] ? "1.00" : String(format: "%.2f × (%.2f ×); goal ≤ 1.3 ×: %@", ratio, p50 / baseP50, verdict(ratio <= 1.3))
             print(MediaBench.pad(name, 24) + MediaBench.pad(String(format: "%.0f", rate), 11)
                   + MediaBench.pad(String(format: "%.1f / %.1f ms", p50 * 1000, p99 * 1000), 21)
                   + MediaBench.pad(String(format: "%.1f us/change", mean(rs.map(\.cpuPerChange)) * 1e6), 14) + judged)
@@ -210,47 +220,20 @@ enum IntegrationsBench {
             print(String(format: "fast receiver: %d changes in %d batches; delivery lag (arrival − updatedAt) p50 %.0f ms, p99 %.0f ms, max %.0f ms",
                          fast.changes, fast.batches, lags[lags.count / 2], lags[min(lags.count - 1, lags.count * 99 / 100)], lags.last!))
         }
-        let hangDeliveries = try metric("outpost_webhook_deliveries_total", port: hangServer.port, admin: admin)
-            .map { "\($0.labels.split(separator: ",").last ?? ""): \(Int($0.value))" }.joined(separator: ", ")
-        let hangLag = try metric("outpost_webhook_lag_seconds", port: hangServer.port, admin: admin).first?.value ?? .nan
-        print(String(format: "hanging receiver: %d connections accepted, deliveries %@, outpost_webhook_lag_seconds %.0f at the end",
-                     hang.connections, hangDeliveries.isEmpty ? "none" : hangDeliveries, hangLag))
-        await fast.stop()
     }
 
     // MARK: 2. Provider tokens
 
     static func providerTokens(path: String, work: String, o: Options) async throws {
         print("\n2. provider tokens cost little: a pull of one record (limit=1, from the middle of 10,000), closed loop on 64 connections, \(o.seconds) s per token per round, \(o.rounds) rounds")
-        let issuer = "https://idp.bench.example/"
-        let ec = try P256PrivateKey.generate()
-        let rsa = try RSAPrivateKey.generate(bits: 2048)
-        let jwks = #"{"keys":[{"kty":"EC","kid":"bench-es256","use":"sig","alg":"ES256","crv":"P-256","x":"\#(Base64.encodeURL(ec.x))","y":"\#(Base64.encodeURL(ec.y))"},"#
-            + #"{"kty":"RSA","kid":"bench-rs256","use":"sig","alg":"RS256","n":"\#(Base64.encodeURL(rsa.modulus))","e":"\#(Base64.encodeURL(rsa.publicExponent))"}]}"#
-        let jwksPath = work + "/jwks.json"
-        try Data(jwks.utf8).write(to: URL(fileURLWithPath: jwksPath))
-        let server = try HTTPBench.ServerChild.start(path: path, data: work + "/tokens", eventLoops: 0, extra: ["--jwks-file", jwksPath, "--jwt-issuer", issuer])
+        let keys = try ProviderKeys(work: work)
+        let tokens = keys.tokens
+        let server = try HTTPBench.ServerChild.start(path: path, data: work + "/tokens", eventLoops: 0, extra: ["--jwks-file", keys.jwksPath, "--jwt-issuer", keys.issuer])
         defer { server.stop() }
-
-        let exp = Int64(Date().timeIntervalSince1970) + 86_400
-        let payload = Base64.encodeURL(Array(#"{"iss":"\#(issuer)","sub":"bench","exp":\#(exp),"spaces":["*"],"scope":"write"}"#.utf8))
-        func provider(_ alg: String, _ kid: String, _ sign: ([UInt8]) throws -> [UInt8]) throws -> String {
-            let input = Base64.encodeURL(Array(#"{"alg":"\#(alg)","typ":"JWT","kid":"\#(kid)"}"#.utf8)) + "." + payload
-            return input + "." + Base64.encodeURL(try sign(Array(input.utf8)))
-        }
-        let tokens: [(alg: String, token: String)] = [
-            ("HS256", hsToken()),
-            ("ES256", try provider("ES256", "bench-es256") { try ec.signES256($0) }),
-            ("RS256", try provider("RS256", "bench-rs256") { try rsa.signRS256($0) }),
-        ]
 
         // A space of 10,000 records, and one pull per token that must answer one record.
         let connection = try BenchConnection(port: server.port)
-        for r in 0..<20 {
-            _ = try SyncBench.push(SyncBench.pushBody(space: "tokens", prefix: "seed-\(r)", count: 500), on: connection, path: "/v1/spaces/tokens/push", token: tokens[0].token)
-        }
-        let epoch = try SyncBench.epochOf(connection: connection)
-        let pull = "/v1/spaces/tokens/pull?limit=1&since=\(epoch).5000"
+        let pull = try seedOneRecordPull(on: connection, space: "tokens", token: tokens[0].token)
         for (alg, token) in tokens {
             let (status, body) = try connection.exchange(method: "GET", path: pull, token: token, body: nil)
             guard status == 200, SyncBench.count(#""collection":"#, in: body) == 1 else {
@@ -258,15 +241,98 @@ enum IntegrationsBench {
             }
         }
 
+        let (checkCost, signatureCost) = try await tokenCheckCosts(keys, pull: pull)
+
+        func wire(_ token: String) -> [UInt8] { Array("GET \(pull) HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer \(token)\r\n\r\n".utf8) }
+        for (_, token) in tokens { _ = try LoadLoop.run(port: server.port, request: wire(token), connections: 64, threads: 2, seconds: 1) }
+        var runs: [String: [TokenRun]] = [:]
+        for round in 0..<o.rounds {
+            for (alg, token) in round % 2 == 0 ? tokens : Array(tokens.reversed()) {
+                let cpu0 = MemorySampler.cpu(pid: server.pid).total
+                let r = try LoadLoop.run(port: server.port, request: wire(token), connections: 64, threads: 2, seconds: Double(o.seconds))
+                let cpu = MemorySampler.cpu(pid: server.pid).total - cpu0
+                guard r.failures == 0 else { throw HTTPBench.BenchError("\(alg): \(r.failures) pulls were not answered 200") }
+                let bodies = (0..<8).map { c in (0..<100).map { i in SyncBench.pushBody(space: "tokpush", prefix: "\(alg)-r\(round)-c\(c)-\(i)", count: 1) } }
+                let p = try driveClients(bodies, port: { _ in server.port }) { connection, _, body in
+                    try SyncBench.push(body, on: connection, path: "/v1/spaces/tokpush/push", token: token)
+                }
+                guard p.counted == 800 else { throw HTTPBench.BenchError("\(alg): only \(p.counted) of 800 pushes applied") }
+                runs[alg, default: []].append(TokenRun(rate: r.rate, p50: r.p50, p99: r.p99, cpu: cpu / Double(max(r.count, 1)), pushRate: Double(p.counted) / p.seconds, pushP99: p.p99))
+            }
+        }
+
+        printTokenReport(runs: runs, tokens: tokens, checkCost: checkCost, signatureCost: signatureCost)
+    }
+
+    /// One provider-token round of one algorithm: the pulls' rate, latency and server CPU
+    /// per pull, and the pushes' rate and p99.
+    struct TokenRun { var rate: Double; var p50: Double; var p99: Double; var cpu: Double; var pushRate: Double; var pushP99: Double }
+
+    /// Each algorithm's row beside HS256's, then the tokens' sizes.
+    static func printTokenReport(runs: [String: [TokenRun]], tokens: [(alg: String, token: String)],
+                                 checkCost: [String: Double], signatureCost: [String: Double]) {
+        let baseRate = mean(runs["HS256"]!.map(\.rate)), basePush = mean(runs["HS256"]!.map(\.pushRate))
+        print("\n" + MediaBench.pad("", 7) + MediaBench.pad("pulls/s", 10) + MediaBench.pad("p50 / p99", 18) + MediaBench.pad("server CPU", 16)
+              + MediaBench.pad("check here / signature", 24) + MediaBench.pad("× HS256", 34) + "pushes of 1 change/s, 8 connections (× HS256)")
+        for (alg, _) in tokens {
+            let rs = runs[alg]!
+            let rate = mean(rs.map(\.rate)), ratio = rate / baseRate, push = mean(rs.map(\.pushRate))
+            print(MediaBench.pad(alg, 7) + MediaBench.pad(String(format: "%.0f", rate), 10)
+                  + MediaBench.pad(String(format: "%.2f / %.2f ms", mean(rs.map(\.p50)) * 1000, mean(rs.map(\.p99)) * 1000), 18)
+                  + MediaBench.pad(String(format: "%.1f us/pull", mean(rs.map(\.cpu)) * 1e6), 16)
+                  + MediaBench.pad(String(format: "%.1f / %.1f us", checkCost[alg]! * 1e6, signatureCost[alg]! * 1e6), 24)
+                  + MediaBench.pad(alg == "HS256" ? "1.00" : String(format: "%.2f; goal ≥ 0.8: %@", ratio, verdict(ratio >= 0.8)), 34)
+                  + String(format: "%.0f (%.2f), p99 %.1f ms", push, push / basePush, mean(rs.map(\.pushP99)) * 1000))
+            print("    rounds: " + rs.map { String(format: "%.0f pulls/s, %.1f us/pull", $0.rate, $0.cpu * 1e6) }.joined(separator: "; "))
+        }
+        print("tokens: " + tokens.map { "\($0.alg) \($0.token.utf8.count) bytes" }.joined(separator: ", ")
+              + "; a provider token that verified is cached until its exp or a change of the key set (VerifiedTokenCache); HS256 is verified on every request")
+    }
+
+    /// An ES256 and an RS256 key of a provider, its key set in `work`/jwks.json, and a token of
+    /// each beside an HS256 token of the server's secret.
+    struct ProviderKeys {
+        let issuer = "https://idp.bench.example/"
+        let ec: P256PrivateKey
+        let rsa: RSAPrivateKey
+        let jwksPath: String
+        var tokens: [(alg: String, token: String)] = []
+
+        init(work: String) throws {
+            ec = try P256PrivateKey.generate()
+            rsa = try RSAPrivateKey.generate(bits: 2048)
+            let jwks = #"{"keys":[{"kty":"EC","kid":"bench-es256","use":"sig","alg":"ES256","crv":"P-256","x":"\#(Base64.encodeURL(ec.x))","y":"\#(Base64.encodeURL(ec.y))"},"#
+                + #"{"kty":"RSA","kid":"bench-rs256","use":"sig","alg":"RS256","n":"\#(Base64.encodeURL(rsa.modulus))","e":"\#(Base64.encodeURL(rsa.publicExponent))"}]}"#
+            jwksPath = work + "/jwks.json"
+            try Data(jwks.utf8).write(to: URL(fileURLWithPath: jwksPath))
+            let exp = Int64(Date().timeIntervalSince1970) + 86_400
+            let payload = Base64.encodeURL(Array(#"{"iss":"\#(issuer)","sub":"bench","exp":\#(exp),"spaces":["*"],"scope":"write"}"#.utf8))
+            func provider(_ alg: String, _ kid: String, _ sign: ([UInt8]) throws -> [UInt8]) throws -> String {
+                let input = Base64.encodeURL(Array(#"{"alg":"\#(alg)","typ":"JWT","kid":"\#(kid)"}"#.utf8)) + "." + payload
+                return input + "." + Base64.encodeURL(try sign(Array(input.utf8)))
+            }
+            let (ec, rsa) = (self.ec, self.rsa)
+            tokens = [
+                ("HS256", hsToken()),
+                ("ES256", try provider("ES256", "bench-es256") { try ec.signES256($0) }),
+                ("RS256", try provider("RS256", "bench-rs256") { try rsa.signRS256($0) }),
+            ]
+        }
+    }
+
+    /// The seconds per token of each algorithm: the whole check in this process and the
+    /// signature alone.
+    static func tokenCheckCosts(_ keys: ProviderKeys, pull: String) async throws -> (check: [String: Double], signature: [String: Double]) {
         // The token check in this process, as the server runs it for every request
         // (`Authorizer.claims`: the header, the split, the signature, the claims), and the
         // signature alone (HMAC-SHA256, ECDSA P-256, RSA-2048 through OutpostCrypto).
+        let tokens = keys.tokens
         var settings = IdentityProviderSettings()
-        settings.jwksFile = jwksPath
-        settings.issuer = issuer
+        settings.jwksFile = keys.jwksPath
+        settings.issuer = keys.issuer
         let authorizer = Authorizer(authority: ServerTokens(shared: JWTAuthority(secret: Array(secret.utf8)),
                                                             provider: try ProviderTokens(settings: settings, metrics: Metrics())))
-        let (ecPublic, rsaPublic) = (try ec.publicKey(), try rsa.publicKey())
+        let (ecPublic, rsaPublic) = (try keys.ec.publicKey(), try keys.rsa.publicKey())
         var checkCost: [String: Double] = [:], signatureCost: [String: Double] = [:]
         for (alg, token) in tokens {
             let n = alg == "HS256" ? 20_000 : 2_000
@@ -290,42 +356,7 @@ enum IntegrationsBench {
             signatureCost[alg] = MediaBench.seconds(ContinuousClock.now - t0) / Double(n)
             guard valid else { throw HTTPBench.BenchError("\(alg): the signature did not verify in this process") }
         }
-
-        func wire(_ token: String) -> [UInt8] { Array("GET \(pull) HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer \(token)\r\n\r\n".utf8) }
-        for (_, token) in tokens { _ = try LoadLoop.run(port: server.port, request: wire(token), connections: 64, threads: 2, seconds: 1) }
-        struct Run { var rate: Double; var p50: Double; var p99: Double; var cpu: Double; var pushRate: Double; var pushP99: Double }
-        var runs: [String: [Run]] = [:]
-        for round in 0..<o.rounds {
-            for (alg, token) in round % 2 == 0 ? tokens : Array(tokens.reversed()) {
-                let cpu0 = MemorySampler.cpu(pid: server.pid).total
-                let r = try LoadLoop.run(port: server.port, request: wire(token), connections: 64, threads: 2, seconds: Double(o.seconds))
-                let cpu = MemorySampler.cpu(pid: server.pid).total - cpu0
-                guard r.failures == 0 else { throw HTTPBench.BenchError("\(alg): \(r.failures) pulls were not answered 200") }
-                let bodies = (0..<8).map { c in (0..<100).map { i in SyncBench.pushBody(space: "tokpush", prefix: "\(alg)-r\(round)-c\(c)-\(i)", count: 1) } }
-                let p = try driveClients(bodies, port: { _ in server.port }) { connection, _, body in
-                    try SyncBench.push(body, on: connection, path: "/v1/spaces/tokpush/push", token: token)
-                }
-                guard p.counted == 800 else { throw HTTPBench.BenchError("\(alg): only \(p.counted) of 800 pushes applied") }
-                runs[alg, default: []].append(Run(rate: r.rate, p50: r.p50, p99: r.p99, cpu: cpu / Double(max(r.count, 1)), pushRate: Double(p.counted) / p.seconds, pushP99: p.p99))
-            }
-        }
-
-        let baseRate = mean(runs["HS256"]!.map(\.rate)), basePush = mean(runs["HS256"]!.map(\.pushRate))
-        print("\n" + MediaBench.pad("", 7) + MediaBench.pad("pulls/s", 10) + MediaBench.pad("p50 / p99", 18) + MediaBench.pad("server CPU", 16)
-              + MediaBench.pad("check here / signature", 24) + MediaBench.pad("× HS256", 34) + "pushes of 1 change/s, 8 connections (× HS256)")
-        for (alg, _) in tokens {
-            let rs = runs[alg]!
-            let rate = mean(rs.map(\.rate)), ratio = rate / baseRate, push = mean(rs.map(\.pushRate))
-            print(MediaBench.pad(alg, 7) + MediaBench.pad(String(format: "%.0f", rate), 10)
-                  + MediaBench.pad(String(format: "%.2f / %.2f ms", mean(rs.map(\.p50)) * 1000, mean(rs.map(\.p99)) * 1000), 18)
-                  + MediaBench.pad(String(format: "%.1f us/pull", mean(rs.map(\.cpu)) * 1e6), 16)
-                  + MediaBench.pad(String(format: "%.1f / %.1f us", checkCost[alg]! * 1e6, signatureCost[alg]! * 1e6), 24)
-                  + MediaBench.pad(alg == "HS256" ? "1.00" : String(format: "%.2f; goal ≥ 0.8: %@", ratio, verdict(ratio >= 0.8)), 34)
-                  + String(format: "%.0f (%.2f), p99 %.1f ms", push, push / basePush, mean(rs.map(\.pushP99)) * 1000))
-            print("    rounds: " + rs.map { String(format: "%.0f pulls/s, %.1f us/pull", $0.rate, $0.cpu * 1e6) }.joined(separator: "; "))
-        }
-        print("tokens: " + tokens.map { "\($0.alg) \($0.token.utf8.count) bytes" }.joined(separator: ", ")
-              + "; a provider token that verified is cached until its exp or a change of the key set (VerifiedTokenCache); HS256 is verified on every request")
+        return (checkCost, signatureCost)
     }
 
     // MARK: 3. tus
@@ -345,7 +376,6 @@ enum IntegrationsBench {
         let checksums = digests.map { "sha256 " + $0.dropFirst("sha-256=:".count).dropLast() }
         let token = hsToken()
 
-        struct Upload { var seconds: Double; var last: Double; var cpu: Double }
         func native(_ space: String, connections: Int) async throws -> Upload {
             let t0 = ContinuousClock.now
             let id = try MediaBench.initUpload(port: server.port, token: token, size: size, sha256: sha, space: space)
@@ -357,42 +387,8 @@ enum IntegrationsBench {
             return Upload(seconds: MediaBench.seconds(t2 - t0), last: MediaBench.seconds(t2 - t1), cpu: 0)
         }
         func tusUpload(_ space: String) async throws -> Upload {
-            let port = server.port
-            return try await MediaBench.onThread {
-                let fd = open(file, O_RDONLY | O_CLOEXEC)
-                guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(file)") }
-                defer { close(fd) }
-                var buffer = [UInt8](repeating: 0, count: chunkSize)
-                let connection = try BenchConnection(port: port)
-                let auth = ("Authorization", "Bearer \(token)"), version = ("Tus-Resumable", "1.0.0")
-                let t0 = ContinuousClock.now
-                let created = try connection.request("POST", "/v1/spaces/\(space)/tus", headers: [
-                    auth, version, ("Upload-Length", String(size)),
-                    ("Upload-Metadata", "filename \(Base64.encode(Array("bench.mp4".utf8))),filetype \(Base64.encode(Array("video/mp4".utf8)))"),
-                ], body: [])
-                guard created.status == 201, let location = created.header("Location") else {
-                    throw HTTPBench.BenchError("tus creation answered \(created.status): \(String(decoding: created.body.prefix(300), as: UTF8.self))")
-                }
-                var offset: Int64 = 0
-                var lastStart = t0
-                for (index, checksum) in checksums.enumerated() {
-                    let n = Int(min(Int64(chunkSize), size - offset))
-                    try MediaBench.preadFully(fd, &buffer, count: n, offset: offset)
-                    if index == checksums.count - 1 { lastStart = ContinuousClock.now }
-                    let answer = try connection.request("PATCH", location, headers: [
-                        auth, version, ("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream"), ("Upload-Checksum", checksum),
-                    ], body: buffer, bodyCount: n)
-                    offset += Int64(n)
-                    guard answer.status == 204, answer.header("Upload-Offset") == String(offset) else {
-                        throw HTTPBench.BenchError("PATCH at \(offset - Int64(n)) answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))")
-                    }
-                    if offset == size && answer.header("Outpost-Media-Id") != sha {
-                        throw HTTPBench.BenchError("the last PATCH named media \(answer.header("Outpost-Media-Id") ?? "none"), not \(sha)")
-                    }
-                }
-                let t2 = ContinuousClock.now
-                return Upload(seconds: MediaBench.seconds(t2 - t0), last: MediaBench.seconds(t2 - lastStart), cpu: 0)
-            }
+            try await IntegrationsBench.tusUpload(port: server.port, token: token, file: file, size: size, chunkSize: chunkSize,
+                                                  checksums: checksums, sha: sha, space: space)
         }
         let kinds: [(name: String, run: (String) async throws -> Upload)] = [
             ("native, 1 connection", { try await native($0, connections: 1) }),
@@ -411,19 +407,68 @@ enum IntegrationsBench {
                 uploads[kind.name, default: []].append(u)
             }
         }
-        let mib = Double(o.mediaMiB)
+        printUploadReport(uploads, names: kinds.map(\.name), mib: Double(o.mediaMiB))
+    }
+
+    /// One upload: its seconds from the first request to the last answer, the seconds of
+    /// its last step, and the server's CPU seconds.
+    struct Upload { var seconds: Double; var last: Double; var cpu: Double }
+
+    /// A tus creation and its PATCHes, one at a time on one connection, each piece read from
+    /// `file` before its PATCH goes.
+    static func tusUpload(port: Int, token: String, file: String, size: Int64, chunkSize: Int, checksums: [String], sha: String,
+                          space: String) async throws -> Upload {
+        try await MediaBench.onThread {
+            let fd = open(file, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(file)") }
+            defer { close(fd) }
+            var buffer = [UInt8](repeating: 0, count: chunkSize)
+            let connection = try BenchConnection(port: port)
+            let auth = ("Authorization", "Bearer \(token)"), version = ("Tus-Resumable", "1.0.0")
+            let t0 = ContinuousClock.now
+            let created = try connection.request("POST", "/v1/spaces/\(space)/tus", headers: [
+                auth, version, ("Upload-Length", String(size)),
+                ("Upload-Metadata", "filename \(Base64.encode(Array("bench.mp4".utf8))),filetype \(Base64.encode(Array("video/mp4".utf8)))"),
+            ], body: [])
+            guard created.status == 201, let location = created.header("Location") else {
+                throw HTTPBench.BenchError("tus creation answered \(created.status): \(String(decoding: created.body.prefix(300), as: UTF8.self))")
+            }
+            var offset: Int64 = 0
+            var lastStart = t0
+            for (index, checksum) in checksums.enumerated() {
+                let n = Int(min(Int64(chunkSize), size - offset))
+                try MediaBench.preadFully(fd, &buffer, count: n, offset: offset)
+                if index == checksums.count - 1 { lastStart = ContinuousClock.now }
+                let answer = try connection.request("PATCH", location, headers: [
+                    auth, version, ("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream"), ("Upload-Checksum", checksum),
+                ], body: buffer, bodyCount: n)
+                offset += Int64(n)
+                guard answer.status == 204, answer.header("Upload-Offset") == String(offset) else {
+                    throw HTTPBench.BenchError("PATCH at \(offset - Int64(n)) answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))")
+                }
+                if offset == size && answer.header("Outpost-Media-Id") != sha {
+                    throw HTTPBench.BenchError("the last PATCH named media \(answer.header("Outpost-Media-Id") ?? "none"), not \(sha)")
+                }
+            }
+            let t2 = ContinuousClock.now
+            return Upload(seconds: MediaBench.seconds(t2 - t0), last: MediaBench.seconds(t2 - lastStart), cpu: 0)
+        }
+    }
+
+    /// The three kinds' MiB/s, server CPU and notes, tus beside native.
+    static func printUploadReport(_ uploads: [String: [Upload]], names: [String], mib: Double) {
         func rate(_ name: String) -> Double { mib / median(uploads[name]!.map(\.seconds)) }
-        let one = rate(kinds[0].name), two = rate(kinds[1].name)
+        let one = rate(names[0]), two = rate(names[1])
         print("\n" + MediaBench.pad("", 25) + MediaBench.pad("MiB/s", 8) + MediaBench.pad("server CPU", 12) + "notes")
-        for (k, kind) in kinds.enumerated() {
-            let us = uploads[kind.name]!
-            let r = rate(kind.name)
+        for (k, name) in names.enumerated() {
+            let us = uploads[name]!
+            let r = rate(name)
             var note = String(format: "%@ %.2f s of %.2f s (median); rounds %@", k == 2 ? "last PATCH (append, hash, publish)" : "finalize",
                               median(us.map(\.last)), median(us.map(\.seconds)), us.map { String(format: "%.0f", mib / $0.seconds) }.joined(separator: ", "))
             if k == 2 {
                 note = String(format: "%.2f × native on 1 connection; goal ≥ 0.8: %@; %.2f × native on 2. ", r / one, verdict(r / one >= 0.8), r / two) + note
             }
-            print(MediaBench.pad(kind.name, 25) + MediaBench.pad(String(format: "%.0f", r), 8) + MediaBench.pad(String(format: "%.2f s", median(us.map(\.cpu))), 12) + note)
+            print(MediaBench.pad(name, 25) + MediaBench.pad(String(format: "%.0f", r), 8) + MediaBench.pad(String(format: "%.2f s", median(us.map(\.cpu))), 12) + note)
         }
     }
 }

@@ -116,7 +116,7 @@ enum LongPollBench {
     static func run(port: Int, token: String, waiters: Int, epoch: String, serverPID: Int32, space: String,
                     rounds: Int = 5, threads: Int = 2, perf: PerfControl? = nil) throws {
         let control = try BenchConnection(port: port)
-        let admin = JWTAuthority(secret: Array(SyncBench.secret.utf8)).sign(Claims(sub: "bench-admin", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write, admin: true))
+        let admin = benchToken(secret: SyncBench.secret, sub: "bench-admin", admin: true)
         let rssBefore = MemorySampler.read(pid: serverPID).rss
         let opened = Date()
         let connections = try openFleet(port: port, count: waiters,
@@ -139,62 +139,9 @@ enum LongPollBench {
             if round == 0 { rssWaiting = MemorySampler.read(pid: serverPID).rss }
             // Let the loops settle after the burst of first reads.
             usleep(200_000)
-            let stamps = Mutex<[Double]>([])
-            let failure = Mutex<String?>(nil)
-            let group = DispatchGroup()
-            let t0 = Date()
-            for t in 0..<threads {
-                let mine = Owned(stride(from: t, to: connections.count, by: threads).map { connections[$0] })
-                group.enter()
-                Thread.detachNewThread {
-                    defer { group.leave() }
-                    // One-shot registrations report each socket once, without a removal
-                    // call per answer; answers are read straight from the socket and checked
-                    // by their bytes (status 200, the whole Content-Length), so the client's
-                    // share of the cores stays small.
-                    let mine = mine.value
-                    let ep = epoll_create1(Int32(EPOLL_CLOEXEC))
-                    defer { close(ep) }
-                    for (i, fd) in mine.enumerated() {
-                        var ev = epoll_event()
-                        ev.events = EPOLLIN.rawValue | EPOLLONESHOT.rawValue
-                        ev.data.u64 = UInt64(i)
-                        _ = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)
-                    }
-                    var events = [epoll_event](repeating: epoll_event(), count: 1024)
-                    var scratch = [UInt8](repeating: 0, count: 16 * 1024)
-                    var left = mine.count
-                    var local: [Double] = []
-                    local.reserveCapacity(mine.count)
-                    while left > 0 {
-                        let n = epoll_wait(ep, &events, Int32(events.count), 10_000)
-                        guard n > 0 else {
-                            failure.withLock { $0 = "\(left) long polls not answered within 10 s" }
-                            return
-                        }
-                        let now = Date().timeIntervalSince(t0)
-                        for e in events[0..<Int(n)] {
-                            local.append(now)
-                            left -= 1
-                            guard SyncBench.readWholeAnswer(fd: mine[Int(e.data.u64)], scratch: &scratch) else {
-                                failure.withLock { $0 = "a long poll did not answer 200" }
-                                return
-                            }
-                        }
-                    }
-                    for fd in mine { _ = epoll_ctl(ep, EPOLL_CTL_DEL, fd, nil) }
-                    stamps.withLock { $0 += local }
-                }
-            }
-            try perf?.send("enable")
-            let cpuBefore = MemorySampler.cpu(pid: serverPID)
-            let (status, _) = try control.exchange(method: "POST", path: "/v1/spaces/\(space)/push", token: token, body: SyncBench.pushBody(space: space, prefix: "poll-\(round)", count: 1))
-            guard status == 200 else { throw HTTPBench.BenchError("push answered \(status)") }
-            group.wait()
-            wakeCPU += (MemorySampler.cpu(pid: serverPID) - cpuBefore).total
-            try perf?.send("disable")
-            if let f = failure.withLock({ $0 }) { throw HTTPBench.BenchError(f) }
-            let these = stamps.withLock { $0 }.sorted()
+            let (these, cpu) = try wake(connections, round: round, control: control, token: token, space: space,
+                                        serverPID: serverPID, threads: threads, perf: perf)
+            wakeCPU += cpu
             perRound.append((these[these.count / 2], these[these.count * 99 / 100], these.last!))
             lat += these
         }
@@ -207,6 +154,70 @@ enum LongPollBench {
         print(String(format: "  server RSS: %.1f MB before the %d connections (from %d source addresses, opened in %.1f s), %.1f MB with every pull waiting, peak %.1f MB: growth %.1f MB (%.0f bytes per waiting pull)",
                      mb(rssBefore), waiters, addresses(for: waiters), openSeconds, mb(rssWaiting), mb(max(peak.rss, rssWaiting)),
                      mb(max(peak.rss, rssWaiting) - rssBefore), Double(max(peak.rss, rssWaiting) - rssBefore) / Double(waiters)))
+    }
+
+    /// One round's wake-up, every pull already waiting: readers on `threads` threads (each
+    /// stamps its share of `connections` as epoll reports them), then the push of one
+    /// change on `control`; each answer's arrival in seconds from just before
+    /// the push, sorted, and the server's CPU time from the push to the last answer.
+    static func wake(_ connections: [Int32], round: Int, control: BenchConnection, token: String, space: String,
+                     serverPID: Int32, threads: Int, perf: PerfControl?) throws -> ([Double], Double) {
+        let stamps = Mutex<[Double]>([])
+        let failure = Mutex<String?>(nil)
+        let group = DispatchGroup()
+        let t0 = Date()
+        for t in 0..<threads {
+            let mine = Owned(stride(from: t, to: connections.count, by: threads).map { connections[$0] })
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                // One-shot registrations report each socket once, without a removal
+                // call per answer; answers are read straight from the socket and checked
+                // by their bytes (status 200, the whole Content-Length), so the client's
+                // share of the cores stays small.
+                let mine = mine.value
+                let ep = epoll_create1(Int32(EPOLL_CLOEXEC))
+                defer { close(ep) }
+                for (i, fd) in mine.enumerated() {
+                    var ev = epoll_event()
+                    ev.events = EPOLLIN.rawValue | EPOLLONESHOT.rawValue
+                    ev.data.u64 = UInt64(i)
+                    _ = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev)
+                }
+                var events = [epoll_event](repeating: epoll_event(), count: 1024)
+                var scratch = [UInt8](repeating: 0, count: 16 * 1024)
+                var left = mine.count
+                var local: [Double] = []
+                local.reserveCapacity(mine.count)
+                while left > 0 {
+                    let n = epoll_wait(ep, &events, Int32(events.count), 10_000)
+                    guard n > 0 else {
+                        failure.withLock { $0 = "\(left) long polls not answered within 10 s" }
+                        return
+                    }
+                    let now = Date().timeIntervalSince(t0)
+                    for e in events[0..<Int(n)] {
+                        local.append(now)
+                        left -= 1
+                        guard SyncBench.readWholeAnswer(fd: mine[Int(e.data.u64)], scratch: &scratch) else {
+                            failure.withLock { $0 = "a long poll did not answer 200" }
+                            return
+                        }
+                    }
+                }
+                for fd in mine { _ = epoll_ctl(ep, EPOLL_CTL_DEL, fd, nil) }
+                stamps.withLock { $0 += local }
+            }
+        }
+        try perf?.send("enable")
+        let cpuBefore = MemorySampler.cpu(pid: serverPID)
+        let (status, _) = try control.exchange(method: "POST", path: "/v1/spaces/\(space)/push", token: token, body: SyncBench.pushBody(space: space, prefix: "poll-\(round)", count: 1))
+        guard status == 200 else { throw HTTPBench.BenchError("push answered \(status)") }
+        group.wait()
+        let cpu = (MemorySampler.cpu(pid: serverPID) - cpuBefore).total
+        try perf?.send("disable")
+        if let f = failure.withLock({ $0 }) { throw HTTPBench.BenchError(f) }
+        return (stamps.withLock { $0 }.sorted(), cpu)
     }
 
     /// Polls `/metrics` until `outpost_long_polls_waiting` reaches `count`.

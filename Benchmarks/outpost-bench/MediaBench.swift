@@ -79,23 +79,7 @@ enum MediaBench {
         print("machine: \(ProcessInfo.processInfo.activeProcessorCount) cores; server: \(serverPath); MB = 10^6 bytes")
 
         try writeRandomFile(filePath, size: size)
-
-        // Ceilings, in the same run and on the same disk.
-        let sha256sum = try best(of: 2) { try timeCommand("/usr/bin/env", ["sha256sum", filePath]) }
-        let copyPath = work + "/copy.bin"
-        let cp = try best(of: 2) {
-            defer { unlink(copyPath) }
-            return try timeCommand("/usr/bin/env", ["cp", filePath, copyPath])
-        }
-        let cpSync = try best(of: 2) {
-            defer { unlink(copyPath) }
-            let start = ContinuousClock.now
-            _ = try timeCommand("/usr/bin/env", ["cp", filePath, copyPath])
-            let fd = open(copyPath, O_RDONLY)
-            guard fd >= 0, fsync(fd) == 0 else { throw HTTPBench.BenchError("fsync of the copy failed: errno \(errno)") }
-            close(fd)
-            return seconds(ContinuousClock.now - start)
-        }
+        var figures = try measureCeilings(filePath: filePath, work: work)
 
         // The client's digests, before the clock (an app has them from capture time).
         let server = try HTTPBench.ServerChild.start(path: serverPath, data: data, eventLoops: 0)
@@ -105,10 +89,10 @@ enum MediaBench {
         let chunkSize = try readChunkSize(port: server.port)
         let hashStart = ContinuousClock.now
         let (fileSHA, chunkDigests) = try digests(filePath, size: size, chunkSize: chunkSize)
-        let clientHashing = seconds(ContinuousClock.now - hashStart)
+        figures.clientHashing = seconds(ContinuousClock.now - hashStart)
 
         let sampler = MemorySampler(pid: server.pid)
-        let baseline = MemorySampler.read(pid: server.pid)
+        figures.baseline = MemorySampler.read(pid: server.pid)
 
         // Upload.
         sampler.begin()
@@ -120,9 +104,11 @@ enum MediaBench {
         let chunksDone = ContinuousClock.now
         try finalize(port: server.port, token: token, uploadId: uploadId)
         let uploadEnd = ContinuousClock.now
-        let uploadPeak = sampler.end()
-        let uploadSeconds = seconds(uploadEnd - uploadStart)
-        let uploadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeUpload
+        figures.uploadPeak = sampler.end()
+        figures.uploadSeconds = seconds(uploadEnd - uploadStart)
+        figures.uploadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeUpload
+        figures.chunksSeconds = seconds(chunksDone - uploadStart)
+        figures.finalizeSeconds = seconds(uploadEnd - chunksDone)
 
         // Download.
         sampler.begin()
@@ -131,36 +117,73 @@ enum MediaBench {
         for _ in 0..<3 {
             downloadSeconds = min(downloadSeconds, try await download(port: server.port, token: token, mediaId: fileSHA, size: size, verify: false).seconds)
         }
-        let downloadPeak = sampler.end()
-        let downloadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeDownload
+        figures.downloadPeak = sampler.end()
+        figures.downloadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeDownload
+        figures.downloadSeconds = downloadSeconds
         let verified = try await download(port: server.port, token: token, mediaId: fileSHA, size: size, verify: true)
         guard verified.sha256 == fileSHA else { throw HTTPBench.BenchError("the downloaded file's SHA-256 is \(verified.sha256 ?? "-"), not \(fileSHA)") }
 
         // In-process SHA-256 (libcrypto), for reference: the server hashes with it.
-        let libcrypto = try best(of: 2) { try hashSeconds(filePath, size: size) }
+        figures.libcrypto = try best(of: 2) { try hashSeconds(filePath, size: size) }
+        report(figures, size: size)
+    }
 
-        // Report.
+    /// What `bench` measured, in seconds, CPU times and memory samples, for `report`.
+    struct Figures {
+        var sha256sum = 0.0, cp = 0.0, cpSync = 0.0, libcrypto = 0.0
+        var clientHashing = 0.0
+        var uploadSeconds = 0.0, chunksSeconds = 0.0, finalizeSeconds = 0.0, downloadSeconds = 0.0
+        var uploadCPU = MemorySampler.CPU(), downloadCPU = MemorySampler.CPU()
+        var baseline = MemorySampler.Sample(), uploadPeak = MemorySampler.Sample(), downloadPeak = MemorySampler.Sample()
+    }
+
+    /// The machine's ceilings, in the same run and on the same disk: `sha256sum` of the
+    /// file, `cp` of it, and `cp` with the copy fsynced, best of two each.
+    static func measureCeilings(filePath: String, work: String) throws -> Figures {
+        var figures = Figures()
+        figures.sha256sum = try best(of: 2) { try timeCommand("/usr/bin/env", ["sha256sum", filePath]) }
+        let copyPath = work + "/copy.bin"
+        figures.cp = try best(of: 2) {
+            defer { unlink(copyPath) }
+            return try timeCommand("/usr/bin/env", ["cp", filePath, copyPath])
+        }
+        figures.cpSync = try best(of: 2) {
+            defer { unlink(copyPath) }
+            let start = ContinuousClock.now
+            _ = try timeCommand("/usr/bin/env", ["cp", filePath, copyPath])
+            let fd = open(copyPath, O_RDONLY)
+            guard fd >= 0, fsync(fd) == 0 else { throw HTTPBench.BenchError("fsync of the copy failed: errno \(errno)") }
+            close(fd)
+            return seconds(ContinuousClock.now - start)
+        }
+        return figures
+    }
+
+    /// The table of MB/s against the ceilings, the goals, the server's CPU and RSS.
+    static func report(_ figures: Figures, size: Int64) {
         func mbps(_ seconds: Double) -> Double { Double(size) / seconds / 1e6 }
         func ratio(_ a: Double, _ b: Double) -> String { String(format: "%.2f", a / b) }
         func f(_ v: Double) -> String { String(format: "%.0f", v) }
         func mb(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1e6) }
-        let upload = mbps(uploadSeconds), download = mbps(downloadSeconds)
+        let (sha256sum, cp) = (figures.sha256sum, figures.cp)
+        let (baseline, uploadPeak, downloadPeak) = (figures.baseline, figures.uploadPeak, figures.downloadPeak)
+        let upload = mbps(figures.uploadSeconds), download = mbps(figures.downloadSeconds)
         print("")
         print(pad("", 34) + pad("MB/s", 10) + "notes")
         print(pad("sha256sum (upload ceiling)", 34) + pad(f(mbps(sha256sum)), 10) + "coreutils, one core")
-        print(pad("SHA-256 in process (libcrypto)", 34) + pad(f(mbps(libcrypto)), 10) + "what the server hashes with")
+        print(pad("SHA-256 in process (libcrypto)", 34) + pad(f(mbps(figures.libcrypto)), 10) + "what the server hashes with")
         print(pad("cp (disk ceiling)", 34) + pad(f(mbps(cp)), 10) + "page cache, no fsync")
-        print(pad("cp + fsync of the copy", 34) + pad(f(mbps(cpSync)), 10) + "the server fsyncs what it publishes")
+        print(pad("cp + fsync of the copy", 34) + pad(f(mbps(figures.cpSync)), 10) + "the server fsyncs what it publishes")
         print(pad("upload (init+chunks+finalize)", 34) + pad(f(upload), 10)
-              + "x\(ratio(upload, mbps(sha256sum))) of sha256sum (goal >= 0.9: \(upload >= 0.9 * mbps(sha256sum) ? "met" : "MISSED")); "
-              + "chunks \(String(format: "%.2f", seconds(chunksDone - uploadStart))) s, finalize \(String(format: "%.2f", seconds(uploadEnd - chunksDone))) s")
+              + "x\(ratio(upload, mbps(sha256sum))) of sha256sum (goal >= 0.9: \(verdict(upload >= 0.9 * mbps(sha256sum)))); "
+              + "chunks \(String(format: "%.2f", figures.chunksSeconds)) s, finalize \(String(format: "%.2f", figures.finalizeSeconds)) s")
         print(pad("download (GET, best of 3)", 34) + pad(f(download), 10)
-              + "goal >= 1000: \(download >= 1000 ? "met" : "MISSED"); x\(ratio(download, mbps(cp))) of cp")
-        print("server CPU: upload \(uploadCPU.text), three downloads \(downloadCPU.text); load average \(loadAverage())")
-        print("client digests before the upload (not timed): \(String(format: "%.2f", clientHashing)) s")
+              + "goal >= 1000: \(verdict(download >= 1000)); x\(ratio(download, mbps(cp))) of cp")
+        print("server CPU: upload \(figures.uploadCPU.text), three downloads \(figures.downloadCPU.text); load average \(loadAverage())")
+        print("client digests before the upload (not timed): \(String(format: "%.2f", figures.clientHashing)) s")
         let growth = max(uploadPeak.rss, downloadPeak.rss) - baseline.rss
         print("server RSS: \(mb(baseline.rss)) before; peak \(mb(uploadPeak.rss)) during upload, \(mb(downloadPeak.rss)) during download; "
-              + "VmHWM \(mb(max(uploadPeak.hwm, downloadPeak.hwm))); growth \(mb(growth)) (goal < 64 MB: \(growth < 64_000_000 ? "met" : "MISSED"))")
+              + "VmHWM \(mb(max(uploadPeak.hwm, downloadPeak.hwm))); growth \(mb(growth)) (goal < 64 MB: \(verdict(growth < 64_000_000)))")
     }
 
     // MARK: Files and hashes
@@ -235,8 +258,7 @@ enum MediaBench {
     // MARK: Protocol steps
 
     static func readChunkSize(port: Int) throws -> Int {
-        let connection = try BenchConnection(port: port)
-        let response = try connection.request("GET", "/v1/info", headers: [])
+        let response = try probe(port: port, "/v1/info")
         guard response.status == 200, let info = try? ServerInfo.decode(response.body) else {
             throw HTTPBench.BenchError("/v1/info answered \(response.status)")
         }

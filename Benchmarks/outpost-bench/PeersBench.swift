@@ -157,7 +157,7 @@ enum PeersBench {
     // MARK: Outpost
 
     static func outpostWorkloads(server: HTTPBench.ServerChild, records: Int, batch: Int, seconds: Int, file: String, size: Int64) async throws -> [Figure] {
-        let token = JWTAuthority(secret: Array(SyncBench.secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        let token = benchToken(secret: SyncBench.secret)
         let auth = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
         var figures: [Figure] = []
 
@@ -172,13 +172,9 @@ enum PeersBench {
             }
         }
         let applied: @Sendable ([UInt8]) -> Int = { body in SyncBench.count(#""status":"applied""#, in: body) }
-        _ = try drive(port: server.port, requests: pushes(space: "warmup", count: 8 * batch * 5, tag: "w"), counting: applied)
-        let cpu0 = MemorySampler.cpu(pid: server.pid).total
-        let write = try drive(port: server.port, requests: pushes(space: "peers", count: records, tag: "m"), counting: applied)
-        let writeCPU = MemorySampler.cpu(pid: server.pid).total - cpu0
-        guard write.counted == records else { throw HTTPBench.BenchError("outpost applied \(write.counted) of \(records)") }
-        figures.append(Figure(value: Double(records) / write.seconds, unit: "records/s",
-                              detail: String(format: "%.2f s, p50 / p99 %.1f / %.1f ms per request, server CPU %.1f us/record", write.seconds, write.p50 * 1000, write.p99 * 1000, writeCPU / Double(records) * 1e6)))
+        figures.append(try writeFigure(port: server.port, pid: server.pid, records: records, counting: applied, short: "outpost applied",
+                                       warmUp: { pushes(space: "warmup", count: 8 * batch * 5, tag: "w") },
+                                       measured: { pushes(space: "peers", count: records, tag: "m") }))
 
         // (b) Read everything back, twice; the second pass is the figure.
         let connection = try BenchConnection(port: server.port)
@@ -233,6 +229,20 @@ enum PeersBench {
         return figures
     }
 
+    /// (a) on either side: the warm-up's requests driven, then the measured ones with the
+    /// server's CPU; each answer counts what `counting` finds in it, and all must count
+    /// `records` (else the error says `short` and the count).
+    static func writeFigure(port: Int, pid: Int32, records: Int, counting: @escaping @Sendable ([UInt8]) -> Int, short: String,
+                            warmUp: () -> [[Request]], measured: () -> [[Request]]) throws -> Figure {
+        _ = try drive(port: port, requests: warmUp(), counting: counting)
+        let cpu0 = MemorySampler.cpu(pid: pid).total
+        let write = try drive(port: port, requests: measured(), counting: counting)
+        let writeCPU = MemorySampler.cpu(pid: pid).total - cpu0
+        guard write.counted == records else { throw HTTPBench.BenchError("\(short) \(write.counted) of \(records)") }
+        return Figure(value: Double(records) / write.seconds, unit: "records/s",
+                      detail: String(format: "%.2f s, p50 / p99 %.1f / %.1f ms per request, server CPU %.1f us/record", write.seconds, write.p50 * 1000, write.p99 * 1000, writeCPU / Double(records) * 1e6))
+    }
+
     /// (f)'s query text, for location `n` of a request of (a).
     static func location(_ n: Int) -> String { "Aisle \(n % 40), shelf \(n % 7)" }
     static let queryRounds = (warmUp: 200, measured: 2_000)
@@ -241,7 +251,7 @@ enum PeersBench {
     /// (location, quantity), then the app's query, decoded, one at a time.
     static func outpostQuery(server: HTTPBench.ServerChild, work: String) async throws -> Figure {
         struct Item: Codable, Sendable { var name: String; var sku: String; var quantity: Int; var location: String }
-        let token = JWTAuthority(secret: Array(SyncBench.secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .read))
+        let token = benchToken(secret: SyncBench.secret, scope: .read)
         var configuration = OutpostStore.Configuration(space: "peers")
         configuration.collections = ["items": CollectionSchema(indexes: [["location", "quantity"]])]
         let store = try OutpostStore(path: work + "/query.sqlite", configuration: configuration,
@@ -278,7 +288,7 @@ enum PeersBench {
     /// pulled them all), under `/usr/bin/time` for its peak RSS. Then the same records read
     /// by raw pulls on one connection, for information.
     static func outpostFirstSync(server: HTTPBench.ServerChild, records: Int, work: String) throws -> Figure {
-        let token = JWTAuthority(secret: Array(SyncBench.secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        let token = benchToken(secret: SyncBench.secret)
         let perClient = records / syncBatch / 8
         let bodies = (0..<8).map { c in (0..<perClient).map { r in SyncBench.pushBody(space: "first-sync", prefix: "s-c\(c)-r\(r)", count: syncBatch) } }
         let seeded = try SyncBench.drive(port: server.port, token: token, space: "first-sync", bodies: bodies)
@@ -382,53 +392,18 @@ enum PeersBench {
 
         // (a) The same records as Outpost's pushes, one create each inside a batch.
         func batches(collection: String, count: Int, tag: String) -> [[Request]] {
-            let perClient = count / batch / 8
-            return (0..<8).map { c in
-                (0..<perClient).map { r in
-                    var body = Array(#"{"requests":["#.utf8)
-                    for i in 0..<batch {
-                        if i > 0 { body.append(UInt8(ascii: ",")) }
-                        body += Array(#"{"method":"POST","url":"/api/collections/\#(collection)/records","body":"#.utf8)
-                        body += recordData(i, prefix: "\(tag)-c\(c)-r\(r)")
-                        body.append(UInt8(ascii: "}"))
-                    }
-                    body += Array("]}".utf8)
-                    return Request(method: "POST", path: "/api/batch", headers: json, body: body)
-                }
-            }
+            pocketBaseBatches(collection: collection, count: count, tag: tag, batch: batch, headers: json)
         }
         let created: @Sendable ([UInt8]) -> Int = { body in SyncBench.count(#""status":200"#, in: body) }
-        _ = try drive(port: pb.port, requests: batches(collection: "warmup", count: 8 * batch * 5, tag: "w"), counting: created)
-        let cpu0 = MemorySampler.cpu(pid: pb.pid).total
-        let write = try drive(port: pb.port, requests: batches(collection: "items", count: records, tag: "m"), counting: created)
-        let writeCPU = MemorySampler.cpu(pid: pb.pid).total - cpu0
-        guard write.counted == records else { throw HTTPBench.BenchError("pocketbase created \(write.counted) of \(records)") }
-        figures.append(Figure(value: Double(records) / write.seconds, unit: "records/s",
-                              detail: String(format: "%.2f s, p50 / p99 %.1f / %.1f ms per request, server CPU %.1f us/record", write.seconds, write.p50 * 1000, write.p99 * 1000, writeCPU / Double(records) * 1e6)))
+        figures.append(try writeFigure(port: pb.port, pid: pb.pid, records: records, counting: created, short: "pocketbase created",
+                                       warmUp: { batches(collection: "warmup", count: 8 * batch * 5, tag: "w") },
+                                       measured: { batches(collection: "items", count: records, tag: "m") }))
 
         // (b) Two ways to page through a collection: by page number (what its SDK's
         // getFullList does) and by id (a keyset filter on the primary key, which does not
         // grow with the offset). The faster is the figure; both are printed.
         func readAll(keyset: Bool) throws -> (records: Int, seconds: Double, middleID: String) {
-            var count = 0
-            var page = 1
-            var last = ""
-            var middle = ""
-            let start = Date()
-            while true {
-                let path = keyset
-                    ? "/api/collections/items/records?perPage=1000&skipTotal=1&sort=id&filter=" + percentEncode("id>'\(last)'")
-                    : "/api/collections/items/records?perPage=1000&skipTotal=1&page=\(page)"
-                let r = try connection.request("GET", path, headers: [("Authorization", token)])
-                guard r.status == 200 else { throw HTTPBench.BenchError("pocketbase list answered \(r.status): \(String(decoding: r.body.prefix(300), as: UTF8.self))") }
-                let n = SyncBench.count(#""collectionName":"#, in: r.body)
-                if count < records / 2 && count + n >= records / 2 { middle = lastID(in: r.body) ?? middle }
-                count += n
-                last = lastID(in: r.body) ?? last
-                page += 1
-                if n < 1000 { break }
-            }
-            return (count, Date().timeIntervalSince(start), middle)
+            try pocketBaseList(connection, token: token, keyset: keyset, records: records)
         }
         _ = try readAll(keyset: false)
         let cpu1 = MemorySampler.cpu(pid: pb.pid).total
@@ -446,9 +421,56 @@ enum PeersBench {
         let one = try connection.request(small.method, small.path, headers: small.headers)
         guard one.status == 200 else { throw HTTPBench.BenchError("pocketbase view answered \(one.status)") }
         figures.append(try closedLoop(port: pb.port, request: small, seconds: seconds, pid: pb.pid, bodyBytes: one.body.count))
+        figures.append(try pocketBaseUpload(pb, token: token, file: file, size: size))
+        return figures
+    }
 
-        // (d) One multipart/form-data request with the file in the file field. The body
-        // is built in memory before the clock starts.
+    /// (a)'s requests on PocketBase: per client of 8, batch requests of `batch` creates in
+    /// `collection`, `count` creates in all.
+    static func pocketBaseBatches(collection: String, count: Int, tag: String, batch: Int, headers json: [(String, String)]) -> [[Request]] {
+        let perClient = count / batch / 8
+        return (0..<8).map { c in
+            (0..<perClient).map { r in
+                var body = Array(#"{"requests":["#.utf8)
+                for i in 0..<batch {
+                    if i > 0 { body.append(UInt8(ascii: ",")) }
+                    body += Array(#"{"method":"POST","url":"/api/collections/\#(collection)/records","body":"#.utf8)
+                    body += recordData(i, prefix: "\(tag)-c\(c)-r\(r)")
+                    body.append(UInt8(ascii: "}"))
+                }
+                body += Array("]}".utf8)
+                return Request(method: "POST", path: "/api/batch", headers: json, body: body)
+            }
+        }
+    }
+
+    /// (b) on PocketBase: the whole of `items` listed 1,000 a page, by page number or by id:
+    /// how many, in how long, and the id of the record in the middle.
+    static func pocketBaseList(_ connection: BenchConnection, token: String, keyset: Bool, records: Int) throws -> (records: Int, seconds: Double, middleID: String) {
+        var count = 0
+        var page = 1
+        var last = ""
+        var middle = ""
+        let start = Date()
+        while true {
+            let path = keyset
+                ? "/api/collections/items/records?perPage=1000&skipTotal=1&sort=id&filter=" + percentEncode("id>'\(last)'")
+                : "/api/collections/items/records?perPage=1000&skipTotal=1&page=\(page)"
+            let r = try connection.request("GET", path, headers: [("Authorization", token)])
+            guard r.status == 200 else { throw HTTPBench.BenchError("pocketbase list answered \(r.status): \(String(decoding: r.body.prefix(300), as: UTF8.self))") }
+            let n = SyncBench.count(#""collectionName":"#, in: r.body)
+            if count < records / 2 && count + n >= records / 2 { middle = lastID(in: r.body) ?? middle }
+            count += n
+            last = lastID(in: r.body) ?? last
+            page += 1
+            if n < 1000 { break }
+        }
+        return (count, Date().timeIntervalSince(start), middle)
+    }
+
+    /// (d) on PocketBase: one multipart/form-data request with the file in the file
+    /// field, built in memory before the clock starts; best of two after a warm-up.
+    static func pocketBaseUpload(_ pb: PocketBaseChild, token: String, file: String, size: Int64) throws -> Figure {
         let boundary = "outpost-bench-\(UInt64.random(in: 0...UInt64.max))"
         var body = Array("--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bench.mp4\"\r\nContent-Type: video/mp4\r\n\r\n".utf8)
         let prefix = body.count
@@ -479,8 +501,7 @@ enum PeersBench {
             let t = try upload()
             if t < best { best = t; uploadCPU = MemorySampler.cpu(pid: pb.pid).total - c }
         }
-        figures.append(Figure(value: Double(size) / 1e6 / best, unit: "MB/s", detail: String(format: "%.2f s, server CPU %.2f s", best, uploadCPU)))
-        return figures
+        return Figure(value: Double(size) / 1e6 / best, unit: "MB/s", detail: String(format: "%.2f s, server CPU %.2f s", best, uploadCPU))
     }
 
     /// (f) on PocketBase: an index on (location, quantity) added to `items`, then its list
@@ -606,7 +627,7 @@ enum PeersBench {
             let child = PocketBaseChild(process: p, port: port, password: password)
             let deadline = Date().addingTimeInterval(30)
             while Date() < deadline {
-                if let c = try? BenchConnection(port: port), let r = try? c.request("GET", "/api/health", headers: []), r.status == 200 {
+                if let r = try? probe(port: port, "/api/health"), r.status == 200 {
                     return child
                 }
                 guard p.isRunning else { break }

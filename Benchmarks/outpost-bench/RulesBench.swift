@@ -53,30 +53,37 @@ enum RulesBench {
         defer { ruled.stop() }
         let plain = try HTTPBench.ServerChild.start(path: path, data: work + "/plain", eventLoops: 0)
         defer { plain.stop() }
-        let authority = JWTAuthority(secret: Array(secret.utf8))
-        func token(_ sub: String, supervisor: Bool = false) -> String {
-            authority.sign(Claims(sub: sub, exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write,
-                                  extra: supervisor ? ["roles": ["supervisor"]] : [:]))
-        }
-        let boss = token("boss", supervisor: true), w1 = token("w1")
+        let boss = benchToken(secret: secret, sub: "boss", roles: ["supervisor"]), w1 = benchToken(secret: secret, sub: "w1")
         print("outpost-bench rules: servers with rules (pid \(ruled.pid)) and without (pid \(plain.pid)), load average \(HTTPBench.loadAverage())")
-        // Pages under rules read the view index once it is built (at once for a new store).
-        let metrics = try BenchConnection(port: ruled.port)
-        let admin = authority.sign(Claims(sub: "bench-admin", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write, admin: true))
+        try await waitForViewIndex(port: ruled.port)
+        try measurePushes(ruled: ruled, plain: plain)
+        try measurePages(ruled: ruled, plain: plain, boss: boss, w1: w1)
+        try measureFirstSync(ruled: ruled, records: records, visible: visible, boss: boss, w1: w1)
+    }
+
+    /// The pushes' clients and changes per push, in every part.
+    static let clients = 8, batch = 500
+
+    /// Waits until the server's view index is built: pages under rules read it once it is
+    /// (at once for a new store).
+    static func waitForViewIndex(port: Int) async throws {
+        let admin = benchToken(secret: secret, sub: "bench-admin", admin: true)
         let deadline = Date().addingTimeInterval(60)
         while true {
-            let (status, body) = try metrics.exchange(method: "GET", path: "/metrics", token: admin, body: nil)
-            if status == 200 && String(decoding: body, as: UTF8.self).contains("outpost_view_index_ready 1") { break }
-            guard Date() < deadline else { throw HTTPBench.BenchError("the view index was not ready within 60 s (metrics answered \(status))") }
+            let metrics = try probe(port: port, "/metrics", token: admin)
+            if metrics.status == 200 && metrics.text.contains("outpost_view_index_ready 1") { break }
+            guard Date() < deadline else { throw HTTPBench.BenchError("the view index was not ready within 60 s (metrics answered \(metrics.status))") }
             try await Task.sleep(for: .milliseconds(50))
         }
+    }
 
-        // 1. Pushes judged by the rules against the same pushes without.
-        let clients = 8, batch = 500, total = 200_000
+    /// 1. Pushes judged by the rules against the same pushes without.
+    static func measurePushes(ruled: HTTPBench.ServerChild, plain: HTTPBench.ServerChild) throws {
+        let total = 200_000
         func workerBodies(_ space: String) -> [[[UInt8]]] {
             (0..<clients).map { c in (0..<(total / batch / clients)).map { r in jobs(prefix: "\(space)-c\(c)-r\(r)", count: batch, assignee: { _ in "w\(c)" }) } }
         }
-        let workers = (0..<clients).map { token("w\($0)") }
+        let workers = (0..<clients).map { benchToken(secret: secret, sub: "w\($0)") }
         var pushRates: [(String, Double, Double)] = []
         for round in 0..<2 {
             for (name, server) in [("with rules", ruled), ("without", plain)] {
@@ -93,8 +100,10 @@ enum RulesBench {
         let ruledRate = pushRates.filter { $0.0 == "with rules" }.map(\.1).reduce(0, +) / 2
         let plainRate = pushRates.filter { $0.0 == "without" }.map(\.1).reduce(0, +) / 2
         print(String(format: "  time with rules / without: %.2f x (goal <= 1.3)", plainRate / ruledRate))
+    }
 
-        // 2. A page of 1,000 records the token sees, with and without rules.
+    /// 2. A page of 1,000 records the token sees, with and without rules.
+    static func measurePages(ruled: HTTPBench.ServerChild, plain: HTTPBench.ServerChild, boss: String, w1: String) throws {
         let pageRecords = 100_000
         for server in [ruled, plain] {
             let bodies = (0..<clients).map { c in (0..<(pageRecords / batch / clients)).map { r in jobs(prefix: "all-c\(c)-r\(r)", count: batch, assignee: { _ in "w1" }) } }
@@ -112,8 +121,10 @@ enum RulesBench {
         let ruledPage = pageTimes["with rules"]!.min()!, plainPage = pageTimes["without"]!.min()!
         print(String(format: "\npage of 1,000 of 100,000 records the token sees: with rules %.2f ms, without %.2f ms: %.2f x (goal <= 1.3)",
                      ruledPage * 1000, plainPage * 1000, ruledPage / plainPage))
+    }
 
-        // 3. A device that sees `visible` records of a big space, against a space of only those.
+    /// 3. A device that sees `visible` records of a big space, against a space of only those.
+    static func measureFirstSync(ruled: HTTPBench.ServerChild, records: Int, visible: Int, boss: String, w1: String) throws {
         let fillStart = Date()
         let others = records - visible
         let stride = max(1, records / visible)

@@ -65,7 +65,7 @@ enum SyncBench {
         let fleet = area == "push" ? [] : LongPollBench.serverArguments(waiters: waiters.max() ?? 0)
         let server = try HTTPBench.ServerChild.start(path: try HTTPBench.locateServer(serverPath), data: work + "/data", eventLoops: 0, extra: fleet)
         defer { server.stop() }
-        let token = JWTAuthority(secret: Array(secret.utf8)).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 86_400, spaces: ["*"], scope: .write))
+        let token = benchToken(secret: secret)
         print("outpost-bench \(area): server pid \(server.pid) on port \(server.port), load average \(HTTPBench.loadAverage())")
         if area == "push" {
             let sqliteRates = try push(server: server, token: token, work: work, batches: batches)
