@@ -442,24 +442,7 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         let faults = takeFaults(.push, device: device)
         state.withLock { $0.pushes += 1 }
         for fault in faults { try await Self.failEarly(fault) }
-        guard Names.isValidSpace(space) else {
-            throw TransportError.refused(status: 400, ErrorEnvelope(code: ErrorCode.invalidSpace.rawValue, message: Names.invalidSpaceMessage(space),
-                                                                     details: ["space": .string(String(space.prefix(80)))]))
-        }
-        let body = request.encoded()
-        guard body.count <= limits.maxRequestBytes else {
-            throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.payloadTooLarge.rawValue, message: "the body is over \(limits.maxRequestBytes) bytes",
-                                                                     details: ["limit": .number(JSONNumber(limits.maxRequestBytes))]))
-        }
-        let decoded: (clientId: String, changes: [DecodedChange], versions: AppVersions)
-        do {
-            decoded = try PushRequest.decodeForServer(JSONParser.parse(body), maxChanges: limits.maxChangesPerPush)
-        } catch PushDecodeError.tooManyChanges(let count, let limit) {
-            throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.tooManyChanges.rawValue, message: "\(count) changes in one push; the limit is \(limit)",
-                                                                     details: ["limit": .number(JSONNumber(limit))]))
-        } catch {
-            throw TransportError.refused(status: 422, ErrorEnvelope(code: ErrorCode.invalidRequest.rawValue, message: "\(error)"))
-        }
+        let decoded = try decodePush(request, space: space)
         let conflictAll = faults.contains { if case .conflictEveryChange = $0 { true } else { false } }
         let now = clock()
         var stale: History?
@@ -510,7 +493,35 @@ public final class InMemorySyncServer: SyncTransport, Sendable {
         case .failure(let error):
             throw TransportError.refused(status: 503, ErrorEnvelope(code: ErrorCode.unavailable.rawValue, message: "\(error)"))
         }
-        let answer = PushResponse(epoch: epoch, results: results)
+        return try await answer(PushResponse(epoch: epoch, results: results), faults: faults, maxResponseBytes: maxResponseBytes)
+    }
+
+    /// What the server's handler refuses of a push request before its changes (a bad space
+    /// name, a body over the limit, too many changes, bad JSON), as its envelope; else the
+    /// request decoded.
+    private func decodePush(_ request: PushRequest, space: String) throws -> (clientId: String, changes: [DecodedChange], versions: AppVersions) {
+        guard Names.isValidSpace(space) else {
+            throw TransportError.refused(status: 400, ErrorEnvelope(code: ErrorCode.invalidSpace.rawValue, message: Names.invalidSpaceMessage(space),
+                                                                     details: ["space": .string(String(space.prefix(80)))]))
+        }
+        let body = request.encoded()
+        guard body.count <= limits.maxRequestBytes else {
+            throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.payloadTooLarge.rawValue, message: "the body is over \(limits.maxRequestBytes) bytes",
+                                                                     details: ["limit": .number(JSONNumber(limits.maxRequestBytes))]))
+        }
+        do {
+            return try PushRequest.decodeForServer(JSONParser.parse(body), maxChanges: limits.maxChangesPerPush)
+        } catch PushDecodeError.tooManyChanges(let count, let limit) {
+            throw TransportError.refused(status: 413, ErrorEnvelope(code: ErrorCode.tooManyChanges.rawValue, message: "\(count) changes in one push; the limit is \(limit)",
+                                                                     details: ["limit": .number(JSONNumber(limit))]))
+        } catch {
+            throw TransportError.refused(status: 422, ErrorEnvelope(code: ErrorCode.invalidRequest.rawValue, message: "\(error)"))
+        }
+    }
+
+    /// The push's answer as the device reads it, through the faults that act on answers
+    /// (lost, a gateway's 504 after the commit, cut off, hung) and its response size limit.
+    private func answer(_ answer: PushResponse, faults: [Fault], maxResponseBytes: Int) async throws -> PushResponse {
         for fault in faults {
             switch fault {
             case .loseAnswer: throw TransportError.noAnswer("the connection was reset before the answer was read")

@@ -631,7 +631,16 @@ struct Oracle {
             }
         }
 
-        // Every acknowledged write is on the server unless a later write replaced it.
+        checkAcknowledged(serverEpoch: serverEpoch, final: final)
+        // Identical records everywhere; nothing pending; quarantined versions reported.
+        for (i, device) in devices.enumerated() { checkConverged(i, device, serverEpoch: serverEpoch, final: final) }
+        for r in rejections where !r.discarded && !devices[r.device].rejected.contains(where: { $0.changeId == r.changeId }) {
+            fail(.rejectedVisible, "d\(r.device)'s rejected change \(r.changeId) (\(describe(r.write)), step \(r.step)) is no longer in rejectedChanges()")
+        }
+    }
+
+    /// Every acknowledged write is on the server unless a later write replaced it.
+    mutating func checkAcknowledged(serverEpoch: Epoch, final: [Key: ServerRow]) {
         var reported: Set<String> = []
         for ack in acks {
             guard let a = states[ack.version] else { continue }
@@ -681,48 +690,46 @@ struct Oracle {
                 fail(.acknowledgedWrite, text + "; no write committed after it in the new history accounts for that")
             }
         }
+    }
 
-        // Identical records everywhere; nothing pending; quarantined versions reported.
-        for (i, device) in devices.enumerated() {
-            if !device.pending.isEmpty {
-                fail(.convergence, "d\(i) still has \(device.pending.count) unsettled change(s) after healing: \(device.pending.map { "\($0.collection)/\($0.id) \($0.state.rawValue)" }.joined(separator: ", "))")
+    /// Device `i` holds what the server holds (its view of it), in the server's epoch, with
+    /// nothing pending, and quarantined only versions the validator refuses.
+    mutating func checkConverged(_ i: Int, _ device: DeviceFinal, serverEpoch: Epoch, final: [Key: ServerRow]) {
+        if !device.pending.isEmpty {
+            fail(.convergence, "d\(i) still has \(device.pending.count) unsettled change(s) after healing: \(device.pending.map { "\($0.collection)/\($0.id) \($0.state.rawValue)" }.joined(separator: ", "))")
+        }
+        if device.epoch != serverEpoch {
+            fail(.convergence, "d\(i) ends in epoch \(device.epoch?.rawValue ?? "none"), the server in \(serverEpoch)")
+        }
+        var held: [Key: StoredRecord] = [:]
+        for r in device.records { held[Key(r.collection, r.id)] = r }
+        for (key, row) in final {
+            let version = Version(epoch: serverEpoch, seq: row.seq)
+            let quarantined = device.quarantined.contains { $0.collection == key.collection && $0.id == key.id && $0.version == version.text }
+            guard let r = held[key] else {
+                // Under rules a page from the start sends no tombstone (docs/rules.md): a
+                // device that pulled from the start holds none of the records deleted before.
+                if underRules && row.deleted { continue }
+                if !quarantined { fail(.convergence, "d\(i) lacks \(key), which the server holds at \(describe(state: version))") }
+                continue
             }
-            if device.epoch != serverEpoch {
-                fail(.convergence, "d\(i) ends in epoch \(device.epoch?.rawValue ?? "none"), the server in \(serverEpoch)")
-            }
-            var held: [Key: StoredRecord] = [:]
-            for r in device.records { held[Key(r.collection, r.id)] = r }
-            for (key, row) in final {
-                let version = Version(epoch: serverEpoch, seq: row.seq)
-                let quarantined = device.quarantined.contains { $0.collection == key.collection && $0.id == key.id && $0.version == version.text }
-                guard let r = held[key] else {
-                    // Under rules a page from the start sends no tombstone (docs/rules.md): a
-                    // device that pulled from the start holds none of the records deleted before.
-                    if underRules && row.deleted { continue }
-                    if !quarantined { fail(.convergence, "d\(i) lacks \(key), which the server holds at \(describe(state: version))") }
-                    continue
-                }
-                if r.version != version || r.deleted != row.deleted || (!row.deleted && tag(of: r.data) != row.tag) {
-                    if quarantined { continue }
-                    if underRules && r.deleted && row.deleted, let held = r.version, onlyTombstones(key, after: held, upTo: version) { continue }
-                    fail(.convergence, "d\(i) holds \(key) at \(r.version?.text ?? "no version") as \(r.deleted ? "deleted" : tag(of: r.data) ?? "?"); the server holds \(describe(state: version))")
-                }
-            }
-            for key in held.keys where final[key] == nil {
-                fail(.convergence, "d\(i) holds \(key), which the server does not have")
-            }
-            for q in device.quarantined {
-                guard let text = q.version, let v = Version(text), let s = states[v], s.bad else {
-                    fail(.quarantine, "d\(i) quarantined \(q.collection ?? "?")/\(q.id ?? "?") at \(q.version ?? "?") (\(q.reason)), which is not a record the validator refuses")
-                    continue
-                }
-            }
-            for (key, local) in latest[i] where local.fate == .pending {
-                fail(.localEdit, "d\(i)'s edit \(describe(local.write)) of \(key) is still unsettled after healing")
+            if r.version != version || r.deleted != row.deleted || (!row.deleted && tag(of: r.data) != row.tag) {
+                if quarantined { continue }
+                if underRules && r.deleted && row.deleted, let held = r.version, onlyTombstones(key, after: held, upTo: version) { continue }
+                fail(.convergence, "d\(i) holds \(key) at \(r.version?.text ?? "no version") as \(r.deleted ? "deleted" : tag(of: r.data) ?? "?"); the server holds \(describe(state: version))")
             }
         }
-        for r in rejections where !r.discarded && !devices[r.device].rejected.contains(where: { $0.changeId == r.changeId }) {
-            fail(.rejectedVisible, "d\(r.device)'s rejected change \(r.changeId) (\(describe(r.write)), step \(r.step)) is no longer in rejectedChanges()")
+        for key in held.keys where final[key] == nil {
+            fail(.convergence, "d\(i) holds \(key), which the server does not have")
+        }
+        for q in device.quarantined {
+            guard let text = q.version, let v = Version(text), let s = states[v], s.bad else {
+                fail(.quarantine, "d\(i) quarantined \(q.collection ?? "?")/\(q.id ?? "?") at \(q.version ?? "?") (\(q.reason)), which is not a record the validator refuses")
+                continue
+            }
+        }
+        for (key, local) in latest[i] where local.fate == .pending {
+            fail(.localEdit, "d\(i)'s edit \(describe(local.write)) of \(key) is still unsettled after healing")
         }
     }
 }

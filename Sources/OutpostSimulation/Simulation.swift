@@ -354,23 +354,7 @@ private final class Run {
     }
 
     func step(_ step: Int) async throws {
-        let delta = rng.weighted([(Int64(1), 0.7), (2, 0.25), (3, 0.05)])
-        switch delta {
-        case 1: clock.advance(rng.int(in: 100...5_000))
-        case 2: clock.advance(rng.int(in: 5_000...120_000))
-        default: clock.advance(rng.int(in: 120_000...1_200_000))
-        }
-        if downSteps > 0 {
-            downSteps -= 1
-            if downSteps == 0 {
-                world.state.withLock { $0.down = false }
-                log(String(format: "%4d", step) + " server is up again")
-            }
-        }
-        if configuration.faults.network {
-            let held = world.state.withLock { $0.held.count }
-            if held > 0 && rng.chance(0.2) { await world.deliverHeld(at: rng.below(held)) }
-        }
+        await advance(step)
         let action = chooseAction()
         let device = devices[rng.below(devices.count)]
         let d = "d\(device.index)"
@@ -378,43 +362,9 @@ private final class Run {
         guard let store = device.store else { return }
         switch action {
         case .put:
-            let key = Run.keys[rng.below(Run.keys.count)]
-            let t = "\(d).\(step)"
-            var data: JSONObject = ["t": .string(t), "n": .number(JSONNumber(step))]
-            var note = ""
-            let variant = rng.unit()
-            if variant < 0.03 {
-                data["pad"] = .string(String(repeating: "x", count: 3_000))
-                note = " (over the server's record limit)"
-            } else if variant < 0.04 {
-                data["pad"] = .string(String(repeating: "y", count: 20_000))
-                note = " (over the server's request limit)"
-            } else if key.collection == "notes" && variant < 0.12 {
-                data["bad"] = .bool(true)
-                note = " (a shape the validator refuses)"
-            }
-            let view = try await store.record(in: key.collection, id: key.id)
-            world.state.withLock { s in _ = s.oracle.localEdit(device: device.index, key: key, data: data, view: view) }
-            try await store.put(data, in: key.collection, id: key.id)
-            log(prefix + "\(d) put \(key) \(t)\(note)")
+            try await put(store, device, step: step, prefix: prefix)
         case .delete:
-            let key = Run.keys[rng.below(Run.keys.count)]
-            let view = try await store.record(in: key.collection, id: key.id)
-            guard let view, !view.deleted else {
-                log(prefix + "\(d) delete \(key): nothing to delete")
-                return
-            }
-            let write = world.state.withLock { s in s.oracle.localEdit(device: device.index, key: key, data: nil, view: view) }
-            try await store.delete(from: key.collection, id: key.id)
-            if try await store.record(in: key.collection, id: key.id) == nil {
-                world.state.withLock { $0.oracle.latest[device.index][key]?.fate = .cancelled }
-                log(prefix + "\(d) delete \(key) (cancels a create never sent)")
-            } else {
-                if let entry = try await store.pendingChanges().last(where: { $0.collection == key.collection && $0.id == key.id && $0.op == .delete }) {
-                    world.state.withLock { $0.oracle.nameChange(entry.changeId, write: write) }
-                }
-                log(prefix + "\(d) delete \(key)")
-            }
+            try await delete(store, device, prefix: prefix)
         case .sync:
             log(prefix + "\(d) sync")
             await sync(device)
@@ -423,24 +373,8 @@ private final class Run {
             log(prefix + "\(d) waitForChanges")
             do { log("      → \(try await store.waitForChanges(timeout: .zero))") } catch { log("      → failed: \(error)") }
             try await afterNetwork(device)
-        case .count:
-            let key = Ledger.keys[rng.below(Ledger.keys.count)]
-            guard let view = try await store.record(in: key.collection, id: key.id), !view.deleted, let data = view.data,
-                  let (edited, note) = ledger.edit(key, data, tag: "\(d).\(step)", rng: &rng) else {
-                log(prefix + "\(d) count \(key): no copy to count on")
-                return
-            }
-            try await store.put(edited, in: key.collection, id: key.id)
-            log(prefix + "\(d) \(key) \(note)")
-        case .tick:
-            let key = Ledger.keys[rng.below(Ledger.keys.count)]
-            guard let view = try await store.record(in: key.collection, id: key.id), !view.deleted, let data = view.data,
-                  let (edited, note) = ledger.tick(key, data, device: device.index, step: step, rng: &rng) else {
-                log(prefix + "\(d) checklist of \(key): no copy to edit")
-                return
-            }
-            try await store.put(edited, in: key.collection, id: key.id)
-            log(prefix + "\(d) \(key) \(note)")
+        case .count, .tick:
+            try await editLedger(store, device, tick: action == .tick, step: step, prefix: prefix)
         case .settle:
             let held = try await store.unsettledConflicts().filter { $0.collection != Ledger.collection }
             guard !held.isEmpty else {
@@ -487,26 +421,115 @@ private final class Run {
             backups.append((name, epoch))
             log(prefix + "server backed up (backup \(backups.count - 1), epoch \(epoch))")
         case .restore:
-            guard let server else { return }
-            let index = rng.below(backups.count)
-            let backup = backups[index]
-            world.state.withLock { s in
-                s.service = nil
-                s.held.removeAll()
-            }
-            ledger.historyLost = true
-            let epoch = try await server.restore(named: backup.name)
-            let rows = try server.rows().filter { $0.key.collection != Ledger.collection }
-            world.state.withLock { s in
-                s.service = server.service
-                s.oracle.serverRestored(epoch: epoch, backupEpoch: backup.epoch, rows: rows)
-            }
-            log(prefix + "server restored from backup \(index) (epoch \(backup.epoch)), rotate-epoch: \(epoch)")
+            try await restoreServer(prefix)
         case .down:
             downSteps = 1 + rng.below(4)
             world.state.withLock { $0.down = true }
             log(prefix + "server down for \(downSteps) step(s)")
         }
+    }
+
+    /// Moves the clock on (mostly by seconds, sometimes minutes), brings a server that was
+    /// down up again when its time is over, and sometimes delivers a request the network held.
+    func advance(_ step: Int) async {
+        let delta = rng.weighted([(Int64(1), 0.7), (2, 0.25), (3, 0.05)])
+        switch delta {
+        case 1: clock.advance(rng.int(in: 100...5_000))
+        case 2: clock.advance(rng.int(in: 5_000...120_000))
+        default: clock.advance(rng.int(in: 120_000...1_200_000))
+        }
+        if downSteps > 0 {
+            downSteps -= 1
+            if downSteps == 0 {
+                world.state.withLock { $0.down = false }
+                log(String(format: "%4d", step) + " server is up again")
+            }
+        }
+        if configuration.faults.network {
+            let held = world.state.withLock { $0.held.count }
+            if held > 0 && rng.chance(0.2) { await world.deliverHeld(at: rng.below(held)) }
+        }
+    }
+
+    /// A device puts a record: sometimes one over the server's record or request limit, or
+    /// of a shape the validator refuses.
+    func put(_ store: OutpostStore, _ device: DeviceHandle, step: Int, prefix: String) async throws {
+        let d = "d\(device.index)"
+        let key = Run.keys[rng.below(Run.keys.count)]
+        let t = "\(d).\(step)"
+        var data: JSONObject = ["t": .string(t), "n": .number(JSONNumber(step))]
+        var note = ""
+        let variant = rng.unit()
+        if variant < 0.03 {
+            data["pad"] = .string(String(repeating: "x", count: 3_000))
+            note = " (over the server's record limit)"
+        } else if variant < 0.04 {
+            data["pad"] = .string(String(repeating: "y", count: 20_000))
+            note = " (over the server's request limit)"
+        } else if key.collection == "notes" && variant < 0.12 {
+            data["bad"] = .bool(true)
+            note = " (a shape the validator refuses)"
+        }
+        let view = try await store.record(in: key.collection, id: key.id)
+        world.state.withLock { s in _ = s.oracle.localEdit(device: device.index, key: key, data: data, view: view) }
+        try await store.put(data, in: key.collection, id: key.id)
+        log(prefix + "\(d) put \(key) \(t)\(note)")
+    }
+
+    /// A device deletes a record it has (a create never sent is cancelled instead).
+    func delete(_ store: OutpostStore, _ device: DeviceHandle, prefix: String) async throws {
+        let d = "d\(device.index)"
+        let key = Run.keys[rng.below(Run.keys.count)]
+        let view = try await store.record(in: key.collection, id: key.id)
+        guard let view, !view.deleted else {
+            log(prefix + "\(d) delete \(key): nothing to delete")
+            return
+        }
+        let write = world.state.withLock { s in s.oracle.localEdit(device: device.index, key: key, data: nil, view: view) }
+        try await store.delete(from: key.collection, id: key.id)
+        if try await store.record(in: key.collection, id: key.id) == nil {
+            world.state.withLock { $0.oracle.latest[device.index][key]?.fate = .cancelled }
+            log(prefix + "\(d) delete \(key) (cancels a create never sent)")
+        } else {
+            if let entry = try await store.pendingChanges().last(where: { $0.collection == key.collection && $0.id == key.id && $0.op == .delete }) {
+                world.state.withLock { $0.oracle.nameChange(entry.changeId, write: write) }
+            }
+            log(prefix + "\(d) delete \(key)")
+        }
+    }
+
+    /// A device counts on a ledger record's counters, or (`tick`) edits its checklist.
+    func editLedger(_ store: OutpostStore, _ device: DeviceHandle, tick: Bool, step: Int, prefix: String) async throws {
+        let d = "d\(device.index)"
+        let key = Ledger.keys[rng.below(Ledger.keys.count)]
+        guard let view = try await store.record(in: key.collection, id: key.id), !view.deleted, let data = view.data,
+              let (edited, note) = tick ? ledger.tick(key, data, device: device.index, step: step, rng: &rng)
+                                        : ledger.edit(key, data, tag: "\(d).\(step)", rng: &rng) else {
+            log(prefix + "\(d) " + (tick ? "checklist of \(key): no copy to edit" : "count \(key): no copy to count on"))
+            return
+        }
+        try await store.put(edited, in: key.collection, id: key.id)
+        log(prefix + "\(d) \(key) \(note)")
+    }
+
+    /// The server is restored from one of its backups (a new epoch); the oracle learns what
+    /// it holds.
+    func restoreServer(_ prefix: String) async throws {
+        guard let server else { return }
+        let index = rng.below(backups.count)
+        let backup = backups[index]
+        world.state.withLock { s in
+            s.service = nil
+            s.held.removeAll()
+        }
+        ledger.historyLost = true
+        let epoch = try await server.restore(named: backup.name)
+        let rows = try server.rows().filter { $0.key.collection != Ledger.collection }
+        world.state.withLock { s in
+            s.service = server.service
+            s.oracle.serverRestored(epoch: epoch, backupEpoch: backup.epoch, rows: rows)
+        }
+        log(prefix + "server restored from backup \(index) (epoch \(backup.epoch)), rotate-epoch: \(epoch)")
     }
 
     func restartServer(_ prefix: String, _ what: String, _ body: (SimServer) async throws -> Void) async throws {
