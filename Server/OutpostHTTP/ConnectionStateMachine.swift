@@ -230,37 +230,9 @@ struct ConnectionStateMachine: Sendable {
         if case .closed = state { return closedAction(event) }
         switch event {
         case .received(let count):
-            switch state {
-            case .opened, .idle:
-                state = .readingHead(started: now)
-                return .none
-            case .readingHead, .checking, .readingBody, .handling, .writing:
-                return .none
-            case .closing(.discarding(let bound)):
-                guard let left = bound.less(count) else { return close() }
-                state = .closing(.discarding(left))
-                return .discardInput
-            case .lingering(let bound):
-                guard let left = bound.less(count) else { return close() }
-                state = .lingering(left)
-                return .discardInput
-            case .closing(.linger), .closing(.abort), .closed:
-                return .discardInput
-            }
-
+            return received(count, now: now)
         case .peerClosed(let outputPending):
-            switch state {
-            case .opened, .idle, .readingHead, .closing(.linger), .closing(.abort):
-                // Answers still queued are sent first; a half-sent head can never complete.
-                guard outputPending else { return close() }
-                state = .closing(.abort)
-                return .discardInput
-            case .checking, .readingBody, .handling, .writing, .closing(.discarding), .lingering, .closed:
-                // A request in progress can never be answered to anyone (its handler is
-                // cancelled); a closing connection has nothing left to wait for.
-                return close()
-            }
-
+            return peerClosed(outputPending: outputPending)
         case .headReceived:
             state = .checking
         case .bodyStarted:
@@ -289,20 +261,7 @@ struct ConnectionStateMachine: Sendable {
         case .writeBlocked(let progress):
             if progress || writeStalledSince == nil { writeStalledSince = now }
         case .outputDrained:
-            // An idle connection's clock starts when its last response has left, not when it
-            // was queued (a long download must not count as idle time).
-            if writeStalledSince != nil, case .idle = state { state = .idle(since: now) }
-            writeStalledSince = nil
-            switch state {
-            case .closing(.linger), .closing(.discarding):
-                state = .lingering(Discard(until: now + timeouts.discard, remaining: timeouts.discardLimit))
-                return .shutdownWrite
-            case .closing(.abort):
-                return close()
-            default:
-                break
-            }
-
+            return outputDrained(now: now)
         case .drain(let outputPending):
             draining = true
             switch state {
@@ -323,6 +282,60 @@ struct ConnectionStateMachine: Sendable {
             return close()
         }
         return .none
+    }
+
+    /// Bytes arrived: they begin a request on an idle connection, and count against the
+    /// bound of what a closing one discards.
+    private mutating func received(_ count: Int, now: Instant) -> Action {
+        switch state {
+        case .opened, .idle:
+            state = .readingHead(started: now)
+            return .none
+        case .readingHead, .checking, .readingBody, .handling, .writing:
+            return .none
+        case .closing(.discarding(let bound)):
+            guard let left = bound.less(count) else { return close() }
+            state = .closing(.discarding(left))
+            return .discardInput
+        case .lingering(let bound):
+            guard let left = bound.less(count) else { return close() }
+            state = .lingering(left)
+            return .discardInput
+        case .closing(.linger), .closing(.abort), .closed:
+            return .discardInput
+        }
+    }
+
+    /// The peer closed its side.
+    private mutating func peerClosed(outputPending: Bool) -> Action {
+        switch state {
+        case .opened, .idle, .readingHead, .closing(.linger), .closing(.abort):
+            // Answers still queued are sent first; a half-sent head can never complete.
+            guard outputPending else { return close() }
+            state = .closing(.abort)
+            return .discardInput
+        case .checking, .readingBody, .handling, .writing, .closing(.discarding), .lingering, .closed:
+            // A request in progress can never be answered to anyone (its handler is
+            // cancelled); a closing connection has nothing left to wait for.
+            return close()
+        }
+    }
+
+    /// Everything queued has been written.
+    private mutating func outputDrained(now: Instant) -> Action {
+        // An idle connection's clock starts when its last response has left, not when it
+        // was queued (a long download must not count as idle time).
+        if writeStalledSince != nil, case .idle = state { state = .idle(since: now) }
+        writeStalledSince = nil
+        switch state {
+        case .closing(.linger), .closing(.discarding):
+            state = .lingering(Discard(until: now + timeouts.discard, remaining: timeouts.discardLimit))
+            return .shutdownWrite
+        case .closing(.abort):
+            return close()
+        default:
+            return .none
+        }
     }
 
     /// A closed connection ignores everything.

@@ -289,34 +289,10 @@ struct HTTPRequestParser {
         case .success(let h): headers = h
         }
 
-        // Framing (RFC 9112 section 6.3), strictest reading: anything ambiguous is a 400
-        // because two parsers disagreeing about where a body ends is request smuggling.
-        var framing = BodyFraming.none
-        let transferEncodings = headers.values(name: "Transfer-Encoding")
-        let contentLengths = headers.values(name: "Content-Length")
-        if !transferEncodings.isEmpty {
-            if !contentLengths.isEmpty {
-                return .failure(.bad("both Transfer-Encoding and Content-Length"))
-            }
-            if version == .http1_0 {
-                // RFC 9112 section 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing.
-                return .failure(.bad("Transfer-Encoding in an HTTP/1.0 request"))
-            }
-            let codings = headers.tokens(name: "Transfer-Encoding")
-            for coding in codings where !HTTPHeaders.equalsIgnoringCase(coding, "chunked") {
-                return .failure(HTTPParserError(kind: .notImplemented, message: "unsupported transfer coding"))
-            }
-            // Only "chunked", exactly once (it must be last and cannot repeat, section 6.1).
-            guard codings.count == 1 else { return .failure(.bad("chunked applied more than once")) }
-            framing = .chunked
-        } else if !contentLengths.isEmpty {
-            guard contentLengths.count == 1 else { return .failure(.bad("more than one Content-Length")) }
-            let value = contentLengths[0].utf8
-            // Content-Length = 1*DIGIT (RFC 9110 section 8.6): no sign, no list, no spaces.
-            guard !value.isEmpty, value.count <= 18, value.allSatisfy(isDigit) else {
-                return .failure(.bad("invalid Content-Length"))
-            }
-            framing = .length(value.reduce(0) { $0 * 10 + Int($1 - 0x30) })
+        let framing: BodyFraming
+        switch Self.framing(headers, version: version) {
+        case .failure(let e): return .failure(e)
+        case .success(let f): framing = f
         }
 
         // RFC 9112 section 3.2: an HTTP/1.1 request without exactly one Host is a 400.
@@ -340,6 +316,38 @@ struct HTTPRequestParser {
         return .success(.head(ParsedRequestHead(
             method: method, target: target, version: version, headers: headers,
             framing: framing, keepAlive: keepAlive, expectContinue: expect)))
+    }
+
+    /// The body's framing (RFC 9112 section 6.3), strictest reading: anything ambiguous is
+    /// a 400, because two parsers disagreeing about where a body ends is request smuggling.
+    private static func framing(_ headers: HTTPHeaders, version: HTTPVersion) -> Result<BodyFraming, HTTPParserError> {
+        let transferEncodings = headers.values(name: "Transfer-Encoding")
+        let contentLengths = headers.values(name: "Content-Length")
+        if !transferEncodings.isEmpty {
+            if !contentLengths.isEmpty {
+                return .failure(.bad("both Transfer-Encoding and Content-Length"))
+            }
+            if version == .http1_0 {
+                // RFC 9112 section 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing.
+                return .failure(.bad("Transfer-Encoding in an HTTP/1.0 request"))
+            }
+            let codings = headers.tokens(name: "Transfer-Encoding")
+            for coding in codings where !HTTPHeaders.equalsIgnoringCase(coding, "chunked") {
+                return .failure(HTTPParserError(kind: .notImplemented, message: "unsupported transfer coding"))
+            }
+            // Only "chunked", exactly once (it must be last and cannot repeat, section 6.1).
+            guard codings.count == 1 else { return .failure(.bad("chunked applied more than once")) }
+            return .success(.chunked)
+        } else if !contentLengths.isEmpty {
+            guard contentLengths.count == 1 else { return .failure(.bad("more than one Content-Length")) }
+            let value = contentLengths[0].utf8
+            // Content-Length = 1*DIGIT (RFC 9110 section 8.6): no sign, no list, no spaces.
+            guard !value.isEmpty, value.count <= 18, value.allSatisfy(isDigit) else {
+                return .failure(.bad("invalid Content-Length"))
+            }
+            return .success(.length(value.reduce(0) { $0 * 10 + Int($1 - 0x30) }))
+        }
+        return .success(.none)
     }
 
     private func parseTrailers(_ bytes: UnsafeBufferPointer<UInt8>) -> Result<ParsedSection, HTTPParserError> {

@@ -135,26 +135,9 @@ public final class Subprocess: @unchecked Sendable {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM] { sigaddset(&defaults, signal) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-
-        let argv: [UnsafeMutablePointer<CChar>?] = commandLine.map { strdup($0) } + [nil]
-        let envp: [UnsafeMutablePointer<CChar>?] = (environment ?? ProcessInfo.processInfo.environment)
-            .sorted { $0.key < $1.key }.map { strdup($0.key + "=" + $0.value) } + [nil]
-        defer {
-            for p in argv { free(p) }
-            for p in envp { free(p) }
-        }
+        Self.startWithDefaultSignals(&attributes)
         var child: pid_t = 0
-        let rc = path.contains("/")
-            ? posix_spawn(&child, path, &actions, &attributes, argv, envp)
-            : posix_spawnp(&child, path, &actions, &attributes, argv, envp)
+        let rc = Self.spawn(&child, commandLine, environment: environment ?? ProcessInfo.processInfo.environment, &actions, &attributes)
         guard rc == 0 else { throw fail("cannot start", rc) }
         pid = child
         for fd in childEnds { close(fd) }
@@ -172,6 +155,35 @@ public final class Subprocess: @unchecked Sendable {
             Self.thread("stream \(end.stream) of \(child)") { [self] in readToEnd(end.fd, stream: end.stream) }
         }
         Self.thread("reaper of \(child)") { [self] in reap() }
+    }
+
+    /// The child starts with no signal blocked and the default action for the signals a
+    /// parent may ignore or catch (a server that ignores SIGPIPE, a test runner's handlers).
+    private static func startWithDefaultSignals(_ attributes: inout posix_spawnattr_t) {
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    }
+
+    /// Spawns `commandLine` (its program a path, or a name looked up on `PATH`) with
+    /// `environment`; returns posix_spawn's result.
+    private static func spawn(_ child: inout pid_t, _ commandLine: [String], environment: [String: String],
+                              _ actions: inout posix_spawn_file_actions_t, _ attributes: inout posix_spawnattr_t) -> Int32 {
+        let path = commandLine[0]
+        let argv: [UnsafeMutablePointer<CChar>?] = commandLine.map { strdup($0) } + [nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = environment.sorted { $0.key < $1.key }.map { strdup($0.key + "=" + $0.value) } + [nil]
+        defer {
+            for p in argv { free(p) }
+            for p in envp { free(p) }
+        }
+        return path.contains("/")
+            ? posix_spawn(&child, path, &actions, &attributes, argv, envp)
+            : posix_spawnp(&child, path, &actions, &attributes, argv, envp)
     }
 
     // MARK: Running to completion

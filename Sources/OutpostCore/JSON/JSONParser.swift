@@ -242,21 +242,8 @@ struct ParseState: ~Copyable {
                     if inObject { try parseKey(keysStart: keysStart, keyIndex: &keyIndex) }
                     continue valueLoop
                 }
-            case quote:
-                value = .string(try parseString())
-            case UInt8(ascii: "t"):
-                try expectLiteral("true")
-                value = .bool(true)
-            case UInt8(ascii: "f"):
-                try expectLiteral("false")
-                value = .bool(false)
-            case UInt8(ascii: "n"):
-                try expectLiteral("null")
-                value = .null
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                value = .number(try parseNumber())
             default:
-                throw JSONError(.unexpectedCharacter, at: position)
+                value = try parseScalar(byte)
             }
 
             // A value is complete: place it, then close every container that ends here.
@@ -280,17 +267,7 @@ struct ParseState: ~Copyable {
                 }
                 if inObject && next == UInt8(ascii: "}") {
                     position += 1
-                    let memberValues = values.detach(from: valuesStart)
-                    let memberKeys = keys.detach(from: keysStart)
-                    let members = [JSONObject.Member](unsafeUninitializedCapacity: memberValues.count) {
-                        buffer, initialized in
-                        for index in memberValues.indices {
-                            buffer.initializeElement(at: index, to: JSONObject.Member(
-                                key: memberKeys.moveElement(from: index), value: memberValues.moveElement(from: index)))
-                        }
-                        initialized = memberValues.count
-                    }
-                    value = .object(JSONObject(uncheckedMembers: members, index: keyIndex))
+                    value = closeObject(valuesStart: valuesStart, keysStart: keysStart, keyIndex: keyIndex)
                 } else if !inObject && next == UInt8(ascii: "]") {
                     position += 1
                     value = .array(values.popArray(from: valuesStart))
@@ -305,6 +282,45 @@ struct ParseState: ~Copyable {
                 keyIndex = parent.keyIndex
             }
         }
+    }
+
+    /// A value that is not a container: a string, `true`, `false`, `null` or a number,
+    /// starting with `byte`.
+    @inline(__always)
+    mutating func parseScalar(_ byte: UInt8) throws(JSONError) -> JSONValue {
+        switch byte {
+        case quote:
+            return .string(try parseString())
+        case UInt8(ascii: "t"):
+            try expectLiteral("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectLiteral("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectLiteral("null")
+            return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return .number(try parseNumber())
+        default:
+            throw JSONError(.unexpectedCharacter, at: position)
+        }
+    }
+
+    /// The object whose members were pushed since `valuesStart` and `keysStart`, moved out
+    /// of the parser's stacks in order.
+    @inline(__always)
+    mutating func closeObject(valuesStart: Int, keysStart: Int, keyIndex: [UTF8Key: Int]?) -> JSONValue {
+        let memberValues = values.detach(from: valuesStart)
+        let memberKeys = keys.detach(from: keysStart)
+        let members = [JSONObject.Member](unsafeUninitializedCapacity: memberValues.count) { buffer, initialized in
+            for index in memberValues.indices {
+                buffer.initializeElement(at: index, to: JSONObject.Member(
+                    key: memberKeys.moveElement(from: index), value: memberValues.moveElement(from: index)))
+            }
+            initialized = memberValues.count
+        }
+        return .object(JSONObject(uncheckedMembers: members, index: keyIndex))
     }
 
     /// Reads `"key"` and `:`, refusing a key the object already has.
