@@ -122,13 +122,6 @@ func withCPU<T>(of pid: Int32, _ body: () throws -> T) rethrows -> (T, Double) {
     return (result, MemorySampler.cpu(pid: pid).total - before)
 }
 
-/// The same, for work that suspends.
-func withCPU<T>(of pid: Int32, _ body: () async throws -> T) async rethrows -> (T, Double) {
-    let before = MemorySampler.cpu(pid: pid).total
-    let result = try await body()
-    return (result, MemorySampler.cpu(pid: pid).total - before)
-}
-
 /// One GET on a new connection through the engine's `HTTPClient`: the benches' untimed
 /// probes (readiness, `/v1/info`, `/metrics`), where no figure depends on the client.
 func probe(port: Int, _ path: String, token: String? = nil) throws -> HTTPClientResponse {

@@ -235,9 +235,7 @@ enum PeersBench {
     static func writeFigure(port: Int, pid: Int32, records: Int, counting: @escaping @Sendable ([UInt8]) -> Int, short: String,
                             warmUp: () -> [[Request]], measured: () -> [[Request]]) throws -> Figure {
         _ = try drive(port: port, requests: warmUp(), counting: counting)
-        let cpu0 = MemorySampler.cpu(pid: pid).total
-        let write = try drive(port: port, requests: measured(), counting: counting)
-        let writeCPU = MemorySampler.cpu(pid: pid).total - cpu0
+        let (write, writeCPU) = try withCPU(of: pid) { try drive(port: port, requests: measured(), counting: counting) }
         guard write.counted == records else { throw HTTPBench.BenchError("\(short) \(write.counted) of \(records)") }
         return Figure(value: Double(records) / write.seconds, unit: "records/s",
                       detail: String(format: "%.2f s, p50 / p99 %.1f / %.1f ms per request, server CPU %.1f us/record", write.seconds, write.p50 * 1000, write.p99 * 1000, writeCPU / Double(records) * 1e6))
