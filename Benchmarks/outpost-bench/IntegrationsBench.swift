@@ -248,9 +248,9 @@ enum IntegrationsBench {
         var runs: [String: [TokenRun]] = [:]
         for round in 0..<o.rounds {
             for (alg, token) in round % 2 == 0 ? tokens : Array(tokens.reversed()) {
-                let cpu0 = MemorySampler.cpu(pid: server.pid).total
-                let r = try LoadLoop.run(port: server.port, request: wire(token), connections: 64, threads: 2, seconds: Double(o.seconds))
-                let cpu = MemorySampler.cpu(pid: server.pid).total - cpu0
+                let (r, cpu) = try withCPU(of: server.pid) {
+                    try LoadLoop.run(port: server.port, request: wire(token), connections: 64, threads: 2, seconds: Double(o.seconds))
+                }
                 guard r.failures == 0 else { throw HTTPBench.BenchError("\(alg): \(r.failures) pulls were not answered 200") }
                 let bodies = (0..<8).map { c in (0..<100).map { i in SyncBench.pushBody(space: "tokpush", prefix: "\(alg)-r\(round)-c\(c)-\(i)", count: 1) } }
                 let p = try driveClients(bodies, port: { _ in server.port }) { connection, _, body in
@@ -306,7 +306,8 @@ enum IntegrationsBench {
             jwksPath = work + "/jwks.json"
             try Data(jwks.utf8).write(to: URL(fileURLWithPath: jwksPath))
             let exp = Int64(Date().timeIntervalSince1970) + 86_400
-            let payload = Base64.encodeURL(Array(#"{"iss":"\#(issuer)","sub":"bench","exp":\#(exp),"spaces":["*"],"scope":"write"}"#.utf8))
+            // A provider's space names are literal (no `*`): the spaces part 2 pulls and pushes.
+            let payload = Base64.encodeURL(Array(#"{"iss":"\#(issuer)","sub":"bench","exp":\#(exp),"spaces":["tokens","tokpush"],"scope":"write"}"#.utf8))
             func provider(_ alg: String, _ kid: String, _ sign: ([UInt8]) throws -> [UInt8]) throws -> String {
                 let input = Base64.encodeURL(Array(#"{"alg":"\#(alg)","typ":"JWT","kid":"\#(kid)"}"#.utf8)) + "." + payload
                 return input + "." + Base64.encodeURL(try sign(Array(input.utf8)))
