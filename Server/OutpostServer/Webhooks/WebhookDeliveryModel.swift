@@ -463,13 +463,7 @@ extension WebhookDeliveryModel {
                 return
             }
             unrecorded = batch
-            index += 1
-            if sent >= WebhookDeliveryModel.batchesPerTurn {
-                endTurn = now
-                stage = .ending
-            } else {
-                stage = .batches
-            }
+            passBatch(at: now)
         }
 
         /// The failure of a delivery at `at` was recorded (with the batches delivered before
@@ -484,13 +478,19 @@ extension WebhookDeliveryModel {
             case .deadLettered?:
                 unrecorded = nil
                 leaseUntil = at + leaseMs
-                index += 1
-                if sent >= WebhookDeliveryModel.batchesPerTurn {
-                    endTurn = at
-                    stage = .ending
-                } else {
-                    stage = .batches
-                }
+                passBatch(at: at)
+            }
+        }
+
+        /// The run moves past the batch just sent (delivered, or a dead letter): to the next
+        /// batch, or at `batchesPerTurn` batches, at `at`, to the turn's end.
+        private mutating func passBatch(at: Int64) {
+            index += 1
+            if sent >= WebhookDeliveryModel.batchesPerTurn {
+                endTurn = at
+                stage = .ending
+            } else {
+                stage = .batches
             }
         }
 
