@@ -114,8 +114,8 @@ struct AppLifeTests {
         background.cancel()
         let outcome = try await ended(background, "the cancelled sync, while the other holds the gate")
         #expect(throws: CancellationError.self) { try outcome.get() }
-        #expect(store.syncGate.waiting == 0)
-        #expect(await store.runningSync != nil, "the foreground sync still runs")
+        #expect(await store.inspectSync { $0.gate.waiting } == 0)
+        #expect(await store.inspectSync { $0.running != nil }, "the foreground sync still runs")
         foreground.cancel()
         _ = try await ended(foreground, "the cancelled foreground sync")
         #expect(try await store.sync().pushed == 1, "the gate is free again")
@@ -306,19 +306,24 @@ struct AppLifeTests {
     }
 }
 
+extension OutpostStore {
+    /// Reads the sync part's state on the store's actor.
+    func inspectSync<T: Sendable>(_ body: (SyncRunner) -> T) -> T { body(syncRun) }
+}
+
 /// A sync of `store` whose push hangs (the test injected `.hang`), once it holds the gate.
 func hungSync(_ store: OutpostStore, fileID: String = #fileID, line: Int = #line) async throws -> Task<SyncReport, any Error> {
     let sync = Task { try await store.sync() }
-    try await eventually("the sync is under way", fileID: fileID, line: line) { await store.runningSync != nil }
+    try await eventually("the sync is under way", fileID: fileID, line: line) { await store.inspectSync { $0.running != nil } }
     return sync
 }
 
 /// `body` run in a task of its own, once it waits for the sync gate (behind a hung sync).
 func waitingForTheGate<T: Sendable>(_ store: OutpostStore, fileID: String = #fileID, line: Int = #line,
                                     _ body: @escaping @Sendable () async throws -> T) async throws -> Task<T, any Error> {
-    let waiting = store.syncGate.waiting
+    let waiting = await store.inspectSync { $0.gate.waiting }
     let task = Task { try await body() }
-    try await eventually("it waits for the gate", fileID: fileID, line: line) { store.syncGate.waiting == waiting + 1 }
+    try await eventually("it waits for the gate", fileID: fileID, line: line) { await store.inspectSync { $0.gate.waiting } == waiting + 1 }
     return task
 }
 

@@ -3,7 +3,7 @@ import OutpostCore
 import Testing
 @testable import Outpost
 
-/// `QueryFilter(parsing:)`: filters written as text (Query/FilterParser.swift) parse to the
+/// `QueryFilter(parsing:)`: filters written as text (Records/FilterParser.swift) parse to the
 /// filters the Swift operators build, and bad text fails with the character it fails at.
 @Suite("Filter parser")
 struct FilterParserTests {

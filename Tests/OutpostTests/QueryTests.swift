@@ -21,7 +21,7 @@ struct Inspection: Codable, Hashable, Sendable {
     var tags: [String] = []
 }
 
-/// Queries on the device (Query/, docs/client.md "Queries"): typed collections, filters and
+/// Queries on the device (Records/, docs/client.md "Queries"): typed collections, filters and
 /// sorts in SQLite, declared indexes, full-text search, live results, dates.
 @Suite("Queries")
 struct QueryTests {

@@ -56,7 +56,7 @@ enum Effect: Hashable, Sendable {
     /// A conflict was settled (by adopting the server's copy or by the resolver).
     case conflict
     /// The resolver decided a conflict: the store keeps the decision in its conflict
-    /// journal, in the transaction that stores the record (Store/ConflictJournal.swift).
+    /// journal, in the transaction that stores the record (Journal/ConflictJournal.swift).
     case resolved(ConflictDecision)
     /// Another device's resolution replaced a write of this device that the server had
     /// acknowledged: the store keeps it in its conflict journal too (`Engine.lostWrite`).

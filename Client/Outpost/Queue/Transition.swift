@@ -33,7 +33,7 @@ extension OutpostStore {
         let ids = ChangeIDSource(rng: rng, now: time)
         let backoff = configuration.backoff
         var jitter = rng
-        let context = EngineContext(phase: try known ?? phase(d), resolver: configuration.resolver, fieldKinds: fieldKinds, now: time, serverNow: serverNow(), clientId: clientId,
+        let context = EngineContext(phase: try known ?? phase(d), resolver: configuration.resolver, fieldKinds: syncRun.fieldKinds, now: time, serverNow: serverNow(), clientId: clientId,
                                     backoff: { attempt in backoff.delayMs(attempt: attempt, using: &jitter) }, newChangeId: ids.next,
                                     versions: configuration.versions)
         let (after, effects) = Engine.reduce(before, event, context)
@@ -41,8 +41,8 @@ extension OutpostStore {
         if after != before { try d.save(after) }
         for effect in effects {
             switch effect {
-            case .resolved(let decision): journaled.append(try d.journal(decision, at: time))
-            case .overwritten(let lost): journaled.append(try d.journal(lost, at: time))
+            case .resolved(let decision): observers.journal(try d.journal(decision, at: time))
+            case .overwritten(let lost): observers.journal(try d.journal(lost, at: time))
             default: break
             }
         }

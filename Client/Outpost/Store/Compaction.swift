@@ -63,7 +63,7 @@ extension OutpostStore {
     /// Compacts after a sync when the interval has passed since the last compaction (never
     /// for a new file: its first compaction is due an interval after its first sync).
     func compactIfDue() {
-        guard let interval = configuration.compactionInterval, database != nil else { return }
+        guard let interval = configuration.compactionInterval, life.hasDatabase else { return }
         let time = now()
         let stored: String?
         do { stored = try read { try $0.meta(.compactedAt) } } catch { return }

@@ -92,7 +92,7 @@ extension LocalDatabase {
     private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to, in_conflict, resolves FROM edits WHERE collection = ? AND id = ? ORDER BY position"
     /// An upsert, not `INSERT OR REPLACE`: a replace deletes the row without telling the
     /// delete triggers and would impose its conflict rule on the statements of the query
-    /// indexes' triggers (Query/QueryIndexes.swift); an update lets them skip a row whose
+    /// indexes' triggers (Records/QueryIndexes.swift); an update lets them skip a row whose
     /// content is unchanged.
     private static let saveRecordSQL: String = {
         let columns = ["shows", "view_data", "view_deleted", "pending"] + copyColumns("s") + copyColumns("l")

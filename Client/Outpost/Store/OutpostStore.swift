@@ -52,35 +52,18 @@ public actor OutpostStore {
     /// Read-only connections for the app's reads, outside the actor (Store/ReadPool.swift);
     /// nil in memory and for a reader store, whose reads run on the actor.
     nonisolated let readers: ReadPool?
-    var database: LocalDatabase?
-    var lock: StoreLock?
-    /// Open, suspended (file and lock released until `resume()`), or closed for good.
-    var lifecycle = Lifecycle.open
     var rng: Randomness
-    private var observers: [UUID: Observer] = [:]
-    private var activityObservers: [UUID: AsyncStream<SyncActivity>.Continuation] = [:]
-    /// `observeConflicts()`'s subscribers, and the journal entries of the transaction now
-    /// open, told to them once it commits (Store/ConflictJournal.swift).
-    var conflictObservers: [UUID: AsyncStream<ConflictEntry>.Continuation] = [:]
-    var journaled: [ConflictEntry] = []
-    /// Records the running sync's pull has received so far (for `SyncProgress`).
-    var pulledThisSync = 0
-    /// One sync (or re-pull, epoch change, long-poll page) at a time.
-    nonisolated let syncGate = SyncGate()
-    /// The task of the sync running now: `suspend()` cancels it when its caller is.
-    var runningSync: Task<SyncReport, any Error>?
-    var cachedLimits: (limits: Limits, fetchedAt: Int64)?
-    /// Changes in the push request now awaiting its answer.
-    var inFlight: Set<String> = []
-    /// The server's clock minus the device's, as last measured (`clockStatus()`).
-    var clockOffset: Int64?
-    /// The round trip of the last sync's best clock reading (telemetry).
-    var lastRoundTripMs: Int64?
-    /// True while the telemetry outbox is being sent.
-    var sendingTelemetry = false
-    /// The field kinds the server declared in the last page pulled (meta `field_kinds`):
-    /// what `.mergeFields` merges by (docs/client.md, "Field kinds").
-    var fieldKinds: FieldKinds
+
+    // The store's parts (docs/architecture.md, "The client store"), each owning its state;
+    // all of them live on the store's actor.
+    /// The database and lock, open, suspended or closed (Store/StoreLife.swift).
+    let life: StoreLife
+    /// The subscribers of events, activity and conflicts (Observation/StoreObservers.swift).
+    let observers = StoreObservers()
+    /// One sync at a time and what the running one holds (Sync/SyncRunner.swift).
+    let syncRun: SyncRunner
+    /// The device's clock readings and the telemetry sender (Journal/DeviceClock.swift).
+    let readings: DeviceReadings
 
     /// How many epochs the store remembers having left (docs/protocol.md section 5).
     public static let retiredEpochLimit = SyncSession.retiredLimit
@@ -164,12 +147,11 @@ public actor OutpostStore {
         self.transport = transport
         self.file = file
         self.readers = file.flatMap { $0.readOnly ? nil : ReadPool(path: $0.path) }
-        self.database = opened.database
-        self.lock = lock
+        self.life = StoreLife(database: opened.database, lock: lock)
         self.rng = rng
-        self.clockOffset = (try? opened.database.meta(.clockOffset)).flatMap { $0.flatMap { Int64($0) } }
-        self.fieldKinds = (try? opened.database.meta(.fieldKinds)).flatMap { $0.flatMap { try? JSONParser.parse(Array($0.utf8)) } }
-            .map(FieldKinds.init(json:)) ?? FieldKinds()
+        self.readings = DeviceReadings(clockOffset: (try? opened.database.meta(.clockOffset)).flatMap { $0.flatMap { Int64($0) } })
+        self.syncRun = SyncRunner(fieldKinds: (try? opened.database.meta(.fieldKinds)).flatMap { $0.flatMap { try? JSONParser.parse(Array($0.utf8)) } }
+            .map(FieldKinds.init(json:)) ?? FieldKinds())
     }
 
     /// The store's record cipher when `configuration.encryption` is set. A file keeps the
@@ -197,22 +179,13 @@ public actor OutpostStore {
     /// progress stops at its next step; changes it had sent stay in doubt.
     public func close() {
         readers?.shut(.closed)
-        database?.close()
-        database = nil
-        lock = nil
-        lifecycle = .closed
-        for observer in observers.values { observer.continuation.finish() }
-        observers.removeAll()
-        for continuation in activityObservers.values { continuation.finish() }
-        activityObservers.removeAll()
-        for continuation in conflictObservers.values { continuation.finish() }
-        conflictObservers.removeAll()
+        life.release(to: .closed)
+        observers.finishAll()
     }
 
     /// The database, or `closed` (`suspended` while the store is suspended).
     func db() throws -> LocalDatabase {
-        guard let database else { throw lifecycle == .suspended ? OutpostError.suspended : OutpostError.closed }
-        return database
+        try life.database()
     }
 
     /// Runs `body` in one transaction, mapping SQLite failures to `OutpostError.storage`.
@@ -227,7 +200,7 @@ public actor OutpostStore {
         let d = try db()
         guard file?.readOnly != true else { throw OutpostError.readOnly }
         // Journal entries of a transaction that rolls back are never told.
-        defer { journaled.removeAll() }
+        defer { observers.forgetJournaled() }
         return try mappingSQLiteErrors {
             try d.use(durability ?? configuration.durability)
             let result = try d.db.transaction {
@@ -235,7 +208,7 @@ public actor OutpostStore {
                 try d.settleSearch()
                 return result
             }
-            announceJournaled()
+            observers.announceJournaled()
             return result
         }
     }
@@ -247,393 +220,4 @@ public actor OutpostStore {
     }
 
     func now() -> Int64 { configuration.clock().milliseconds }
-
-    // MARK: - Saving
-
-    /// Saves a Codable value as the record `collection`/`id` (a put). Local only: the
-    /// record and its queue entry are written in one transaction; the network is not
-    /// touched. Returns the record as stored.
-    ///
-    /// Fields the app's type does not know survive: the put is `value` encoded, plus every
-    /// field of the record as the store shows it now that `T` never reads, at every level
-    /// of nested objects; a field `T` reads and `value` leaves out is removed
-    /// (docs/client.md, "Fields an app does not know"). What `T` reads is learned from the
-    /// store's first decode of it in `collection` (`get`, `all`, `values`,
-    /// `StoredRecord.decode`); before any, the save decodes the stored record as `T` with
-    /// `decoder` to learn it (pass the decoder the app reads with when it sets strategies).
-    /// The default coder is `RecordCoder.standard`'s: dates as RFC 3339 text (docs/client.md,
-    /// "Dates"). A typed collection (`collection(_:of:coder:)`) names its coder once.
-    @discardableResult
-    public func save<T: Encodable & OutpostSendableMetatype>(_ value: T, in collection: String, id: String, encoder: JSONEncoder = RecordCoder.standardEncoder(),
-                                   decoder: JSONDecoder = RecordCoder.standardDecoder()) throws -> StoredRecord {
-        var tx = OutpostTransaction()
-        try tx.save(value, in: collection, id: id, encoder: encoder, decoder: decoder)
-        return try committedRecord(tx)
-    }
-
-    /// Saves raw JSON as the record `collection`/`id` (a put). See `save(_:in:id:)`.
-    @discardableResult
-    public func put(_ data: JSONObject, in collection: String, id: String) throws -> StoredRecord {
-        var tx = OutpostTransaction()
-        try tx.put(data, in: collection, id: id)
-        return try committedRecord(tx)
-    }
-
-    /// Deletes the record (a tombstone: the delete syncs like any edit). Returns false when
-    /// there was nothing to delete.
-    @discardableResult
-    public func delete(from collection: String, id: String) throws -> Bool {
-        var tx = OutpostTransaction()
-        try tx.delete(from: collection, id: id)
-        return try !commit(tx.writes).isEmpty
-    }
-
-    /// Commits a block of one put; the record as stored.
-    private func committedRecord(_ tx: OutpostTransaction) throws -> StoredRecord {
-        guard let shown = try commit(tx.writes).first?.shown else { throw OutpostError.storage("the saved record is not in the store") }
-        return try Self.storedRecord(shown)
-    }
-
-    // MARK: - Reading
-
-    /// The record decoded as `type`; nil when absent or deleted.
-    ///
-    /// The reads of the app (`get`, `all`, `record`, `records`, `status`) run on a
-    /// read-only connection of their own, on its own thread, with the caller (the main
-    /// actor, for a screen) suspended meanwhile: they never wait for the store's actor,
-    /// which may be applying a pulled page, and never hold the caller's thread while they
-    /// read the rows and parse their JSON. They see every save that returned before them,
-    /// and a pulled page whole or not at all (docs/client.md, "Reads beside the writer").
-    /// Only the last step, `T`'s `Decodable` initializer, runs with the caller's isolation:
-    /// an app type's conformance may be isolated to the main actor (an app target's
-    /// default), and then must not run anywhere else.
-    public func get<T: Decodable>(_ type: T.Type, from collection: String, id: String, decoder: JSONDecoder = RecordCoder.standardDecoder(),
-                                  isolation: isolated (any Actor)? = #isolation) async throws -> T? {
-        guard let record = try await record(in: collection, id: id), !record.deleted else { return nil }
-        return try record.decode(T.self, decoder: decoder)
-    }
-
-    /// Every live record of `collection` decoded as `type`, ordered by id.
-    public func all<T: Decodable>(_ type: T.Type, in collection: String, decoder: JSONDecoder = RecordCoder.standardDecoder(),
-                                  isolation: isolated (any Actor)? = #isolation) async throws -> [T] {
-        try await records(in: collection).map { try $0.decode(T.self, decoder: decoder) }
-    }
-
-    /// The record (tombstones included), or nil when the store has never held it.
-    public func record(in collection: String, id: String, isolation: isolated (any Actor)? = #isolation) async throws -> StoredRecord? {
-        let key = RecordKey(collection: collection, id: id)
-        return try await appRead { try $0.shown(key).map(Self.storedRecord) }
-    }
-
-    /// The live records of `collection` (all collections when nil), ordered by collection
-    /// and id; tombstones only with `includeDeleted`.
-    public func records(in collection: String? = nil, includeDeleted: Bool = false,
-                        isolation: isolated (any Actor)? = #isolation) async throws -> [StoredRecord] {
-        try await appRead { d in
-            try d.shown(collection: collection).filter { includeDeleted || !$0.body.deleted }.map(Self.storedRecord)
-        }
-    }
-
-    /// Runs one of the app's reads on a read-only connection (`ReadPool`), the caller
-    /// suspended; on the store's actor when the store has no such connections (in memory,
-    /// a reader store) or all of them are in use.
-    func appRead<T>(_ body: @escaping @Sendable (LocalDatabase) throws -> T,
-                    isolation: isolated (any Actor)? = #isolation) async throws -> T {
-        if let readers, let read = try await readers.read(body) { return read.value }
-        return try await readOnActor(body).value
-    }
-
-    /// `read`, with its result handed over to a caller on another actor.
-    private func readOnActor<T>(_ body: @Sendable (LocalDatabase) throws -> T) throws -> ReadPool.Handover<T> {
-        ReadPool.Handover(value: try read(body))
-    }
-
-    static func storedRecord(_ shown: LocalDatabase.Shown) throws -> StoredRecord {
-        StoredRecord(collection: shown.key.collection, id: shown.key.id, data: try shown.body.data.map(decodeObject),
-                     deleted: shown.body.deleted, version: shown.version, pending: shown.pending,
-                     updatedAt: shown.updatedAt.map(Date.init(milliseconds:)), updatedBy: shown.updatedBy)
-    }
-
-    // MARK: - Queue, quarantine, status
-
-    /// Changes not yet settled, in queue order (rejected ones excluded).
-    public func pendingChanges() throws -> [QueuedChange] {
-        try changes(unsettled: true)
-    }
-
-    /// Changes the server rejected for good, with their reasons. They block nothing; the app
-    /// shows them and may discard them (`discardRejectedChange`) or save again.
-    public func rejectedChanges() throws -> [QueuedChange] {
-        try changes(unsettled: false)
-    }
-
-    /// Removes a rejected change. Returns false when no rejected change has that id.
-    @discardableResult
-    public func discardRejectedChange(_ changeId: String) throws -> Bool {
-        try write { d in
-            guard let key = try d.key(ofChange: changeId), let edit = try d.model(key)?.edit(changeId), Engine.isRejected(edit) else { return false }
-            try transition(key, .discard(changeId: changeId), d)
-            return true
-        }
-    }
-
-    /// The unsettled or the rejected edits as the app sees them, in the order they go out.
-    private func changes(unsettled: Bool) throws -> [QueuedChange] {
-        try read { d in
-            let context = try engineContext(d)
-            // Records by the queue position of their first such edit; a record's edits in the
-            // order they go out.
-            var out: [QueuedChange] = []
-            for key in try d.keysWithEdits(in: unsettled ? ["queued", "sent"] : ["rejected"]) {
-                guard let model = try d.model(key) else { continue }
-                for edit in model.edits where unsettled ? edit.delivery.isUnsettled : Engine.isRejected(edit) {
-                    out.append(try queuedChange(edit, model, context))
-                }
-            }
-            return out
-        }
-    }
-
-    func queuedChange(_ e: Edit, _ model: RecordModel, _ context: EngineContext) throws -> QueuedChange {
-        let state: ChangeState
-        var base: Version?
-        var code: String?
-        var required: Int?
-        switch e.delivery {
-        case .queued where e.inConflict:
-            state = .inConflict
-            if let epoch = context.phase.epoch { base = Engine.wireBase(model, e, epoch: epoch) }
-        case .queued where Engine.isHeld(e, model.key, context):
-            state = .upgradeRequired
-            required = e.upgradeTo
-            if let epoch = context.phase.epoch { base = Engine.wireBase(model, e, epoch: epoch) }
-        case .queued:
-            state = e.attempts == 0 && e.lastError == nil ? .pending : .failed
-            if let epoch = context.phase.epoch { base = Engine.wireBase(model, e, epoch: epoch) }
-        case .sent(let sent):
-            state = inFlight.contains(e.changeId) ? .inFlight : .inDoubt
-            base = sent
-        case .acknowledged(let copy):
-            state = .pending
-            base = copy.version
-        case .rejected(let c, _):
-            state = .rejected
-            code = c
-            base = model.state(e.madeOn)?.version
-        }
-        return QueuedChange(changeId: e.changeId, collection: model.key.collection, id: model.key.id, op: e.body.deleted ? .delete : .put,
-                            data: try e.body.data.map(decodeObject), baseVersion: base, state: state, attempts: e.attempts,
-                            nextAttemptAt: Date(milliseconds: e.nextAttemptAt), lastError: e.lastError, errorCode: code, clientTime: Date(milliseconds: e.clientTime),
-                            requiredAppVersion: required)
-    }
-
-    /// Pulled records that could not be decoded (or failed a validator), oldest first.
-    public func quarantinedRecords() throws -> [QuarantinedRecord] {
-        try read { try $0.quarantined() }
-    }
-
-    /// Forgets a quarantined record.
-    public func discardQuarantined(_ number: Int64) throws {
-        try write { try $0.deleteQuarantined(number) }
-    }
-
-    /// Tries every quarantined record again (after an app update taught it the new shape, or
-    /// an import brought the key it was sealed under): those of the current epoch that now
-    /// open, decode and pass their validator are applied like
-    /// pulled records (never over a newer version); the others stay. Returns how many left
-    /// the quarantine.
-    @discardableResult
-    public func retryQuarantined() throws -> Int {
-        var keys: [RecordKey] = []
-        let released: Int = try write { d in
-            var released = 0
-            let phase = try d.session().phase.engine
-            let context = engineContext(phase: phase)
-            for q in try d.quarantined() {
-                guard let value = try? JSONParser(maxDepth: JSONParser.depthCeiling).parse(q.raw),
-                      case .record(let state) = PulledRecord(value) else { continue }
-                // A version of a history the store has left is never applied.
-                guard state.version.epoch == phase.epoch else { continue }
-                guard case .record(let record) = PreparedItem(state, validators: configuration.validators, cipher: cipher) else { continue }
-                var ignored = SyncReport()
-                try applyPulled(record, d, phase: phase, context: context, report: &ignored, keys: &keys)
-                try d.deleteQuarantined(q.number)
-                released += 1
-            }
-            return released
-        }
-        if !keys.isEmpty { notify(StoreEvent(origin: .remote, keys: keys)) }
-        return released
-    }
-
-    /// The sync state (read like `get`, beside the store's actor, in one snapshot).
-    public func status(isolation: isolated (any Actor)? = #isolation) async throws -> SyncStatus {
-        let clientId = clientId, space = configuration.space, versions = configuration.versions, restoredFrom = restoredFrom
-        return try await appRead { d in
-            let session = try d.session()
-            var status = SyncStatus(
-                clientId: clientId, space: space, epoch: session.phase.epoch,
-                cursor: session.cursor?.version,
-                pending: try d.count(deliveries: ["queued", "sent"]),
-                rejected: try d.count(deliveries: ["rejected"]), quarantined: try d.quarantineCount(),
-                lastSyncAt: try d.meta(.lastSyncAt).flatMap { Int64($0) }.map(Date.init(milliseconds:)), lastError: try d.meta(.lastError),
-                retiredEpochs: try d.retiredEpochs(), rebasing: session.phase.isRePulling, restoredFrom: restoredFrom)
-            status.upgradeRequired = try d.heldCount(versions)
-            status.conflicts = try d.conflictCount()
-            // A failure kept by an SDK before `SyncProblem` has its text only: one to retry.
-            status.lastProblem = try d.meta(.lastProblem).flatMap(SyncProblem.init(rawValue:)) ?? (status.lastError == nil ? nil : .serverUnavailable)
-            return status
-        }
-    }
-
-    /// The earliest `nextAttemptAt` of a failed or in-doubt change, if any (schedulers
-    /// sync again then; pending changes go with the next sync anyway). A retry time stored
-    /// before the device's clock was set back counts as now.
-    public func nextRetryAt() throws -> Date? {
-        try nextRetryMs().map(Date.init(milliseconds:))
-    }
-
-    /// `nextRetryAt()` in ms since 1970.
-    func nextRetryMs() throws -> Int64? {
-        let time = now()
-        return try read { d in
-            // A change held for a later app version waits for no time.
-            let (held, values) = LocalDatabase.heldCondition(configuration.versions)
-            let times = try d.db.query("""
-                SELECT next_attempt_at FROM edits
-                WHERE delivery = 'sent' OR (delivery = 'queued' AND (attempts > 0 OR last_error IS NOT NULL) AND NOT \(held))
-                """, values) { $0.int64(0) }
-            return times.map { isDue($0, now: time) ? min($0, time) : $0 }.min()
-        }
-    }
-
-    // MARK: - Observation
-
-    struct Observer {
-        enum Filter { case all, collection(String), record(RecordKey) }
-        let filter: Filter
-        let continuation: AsyncStream<StoreEvent>.Continuation
-    }
-
-    /// Events for every change of `collection`: local edits, pulled records, push answers
-    /// and resolutions that change what the app sees. Ends when the store closes.
-    public func observe(collection: String) -> AsyncStream<StoreEvent> {
-        addObserver(.collection(collection))
-    }
-
-    /// Events for every change of one record.
-    public func observe(collection: String, id: String) -> AsyncStream<StoreEvent> {
-        addObserver(.record(RecordKey(collection: collection, id: id)))
-    }
-
-    /// Events for every change of the store.
-    public func observeAll() -> AsyncStream<StoreEvent> {
-        addObserver(.all)
-    }
-
-    /// The live records of `collection` decoded as `type` with `decoder`: now, then after
-    /// every committed write that changes them (a live query of the whole collection,
-    /// ordered by id: `OutpostQuery.live()`). A record that does not decode is left out, not
-    /// the end of the stream. Ends when the store closes or the consumer stops. For ids,
-    /// filters, order and what changed, use a typed collection's `live()`.
-    public nonisolated func values<T: Decodable & Sendable>(_ type: T.Type, in collection: String,
-                                                            decoder: JSONDecoder = RecordCoder.standardDecoder()) -> AsyncThrowingStream<[T], any Error> {
-        let live = self.collection(collection, of: T.self, coder: RecordCoder(encoder: RecordCoder.standardEncoder(), decoder: decoder)).query.live()
-        let (stream, continuation) = AsyncThrowingStream<[T], any Error>.makeStream()
-        let task = Task {
-            do {
-                for try await update in live { continuation.yield(update.results.values) }
-                continuation.finish()
-            } catch {
-                continuation.finish(throwing: error)
-            }
-        }
-        continuation.onTermination = { _ in task.cancel() }
-        return stream
-    }
-
-    /// What the store's syncs do from now on: each sync's start, a progress report after
-    /// every page its pull applies, and its end. Ends when the store closes.
-    public func syncActivity() -> AsyncStream<SyncActivity> {
-        subscribe(.bufferingNewest(256)) { id, continuation in
-            activityObservers[id] = continuation
-        } remove: { store, id in
-            await store.removeActivityObserver(id)
-        }
-    }
-
-    private func removeActivityObserver(_ id: UUID) {
-        activityObservers[id] = nil
-    }
-
-    func announce(_ activity: SyncActivity) {
-        for continuation in activityObservers.values { continuation.yield(activity) }
-    }
-
-    /// A signal after every committed transaction that changed what the app sees of
-    /// `collection`, for a reader that reads the collection again on each: signals that
-    /// come while it reads are folded into one (the stream keeps only the newest).
-    func changeSignals(collection: String) -> AsyncStream<StoreEvent> {
-        addObserver(.collection(collection), buffering: .bufferingNewest(1))
-    }
-
-    private func addObserver(_ filter: Observer.Filter, buffering: AsyncStream<StoreEvent>.Continuation.BufferingPolicy = .unbounded) -> AsyncStream<StoreEvent> {
-        subscribe(buffering) { id, continuation in
-            observers[id] = Observer(filter: filter, continuation: continuation)
-        } remove: { store, id in
-            await store.removeObserver(id)
-        }
-    }
-
-    private func removeObserver(_ id: UUID) {
-        observers[id] = nil
-    }
-
-    /// A stream for a new subscriber: finished at once when the store is closed, else kept
-    /// by `register` under a new id until its consumer stops, when `remove` drops it.
-    func subscribe<T: Sendable>(_ buffering: AsyncStream<T>.Continuation.BufferingPolicy,
-                                        register: (UUID, AsyncStream<T>.Continuation) -> Void,
-                                        remove: @escaping @Sendable (OutpostStore, UUID) async -> Void) -> AsyncStream<T> {
-        let (stream, continuation) = AsyncStream<T>.makeStream(bufferingPolicy: buffering)
-        guard database != nil else {
-            continuation.finish()
-            return stream
-        }
-        let id = UUID()
-        register(id, continuation)
-        continuation.onTermination = { [weak self] _ in
-            Task { if let self { await remove(self, id) } }
-        }
-        return stream
-    }
-
-    func notify(_ event: StoreEvent) {
-        guard !event.keys.isEmpty else { return }
-        for observer in observers.values {
-            let keys: [RecordKey]
-            switch observer.filter {
-            case .all: keys = event.keys
-            case .collection(let c): keys = event.keys.filter { $0.collection == c }
-            case .record(let k): keys = event.keys.filter { $0 == k }
-            }
-            if !keys.isEmpty { observer.continuation.yield(StoreEvent(origin: event.origin, keys: keys)) }
-        }
-    }
-
-    // MARK: - One sync at a time
-
-    /// Takes the sync gate (`SyncGate`): a cancelled waiter throws `CancellationError` at
-    /// once. Refused with `suspended` while the store is suspending or suspended: a sync
-    /// queued behind the one a suspension waits for does not prolong it.
-    func acquireSyncGate() async throws {
-        try await syncGate.acquire()
-        guard lifecycle == .open || lifecycle == .closed else {
-            syncGate.release()
-            throw OutpostError.suspended
-        }
-    }
-
-    func releaseSyncGate() {
-        syncGate.release()
-    }
 }

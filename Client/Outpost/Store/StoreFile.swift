@@ -17,17 +17,6 @@ struct StoreFile: Sendable, Hashable {
 }
 
 extension OutpostStore {
-    /// Where a store is in its life.
-    enum Lifecycle: Sendable, Hashable {
-        case open
-        /// `suspend()` waits for the running sync; new syncs are refused.
-        case suspending
-        /// File and lock released until `resume()`; every call throws `suspended`.
-        case suspended
-        /// `close()` was called.
-        case closed
-    }
-
     /// What opening the file found.
     struct OpenedFile {
         let database: LocalDatabase
@@ -143,29 +132,25 @@ extension OutpostStore {
     /// in-memory store holds no file: nothing happens. `resume()` before the sync ended
     /// calls the suspension off.
     public func suspend() async {
-        guard lifecycle == .open, file != nil else { return }
-        lifecycle = .suspending
+        guard file != nil, life.beginSuspending() else { return }
         var holdsGate = true
-        do { try await syncGate.acquire() } catch {
+        do { try await syncRun.gate.acquire() } catch {
             holdsGate = false
-            runningSync?.cancel()
+            syncRun.running?.cancel()
         }
-        defer { if holdsGate { syncGate.release() } }
+        defer { if holdsGate { syncRun.gate.release() } }
         // A resume() or close() while it waited ends the suspension here.
-        guard lifecycle == .suspending else { return }
+        guard life.phase == .suspending else { return }
         // Reads in flight end first, and their connections close: no reader's descriptor
         // (nor SQLite's WAL lock) stays on the file once the app is suspended.
         readers?.shut(.suspended)
         await readers?.drain()
-        guard lifecycle == .suspending else {
+        guard life.phase == .suspending else {
             // Resumed while the reads ended: the store stays open, and reads may open again.
             readers?.reopen()
             return
         }
-        database?.close()
-        database = nil
-        lock = nil
-        lifecycle = .suspended
+        life.release(to: .suspended)
     }
 
     /// Opens the file and takes its lock again after `suspend()`; nothing happens when the
@@ -175,10 +160,10 @@ extension OutpostStore {
     ///   file open meanwhile: the store stays suspended, and `resume()` may be called
     ///   again; `closed` after `close()`; the errors of opening the file.
     public func resume() throws {
-        switch lifecycle {
+        switch life.phase {
         case .open: return
         case .suspending:
-            lifecycle = .open
+            life.callOffSuspension()
             return
         case .closed: throw OutpostError.closed
         case .suspended: break
@@ -191,12 +176,10 @@ extension OutpostStore {
             throw OutpostError.storage("the store file was replaced while the store was suspended (its client id is \(opened.clientId), not \(clientId))")
         }
         opened.database.cipher = cipher
-        database = opened.database
-        self.lock = lock
-        lifecycle = .open
+        life.reopen(opened.database, lock: lock)
         readers?.reopen()
     }
 
     /// True while the store is suspended (or suspending).
-    public var isSuspended: Bool { lifecycle == .suspending || lifecycle == .suspended }
+    public var isSuspended: Bool { life.isSuspended }
 }

@@ -206,7 +206,7 @@ extension LocalDatabase {
                 ALTER TABLE media_uploads ADD COLUMN seal_segment INTEGER;
                 """),
             .sqlOnOlderFile("INSERT OR REPLACE INTO meta(key, value) VALUES ('encryption', 'none')")),
-        // The telemetry outbox (Sync/Telemetry.swift).
+        // The telemetry outbox (Journal/Telemetry.swift).
         StoreMigration("6 telemetry outbox", .sql("""
                 CREATE TABLE IF NOT EXISTS telemetry_outbox(
                     number INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -226,7 +226,7 @@ extension LocalDatabase {
                 """),
             .swift(version: Migration8.version, run: Migration8.moveSession),
             .sql("DELETE FROM meta WHERE key IN ('epoch', 'cursor', 'rebasing', 'view_repull')")),
-        // The resolver's decisions (Store/ConflictJournal.swift). `has_base` tells a conflict
+        // The resolver's decisions (Journal/ConflictJournal.swift). `has_base` tells a conflict
         // without a base from one whose base was a tombstone; `merged` is a `write`'s data.
         StoreMigration("9 conflict journal", .sql("""
                 CREATE TABLE conflict_journal(
@@ -251,9 +251,9 @@ extension LocalDatabase {
         // The app version the server wants for an edit it answered `upgrade_required`
         // (Edit.upgradeTo; docs/rules.md, "App versions").
         StoreMigration("10 edits held for an app upgrade", .sql("ALTER TABLE edits ADD COLUMN upgrade_to INTEGER")),
-        // Queries (Query/): `doc`, the JSON text the app sees of a live record (NULL for a
+        // Queries (Records/): `doc`, the JSON text the app sees of a live record (NULL for a
         // tombstone or a record it cannot read), computed from the row, never stored; the
-        // catalog of the indexes the app declared (Query/QueryIndexes.swift). Text, since
+        // catalog of the indexes the app declared (Records/QueryIndexes.swift). Text, since
         // SQLite 3.45 and later read a BLOB given to a JSON function as its binary JSON.
         StoreMigration("11 queries", .sql("""
                 ALTER TABLE records ADD COLUMN doc TEXT GENERATED ALWAYS AS (CAST(CASE shows WHEN 0 THEN s_data WHEN 1 THEN view_data END AS TEXT)) VIRTUAL;

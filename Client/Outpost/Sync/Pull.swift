@@ -88,7 +88,7 @@ extension OutpostStore {
         // with the pages so that a merge after a restart, offline, uses them too.
         let kinds = pages.last.map { $0.fields ?? FieldKinds() }
         try write(durability: .normal) { d in
-            if let kinds, kinds != fieldKinds { try d.setMeta(.fieldKinds, String(decoding: kinds.encoded(), as: UTF8.self)) }
+            if let kinds, kinds != syncRun.fieldKinds { try d.setMeta(.fieldKinds, String(decoding: kinds.encoded(), as: UTF8.self)) }
             let pulling = a.pulling.engine
             if let epoch = a.retire { try d.retire(epoch, keep: SyncSession.retiredLimit) }
             if a.clearSeen { try d.clearViewSeen() }
@@ -114,17 +114,17 @@ extension OutpostStore {
             }
             try d.storeSession(phase: a.phase, cursor: a.cursor)
         }
-        if let kinds { fieldKinds = kinds }
+        if let kinds { syncRun.fieldKinds = kinds }
         notify(StoreEvent(origin: .remote, keys: keys))
         return .applied(reoffered: report.reoffered > reofferedBefore)
     }
 
     /// Applies one page's records (inside the caller's transaction).
     func apply(_ page: PreparedPage, marksSeen: Bool, phase: Phase, _ d: LocalDatabase, report: inout SyncReport, keys: inout [RecordKey]) throws {
-        pulledThisSync += page.items.count
+        syncRun.pulled += page.items.count
         // At most `head - next.seq` records follow this page.
-        let total = page.head.map { pulledThisSync + Int(clamping: max(0, $0 - page.next.seq)) }
-        announce(.pulled(SyncProgress(pulled: pulledThisSync, approximateTotal: total)))
+        let total = page.head.map { syncRun.pulled + Int(clamping: max(0, $0 - page.next.seq)) }
+        announce(.pulled(SyncProgress(pulled: syncRun.pulled, approximateTotal: total)))
         let time = now()
         let context = engineContext(phase: phase)
         for item in page.items {

@@ -15,7 +15,7 @@ extension OutpostStore {
         let context = try engineContext(d)
         var out: [Candidate] = []
         for key in try d.keysWithUnsettledEdits() {
-            guard let model = try d.model(key), let head = model.head, !inFlight.contains(head.changeId), !excluding.contains(head.changeId) else { continue }
+            guard let model = try d.model(key), let head = model.head, !syncRun.inFlight.contains(head.changeId), !excluding.contains(head.changeId) else { continue }
             if dueOnly && !isDue(head.nextAttemptAt, now: now) { continue }
             guard let plain = Engine.outgoing(model, context) else { continue }
             out.append(Candidate(key: key, changeId: plain.changeId, bytes: try d.wire(plain).json.encoded().count))
@@ -30,7 +30,7 @@ extension OutpostStore {
     }
 
     func engineContext(phase: Phase) -> EngineContext {
-        EngineContext(phase: phase, resolver: configuration.resolver, fieldKinds: fieldKinds, now: now(), serverNow: serverNow(), clientId: clientId, backoff: { _ in 0 }, newChangeId: { "" },
+        EngineContext(phase: phase, resolver: configuration.resolver, fieldKinds: syncRun.fieldKinds, now: now(), serverNow: serverNow(), clientId: clientId, backoff: { _ in 0 }, newChangeId: { "" },
                       versions: configuration.versions)
     }
 
@@ -64,8 +64,8 @@ extension OutpostStore {
         p.sentBefore = sentBefore
         let ids = changes.map(\.changeId)
         if changes.isEmpty { return .pushAnswered(sent: [], .answered(epoch: nil, [])) }
-        inFlight.formUnion(ids)
-        defer { inFlight.subtract(ids) }
+        syncRun.inFlight.formUnion(ids)
+        defer { syncRun.inFlight.subtract(ids) }
         let response: PushResponse
         do {
             response = try await p.transport.push(PushRequest(clientId: clientId, changes: changes, versions: configuration.versions), space: configuration.space)

@@ -37,8 +37,8 @@ extension OutpostStore {
         try await acquireSyncGate()
         defer { releaseSyncGate() }
         let work = Task { try await self.run(transport, dueOnly: dueOnly) }
-        runningSync = work
-        defer { runningSync = nil }
+        syncRun.running = work
+        defer { syncRun.running = nil }
         return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
     }
 
@@ -53,7 +53,7 @@ extension OutpostStore {
             measureClock(transport)
             recordTelemetry(transport, startedAt: startedAt, started: started, report: report, failure: failure)
         }
-        pulledThisSync = 0
+        syncRun.pulled = 0
         announce(.started)
         var performer = SessionPerformer(transport: transport)
         defer { performer.cancel() }
@@ -140,13 +140,26 @@ extension OutpostStore {
     /// The server's limits, read from `/v1/info` at most every `limitsLifetime`.
     func limits(_ transport: any SyncTransport, refresh: Bool = false) async throws -> Limits {
         let time = now()
-        if !refresh, let cached = cachedLimits, time - cached.fetchedAt < configuration.limitsLifetime.milliseconds, time >= cached.fetchedAt {
-            return cached.limits
-        }
+        if !refresh, let cached = syncRun.limits(now: time, lifetime: configuration.limitsLifetime.milliseconds) { return cached }
         let info: ServerInfo
         do { info = try await transport.serverInfo() } catch { throw Self.transportFailure(error) }
-        cachedLimits = (info.limits, time)
+        syncRun.keep(info.limits, readAt: time)
         return info.limits
+    }
+
+    /// Takes the sync gate (`SyncGate`): a cancelled waiter throws `CancellationError` at
+    /// once. Refused with `suspended` while the store is suspending or suspended: a sync
+    /// queued behind the one a suspension waits for does not prolong it.
+    func acquireSyncGate() async throws {
+        try await syncRun.gate.acquire()
+        guard life.admitsSync else {
+            syncRun.gate.release()
+            throw OutpostError.suspended
+        }
+    }
+
+    func releaseSyncGate() {
+        syncRun.gate.release()
     }
 
     static func transportFailure(_ error: any Error) -> OutpostError {

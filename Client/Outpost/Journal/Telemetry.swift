@@ -15,7 +15,7 @@ extension OutpostStore {
 
     /// Stores the entry of the sync that just ended and starts sending the outbox.
     func recordTelemetry(_ transport: any SyncTransport, startedAt: Int64, started: ContinuousClock.Instant, report: SyncReport, failure: OutpostError?) {
-        guard configuration.telemetry, database != nil, failure != .closed else { return }
+        guard configuration.telemetry, life.hasDatabase, failure != .closed else { return }
         let (seconds, attoseconds) = (ContinuousClock.now - started).components
         var entry = TelemetryEntry(startedAt: startedAt, durationMs: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
         let traffic = transport.takeTraffic()
@@ -28,23 +28,23 @@ extension OutpostStore {
         entry.resolved = Int64(report.resolved)
         entry.rejected = Int64(report.rejected)
         entry.lastError = failure.map { String($0.code.prefix(TelemetryEntry.maxErrorLength)) }
-        entry.roundTripMs = lastRoundTripMs
+        entry.roundTripMs = readings.lastRoundTripMs
         entry.queueDepth = Int64((try? read { try $0.count(deliveries: ["queued", "sent"]) }) ?? report.pending)
-        entry.clockOffsetMs = clockOffset
+        entry.clockOffsetMs = readings.clockOffset
         let bytes = entry.json.encoded()
         try? write(durability: .normal) { d in
             try d.db.run("INSERT INTO telemetry_outbox(entry) VALUES (?)", [.blob(bytes)])
             try d.db.run("DELETE FROM telemetry_outbox WHERE number <= (SELECT max(number) FROM telemetry_outbox) - ?", [.integer(Int64(Self.outboxLimit))])
         }
-        guard !sendingTelemetry else { return }
-        sendingTelemetry = true
+        guard !readings.sendingTelemetry else { return }
+        readings.sendingTelemetry = true
         Task { await self.sendTelemetry(transport) }
     }
 
     /// Sends the outbox, batch after batch, until it is empty (entries recorded meanwhile
     /// included) or a batch fails.
     private func sendTelemetry(_ transport: any SyncTransport) async {
-        defer { sendingTelemetry = false }
+        defer { readings.sendingTelemetry = false }
         while true {
             guard let rows = try? read({ d in
                 try d.db.query("SELECT number, entry FROM telemetry_outbox ORDER BY number LIMIT ?", [.integer(Int64(TelemetryBatch.maxEntries))]) {

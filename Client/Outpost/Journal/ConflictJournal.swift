@@ -11,7 +11,7 @@ import OutpostSQLite
 // acknowledged write (`Effect.overwritten`, `Engine.lostWrite`) is kept the same way, in the
 // transaction that takes in the copy that says so. Entries older than `Configuration.conflictRetention` are
 // pruned, a bounded batch at a time, when the store opens and after each sync. The journal
-// never leaves the device: telemetry carries counts only (Sync/Telemetry.swift).
+// never leaves the device: telemetry carries counts only (Journal/Telemetry.swift).
 
 /// A resolver's decision as the engine reports it (`Effect.resolved`).
 struct ConflictDecision: Hashable, Sendable {
@@ -285,23 +285,7 @@ extension OutpostStore {
     /// The resolver's decisions from now on, each once its transaction has committed. Ends
     /// when the store closes or the consumer stops. Keeps the newest 256 unread.
     public func observeConflicts() -> AsyncStream<ConflictEntry> {
-        subscribe(.bufferingNewest(256)) { id, continuation in
-            conflictObservers[id] = continuation
-        } remove: { store, id in
-            await store.removeConflictObserver(id)
-        }
-    }
-
-    private func removeConflictObserver(_ id: UUID) {
-        conflictObservers[id] = nil
-    }
-
-    /// Tells the conflict observers of the entries the committed transaction journaled.
-    func announceJournaled() {
-        for entry in journaled {
-            for continuation in conflictObservers.values { continuation.yield(entry) }
-        }
-        journaled.removeAll()
+        subscribe(.bufferingNewest(256)) { $0.add($1, conflicts: $2) }
     }
 
     /// Prunes the entries past the retention, a bounded batch (after a sync); a sync with

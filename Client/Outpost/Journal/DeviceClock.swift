@@ -54,15 +54,15 @@ extension OutpostStore {
     /// The device's edits carry it as their `clientTime`, so last-write-wins compares
     /// edits by one clock.
     func serverNow() -> Int64 {
-        now() &+ (clockOffset ?? 0)
+        now() &+ (readings.clockOffset ?? 0)
     }
 
     /// Takes the transport's best reading of the server's clock since the last sync and
     /// stores the offset it gives; a rise of the offset by more than both measurements'
     /// uncertainty and a second is the device's clock going back.
     func measureClock(_ transport: any SyncTransport) {
-        guard let reading = transport.takeServerClockReading(), database != nil else {
-            lastRoundTripMs = nil
+        guard let reading = transport.takeServerClockReading(), life.hasDatabase else {
+            readings.lastRoundTripMs = nil
             return
         }
         let (seconds, attoseconds) = (ContinuousClock.now - reading.receivedAt).components
@@ -83,7 +83,21 @@ extension OutpostStore {
             try d.setMeta(.clockMeasuredAt, String(deviceAtArrival))
             try d.setMeta(.clockJumpedBack, jumped.map { String($0) })
         }
-        clockOffset = offset
-        lastRoundTripMs = reading.roundTripMs
+        readings.clockOffset = offset
+        readings.lastRoundTripMs = reading.roundTripMs
+    }
+}
+
+/// The device-readings part of a store, owned by its actor and used only on it: the
+/// server's clock minus the device's as last measured (what `serverNow()` corrects by), the
+/// round trip of the last sync's best clock reading, and whether the telemetry outbox is
+/// being sent (one sender at a time).
+final class DeviceReadings {
+    var clockOffset: Int64?
+    var lastRoundTripMs: Int64?
+    var sendingTelemetry = false
+
+    init(clockOffset: Int64?) {
+        self.clockOffset = clockOffset
     }
 }
