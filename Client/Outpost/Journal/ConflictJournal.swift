@@ -162,6 +162,23 @@ extension LocalDatabase {
     /// Entries pruned at most per call (`pruneConflictJournal`): a cheap moment stays cheap.
     static let journalPruneBatch = 1000
 
+    /// A `conflict_journal` row, its columns named once.
+    private enum JournalRow {
+        static let columns = RowColumns(["number", "collection", "id", "change_id", "local", "server", "server_version", "has_base", "base", "base_deleted",
+                                         "base_version", "resolution", "merged", "resolver", "decided_at", "written_change_id", "decided_by", "overwrote",
+                                         "remote_outcome"])
+        static let number = columns.index("number"), collection = columns.index("collection"), id = columns.index("id")
+        static let changeId = columns.index("change_id"), local = columns.index("local"), server = columns.index("server")
+        static let serverVersion = columns.index("server_version"), hasBase = columns.index("has_base"), base = columns.index("base")
+        static let baseDeleted = columns.index("base_deleted"), baseVersion = columns.index("base_version"), resolution = columns.index("resolution")
+        static let merged = columns.index("merged"), resolver = columns.index("resolver"), decidedAt = columns.index("decided_at")
+        static let written = columns.index("written_change_id"), decidedBy = columns.index("decided_by"), overwrote = columns.index("overwrote")
+        static let remoteOutcome = columns.index("remote_outcome")
+        /// `number` NULL: SQLite gives the row the next number.
+        static let insertSQL = "INSERT INTO conflict_journal(\(columns.list)) VALUES (\(columns.placeholders))"
+        static let selectSQL = "SELECT \(columns.list) FROM conflict_journal WHERE decided_at >= ? ORDER BY number"
+    }
+
     /// Writes the journal row of `decision`, made at `time`, in the caller's transaction.
     func journal(_ decision: ConflictDecision, at time: Int64) throws -> ConflictEntry {
         let c = decision.conflict
@@ -174,13 +191,24 @@ extension LocalDatabase {
         func blob(_ object: JSONObject?) -> SQLiteValue { object.map { .blob(encodeObject($0)) } ?? .null }
         var merged: JSONObject?
         if case .write(let object) = decision.resolution { merged = object }
-        try db.run("""
-            INSERT INTO conflict_journal(collection, id, change_id, local, server, server_version, has_base, base, base_deleted, base_version,
-                                         resolution, merged, resolver, decided_at, written_change_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(c.collection), .text(c.id), .text(c.local.changeId), blob(local), blob(server), .text(c.server.version.text),
-                  .integer(base == nil ? 0 : 1), blob(base?.data), .integer(base?.deleted == true ? 1 : 0), base?.version.map { .text($0.text) } ?? .null,
-                  .text(entry.resolutionName), blob(merged), .text(decision.resolver), .integer(time), decision.writtenChangeId.map { .text($0) } ?? .null])
+        typealias J = JournalRow
+        var row = J.columns.row()
+        row[J.collection] = .text(c.collection)
+        row[J.id] = .text(c.id)
+        row[J.changeId] = .text(c.local.changeId)
+        row[J.local] = blob(local)
+        row[J.server] = blob(server)
+        row[J.serverVersion] = .text(c.server.version.text)
+        row[J.hasBase] = .integer(base == nil ? 0 : 1)
+        row[J.base] = blob(base?.data)
+        row[J.baseDeleted] = .integer(base?.deleted == true ? 1 : 0)
+        row[J.baseVersion] = base?.version.map { .text($0.text) } ?? .null
+        row[J.resolution] = .text(entry.resolutionName)
+        row[J.merged] = blob(merged)
+        row[J.resolver] = .text(decision.resolver)
+        row[J.decidedAt] = .integer(time)
+        row[J.written] = decision.writtenChangeId.map { .text($0) } ?? .null
+        try db.run(J.insertSQL, row.values)
         entry.number = db.lastInsertRowID
         return entry
     }
@@ -197,30 +225,37 @@ extension LocalDatabase {
                                   serverVersion: lost.theirs.version, base: nil, resolution: .keepServer, resolver: lost.resolved.mark.resolver,
                                   decidedAt: Date(milliseconds: time), writtenChangeId: nil, decidedElsewhere: remote)
         func blob(_ object: JSONObject?) -> SQLiteValue { object.map { .blob(encodeObject($0)) } ?? .null }
-        try db.run("""
-
-            INSERT INTO conflict_journal(collection, id, change_id, local, server, server_version, has_base, base_deleted,
-                                         resolution, resolver, decided_at, decided_by, overwrote, remote_outcome)
-            VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?)
-            """, [.text(entry.collection), .text(entry.id), .text(entry.changeId), blob(local), blob(server), .text(lost.theirs.version.text),
-                  .text(entry.resolutionName), .text(entry.resolver), .integer(time), .text(remote.clientId), .text(remote.overwrote.text),
-                  .text(remote.outcome.rawValue)])
+        typealias J = JournalRow
+        var row = J.columns.row()
+        row[J.collection] = .text(entry.collection)
+        row[J.id] = .text(entry.id)
+        row[J.changeId] = .text(entry.changeId)
+        row[J.local] = blob(local)
+        row[J.server] = blob(server)
+        row[J.serverVersion] = .text(lost.theirs.version.text)
+        row[J.hasBase] = .integer(0)
+        row[J.baseDeleted] = .integer(0)
+        row[J.resolution] = .text(entry.resolutionName)
+        row[J.resolver] = .text(entry.resolver)
+        row[J.decidedAt] = .integer(time)
+        row[J.decidedBy] = .text(remote.clientId)
+        row[J.overwrote] = .text(remote.overwrote.text)
+        row[J.remoteOutcome] = .text(remote.outcome.rawValue)
+        try db.run(J.insertSQL, row.values)
         entry.number = db.lastInsertRowID
         return entry
     }
 
     /// The entries decided at or after `since`, in journal order.
     func conflicts(since: Int64) throws -> [ConflictEntry] {
-        let rows = try db.query("""
-            SELECT number, collection, id, change_id, local, server, server_version, has_base, base, base_deleted, base_version,
-                   resolution, merged, resolver, decided_at, written_change_id, decided_by, overwrote, remote_outcome
-              FROM conflict_journal WHERE decided_at >= ? ORDER BY number
-            """, [.integer(since)]) { row in
-            (number: row.int64(0), collection: row.text(1), id: row.text(2), changeId: row.text(3), local: row.optionalBlob(4), server: row.optionalBlob(5),
-             serverVersion: row.text(6), hasBase: row.int64(7) != 0, base: row.optionalBlob(8), baseDeleted: row.int64(9) != 0,
-             baseVersion: row.optionalText(10), resolution: row.text(11), merged: row.optionalBlob(12), resolver: row.text(13),
-             decidedAt: row.int64(14), written: row.optionalText(15), decidedBy: row.optionalText(16), overwrote: row.optionalText(17),
-             remoteOutcome: row.optionalText(18))
+        typealias J = JournalRow
+        let rows = try db.query(J.selectSQL, [.integer(since)]) { row in
+            (number: row.int64(J.number), collection: row.text(J.collection), id: row.text(J.id), changeId: row.text(J.changeId),
+             local: row.optionalBlob(J.local), server: row.optionalBlob(J.server), serverVersion: row.text(J.serverVersion),
+             hasBase: row.int64(J.hasBase) != 0, base: row.optionalBlob(J.base), baseDeleted: row.int64(J.baseDeleted) != 0,
+             baseVersion: row.optionalText(J.baseVersion), resolution: row.text(J.resolution), merged: row.optionalBlob(J.merged),
+             resolver: row.text(J.resolver), decidedAt: row.int64(J.decidedAt), written: row.optionalText(J.written),
+             decidedBy: row.optionalText(J.decidedBy), overwrote: row.optionalText(J.overwrote), remoteOutcome: row.optionalText(J.remoteOutcome))
         }
         return try rows.map { r in
             guard let version = Version(r.serverVersion) else { throw OutpostError.storage("conflict journal entry \(r.number): bad version") }

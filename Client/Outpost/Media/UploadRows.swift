@@ -85,29 +85,47 @@ struct UploadRow: Sendable, Hashable {
 }
 
 extension LocalDatabase {
-    private static let uploadColumns = "number, path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size, received, state, attempts, next_attempt_at, last_error, error_code, created_at, seal_kid, seal_prefix, seal_segment"
+    /// A `media_uploads` row, its columns named once.
+    private enum UploadColumns {
+        static let columns = RowColumns(["number", "path", "size", "modified_ns", "device", "inode", "sha256", "content_type", "filename", "upload_id",
+                                         "chunk_size", "received", "state", "attempts", "next_attempt_at", "last_error", "error_code", "created_at",
+                                         "seal_kid", "seal_prefix", "seal_segment"])
+        static let number = columns.index("number"), path = columns.index("path"), size = columns.index("size")
+        static let modifiedNs = columns.index("modified_ns"), device = columns.index("device"), inode = columns.index("inode")
+        static let sha256 = columns.index("sha256"), contentType = columns.index("content_type"), filename = columns.index("filename")
+        static let uploadId = columns.index("upload_id"), chunkSize = columns.index("chunk_size"), received = columns.index("received")
+        static let state = columns.index("state"), attempts = columns.index("attempts"), nextAttemptAt = columns.index("next_attempt_at")
+        static let lastError = columns.index("last_error"), errorCode = columns.index("error_code"), createdAt = columns.index("created_at")
+        static let sealKid = columns.index("seal_kid"), sealPrefix = columns.index("seal_prefix"), sealSegment = columns.index("seal_segment")
+        /// Every column but `number`, for a write.
+        static let written = columns.names.filter { $0 != "number" }
+        static let insertSQL = "INSERT INTO media_uploads(\(written.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: written.count).joined(separator: ", ")))"
+        static let updateSQL = "UPDATE media_uploads SET \(written.map { "\($0) = ?" }.joined(separator: ", ")) WHERE number = ?"
+    }
 
     private func readUpload(_ s: Statement) -> UploadRow {
-        UploadRow(
-            number: s.int64(0), path: uploadPath(s.text(1)),
-            identity: FileIdentity(size: s.int64(2), modifiedNs: s.int64(3), device: UInt64(bitPattern: s.int64(4)), inode: UInt64(bitPattern: s.int64(5))),
-            sha256: s.text(6), contentType: s.text(7), filename: s.optionalText(8), uploadId: s.optionalText(9),
-            chunkSize: s.optionalInt64(10).map(Int.init), received: s.optionalBlob(11) ?? [],
-            state: PendingUpload.State(rawValue: s.text(12)) ?? .waiting, attempts: s.int(13), nextAttemptAt: s.int64(14),
-            lastError: s.optionalText(15), errorCode: s.optionalText(16), createdAt: s.int64(17),
-            sealing: s.optionalText(18).map { Sealing(kid: $0, prefix: s.optionalBlob(19) ?? [], segmentSize: s.int(20)) })
+        typealias U = UploadColumns
+        return UploadRow(
+            number: s.int64(U.number), path: uploadPath(s.text(U.path)),
+            identity: FileIdentity(size: s.int64(U.size), modifiedNs: s.int64(U.modifiedNs), device: UInt64(bitPattern: s.int64(U.device)),
+                                   inode: UInt64(bitPattern: s.int64(U.inode))),
+            sha256: s.text(U.sha256), contentType: s.text(U.contentType), filename: s.optionalText(U.filename), uploadId: s.optionalText(U.uploadId),
+            chunkSize: s.optionalInt64(U.chunkSize).map(Int.init), received: s.optionalBlob(U.received) ?? [],
+            state: PendingUpload.State(rawValue: s.text(U.state)) ?? .waiting, attempts: s.int(U.attempts), nextAttemptAt: s.int64(U.nextAttemptAt),
+            lastError: s.optionalText(U.lastError), errorCode: s.optionalText(U.errorCode), createdAt: s.int64(U.createdAt),
+            sealing: s.optionalText(U.sealKid).map { Sealing(kid: $0, prefix: s.optionalBlob(U.sealPrefix) ?? [], segmentSize: s.int(U.sealSegment)) })
     }
 
     func upload(path: String) throws -> UploadRow? {
-        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE path = ?", [.text(uploadKey(path))], readUpload)
+        try db.queryOne("SELECT \(UploadColumns.columns.list) FROM media_uploads WHERE path = ?", [.text(uploadKey(path))], readUpload)
     }
 
     func upload(number: Int64) throws -> UploadRow? {
-        try db.queryOne("SELECT \(Self.uploadColumns) FROM media_uploads WHERE number = ?", [.integer(number)], readUpload)
+        try db.queryOne("SELECT \(UploadColumns.columns.list) FROM media_uploads WHERE number = ?", [.integer(number)], readUpload)
     }
 
     func uploads() throws -> [UploadRow] {
-        try db.query("SELECT \(Self.uploadColumns) FROM media_uploads ORDER BY number", [], readUpload)
+        try db.query("SELECT \(UploadColumns.columns.list) FROM media_uploads ORDER BY number", [], readUpload)
     }
 
     // MARK: Paths relative to the base directory
@@ -175,31 +193,35 @@ extension LocalDatabase {
     /// Inserts `row` (a new number) or, when `row.number` names a row, rewrites it.
     @discardableResult
     func save(_ row: UploadRow, insert: Bool) throws -> Int64 {
-        let values: [SQLiteValue] = [
-            .text(uploadKey(row.path)), .integer(row.identity.size), .integer(row.identity.modifiedNs),
-            .integer(Int64(bitPattern: row.identity.device)), .integer(Int64(bitPattern: row.identity.inode)),
-            .text(row.sha256), .text(row.contentType), row.filename.map { .text($0) } ?? .null, row.uploadId.map { .text($0) } ?? .null,
-            row.chunkSize.map { .integer(Int64($0)) } ?? .null, .blob(row.received), .text(row.state.rawValue),
-            .integer(Int64(row.attempts)), .integer(row.nextAttemptAt), row.lastError.map { .text($0) } ?? .null,
-            row.errorCode.map { .text($0) } ?? .null, .integer(row.createdAt),
-            row.sealing.map { .text($0.kid) } ?? .null, row.sealing.map { .blob($0.prefix) } ?? .null,
-            row.sealing.map { .integer(Int64($0.segmentSize)) } ?? .null,
-        ]
+        typealias U = UploadColumns
+        var r = U.columns.row()
+        r[U.path] = .text(uploadKey(row.path))
+        r[U.size] = .integer(row.identity.size)
+        r[U.modifiedNs] = .integer(row.identity.modifiedNs)
+        r[U.device] = .integer(Int64(bitPattern: row.identity.device))
+        r[U.inode] = .integer(Int64(bitPattern: row.identity.inode))
+        r[U.sha256] = .text(row.sha256)
+        r[U.contentType] = .text(row.contentType)
+        r[U.filename] = row.filename.map { .text($0) } ?? .null
+        r[U.uploadId] = row.uploadId.map { .text($0) } ?? .null
+        r[U.chunkSize] = row.chunkSize.map { .integer(Int64($0)) } ?? .null
+        r[U.received] = .blob(row.received)
+        r[U.state] = .text(row.state.rawValue)
+        r[U.attempts] = .integer(Int64(row.attempts))
+        r[U.nextAttemptAt] = .integer(row.nextAttemptAt)
+        r[U.lastError] = row.lastError.map { .text($0) } ?? .null
+        r[U.errorCode] = row.errorCode.map { .text($0) } ?? .null
+        r[U.createdAt] = .integer(row.createdAt)
+        r[U.sealKid] = row.sealing.map { .text($0.kid) } ?? .null
+        r[U.sealPrefix] = row.sealing.map { .blob($0.prefix) } ?? .null
+        r[U.sealSegment] = row.sealing.map { .integer(Int64($0.segmentSize)) } ?? .null
+        // Every column but `number`, in the order of `written`.
+        let values = r.values.indices.filter { $0 != Int(U.number) }.map { r.values[$0] }
         if insert {
-            try db.run("""
-                INSERT INTO media_uploads(path, size, modified_ns, device, inode, sha256, content_type, filename, upload_id, chunk_size,
-                                          received, state, attempts, next_attempt_at, last_error, error_code, created_at,
-                                          seal_kid, seal_prefix, seal_segment)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, values)
+            try db.run(U.insertSQL, values)
             return db.lastInsertRowID
         }
-        try db.run("""
-            UPDATE media_uploads SET path = ?, size = ?, modified_ns = ?, device = ?, inode = ?, sha256 = ?, content_type = ?, filename = ?,
-                   upload_id = ?, chunk_size = ?, received = ?, state = ?, attempts = ?, next_attempt_at = ?, last_error = ?, error_code = ?,
-                   created_at = ?, seal_kid = ?, seal_prefix = ?, seal_segment = ?
-            WHERE number = ?
-            """, values + [.integer(row.number)])
+        try db.run(U.updateSQL, values + [.integer(row.number)])
         return row.number
     }
 

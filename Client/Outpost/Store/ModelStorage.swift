@@ -6,112 +6,90 @@ import OutpostSQLite
 // the model; `shows`, `view_*` and `pending` are derived from it so reads need no edits.
 
 extension LocalDatabase {
-    /// The columns of a stored copy, by prefix.
-    static func copyColumns(_ p: String) -> [String] {
-        ["version", "data", "deleted", "readable", "updated_at", "updated_by", "client_time", "lineage", "change_id", "same_as"].map { "\(p)_\($0)" }
+    /// A `records` row: the key, what the app sees (`shows`, `view_*`, `pending`), the
+    /// server's copy (`s_*`) and the left copy (`l_*`).
+    private enum RecordRow {
+        static let columns = RowColumns(["collection", "id", "shows", "view_data", "view_deleted", "pending"] + CopyColumns.names("s") + CopyColumns.names("l"))
+        static let collection = columns.index("collection"), id = columns.index("id"), shows = columns.index("shows")
+        static let viewData = columns.index("view_data"), viewDeleted = columns.index("view_deleted"), pending = columns.index("pending")
+        static let server = columns.index("s_version"), left = columns.index("l_version")
+        static let selectSQL = "SELECT \(columns.list) FROM records WHERE collection = ? AND id = ?"
+        /// An upsert, not `INSERT OR REPLACE`: a replace deletes the row without telling the
+        /// delete triggers and would impose its conflict rule on the statements of the query
+        /// indexes' triggers (Records/QueryIndexes.swift); an update lets them skip a row
+        /// whose content is unchanged.
+        static let saveSQL = """
+            INSERT INTO records(\(columns.list)) VALUES (\(columns.placeholders))
+            ON CONFLICT(collection, id) DO UPDATE SET \(columns.names.dropFirst(2).map { "\($0) = excluded.\($0)" }.joined(separator: ", "))
+            """
     }
 
-    static let copyColumnCount: Int32 = 10
-
-    static func copyValues(_ c: Copy?) -> [SQLiteValue] {
-        guard let c else { return Array(repeating: .null, count: Int(copyColumnCount)) }
-        return [
-            .text(c.version.text), c.body?.data.map { .blob($0) } ?? .null, .integer(c.body?.deleted == true ? 1 : 0),
-            .integer(c.body == nil ? 0 : 1), c.updatedAt.map { .integer($0) } ?? .null, c.updatedBy.map { .text($0) } ?? .null,
-            c.clientTime.map { .integer($0) } ?? .null, c.lineage.map { .text($0.text) } ?? .null, c.changeId.map { .text($0) } ?? .null,
-            c.sameAs.map { .text($0.text) } ?? .null,
-        ]
+    /// An `edits` row: one edit of a record, with the copy it was made on (`m_*`) and the
+    /// copy its acknowledgement brought (`a_*`).
+    private enum EditRow {
+        static let columns = RowColumns(["position", "change_id", "collection", "id", "local_id", "kind", "lineage_version", "lineage_updated_at", "carried_lineage",
+                                         "deleted", "data", "client_time", "created_at", "made_on", "made_on_edit"] + CopyColumns.names("m")
+                                        + ["delivery", "sent_base"] + CopyColumns.names("a")
+                                        + ["error_code", "last_error", "attempts", "next_attempt_at", "upgrade_to", "in_conflict", "resolves"])
+        static let position = columns.index("position"), changeId = columns.index("change_id"), collection = columns.index("collection")
+        static let id = columns.index("id"), localId = columns.index("local_id"), kind = columns.index("kind")
+        static let lineageVersion = columns.index("lineage_version"), lineageTime = columns.index("lineage_updated_at")
+        static let carriedLineage = columns.index("carried_lineage"), deleted = columns.index("deleted"), data = columns.index("data")
+        static let clientTime = columns.index("client_time"), createdAt = columns.index("created_at"), madeOn = columns.index("made_on")
+        static let madeOnEdit = columns.index("made_on_edit"), madeOnCopy = columns.index("m_version"), delivery = columns.index("delivery")
+        static let sentBase = columns.index("sent_base"), ackCopy = columns.index("a_version"), errorCode = columns.index("error_code")
+        static let lastError = columns.index("last_error"), attempts = columns.index("attempts"), nextAttempt = columns.index("next_attempt_at")
+        static let upgradeTo = columns.index("upgrade_to"), inConflict = columns.index("in_conflict"), resolves = columns.index("resolves")
+        static let selectSQL = "SELECT \(columns.list) FROM edits WHERE collection = ? AND id = ? ORDER BY position"
+        static let insertSQL = "INSERT INTO edits(\(columns.list)) VALUES (\(columns.placeholders))"
     }
-
-    static func readCopy(_ s: Statement, _ i: Int32) -> Copy? {
-        guard let text = s.optionalText(i), let version = Version(text) else { return nil }
-        let body: Body? = s.int64(i + 3) == 0 ? nil : Body(data: s.int64(i + 2) != 0 ? nil : s.blob(i + 1))
-        return Copy(version: version, body: body, updatedAt: s.optionalInt64(i + 4), updatedBy: s.optionalText(i + 5),
-                    clientTime: s.optionalInt64(i + 6), lineage: s.optionalText(i + 7).flatMap(Version.init), changeId: s.optionalText(i + 8),
-                    sameAs: s.optionalText(i + 9).flatMap(Version.init))
-    }
-
-    // MARK: Models
-
-    private static let recordColumns = "collection, id, " + copyColumns("s").joined(separator: ", ") + ", " + copyColumns("l").joined(separator: ", ")
-
-    private static let editColumns = (["position", "change_id", "local_id", "kind", "lineage_version", "lineage_updated_at", "carried_lineage", "deleted", "data", "client_time", "created_at",
-                                       "made_on", "made_on_edit"] + copyColumns("m") + ["delivery", "sent_base"] + copyColumns("a")
-                                      + ["error_code", "last_error", "attempts", "next_attempt_at"]).joined(separator: ", ")
 
     private static func readEdit(_ s: Statement) -> Edit {
-        // Columns in the order of `editColumns`.
-        let n = copyColumnCount
-        let position: Int32 = 0, changeId: Int32 = 1, localId: Int32 = 2, kindColumn: Int32 = 3, lineageVersion: Int32 = 4, lineageTime: Int32 = 5
-        let carriedLineage: Int32 = 6, deleted: Int32 = 7, data: Int32 = 8, clientTime: Int32 = 9, createdAt: Int32 = 10, madeOnKind: Int32 = 11
-        let madeOnEdit: Int32 = 12, madeOnCopy: Int32 = 13, deliveryColumn = madeOnCopy + n, sentBase = deliveryColumn + 1, ackCopy = sentBase + 1
-        let errorCode = ackCopy + n, lastErrorColumn = errorCode + 1, attempts = lastErrorColumn + 1, nextAttempt = attempts + 1, upgradeTo = nextAttempt + 1
-        let inConflict = upgradeTo + 1, resolves = inConflict + 1
+        typealias E = EditRow
         let kind: EditKind
-        if s.text(kindColumn) == "reoffer", let v = s.optionalText(lineageVersion).flatMap(Version.init) {
-            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(lineageTime) ?? 0), descendsFrom: s.optionalText(carriedLineage).flatMap(Version.init))
+        if s.text(E.kind) == "reoffer", let v = s.optionalText(E.lineageVersion).flatMap(Version.init) {
+            kind = .reoffer(Lineage(version: v, updatedAt: s.optionalInt64(E.lineageTime) ?? 0), descendsFrom: s.optionalText(E.carriedLineage).flatMap(Version.init))
         } else {
             kind = .app
         }
-        let body = Body(data: s.int64(deleted) != 0 ? nil : s.blob(data))
+        let body = Body(data: s.int64(E.deleted) != 0 ? nil : s.blob(E.data))
         let madeOn: MadeOn
-        switch s.text(madeOnKind) {
-        case "copy": madeOn = readCopy(s, madeOnCopy).map { .copy($0) } ?? .nothing
-        case "edit": madeOn = .edit(s.text(madeOnEdit))
+        switch s.text(E.madeOn) {
+        case "copy": madeOn = CopyColumns.read(s, at: E.madeOnCopy).map { .copy($0) } ?? .nothing
+        case "edit": madeOn = .edit(s.text(E.madeOnEdit))
         default: madeOn = .nothing
         }
         let delivery: Delivery
-        let lastError = s.optionalText(lastErrorColumn)
-        switch s.text(deliveryColumn) {
-        case "sent": delivery = .sent(base: s.optionalText(sentBase).flatMap(Version.init))
+        let lastError = s.optionalText(E.lastError)
+        switch s.text(E.delivery) {
+        case "sent": delivery = .sent(base: s.optionalText(E.sentBase).flatMap(Version.init))
         case "acknowledged":
-            if var copy = readCopy(s, ackCopy) {
+            if var copy = CopyColumns.read(s, at: E.ackCopy) {
                 copy.body = body
                 delivery = .acknowledged(copy)
             } else {
                 delivery = .queued
             }
-        case "rejected": delivery = .rejected(code: s.optionalText(errorCode) ?? "unknown", message: lastError ?? "rejected")
+        case "rejected": delivery = .rejected(code: s.optionalText(E.errorCode) ?? "unknown", message: lastError ?? "rejected")
         default: delivery = .queued
         }
-        return Edit(position: s.int64(position), localId: s.text(localId), changeId: s.text(changeId), kind: kind, body: body, clientTime: s.int64(clientTime),
-                    createdAt: s.int64(createdAt), madeOn: madeOn, delivery: delivery, attempts: s.int(attempts), nextAttemptAt: s.int64(nextAttempt),
-                    lastError: lastError, upgradeTo: s.optionalInt64(upgradeTo).map { Int(clamping: $0) }, inConflict: s.optionalInt64(inConflict) == 1,
-                    resolves: s.optionalText(resolves).flatMap(readMark))
+        return Edit(position: s.int64(E.position), localId: s.text(E.localId), changeId: s.text(E.changeId), kind: kind, body: body, clientTime: s.int64(E.clientTime),
+                    createdAt: s.int64(E.createdAt), madeOn: madeOn, delivery: delivery, attempts: s.int(E.attempts), nextAttemptAt: s.int64(E.nextAttempt),
+                    lastError: lastError, upgradeTo: s.optionalInt64(E.upgradeTo).map { Int(clamping: $0) }, inConflict: s.optionalInt64(E.inConflict) == 1,
+                    resolves: s.optionalText(E.resolves).flatMap(readMark))
     }
 
-    private static let selectRecordSQL = "SELECT \(recordColumns) FROM records WHERE collection = ? AND id = ?"
     /// A resolution's mark as `edits.resolves` keeps it (`{"resolver", "outcome"}`).
     private static func readMark(_ text: String) -> ResolutionMark? {
         guard let value = try? JSONParser.parse(Array(text.utf8)), case .success(let mark) = ResolutionMark.decode(value, field: "resolves") else { return nil }
         return mark
     }
 
-    // `upgrade_to` (migration 10), `in_conflict` (migration 12) and `resolves` (migration 13)
-    // are read here and written by `save` only when set.
-    private static let selectEditsSQL = "SELECT \(editColumns), upgrade_to, in_conflict, resolves FROM edits WHERE collection = ? AND id = ? ORDER BY position"
-    /// An upsert, not `INSERT OR REPLACE`: a replace deletes the row without telling the
-    /// delete triggers and would impose its conflict rule on the statements of the query
-    /// indexes' triggers (Records/QueryIndexes.swift); an update lets them skip a row whose
-    /// content is unchanged.
-    private static let saveRecordSQL: String = {
-        let columns = ["shows", "view_data", "view_deleted", "pending"] + copyColumns("s") + copyColumns("l")
-        return """
-            INSERT INTO records(collection, id, \(columns.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: 2 + columns.count).joined(separator: ", ")))
-            ON CONFLICT(collection, id) DO UPDATE SET \(columns.map { "\($0) = excluded.\($0)" }.joined(separator: ", "))
-            """
-    }()
-    private static let insertEditSQL: String = {
-        let columns = editColumns.replacingOccurrences(of: "position, change_id, local_id, ", with: "position, change_id, collection, id, local_id, ")
-        let count = columns.split(separator: ",").count
-        return "INSERT INTO edits(\(columns)) VALUES (\(Array(repeating: "?", count: count).joined(separator: ", ")))"
-    }()
-
     /// The record's model; nil when the store holds nothing of it.
     func model(_ key: RecordKey) throws -> RecordModel? {
-        let row = try db.cached(Self.selectRecordSQL)
-            .queryOne([.text(key.collection), .text(key.id)]) { s in (Self.readCopy(s, 2), Self.readCopy(s, 2 + Self.copyColumnCount)) }
-        let edits = try db.cached(Self.selectEditsSQL)
+        let row = try db.cached(RecordRow.selectSQL)
+            .queryOne([.text(key.collection), .text(key.id)]) { s in (CopyColumns.read(s, at: RecordRow.server), CopyColumns.read(s, at: RecordRow.left)) }
+        let edits = try db.cached(EditRow.selectSQL)
             .query([.text(key.collection), .text(key.id)], Self.readEdit)
         guard row != nil || !edits.isEmpty else { return nil }
         var model = RecordModel(key: key, server: row?.0, left: row?.1, edits: edits)
@@ -130,50 +108,71 @@ extension LocalDatabase {
         let view = model.view
         let shows: Int64
         if view == nil { shows = 2 } else if !model.pending && model.server?.body != nil && view == model.server?.body { shows = 0 } else { shows = 1 }
-        var values: [SQLiteValue] = [.text(key.collection), .text(key.id), .integer(shows)]
-        values.append(shows == 1 ? (view?.data.map { .blob($0) } ?? .null) : .null)
-        values.append(.integer(view?.deleted == true ? 1 : 0))
-        values.append(.integer(model.pending ? 1 : 0))
-        values += Self.copyValues(model.server) + Self.copyValues(model.left)
-        try db.cached(Self.saveRecordSQL).run(values)
+        typealias R = RecordRow
+        var row = R.columns.row()
+        row[R.collection] = .text(key.collection)
+        row[R.id] = .text(key.id)
+        row[R.shows] = .integer(shows)
+        row[R.viewData] = shows == 1 ? (view?.data.map { .blob($0) } ?? .null) : .null
+        row[R.viewDeleted] = .integer(view?.deleted == true ? 1 : 0)
+        row[R.pending] = .integer(model.pending ? 1 : 0)
+        CopyColumns.write(model.server, into: &row, at: R.server)
+        CopyColumns.write(model.left, into: &row, at: R.left)
+        try db.cached(R.saveSQL).run(row.values)
         for edit in model.edits { try insert(edit, key) }
         if let cipher { try keepSealed(model, cipher) }
     }
 
     private func insert(_ e: Edit, _ key: RecordKey) throws {
-        var values: [SQLiteValue] = [e.position.map { .integer($0) } ?? .null, .text(e.changeId), .text(key.collection), .text(key.id), .text(e.localId)]
+        typealias E = EditRow
+        var row = E.columns.row()
+        row[E.position] = e.position.map { .integer($0) } ?? .null
+        row[E.changeId] = .text(e.changeId)
+        row[E.collection] = .text(key.collection)
+        row[E.id] = .text(key.id)
+        row[E.localId] = .text(e.localId)
         switch e.kind {
-        case .app: values += [.text("app"), .null, .null, .null]
-        case .reoffer(let l, let from): values += [.text("reoffer"), .text(l.version.text), .integer(l.updatedAt), from.map { .text($0.text) } ?? .null]
+        case .app: row[E.kind] = .text("app")
+        case .reoffer(let l, let from):
+            row[E.kind] = .text("reoffer")
+            row[E.lineageVersion] = .text(l.version.text)
+            row[E.lineageTime] = .integer(l.updatedAt)
+            row[E.carriedLineage] = from.map { .text($0.text) } ?? .null
         }
-        values += [.integer(e.body.deleted ? 1 : 0), e.body.data.map { .blob($0) } ?? .null, .integer(e.clientTime), .integer(e.createdAt)]
+        row[E.deleted] = .integer(e.body.deleted ? 1 : 0)
+        row[E.data] = e.body.data.map { .blob($0) } ?? .null
+        row[E.clientTime] = .integer(e.clientTime)
+        row[E.createdAt] = .integer(e.createdAt)
         switch e.madeOn {
-        case .nothing: values += [.text("nothing"), .null] + Self.copyValues(nil)
-        case .copy(let c): values += [.text("copy"), .null] + Self.copyValues(c)
-        case .edit(let id): values += [.text("edit"), .text(id)] + Self.copyValues(nil)
+        case .nothing: row[E.madeOn] = .text("nothing")
+        case .copy(let c):
+            row[E.madeOn] = .text("copy")
+            CopyColumns.write(c, into: &row, at: E.madeOnCopy)
+        case .edit(let id):
+            row[E.madeOn] = .text("edit")
+            row[E.madeOnEdit] = .text(id)
         }
-        var code: SQLiteValue = .null
         switch e.delivery {
-        case .queued: values += [.text("queued"), .null] + Self.copyValues(nil)
-        case .sent(let base): values += [.text("sent"), base.map { .text($0.text) } ?? .null] + Self.copyValues(nil)
+        case .queued: row[E.delivery] = .text("queued")
+        case .sent(let base):
+            row[E.delivery] = .text("sent")
+            row[E.sentBase] = base.map { .text($0.text) } ?? .null
         case .acknowledged(var c):
             c.body = Body(data: nil)
-            values += [.text("acknowledged"), .null] + Self.copyValues(c)
-        case .rejected(let c, _):
-            values += [.text("rejected"), .null] + Self.copyValues(nil)
-            code = .text(c)
+            row[E.delivery] = .text("acknowledged")
+            CopyColumns.write(c, into: &row, at: E.ackCopy)
+        case .rejected(let code, _):
+            row[E.delivery] = .text("rejected")
+            row[E.errorCode] = .text(code)
         }
-        values += [code, e.lastError.map { .text($0) } ?? .null, .integer(Int64(e.attempts)), .integer(e.nextAttemptAt)]
-        try db.cached(Self.insertEditSQL).run(values)
-        if let needed = e.upgradeTo {
-            try db.cached("UPDATE edits SET upgrade_to = ? WHERE change_id = ?").run([.integer(Int64(needed)), .text(e.changeId)])
-        }
-        if e.inConflict {
-            try db.cached("UPDATE edits SET in_conflict = 1 WHERE change_id = ?").run([.text(e.changeId)])
-        }
-        if let mark = e.resolves {
-            try db.cached("UPDATE edits SET resolves = ? WHERE change_id = ?").run([.text(String(decoding: mark.json.encoded(), as: UTF8.self)), .text(e.changeId)])
-        }
+        row[E.lastError] = e.lastError.map { .text($0) } ?? .null
+        row[E.attempts] = .integer(Int64(e.attempts))
+        row[E.nextAttempt] = .integer(e.nextAttemptAt)
+        // NULL, as the migrations that added these columns left every edit, when unset.
+        row[E.upgradeTo] = e.upgradeTo.map { .integer(Int64($0)) } ?? .null
+        row[E.inConflict] = e.inConflict ? .integer(1) : .null
+        row[E.resolves] = e.resolves.map { .text(String(decoding: $0.json.encoded(), as: UTF8.self)) } ?? .null
+        try db.cached(E.insertSQL).run(row.values)
     }
 
     /// The SQL condition (on `edits`) of an edit the engine holds from the server
@@ -211,31 +210,30 @@ extension LocalDatabase {
         Int(try db.scalarInt("SELECT count(*) FROM edits WHERE delivery = 'queued' AND in_conflict = 1") ?? 0)
     }
 
-    private static let insertIfAbsentSQL = """
-        INSERT INTO records(collection, id, shows, pending, \(copyColumns("s").joined(separator: ", ")))
-        VALUES (?, ?, 0, 0, \(Array(repeating: "?", count: Int(copyColumnCount)).joined(separator: ", "))) ON CONFLICT(collection, id) DO NOTHING
-        """
+    /// The row `insertIfAbsent` writes: the key, what the app sees, and the server's copy;
+    /// its indexes are bindings (1-based).
+    private enum AbsentRow {
+        static let columns = RowColumns(["collection", "id", "shows", "pending"] + CopyColumns.names("s"))
+        static let collection = columns.index("collection") + 1, id = columns.index("id") + 1, shows = columns.index("shows") + 1
+        static let pending = columns.index("pending") + 1, server = columns.index("s_version") + 1
+        static let sql = "INSERT INTO records(\(columns.list)) VALUES (\(columns.placeholders)) ON CONFLICT(collection, id) DO NOTHING"
+    }
 
     /// Stores the model of a record the store has no row of, written without reading first
     /// (the common case of an initial sync, bound column by column): a readable copy and
     /// nothing else; any other model goes through `save`. Returns false (writing nothing)
     /// when the store holds the record or the model is not of that form.
     func insertIfAbsent(_ model: RecordModel) throws -> Bool {
-        guard let copy = model.server, let body = copy.body, model.left == nil, model.edits.isEmpty else { return false }
+        guard let copy = model.server, copy.body != nil, model.left == nil, model.edits.isEmpty else { return false }
         let key = model.key
-        let stmt = try db.cached(Self.insertIfAbsentSQL)
-        try stmt.bind(text: key.collection, at: 1)
-        try stmt.bind(text: key.id, at: 2)
-        try stmt.bind(text: copy.version.text, at: 3)
-        if let data = body.data { try stmt.bind(blob: data, at: 4) } else { try stmt.bindNull(at: 4) }
-        try stmt.bind(int: body.deleted ? 1 : 0, at: 5)
-        try stmt.bind(int: 1, at: 6)
-        if let t = copy.updatedAt { try stmt.bind(int: t, at: 7) } else { try stmt.bindNull(at: 7) }
-        if let b = copy.updatedBy { try stmt.bind(text: b, at: 8) } else { try stmt.bindNull(at: 8) }
-        if let t = copy.clientTime { try stmt.bind(int: t, at: 9) } else { try stmt.bindNull(at: 9) }
-        if let l = copy.lineage { try stmt.bind(text: l.text, at: 10) } else { try stmt.bindNull(at: 10) }
-        if let c = copy.changeId { try stmt.bind(text: c, at: 11) } else { try stmt.bindNull(at: 11) }
-        if let a = copy.sameAs { try stmt.bind(text: a.text, at: 12) } else { try stmt.bindNull(at: 12) }
+        typealias A = AbsentRow
+        let stmt = try db.cached(A.sql)
+        // Bound column by column (no array of values per record).
+        try stmt.bind(text: key.collection, at: A.collection)
+        try stmt.bind(text: key.id, at: A.id)
+        try stmt.bind(int: 0, at: A.shows)
+        try stmt.bind(int: 0, at: A.pending)
+        try CopyColumns.forEachValue(copy) { offset, value in try stmt.bind(value, at: A.server + offset) }
         while try stmt.step() {}
         stmt.reset()
         // A record with edits always has a row (see `save`), so an insert means none.
@@ -279,11 +277,22 @@ extension LocalDatabase {
 
     // MARK: What the app reads
 
-    private static let shownColumns = """
-        collection, id, CASE shows WHEN 0 THEN s_data ELSE view_data END, CASE shows WHEN 0 THEN s_deleted ELSE view_deleted END,
-        pending, coalesce(s_version, l_version), CASE WHEN s_version IS NULL THEN l_updated_at ELSE s_updated_at END,
-        CASE WHEN s_version IS NULL THEN l_updated_by ELSE s_updated_by END
-        """
+    /// A record as the app sees it, read from `records`: the server's copy's columns when it
+    /// shows that (`shows` 0), the derived `view_*` otherwise.
+    private enum ShownRow {
+        static let columns = RowColumns(selecting: [
+            ("collection", "collection"), ("id", "id"),
+            ("data", "CASE shows WHEN 0 THEN s_data ELSE view_data END"),
+            ("deleted", "CASE shows WHEN 0 THEN s_deleted ELSE view_deleted END"),
+            ("pending", "pending"),
+            ("version", "coalesce(s_version, l_version)"),
+            ("updated_at", "CASE WHEN s_version IS NULL THEN l_updated_at ELSE s_updated_at END"),
+            ("updated_by", "CASE WHEN s_version IS NULL THEN l_updated_by ELSE s_updated_by END"),
+        ])
+        static let collection = columns.index("collection"), id = columns.index("id"), data = columns.index("data")
+        static let deleted = columns.index("deleted"), pending = columns.index("pending"), version = columns.index("version")
+        static let updatedAt = columns.index("updated_at"), updatedBy = columns.index("updated_by")
+    }
 
     /// A record as the app sees it: (key, body, pending, version, updatedAt, updatedBy).
     struct Shown: Sendable {
@@ -296,19 +305,21 @@ extension LocalDatabase {
     }
 
     private static func readShown(_ s: Statement) -> Shown {
-        Shown(key: RecordKey(collection: s.text(0), id: s.text(1)), body: Body(data: s.int64(3) != 0 ? nil : s.blob(2)), pending: s.int64(4) != 0,
-              version: s.optionalText(5).flatMap(Version.init), updatedAt: s.optionalInt64(6), updatedBy: s.optionalText(7))
+        typealias S = ShownRow
+        return Shown(key: RecordKey(collection: s.text(S.collection), id: s.text(S.id)), body: Body(data: s.int64(S.deleted) != 0 ? nil : s.blob(S.data)),
+                     pending: s.int64(S.pending) != 0, version: s.optionalText(S.version).flatMap(Version.init), updatedAt: s.optionalInt64(S.updatedAt),
+                     updatedBy: s.optionalText(S.updatedBy))
     }
 
     func shown(_ key: RecordKey) throws -> Shown? {
-        try db.cached("SELECT \(Self.shownColumns) FROM records WHERE collection = ? AND id = ? AND shows != 2")
+        try db.cached("SELECT \(ShownRow.columns.list) FROM records WHERE collection = ? AND id = ? AND shows != 2")
             .queryOne([.text(key.collection), .text(key.id)], Self.readShown)
     }
 
     func shown(collection: String?) throws -> [Shown] {
         if let collection {
-            return try db.query("SELECT \(Self.shownColumns) FROM records WHERE collection = ? AND shows != 2 ORDER BY id", [.text(collection)], Self.readShown)
+            return try db.query("SELECT \(ShownRow.columns.list) FROM records WHERE collection = ? AND shows != 2 ORDER BY id", [.text(collection)], Self.readShown)
         }
-        return try db.query("SELECT \(Self.shownColumns) FROM records WHERE shows != 2 ORDER BY collection, id", [], Self.readShown)
+        return try db.query("SELECT \(ShownRow.columns.list) FROM records WHERE shows != 2 ORDER BY collection, id", [], Self.readShown)
     }
 }
