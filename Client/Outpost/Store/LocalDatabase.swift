@@ -138,17 +138,33 @@ final class LocalDatabase {
 
     // MARK: Quarantine
 
+    /// A `quarantine` row, its columns named once.
+    private enum QuarantineRow {
+        static let columns = RowColumns(["number", "collection", "id", "version", "raw", "reason", "quarantined_at"])
+        static let number = columns.index("number"), collection = columns.index("collection"), id = columns.index("id")
+        static let version = columns.index("version"), raw = columns.index("raw"), reason = columns.index("reason")
+        static let quarantinedAt = columns.index("quarantined_at")
+    }
+
     func quarantine(_ record: UndecodableRecord, at time: Int64) throws {
-        try db.run("INSERT INTO quarantine(collection, id, version, raw, reason, quarantined_at) VALUES (?, ?, ?, ?, ?, ?)", [
-            record.collection.map { .text($0) } ?? .null, record.id.map { .text($0) } ?? .null,
-            record.version.map { .text($0) } ?? .null, .blob(record.raw), .text(record.reason), .integer(time),
-        ])
+        typealias Q = QuarantineRow
+        var row = Q.columns.row()
+        row[Q.collection] = record.collection.map { .text($0) } ?? .null
+        row[Q.id] = record.id.map { .text($0) } ?? .null
+        row[Q.version] = record.version.map { .text($0) } ?? .null
+        row[Q.raw] = .blob(record.raw)
+        row[Q.reason] = .text(record.reason)
+        row[Q.quarantinedAt] = .integer(time)
+        // `number` NULL: SQLite gives the row the next number.
+        try db.run("INSERT INTO quarantine(\(Q.columns.list)) VALUES (\(Q.columns.placeholders))", row.values)
     }
 
     func quarantined() throws -> [QuarantinedRecord] {
-        try db.query("SELECT number, collection, id, version, raw, reason, quarantined_at FROM quarantine ORDER BY number", []) {
-            QuarantinedRecord(number: $0.int64(0), collection: $0.optionalText(1), id: $0.optionalText(2), version: $0.optionalText(3),
-                              raw: $0.blob(4), reason: $0.text(5), quarantinedAt: Date(milliseconds: $0.int64(6)))
+        typealias Q = QuarantineRow
+        return try db.query("SELECT \(Q.columns.list) FROM quarantine ORDER BY number", []) {
+            QuarantinedRecord(number: $0.int64(Q.number), collection: $0.optionalText(Q.collection), id: $0.optionalText(Q.id),
+                              version: $0.optionalText(Q.version), raw: $0.blob(Q.raw), reason: $0.text(Q.reason),
+                              quarantinedAt: Date(milliseconds: $0.int64(Q.quarantinedAt)))
         }
     }
 
