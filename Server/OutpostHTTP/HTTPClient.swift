@@ -134,10 +134,13 @@ public final class HTTPClient {
 
 
     /// Reads one answer. `head` means the request was HEAD (no body follows). Interim 1xx
-    /// answers are returned like any other when `interim` is true, else skipped.
-    public func readResponse(head: Bool = false, interim: Bool = false) throws(HTTPClientFailure) -> HTTPClientResponse {
+    /// answers are returned like any other when `interim` is true, else skipped. A body
+    /// longer than `maxBodyBytes` is `badAnswer`, found before it is read when the answer
+    /// declares its length.
+    public func readResponse(head: Bool = false, interim: Bool = false, maxBodyBytes: Int = .max) throws(HTTPClientFailure) -> HTTPClientResponse {
         var response = try readHead(interim: interim)
         if head || response.status / 100 == 1 || response.status == 204 || response.status == 304 { return response }
+        let tooLong = HTTPClientFailure(.badAnswer, "\(peer) answered a body longer than \(maxBodyBytes) bytes")
         if let coding = response.header("Transfer-Encoding"), coding.lowercased().contains("chunked") {
             var body: [UInt8] = []
             while true {
@@ -149,14 +152,18 @@ public final class HTTPClient {
                     while try !readLine().isEmpty {}
                     break
                 }
+                guard size <= maxBodyBytes - body.count else { throw tooLong }
                 body += try readExactly(size)
                 _ = try readLine()
             }
             response.body = body
         } else if let length = response.header("Content-Length").flatMap({ Int($0) }) {
+            guard length <= maxBodyBytes else { throw tooLong }
             response.body = try readExactly(length)
         } else {
-            while try fill() {}
+            while try fill() {
+                guard buffer.count <= maxBodyBytes else { throw tooLong }
+            }
             response.body = buffer
             buffer.removeAll()
         }
