@@ -7,33 +7,33 @@ import Synchronization
 import Testing
 @testable import OutpostHTTP
 
-/// The requests a test's route holds, and those whose connection ended first.
+/// The requests a test's route holds, and those whose connection ended first: each
+/// reported as the engine calls the hold's `start` or `gone`, so a test awaits them.
 private final class Keeper: Sendable {
-    let held = Mutex<[HeldRequest]>([])
-    let gone = Atomic<Int>(0)
+    let held = Watched<[HeldRequest]>([])
+    let gone = Watched(0)
 
-    var count: Int { held.withLock { $0.count } }
-    func all() -> [HeldRequest] { held.withLock { $0 } }
+    func all() -> [HeldRequest] { held.value }
+
+    /// Waits until `count` requests are held.
+    func until(held count: Int) async throws {
+        try await held.until("\(count) requests held") { $0.count >= count }
+    }
 
     func routes(_ r: inout Router) {
         r.add(.GET, "/hold", inline: { [self] _ in
-            HTTPResponse(hold: HTTPHold(start: { [self] h in held.withLock { $0.append(h) } },
-                                        gone: { [self] _ in gone.add(1, ordering: .relaxed) }))
+            HTTPResponse(hold: HTTPHold(start: { [self] h in held.update { $0.append(h) } },
+                                        gone: { [self] _ in gone.add() }))
         })
         r.add(.GET, "/ping", inline: { _ in HTTPResponse(text: "pong") })
     }
 }
 
-/// How many `Canary`s were freed.
-private final class Freed: Sendable {
-    let count = Atomic<Int>(0)
-}
-
-/// Counts its deinitialization: what a hold's `start` captured, freed or not.
+/// Counts its deinitialization in `freed`: what a hold's `start` captured, freed or not.
 private final class Canary: Sendable {
-    let freed: Freed
-    init(_ freed: Freed) { self.freed = freed }
-    deinit { freed.count.add(1, ordering: .relaxed) }
+    let freed: Watched<Int>
+    init(_ freed: Watched<Int>) { self.freed = freed }
+    deinit { freed.add() }
 }
 
 @Suite struct HeldRequestTests {
@@ -46,7 +46,7 @@ private final class Canary: Sendable {
                 try c.send(request("GET", "/hold"))
                 clients.append(c)
             }
-            try await eventually("six requests held") { keeper.count == 6 }
+            try await keeper.until(held: 6)
             let body = Array(#"{"answer":1}"#.utf8)
             let answered = try await io { HeldRequest.answer(keeper.all(), with: HTTPResponse(json: body)) }
             #expect(answered == 6)
@@ -65,7 +65,7 @@ private final class Canary: Sendable {
             #expect(ids.count == 6)
             // Answered once: a second answer does nothing.
             #expect(HeldRequest.answer(keeper.all(), with: HTTPResponse(json: body)) == 0)
-            #expect(keeper.gone.load(ordering: .relaxed) == 0)
+            #expect(keeper.gone.value == 0)
         }
     }
 
@@ -78,7 +78,7 @@ private final class Canary: Sendable {
             try plain.send(request("GET", "/hold"))
             let head = try await s.connect()
             try head.send(request("HEAD", "/hold"))
-            try await eventually("three requests held") { keeper.count == 3 }
+            try await keeper.until(held: 3)
             let body = Array(("{\"text\":\"" + String(repeating: "a", count: 4000) + "\"}").utf8)
             #expect(HeldRequest.answer(keeper.all(), with: HTTPResponse(json: body)) == 3)
             let zipped = try await io { try gzip.readResponse() }
@@ -99,9 +99,9 @@ private final class Canary: Sendable {
         try await withServer(routes: keeper.routes) { s in
             let c = try await s.connect()
             try c.send(request("GET", "/hold"))
-            try await eventually("the request held") { keeper.count == 1 }
+            try await keeper.until(held: 1)
             c.close()
-            try await eventually("its keeper told it is gone") { keeper.gone.load(ordering: .relaxed) == 1 }
+            try await keeper.gone.until("its keeper told it is gone") { $0 == 1 }
             #expect(keeper.all()[0].answer(HTTPResponse(text: "late")) == false)
         }
     }
@@ -113,21 +113,21 @@ private final class Canary: Sendable {
     /// reach; the live-heap count in docs/benchmarks.md measured both.)
     @Test func whatTheHoldsStartCapturedIsFreedWhileTheRequestWaits() async throws {
         let keeper = Keeper()
-        let freed = Freed()
+        let freed = Watched(0)
         try await withServer(routes: { r in
             keeper.routes(&r)
             r.add(.GET, "/hold-async") { _ in
                 let canary = Canary(freed)
                 await Task.yield()
                 return HTTPResponse(hold: HTTPHold(start: { h in
-                    withExtendedLifetime(canary) { keeper.held.withLock { $0.append(h) } }
-                }, gone: { _ in keeper.gone.add(1, ordering: .relaxed) }))
+                    withExtendedLifetime(canary) { keeper.held.update { $0.append(h) } }
+                }, gone: { _ in keeper.gone.add() }))
             }
         }) { s in
             let c = try await s.connect()
             try c.send(request("GET", "/hold-async"))
-            try await eventually("the request held") { keeper.count == 1 }
-            try await eventually("what start captured freed while the request waits") { freed.count.load(ordering: .relaxed) == 1 }
+            try await keeper.until(held: 1)
+            try await freed.until("what start captured freed while the request waits") { $0 == 1 }
             #expect(HeldRequest.answer(keeper.all(), with: HTTPResponse(text: "later")) == 1)
             let r = try await io { try c.readResponse() }
             #expect(r.status == 200)

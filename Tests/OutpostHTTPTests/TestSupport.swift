@@ -306,36 +306,53 @@ func withServer(
 final class Flag: Sendable {
     private struct State {
         var fired = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        var waiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        var nextID: UInt64 = 0
     }
     private let state = Mutex(State())
 
     func fire() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+        let waiters = state.withLock { s -> [CheckedContinuation<Bool, Never>] in
             s.fired = true
-            let w = s.waiters
-            s.waiters = []
-            return w
+            defer { s.waiters = [:] }
+            return Array(s.waiters.values)
         }
-        for w in waiters { w.resume() }
+        for w in waiters { w.resume(returning: true) }
     }
 
     var isFired: Bool { state.withLock { $0.fired } }
 
+    /// Waits until fired, however long that takes (a handler that only cancellation ends).
     func wait() async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let fired = state.withLock { s -> Bool in
-                if s.fired { return true }
-                s.waiters.append(c)
-                return false
-            }
-            if fired { c.resume() }
-        }
+        _ = await wait(deadline: nil)
     }
 
     /// Waits at most `timeout`; true when fired.
     func wait(timeout: Duration) async -> Bool {
-        (try? await eventually("the flag fired", within: timeout) { isFired }) != nil
+        await wait(deadline: timeout)
+    }
+
+    private func wait(deadline timeout: Duration?) async -> Bool {
+        let id = state.withLock { s -> UInt64 in
+            s.nextID += 1
+            return s.nextID
+        }
+        return await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+            let fired = state.withLock { s -> Bool in
+                if s.fired { return true }
+                s.waiters[id] = c
+                return false
+            }
+            if fired {
+                c.resume(returning: true)
+                return
+            }
+            guard let timeout else { return }
+            let (seconds, attoseconds) = timeout.components
+            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(seconds * 1_000_000_000 + attoseconds / 1_000_000_000))) { [self] in
+                state.withLock { $0.waiters.removeValue(forKey: id) }?.resume(returning: false)
+            }
+        }
     }
 }
 
