@@ -74,6 +74,15 @@ import Testing
         #expect(response.header("WWW-Authenticate")?.hasPrefix("Bearer") == true, sourceLocation: sourceLocation)
     }
 
+    /// Waits for the server's log line that says the key set loaded, with `keys` usable keys,
+    /// and expects `/metrics` to count them (read with `admin`).
+    static func keysLoaded(_ server: ServerProcess, _ keys: Int, admin: String, within limit: Duration = .seconds(testDeadlineSeconds),
+                           sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        try await server.logLine("the key set loaded with \(keys) keys", within: limit, fileID: sourceLocation.fileID, line: sourceLocation.line,
+                                 where: ServerProcess.logged("JWKS loaded", ["keys": String(keys)]))
+        #expect(try await metric(server, "outpost_jwks_keys", admin) == Double(keys), sourceLocation: sourceLocation)
+    }
+
     static func appliedCount(_ response: TestResponse) throws -> Int {
         try PushResponse.decode(response.body).results.filter { $0.status == .applied }.count
     }
@@ -83,7 +92,7 @@ import Testing
         let ec = try await ProviderKey.ec("ec-1")
         try await Self.withProvider(serve: { $0.serve(keys: [rsa, ec]) }) { jwks, server in
             let admin = try await blocking { try server.token(spaces: [], admin: true) }
-            try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 2 }
+            try await Self.keysLoaded(server, 2, admin: admin)
             // Fetches until the set loaded: one, or more after a failure on a loaded machine.
             let loaded = jwks.fetches
 
@@ -142,7 +151,7 @@ import Testing
         let cooldown = 30
         try await Self.withProvider(arguments: ["--jwks-refresh-cooldown", String(cooldown)], serve: { $0.serve(keys: [old, ec]) }) { jwks, server in
             let admin = try await blocking { try server.token(spaces: [], admin: true) }
-            try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 2 }
+            try await Self.keysLoaded(server, 2, admin: admin)
             #expect(try await Self.pull(server, try old.token(Self.claims())).status == 200)
             let loaded = jwks.fetches
 
@@ -203,7 +212,7 @@ import Testing
         let new = try await ProviderKey.rsa("cache-new")
         try await Self.withProvider(serve: { $0.serve(keys: [old, ec]) }) { jwks, server in
             let admin = try await blocking { try server.token(spaces: [], admin: true) }
-            try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 2 }
+            try await Self.keysLoaded(server, 2, admin: admin)
             let oldToken = try old.token(Self.claims()), ecToken = try ec.token(Self.claims(sub: "bob"))
             for _ in 0..<3 {
                 #expect(try await Self.pull(server, oldToken).status == 200)
@@ -229,7 +238,8 @@ import Testing
         let key = try await ProviderKey.ec("late")
         try await Self.withProvider(serve: { $0.serve(.status(503)) }) { jwks, server in
             let admin = try await blocking { try server.token(spaces: [], admin: true) }
-            try await eventually("the first fetch failed") { try await Self.metric(server, "outpost_jwks_fetches_total{result=\"http_error\"}", admin) >= 1 }
+            try await server.logLine("the first fetch failed", where: ServerProcess.logged("JWKS fetch failed; provider tokens are refused until the keys load",
+                                                                                         ["result": "http_error"]))
             // The server serves its own tokens, and refuses the provider's until the keys load.
             let hs = try await blocking { try server.token(spaces: ["team-1"]) }
             #expect(try await Self.push(server, hs, [put("h1", "a")]).status == 200)
@@ -242,9 +252,7 @@ import Testing
             jwks.serve(keys: [key])
             let failures = Int(try await Self.metric(server, "outpost_jwks_fetches_total{result=\"http_error\"}", admin))
             let backoff = JWKSRefreshPolicy.retryDelay(afterFailures: failures)
-            try await eventually("the retried fetch loaded the keys", within: backoff + .seconds(testDeadlineSeconds)) {
-                try await Self.metric(server, "outpost_jwks_keys", admin) == 1
-            }
+            try await Self.keysLoaded(server, 1, admin: admin, within: backoff + .seconds(testDeadlineSeconds))
             let pulled = try await Self.pull(server, try key.token(Self.claims()))
             #expect(try pulled.status == 200 && PullPage.decode(pulled.body).changes.map(\.id) == ["a"])
         }
@@ -256,7 +264,7 @@ import Testing
         let limit = 64 * 1024
         try await Self.withProvider(arguments: ["--jwks-max-bytes", String(limit)], serve: { $0.serve(keys: [key]) }) { jwks, server in
             let admin = try await blocking { try server.token(spaces: [], admin: true) }
-            try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 1 }
+            try await Self.keysLoaded(server, 1, admin: admin)
             // The provider now answers 16 times the limit, with Content-Length: the token of an
             // unknown key causes a fetch, refused before the body is read; the token is refused.
             jwks.serve(.huge(bytes: 16 * limit, chunked: false))
@@ -266,10 +274,11 @@ import Testing
             // at the limit.
             jwks.serve(.huge(bytes: 16 * limit, chunked: true))
             let streamedBefore = jwks.streamedAnswers
-            try await eventually("a retry got the streamed body") { jwks.streamedAnswers > streamedBefore }
-            try await eventually("the retry refused the streamed body") {
-                try await Self.metric(server, "outpost_jwks_fetches_total{result=\"too_large\"}", admin) >= 2
-            }
+            // A fetch refused for what it read, not for its Content-Length.
+            try await server.logLine("a retry refused the streamed body", where: ServerProcess.logged(
+                "JWKS fetch failed; the last good keys stay in use", ["result": "too_large", "error": "the answer is over the limit of \(limit) bytes"]))
+            #expect(jwks.streamedAnswers > streamedBefore)
+            #expect(try await Self.metric(server, "outpost_jwks_fetches_total{result=\"too_large\"}", admin) >= 2)
             #expect(try await Self.metric(server, "outpost_jwks_fetches_total{result=\"ok\"}", admin) == 1)
             // The last good keys stay in use, and the server serves as before.
             #expect(try await Self.metric(server, "outpost_jwks_keys", admin) == 1)
@@ -288,7 +297,7 @@ import Testing
         // busy machine, longer than the test waits).
         try await Self.withProvider(arguments: ["--jwks-timeout", "1", "--jwks-refresh-cooldown", "1"],
                                     serve: { $0.serve(keys: [key]); $0.hold() }) { jwks, server in
-            try await eventually("the first fetch is held") { jwks.heldCount >= 1 }
+            try await jwks.untilHolding()
             // While the provider holds the server's fetch, HS256 tokens are served at once.
             let hs = try await blocking { try server.token(spaces: ["team-1"]) }
             #expect(try await Self.push(server, hs, [put("h1", "a")]).status == 200)
@@ -324,7 +333,7 @@ import Testing
         let symmetric: JSONValue = ["kty": "oct", "kid": "oct-1", "k": .string(Base64.encodeURL(Array("shared".utf8)))]
         try await Self.withProvider(serve: { $0.serve(keys: [rsa, ec, rs384, encryption, small, p384, verifyOnly], extra: [symmetric]) }) { jwks, server in
             let admin = try await blocking { try server.token(spaces: [], admin: true) }
-            try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 2 }
+            try await Self.keysLoaded(server, 2, admin: admin)
             let loaded = jwks.fetches
             let claims = Self.claims()
             #expect(try await Self.pull(server, try rsa.token(claims)).status == 200)
@@ -450,23 +459,22 @@ import Testing
         try await withTemporaryDirectory(prefix: "outpost-jwks-log") { dir in
             let provider = try JWKSTestServer()
             provider.serve(keys: [key])
-            let log = dir.appending("server.log")
             let url = "http://operator:pa55word@127.0.0.1:\(provider.port)\(JWKSTestServer.path)?client_secret=s3cret"
+            let text: String
             do {
                 let server = try await blocking {
                     try ServerProcess(dataDirectory: dir.appending("data"),
-                                      arguments: ["--jwks-url", url, "--jwt-issuer", Self.issuer, "--jwks-timeout", "30"],
-                                      environment: ["OUTPOST_LOG_FILE": log])
+                                      arguments: ["--jwks-url", url, "--jwt-issuer", Self.issuer, "--jwks-timeout", "30"])
                 }
                 let admin = try await blocking { try server.token(spaces: [], admin: true) }
-                try await eventually("the key set loaded") { try await Self.metric(server, "outpost_jwks_keys", admin) == 1 }
+                try await Self.keysLoaded(server, 1, admin: admin)
                 #expect(try await blocking { server.stop() } == 0)
+                text = server.log.value.joined(separator: "\n")
             } catch {
                 await provider.stop()
                 throw error
             }
             await provider.stop()
-            let text = try String(contentsOfFile: log, encoding: .utf8)
             #expect(text.contains("\"source\":\"http://127.0.0.1:\(provider.port)\(JWKSTestServer.path)\""), "\(text)")
             #expect(!text.contains("pa55word") && !text.contains("s3cret") && !text.contains("operator"), "\(text)")
         }

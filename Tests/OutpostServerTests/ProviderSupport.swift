@@ -33,6 +33,8 @@ final class JWKSTestServer: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Requests that began to wait for `release`, counted as each begins.
+    private let heldSoFar = Watched(0)
     private let http: HTTPServer
     let port: Int
 
@@ -70,6 +72,11 @@ final class JWKSTestServer: Sendable {
     /// Requests waiting for `release`.
     var heldCount: Int { state.withLock { $0.held.count } }
 
+    /// Waits until a request has begun to wait for `release`.
+    func untilHolding() async throws {
+        try await heldSoFar.until("a request held by the provider") { $0 >= 1 }
+    }
+
     func serve(_ answer: Answer) {
         state.withLock { $0.answer = answer }
     }
@@ -106,7 +113,7 @@ final class JWKSTestServer: Sendable {
                     s.held.append(c)
                     return false
                 }
-                if now { c.resume() }
+                if now { c.resume() } else { heldSoFar.add() }
             }
         }
         switch state.withLock({ $0.answer }) {

@@ -150,12 +150,11 @@ extension HiddenTombstoneTests {
                                                   environment: environment) { server in
                     let token = try await blocking { try server.token(sub: "alice", spaces: ["team"]) }
                     _ = try await WebhookTests.push(server, token: token, "team", [put("c1", "a")], clientId: "bob-phone")
-                    try await eventually("the change delivered") { !receiver.delivered.isEmpty }
-                    let change = receiver.delivered[0].json["changes"]?.arrayValue?.first
+                    let delivered = try await receiver.until("the change delivered") { !$0.delivered.isEmpty }.delivered
+                    let change = delivered[0].json["changes"]?.arrayValue?.first
                     #expect(change?["updatedBy"] == "bob-phone" && change?["subject"] == "alice", "\(change ?? .null)")
                     // The log: one `write` line per push that wrote, with the subject.
-                    try await eventually("the write logged") { (try? String(contentsOfFile: server.logPath, encoding: .utf8))?.contains(#""msg":"write""#) == true }
-                    let line = try #require(try String(contentsOfFile: server.logPath, encoding: .utf8).split(separator: "\n").first { $0.contains(#""msg":"write""#) })
+                    let line = try await server.logLine("the write logged", where: ServerProcess.logged("write"))
                     let logged = try JSONParser.parse(Array(line.utf8))
                     #expect(logged["subject"] == "alice" && logged["clientId"] == "bob-phone" && logged["space"] == "team" && logged["applied"] == 1, "\(line)")
                 }

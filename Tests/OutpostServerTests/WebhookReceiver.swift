@@ -10,7 +10,8 @@ import Glibc
 /// it records every request (its raw body and the webhook headers) and answers as it is
 /// told: accept (204), fail with a status, or hang (hold the request until `release()`, or
 /// until the server gives up and closes the connection). It notes when a request of a
-/// space arrives while another of the same space is still in flight. Each connection is
+/// space arrives while another of the same space is still in flight; a test awaits what it
+/// has seen (`until`), checked as each request arrives or ends. Each connection is
 /// served on a thread of its own (`LoopbackListener`), so the receiver answers on time
 /// however busy the test process's cooperative pool is.
 final class WebhookReceiver: Sendable {
@@ -50,7 +51,7 @@ final class WebhookReceiver: Sendable {
         var hungEnded = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Watched(State())
     private let box = Box()
     private let listener: LoopbackListener
     var port: Int { listener.port }
@@ -59,7 +60,7 @@ final class WebhookReceiver: Sendable {
     init(_ behaviour: Behaviour = .accept) throws {
         let box = self.box
         listener = try LoopbackListener { fd in box.receiver?.serve(fd) }
-        state.withLock { $0.otherwise = behaviour }
+        state.update { $0.otherwise = behaviour }
         box.receiver = self
     }
 
@@ -73,24 +74,42 @@ final class WebhookReceiver: Sendable {
 
     /// Answers the next requests with `behaviours`, one each, then with `otherwise`.
     func plan(_ behaviours: [Behaviour], otherwise: Behaviour) {
-        state.withLock {
+        state.update {
             $0.plan = behaviours
             $0.otherwise = otherwise
         }
     }
 
     /// Every request so far, in arrival order.
-    var requests: [Request] { state.withLock { $0.requests } }
+    var requests: [Request] { state.value.requests }
 
     /// The requests answered 2xx.
     var delivered: [Request] { requests.filter { $0.behaviour == .accept } }
 
     /// Hung requests that ended so far.
-    var hungEnded: Int { state.withLock { $0.hungEnded } }
+    var hungEnded: Int { state.value.hungEnded }
+
+    /// What the receiver has seen: the requests so far, in arrival order, and how many
+    /// hung requests ended.
+    struct Seen: Sendable {
+        var requests: [Request]
+        var hungEnded: Int
+        /// The requests answered 2xx.
+        var delivered: [Request] { requests.filter { $0.behaviour == .accept } }
+    }
+
+    /// Waits until `condition` holds for what the receiver has seen (checked as each
+    /// request arrives or a hung one ends), and returns that; throws `NotReached`, naming
+    /// `what`, at the tests' deadline.
+    @discardableResult
+    func until(_ what: String, fileID: String = #fileID, line: Int = #line, _ condition: @escaping @Sendable (Seen) -> Bool) async throws -> Seen {
+        let state = try await self.state.until(what, fileID: fileID, line: line) { condition(Seen(requests: $0.requests, hungEnded: $0.hungEnded)) }
+        return Seen(requests: state.requests, hungEnded: state.hungEnded)
+    }
 
     /// Ends every hung request (with 503).
     func release() {
-        let waiting = state.withLock { s -> [Int32] in
+        let waiting = state.update { s -> [Int32] in
             defer { s.hung.removeAll() }
             return s.hung
         }
@@ -119,7 +138,7 @@ final class WebhookReceiver: Sendable {
     /// closed the connection while the request hung.
     private func receive(head: String, body: [UInt8], _ fd: Int32) -> Int? {
         let space = (try? JSONParser.parse(body))?["space"]?.stringValue ?? ""
-        let behaviour = state.withLock { s -> Behaviour in
+        let behaviour = state.update { s -> Behaviour in
             let b = s.plan.isEmpty ? s.otherwise : s.plan.removeFirst()
             s.inFlight[space, default: 0] += 1
             s.requests.append(Request(body: body, signature: ProxySocket.field("Outpost-Signature", in: head),
@@ -129,7 +148,7 @@ final class WebhookReceiver: Sendable {
                                       behaviour: b, space: space, overlapped: s.inFlight[space]! > 1))
             return b
         }
-        defer { state.withLock { $0.inFlight[space]! -= 1 } }
+        defer { state.update { $0.inFlight[space]! -= 1 } }
         switch behaviour {
         case .accept:
             return 204
@@ -140,10 +159,10 @@ final class WebhookReceiver: Sendable {
             var pipeEnds: [Int32] = [0, 0]
             guard pipe(&pipeEnds) == 0 else { return 503 }
             defer { close(pipeEnds[0]); close(pipeEnds[1]) }
-            state.withLock { $0.hung.append(pipeEnds[1]) }
+            state.update { $0.hung.append(pipeEnds[1]) }
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: pipeEnds[0], events: Int16(POLLIN), revents: 0)]
             while poll(&fds, 2, -1) < 0 && errno == EINTR {}
-            state.withLock { s in
+            state.update { s in
                 s.hung.removeAll { $0 == pipeEnds[1] }
                 s.hungEnded += 1
             }

@@ -69,8 +69,13 @@ import OutpostTestSupport
 
     /// The seqs delivered (answered 2xx) per space, in the order they arrived.
     static func deliveredSeqs(_ receiver: WebhookReceiver) -> [String: [Int64]] {
+        deliveredSeqs(receiver.delivered)
+    }
+
+    /// The seqs of `delivered` per space, in the order they arrived.
+    static func deliveredSeqs(_ delivered: [WebhookReceiver.Request]) -> [String: [Int64]] {
         var out: [String: [Int64]] = [:]
-        for r in receiver.delivered { out[r.space, default: []] += r.seqs }
+        for r in delivered { out[r.space, default: []] += r.seqs }
         return out
     }
 
@@ -204,15 +209,14 @@ import OutpostTestSupport
         return try await deadLetters(server, count: count)
     }
 
-    /// Waits until the dead-letter list holds `count` entries and `also` holds, and returns them.
-    static func deadLetters(_ server: ServerProcess, count: Int, also: @escaping () -> Bool = { true }) async throws -> [JSONValue] {
+    /// Waits for the server's log lines of `count` dead letters (each written once its
+    /// dead letter is stored), and returns the dead-letter list, expected to hold them.
+    static func deadLetters(_ server: ServerProcess, count: Int) async throws -> [JSONValue] {
+        _ = try await server.logLines("\(count) dead letters", count: count, where: ServerProcess.logged("webhook batch is a dead letter after its last attempt"))
         let admin = try await Self.token(server, admin: true)
-        var letters: [JSONValue] = []
-        try await eventually("\(count) dead letters") {
-            let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: admin)
-            letters = try JSONParser.parse(r.body)["deadLetters"]?.arrayValue ?? []
-            return letters.count == count && also()
-        }
+        let r = try await Self.request(server, "GET", "/v1/admin/webhooks/dead-letters", token: admin)
+        let letters = try JSONParser.parse(r.body)["deadLetters"]?.arrayValue ?? []
+        #expect(letters.count == count, "\(r.text)")
         return letters
     }
 
@@ -374,7 +378,7 @@ import OutpostTestSupport
                     // the third held.
                     receiver.plan([.accept, .fail(500), .accept, .hang], otherwise: .accept)
                     #expect(try await Self.push(server, token: token, "big", (1...10).map { put("c\($0)", "r\($0)") }) == Array(1...10))
-                    try await eventually("the third batch held by the receiver") { receiver.requests.count == 4 }
+                    try await receiver.until("the third batch held by the receiver") { $0.requests.count == 4 }
                     let held = receiver.requests
                     #expect(held.map(\.seqs) == [[1, 2, 3], [4, 5, 6], [4, 5, 6], [7, 8, 9]])
                     #expect(held.map(\.attempt) == ["1", "1", "2", "1"])
@@ -398,10 +402,10 @@ import OutpostTestSupport
                     #expect(cursor == 3)
 
                     try await blocking { server.kill9() }
-                    try await eventually("the held request ended with the killed server") { receiver.hungEnded == 1 }
+                    try await receiver.until("the held request ended with the killed server") { $0.hungEnded == 1 }
                     try await blocking { try server.restart() }
                     let expected: [Int64] = [1, 2, 3, 4, 5, 6, 4, 5, 6, 7, 8, 9, 10, 11, 12]
-                    try await eventually("every batch delivered after the restart") { Self.deliveredSeqs(receiver)["big"] == expected }
+                    try await receiver.until("every batch delivered after the restart") { Self.deliveredSeqs($0.delivered)["big"] == expected }
                     let after = Array(receiver.requests.dropFirst(4))
                     #expect(after.map(\.seqs) == [[4, 5, 6], [7, 8, 9], [10], [11, 12]])
                     #expect(Array(after.map(\.delivery).prefix(3)) == claimed && after.allSatisfy { $0.behaviour == .accept })
@@ -427,7 +431,7 @@ import OutpostTestSupport
                         acknowledged += try await Self.push(server, token: token, "busy", (0..<5).map { put("c\(i)-\($0)", "r\(i)-\($0)") })
                     }
                     let expected = acknowledged
-                    try await eventually("every commit delivered") { Self.deliveredSeqs(receiver)["busy"] == expected }
+                    try await receiver.until("every commit delivered") { Self.deliveredSeqs($0.delivered)["busy"] == expected }
                     #expect(expected == Array(1...100))
                     let requests = receiver.requests
                     #expect(requests.allSatisfy { $0.behaviour == .accept && $0.attempt == "1" && $0.seqs.count <= 2 })
@@ -462,7 +466,8 @@ import OutpostTestSupport
                     func replay(_ id: String, token: String? = admin) async throws -> TestResponse {
                         try await Self.request(server, "POST", "/v1/admin/webhooks/dead-letters/\(id)/replay", token: token)
                     }
-                    _ = try await Self.deadLetters(server, count: 1) { Self.deliveredSeqs(receiver)["d"] == [3] }
+                    try await receiver.until("the later commit delivered") { Self.deliveredSeqs($0.delivered)["d"] == [3] }
+                    _ = try await Self.deadLetters(server, count: 1)
                     let page = try await list()
                     #expect(page["next"] == .null)
                     let letter = try #require(page["deadLetters"]?[0])
@@ -564,7 +569,7 @@ import OutpostTestSupport
 
         // The outbox's rows stay until delivered: refused deliveries are sent again once the
         // receiver answers.
-        try await eventually("refused deliveries") { receiver.requests.count >= 2 }
+        try await receiver.until("refused deliveries") { $0.requests.count >= 2 }
         receiver.plan([], otherwise: .accept)
         for i in 0..<6 {
             let space = i % 2 == 0 ? "p" : "q"

@@ -45,8 +45,9 @@ public struct ProcessFailure: Error, CustomStringConvertible {
 }
 
 /// An `outpost-server serve` child process on an ephemeral port, stopped by its own PID.
-/// Its standard error (the server's log) goes to a file of `TestLogs`, shown only in the
-/// issues of a failing test.
+/// Its standard error (the server's log) is read line by line by a thread of this process:
+/// each line goes to a file of `TestLogs`, shown only in the issues of a failing test, and
+/// to `log`, where a test awaits the line that reports what it waits for.
 public final class ServerProcess: @unchecked Sendable {
     // @unchecked: every mutable property is written only in `start` (before the instance is
     // shared) and in `stop`/`kill`, which the owning test calls from one task.
@@ -57,6 +58,11 @@ public final class ServerProcess: @unchecked Sendable {
     public private(set) var port: Int
     /// The file holding the server's standard error, across restarts.
     public let logPath: String
+    /// The lines of the server's standard error, across restarts, each added as the
+    /// server writes it.
+    public let log = Watched<[String]>([])
+    /// Signalled once the current process's log is all read (after its exit).
+    private var logRead: DispatchSemaphore
     /// The arguments after `serve` (for tests that read the store URL back).
     public private(set) var arguments: [String]
     private let environment: [String: String]
@@ -69,25 +75,88 @@ public final class ServerProcess: @unchecked Sendable {
         self.arguments = arguments
         self.environment = environment
         logPath = TestLogs.newFile(named: "outpost-server")
-        (process, baseURL, port) = try Self.launch(dataDirectory: dataDirectory, secret: secret, arguments: arguments, environment: environment,
-                                                   port: 0, log: logPath, timeout: timeout)
+        (process, baseURL, port, logRead) = try Self.launch(dataDirectory: dataDirectory, secret: secret, arguments: arguments, environment: environment,
+                                                            port: 0, log: logPath, lines: log, timeout: timeout)
     }
 
     private static func launch(dataDirectory: String, secret: String, arguments: [String], environment: [String: String], port: Int,
-                               log: String, timeout: Double) throws -> (Subprocess, URL, Int) {
+                               log: String, lines: Watched<[String]>, timeout: Double) throws -> (Subprocess, URL, Int, DispatchSemaphore) {
         // Its log goes to its own file (its standard error), not to the tests' shared one.
         var env = Subprocess.environment(adding: ["OUTPOST_JWT_SECRET": secret]) { $0 == "OUTPOST_LOG_FILE" }
         env["OUTPOST_ACCESS_LOG"] = env["OUTPOST_ACCESS_LOG"] ?? "false"
         for (k, v) in environment { env[k] = v }
         let process = try Subprocess(BuildProducts.executable("outpost-server"),
                                      ["serve", "--host", "127.0.0.1", "--port", String(port), "--data", dataDirectory] + arguments,
-                                     environment: env, output: .capture, error: .file(log, append: true))
+                                     environment: env, output: .capture, error: .capture)
+        let read = readLog(of: process, to: log, lines: lines)
         do {
             let (url, port) = try process.listeningAddress(timeout: timeout)
-            return (process, URL(string: url)!, port)
+            return (process, URL(string: url)!, port, read)
         } catch {
+            process.wait()
+            _ = read.wait(timeout: .now() + .seconds(10))
             throw ProcessFailure("outpost-server did not start: \(error); its log: \(TestLogs.tail(of: log))")
         }
+    }
+
+    /// Reads `process`'s standard error on a thread of its own until it ends: each line is
+    /// appended to the file at `path` and to `lines`. The semaphore is signalled once all
+    /// of it is read.
+    private static func readLog(of process: Subprocess, to path: String, lines: Watched<[String]>) -> DispatchSemaphore {
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            let file = FileHandle(forWritingAtPath: path)
+            _ = try? file?.seekToEnd()
+            var consumed = 0
+            // One line at a time while the child runs: nextLine wakes when its bytes arrive.
+            while let line = try? process.nextLine(of: 2, timeout: Double(Int32.max)) {
+                consumed += line.utf8.count + 1
+                try? file?.write(contentsOf: Data((line + "\n").utf8))
+                lines.update { $0.append(line) }
+            }
+            // It ended: what its stream still held once read to the end.
+            process.waitForStreams()
+            let rest = process.output(2).dropFirst(consumed)
+            if !rest.isEmpty {
+                try? file?.write(contentsOf: Data(rest))
+                let tail = String(decoding: rest, as: UTF8.self).split(separator: "\n").map(String.init)
+                lines.update { $0 += tail }
+            }
+            try? file?.close()
+            done.signal()
+        }
+        thread.name = "log of \(process.pid)"
+        thread.start()
+        return done
+    }
+
+    /// Waits until the log holds a line, after its first `after` lines, for which `matches`
+    /// holds, and returns the first such line; throws `NotReached`, naming `what`, at the
+    /// tests' deadline.
+    @discardableResult
+    public func logLine(_ what: String, after: Int = 0, within limit: Duration = .seconds(testDeadlineSeconds), fileID: String = #fileID, line: Int = #line,
+                        where matches: @escaping @Sendable (String) -> Bool) async throws -> String {
+        try await logLines(what, count: 1, after: after, within: limit, fileID: fileID, line: line, where: matches)[0]
+    }
+
+    /// Waits until the log holds `count` lines, after its first `after` lines, for which
+    /// `matches` holds, and returns them all.
+    public func logLines(_ what: String, count: Int, after: Int = 0, within limit: Duration = .seconds(testDeadlineSeconds), fileID: String = #fileID,
+                         line: Int = #line, where matches: @escaping @Sendable (String) -> Bool) async throws -> [String] {
+        let all = try await log.until(what, within: limit, fileID: fileID, line: line) { lines in
+            lines.dropFirst(after).lazy.filter(matches).count >= count
+        }
+        return all.dropFirst(after).filter(matches)
+    }
+
+    /// A log line's test: its `msg` is `message` and its fields have the values given.
+    public static func logged(_ message: String, _ fields: [String: String] = [:]) -> @Sendable (String) -> Bool {
+        let wanted = ["\"msg\":\(jsonString(message))"] + fields.map { "\(jsonString($0.key)):\(jsonString($0.value))" }
+        return { line in wanted.allSatisfy { line.contains($0) } }
+    }
+
+    private static func jsonString(_ text: String) -> String {
+        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
     }
 
     /// The process id.
@@ -101,13 +170,21 @@ public final class ServerProcess: @unchecked Sendable {
     /// SIGTERM, then waits for the exit; returns the exit status.
     @discardableResult
     public func stop() -> Int32 {
-        process.stop(grace: 60).status
+        let status = process.stop(grace: 60).status
+        waitForLog()
+        return status
     }
 
     /// SIGKILL (a crash), then waits for the exit.
     public func kill9() {
         process.send(SIGKILL)
         process.wait()
+        waitForLog()
+    }
+
+    /// After the exit: waits until the reader has put the last lines in `log` and the file.
+    private func waitForLog() {
+        if logRead.wait(timeout: .now() + .seconds(testDeadlineSeconds)) == .success { logRead.signal() }
     }
 
     /// Starts the server again on the same data directory (a new port), with `arguments`
@@ -115,8 +192,8 @@ public final class ServerProcess: @unchecked Sendable {
     public func restart(arguments: [String]? = nil, timeout: Double = 30) throws {
         if process.isRunning { stop() }
         if let arguments { self.arguments = arguments }
-        (process, baseURL, port) = try Self.launch(dataDirectory: dataDirectory, secret: secret, arguments: self.arguments, environment: environment,
-                                                   port: 0, log: logPath, timeout: timeout)
+        (process, baseURL, port, logRead) = try Self.launch(dataDirectory: dataDirectory, secret: secret, arguments: self.arguments, environment: environment,
+                                                            port: 0, log: logPath, lines: log, timeout: timeout)
     }
 
     deinit {
