@@ -302,8 +302,9 @@ import Testing
             let admin = s.token(spaces: [], admin: true)
             let secretToken = s.token(spaces: ["a"], scope: .read) + "tampered"
             // An answer joins the ring once the engine has written it, just after the client can
-            // read it: each request waits for the one before it to be in the ring, so that the
-            // ring's order is the requests' order.
+            // read it: each request waits for the one before it to be recorded (the engine's
+            // completion hook, which records it, has run), so that the ring's order is the
+            // requests' order.
             let failing: [(path: String, token: String?, status: Int)] = [
                 ("/v1/spaces/a/pull", secretToken, 401),
                 ("/v1/spaces/b/pull", s.token(spaces: ["a"]), 403),
@@ -312,7 +313,8 @@ import Testing
             ]
             for (i, request) in failing.enumerated() {
                 #expect(try await s.request("GET", request.path, token: request.token).status == request.status)
-                try await eventually("error answer \(i + 1) is in the ring") { s.app.errors.latest(10).count == i + 1 }
+                try await s.completed.until("error answer \(i + 1) recorded") { $0 >= i + 1 }
+                #expect(s.app.errors.latest(10).count == i + 1)
             }
             #expect(try await s.push("a", [put("c1", "r1", ["pin": "1234"])]).status == 200)
             let r = try await s.request("GET", "/v1/admin/errors?limit=3", token: admin)

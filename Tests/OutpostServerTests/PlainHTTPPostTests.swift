@@ -18,9 +18,9 @@ import OutpostTestSupport
         return nil
     }
 
-    /// What a listener received: the request's head and body.
+    /// What a listener received: the request's head and body, reported as it arrives.
     final class Received: Sendable {
-        let value = Mutex<(head: String, body: [UInt8])?>(nil)
+        let value = Watched<(head: String, body: [UInt8])?>(nil)
     }
 
     /// Runs `body` with a listener that reads one request and then does `answer` with the
@@ -32,7 +32,7 @@ import OutpostTestSupport
             guard let (head, rest) = ProxySocket.readHead(fd) else { return }
             let length = Int(ProxySocket.field("Content-Length", in: head) ?? "") ?? 0
             let bytes = ProxySocket.readBody(fd, rest, length) ?? []
-            received.value.withLock { $0 = (head, Array(bytes.prefix(length))) }
+            received.value.update { $0 = (head, Array(bytes.prefix(length))) }
             answer(fd)
         }
         defer { listener.stop() }
@@ -45,7 +45,7 @@ import OutpostTestSupport
         try await Self.withListener({ Self.write($0, "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n") }) { url, received in
             let answer = await PlainHTTPPost.post(url, body: Array("{\"space\":\"s\"}".utf8), headers: [("Outpost-Delivery", "d1")], timeout: 30, policy: Self.loopback)
             #expect(answer == .status(204))
-            let (head, body) = try #require(received.value.withLock { $0 })
+            let (head, body) = try #require(received.value.value)
             #expect(head.hasPrefix("POST /hooks/outpost?token=a%20b HTTP/1.1\r\n"))
             #expect(ProxySocket.field("Host", in: head) == "127.0.0.1:\(url.port!)")
             #expect(ProxySocket.field("Outpost-Delivery", in: head) == "d1")
@@ -94,7 +94,7 @@ import OutpostTestSupport
         }
         try await Self.withListener(Self.hold) { url, received in
             let task = Task { await PlainHTTPPost.post(url, body: [1], headers: [], timeout: 300, policy: Self.loopback) }
-            try await eventually("the request received") { received.value.withLock { $0 != nil } }
+            try await received.value.until("the request received") { $0 != nil }
             task.cancel()
             #expect(await task.value == .noAnswer(.init(.cancelled, "the delivery was cancelled")))
         }

@@ -361,11 +361,12 @@ let fieldTeamRules = #"""
             let port = s.port
             let held = OnThread { try httpRequest(port: port, "GET", "/v1/spaces/team/pull?since=\(since)&wait=60000", headers: [("Authorization", "Bearer \(w1)")]) }
             // A commit outside the view, then one inside it: the pull answers with the second only.
-            try await eventually("the pull waits on the store") { s.app.store.notifier.waitingCount >= 1 }
+            try await s.registeredWaits("the pull waits on the store", count: 1)
+            #expect(s.app.store.notifier.waitingCount == 1)
             _ = try await pushed(s, boss, [job("b2", "j2", "Paint wall", "w2")])
-            try await eventually("the pull woke for the commit outside its view and waits again") {
-                s.app.metrics.value("outpost_long_polls_woken_total") >= 1 && s.app.store.notifier.waitingCount >= 1
-            }
+            let waits = try await s.registeredWaits("the pull woke for the commit outside its view and waits again", count: 2)
+            #expect(waits.last == ReportingStore.Wait(space: "team", afterSeq: 2))
+            #expect(s.app.metrics.value("outpost_long_polls_woken_total") >= 1 && s.app.store.notifier.waitingCount == 1)
             _ = try await pushed(s, boss, [job("b3", "j3", "Check valve", "w1")])
             let answer = try PullPage.decode(try await held.value.body)
             #expect(answer.changes.map(\.id) == ["j3"] && answer.next.seq == 3)

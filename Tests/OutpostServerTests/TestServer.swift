@@ -2,6 +2,7 @@ import Foundation
 import OutpostCore
 import OutpostHTTP
 import OutpostTestSupport
+import Testing
 @testable import OutpostServer
 
 /// A whole Outpost server in this process — the application and the HTTP engine on
@@ -13,6 +14,12 @@ final class TestServer: Sendable {
     let http: HTTPServer
     let port: Int
     let authority = JWTAuthority(secret: Array(TestServer.secret.utf8))
+    /// Requests the engine has finished (`HTTPServer.onRequestComplete`), each counted once
+    /// the application has recorded it: a test awaits the count.
+    let completed = Watched(0)
+    /// What the store reports (`ReportingStore`): the long polls' waits for a commit, the
+    /// view indexes built.
+    let reports = Watched(ReportingStore.Reports())
 
     init(limits: Limits = Limits(), configure: (inout Settings) -> Void = { _ in }) throws {
         directory = try TemporaryDirectory(prefix: "outpost-server-test")
@@ -22,12 +29,18 @@ final class TestServer: Sendable {
         settings.limits = limits
         settings.accessLog = false
         configure(&settings)
-        app = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": Self.secret])
+        var parts = OutpostApplication.Parts()
+        let reports = self.reports
+        parts.store = { ReportingStore(base: $0, reports: reports) }
+        app = try OutpostApplication(settings: settings, environment: ["OUTPOST_JWT_SECRET": Self.secret], parts: parts)
         var configuration = ServerApp.httpConfiguration(settings)
         configuration.eventLoopCount = 2
         http = HTTPServer(configuration: configuration, router: app.router)
-        let app = self.app
-        http.onRequestComplete = { app.record($0) }
+        let app = self.app, completed = self.completed
+        http.onRequestComplete = {
+            app.record($0)
+            completed.add()
+        }
         ServerApp.declareConnectionMetrics(app.metrics, server: http)
         port = try http.start()
     }
@@ -39,6 +52,25 @@ final class TestServer: Sendable {
     }
 
     var epoch: Epoch { app.store.epoch }
+
+    /// Waits until `count` waits for a commit were registered with the store's notifier
+    /// since the server started, and returns them all.
+    @discardableResult
+    func registeredWaits(_ what: String, count: Int, fileID: String = #fileID, line: Int = #line) async throws -> [ReportingStore.Wait] {
+        try await reports.until(what, fileID: fileID, line: line) { $0.registered.count >= count }.registered
+    }
+
+    /// Waits until `count` of the store's waits for a commit have ended since the server started.
+    func endedWaits(_ what: String, count: Int, fileID: String = #fileID, line: Int = #line) async throws {
+        try await reports.until(what, fileID: fileID, line: line) { $0.ended >= count }
+    }
+
+    /// Waits until the store has built the view index for `spec` (the keeper's build, which
+    /// marks it ready just after), and expects the store to name it as its index.
+    func viewIndexBuilt(_ spec: String, fileID: String = #fileID, line: Int = #line) async throws {
+        try await reports.until("the view index is built", fileID: fileID, line: line) { $0.built.contains(spec) }
+        #expect(try await app.store.viewIndexSpec() == spec)
+    }
 
     func token(sub: String = "tester", spaces: [String], scope: Claims.Scope = .write, admin: Bool = false, exp: Int64? = nil) -> String {
         authority.sign(Claims(sub: sub, exp: exp ?? Int64(Date().timeIntervalSince1970) + 3600, spaces: spaces, scope: scope, admin: admin))
