@@ -31,7 +31,7 @@ import Testing
                 // "poison". (A second connection holding SQLite's write lock cannot be told
                 // apart from a writer still on its way, and contends with the store's own.)
                 let sqlite = try #require(store as? SQLiteSyncStore)
-                let holding = Mutex(false)
+                let holding = Watched(false)
                 let gate = DispatchSemaphore(value: 0)
                 let hold = Task {
                     try await sqlite.write { db in
@@ -39,11 +39,11 @@ import Testing
                             CREATE TRIGGER poison BEFORE UPDATE ON spaces WHEN EXISTS (SELECT 1 FROM records WHERE id = 'poison')
                             BEGIN SELECT RAISE(ABORT, 'poisoned commit'); END;
                             """)
-                        holding.withLock { $0 = true }
+                        holding.update { $0 = true }
                         gate.wait()
                     }
                 }
-                try await eventually("the writer runs the job that holds it") { holding.withLock { $0 } }
+                try await holding.until("the writer runs the job that holds it") { $0 }
                 before = ["w0"]
                 release = {
                     gate.signal()
@@ -75,10 +75,13 @@ import Testing
                     #expect(try await first.value == [.applied("x0", version: Version(epoch: e, seq: 2), updatedAt: 2)])
                 }
             }
-            let group = ["a", "poison", "b"].map { id in
-                Task { try await store.push(space: "g", clientId: id, items: [prepared("c-\(id)", id: id, base: nil)], now: 3) }
+            // Each push queues its job in its first step: started one after the other, the
+            // three wait for the writer in this order.
+            var group: [Task<[PushResult], any Error>] = []
+            for id in ["a", "poison", "b"] {
+                group.append(await startedThrowingTask { try await store.push(space: "g", clientId: id, items: [prepared("c-\(id)", id: id, base: nil)], now: 3) })
             }
-            try await eventually("the three pushes wait for the writer") { store.queuedWrites == 3 }
+            #expect(store.queuedWrites == 3, "the three pushes wait for the writer")
             try await release()
 
             for (id, push) in zip(["a", "poison", "b"], group) {

@@ -53,17 +53,23 @@ import OutpostTestSupport
         let coalescer = PageCoalescer()
         let gate = GatedRead()
         let request = PageRequest(space: "sp", afterSeq: 5, limit: 10, maxBytes: 1000, collections: nil)
-        async let a = coalescer.page(request, knownHead: 7) { try await gate.read() }
-        async let b = coalescer.page(request, knownHead: 7) { try await gate.read() }
+        // Each pull is started, and has asked the coalescer (which joins a read or starts
+        // one in its first step), before the next.
+        func pull(_ request: PageRequest, knownHead: Int64?) async -> Task<PageData, any Error> {
+            await startedThrowingTask { try await coalescer.page(request, knownHead: knownHead) { try await gate.read() } }
+        }
+        let a = await pull(request, knownHead: 7)
+        let b = await pull(request, knownHead: 7)
         // Another head, another filter, or no known head: a read of its own.
-        async let c = coalescer.page(request, knownHead: 8) { try await gate.read() }
-        async let d = coalescer.page(PageRequest(space: "sp", afterSeq: 5, limit: 10, maxBytes: 1000, collections: ["x"]), knownHead: 7) { try await gate.read() }
-        async let e = coalescer.page(request, knownHead: nil) { try await gate.read() }
-        // Every pull has arrived while the reads are held: four reads started, and one of
-        // a and b joined the other's read.
-        try await eventually("four reads started and one pull joined a read") { gate.reads == 4 && coalescer.shared.value.load(ordering: .relaxed) == 1 }
+        let c = await pull(request, knownHead: 8)
+        let d = await pull(PageRequest(space: "sp", afterSeq: 5, limit: 10, maxBytes: 1000, collections: ["x"]), knownHead: 7)
+        let e = await pull(request, knownHead: nil)
+        // Every pull has arrived while the reads are held (a's read cannot end before the
+        // gate opens): b joined it.
+        #expect(coalescer.shared.value.load(ordering: .relaxed) == 1, "b joined a's read")
         gate.open()
-        let (pa, pb, _, _, _) = try await (a, b, c, d, e)
+        let (pa, pb) = (try await a.value, try await b.value)
+        for other in [c, d, e] { _ = try await other.value }
         #expect(pa.head == pb.head)
         #expect(gate.reads == 4)
         // Once done, the next pull reads again.

@@ -179,11 +179,12 @@ import OutpostTestSupport
         let url = try await PostgresCluster.database()
         let a = try PostgresSyncStore(configuration: .init(url: url))
         let b = try PostgresSyncStore(configuration: .init(url: url))
-        let waiter = Task { await a.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(30)) }
-        // The waiter is registered before the commit, so only a notification can wake it
+        // The waiter is registered before the commit (`startedTask` returns once the wait's
+        // first step, which registers it, has run), so only a notification can wake it
         // (true); its deadline would answer false. A's listener ran `LISTEN` before the
         // store's init returned, so the notification cannot be missed.
-        try await eventually("the long poll waits on instance A") { a.notifier.waitingCount == 1 }
+        let waiter = await startedTask { await a.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(30)) }
+        #expect(a.notifier.waitingCount == 1, "the long poll waits on instance A")
         _ = try await b.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
         #expect(await waiter.value, "woken by B's commit, not by its deadline")
         #expect(a.notifier.waitingCount == 0)
@@ -224,17 +225,16 @@ import OutpostTestSupport
     /// requests, and reports it (outpost-server then shuts down to restart).
     @Test func aRotatedEpochStopsARunningInstance() async throws {
         let url = try await PostgresCluster.database()
-        let called = Mutex<(Bool, Epoch?)>((false, nil))
+        let called = Watched<(Bool, Epoch?)>((false, nil))
         var configuration = PostgresSyncStore.Configuration(url: url)
-        configuration.onEpochChange = { epoch in called.withLock { $0 = (true, epoch) } }
+        configuration.onEpochChange = { epoch in called.update { $0 = (true, epoch) } }
         let store = try PostgresSyncStore(configuration: configuration)
         _ = try await store.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
         // The listener ran `LISTEN outpost_epoch` before the store's init returned: the
         // rotation's notification reaches it.
         let rotated = try await blocking { try PostgresSyncStore.rotateEpoch(url: url) }
         #expect(store.epoch < rotated)
-        try await eventually("the store reports the rotated epoch") { called.withLock { $0.0 } }
-        #expect(called.withLock { $0.1 } == rotated)
+        #expect(try await called.until("the store reports the rotated epoch") { $0.0 }.1 == rotated)
         #expect(await store.isWritable() == false)
         await #expect(throws: StoreError.self) {
             _ = try await store.push(space: "sp", clientId: "p", items: [prepared("c2", id: "b", base: nil)], now: 2)
@@ -259,9 +259,9 @@ import OutpostTestSupport
         _ = try await a.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
         // A pull waits on each instance; no commit comes until both are woken, so only a
         // listener that reconnected (and wakes every waiting pull) can wake them.
-        let waiting = Task { await a.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
-        let waitingOnB = Task { await b.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
-        try await eventually("a pull waits on each instance") { a.notifier.waitingCount == 1 && b.notifier.waitingCount == 1 }
+        let waiting = await startedTask { await a.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
+        let waitingOnB = await startedTask { await b.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(30)) }
+        #expect(a.notifier.waitingCount == 1 && b.notifier.waitingCount == 1, "a pull waits on each instance")
         let admin = try PostgresConnection(url: url)
         let killed = try admin.query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
         admin.close()
@@ -275,8 +275,8 @@ import OutpostTestSupport
         #expect(page.count == 2)
         // Long polls across instances work again: B's listener is back (it woke its pull
         // after `LISTEN` on its new connection).
-        let again = Task { await b.waitForCommit(space: "sp", afterSeq: 2, deadline: .now + .seconds(30)) }
-        try await eventually("a pull waits on instance B again") { b.notifier.waitingCount == 1 }
+        let again = await startedTask { await b.waitForCommit(space: "sp", afterSeq: 2, deadline: .now + .seconds(30)) }
+        #expect(b.notifier.waitingCount == 1, "a pull waits on instance B again")
         _ = try await a.push(space: "sp", clientId: "p", items: [prepared("c3", id: "c", base: nil)], now: 3)
         #expect(await again.value)
         await a.close()

@@ -322,16 +322,17 @@ func decodePage(_ page: PageData) throws -> [RecordState] {
             // The commit: the waiter is registered before the push, so it cannot take the
             // path that answers at once for a head already passed; a commit that did not
             // wake it would leave it to its deadline, which answers false.
-            let woken = Task { await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(60)) }
-            try await eventually("the waiter is registered") { s.notifier.waitingCount == 1 }
+            // `startedTask` returns once the wait's first step, which registers it, has run.
+            let woken = await startedTask { await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(60)) }
+            #expect(s.notifier.waitingCount == 1, "the waiter is registered")
             _ = try await s.push(space: "sp", clientId: "p", items: [prepared("c1", id: "a", base: nil)], now: 1)
             #expect(await woken.value, "woken by the commit, not by its deadline")
             #expect(s.notifier.waitingCount == 0)
             // A waiter for a head already passed returns at once, without registering.
             #expect(await s.waitForCommit(space: "sp", afterSeq: 0, deadline: .now + .seconds(60)))
             // Cancellation ends a wait that is registered.
-            let task = Task { await s.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(60)) }
-            try await eventually("the waiter to cancel is registered") { s.notifier.waitingCount == 1 }
+            let task = await startedTask { await s.waitForCommit(space: "sp", afterSeq: 1, deadline: .now + .seconds(60)) }
+            #expect(s.notifier.waitingCount == 1, "the waiter to cancel is registered")
             task.cancel()
             #expect(await task.value == false)
             #expect(s.notifier.waitingCount == 0)
