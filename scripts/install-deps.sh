@@ -21,7 +21,12 @@ if [ "$purpose" = "test" ]; then
   # podman, runc and debootstrap: scripts/container-test.sh builds the server's image and
   # runs it (runc: Debian's default crun refuses some machines' cgroups); debootstrap makes
   # its base images where no registry is reachable.
-  packages+=(gzip procps curl postgresql util-linux strace python3 python3-venv python3-yaml chromium chromium-driver fonts-dejavu-core podman runc debootstrap)
+  # swift-proxy, swift-account, swift-container and swift-object (with swift and
+  # python3-swift, which they depend on): the S3 store the media tests write to,
+  # OpenStack Swift with its s3api middleware and tempauth (scripts/s3-test-server.py;
+  # keystone's middleware is not needed).
+  packages+=(gzip procps curl postgresql util-linux strace python3 python3-venv python3-yaml chromium chromium-driver fonts-dejavu-core podman runc debootstrap
+             swift swift-proxy swift-account swift-container swift-object python3-swift)
 fi
 
 missing=()
@@ -78,6 +83,11 @@ if [ "$purpose" = "test" ]; then
   # run by PortableFormatTests): what a web or Android client would have to do.
   cryptography_version=50.0.2
   pinned_venv cryptography "$cryptography_version" cryptography
+
+  # boto3, a standard S3 client no one here wrote, which scripts/s3-smoke.py checks the
+  # test S3 store (scripts/s3-test-server.py serve) with: the features the media store needs.
+  boto3_version=1.44.18
+  pinned_venv boto3 "$boto3_version" boto3
 
   # podman-compose, which scripts/container-test.sh runs docker/compose.yaml with.
   podman_compose_version=1.6.0
