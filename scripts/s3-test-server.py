@@ -6,9 +6,10 @@ one plain directory. docs/testing.md describes it.
   s3-test-server.py setup DIR ACCOUNT_PORT CONTAINER_PORT OBJECT_PORT PROXY_PORT
       writes DIR/swift.conf, the four servers' configuration, the three rings and the
       device directory.
-  s3-test-server.py run DIR SERVER
+  s3-test-server.py run DIR SERVER PARENT_PID
       runs one server (account, container, object or proxy) of DIR in the foreground,
-      logging to standard error, and prints `ready SERVER` once it accepts connections.
+      logging to standard error, and prints `ready SERVER` once it accepts connections;
+      it ends itself once it is no longer the child of PARENT_PID (the harness).
   s3-test-server.py serve [--bucket NAME]
       for people: sets up a temporary directory, starts the four servers, creates the
       bucket, prints the settings, and stops everything on SIGINT or SIGTERM.
@@ -31,10 +32,13 @@ SERVERS = ('account', 'container', 'object', 'proxy')
 
 # What every server shares: one process (`workers = 0`: no forked worker, so the PID the
 # harness holds is the server's), no mount check on the plain device directory, no
-# fallocate reserve (a busy test disk is not full), the temporary directory's rings.
+# fallocate reserve (a busy test disk is not full), the temporary directory's rings. A
+# port another process took after the harness chose it is not freed by waiting (Swift
+# would retry the bind for 30 s): it fails in 2 s, and the harness starts on new ports.
 COMMON = """[DEFAULT]
 bind_ip = 127.0.0.1
 bind_port = {port}
+bind_timeout = 2
 workers = 0
 swift_dir = {dir}
 devices = {dir}/devices
@@ -210,18 +214,24 @@ def memory_cache_filter(global_conf, **local_conf):
     return middleware
 
 
-def watch_parent(parent):
+def watch_parent(parent, directory, server):
     """Ends this server when the process that started it is gone (a test run that crashed
     or was killed), so no server outlives its test process; checked every half second on
-    the server's own event loop."""
+    the server's own event loop. The proxy also removes the store's directory then (the
+    others may still write for half a second: whatever they leave is removed too late to
+    matter, and `ignore_errors` keeps that from failing)."""
     import eventlet
+    import shutil
     while os.getppid() == parent:
         eventlet.sleep(0.5)
+    if server == 'proxy':
+        shutil.rmtree(directory, ignore_errors=True)
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run(directory, server):
-    """Runs one server of `directory` in the foreground; returns its exit status."""
+def run(directory, server, parent):
+    """Runs one server of `directory` in the foreground, for as long as it is the child
+    of process `parent`; returns its exit status."""
     # The paste filter `cache` names this module: make it importable by that name.
     sys.modules['outpost_s3_test_server'] = sys.modules[__name__]
     from swift.common import utils
@@ -233,16 +243,18 @@ def run(directory, server):
     import logging
     utils.ThreadSafeSysLogHandler = lambda *args, **kwargs: logging.NullHandler()
     from swift.common import wsgi
-    parent = os.getppid()
     signal_ready = wsgi.WorkersStrategy.signal_ready
 
     # Swift calls signal_ready once the listening socket is bound and the application
     # loaded, just before it serves: the harness waits for this line.
     def ready(strategy):
-        sys.stdout.write('ready %s\n' % server)
-        sys.stdout.flush()
+        try:
+            sys.stdout.write('ready %s\n' % server)
+            sys.stdout.flush()
+        except OSError:
+            pass  # the harness is gone, its end of the pipe closed: watch_parent ends this server
         import eventlet
-        eventlet.spawn_n(watch_parent, parent)
+        eventlet.spawn_n(watch_parent, parent, directory, server)
         signal_ready(strategy)
     wsgi.WorkersStrategy.signal_ready = ready
     options = {'verbose': True}
@@ -279,7 +291,7 @@ def serve(bucket):
         started = time.time()
         for server in SERVERS:
             log = open(os.path.join(directory, server + '.log'), 'w')
-            children[server] = subprocess.Popen([sys.executable, os.path.abspath(__file__), 'run', directory, server],
+            children[server] = subprocess.Popen([sys.executable, os.path.abspath(__file__), 'run', directory, server, str(os.getpid())],
                                                 stdout=subprocess.PIPE, stderr=log)
         for server, child in children.items():
             line = child.stdout.readline().decode().strip()
@@ -311,8 +323,8 @@ def main(argv):
     if len(argv) == 7 and argv[1] == 'setup':
         setup(argv[2], dict(zip(SERVERS, (int(p) for p in argv[3:7]))))
         return 0
-    if len(argv) == 4 and argv[1] == 'run' and argv[3] in SERVERS:
-        return run(argv[2], argv[3])
+    if len(argv) == 5 and argv[1] == 'run' and argv[3] in SERVERS:
+        return run(argv[2], argv[3], int(argv[4]))
     if len(argv) >= 2 and argv[1] == 'serve':
         bucket = argv[3] if len(argv) == 4 and argv[2] == '--bucket' else 'outpost-media'
         serve(bucket)
