@@ -25,6 +25,10 @@ import socket
 import sys
 import time
 
+# eventlet's green DNS resolver imports dnspython (and requests), a third of the time
+# Swift takes to import on a busy machine; every address here is 127.0.0.1, never a name.
+os.environ.setdefault('EVENTLET_NO_GREENDNS', 'yes')
+
 ACCESS_KEY = 'test:tester'
 SECRET_KEY = 'testing'
 REGION = 'us-east-1'
