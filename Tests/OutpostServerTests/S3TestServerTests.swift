@@ -33,36 +33,39 @@ import OutpostTestSupport
     }
 
     @Test func anObjectRoundTripsAndTheS3LayerAnswers() async throws {
-        let store = try await S3TestServer.start(bucket: "media-test")
-        defer { store.stop() }
+        let (store, bucket) = try await S3TestServer.bucket(prefix: "roundtrip")
         #expect(store.endpoint == "http://127.0.0.1:\(store.port)")
 
-        // Swift's native API: what is put is what is read, in the bucket made at start.
+        // Swift's native API: what is put is what is read, in the bucket just made.
         let object = Self.bytes(count: 70_000, seed: 7)
-        let put = try await blocking { try store.native("PUT", "media-test/a/b.bin", body: object) }
+        let put = try await blocking { try store.native("PUT", "\(bucket)/a/b.bin", body: object) }
         #expect(put.status == 201, "\(put.status) \(put.text.prefix(300))")
-        let got = try await blocking { try store.native("GET", "media-test/a/b.bin") }
+        let got = try await blocking { try store.native("GET", "\(bucket)/a/b.bin") }
         #expect(got.status == 200 && got.body == object, "\(got.status), \(got.body.count) bytes")
-        let listing = try await blocking { try store.native("GET", "media-test") }
+        let listing = try await blocking { try store.native("GET", bucket) }
         #expect(listing.text.split(separator: "\n") == ["a/b.bin"], "\(listing.text.prefix(300))")
 
-        // s3api: a SigV4 request with a wrong signature is refused with S3's XML error.
+        // s3api: a SigV4 request with a wrong signature is refused with S3's XML error,
+        // which names the canonical request s3api signed (what a signing bug is found by).
         let headers = Self.wronglySignedHeaders(accessKey: store.accessKey, region: store.region)
-        let s3 = try await httpRequestAsync(port: store.port, "GET", "/media-test", headers: headers)
+        let s3 = try await httpRequestAsync(port: store.port, "GET", "/\(bucket)", headers: headers)
         #expect(s3.status == 403, "\(s3.status) \(s3.text.prefix(300))")
         #expect(s3.header("Content-Type") == "application/xml")
         #expect(s3.text.contains("<Error><Code>SignatureDoesNotMatch</Code>"), "\(s3.text.prefix(300))")
-        #expect(s3.text.contains("<CanonicalRequest>GET\n/media-test\n"), "\(s3.text.prefix(600))")
+        #expect(s3.text.contains("<CanonicalRequest>GET\n/\(bucket)\n"), "\(s3.text.prefix(600))")
 
         // A request with no S3 signature is not S3's: s3api passes it to Swift's native
         // API, which has no account in that path and reads nothing.
-        let unsigned = try await httpRequestAsync(port: store.port, "GET", "/media-test")
+        let unsigned = try await httpRequestAsync(port: store.port, "GET", "/\(bucket)")
         #expect(unsigned.status == 412, "\(unsigned.status) \(unsigned.text.prefix(300))")
     }
 
-    @Test func stoppingTheObjectServerIsAnOutage() async throws {
+    /// A store of its own: stopping its object server is an outage of every object read
+    /// and write; `stop()` then ends every server and removes the directory.
+    @Test func stoppingTheObjectServerIsAnOutageAndStopEndsTheRest() async throws {
         let store = try await S3TestServer.start()
         defer { store.stop() }
+        #expect(S3TestServer.Server.allCases.allSatisfy { store.isRunning($0) })
         let object = Self.bytes(count: 1_000, seed: 8)
         let put = try await blocking { try store.native("PUT", "\(store.bucket)/kept", body: object) }
         #expect(put.status == 201, "\(put.status) \(put.text.prefix(300))")
@@ -76,11 +79,7 @@ import OutpostTestSupport
         // The other servers still answer: the listing names the stored object.
         let listing = try await blocking { try store.native("GET", store.bucket) }
         #expect(listing.status == 200 && listing.text.split(separator: "\n") == ["kept"], "\(listing.status) \(listing.text.prefix(300))")
-    }
 
-    @Test func stopRemovesTheDirectoryAndEveryServer() async throws {
-        let store = try await S3TestServer.start()
-        #expect(S3TestServer.Server.allCases.allSatisfy { store.isRunning($0) })
         #expect(FileManager.default.fileExists(atPath: store.directory + "/swift.conf"))
         try await blocking { store.stop() }
         for server in S3TestServer.Server.allCases { #expect(!store.isRunning(server), "the \(server) server still runs") }

@@ -50,10 +50,58 @@ public final class S3TestServer: Sendable {
     /// a pyenv's, lacks it).
     static let python = "/usr/bin/python3"
 
-    /// Starts a store with `bucket`, from async code: the start (seconds: four Python
-    /// processes importing Swift) waits on a thread of its own, off the cooperative pool.
-    public static func start(bucket: String = "outpost-media", timeout: Double = Double(testDeadlineSeconds)) async throws -> S3TestServer {
+    /// How long a start may take before it fails: four Python processes import Swift at
+    /// once, which took a minute when three stores started together beside other builds on
+    /// two cores; twice the tests' deadline only ends a start that went wrong.
+    public static let startDeadline = 2 * Double(testDeadlineSeconds)
+
+    /// Starts a store of its own with `bucket`, from async code (for a test that stops a
+    /// server or the store): the start waits on a thread of its own, off the cooperative
+    /// pool. A test that only needs a bucket takes one of `shared` (`bucket(prefix:)`).
+    public static func start(bucket: String = "outpost-media", timeout: Double = startDeadline) async throws -> S3TestServer {
         try await blocking { try S3TestServer(bucket: bucket, timeout: timeout) }
+    }
+
+    /// The store every test of this process shares, started on first use and stopped when
+    /// the process exits; each test takes a bucket of its own from it.
+    public static var shared: S3TestServer {
+        get throws {
+            try sharedStore.withLock { store in
+                if let store { return store }
+                let started = try S3TestServer()
+                store = started
+                atexit { S3TestServer.stopShared() }
+                return started
+            }
+        }
+    }
+
+    private static let sharedStore = Mutex<S3TestServer?>(nil)
+
+    private static func stopShared() {
+        let store = sharedStore.withLock { s -> S3TestServer? in
+            defer { s = nil }
+            return s
+        }
+        store?.stop()
+    }
+
+    /// A new, empty bucket of `shared` and the store, from async code (the first use waits
+    /// for the store to start, off the cooperative pool).
+    public static func bucket(prefix: String = "t") async throws -> (store: S3TestServer, bucket: String) {
+        try await blocking {
+            let store = try shared
+            return (store, try store.createBucket(prefix: prefix))
+        }
+    }
+
+    /// Makes a new, empty bucket named `PREFIX-` and 16 random hex digits (a valid S3
+    /// bucket name) and returns its name. Blocking.
+    public func createBucket(prefix: String = "t") throws -> String {
+        let name = "\(prefix)-\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
+        let made = try native("PUT", name, headers: [("Content-Length", "0")])
+        guard made.status == 201 else { throw ProcessFailure("Swift's PUT \(accountPath)/\(name) answered \(made.status): \(made.text.prefix(500))") }
+        return name
     }
 
     /// Starts a store and makes `bucket` (blocking: see `start`). Each server prints
@@ -61,7 +109,7 @@ public final class S3TestServer: Sendable {
     /// within `timeout` seconds fails the start with its log. A free port can be taken by
     /// another process between the choice and the bind: then the start is tried again on
     /// new ports, at most three times.
-    public init(bucket: String = "outpost-media", timeout: Double = Double(testDeadlineSeconds)) throws {
+    public init(bucket: String = "outpost-media", timeout: Double = startDeadline) throws {
         guard FileManager.default.isExecutableFile(atPath: Self.python),
               FileManager.default.fileExists(atPath: "/usr/lib/python3/dist-packages/swift/common/middleware/s3api") else {
             throw ProcessFailure("OpenStack Swift (python3-swift with s3api) is not installed: scripts/install-deps.sh test installs it")
