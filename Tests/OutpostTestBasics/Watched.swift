@@ -1,81 +1,128 @@
 import Dispatch
 import Synchronization
 
-/// A value that threads change and tests await a state of: every change (`update`) checks
-/// the conditions of the tasks waiting on it, and resumes those that hold. A test waits on
-/// what a receiver, a callback or a log reader reports, as it reports it, not by looking
-/// again and again; `until` throws `NotReached`, naming what it waited for, when the
-/// deadline passes first, so a test never hangs.
-public final class Watched<Value: Sendable>: Sendable {
+/// A state that tasks and threads change and a test awaits: each change (`update`) checks
+/// the conditions waiting on it, and a wait resumes on the change that makes its condition
+/// hold. Nothing is checked between changes: a wait is woken by the event it awaits. A
+/// wait not met within its deadline throws `NotReached`, naming what it awaited and the
+/// caller's line, so a test never hangs. A change only takes a lock and resumes the waits
+/// it satisfied: a thread that answers a test (a proxy's, a key store's) never waits for
+/// the cooperative pool through it.
+public final class Watched<State: Sendable>: Sendable {
     private struct Waiter {
-        let condition: @Sendable (Value) -> Bool
-        let continuation: CheckedContinuation<Value, any Error>
+        let condition: @Sendable (State) -> Bool
+        let continuation: CheckedContinuation<State, any Error>
     }
 
-    private struct State {
-        var value: Value
-        var waiters: [UInt64: Waiter] = [:]
-        var nextID: UInt64 = 0
+    private struct Box {
+        var state: State
+        var waiters: [Int: Waiter] = [:]
+        var nextId = 0
+        /// Waits ended (deadline or cancellation) before their waiter was registered.
+        var ended: [Int: any Error] = [:]
+        /// Waits met, whose deadline timer has not fired yet (it then finds them here).
+        var met: Set<Int> = []
     }
 
-    private let state: Mutex<State>
+    private let box: Mutex<Box>
 
-    public init(_ value: Value) {
-        state = Mutex(State(value: value))
+    public init(_ state: State) {
+        box = Mutex(Box(state: state))
     }
 
-    /// The value now.
-    public var value: Value { state.withLock { $0.value } }
+    /// The state now.
+    public var value: State { box.withLock { $0.state } }
 
-    /// Changes the value and resumes every waiter whose condition now holds. `body` runs
-    /// under the lock: it must not block.
+    /// Changes the state under the lock and resumes every wait whose condition now holds.
     @discardableResult
-    public func update<R: Sendable>(_ body: (inout Value) -> R) -> R {
-        let (result, ready) = state.withLock { s -> (R, [(CheckedContinuation<Value, any Error>, Value)]) in
-            let result = body(&s.value)
-            var ready: [(CheckedContinuation<Value, any Error>, Value)] = []
-            for (id, waiter) in s.waiters where waiter.condition(s.value) {
-                ready.append((waiter.continuation, s.value))
-                s.waiters[id] = nil
+    public func update<T: Sendable>(_ change: (inout State) -> T) -> T {
+        let (result, met) = box.withLock { b -> (T, [(CheckedContinuation<State, any Error>, State)]) in
+            let result = change(&b.state)
+            var met: [(CheckedContinuation<State, any Error>, State)] = []
+            for (id, waiter) in b.waiters where waiter.condition(b.state) {
+                b.waiters[id] = nil
+                b.met.insert(id)
+                met.append((waiter.continuation, b.state))
             }
-            return (result, ready)
+            return (result, met)
         }
-        for (continuation, value) in ready { continuation.resume(returning: value) }
+        for (continuation, state) in met { continuation.resume(returning: state) }
         return result
     }
 
-    /// Waits until `condition` holds for the value (checked now and after every change) and
-    /// returns the value it held for; throws `NotReached`, naming `what` and the caller's
-    /// line, once `within` has passed. The limit only ends a wait that went wrong: nothing
-    /// is asserted about how long the wait took.
+    /// Waits until `condition` holds of the state (at once when it already does) and
+    /// returns the state that met it; throws `NotReached` naming `what` once `limit` has
+    /// passed without a change that met it.
     @discardableResult
     public func until(_ what: String, within limit: Duration = .seconds(testDeadlineSeconds), fileID: String = #fileID, line: Int = #line,
-                      _ condition: @escaping @Sendable (Value) -> Bool) async throws -> Value {
-        let id = state.withLock { s -> UInt64 in
-            s.nextID += 1
-            return s.nextID
+                      _ condition: @escaping @Sendable (State) -> Bool) async throws -> State {
+        let id = box.withLock { b in
+            b.nextId += 1
+            return b.nextId
         }
-        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
-            let now: Value? = state.withLock { s in
-                if condition(s.value) { return s.value }
-                s.waiters[id] = Waiter(condition: condition, continuation: continuation)
-                return nil
-            }
-            if let now {
-                continuation.resume(returning: now)
-                return
-            }
-            let (seconds, attoseconds) = limit.components
-            let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [self] in
-                let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
-                waiter?.continuation.resume(throwing: NotReached("not reached within \(limit): \(what) (\(fileID):\(line))"))
-            }
+        let failure = NotReached("not reached within \(limit): \(what) (\(fileID):\(line))")
+        // The deadline: a timer on a Dispatch queue, off the cooperative pool, that ends
+        // the wait (a wait already met or ended ignores it); never a check of the state.
+        let (seconds, attoseconds) = limit.components
+        let nanoseconds = max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [weak self] in
+            self?.end(id, failure)
         }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<State, any Error>) in
+                let now: Result<State, any Error>? = box.withLock { b in
+                    if let error = b.ended.removeValue(forKey: id) { return .failure(error) }
+                    if condition(b.state) {
+                        b.met.insert(id)
+                        return .success(b.state)
+                    }
+                    b.waiters[id] = Waiter(condition: condition, continuation: continuation)
+                    return nil
+                }
+                if let now { continuation.resume(with: now) }
+            }
+        } onCancel: {
+            end(id, CancellationError())
+        }
+    }
+
+    /// Ends the wait numbered `id` with `error`, or marks it ended when it is not registered
+    /// yet (its registration then throws at once).
+    private func end(_ id: Int, _ error: any Error) {
+        let waiter = box.withLock { b -> Waiter? in
+            if let waiter = b.waiters.removeValue(forKey: id) { return waiter }
+            if b.met.remove(id) != nil { return nil }
+            b.ended[id] = error
+            return nil
+        }
+        waiter?.continuation.resume(throwing: error)
     }
 }
 
-extension Watched where Value == Int {
+/// The elements of an `AsyncStream` as they arrive, read by a task of its own (the log is
+/// then the stream's only reader) until the log is released, for a test to await.
+public final class StreamLog<Element: Sendable>: Sendable {
+    /// Every element so far.
+    public let seen = Watched<[Element]>([])
+    private let reader: Task<Void, Never>
+
+    public init(_ stream: AsyncStream<Element>) {
+        let seen = self.seen
+        reader = Task {
+            for await element in stream { seen.update { $0.append(element) } }
+        }
+    }
+
+    deinit { reader.cancel() }
+
+    /// Waits until `condition` holds of the elements so far; see `Watched.until`.
+    @discardableResult
+    public func until(_ what: String, fileID: String = #fileID, line: Int = #line, _ condition: @escaping @Sendable ([Element]) -> Bool) async throws -> [Element] {
+        try await seen.until(what, fileID: fileID, line: line, condition)
+    }
+}
+
+extension Watched where State == Int {
     /// Adds one (an event counted).
     public func add(_ amount: Int = 1) {
         update { $0 += amount }
