@@ -162,6 +162,9 @@ public actor SyncScheduler {
         defer { poll?.cancel() }
         func tell(_ told: [Event]) { for event in told { events.yield(event) } }
         while !Task.isCancelled {
+            // A kept signal is for what the inbox holds now, read below: dropped first, so it
+            // does not wake the step this turn chooses (a sleep cancelled and begun again).
+            wake.clear()
             let (demanded, ended, network) = inbox.withLock { box in
                 defer {
                     box.demanded = false
@@ -243,6 +246,11 @@ final class AsyncSignal: Sendable {
             return nil
         }
         waiter?.resume()
+    }
+
+    /// Drops a kept signal.
+    func clear() {
+        state.withLock { $0.pending = false }
     }
 
     /// Returns at the next signal (or at once for a kept one), or when the task is cancelled.
