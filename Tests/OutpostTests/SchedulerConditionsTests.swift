@@ -1,12 +1,11 @@
 import OutpostCore
 import OutpostTestBasics
-import Synchronization
 import Testing
 @testable import Outpost
 
 /// The scheduler's conditions (network, Wi-Fi, Low Power Mode), driven by
-/// `ManualNetworkConditions` over real in-memory stores. Every wait is on the scheduler's
-/// events or the transport's counts, with the suite's deadline.
+/// `ManualNetworkConditions` over real in-memory stores. Every wait is woken by the
+/// scheduler's events or the transport's requests, with the suite's deadline.
 ///
 /// "No sync happened" is proved without sleeping: after `syncNow()` the test moves the
 /// state to another unmet condition, and the scheduler's event for that new reason comes
@@ -20,9 +19,9 @@ struct SchedulerConditionsTests {
     /// A phone's in-memory store on a counting transport, and its scheduler under `state`
     /// with quiet options adjusted by `configure`, started and logging its events.
     static func started(_ state: NetworkState, _ configure: (inout SyncScheduler.Options) -> Void = { _ in }) async throws
-        -> (World, CountingTransport, OutpostStore, ManualNetworkConditions, SyncScheduler, SchedulerEventLog) {
+        -> (World, WatchedTransport, OutpostStore, ManualNetworkConditions, SyncScheduler, SchedulerEventLog) {
         let world = World()
-        let transport = CountingTransport(world.server.transport(device: "phone"))
+        let transport = WatchedTransport(world.server.transport(device: "phone"))
         let phone = try OutpostStore.inMemory(configuration: world.configuration("phone"), transport: transport)
         let network = ManualNetworkConditions(state)
         var options = SyncScheduler.Options.quiet()
@@ -53,14 +52,14 @@ struct SchedulerConditionsTests {
 
     @Test func offlineAnEditWaitsAndSyncsAtOnceWhenTheNetworkReturns() async throws {
         let (world, transport, phone, network, scheduler, log) = try await Self.started(.offline)
-        try await eventually("the scheduler waits for the network") { log.seen == [.waiting(.noNetwork)] }
+        try await log.until("the scheduler waits for the network") { $0 == [.waiting(.noNetwork)] }
         #expect(transport.requests == 0)
 
         try await phone.put(todo("written offline"), in: "todos", id: "t1")
         scheduler.syncNow()
         // The interval is an hour: only the network's return syncs now.
         network.set(.wifi)
-        try await eventually("the edit is synced") { log.seen.contains(.synced(pushed: 1)) }
+        try await log.until("the edit is synced") { $0.contains(.synced(pushed: 1)) }
         #expect(log.throughFirstSync == [.waiting(.noNetwork), .synced(pushed: 1)])
         #expect(world.serverData("todos", "t1") == todo("written offline"))
         await scheduler.stop()
@@ -68,22 +67,20 @@ struct SchedulerConditionsTests {
 
     @Test func wifiOnlyWaitsOnCellularAndSyncsOnWiFi() async throws {
         let (world, transport, phone, network, scheduler, log) = try await Self.started(.cellular) { $0.conditions.wifiOnly = true }
-        try await eventually("the scheduler waits for Wi-Fi") { log.seen == [.waiting(.notOnWiFi)] }
+        try await log.until("the scheduler waits for Wi-Fi") { $0 == [.waiting(.notOnWiFi)] }
 
         try await phone.put(todo("on cellular"), in: "todos", id: "t1")
         scheduler.syncNow()
         network.set(.offline)
-        try await eventually("the scheduler took the demand and waits for a network") {
-            log.seen == [.waiting(.notOnWiFi), .waiting(.noNetwork)]
-        }
+        try await log.until("the scheduler took the demand and waits for a network") { $0 == [.waiting(.notOnWiFi), .waiting(.noNetwork)] }
         #expect(transport.requests == 0)
         #expect(world.serverData("todos", "t1") == nil)
 
         network.set(.cellular)
-        try await eventually("the scheduler waits for Wi-Fi again") { log.seen.last == .waiting(.notOnWiFi) }
+        try await log.until("the scheduler waits for Wi-Fi again") { $0.last == .waiting(.notOnWiFi) }
         #expect(transport.requests == 0)
         network.set(.wifi)
-        try await eventually("the edit is synced on Wi-Fi") { log.seen.contains(.synced(pushed: 1)) }
+        try await log.until("the edit is synced on Wi-Fi") { $0.contains(.synced(pushed: 1)) }
         #expect(log.throughFirstSync == [.waiting(.notOnWiFi), .waiting(.noNetwork), .waiting(.notOnWiFi), .synced(pushed: 1)])
         #expect(world.serverData("todos", "t1") == todo("on cellular"))
         await scheduler.stop()
@@ -91,18 +88,16 @@ struct SchedulerConditionsTests {
 
     @Test func lowPowerModePausesSyncsUntilItEnds() async throws {
         let (world, transport, phone, network, scheduler, log) = try await Self.started(NetworkState(isReachable: true, isWiFi: true, isLowPower: true)) { $0.conditions.pausesInLowPowerMode = true }
-        try await eventually("the scheduler pauses in Low Power Mode") { log.seen == [.waiting(.lowPowerMode)] }
+        try await log.until("the scheduler pauses in Low Power Mode") { $0 == [.waiting(.lowPowerMode)] }
 
         try await phone.put(todo("saving power"), in: "todos", id: "t1")
         scheduler.syncNow()
         network.set(NetworkState(isReachable: false, isWiFi: false, isLowPower: true))
-        try await eventually("the scheduler took the demand and waits for a network") {
-            log.seen == [.waiting(.lowPowerMode), .waiting(.noNetwork)]
-        }
+        try await log.until("the scheduler took the demand and waits for a network") { $0 == [.waiting(.lowPowerMode), .waiting(.noNetwork)] }
         #expect(transport.requests == 0)
 
         network.set(NetworkState(isReachable: true, isWiFi: false, isLowPower: false))
-        try await eventually("the edit is synced once Low Power Mode ends") { log.seen.contains(.synced(pushed: 1)) }
+        try await log.until("the edit is synced once Low Power Mode ends") { $0.contains(.synced(pushed: 1)) }
         #expect(log.throughFirstSync == [.waiting(.lowPowerMode), .waiting(.noNetwork), .synced(pushed: 1)])
         #expect(world.serverData("todos", "t1") == todo("saving power"))
         await scheduler.stop()
@@ -110,18 +105,21 @@ struct SchedulerConditionsTests {
 
     @Test func aLongPollEndsWhenTheNetworkGoesAndReopensWhenItReturns() async throws {
         let (_, transport, _, network, scheduler, log) = try await Self.started(.wifi) { $0.longPoll = .seconds(60) }
-        try await eventually("a sync, then a long poll") { log.seen == [.synced(pushed: 0)] && transport.openPolls == 1 }
+        // The long poll opens after the sync is told: the log first, then the transport.
+        try await log.until("a sync") { $0 == [.synced(pushed: 0)] }
+        try await transport.until("then a long poll") { $0.openPolls == 1 }
+        #expect(log.seen == [.synced(pushed: 0)])
 
         network.set(.offline)
         // Cancelled, not timed out: a poll that ran its minute would not count here.
-        try await eventually("the long poll is cancelled") { transport.cancelledPolls == 1 && transport.openPolls == 0 }
-        try await eventually("the scheduler waits for the network") { log.seen == [.synced(pushed: 0), .waiting(.noNetwork)] }
+        try await transport.until("the long poll is cancelled") { $0.cancelledPolls == 1 && $0.openPolls == 0 }
+        try await log.until("the scheduler waits for the network") { $0 == [.synced(pushed: 0), .waiting(.noNetwork)] }
         #expect(transport.openPolls == 0)
 
         network.set(.cellular)
-        try await eventually("a sync at once, then a new long poll") {
-            log.seen == [.synced(pushed: 0), .waiting(.noNetwork), .synced(pushed: 0)] && transport.openPolls == 1
-        }
+        try await log.until("a sync at once") { $0 == [.synced(pushed: 0), .waiting(.noNetwork), .synced(pushed: 0)] }
+        try await transport.until("then a new long poll") { $0.openPolls == 1 }
+        #expect(log.seen == [.synced(pushed: 0), .waiting(.noNetwork), .synced(pushed: 0)])
         #expect(transport.cancelledPolls == 1)
         await scheduler.stop()
     }
@@ -158,17 +156,12 @@ final class SchedulerEventLog: Sendable {
         case waiting(SyncConditions.Unmet)
     }
 
-    private final class Storage: Sendable {
-        let list = Mutex<[Seen]>([])
-    }
-
-    private let storage: Storage
+    private let list = Watched<[Seen]>([])
     private let reader: Task<Void, Never>
 
     /// Reads `scheduler.events` (the log is then its only reader) until the log is released.
     init(_ scheduler: SyncScheduler) {
-        let storage = Storage(), events = scheduler.events
-        self.storage = storage
+        let list = self.list, events = scheduler.events
         reader = Task {
             for await event in events {
                 let seen: Seen = switch event {
@@ -177,7 +170,7 @@ final class SchedulerEventLog: Sendable {
                 case .remoteChanges: .remoteChanges
                 case .waitingForConditions(let why): .waiting(why)
                 }
-                storage.list.withLock { $0.append(seen) }
+                list.update { $0.append(seen) }
             }
         }
     }
@@ -185,7 +178,13 @@ final class SchedulerEventLog: Sendable {
     deinit { reader.cancel() }
 
     /// Everything seen so far.
-    var seen: [Seen] { storage.list.withLock { $0 } }
+    var seen: [Seen] { list.value }
+
+    /// Waits until `condition` holds of what was seen, woken by each event; see `Watched.until`.
+    @discardableResult
+    func until(_ what: String, fileID: String = #fileID, line: Int = #line, _ condition: @escaping @Sendable ([Seen]) -> Bool) async throws -> [Seen] {
+        try await list.until(what, fileID: fileID, line: line, condition)
+    }
 
     /// What was seen up to the first sync's end, included. A local edit's demand reaches the
     /// scheduler through the store's observers, so it may still come after that sync and
@@ -194,58 +193,5 @@ final class SchedulerEventLog: Sendable {
         let seen = self.seen
         guard let end = seen.firstIndex(where: { if case .synced = $0 { true } else if case .failed = $0 { true } else { false } }) else { return seen }
         return Array(seen[...end])
-    }
-}
-
-/// A transport that counts the requests a store makes and the long polls it holds open.
-final class CountingTransport: SyncTransport {
-    private struct Counts {
-        var requests = 0
-        var openPolls = 0
-        var cancelledPolls = 0
-    }
-
-    private let inner: any SyncTransport
-    private let counts = Mutex(Counts())
-
-    init(_ inner: any SyncTransport) { self.inner = inner }
-
-    /// Requests of every kind sent.
-    var requests: Int { counts.withLock { $0.requests } }
-    /// Long polls (pulls that wait) not yet answered.
-    var openPolls: Int { counts.withLock { $0.openPolls } }
-    /// Long polls that ended because their task was cancelled.
-    var cancelledPolls: Int { counts.withLock { $0.cancelledPolls } }
-
-    var maxResponseBytes: Int { inner.maxResponseBytes }
-
-    func takeServerClockReading() -> ServerClockReading? { inner.takeServerClockReading() }
-
-    func serverInfo() async throws -> ServerInfo {
-        counts.withLock { $0.requests += 1 }
-        return try await inner.serverInfo()
-    }
-
-    func push(_ request: PushRequest, space: String) async throws -> PushResponse {
-        counts.withLock { $0.requests += 1 }
-        return try await inner.push(request, space: space)
-    }
-
-    func pull(_ query: PullQuery, space: String) async throws -> PulledPage {
-        let waits = query.waitMs > 0
-        counts.withLock { c in
-            c.requests += 1
-            if waits { c.openPolls += 1 }
-        }
-        defer {
-            if waits {
-                let cancelled = Task.isCancelled
-                counts.withLock { c in
-                    c.openPolls -= 1
-                    if cancelled { c.cancelledPolls += 1 }
-                }
-            }
-        }
-        return try await inner.pull(query, space: space)
     }
 }
