@@ -16,13 +16,13 @@ struct SchedulerTests {
         // The server is in process: the host's network has no say.
         let phoneScheduler = SyncScheduler(store: phone, options: options, conditions: AlwaysReachableConditions())
         let laptopScheduler = SyncScheduler(store: laptop, options: options, conditions: AlwaysReachableConditions())
+        let phoneLog = SchedulerEventLog(phoneScheduler), laptopLog = SchedulerEventLog(laptopScheduler)
         await phoneScheduler.start()
         await laptopScheduler.start()
         var laptopEvents = await laptop.observe(collection: "todos").makeAsyncIterator()
-        try await eventually("both devices have synced once") {
-            let a = try await laptop.status().epoch, b = try await phone.status().epoch
-            return a != nil && b != nil
-        }
+        let synced: @Sendable ([SchedulerEventLog.Seen]) -> Bool = { $0.contains { if case .synced = $0 { true } else { false } } }
+        try await phoneLog.until("the phone has synced once", synced)
+        try await laptopLog.until("the laptop has synced once", synced)
         try await phone.put(todo("hello"), in: "todos", id: "t1")
         let event = await laptopEvents.next()
         #expect(event?.origin == .remote)
@@ -74,15 +74,15 @@ struct SchedulerTests {
         var events = scheduler.events.makeAsyncIterator()
         await scheduler.start()
         guard case .synced = await events.next() else { Issue.record("expected the sync at start"); return }
-        let at = { (seconds: Int64) in TestClock.Instant(offset: .seconds(seconds)) }
-        try await eventually("the scheduler sleeps until the interval ends") { clock.sleepers == [at(60)] }
+        let at: @Sendable (Int64) -> TestClock.Instant = { seconds in TestClock.Instant(offset: .seconds(seconds)) }
+        try await clock.untilSleepers("the scheduler sleeps until the interval ends") { $0 == [at(60)] }
         clock.advance(by: .seconds(59))
         #expect(clock.sleepers == [at(60)], "a second early, nothing woke")
         let pullsBefore = world.server.pullRequests
         clock.advance(by: .seconds(1))
         guard case .synced = await events.next() else { Issue.record("expected the interval's sync"); return }
         #expect(world.server.pullRequests > pullsBefore)
-        try await eventually("the scheduler sleeps until the next interval ends") { clock.sleepers == [at(120)] }
+        try await clock.untilSleepers("the scheduler sleeps until the next interval ends") { $0 == [at(120)] }
         await scheduler.stop()
     }
 
@@ -94,7 +94,7 @@ struct SchedulerTests {
         var events = scheduler.events.makeAsyncIterator()
         await scheduler.start()
         guard case .failed = await events.next() else { Issue.record("expected a failure"); return }
-        try await eventually("the scheduler sleeps for the backoff") { clock.sleepers.count == 1 }
+        try await clock.untilSleepers("the scheduler sleeps for the backoff") { $0.count == 1 }
         let retry = try #require(clock.sleepers.first)
         #expect(retry.offset >= .seconds(1) && retry.offset <= .seconds(2), "the first backoff is 1 to 2 s: \(retry)")
         clock.advance(by: retry.offset - .milliseconds(1))
