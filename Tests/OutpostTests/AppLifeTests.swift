@@ -168,19 +168,15 @@ struct AppLifeTests {
             options.longPoll = nil
             let scheduler = SyncScheduler(store: store, options: options, conditions: AlwaysReachableConditions())
             let lifecycle = StoreLifecycle(store: store, scheduler: scheduler)
-            let seen = Outcome<[String]>()
-            let collector = Task {
-                for await event in scheduler.events { seen.set((seen.value ?? []) + ["\(event)"]) }
-            }
+            let log = SchedulerEventLog(scheduler)
             await scheduler.start()
-            try await eventually("the first sync at start") { seen.value?.count == 1 }
+            try await log.until("the first sync at start") { $0.count == 1 }
             await lifecycle.enteredBackground()
             #expect(await store.isSuspended)
             try await lifecycle.enteringForeground()
             // Started afresh, it syncs at once; a loop left running would wait an hour.
-            try await eventually("the sync of the new start") { seen.value?.count == 2 }
-            #expect(seen.value?.allSatisfy { $0.hasPrefix("synced(") } == true, "\(seen.value ?? [])")
-            collector.cancel()
+            try await log.until("the sync of the new start") { $0.count == 2 }
+            #expect(log.seen == [.synced(pushed: 0), .synced(pushed: 0)])
             await scheduler.stop()
             await store.close()
         }
@@ -311,10 +307,13 @@ extension OutpostStore {
     func inspectSync<T: Sendable>(_ body: (SyncRunner) -> T) -> T { body(syncRun) }
 }
 
-/// A sync of `store` whose push hangs (the test injected `.hang`), once it holds the gate.
+/// A sync of `store` whose push hangs (the test injected `.hang`), once it holds the gate:
+/// the store tells a sync's start (`syncActivity()`) from the sync's own task, which runs
+/// only once the sync holds the gate.
 func hungSync(_ store: OutpostStore, fileID: String = #fileID, line: Int = #line) async throws -> Task<SyncReport, any Error> {
+    let activity = StreamLog(await store.syncActivity())
     let sync = Task { try await store.sync() }
-    try await eventually("the sync is under way", fileID: fileID, line: line) { await store.inspectSync { $0.running != nil } }
+    try await activity.until("the sync is under way", fileID: fileID, line: line) { $0.contains(.started) }
     return sync
 }
 
@@ -330,18 +329,12 @@ func waitingForTheGate<T: Sendable>(_ store: OutpostStore, fileID: String = #fil
 /// How `task` ended, once it has; `NotReached` when it has not within the tests' deadline,
 /// so that a task that waits for ever fails the test instead of hanging it.
 func ended<T: Sendable, Failure: Error>(_ task: Task<T, Failure>, _ what: String, fileID: String = #fileID, line: Int = #line) async throws -> Result<T, Failure> {
-    let outcome = Outcome<Result<T, Failure>>()
-    let watcher = Task { outcome.set(await task.result) }
-    try await eventually("\(what) ended", fileID: fileID, line: line) { outcome.value != nil }
-    await watcher.value
-    return outcome.value!
-}
-
-/// A value another task sets once.
-final class Outcome<Value: Sendable>: Sendable {
-    private let state = Mutex<Value?>(nil)
-    var value: Value? { state.withLock { $0 } }
-    func set(_ value: Value) { state.withLock { $0 = value } }
+    let outcome = Watched<Result<T, Failure>?>(nil)
+    Task {
+        let result = await task.result
+        outcome.update { $0 = result }
+    }
+    return try await outcome.until("\(what) ended", fileID: fileID, line: line) { $0 != nil }!
 }
 
 extension OutpostStore {
@@ -378,17 +371,17 @@ struct KeyTransferThreadTests {
     final class GatedKeyStore: KeyStore {
         let inner: FileKeyStore
         private let gate = DispatchSemaphore(value: 0)
-        private let waiting = Atomic(0)
-        var waiters: Int { waiting.load(ordering: .relaxed) }
+        /// Reads and writes waiting at the gate now.
+        let waiters = Watched(0)
 
         init(_ inner: FileKeyStore) { self.inner = inner }
 
         func open() { gate.signal() }
 
         private func pass() {
-            waiting.add(1, ordering: .relaxed)
+            waiters.update { $0 += 1 }
             gate.wait()
-            waiting.subtract(1, ordering: .relaxed)
+            waiters.update { $0 -= 1 }
         }
 
         func keyring(space: String) throws -> Keyring? {
@@ -408,7 +401,7 @@ struct KeyTransferThreadTests {
             try SpaceKeys.create(space: "team", in: phone)
             let gatedPhone = GatedKeyStore(phone)
             let export = Task { try await caller.export(gatedPhone) }
-            try await eventually("the export is under way") { gatedPhone.waiters == 1 }
+            try await gatedPhone.waiters.until("the export is under way") { $0 == 1 }
             let ping = Task { await caller.ping() }
             #expect(try await ended(ping, "a call to the caller's actor while the export works").get())
             gatedPhone.open()
@@ -416,7 +409,7 @@ struct KeyTransferThreadTests {
 
             let laptop = GatedKeyStore(FileKeyStore(path: dir.appending("laptop.keys")))
             let imported = Task { try await caller.import(exported, into: laptop) }
-            try await eventually("the import is under way") { laptop.waiters == 1 }
+            try await laptop.waiters.until("the import is under way") { $0 == 1 }
             #expect(try await ended(Task { await caller.ping() }, "a call to the caller's actor while the import works").get())
             laptop.open()
             #expect(try await ended(imported, "the import").get() == "team")
