@@ -387,7 +387,8 @@ struct EpochTests {
             let world = World()
             let path = dir.appending("a.sqlite")
             let small: (inout OutpostStore.Configuration) -> Void = { $0.pageLimit = 2 }
-            var a = try world.device("a", path: path, configure: small)
+            let transport = WatchedTransport(world.server.transport(device: "a"))
+            var a = try world.device("a", path: path, transport: transport, configure: small)
             for i in 0..<9 { try await a.put(todo("r\(i)"), in: "todos", id: "r\(i)") }
             try await a.sync()
             let backup = world.server.snapshot()
@@ -398,10 +399,9 @@ struct EpochTests {
             world.clock.advance(10_000)
             world.server.restore(backup)
             // The re-pull dies after two of its pages: the cursor's 409, then pages 1 and 2.
-            let pullsBefore = world.server.pullRequests
-            world.server.inject(.hang, on: .pull, device: "a", skip: 3)
+            transport.holdAnswer(of: .pull, skip: 3)
             let sync = Task { [a] in try await a.sync() }
-            try await eventually("the fourth pull reaches the server and hangs") { world.server.pullRequests >= pullsBefore + 4 }
+            try await transport.until("the fourth pull reaches the server, its answer held") { $0.held == 1 }
             await a.close()
             sync.cancel()
             _ = await sync.result

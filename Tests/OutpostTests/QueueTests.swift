@@ -103,11 +103,12 @@ struct QueueTests {
 
     @Test func anEditWhileInFlightWaitsAndIsSentOnTheNewVersion() async throws {
         let world = World()
-        let phone = try world.device("phone")
+        let transport = WatchedTransport(world.server.transport(device: "phone"))
+        let phone = try world.device("phone", transport: transport)
         try await phone.put(todo("first"), in: "todos", id: "t1")
-        world.server.inject(.hang, on: .push)
+        transport.holdAnswer(of: .push)
         let sync = Task { try await phone.sync() }
-        try await eventually("the push reaches the server and hangs") { world.server.pushRequests > 0 }
+        try await transport.until("the push reaches the server, its answer held") { $0.held == 1 }
         // The first change is in flight (applied on the server, answer pending).
         try await phone.put(todo("second"), in: "todos", id: "t1")
         let queue = try await phone.pendingChanges()

@@ -168,11 +168,12 @@ struct StoreTests {
         try await withTemporaryDirectory { dir in
             let world = World()
             let path = dir.appending("phone.sqlite")
-            var phone = try world.device("phone", path: path)
+            let transport = WatchedTransport(world.server.transport(device: "phone"))
+            var phone = try world.device("phone", path: path, transport: transport)
             for i in 0..<50 { try await phone.put(todo("item \(i)"), in: "todos", id: "t\(i)") }
-            world.server.inject(.hang, on: .push)
+            transport.holdAnswer(of: .push)
             let sync = Task { [phone] in try await phone.sync() }
-            try await eventually("the push reaches the server and hangs") { world.server.pushRequests > 0 }
+            try await transport.until("the push reaches the server, its answer held") { $0.held == 1 }
             // The process dies: nothing more runs in it; the file stays as it was.
             await phone.close()
             sync.cancel()
@@ -198,11 +199,11 @@ struct StoreTests {
             try await writer.sync()
             let path = dir.appending("reader.sqlite")
             let small: (inout OutpostStore.Configuration) -> Void = { $0.pageLimit = 5 }
-            var reader = try world.device("reader", path: path, configure: small)
-            let before = world.server.pullRequests
-            world.server.inject(.hang, on: .pull, device: "reader", skip: 4)
+            let transport = WatchedTransport(world.server.transport(device: "reader"))
+            var reader = try world.device("reader", path: path, transport: transport, configure: small)
+            transport.holdAnswer(of: .pull, skip: 4)
             let sync = Task { [reader] in try await reader.sync() }
-            try await eventually("the fifth pull reaches the server and hangs") { world.server.pullRequests >= before + 5 }
+            try await transport.until("the fifth pull reaches the server, its answer held") { $0.held == 1 }
             await reader.close()
             sync.cancel()
             _ = await sync.result

@@ -71,20 +71,21 @@ struct World {
         return hash == 0 ? 1 : hash
     }
 
-    /// An in-memory device.
+    /// An in-memory device, on `transport` when given (a `WatchedTransport` in front of
+    /// `server.transport(device: name)`), else on its own transport to the server.
     func device(_ name: String, resolver: ConflictResolver = .lastWriteWins(), clockOffset: Int64 = 0, maxResponseBytes: Int = 16 << 20,
-                configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
+                transport: (any SyncTransport)? = nil, configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
         var c = configuration(name, resolver: resolver, clockOffset: clockOffset)
         configure(&c)
-        return try OutpostStore.inMemory(configuration: c, transport: server.transport(device: name, maxResponseBytes: maxResponseBytes))
+        return try OutpostStore.inMemory(configuration: c, transport: transport ?? server.transport(device: name, maxResponseBytes: maxResponseBytes))
     }
 
-    /// A device on a file.
+    /// A device on a file, on `transport` when given, else on its own transport to the server.
     func device(_ name: String, path: String, resolver: ConflictResolver = .lastWriteWins(),
-                configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
+                transport: (any SyncTransport)? = nil, configure: (inout OutpostStore.Configuration) -> Void = { _ in }) throws -> OutpostStore {
         var c = configuration(name, resolver: resolver)
         configure(&c)
-        return try OutpostStore(path: path, configuration: c, transport: server.transport(device: name))
+        return try OutpostStore(path: path, configuration: c, transport: transport ?? server.transport(device: name))
     }
 
     /// `phone` and `laptop` synced on todos/t1 = v1; both edit it offline, 1 s apart; the
