@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import OutpostTestBasics
 #if canImport(Glibc)
 import Glibc
@@ -47,7 +46,7 @@ final class MediaProxy: Sendable {
         var times: Int?
     }
 
-    private struct State {
+    private struct State: Sendable {
         var rules: [Rule] = []
         var log: [Request] = []
         var held = 0
@@ -59,13 +58,14 @@ final class MediaProxy: Sendable {
 
     let port: Int
     private let listener: Int32
-    private let state: Mutex<State>
+    /// Watched: a test awaits the held and active connections, woken as they change.
+    private let state: Watched<State>
     /// Wakes the threads of held requests when `releases` grows (they wait on it, holding
     /// no lock of `state`).
     private let released = NSCondition()
 
     init(upstreamPort: Int) throws {
-        state = Mutex(State(upstreamPort: upstreamPort))
+        state = Watched(State(upstreamPort: upstreamPort))
         (listener, port) = try ProxySocket.listen()
         Thread.detachNewThread { [self] in acceptLoop() }
     }
@@ -75,16 +75,16 @@ final class MediaProxy: Sendable {
     /// Requests whose request line contains `path` get `behavior`, after `skip` of them
     /// passed, `times` times (nil: from then on).
     func on(_ path: String, _ behavior: Behavior, skip: Int = 0, times: Int? = 1) {
-        state.withLock { $0.rules.append(Rule(path: path, behavior: behavior, skip: skip, times: times)) }
+        state.update { $0.rules.append(Rule(path: path, behavior: behavior, skip: skip, times: times)) }
     }
 
     /// Forgets every rule: requests pass from now on.
     func clearRules() {
-        state.withLock { $0.rules.removeAll() }
+        state.update { $0.rules.removeAll() }
     }
 
     /// Every request so far.
-    var log: [Request] { state.withLock { $0.log } }
+    var log: [Request] { state.value.log }
 
     /// The chunk indexes of the PUTs that reached the proxy since `mark` (a log count).
     func chunkPuts(since mark: Int = 0) -> [Int] {
@@ -92,27 +92,27 @@ final class MediaProxy: Sendable {
     }
 
     /// Requests held right now.
-    var held: Int { state.withLock { $0.held } }
+    var held: Int { state.value.held }
 
     /// Closes every held connection without an answer.
     func releaseHeld() {
-        state.withLock { $0.releases += 1 }
+        state.update { $0.releases += 1 }
         wakeHeld()
     }
 
-    /// Waits until `count` requests are held; fails after 30 s.
-    func waitUntilHeld(_ count: Int = 1) async throws {
-        try await eventually("\(count) request(s) held by the proxy") { held >= count }
+    /// Waits until `count` requests are held; fails after the tests' deadline.
+    func waitUntilHeld(_ count: Int = 1, fileID: String = #fileID, line: Int = #line) async throws {
+        try await state.until("\(count) request(s) held by the proxy", fileID: fileID, line: line) { $0.held >= count }
     }
 
     /// Waits until every connection but the held ones is done (nothing more will reach
-    /// the server from them); fails after 30 s.
-    func waitUntilQuiet() async throws {
-        try await eventually("every connection through the proxy but the held ones done") { state.withLock { $0.active <= $0.held } }
+    /// the server from them); fails after the tests' deadline.
+    func waitUntilQuiet(fileID: String = #fileID, line: Int = #line) async throws {
+        try await state.until("every connection through the proxy but the held ones done", fileID: fileID, line: line) { $0.active <= $0.held }
     }
 
     func stop() {
-        state.withLock {
+        state.update {
             $0.stopped = true
             $0.releases += 1
         }
@@ -129,14 +129,14 @@ final class MediaProxy: Sendable {
     }
 
     private func acceptLoop() {
-        ProxySocket.acceptLoop(listener, stopped: { state.withLock { $0.stopped } }, accepted: { state.withLock { $0.active += 1 } }) { [self] client in
+        ProxySocket.acceptLoop(listener, stopped: { state.value.stopped }, accepted: { state.update { $0.active += 1 } }) { [self] client in
             handle(client)
-            state.withLock { $0.active -= 1 }
+            state.update { $0.active -= 1 }
         }
     }
 
     private func behavior(for requestLine: String) -> Behavior {
-        state.withLock { s -> Behavior in
+        state.update { s -> Behavior in
             guard let i = s.rules.firstIndex(where: { requestLine.contains($0.path) }) else { return .pass }
             if s.rules[i].skip > 0 {
                 s.rules[i].skip -= 1
@@ -158,7 +158,7 @@ final class MediaProxy: Sendable {
         let parts = requestLine.split(separator: " ")
         guard parts.count >= 2 else { return }
         let behavior = behavior(for: requestLine)
-        state.withLock { $0.log.append(Request(method: String(parts[0]), path: String(parts[1]), behavior: behavior)) }
+        state.update { $0.log.append(Request(method: String(parts[0]), path: String(parts[1]), behavior: behavior)) }
         let length = ProxySocket.contentLength(lines)
         ProxySocket.continueIfExpected(client, head: head, received: rest.count, length: length)
         if case .cutRequest(let n) = behavior {
@@ -174,7 +174,7 @@ final class MediaProxy: Sendable {
         }
         guard let body = ProxySocket.readBody(client, rest, length) else { return }
         let request = Array(ProxySocket.upstreamHead(lines).utf8) + body
-        let upstream = state.withLock { $0.upstreamPort }
+        let upstream = state.value.upstreamPort
         switch behavior {
         case .pass:
             if let answer = ProxySocket.forward(request, port: upstream) { ProxySocket.writeAll(client, answer) }
@@ -183,15 +183,15 @@ final class MediaProxy: Sendable {
             shutdown(client, Int32(SHUT_RDWR))
         case .hold(let forwardFirst):
             if forwardFirst { _ = ProxySocket.forward(request, port: upstream) }
-            let releases = state.withLock { s -> Int in
+            let releases = state.update { s -> Int in
                 s.held += 1
                 return s.releases
             }
             released.lock()
-            while state.withLock({ $0.releases == releases }) { released.wait() }
+            while state.value.releases == releases { released.wait() }
             released.unlock()
             shutdown(client, Int32(SHUT_RDWR))
-            state.withLock { $0.held -= 1 }
+            state.update { $0.held -= 1 }
         case .cutRequest:
             break
         }
