@@ -40,15 +40,14 @@ struct SchedulerTests {
         options.backoff = .init(initial: .seconds(3600), maximum: .seconds(3600))
         let scheduler = SyncScheduler(store: phone, options: options, conditions: AlwaysReachableConditions())
         world.server.inject(.refuseConnection, on: .info)
-        var events = scheduler.events.makeAsyncIterator()
+        let log = SchedulerEventLog(scheduler)
         await scheduler.start()
-        guard case .failed = await events.next() else { Issue.record("expected a failure"); return }
+        guard case .failed = try await log.until("the sync at start ended", { $0.count == 1 })[0] else { Issue.record("expected a failure"); return }
         // The next try is an hour away; a demand does not wait for it.
         try await phone.put(todo("x"), in: "todos", id: "t1")
-        guard case .synced(let report) = await events.next() else { Issue.record("expected a sync"); return }
-        #expect(report.pushed == 1)
+        #expect(try await log.until("the edit's sync ended") { $0.count == 2 }[1] == .synced(pushed: 1))
         scheduler.syncNow()
-        guard case .synced = await events.next() else { Issue.record("expected a sync"); return }
+        #expect(try await log.until("the demanded sync ended") { $0.count == 3 }[2] == .synced(pushed: 0))
         await scheduler.stop()
     }
 
@@ -71,16 +70,16 @@ struct SchedulerTests {
     /// it syncs and sleeps until the next.
     @Test func syncsComeOneIntervalApartByTheClock() async throws {
         let (world, clock, scheduler) = try Self.onTestClock { $0.interval = .seconds(60) }
-        var events = scheduler.events.makeAsyncIterator()
+        let log = SchedulerEventLog(scheduler)
         await scheduler.start()
-        guard case .synced = await events.next() else { Issue.record("expected the sync at start"); return }
+        #expect(try await log.until("the sync at start ended") { $0.count == 1 } == [.synced(pushed: 0)])
         let at: @Sendable (Int64) -> TestClock.Instant = { seconds in TestClock.Instant(offset: .seconds(seconds)) }
         try await clock.untilSleepers("the scheduler sleeps until the interval ends") { $0 == [at(60)] }
         clock.advance(by: .seconds(59))
         #expect(clock.sleepers == [at(60)], "a second early, nothing woke")
         let pullsBefore = world.server.pullRequests
         clock.advance(by: .seconds(1))
-        guard case .synced = await events.next() else { Issue.record("expected the interval's sync"); return }
+        #expect(try await log.until("the interval's sync ended") { $0.count == 2 }[1] == .synced(pushed: 0))
         #expect(world.server.pullRequests > pullsBefore)
         try await clock.untilSleepers("the scheduler sleeps until the next interval ends") { $0 == [at(120)] }
         await scheduler.stop()
@@ -91,16 +90,16 @@ struct SchedulerTests {
     @Test func aFailedSyncIsRetriedAfterItsBackoffByTheClock() async throws {
         let (world, clock, scheduler) = try Self.onTestClock { $0.backoff = .init(initial: .seconds(2), maximum: .seconds(300)) }
         world.server.inject(.refuseConnection, on: .info)
-        var events = scheduler.events.makeAsyncIterator()
+        let log = SchedulerEventLog(scheduler)
         await scheduler.start()
-        guard case .failed = await events.next() else { Issue.record("expected a failure"); return }
+        guard case .failed = try await log.until("the sync at start ended", { $0.count == 1 })[0] else { Issue.record("expected a failure"); return }
         try await clock.untilSleepers("the scheduler sleeps for the backoff") { $0.count == 1 }
         let retry = try #require(clock.sleepers.first)
         #expect(retry.offset >= .seconds(1) && retry.offset <= .seconds(2), "the first backoff is 1 to 2 s: \(retry)")
         clock.advance(by: retry.offset - .milliseconds(1))
         #expect(clock.sleepers == [retry], "a millisecond early, nothing woke")
         clock.advance(by: .milliseconds(1))
-        guard case .synced = await events.next() else { Issue.record("expected the retry to sync"); return }
+        #expect(try await log.until("the retry ended") { $0.count == 2 }[1] == .synced(pushed: 0), "the retry syncs")
         await scheduler.stop()
     }
 }
