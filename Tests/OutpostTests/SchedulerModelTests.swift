@@ -85,6 +85,26 @@ struct SchedulerModelTests {
         #expect(m.next(network: Self.online, now: Self.at(5)).0 == .sync, "and runs as soon as they hold")
     }
 
+    @Test func eachNewReasonToWaitIsToldOnceAndADemandWaitsThroughThemAll() {
+        var options = SyncScheduler.Options()
+        options.longPoll = nil
+        options.conditions = SyncConditions(wifiOnly: true, pausesInLowPowerMode: true)
+        var m = Model(options: options, now: Self.t0, seed: 7)
+        func waits(_ state: NetworkState, at seconds: Double) -> [SyncConditions.Unmet] {
+            let (step, told) = m.next(network: state, now: Self.at(seconds))
+            #expect(step == .waitForWake(cancelPoll: false))
+            return told.compactMap { if case .waitingForConditions(let why) = $0 { why } else { nil } }
+        }
+        let cellular = NetworkState(isReachable: true, isWiFi: false), saving = NetworkState(isLowPower: true)
+        #expect(waits(cellular, at: 0) == [.notOnWiFi])
+        _ = m.take(.demanded, now: Self.at(1))
+        #expect(waits(cellular, at: 1) == [], "the same reason is not told again")
+        #expect(waits(Self.offline, at: 2) == [.noNetwork])
+        #expect(waits(cellular, at: 3) == [.notOnWiFi])
+        #expect(waits(saving, at: 4) == [.lowPowerMode])
+        #expect(m.next(network: Self.online, now: Self.at(5)).0 == .sync, "the demand runs once they all hold")
+    }
+
     @Test func aClosedStoreStopsTheRun() {
         var m = Self.model()
         _ = m.next(network: Self.online, now: Self.t0)
