@@ -95,9 +95,8 @@ final class RecordBrowser: Sendable {
             }
             guard !chosen.isEmpty else { return empty }
             let records = try db.query("""
-                SELECT id, seq, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by, client_time, lineage, same_as, subject, resolved
-                  FROM records WHERE space_id = ? AND collection = ? AND \(db.anyOf("id")) ORDER BY id
-                """, [.integer(spaceID), .text(collection), .texts(chosen)]) { Self.record($0, collection: collection) }
+                SELECT \(Self.columns) FROM records WHERE space_id = ? AND collection = ? AND \(db.anyOf("id")) ORDER BY id
+                """, [.integer(spaceID), .text(collection), .texts(chosen)]) { Self.codec.record($0) }
             var out: [UInt8] = [UInt8(ascii: "[")]
             for (i, record) in records.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
@@ -115,10 +114,8 @@ final class RecordBrowser: Sendable {
     func record(space: String, collection: String, id: String) async throws -> StoredRecord? {
         try await run { db in
             guard let spaceID = try Self.spaceID(db, space) else { return nil }
-            return try db.queryOne("""
-                SELECT id, seq, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by, client_time, lineage, same_as, subject, resolved
-                  FROM records WHERE space_id = ? AND collection = ? AND id = ?
-                """, [.integer(spaceID), .text(collection), .text(id)]) { Self.record($0, collection: collection) }
+            return try db.queryOne("SELECT \(Self.columns) FROM records WHERE space_id = ? AND collection = ? AND id = ?",
+                                   [.integer(spaceID), .text(collection), .text(id)]) { Self.codec.record($0) }
         }
     }
 
@@ -145,16 +142,10 @@ final class RecordBrowser: Sendable {
         try db.queryOne("SELECT space_id FROM spaces WHERE name = ?", [.text(space)]) { $0.int64(0) }
     }
 
-    /// A record from the columns `id, seq, deleted (0 or 1), data, updated_at, updated_by,
-    /// client_time, lineage, same_as, subject, resolved`: the console shows an operator the
-    /// authenticated subject that wrote each state, which no pull sends.
-    private static func record(_ row: any SQLRow, collection: String) -> StoredRecord {
-        let deleted = row.int64(2) != 0
-        return StoredRecord(collection: collection, id: row.text(0), seq: row.int64(1), deleted: deleted,
-                            data: deleted ? nil : row.bytes(3), updatedAt: row.int64(4), updatedBy: row.text(5),
-                            clientTime: row.optionalInt64(6), lineage: row.optionalText(7), sameAs: row.optionalText(8),
-                            resolved: row.optionalText(10), subject: row.optionalText(9))
-    }
+    /// The console shows an operator the authenticated subject that wrote each state,
+    /// which no pull sends: its reads list `subject` too.
+    private static let columns = RecordRow.select(subject: true)
+    private static let codec = RecordRow(subject: true)
 
     private func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in

@@ -563,68 +563,60 @@ struct PostgresPushStorage: PushStorage {
     }
 
     func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState] {
-        let rows = try db.query("""
-            SELECT r.collection, r.id, r.seq, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.resolved
-              FROM unnest($2::text[], $3::text[]) AS k(collection, id)
-              JOIN records r ON r.space_id = $1 AND r.collection = k.collection AND r.id = k.id
-            """, [.int(spaceID), .textArray(keys.map(\.collection)), .textArray(keys.map(\.id))])
+        let rows = try db.query(Self.currentsSQL, [.int(spaceID), .textArray(keys.map(\.collection)), .textArray(keys.map(\.id))])
         var out: [PushRules.Key: RecordState] = [:]
         for i in 0..<rows.count {
-            let key = PushRules.Key(collection: rows.text(i, 0), id: rows.text(i, 1))
-            let deleted = rows.bool(i, 3)
-            var data: JSONObject?
-            if !deleted {
-                guard case .object(let o) = try JSONParser.parse(rows.bytes(i, 4)) else { throw PushRulesError.notAnObject(key.collection, key.id) }
-                data = o
-            }
-            out[key] = RecordState(collection: key.collection, id: key.id, version: Version(epoch: epoch, seq: rows.int64(i, 2)), deleted: deleted,
-                                   data: data, updatedAt: rows.int64(i, 5), updatedBy: rows.text(i, 6), clientTime: rows.optionalInt64(i, 7),
-                                   lineage: rows.optionalText(i, 8).flatMap(Version.init), sameAs: rows.optionalText(i, 9).flatMap(Version.init),
-                                   resolved: rows.optionalText(i, 10).flatMap(Resolved.init(stored:)))
+            let state = try RecordRow().state(PostgresRow(rows: rows, index: i), epoch: epoch)
+            out[PushRules.Key(collection: state.collection, id: state.id)] = state
         }
         return out
     }
 
+    private static let currentsSQL = """
+        SELECT \(RecordRow.select("r"))
+          FROM unnest($2::text[], $3::text[]) AS k(collection, id)
+          JOIN records r ON r.space_id = $1 AND r.collection = k.collection AND r.id = k.id
+        """
+
     func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space counters: PushRules.Space) throws {
-        try db.query("""
+        try db.query(Self.writeSQL, [.int(spaceID)] + RecordRow.postgresArrays(writes) + [
+            .text(epoch.rawValue),
+            .textArray(remember.map(\.changeId)), .bytesArray(remember.map(\.fingerprint)),
+            .intArray(remember.map(\.seq)), .intArray(remember.map(\.appliedAt)),
+            .int(counters.head), .text(space), outboxAt.map { .int($0) } ?? .null, .int(counters.recordBytes),
+        ])
+    }
+
+    /// The records (from `$2`, one array per column: `RecordRow.postgresUnnest`), the change
+    /// ids, the head and the outbox rows of a push in one statement.
+    private static let writeSQL: String = {
+        // The statement's own parameters follow the space id and the records' arrays.
+        let first = 2 + RecordColumn.allCases.count
+        let epoch = "$\(first)", changes = (1...4).map { "$\(first + $0)" }
+        let head = "$\(first + 5)", space = "$\(first + 6)", outboxAt = "$\(first + 7)::bigint", recordBytes = "$\(first + 8)"
+        return """
             WITH written AS (
-              INSERT INTO records AS r (space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject,
-                                        resolved)
-              SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::boolean[], $6::bytea[], $7::bigint[], $8::text[],
-                                       $9::bigint[], $10::text[], $11::text[], $21::text[], $22::text[])
-              ON CONFLICT (space_id, collection, id) DO UPDATE SET
-                seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
-                updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as,
-                subject = excluded.subject, resolved = excluded.resolved
-              RETURNING r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.subject,
-                        r.resolved),
+              INSERT INTO records AS r (space_id, \(RecordRow.insertColumns))
+              SELECT $1, * FROM unnest(\(RecordRow.postgresUnnest(first: 2)))
+              ON CONFLICT (space_id, collection, id) DO UPDATE SET \(RecordRow.updateSet)
+              RETURNING \(RecordRow.select("r", subject: true))),
             queued AS (
               INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time,
                                          lineage, same_as, committed_at, subject, resolved)
-              SELECT $1, $12, w.seq, w.collection, w.id, w.deleted, w.data, w.updated_at, w.updated_by, w.client_time, w.lineage, w.same_as,
-                     $19::bigint, w.subject, w.resolved
-                FROM written w WHERE $19::bigint IS NOT NULL ORDER BY w.seq
+              SELECT $1, \(epoch), w.seq, w.collection, w.id, w.deleted, w.data, w.updated_at, w.updated_by, w.client_time, w.lineage, w.same_as,
+                     \(outboxAt), w.subject, w.resolved
+                FROM written w WHERE \(outboxAt) IS NOT NULL ORDER BY w.seq
               RETURNING 1),
             remembered AS (
               INSERT INTO applied_changes(space_id, change_id, fingerprint, epoch, seq, applied_at)
-              SELECT $1, c, f, $12, s, a FROM unnest($13::text[], $14::bytea[], $15::bigint[], $16::bigint[]) AS t(c, f, s, a)
+              SELECT $1, c, f, \(epoch), s, a
+                FROM unnest(\(changes[0])::text[], \(changes[1])::bytea[], \(changes[2])::bigint[], \(changes[3])::bigint[]) AS t(c, f, s, a)
               RETURNING 1),
-            moved AS (UPDATE spaces SET head_seq = $17, record_bytes = $20 WHERE space_id = $1 RETURNING 1)
+            moved AS (UPDATE spaces SET head_seq = \(head), record_bytes = \(recordBytes) WHERE space_id = $1 RETURNING 1)
             SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM remembered), (SELECT count(*) FROM moved),
-                   pg_notify('outpost_commits', $18 || ' ' || $17)
-            """, [
-                .int(spaceID),
-                .textArray(writes.map(\.key.collection)), .textArray(writes.map(\.key.id)), .intArray(writes.map(\.seq)),
-                .boolArray(writes.map(\.deleted)), .bytesArray(writes.map(\.data)), .intArray(writes.map(\.updatedAt)),
-                .textArray(writes.map(\.updatedBy)), .intArray(writes.map(\.clientTime)),
-                .textArray(writes.map { $0.lineage?.text }), .textArray(writes.map { $0.sameAs?.text }),
-                .text(epoch.rawValue),
-                .textArray(remember.map(\.changeId)), .bytesArray(remember.map(\.fingerprint)),
-                .intArray(remember.map(\.seq)), .intArray(remember.map(\.appliedAt)),
-                .int(counters.head), .text(space), outboxAt.map { .int($0) } ?? .null, .int(counters.recordBytes),
-                .textArray(writes.map(\.subject)), .textArray(writes.map { $0.resolved?.stored }),
-            ])
-    }
+                   pg_notify('outpost_commits', \(space) || ' ' || \(head))
+            """
+    }()
 
     func epochHistory() throws -> PushRules.EpochHistory {
         // One statement: every ended epoch, each row with when the history began.
@@ -680,7 +672,7 @@ struct PostgresPushStorage: PushStorage {
 // MARK: - Readers
 
 /// Owned by one reader thread.
-final class PostgresReader {
+final class PostgresReader: PageReader {
     let db: PostgresConnection
     let epoch: Epoch
     let stale: StaleEpoch
@@ -691,144 +683,83 @@ final class PostgresReader {
         self.stale = stale
     }
 
+    /// The store's one read of a page of records: the space's counters and the rows in one
+    /// statement (`pageSQL`); the departures checked in a transaction with it, so in the
+    /// same snapshot.
+    func read<Sink: RecordSink>(_ source: RecordSource, into sink: inout Sink, wholeOnly: Bool) throws -> PageEnd? {
+        guard !source.isEmpty else {
+            let rows = try db.query("SELECT head_seq, horizon_seq FROM spaces WHERE name = $1", [.text(source.space)])
+            return rows.count == 0 ? PageEnd(head: 0, horizon: 0) : PageEnd(head: rows.int64(0, 0), horizon: rows.int64(0, 1))
+        }
+        guard wholeOnly, let departures = source.departures else { return try take(rows(source), into: &sink) }
+        return try db.transaction("ISOLATION LEVEL REPEATABLE READ READ ONLY") {
+            if let departed = try rows(.view(departures)), !departed.isNull(0, Self.codec.base) { return nil }
+            return try take(rows(source), into: &sink)
+        }
+    }
+
+    /// Hands the records of `rows` to `sink` until it is full; where they end (nothing
+    /// when the space does not exist).
+    private func take<Sink: RecordSink>(_ rows: PostgresRows?, into sink: inout Sink) -> PageEnd {
+        guard let rows else { return PageEnd(head: 0, horizon: 0) }
+        for i in 0..<rows.count where !rows.isNull(i, Self.codec.base) {
+            guard sink.take(PostgresRow(rows: rows, index: i), Self.codec) else { break }
+        }
+        return PageEnd(head: rows.int64(0, 0), horizon: rows.int64(0, 2))
+    }
+
+    /// The columns of `pageSQL`: the space's head, the database's epoch, the space's
+    /// horizon, then the record's (none, one NULL row, when the space has no record).
+    private static let codec = RecordRow(base: 3)
+
     /// One statement, so one snapshot: the space's head, the database's epoch and the
-    /// records after the cursor are read together (the visibility argument on
-    /// `PostgresSyncStore` needs exactly this).
-    static func pageSQL(filtered: Bool) -> String {
+    /// records `condition` finds are read together (the visibility argument on
+    /// `PostgresSyncStore` needs exactly this). `$1` is the space's name, `$3` the limit.
+    static func pageSQL(_ condition: String) -> String {
         """
-        SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
-               r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.resolved,
-               s.horizon_seq
+        SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'), s.horizon_seq, \(RecordRow.select("r"))
         FROM spaces s LEFT JOIN LATERAL (
-            SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records
-            WHERE space_id = s.space_id AND seq > $2\(filtered ? " AND collection = ANY($4)" : "")
+            SELECT \(RecordRow.pullColumns) FROM records
+            WHERE space_id = s.space_id AND \(condition)
             ORDER BY seq LIMIT $3) r ON true
         WHERE s.name = $1
         ORDER BY r.seq
         """
     }
 
-    /// The rows of `pageSQL` for `request` (none when the space does not exist), after
+    /// The statements of the records after a cursor (`$2`), of every collection or of the
+    /// list `$4`.
+    private static let afterSQL = pageSQL("seq > $2")
+    private static let afterInSQL = pageSQL("seq > $2 AND collection = ANY($4)")
+
+    /// The rows of `pageSQL` for `source` (none when the space does not exist), after
     /// checking the database's epoch is still the store's.
-    private func recordsAfter(_ request: PageRequest) throws -> PostgresRows? {
-        let filtered = request.collections.map { !$0.isEmpty } ?? false
-        var parameters: [PostgresValue] = [.text(request.space), .int(request.afterSeq), .int(Int64(request.limit) + 1)]
-        if filtered { parameters.append(.textArray(request.collections!)) }
-        let rows = try db.query(Self.pageSQL(filtered: filtered), parameters)
-        guard rows.count > 0 else { return nil }
-        guard rows.text(0, 1) == epoch.rawValue else {
-            stale.mark(Epoch(rows.text(0, 1)))
-            try stale.check()
-            throw StoreError("epoch changed")
-        }
-        return rows
-    }
-
-    /// The records of a pull under rules, read with the head in one statement.
-    func scan(_ request: PageRequest) throws -> RecordScan {
-        guard let rows = try recordsAfter(request) else { return RecordScan(records: [], hasMore: false, head: 0) }
-        return try scan(rows, limit: request.limit)
-    }
-
-    /// The records of rows in `pageSQL`'s columns, at most `limit` of them.
-    private func scan(_ rows: PostgresRows, limit: Int) throws -> RecordScan {
-        var records: [StoredRecord] = []
-        var hasMore = false
-        for row in 0..<rows.count where !rows.isNull(row, 2) {
-            if records.count == limit { hasMore = true; break }
-            let deleted = rows.bool(row, 5)
-            records.append(StoredRecord(collection: rows.text(row, 3), id: rows.text(row, 4), seq: rows.int64(row, 2), deleted: deleted,
-                                        data: deleted ? nil : rows.bytes(row, 6), updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8),
-                                        clientTime: rows.optionalInt64(row, 9), lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11),
-                                        resolved: rows.optionalText(row, 12)))
-        }
-        return RecordScan(records: records, hasMore: hasMore, head: rows.int64(0, 0))
-    }
-
-    /// The records of a page under rules that the view index finds, read with the head
-    /// and the epoch in one statement.
-    func viewScan(_ request: ViewScanRequest) throws -> RecordScan {
-        guard !request.isEmpty else {
-            let rows = try db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(request.space)])
-            return RecordScan(records: [], hasMore: false, head: rows.count == 0 ? 0 : rows.int64(0, 0))
-        }
-        guard let rows = try viewRows(request) else { return RecordScan(records: [], hasMore: false, head: 0) }
-        return try scan(rows, limit: request.limit)
-    }
-
-    /// The page of the records a view index scan finds, encoded from the rows: for a view
-    /// whose lookups are exact, from the start, where every record found is sent.
-    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData? {
-        guard !request.isEmpty else {
-            let rows = try db.query("SELECT head_seq FROM spaces WHERE name = $1", [.text(request.space)])
-            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: rows.count == 0 ? 0 : rows.int64(0, 0))
-        }
-        // The departures and the page in one snapshot.
-        return try db.transaction("ISOLATION LEVEL REPEATABLE READ READ ONLY") {
-            if request.heldAt != nil, let departed = try viewRows(request.departedOnly), departed.count > 0, !departed.isNull(0, 2) { return nil }
-            guard let rows = try viewRows(request) else {
-                return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
-            }
-            return encodePage(rows, limit: request.limit, maxBytes: maxBytes)
-        }
-    }
-
-    /// The rows of a view index scan in `pageSQL`'s columns, with the head and the epoch
-    /// (checked) in the same statement; nil when the space does not exist.
-    private func viewRows(_ request: ViewScanRequest) throws -> PostgresRows? {
-        let (seqs, parameters) = request.seqsSQL(space: "s.space_id", first: 2, placeholder: { "$\($0)" }, inList: { "\($0) = ANY(\($1))" })
-        let sql = """
-            SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'),
-                   r.seq, r.collection, r.id, r.deleted, r.data, r.updated_at, r.updated_by, r.client_time, r.lineage, r.same_as, r.resolved
-            FROM spaces s LEFT JOIN LATERAL (
-                SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records
-                WHERE space_id = s.space_id AND seq IN (\(seqs))
-                ORDER BY seq LIMIT $3) r ON true
-            WHERE s.name = $1
-            ORDER BY r.seq
-            """
-        let rows = try db.query(sql, [.text(request.space)] + parameters.map { parameter -> PostgresValue in
-            switch parameter {
-            case .integer(let v): return .int(v)
-            case .text(let t): return .text(t)
-            case .texts(let list): return .textArray(list)
-            }
-        })
-        guard rows.count > 0 else { return nil }
-        guard rows.text(0, 1) == epoch.rawValue else {
-            stale.mark(Epoch(rows.text(0, 1)))
-            try stale.check()
-            throw StoreError("epoch changed")
-        }
-        return rows
-    }
-
-    func page(_ request: PageRequest) throws -> PageData {
-        guard let rows = try recordsAfter(request) else {
-            return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
-        }
-        var page = encodePage(rows, limit: request.limit, maxBytes: request.maxBytes)
-        page.horizon = rows.int64(0, 13)
-        return page
-    }
-
-    /// Encodes rows in `pageSQL`'s columns (`limit + 1` records at most) as a page
-    /// (`PullRules.Page`).
-    private func encodePage(_ rows: PostgresRows, limit: Int, maxBytes: Int) -> PageData {
-        var page = PullRules.Page(limit: limit, maxBytes: maxBytes)
-        for row in 0..<rows.count where !rows.isNull(row, 2) {
-            let deleted = rows.bool(row, 5)
-            let added = page.add(seq: rows.int64(row, 2)) { out in
-                rows.withBytes(row, 6) { data in
-                    RecordJSON.append(
-                        to: &out, collection: rows.text(row, 3), id: rows.text(row, 4), epoch: epoch, seq: rows.int64(row, 2), deleted: deleted,
-                        data: deleted ? nil : data, updatedAt: rows.int64(row, 7), updatedBy: rows.text(row, 8), clientTime: rows.optionalInt64(row, 9),
-                        lineage: rows.optionalText(row, 10), sameAs: rows.optionalText(row, 11), resolved: rows.optionalText(row, 12))
+    private func rows(_ source: RecordSource) throws -> PostgresRows? {
+        let sql: String, parameters: [PostgresValue]
+        switch source {
+        case .after(let request):
+            let list = request.collections.flatMap { $0.isEmpty ? nil : $0 }
+            sql = list == nil ? Self.afterSQL : Self.afterInSQL
+            parameters = [.text(request.space), .int(request.afterSeq), .int(Int64(request.limit) + 1)] + (list.map { [.textArray($0)] } ?? [])
+        case .view(let request):
+            let (seqs, view) = request.seqsSQL(space: "s.space_id", first: 2, placeholder: { "$\($0)" }, inList: { "\($0) = ANY(\($1))" })
+            sql = Self.pageSQL("seq IN (\(seqs))")
+            parameters = [.text(request.space)] + view.map { parameter -> PostgresValue in
+                switch parameter {
+                case .integer(let v): return .int(v)
+                case .text(let t): return .text(t)
+                case .texts(let list): return .textArray(list)
                 }
             }
-            if !added { break }
         }
-        return PageData(epoch: epoch, changesJSON: page.finish(), count: page.count, lastSeq: page.lastSeq, hasMore: page.hasMore, head: rows.int64(0, 0))
+        let rows = try db.query(sql, parameters)
+        guard rows.count > 0 else { return nil }
+        guard rows.text(0, 1) == epoch.rawValue else {
+            stale.mark(Epoch(rows.text(0, 1)))
+            try stale.check()
+            throw StoreError("epoch changed")
+        }
+        return rows
     }
 }
 

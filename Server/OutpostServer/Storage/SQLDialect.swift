@@ -62,7 +62,9 @@ enum SQLDurability: Sendable {
     case durable
 }
 
-/// A row of a `SQLSession` query, by column index.
+/// A row of a query, by column index: the seam under SQL written once for both stores
+/// (`SQLSession`) and under the row codecs (`RecordRow`), over SQLite's statement
+/// (`SQLiteRow`) and PostgreSQL's result (`PostgresRow`).
 protocol SQLRow {
     func int64(_ column: Int) -> Int64
     func optionalInt64(_ column: Int) -> Int64?
@@ -71,6 +73,42 @@ protocol SQLRow {
     func optionalText(_ column: Int) -> String?
     func bytes(_ column: Int) -> [UInt8]
     func isNull(_ column: Int) -> Bool
+    /// A true-or-false column: an integer 0 or 1 in SQLite, a boolean in PostgreSQL.
+    func flag(_ column: Int) -> Bool
+    /// Calls `body` with the column's bytes (empty for NULL) without copying them; the
+    /// buffer is valid only during the call.
+    func withBytes<T>(_ column: Int, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T
+}
+
+/// A `SQLRow` on the current row of an SQLite statement.
+struct SQLiteRow: SQLRow {
+    let statement: Statement
+    func int64(_ column: Int) -> Int64 { statement.int64(Int32(column)) }
+    func optionalInt64(_ column: Int) -> Int64? { statement.optionalInt64(Int32(column)) }
+    func text(_ column: Int) -> String { statement.text(Int32(column)) }
+    func optionalText(_ column: Int) -> String? { statement.optionalText(Int32(column)) }
+    func bytes(_ column: Int) -> [UInt8] { statement.blob(Int32(column)) }
+    func isNull(_ column: Int) -> Bool { statement.isNull(Int32(column)) }
+    func flag(_ column: Int) -> Bool { statement.int64(Int32(column)) != 0 }
+    func withBytes<T>(_ column: Int, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+        try statement.withBytes(Int32(column), body)
+    }
+}
+
+/// A `SQLRow` on one row of a PostgreSQL result.
+struct PostgresRow: SQLRow {
+    let rows: PostgresRows
+    let index: Int
+    func int64(_ column: Int) -> Int64 { rows.int64(index, column) }
+    func optionalInt64(_ column: Int) -> Int64? { rows.optionalInt64(index, column) }
+    func text(_ column: Int) -> String { rows.text(index, column) }
+    func optionalText(_ column: Int) -> String? { rows.optionalText(index, column) }
+    func bytes(_ column: Int) -> [UInt8] { rows.bytes(index, column) }
+    func isNull(_ column: Int) -> Bool { rows.isNull(index, column) }
+    func flag(_ column: Int) -> Bool { rows.bool(index, column) }
+    func withBytes<T>(_ column: Int, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+        try rows.withBytes(index, column, body)
+    }
 }
 
 extension SQLRow {
@@ -121,18 +159,8 @@ final class SQLiteSession: SQLSession {
         self.level = level
     }
 
-    private struct Row: SQLRow {
-        let statement: Statement
-        func int64(_ column: Int) -> Int64 { statement.int64(Int32(column)) }
-        func optionalInt64(_ column: Int) -> Int64? { statement.optionalInt64(Int32(column)) }
-        func text(_ column: Int) -> String { statement.text(Int32(column)) }
-        func optionalText(_ column: Int) -> String? { statement.optionalText(Int32(column)) }
-        func bytes(_ column: Int) -> [UInt8] { statement.blob(Int32(column)) }
-        func isNull(_ column: Int) -> Bool { statement.isNull(Int32(column)) }
-    }
-
     func query<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> [T] {
-        try db.query(sql, values.map(Self.bind)) { try row(Row(statement: $0)) }
+        try db.query(sql, values.map(Self.bind)) { try row(SQLiteRow(statement: $0)) }
     }
 
     func run(_ sql: String, _ values: [SQLValue]) throws -> Int {
@@ -200,20 +228,9 @@ final class PostgresSession: SQLSession {
         self.db = db
     }
 
-    private struct Row: SQLRow {
-        let rows: PostgresRows
-        let index: Int
-        func int64(_ column: Int) -> Int64 { rows.int64(index, column) }
-        func optionalInt64(_ column: Int) -> Int64? { rows.optionalInt64(index, column) }
-        func text(_ column: Int) -> String { rows.text(index, column) }
-        func optionalText(_ column: Int) -> String? { rows.optionalText(index, column) }
-        func bytes(_ column: Int) -> [UInt8] { rows.bytes(index, column) }
-        func isNull(_ column: Int) -> Bool { rows.isNull(index, column) }
-    }
-
     func query<T>(_ sql: String, _ values: [SQLValue], _ row: (any SQLRow) throws -> T) throws -> [T] {
         let rows = try db.query(dollar(sql), values.map(Self.bind))
-        return try (0..<rows.count).map { try row(Row(rows: rows, index: $0)) }
+        return try (0..<rows.count).map { try row(PostgresRow(rows: rows, index: $0)) }
     }
 
     func run(_ sql: String, _ values: [SQLValue]) throws -> Int {

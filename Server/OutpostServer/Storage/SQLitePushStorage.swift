@@ -45,7 +45,7 @@ struct SQLitePushStorage: PushStorage {
     }
 
     func currents(_ keys: [PushRules.Key]) throws -> [PushRules.Key: RecordState] {
-        let find = try db.cached("SELECT seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records WHERE space_id = ? AND collection = ? AND id = ?")
+        let find = try db.cached("SELECT \(RecordRow.pullColumns) FROM records WHERE space_id = ? AND collection = ? AND id = ?")
         var out: [PushRules.Key: RecordState] = [:]
         for key in keys {
             try find.bind(int: spaceID, at: 1)
@@ -53,35 +53,17 @@ struct SQLitePushStorage: PushStorage {
             try find.bind(text: key.id, at: 3)
             defer { find.reset() }
             guard try find.step() else { continue }
-            out[key] = try SQLiteWriter.recordState(find, collection: key.collection, id: key.id, epoch: epoch, seq: find.int64(0))
+            out[key] = try RecordRow().state(SQLiteRow(statement: find), epoch: epoch)
         }
         return out
     }
 
     /// The space's counters are stored by the writer at its commit (`SQLiteWriter`).
     func write(_ writes: [PushRules.Write], remember: [PushRules.Remember], space: PushRules.Space) throws {
-        let upsert = try db.cached("""
-            INSERT INTO records(space_id, collection, id, seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, subject, resolved)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-            ON CONFLICT(space_id, collection, id) DO UPDATE SET
-              seq = excluded.seq, deleted = excluded.deleted, data = excluded.data, updated_at = excluded.updated_at,
-              updated_by = excluded.updated_by, client_time = excluded.client_time, lineage = excluded.lineage, same_as = excluded.same_as,
-              subject = excluded.subject, resolved = excluded.resolved
-            """)
+        let upsert = try db.cached(RecordRow.sqliteUpsert)
         for w in writes {
             try upsert.bind(int: spaceID, at: 1)
-            try upsert.bind(text: w.key.collection, at: 2)
-            try upsert.bind(text: w.key.id, at: 3)
-            try upsert.bind(int: w.seq, at: 4)
-            try upsert.bind(int: w.deleted ? 1 : 0, at: 5)
-            if let data = w.data { try upsert.bind(blob: data, at: 6) } else { try upsert.bindNull(at: 6) }
-            try upsert.bind(int: w.updatedAt, at: 7)
-            try upsert.bind(text: w.updatedBy, at: 8)
-            if let t = w.clientTime { try upsert.bind(int: t, at: 9) } else { try upsert.bindNull(at: 9) }
-            if let v = w.lineage { try upsert.bind(text: v.text, at: 10) } else { try upsert.bindNull(at: 10) }
-            if let v = w.sameAs { try upsert.bind(text: v.text, at: 11) } else { try upsert.bindNull(at: 11) }
-            try upsert.bind(text: w.subject, at: 12)
-            if let r = w.resolved { try upsert.bind(text: r.stored, at: 13) } else { try upsert.bindNull(at: 13) }
+            try RecordRow.bind(w, to: upsert)
             while try upsert.step() {}
             upsert.reset()
         }

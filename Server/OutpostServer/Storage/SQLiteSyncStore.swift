@@ -525,27 +525,12 @@ final class SQLiteWriter: GroupWriter {
         spaces[name] = entry
         return entry
     }
-
-    /// Reads a `RecordState` from a row of `seq, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved`.
-    static func recordState(_ row: Statement, collection: String, id: String, epoch: Epoch, seq: Int64) throws -> RecordState {
-        let deleted = row.int64(1) != 0
-        var data: JSONObject?
-        if !deleted {
-            let value = try JSONParser.parse(row.blob(2))
-            guard case .object(let o) = value else { throw StoreError("stored data of \(collection)/\(id) is not an object") }
-            data = o
-        }
-        return RecordState(collection: collection, id: id, version: Version(epoch: epoch, seq: seq), deleted: deleted, data: data,
-                           updatedAt: row.int64(3), updatedBy: row.text(4), clientTime: row.optionalInt64(5),
-                           lineage: row.optionalText(6).flatMap(Version.init), sameAs: row.optionalText(7).flatMap(Version.init),
-                           resolved: row.optionalText(8).flatMap(Resolved.init(stored:)))
-    }
 }
 
 // MARK: - Readers
 
 /// Owned by one reader thread.
-final class SQLiteReader {
+final class SQLiteReader: PageReader {
     let db: Connection
     let epoch: Epoch
 
@@ -558,12 +543,36 @@ final class SQLiteReader {
         try db.scalarInt("SELECT head_seq FROM spaces WHERE name = ?", [.text(space)]) ?? 0
     }
 
-    /// Reads one page inside one read transaction, so the head and the rows come from the
-    /// same snapshot.
-    /// The statement of a page's records: `limit + 1` of them, so the caller learns
-    /// whether more follow.
+    /// The store's one read of a page of records, in one read transaction so the space's
+    /// counters, the departures checked and the rows come from the same snapshot.
+    func read<Sink: RecordSink>(_ source: RecordSource, into sink: inout Sink, wholeOnly: Bool) throws -> PageEnd? {
+        try db.transaction(.deferred) {
+            guard case (let spaceID, let head, let horizon)? = try db.queryOne(
+                "SELECT space_id, head_seq, horizon_seq FROM spaces WHERE name = ?", [.text(source.space)], { ($0.int64(0), $0.int64(1), $0.int64(2)) })
+            else { return PageEnd(head: 0, horizon: 0) }
+            let end = PageEnd(head: head, horizon: horizon)
+            guard !source.isEmpty else { return end }
+            if wholeOnly, let departures = source.departures {
+                let departed = try viewStatement(departures, spaceID: spaceID)
+                defer { departed.reset() }
+                if try departed.step() { return nil }
+            }
+            let stmt: Statement
+            switch source {
+            case .after(let request): stmt = try recordsAfter(request, spaceID: spaceID)
+            case .view(let request): stmt = try viewStatement(request, spaceID: spaceID)
+            }
+            defer { stmt.reset() }
+            let row = SQLiteRow(statement: stmt)
+            while try stmt.step(), sink.take(row, RecordRow()) {}
+            return end
+        }
+    }
+
+    /// The statement of the records after a cursor: `limit + 1` of them, so the caller
+    /// learns whether more follow.
     private func recordsAfter(_ request: PageRequest, spaceID: Int64) throws -> Statement {
-        var sql = "SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records WHERE space_id = ? AND seq > ?"
+        var sql = "SELECT \(RecordRow.pullColumns) FROM records WHERE space_id = ? AND seq > ?"
         var values: [SQLiteValue] = [.integer(spaceID), .integer(request.afterSeq)]
         if let collections = request.collections, !collections.isEmpty {
             sql += " AND collection IN (" + Array(repeating: "?", count: collections.count).joined(separator: ",") + ")"
@@ -576,58 +585,11 @@ final class SQLiteReader {
         return stmt
     }
 
-    /// The records of a pull under rules, in one read transaction with the head.
-    func scan(_ request: PageRequest) throws -> RecordScan {
-        try db.transaction(.deferred) {
-            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }) else {
-                return RecordScan(records: [], hasMore: false, head: 0)
-            }
-            let stmt = try recordsAfter(request, spaceID: spaceID)
-            defer { stmt.reset() }
-            var records: [StoredRecord] = []
-            var hasMore = false
-            while try stmt.step() {
-                if records.count == request.limit { hasMore = true; break }
-                let deleted = stmt.int64(3) != 0
-                records.append(StoredRecord(collection: stmt.text(1), id: stmt.text(2), seq: stmt.int64(0), deleted: deleted,
-                                            data: deleted ? nil : stmt.blob(4), updatedAt: stmt.int64(5), updatedBy: stmt.text(6),
-                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9),
-                                            resolved: stmt.optionalText(10)))
-            }
-            return RecordScan(records: records, hasMore: hasMore, head: head)
-        }
-    }
-
-    /// The records of a page under rules that the view index finds, in one read
-    /// transaction with the head.
-    func viewScan(_ request: ViewScanRequest) throws -> RecordScan {
-        try db.transaction(.deferred) {
-            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }),
-                  !request.isEmpty else {
-                return RecordScan(records: [], hasMore: false, head: try self.head(space: request.space))
-            }
-            let stmt = try viewStatement(request, spaceID: spaceID)
-            defer { stmt.reset() }
-            var records: [StoredRecord] = []
-            var hasMore = false
-            while try stmt.step() {
-                if records.count == request.limit { hasMore = true; break }
-                let deleted = stmt.int64(3) != 0
-                records.append(StoredRecord(collection: stmt.text(1), id: stmt.text(2), seq: stmt.int64(0), deleted: deleted,
-                                            data: deleted ? nil : stmt.blob(4), updatedAt: stmt.int64(5), updatedBy: stmt.text(6),
-                                            clientTime: stmt.optionalInt64(7), lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9),
-                                            resolved: stmt.optionalText(10)))
-            }
-            return RecordScan(records: records, hasMore: hasMore, head: head)
-        }
-    }
-
     /// The statement of a view index scan's records, in `recordsAfter`'s columns.
     private func viewStatement(_ request: ViewScanRequest, spaceID: Int64) throws -> Statement {
         let (seqs, parameters) = request.seqsSQL(space: "?1", first: 2, placeholder: { "?\($0)" },
                                                  inList: { "\($0) IN (SELECT value FROM json_each(\($1)))" })
-        let stmt = try db.cached("SELECT seq, collection, id, deleted, data, updated_at, updated_by, client_time, lineage, same_as, resolved FROM records "
-                                 + "WHERE space_id = ?1 AND seq IN (\(seqs)) ORDER BY seq LIMIT ?3")
+        let stmt = try db.cached("SELECT \(RecordRow.pullColumns) FROM records WHERE space_id = ?1 AND seq IN (\(seqs)) ORDER BY seq LIMIT ?3")
         try stmt.bind([.integer(spaceID)] + parameters.map { parameter -> SQLiteValue in
             switch parameter {
             case .integer(let v): return .integer(v)
@@ -653,57 +615,5 @@ final class SQLiteReader {
             if try find.step() { out[q.key] = find.blob(0) }
         }
         return out
-    }
-
-    func page(_ request: PageRequest) throws -> PageData {
-        try db.transaction(.deferred) {
-            guard case (let spaceID, let head, let horizon)? = try db.queryOne("SELECT space_id, head_seq, horizon_seq FROM spaces WHERE name = ?", [.text(request.space)],
-                                                                               { ($0.int64(0), $0.int64(1), $0.int64(2)) }) else {
-                return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: 0)
-            }
-            let stmt = try recordsAfter(request, spaceID: spaceID)
-            defer { stmt.reset() }
-            var page = try encodePage(stmt, limit: request.limit, maxBytes: request.maxBytes, head: head)
-            page.horizon = horizon
-            return page
-        }
-    }
-
-    /// The page of the records a view index scan finds, encoded from the rows: for a view
-    /// whose lookups are exact, from the start, where every record found is sent.
-    func viewPage(_ request: ViewScanRequest, maxBytes: Int) throws -> PageData? {
-        try db.transaction(.deferred) {
-            guard case (let spaceID, let head)? = try db.queryOne("SELECT space_id, head_seq FROM spaces WHERE name = ?", [.text(request.space)], { ($0.int64(0), $0.int64(1)) }),
-                  !request.isEmpty else {
-                return PageData(epoch: epoch, changesJSON: Array("[]".utf8), count: 0, lastSeq: nil, hasMore: false, head: try self.head(space: request.space))
-            }
-            if request.heldAt != nil {
-                let departed = try viewStatement(request.departedOnly, spaceID: spaceID)
-                defer { departed.reset() }
-                if try departed.step() { return nil }
-            }
-            let stmt = try viewStatement(request, spaceID: spaceID)
-            defer { stmt.reset() }
-            return try encodePage(stmt, limit: request.limit, maxBytes: maxBytes, head: head)
-        }
-    }
-
-    /// Encodes the rows of `stmt` (`recordsAfter`'s columns, `limit + 1` at most) as a page
-    /// (`PullRules.Page`).
-    private func encodePage(_ stmt: Statement, limit: Int, maxBytes: Int, head: Int64) throws -> PageData {
-        var page = PullRules.Page(limit: limit, maxBytes: maxBytes)
-        while try stmt.step() {
-            let deleted = stmt.int64(3) != 0
-            let added = page.add(seq: stmt.int64(0)) { out in
-                stmt.withBytes(4) { data in
-                    RecordJSON.append(
-                        to: &out, collection: stmt.text(1), id: stmt.text(2), epoch: epoch, seq: stmt.int64(0), deleted: deleted,
-                        data: deleted ? nil : data, updatedAt: stmt.int64(5), updatedBy: stmt.text(6), clientTime: stmt.optionalInt64(7),
-                        lineage: stmt.optionalText(8), sameAs: stmt.optionalText(9), resolved: stmt.optionalText(10))
-                }
-            }
-            if !added { break }
-        }
-        return PageData(epoch: epoch, changesJSON: page.finish(), count: page.count, lastSeq: page.lastSeq, hasMore: page.hasMore, head: head)
     }
 }
