@@ -715,7 +715,7 @@ final class PostgresReader: PageReader {
     /// One statement, so one snapshot: the space's head, the database's epoch and the
     /// records `condition` finds are read together (the visibility argument on
     /// `PostgresSyncStore` needs exactly this). `$1` is the space's name, `$3` the limit.
-    static func pageSQL(_ condition: String) -> String {
+    private static func pageSQL(_ condition: String) -> String {
         """
         SELECT s.head_seq, (SELECT value FROM meta WHERE key = 'epoch'), s.horizon_seq, \(RecordRow.select("r"))
         FROM spaces s LEFT JOIN LATERAL (

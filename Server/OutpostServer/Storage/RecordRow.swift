@@ -29,8 +29,7 @@ enum RecordColumn: Int, CaseIterable {
         }
     }
 
-    /// How both stores bind the column: PostgreSQL's array of its type in a write's
-    /// `unnest`, SQLite's value by its affinity.
+    /// The column's type, which names PostgreSQL's array of it in a write's `unnest`.
     var kind: RecordField.Kind {
         switch self {
         case .seq, .updatedAt, .clientTime: .integer

@@ -158,7 +158,8 @@ public protocol SyncStore: Sendable {
     /// the same transaction.
     func push(space: String, clientId: String, subject: String, items: [PushItem], now: Int64, judge: (any PushJudge)?) async throws -> [PushResult]
 
-    /// Reads one page.
+    /// Reads one page. The server's stores read it, `scan`, `viewScan` and `viewPage` in
+    /// one way (`PageReader`), each a source of records and a sink of their rows.
     func page(_ request: PageRequest) async throws -> PageData
 
     /// Reads at most `request.limit` records after `request.afterSeq` (of
