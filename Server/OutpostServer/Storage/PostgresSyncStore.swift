@@ -601,10 +601,8 @@ struct PostgresPushStorage: PushStorage {
               ON CONFLICT (space_id, collection, id) DO UPDATE SET \(RecordRow.updateSet)
               RETURNING \(RecordRow.select("r", subject: true))),
             queued AS (
-              INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time,
-                                         lineage, same_as, committed_at, subject, resolved)
-              SELECT $1, \(epoch), w.seq, w.collection, w.id, w.deleted, w.data, w.updated_at, w.updated_by, w.client_time, w.lineage, w.same_as,
-                     \(outboxAt), w.subject, w.resolved
+              INSERT INTO webhook_outbox(\(OutboxRow.insertColumns))
+              SELECT $1, \(epoch), \(outboxAt), \(RecordRow.select("w", subject: true))
                 FROM written w WHERE \(outboxAt) IS NOT NULL ORDER BY w.seq
               RETURNING 1),
             remembered AS (

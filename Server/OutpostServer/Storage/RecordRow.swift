@@ -168,10 +168,11 @@ struct RecordRow {
         ON CONFLICT(space_id, collection, id) DO UPDATE SET \(updateSet)
         """
 
-    /// Binds `write`'s columns to `statement` from parameter 2 on (`sqliteUpsert`).
-    static func bind(_ write: PushRules.Write, to statement: Statement) throws {
+    /// Binds `write`'s columns to `statement` in column order from parameter `first` on
+    /// (`sqliteUpsert`'s 2, `OutboxRow.sqliteInsert`'s 4).
+    static func bind(_ write: PushRules.Write, to statement: Statement, from first: Int32 = 2) throws {
         for column in RecordColumn.allCases {
-            let at = Int32(column.rawValue + 2)
+            let at = first + Int32(column.rawValue)
             switch column.value(of: write) {
             case .integer(let v?): try statement.bind(int: v, at: at)
             case .text(let v?): try statement.bind(text: v, at: at)
@@ -198,5 +199,39 @@ struct RecordRow {
             case .flag: .boolArray(writes.map { column.value(of: $0).flag })
             }
         }
+    }
+}
+
+/// The row codec of `webhook_outbox`: the space, the epoch and the commit's time, then a
+/// record's state as the push wrote it, in `RecordColumn`'s order and names (its `id` is
+/// the outbox's `record_id`), so the outbox's rows are written and read by the records'
+/// codec.
+enum OutboxRow {
+    /// A record column's name in the outbox.
+    static func name(_ column: RecordColumn) -> String { column == .id ? "record_id" : column.name }
+
+    /// The columns a write inserts: `space_id`, `epoch`, `committed_at`, then the record's.
+    static let insertColumns = "space_id, epoch, committed_at, " + RecordColumn.allCases.map(name).joined(separator: ", ")
+
+    /// SQLite's insert of one row: `?1` the space id, `?2` the epoch, `?3` the commit's
+    /// time, then the record's columns (`RecordRow.bind(_:to:from:)` from 4).
+    static let sqliteInsert = """
+        INSERT INTO webhook_outbox(\(insertColumns))
+        VALUES (\((1...RecordColumn.allCases.count + 3).map { "?\($0)" }.joined(separator: ", ")))
+        """
+
+    /// The select list of a row to send: `id`, `epoch`, `committed_at`, then the record's
+    /// columns (`change`).
+    static let selectColumns = "id, epoch, committed_at, " + RecordColumn.allCases.map(name).joined(separator: ", ")
+
+    private static let codec = RecordRow(base: 3, subject: true)
+
+    /// The change in a row of `selectColumns`.
+    static func change<Row: SQLRow>(_ row: Row) -> WebhookOutbox.Change {
+        let r = codec.record(row)
+        return WebhookOutbox.Change(id: row.int64(0), epoch: row.text(1), seq: r.seq, collection: r.collection, recordID: r.id,
+                                    deleted: r.deleted, data: r.data, updatedAt: r.updatedAt, updatedBy: r.updatedBy,
+                                    clientTime: r.clientTime, lineage: r.lineage, sameAs: r.sameAs, resolved: r.resolved,
+                                    committedAt: row.int64(2), subject: r.subject)
     }
 }

@@ -83,27 +83,12 @@ struct SQLitePushStorage: PushStorage {
 
     /// One outbox row per record written, in seq order.
     private func queue(_ writes: [PushRules.Write], at committedAt: Int64) throws {
-        let insert = try db.cached("""
-            INSERT INTO webhook_outbox(space_id, epoch, seq, collection, record_id, deleted, data, updated_at, updated_by, client_time, lineage, same_as,
-                                       committed_at, subject, resolved)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
-            """)
+        let insert = try db.cached(OutboxRow.sqliteInsert)
         for w in writes {
             try insert.bind(int: spaceID, at: 1)
             try insert.bind(text: epoch.rawValue, at: 2)
-            try insert.bind(int: w.seq, at: 3)
-            try insert.bind(text: w.key.collection, at: 4)
-            try insert.bind(text: w.key.id, at: 5)
-            try insert.bind(int: w.deleted ? 1 : 0, at: 6)
-            if let data = w.data { try insert.bind(blob: data, at: 7) } else { try insert.bindNull(at: 7) }
-            try insert.bind(int: w.updatedAt, at: 8)
-            try insert.bind(text: w.updatedBy, at: 9)
-            if let t = w.clientTime { try insert.bind(int: t, at: 10) } else { try insert.bindNull(at: 10) }
-            if let v = w.lineage { try insert.bind(text: v.text, at: 11) } else { try insert.bindNull(at: 11) }
-            if let v = w.sameAs { try insert.bind(text: v.text, at: 12) } else { try insert.bindNull(at: 12) }
-            try insert.bind(int: committedAt, at: 13)
-            try insert.bind(text: w.subject, at: 14)
-            if let r = w.resolved { try insert.bind(text: r.stored, at: 15) } else { try insert.bindNull(at: 15) }
+            try insert.bind(int: committedAt, at: 3)
+            try RecordRow.bind(w, to: insert, from: 4)
             while try insert.step() {}
             insert.reset()
         }

@@ -351,17 +351,8 @@ enum WebhookOutbox {
     /// runs on a reader, beside the writer's commits.
     static func load(_ db: any SQLSession, _ run: Run, _ index: Int) throws -> Batch? {
         let slot = run.batches[index]
-        let changes = try db.query("""
-            SELECT id, epoch, seq, collection, record_id, CASE WHEN deleted THEN 1 ELSE 0 END, data, updated_at, updated_by,
-                   client_time, lineage, same_as, committed_at, subject, resolved
-              FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? ORDER BY id
-            """, [.integer(run.spaceID), .integer(slot.after), .integer(slot.last)]) { row in
-                let deleted = row.int64(5) != 0
-                return Change(id: row.int64(0), epoch: row.text(1), seq: row.int64(2), collection: row.text(3), recordID: row.text(4),
-                              deleted: deleted, data: deleted ? nil : row.bytes(6), updatedAt: row.int64(7), updatedBy: row.text(8),
-                              clientTime: row.optionalInt64(9), lineage: row.optionalText(10), sameAs: row.optionalText(11),
-                              resolved: row.optionalText(14), committedAt: row.int64(12), subject: row.optionalText(13))
-            }
+        let changes = try db.query("SELECT \(OutboxRow.selectColumns) FROM webhook_outbox WHERE space_id = ? AND id > ? AND id <= ? ORDER BY id",
+                                   [.integer(run.spaceID), .integer(slot.after), .integer(slot.last)]) { OutboxRow.change($0) }
         guard !changes.isEmpty else { return nil }
         return Batch(webhook: run.webhook, spaceID: run.spaceID, space: run.space, after: slot.after, last: slot.last,
                      deliveryID: slot.deliveryID, failures: index == 0 ? run.failures : 0, changes: changes)
