@@ -22,9 +22,12 @@ import OutpostCore
 /// Values are JSON values. A path that does not exist is `null`. `==` and `!=` compare
 /// values deeply (numbers by value). `<` `<=` `>` `>=` compare two numbers, or two strings
 /// byte-wise; any other pair is `false`. `a in b` is `true` when `b` is an array holding a
-/// value equal to `a`, or when both are strings and `a` is a substring of `b`. `!`, `&&`,
-/// `||` and the condition of `? :` take `true` as true and anything else as false. A rule
-/// admits a request only when its expression evaluates to exactly `true`.
+/// value equal to `a`, and `false` for any other `b`: it is never a substring test, so a
+/// string claim where a rule expects a list cannot pass by holding the name. An `in` whose
+/// right side is always a string (a string literal, `op`, `collection`, `id`) is refused
+/// at parse time. `!`, `&&`, `||` and the condition of `? :` take `true` as true and
+/// anything else as false. A rule admits a request only when its expression evaluates to
+/// exactly `true`.
 public struct RuleExpression: Sendable, CustomStringConvertible {
     /// The largest expression accepted, in bytes, and the deepest nesting: what keeps a
     /// rule's cost bounded and its parse off the stack's limits.
@@ -146,12 +149,8 @@ public struct RuleExpression: Sendable, CustomStringConvertible {
                 default: return .bool(order >= 0)
                 }
             case .member:
-                switch (x, y) {
-                case (_, .array(let items)): return .bool(items.contains { equal(x, $0) })
-                case (.string(let needle), .string(let haystack)):
-                    return .bool(needle.isEmpty || Array(haystack.utf8).firstRange(of: Array(needle.utf8)) != nil)
-                default: return .bool(false)
-                }
+                guard case .array(let items) = y else { return .bool(false) }
+                return .bool(items.contains { equal(x, $0) })
             }
         }
     }
@@ -284,7 +283,12 @@ extension RuleExpression {
                 default: return node
                 }
                 try advance()
-                node = .binary(op, node, try unary())
+                let start = tokenStart
+                let right = try unary()
+                if op == .member, Self.isAlwaysString(right) {
+                    throw error("'in' asks whether a list holds a value; its right side here is always a string (it is not a substring test)", at: start)
+                }
+                node = .binary(op, node, right)
             }
         }
 
@@ -415,6 +419,17 @@ extension RuleExpression {
                 position += 1
             }
             throw error("the string is not closed", at: start)
+        }
+
+        /// Whether `node` evaluates to a string in every context: a string literal, `op`,
+        /// `collection`, `id`, or a `? :` whose both sides are.
+        static func isAlwaysString(_ node: Node) -> Bool {
+            switch node {
+            case .literal(.string): return true
+            case .path(let root, _): return root == .op || root == .collection || root == .id
+            case .choice(_, let a, let b): return isAlwaysString(a) && isAlwaysString(b)
+            default: return false
+            }
         }
 
         static func isNameStart(_ c: UInt8) -> Bool {

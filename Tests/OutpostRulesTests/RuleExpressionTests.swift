@@ -36,9 +36,10 @@ import Testing
         ("'abc' < 'abd'", true),
         ("'b' < 'a'", false),
         ("'2' < 10", false),
-        ("'pump' in data.title", true),
-        ("\"Pump\" in data.title", false),
-        ("'' in data.title", true),
+        // `in` is list membership only: a string on the right is never searched.
+        ("'pump' in data.title", false),
+        ("'Fix pump' in data.title", false),
+        ("'' in data.title", false),
         ("'site-4' in data.tags", true),
         ("data.site.name == 'North'", true),
         ("data.site == data.site", true),
@@ -81,6 +82,9 @@ import Testing
             ("data.", 1, 6, "field name"),
             ("true false", 1, 6, "unexpected 'false'"),
             ("'a\\q'", 1, 3, "unknown escape"),
+            ("'super' in 'supervisor'", 1, 12, "always a string"),
+            ("auth.sub in id", 1, 13, "not a substring test"),
+            ("'p' in (data.x ? op : collection)", 1, 8, "always a string"),
         ]
         for (source, line, column, reason) in cases {
             do {

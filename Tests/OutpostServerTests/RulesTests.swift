@@ -376,6 +376,51 @@ let fieldTeamRules = #"""
 
 /// The rules file of a real `outpost-server` process: refused at start, reloaded by SIGHUP.
 @Suite(.offPoolWhileBlocking) struct RulesProcessTests {
+    /// docs/examples/supervisor-rules.json over a real server: a token whose `roles` claim
+    /// is the string "not-a-supervisor" (as `token --claim roles=not-a-supervisor` mints it)
+    /// has a list of one role, so `'supervisor' in auth.roles` is false and it cannot delete
+    /// an approved submission; a token whose `roles` is the string "supervisor" can.
+    @Test func aStringRolesClaimIsAListOfOneNeverASubstringTest() async throws {
+        try await withTemporaryDirectory(prefix: "outpost-roles") { dir in
+            try await blocking {
+                let server = try ServerProcess(dataDirectory: dir.appending("data"),
+                                               arguments: ["--rules", SchemaMigrationTests.repositoryPath("docs/examples/supervisor-rules.json")])
+                defer { server.stop() }
+                func push(_ token: String, _ change: Change) throws -> PushResult {
+                    let body = PushRequest(clientId: "c-\(change.changeId)", changes: [change]).encoded()
+                    let r = try httpRequest(port: server.port, "POST", "/v1/spaces/survey/push",
+                                            headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: body)
+                    #expect(r.status == 200, "\(r.text)")
+                    return try PushResponse.decode(r.body).results[0]
+                }
+                let boss = try server.token(sub: "sup", spaces: ["survey"], claims: [#"roles=["supervisor"]"#])
+                let approved = try push(boss, Change(changeId: "a1", collection: "submissions", id: "f1", op: .put,
+                                                     data: ["worker": "w1", "status": "approved", "answers": .object([:]), "approvedBy": "sup"],
+                                                     baseVersion: nil, clientTime: 1))
+                #expect(approved.status == .applied)
+                let pretender = try server.token(sub: "mallory", spaces: ["survey"], claims: ["roles=not-a-supervisor"])
+                let refused = try push(pretender, Change(changeId: "d1", collection: "submissions", id: "f1", op: .delete, data: nil,
+                                                         baseVersion: approved.version, clientTime: 2))
+                #expect(refused.status == .rejected && refused.error?.code == "forbidden", "\(refused)")
+                let single = try server.token(sub: "sup2", spaces: ["survey"], claims: ["roles=supervisor"])
+                let deleted = try push(single, Change(changeId: "d2", collection: "submissions", id: "f1", op: .delete, data: nil,
+                                                      baseVersion: approved.version, clientTime: 3))
+                #expect(deleted.status == .applied, "a single role as a string is a list of that one role")
+            }
+        }
+    }
+
+    /// An `in` whose right side is always a string is refused when the rules load, with
+    /// its place in the file.
+    @Test func inOnAStringIsRefusedAtLoad() throws {
+        do {
+            _ = try ServerRules.parse(Array(#"{"collections": {"jobs": {"read": "true", "write": "'sup' in 'supervisor'"}}}"#.utf8), path: "rules.json")
+            Issue.record("an in on two strings loaded")
+        } catch {
+            #expect(error.reason.contains("always a string") && error.line == 1, "\(error)")
+        }
+    }
+
     @Test func aMalformedRulesFileIsRefusedAtStartAndSIGHUPReloads() async throws {
         try await withTemporaryDirectory(prefix: "outpost-rules") { dir in
             try await blocking {

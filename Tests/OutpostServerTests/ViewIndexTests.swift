@@ -4,8 +4,8 @@ import OutpostCore
 import OutpostTestSupport
 @testable import OutpostServer
 
-/// Rules whose read rules have every form the view index serves (`==`, `in` both ways, a
-/// substring `in`, `&&` and `||`, named collections and `default`) and one it does not
+/// Rules whose read rules have every form the view index serves (`==`, `in` both ways,
+/// `in` on a string member (never true), `&&` and `||`, named collections and `default`) and one it does not
 /// (`open`: a comparison, read whole and filtered).
 let viewIndexRules = #"""
 {

@@ -36,9 +36,16 @@ public struct Claims: Sendable, Equatable {
         self.extra = others
     }
 
-    /// Every claim, as the rules see them (`auth`).
+    /// Every claim, as the rules see them (`auth`). `roles` is always a list: a token's
+    /// single role (`"roles": "editor"`) is a list of one, and a token without roles has an
+    /// empty list, so `'x' in auth.roles` asks only whether the token holds role `x`.
     public var all: JSONObject {
         var o = extra
+        switch extra["roles"] {
+        case .array?: break
+        case nil, .null?: o["roles"] = .array([])
+        case let single?: o["roles"] = .array([single])
+        }
         o["sub"] = .string(sub)
         o["exp"] = .number(JSONNumber(exp))
         o["spaces"] = .array(spaces.map { .string($0) })

@@ -22,7 +22,7 @@ import OutpostCrypto
 /// | null | `z` |
 /// | true, false | `t`, `f` |
 /// | number | `n:` and its value as a double |
-/// | string | `s:` and the string in Unicode NFC; also `str` where a rule asks `x in data.f` |
+/// | string | `s:` and the string in Unicode NFC |
 /// | array, where a rule asks `x in data.f` | `e` and the key of each scalar element, for at most 256 elements; `*` for a longer one |
 /// | array elsewhere, object | none (neither equals a value a lookup names) |
 ///
@@ -32,10 +32,10 @@ import OutpostCrypto
 /// A lookup is *exact* when the records it finds are exactly those the rule admits (an
 /// equality with a string, `true`, `false` or `null`, or `true`), so a page from the start
 /// sends them without checking each; a number's key stands for every number with the same
-/// double, and a substring or an array membership is checked on each record found.
+/// double, and an array membership is checked on each record found.
 public struct ViewIndex: Sendable {
     /// One indexed path of `data`, and whether some rule asks whether a value is *in* it
-    /// (which, for a string member, is a substring test the index cannot key).
+    /// (an array holding the value).
     struct IndexedPath: Sendable, Hashable {
         var names: [String]
         var contains: Bool
@@ -52,7 +52,6 @@ public struct ViewIndex: Sendable {
     /// Arrays longer than this are keyed `*`: found by every lookup of their path.
     static let maxArrayKeys = 256
     static let wildcard = "*"
-    static let anyString = "str"
 
     init(collections: [String: ServerRules.Collection], fallback: ServerRules.Collection?) {
         var paths: [String: [IndexedPath]] = [:]
@@ -60,7 +59,7 @@ public struct ViewIndex: Sendable {
         if let fallback { paths[""] = Self.indexedPaths(fallback.read) }
         self.paths = paths
         named = Set(collections.keys)
-        var material = "outpost-view-index-1\n"
+        var material = "outpost-view-index-2\n"
         for scope in paths.keys.sorted() {
             material += "scope \(scope)\n"
             for path in paths[scope]! { material += "\(path.text) \(path.contains)\n" }
@@ -103,8 +102,6 @@ public struct ViewIndex: Sendable {
             var keys: [String] = []
             for item in items { if let key = key(item).map({ "e" + $0 }), !keys.contains(key) { keys.append(key) } }
             return keys
-        case .string:
-            return contains ? [key(value)!, anyString] : [key(value)!]
         default:
             return key(value).map { [$0] } ?? []
         }
@@ -244,8 +241,7 @@ public struct ViewIndex: Sendable {
                 return Plan(records: .keys([PathKey(path: p, key: key)]), exact: exactly(v))
             case .binary(.member, .literal(let v), .path(.data, let names)):
                 guard let p = path(names, contains: true), let key = Self.key(v) else { return nil }
-                var keys: Set<PathKey> = [PathKey(path: p, key: "e" + key), PathKey(path: p, key: Self.wildcard)]
-                if case .string = v { keys.insert(PathKey(path: p, key: Self.anyString)) }
+                let keys: Set<PathKey> = [PathKey(path: p, key: "e" + key), PathKey(path: p, key: Self.wildcard)]
                 return Plan(records: .keys(keys), exact: false)
             case .binary(.member, .path(.data, let names), .literal(.array(let items))):
                 guard let p = path(names, contains: false) else { return nil }
