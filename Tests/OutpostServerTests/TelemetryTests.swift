@@ -122,4 +122,54 @@ import Testing
             #expect(try await s.request("GET", "/v1/admin/conflicts", token: s.token(spaces: ["*"])).status == 403)
         }
     }
+
+    /// A read-scope token reporting 1,000 new client ids, each claiming 2^53 - 1
+    /// conflicts, is refused per batch (`422`, `details.field`), stores nothing, and the
+    /// admin's sums still answer.
+    @Test(arguments: Store.allCases) func countsAboveWhatOneSyncDoesAreRefused(store: Store) async throws {
+        let url = store == .postgres ? try await PostgresCluster.database(prefix: "telemetry-flood") : nil
+        try await withServer(configure: { if let url { $0.store = url } }) { s in
+            let token = s.token(sub: "prober", spaces: ["team"], scope: .read)
+            for n in 0..<1_000 {
+                var e = Self.entry(1_000)
+                e.conflicts = TelemetryEntry.maxCount
+                let r = try await s.request("POST", "/v1/spaces/team/telemetry", token: token,
+                                            body: TelemetryBatch(clientId: "fake-\(n)", sdkVersion: "v", syncs: [e]).encoded())
+                #expect(r.status == 422 && (try? ErrorEnvelope.decode(r.body))?.details?["field"] == "syncs[0].conflicts", "\(r.text)")
+                if r.status != 422 { break }
+            }
+            var atCeiling = Self.entry(2_000)
+            atCeiling.conflicts = TelemetryEntry.maxChangesPerSync
+            atCeiling.resolved = TelemetryEntry.maxChangesPerSync
+            #expect(try await s.request("POST", "/v1/spaces/team/telemetry", token: token,
+                                        body: TelemetryBatch(clientId: "phone", sdkVersion: "v", syncs: [atCeiling]).encoded()).status == 202)
+            let admin = s.token(spaces: [], admin: true)
+            let answer = try await s.request("GET", "/v1/admin/conflicts", token: admin)
+            #expect(answer.status == 200, "\(answer.text)")
+            #expect(try json(answer) == ["spaces": [["space": "team", "devices": 1, "conflicts": 1_000_000, "resolved": 1_000_000]], "next": .null])
+        }
+    }
+
+    /// Devices whose totals sum past 2^63 - 1 (1,100 at 2^53 - 1 each, as rows stored
+    /// before the per-sync ceiling could hold) give a space's sum of 2^53 - 1, not a 5xx.
+    @Test(arguments: Store.allCases) func spaceSumsStopAtTheLargestCountInsteadOfOverflowing(store: Store) async throws {
+        let url = store == .postgres ? try await PostgresCluster.database(prefix: "telemetry-sum") : nil
+        try await withServer(configure: { if let url { $0.store = url } }) { s in
+            let cap = TelemetryEntry.maxCount
+            try await s.app.telemetry.telemetry.run { db in
+                try db.transaction(.process) {
+                    for n in 0..<1_100 {
+                        _ = try db.run("""
+                            INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, reports, subject, conflicts, resolved)
+                            VALUES ('team', ?, 1, 1, 1, 'v', 0, 1, 'd', ?, ?)
+                            """, [.text("d\(n)"), .integer(cap), .integer(n == 0 ? 1 : 0)])
+                    }
+                }
+            }
+            let answer = try await s.request("GET", "/v1/admin/conflicts", token: s.token(spaces: [], admin: true))
+            #expect(answer.status == 200, "\(answer.text)")
+            #expect(try json(answer) == ["spaces": [["space": "team", "devices": 1_100, "conflicts": .number(JSONNumber(cap)), "resolved": 1]], "next": .null],
+                    "\(answer.text)")
+        }
+    }
 }

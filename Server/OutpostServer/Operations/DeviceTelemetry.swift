@@ -101,9 +101,14 @@ final class DeviceTelemetry: Sendable {
                     }
                 }
                 if conflicts > 0 || resolved > 0 {
+                    // A device's totals stop at 2^53 - 1 (a batch adds at most 10^8, so the
+                    // sum below the cap never overflows).
+                    let cap = TelemetryEntry.maxCount
                     try db.run("""
-                        UPDATE devices SET conflicts = conflicts + ?, resolved = resolved + ? WHERE space = ? AND client_id = ?
-                        """, [.integer(conflicts), .integer(resolved), .text(space), .text(batch.clientId)])
+                        UPDATE devices SET conflicts = CASE WHEN conflicts + ? > \(cap) THEN \(cap) ELSE conflicts + ? END,
+                                           resolved = CASE WHEN resolved + ? > \(cap) THEN \(cap) ELSE resolved + ? END
+                         WHERE space = ? AND client_id = ?
+                        """, [.integer(conflicts), .integer(conflicts), .integer(resolved), .integer(resolved), .text(space), .text(batch.clientId)])
                 }
                 try db.run("""
                     DELETE FROM device_syncs WHERE space = ? AND client_id = ? AND started_at <
@@ -148,12 +153,20 @@ final class DeviceTelemetry: Sendable {
     }
 
     /// A page of spaces whose devices reported, in space order after `after`, with the
-    /// conflicts their devices reported.
+    /// conflicts their devices reported. The sums are taken in doubles, which do not
+    /// overflow however many devices report (an integer `sum()` fails past 2^63 - 1, on
+    /// SQLite and as PostgreSQL's cast to BIGINT), and stop at 2^53 - 1, below which a
+    /// double's sum of integers is exact.
     func conflictsBySpace(after: String?, limit: Int) async throws -> [SpaceConflicts] {
-        try await run { db in
+        let cap = TelemetryEntry.maxCount
+        return try await run { db in
             try db.query("""
-                SELECT space, count(*), CAST(sum(conflicts) AS BIGINT), CAST(sum(resolved) AS BIGINT)
-                  FROM devices WHERE space > ? GROUP BY space ORDER BY space LIMIT \(limit)
+                SELECT space, devices, CAST(CASE WHEN c >= \(cap) THEN \(cap) ELSE c END AS BIGINT),
+                       CAST(CASE WHEN r >= \(cap) THEN \(cap) ELSE r END AS BIGINT)
+                  FROM (SELECT space, count(*) AS devices, sum(CAST(conflicts AS DOUBLE PRECISION)) AS c,
+                               sum(CAST(resolved AS DOUBLE PRECISION)) AS r
+                          FROM devices WHERE space > ? GROUP BY space) AS spaces
+                 ORDER BY space LIMIT \(limit)
                 """, [.text(after ?? "")]) { row in
                 SpaceConflicts(space: row.text(0), devices: row.int64(1), conflicts: row.int64(2), resolved: row.int64(3))
             }
@@ -169,7 +182,8 @@ final class DeviceTelemetry: Sendable {
         }
     }
 
-    private func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
+    /// Runs `body` on the telemetry thread's session.
+    func run<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
         try await thread.run("telemetry", body)
     }
 }

@@ -36,6 +36,13 @@ public struct TelemetryEntry: Sendable, Hashable {
     public static let maxErrorLength = 200
     /// The largest count: 2^53 - 1, what every JSON reader holds exactly.
     public static let maxCount: Int64 = 9_007_199_254_740_991
+    /// The largest count of changes one sync reports (`pushed`, `conflicts`, `resolved`,
+    /// `rejected`): 2,000 pushes of the protocol's default 500 changes, more than a
+    /// device's sync sends. An entry above it is refused, so no report makes the sums an
+    /// operator reads (`GET /v1/admin/conflicts`) meaningless.
+    public static let maxChangesPerSync: Int64 = 1_000_000
+    /// The counts bounded by `maxChangesPerSync`.
+    static let changeCounts: Set<String> = ["pushed", "conflicts", "resolved", "rejected"]
 
     /// The counting fields by name (key paths are immutable values, safe to share).
     nonisolated(unsafe) static let counts: [(String, WritableKeyPath<TelemetryEntry, Int64>)] = [
@@ -70,7 +77,11 @@ public struct TelemetryEntry: Sendable, Hashable {
         }
         self.init(startedAt: try count("startedAt", required: true)!, durationMs: try count("durationMs", required: true)!)
         for (name, path) in Self.counts where name != "durationMs" {
-            if let value = try count(name) { self[keyPath: path] = value }
+            guard let value = try count(name) else { continue }
+            if Self.changeCounts.contains(name), value > Self.maxChangesPerSync {
+                throw WireError(field: field(name), message: "must be at most \(Self.maxChangesPerSync), the most changes one sync reports")
+            }
+            self[keyPath: path] = value
         }
         roundTripMs = try count("roundTripMs", nullable: true)
         clockOffsetMs = try count("clockOffsetMs", signed: true, nullable: true)
