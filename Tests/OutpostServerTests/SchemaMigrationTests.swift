@@ -35,6 +35,7 @@ import Testing
         ("devices.conflicts, devices.resolved", "81061365a99d1d69aff30f1fc04d6903a591b5b9a62cac7c299b03294da9914d"),
         ("webhook_batches", "1e59b51189541f7ad815e1f35ed94efe86b5d312fb385a15b0bface9b45097b8"),
         ("records.resolved, webhook_outbox.resolved", "7f4db100d73f4c780420c5868bb3d195f82557b06422fd8248b1959ebfbc2197"),
+        ("client_subjects", "42e5dac3b60a61a237672ad4b0f26bb286f866bb0e27b05c941cc7e2a3b56505"),
     ]
     static let releasedPostgres: [(String, String)] = [
         ("sync 1: meta, spaces, records, applied_changes, outpost_lock_spaces, media, uploads, upload_chunks", "6bae312449cb352c7b645a00839d62a97f816bce5027375c1e168a57a774fb86"),
@@ -54,6 +55,7 @@ import Testing
         ("devices.conflicts, devices.resolved", "4da750c935666216a25fd60bd17d6fc2ba5a25fc16ac2b1d760a9a397649211c"),
         ("webhook_batches", "e48948570a9432fba059f7714901dc22ed7780d8e0c34537ceaef21881563d89"),
         ("records.resolved, webhook_outbox.resolved", "b48f106035e0913c5bf93da1454e2ae9a20d033a60ce320ad6f2e0516ddcaedd"),
+        ("client_subjects", "aa0b59678b6fd4895109ce4b23a95b0c3b524c2a5e413aa0aff85a688cf51308"),
     ]
 
     /// Every migration of each list is released and pinned, in order: one edited, renamed,

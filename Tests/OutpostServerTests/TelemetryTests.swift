@@ -172,4 +172,35 @@ import Testing
                     "\(answer.text)")
         }
     }
+
+    /// A client id is visible to every reader as `updatedBy`; its telemetry slot belongs to
+    /// the subject that pushed under it, not to whoever reports first. A client id no push
+    /// used belongs to its first reporter until a push under it binds it to the pusher.
+    @Test(arguments: Store.allCases) func aDevicesReportsAreBoundToTheSubjectThatPushedUnderItsClientId(store: Store) async throws {
+        let url = store == .postgres ? try await PostgresCluster.database(prefix: "telemetry-bind") : nil
+        try await withServer(configure: { if let url { $0.store = url } }) { s in
+            let alice = s.token(sub: "alice", spaces: ["team"]), mallory = s.token(sub: "mallory", spaces: ["team"], scope: .read)
+            func report(_ client: String, _ token: String, at started: Int64) async throws -> Int {
+                try await s.request("POST", "/v1/spaces/team/telemetry", token: token,
+                                    body: TelemetryBatch(clientId: client, sdkVersion: "v", syncs: [Self.entry(started)]).encoded()).status
+            }
+            func push(_ client: String, _ id: String) async throws {
+                let change = Change(changeId: "\(client)-\(id)", collection: "jobs", id: id, op: .put, data: ["t": "x"], baseVersion: nil, clientTime: 1)
+                #expect(try await s.push("team", [change], clientId: client, token: alice).status == 200)
+            }
+            try await push("phone-a", "j1")
+            #expect(try await report("phone-a", mallory, at: 1_000) == 403, "a reader cannot take the slot of a client id it saw as updatedBy")
+            #expect(try await report("phone-a", alice, at: 2_000) == 202)
+
+            // A client id never pushed under: its first reporter's, until alice pushes under it.
+            #expect(try await report("tablet", mallory, at: 1_000) == 202)
+            #expect(try await report("tablet", alice, at: 2_000) == 403)
+            try await push("tablet", "j2")
+            #expect(try await report("tablet", alice, at: 3_000) == 202, "the pusher takes the slot over")
+            #expect(try await report("tablet", mallory, at: 4_000) == 403)
+
+            let devices = try json(try await s.request("GET", "/v1/admin/devices?space=team", token: s.token(spaces: [], admin: true)))["devices"]?.arrayValue ?? []
+            #expect(devices.map { [$0["clientId"], $0["subject"], $0["lastSyncAt"]] } == [["phone-a", "alice", 2_000], ["tablet", "alice", 3_000]], "\(devices)")
+        }
+    }
 }

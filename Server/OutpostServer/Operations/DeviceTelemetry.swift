@@ -51,28 +51,26 @@ final class DeviceTelemetry: Sendable {
     /// Stores a batch received at `now` from a token whose subject is `subject`: the
     /// device's row becomes its newest sync's state, and each sync joins its history, of
     /// which the newest `historyPerDevice` stay. A device's reports are bound to the subject
-    /// of its first report (a row from before subjects were kept binds to the next): a batch
-    /// for the same client id under another subject changes nothing and returns false, so no
-    /// token overwrites another device's report by naming its client id.
+    /// whose newest applied push used its client id (`client_subjects`, kept by the push),
+    /// as no reader can claim it: a batch under another subject changes nothing and returns
+    /// false. A client id no push has used is bound to its first reporter (a row from
+    /// before subjects were kept binds to the next) until a push under it binds it to the
+    /// pusher, whose next report then takes the row over.
     func record(space: String, subject: String, _ batch: TelemetryBatch, now: Int64) async throws -> Bool {
-        // The row's own subject wins: `ON CONFLICT … DO UPDATE … WHERE` updates nothing when
-        // it is another's, and the statement then changes no row.
-        guard let newest = batch.syncs.max(by: { $0.startedAt < $1.startedAt }) else {
-            return try await run { db in
-                try db.run("""
-                    INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports, subject)
-                    VALUES (?, ?, ?, ?, 0, ?, 0, NULL, NULL, 1, ?)
-                    ON CONFLICT (space, client_id) DO UPDATE SET last_seen = excluded.last_seen, sdk_version = excluded.sdk_version,
-                                                                 reports = devices.reports + 1, subject = excluded.subject
-                     WHERE devices.subject IS NULL OR devices.subject = excluded.subject
-                    """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .text(batch.sdkVersion), .text(subject)]) > 0
-            }
-        }
+        let newest = batch.syncs.max(by: { $0.startedAt < $1.startedAt })
         let entries = batch.syncs.map {
             (started: $0.startedAt, json: String(decoding: $0.json.encoded(canonical: true), as: UTF8.self), conflicts: $0.conflicts, resolved: $0.resolved)
         }
         return try await run { db in
             try db.transaction(.process) {
+                let pushers = try db.query("""
+                    SELECT c.subject FROM client_subjects c JOIN spaces s ON s.space_id = c.space_id WHERE s.name = ? AND c.client_id = ?
+                    """, [.text(space), .text(batch.clientId)]) { $0.text(0) }
+                if let pusher = pushers.first, pusher != subject { return false }
+                // The row's own subject wins unless the reporter is the pusher:
+                // `ON CONFLICT … DO UPDATE … WHERE` then updates nothing and the statement
+                // changes no row. A batch without syncs leaves the last sync's state as it is
+                // (its `last_sync` of 0 is never the newer).
                 let stored = try db.run("""
                     INSERT INTO devices(space, client_id, first_seen, last_seen, last_sync, sdk_version, pending, last_error, clock_offset, reports, subject)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)
@@ -82,41 +80,46 @@ final class DeviceTelemetry: Sendable {
                         pending = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.pending ELSE devices.pending END,
                         last_error = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.last_error ELSE devices.last_error END,
                         clock_offset = CASE WHEN excluded.last_sync >= devices.last_sync THEN excluded.clock_offset ELSE devices.clock_offset END
-                     WHERE devices.subject IS NULL OR devices.subject = excluded.subject
-                    """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .integer(newest.startedAt), .text(batch.sdkVersion),
-                          .integer(newest.queueDepth), .optionalText(newest.lastError), .optionalText(newest.clockOffsetMs.map { String($0) }),
-                          .text(subject)])
+                     WHERE devices.subject IS NULL OR devices.subject = excluded.subject OR ? = 1
+                    """, [.text(space), .text(batch.clientId), .integer(now), .integer(now), .integer(newest?.startedAt ?? 0), .text(batch.sdkVersion),
+                          .integer(newest?.queueDepth ?? 0), .optionalText(newest?.lastError),
+                          .optionalText(newest?.clockOffsetMs.map { String($0) }), .text(subject), .integer(pushers.isEmpty ? 0 : 1)])
                 guard stored > 0 else { return false }
-                // A sync already stored (a batch sent again after its answer was lost) adds
-                // nothing to the device's conflict counts.
-                var conflicts: Int64 = 0, resolved: Int64 = 0
-                for entry in entries {
-                    let inserted = try db.run("""
-                        INSERT INTO device_syncs(space, client_id, started_at, received_at, entry) VALUES (?, ?, ?, ?, ?)
-                        ON CONFLICT (space, client_id, started_at) DO NOTHING
-                        """, [.text(space), .text(batch.clientId), .integer(entry.started), .integer(now), .text(entry.json)])
-                    if inserted > 0 {
-                        conflicts = min(TelemetryEntry.maxCount, conflicts + entry.conflicts)
-                        resolved = min(TelemetryEntry.maxCount, resolved + entry.resolved)
-                    }
-                }
-                if conflicts > 0 || resolved > 0 {
-                    // A device's totals stop at 2^53 - 1 (a batch adds at most 10^8, so the
-                    // sum below the cap never overflows).
-                    let cap = TelemetryEntry.maxCount
-                    try db.run("""
-                        UPDATE devices SET conflicts = CASE WHEN conflicts + ? > \(cap) THEN \(cap) ELSE conflicts + ? END,
-                                           resolved = CASE WHEN resolved + ? > \(cap) THEN \(cap) ELSE resolved + ? END
-                         WHERE space = ? AND client_id = ?
-                        """, [.integer(conflicts), .integer(conflicts), .integer(resolved), .integer(resolved), .text(space), .text(batch.clientId)])
-                }
-                try db.run("""
-                    DELETE FROM device_syncs WHERE space = ? AND client_id = ? AND started_at <
-                      (SELECT started_at FROM device_syncs WHERE space = ? AND client_id = ? ORDER BY started_at DESC LIMIT 1 OFFSET \(Self.historyPerDevice - 1))
-                    """, [.text(space), .text(batch.clientId), .text(space), .text(batch.clientId)])
+                try Self.addHistory(db, space: space, clientId: batch.clientId, entries, now: now)
                 return true
             }
         }
+    }
+
+    /// Adds a batch's syncs to the device's history and their conflicts to its totals. A
+    /// sync already stored (a batch sent again after its answer was lost) adds nothing.
+    private static func addHistory(_ db: any SQLSession, space: String, clientId: String,
+                                   _ entries: [(started: Int64, json: String, conflicts: Int64, resolved: Int64)], now: Int64) throws {
+        var conflicts: Int64 = 0, resolved: Int64 = 0
+        for entry in entries {
+            let inserted = try db.run("""
+                INSERT INTO device_syncs(space, client_id, started_at, received_at, entry) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (space, client_id, started_at) DO NOTHING
+                """, [.text(space), .text(clientId), .integer(entry.started), .integer(now), .text(entry.json)])
+            if inserted > 0 {
+                conflicts = min(TelemetryEntry.maxCount, conflicts + entry.conflicts)
+                resolved = min(TelemetryEntry.maxCount, resolved + entry.resolved)
+            }
+        }
+        if conflicts > 0 || resolved > 0 {
+            // A device's totals stop at 2^53 - 1 (a batch adds at most 10^8, so the
+            // sum below the cap never overflows).
+            let cap = TelemetryEntry.maxCount
+            _ = try db.run("""
+                UPDATE devices SET conflicts = CASE WHEN conflicts + ? > \(cap) THEN \(cap) ELSE conflicts + ? END,
+                                   resolved = CASE WHEN resolved + ? > \(cap) THEN \(cap) ELSE resolved + ? END
+                 WHERE space = ? AND client_id = ?
+                """, [.integer(conflicts), .integer(conflicts), .integer(resolved), .integer(resolved), .text(space), .text(clientId)])
+        }
+        _ = try db.run("""
+            DELETE FROM device_syncs WHERE space = ? AND client_id = ? AND started_at <
+              (SELECT started_at FROM device_syncs WHERE space = ? AND client_id = ? ORDER BY started_at DESC LIMIT 1 OFFSET \(historyPerDevice - 1))
+            """, [.text(space), .text(clientId), .text(space), .text(clientId)])
     }
 
     /// A page of devices in (space, client id) order after `after`, of `space` only when

@@ -329,6 +329,20 @@ public enum PostgresSchema {
             ALTER TABLE records ADD COLUMN IF NOT EXISTS resolved text;
             ALTER TABLE webhook_outbox ADD COLUMN IF NOT EXISTS resolved text;
             """),
+        // The subject whose newest applied push used each client id of a space: what a
+        // device's telemetry is bound to (`DeviceTelemetry.record`), kept by every push
+        // that writes. Filled from the records' newest state per client id.
+        Migration(name: "client_subjects", sql: """
+            CREATE TABLE IF NOT EXISTS client_subjects(
+                space_id bigint NOT NULL,
+                client_id text COLLATE "C" NOT NULL,
+                subject text NOT NULL,
+                PRIMARY KEY(space_id, client_id));
+            INSERT INTO client_subjects(space_id, client_id, subject)
+                SELECT DISTINCT ON (space_id, updated_by) space_id, updated_by, subject FROM records
+                 WHERE subject IS NOT NULL ORDER BY space_id, updated_by, seq DESC
+                ON CONFLICT DO NOTHING;
+            """),
     ]
 
     /// Brings the database up to date (under the advisory lock) and returns its epoch,

@@ -610,6 +610,11 @@ struct PostgresPushStorage: PushStorage {
               SELECT $1, c, f, \(epoch), s, a
                 FROM unnest(\(changes[0])::text[], \(changes[1])::bytea[], \(changes[2])::bigint[], \(changes[3])::bigint[]) AS t(c, f, s, a)
               RETURNING 1),
+            bound AS (
+              INSERT INTO client_subjects(space_id, client_id, subject)
+              SELECT DISTINCT ON (w.updated_by) $1, w.updated_by, w.subject FROM written w ORDER BY w.updated_by, w.seq DESC
+              ON CONFLICT (space_id, client_id) DO UPDATE SET subject = excluded.subject WHERE client_subjects.subject <> excluded.subject
+              RETURNING 1),
             moved AS (UPDATE spaces SET head_seq = \(head), record_bytes = \(recordBytes) WHERE space_id = $1 RETURNING 1)
             SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM remembered), (SELECT count(*) FROM moved),
                    pg_notify('outpost_commits', \(space) || ' ' || \(head))

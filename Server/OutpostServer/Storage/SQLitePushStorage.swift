@@ -79,6 +79,25 @@ struct SQLitePushStorage: PushStorage {
             insert.reset()
         }
         if let outboxAt { try queue(writes, at: outboxAt) }
+        try bindClients(writes)
+    }
+
+    /// Binds each client id written under to the subject of its newest write (writes are
+    /// in seq order), for the device's telemetry.
+    private func bindClients(_ writes: [PushRules.Write]) throws {
+        var subjects: [String: String] = [:]
+        for w in writes { subjects[w.updatedBy] = w.subject }
+        let upsert = try db.cached("""
+            INSERT INTO client_subjects(space_id, client_id, subject) VALUES (?, ?, ?)
+            ON CONFLICT(space_id, client_id) DO UPDATE SET subject = excluded.subject WHERE client_subjects.subject <> excluded.subject
+            """)
+        for (client, subject) in subjects {
+            try upsert.bind(int: spaceID, at: 1)
+            try upsert.bind(text: client, at: 2)
+            try upsert.bind(text: subject, at: 3)
+            while try upsert.step() {}
+            upsert.reset()
+        }
     }
 
     /// One outbox row per record written, in seq order.

@@ -273,5 +273,18 @@ enum SQLiteSchema {
             ALTER TABLE records ADD COLUMN resolved TEXT;
             ALTER TABLE webhook_outbox ADD COLUMN resolved TEXT;
             """),
+        // The subject whose newest applied push used each client id of a space: what a
+        // device's telemetry is bound to (`DeviceTelemetry.record`), kept by every push
+        // that writes. Filled from the records' newest state per client id.
+        Migration(name: "client_subjects", sql: """
+            CREATE TABLE IF NOT EXISTS client_subjects(
+                space_id INTEGER NOT NULL,
+                client_id TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                PRIMARY KEY(space_id, client_id)) WITHOUT ROWID;
+            INSERT OR IGNORE INTO client_subjects(space_id, client_id, subject)
+                SELECT space_id, updated_by, subject FROM
+                  (SELECT space_id, updated_by, subject, max(seq) FROM records WHERE subject IS NOT NULL GROUP BY space_id, updated_by);
+            """),
     ]
 }
