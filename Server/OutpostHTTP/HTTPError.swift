@@ -48,6 +48,10 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
     public var details: [String: HTTPErrorDetail]
     /// Headers sent with the error, such as `Allow`, `WWW-Authenticate`, `Retry-After`.
     public var headers: HTTPHeaders
+    /// The message as the server keeps it (the admin's list of recent errors), when the
+    /// message holds client text outside double quotes; nil keeps `message`. Either way
+    /// every double-quoted part (where messages show what the client sent) is cut to `…`.
+    public var kept: String?
 
     /// Creates an error.
     public init(
@@ -140,8 +144,27 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
             headers.add(name: "Retry-After", value: "1")
         }
         var response = HTTPResponse(status: status, headers: headers, body: .bytes(jsonEnvelope()))
-        response.failure = HTTPFailure(code: code, message: message)
+        response.failure = HTTPFailure(code: code, message: Self.withoutQuotedText(kept ?? message))
         return response
+    }
+
+    /// `text` with what is between each pair of double quotes replaced by `…` (an unclosed
+    /// quote runs to the end): a message's client text (a JSON member name, a token's
+    /// `alg`) as the server keeps it, without the client's bytes.
+    public static func withoutQuotedText(_ text: String) -> String {
+        var out = ""
+        var quoted = false
+        for c in text {
+            if c == "\"" {
+                if quoted { out.append("…") }
+                quoted.toggle()
+                out.append(c)
+            } else if !quoted {
+                out.append(c)
+            }
+        }
+        if quoted { out.append("…") }
+        return out
     }
 
     /// `{"error":{"code":...,"message":...,"details":{...}}}`; detail keys sorted so the

@@ -100,7 +100,8 @@ public struct HTTPRequestLog: Sendable {
 public struct HTTPFailure: Sendable, Equatable {
     /// The envelope's `code`.
     public var code: String
-    /// The envelope's `message`.
+    /// The envelope's `message` as the server keeps it: `HTTPError.kept`, or the message,
+    /// with double-quoted client text cut (`HTTPError.withoutQuotedText`).
     public var message: String
 
     public init(code: String, message: String) {

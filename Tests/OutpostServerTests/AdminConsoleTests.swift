@@ -264,6 +264,8 @@ import Testing
                 (#"{"sub":"x","space":"-bad"}"#, "space"),
                 (#"{"sub":"x","space":"team*"}"#, "space"),
                 (#"{"sub":"","space":"field"}"#, "sub"),
+                (#"{"sub":"a\u0000b","space":"field"}"#, "sub"),
+                (#"{"sub":"ann\u001b[2J","space":"field"}"#, "sub"),
                 (#"{"space":"field"}"#, "sub"),
                 (#"["x"]"#, "body"),
             ] {
@@ -324,7 +326,8 @@ import Testing
             #expect(errors.map { $0["status"] } == [404, 400, 403] && answer["capacity"] == 200)
             #expect(errors[0]["route"] == .null && errors[0]["code"] == "not_found" && errors[0]["method"] == "GET")
             #expect(errors[1]["route"] == "/v1/spaces/{space}/pull" && errors[1]["code"] == "invalid_space")
-            #expect(errors[1]["message"]?.stringValue?.contains("<img src=x>") == true)
+            #expect(errors[1]["message"]?.stringValue?.hasPrefix(#""…" is not a space name"#) == true, "\(errors[1])")
+            #expect(errors[1]["message"]?.stringValue?.contains("<img") == false, "the path's text is the client's, not kept")
             let all = try await s.request("GET", "/v1/admin/errors", token: admin)
             let listed = try json(all)["errors"]?.arrayValue ?? []
             #expect(listed.count == 4 && listed[3]["status"] == 401 && listed[3]["code"] == "unauthorized")
@@ -333,6 +336,46 @@ import Testing
             #expect(!all.text.contains("tampered") && !all.text.contains("hunter2") && !all.text.contains("1234") && !all.text.contains("eyJ"))
             #expect(try await s.request("GET", "/v1/admin/errors?limit=201", token: admin).status == 422)
         }
+    }
+
+    /// An error the client's bytes caused keeps its kind and place, never those bytes: a
+    /// duplicate member's name, a `collectionVersions` member, a token header's `alg`; the
+    /// client's own answer still names them.
+    @Test func errorsKeepTheKindAndPlaceNotTheClientsBytes() async throws {
+        try await withServer { s in
+            let admin = s.token(spaces: [], admin: true), writer = s.token(spaces: ["a"])
+            let header = Base64.encodeURL(Array(#"{"alg":"sneaky-alg-xyz","typ":"JWT"}"#.utf8))
+            let forged = header + "." + Base64.encodeURL(Array(#"{"sub":"x"}"#.utf8)) + ".c2ln"
+            let requests: [(body: String?, token: String, status: Int, answerHolds: String)] = [
+                (#"{"clientId":"c","password-hunter2":1,"password-hunter2":2,"changes":[]}"#, writer, 400, "password-hunter2"),
+                (#"{"clientId":"c","changes":[],"collectionVersions":{"secret member!":1}}"#, writer, 422, "secret member!"),
+                (nil, forged, 401, "sneaky-alg-xyz"),
+            ]
+            for (i, r) in requests.enumerated() {
+                let answer = r.body == nil ? try await s.request("GET", "/v1/spaces/a/pull", token: r.token)
+                    : try await s.request("POST", "/v1/spaces/a/push", token: r.token, body: Array(r.body!.utf8))
+                #expect(answer.status == r.status && answer.text.contains(r.answerHolds), "\(answer.status) \(answer.text)")
+                try await s.completed.until("error answer \(i + 1) recorded") { $0 >= i + 1 }
+            }
+            let listed = try await s.request("GET", "/v1/admin/errors", token: admin)
+            let messages = (try json(listed)["errors"]?.arrayValue ?? []).compactMap { $0["message"]?.stringValue }
+            #expect(messages.count == 3, "\(listed.text)")
+            for secret in ["hunter2", "secret member", "sneaky"] { #expect(!listed.text.contains(secret), "\(secret) kept: \(listed.text)") }
+            #expect(messages.contains { $0.contains(#"duplicate key "…""#) }, "\(messages)")
+            #expect(messages.contains { $0.hasPrefix("collectionVersions.… is not a collection name") }, "\(messages)")
+            #expect(messages.contains { $0.hasPrefix(#"token algorithm "…" is not accepted"#) }, "\(messages)")
+        }
+    }
+
+    /// `outpost-server token` refuses a control character in any claim it would sign, as
+    /// `POST /v1/admin/tokens` does (`Claims.claimWithControlCharacter`).
+    @Test func theTokenCommandRefusesControlCharactersInClaims() throws {
+        let environment = ["OUTPOST_JWT_SECRET": String(repeating: "k", count: 32)]
+        for arguments in [["--sub", "a\u{0}b", "--space", "s"], ["--sub", "a", "--space", "s", "--claim", "team=north\u{7}"],
+                          ["--sub", "a", "--space", "s", "--claim", #"roles=["ok","x\u0085"]"#]] {
+            #expect(throws: AdminCommands.Usage.self, "\(arguments)") { try AdminCommands.token(arguments: arguments, environment: environment) }
+        }
+        #expect(try !AdminCommands.token(arguments: ["--sub", "ann", "--space", "s", "--claim", "team=north"], environment: environment).isEmpty)
     }
 
     @Test func statusGivesTheEpochStoreVersionAndUptime() async throws {

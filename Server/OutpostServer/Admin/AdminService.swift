@@ -239,6 +239,7 @@ public final class AdminService: Sendable {
         }
         let now = Int64(Date().timeIntervalSince1970)
         let claims = Claims(sub: sub, exp: now + ttl, spaces: [space], scope: scope)
+        if let claim = claims.claimWithControlCharacter { throw Self.badField(claim, "must not hold a control character") }
         let token = sign(claims)
         metrics.increment("outpost_admin_tokens_issued_total", .init([("scope", scope.rawValue)]))
         Log.info("admin console issued a token", ["sub": sub, "space": space, "scope": scope.rawValue, "ttlSeconds": String(ttl), "by": asker.sub])

@@ -5,8 +5,10 @@ import Synchronization
 /// The last error answers the server gave (status 400 and up), newest first, in a ring of
 /// fixed size held in memory: what the admin console's overview lists
 /// (`GET /v1/admin/errors`). An entry holds the time, method, route pattern, status, the
-/// envelope's code and message, and the request id; never a header, a token, a query or
-/// a body, so no record data. A message is cut at `maxMessageCharacters`.
+/// envelope's code and message as the server keeps it (`HTTPFailure.message`: the kind of
+/// error and where, with the text the client sent cut), and the request id; never a
+/// header, a token, a query or a body, so no record data. A message is cut at
+/// `maxMessageCharacters`.
 public final class RecentErrors: Sendable {
     /// One error answer.
     public struct Entry: Sendable, Equatable {

@@ -54,6 +54,28 @@ public struct Claims: Sendable, Equatable {
         return o
     }
 
+    /// The name of the first claim whose text (a string anywhere in it, or an object's
+    /// member name) holds a control character (U+0000 to U+001F, U+007F to U+009F), nil
+    /// when none does: what the server refuses to sign (`POST /v1/admin/tokens`,
+    /// `outpost-server token`), since such a subject or claim corrupts every log line,
+    /// list and header that shows it.
+    public var claimWithControlCharacter: String? {
+        func hasControl(_ text: String) -> Bool {
+            text.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+        }
+        func holds(_ value: JSONValue) -> Bool {
+            switch value {
+            case .string(let s): return hasControl(s)
+            case .array(let items): return items.contains(where: holds)
+            case .object(let o): return o.contains { hasControl($0.key) || holds($0.value) }
+            default: return false
+            }
+        }
+        if hasControl(sub) { return "sub" }
+        if spaces.contains(where: hasControl) { return "spaces" }
+        return extra.sorted { $0.key < $1.key }.first { hasControl($0.key) || holds($0.value) }?.key
+    }
+
     /// True when the token names `space`, exactly or by a `*` prefix.
     public func allows(space: String) -> Bool {
         spaces.contains { entry in

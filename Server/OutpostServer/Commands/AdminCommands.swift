@@ -58,8 +58,10 @@ public enum AdminCommands {
             guard valid else { throw Usage("--space \(space) is not a space name (or a prefix ending in *)") }
         }
         guard !spaces.isEmpty || admin else { throw Usage("at least one --space is required (or --admin)") }
+        let claims = Claims(sub: sub, exp: now + ttl, spaces: spaces, scope: scope, admin: admin, extra: extra)
+        if let claim = claims.claimWithControlCharacter { throw Usage("the \(claim) claim must not hold a control character") }
         let secret = try JWTSecret.load(environmentValue: environment["OUTPOST_JWT_SECRET"], dataDirectory: data)
-        return JWTAuthority(secret: secret).sign(Claims(sub: sub, exp: now + ttl, spaces: spaces, scope: scope, admin: admin, extra: extra))
+        return JWTAuthority(secret: secret).sign(claims)
     }
 
     /// `outpost-server rotate-epoch --data DIR`: gives the store a new, later epoch and

@@ -52,7 +52,7 @@ public final class TelemetryService: Sendable {
         let batch: TelemetryBatch
         do { batch = try TelemetryBatch(json: value) } catch { throw HTTPError.invalidRequest(error) }
         guard try await telemetry.record(space: space, subject: claims.sub, batch, now: Int64(Date().timeIntervalSince1970 * 1000)) else {
-            throw HTTPError(HTTPStatus(code: 403), .forbidden, "client id \(batch.clientId) reports under another subject; a device's reports are bound to the subject that pushed under its client id, or before any push to its first reporter")
+            throw HTTPError(HTTPStatus(code: 403), .forbidden, "client id \"\(batch.clientId)\" reports under another subject; a device's reports are bound to the subject that pushed under its client id, or before any push to its first reporter")
         }
         metrics.increment("outpost_telemetry_reports_total")
         for entry in batch.syncs {

@@ -25,7 +25,9 @@ extension HTTPError {
 
     /// `422 invalid_request` with `details.field`.
     static func invalidRequest(_ error: WireError) -> HTTPError {
-        HTTPError(HTTPStatus(code: 422), .invalidRequest, "\(error.field) \(error.message)", details: ["field": .string(error.field)])
+        var refused = HTTPError(HTTPStatus(code: 422), .invalidRequest, "\(error.field) \(error.message)", details: ["field": .string(error.field)])
+        refused.kept = "\(error.keptField) \(error.message)"
+        return refused
     }
 
     /// `422 invalid_request` for a query parameter.

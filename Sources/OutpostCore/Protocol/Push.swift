@@ -241,7 +241,9 @@ public struct PushRequest: Hashable, Sendable {
         case .object(let o)?:
             for (name, value) in o.elements {
                 let field = r.fieldPath("collectionVersions") + "." + name
-                guard Names.isValidCollection(name) else { throw WireError(field: field, message: "is not a collection name") }
+                guard Names.isValidCollection(name) else {
+                    throw WireError(field: field, message: "is not a collection name", keptField: r.fieldPath("collectionVersions") + ".…")
+                }
                 if let v = try version(value, field) { versions.collections[name] = v }
             }
         default: throw r.invalid("collectionVersions", "must be an object from collection name to version")

@@ -6,10 +6,14 @@ public struct WireError: Error, Equatable, Sendable, CustomStringConvertible {
     public let field: String
     /// What is wrong with it, for people.
     public let message: String
+    /// `field` as the server keeps it where operators read errors: without the member
+    /// names the client chose (`collectionVersions.…`), so no client text is stored.
+    public let keptField: String
 
-    public init(field: String, message: String) {
+    public init(field: String, message: String, keptField: String? = nil) {
         self.field = field
         self.message = message
+        self.keptField = keptField ?? field
     }
 
     public var description: String { "\(field): \(message)" }
