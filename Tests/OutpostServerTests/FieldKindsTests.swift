@@ -76,6 +76,42 @@ let fieldKindsRules = #"""
         }
     }
 
+    /// A counter no device can merge as written (infinite, zero or rounded as a double) is
+    /// refused per change with its place, and nothing of it is stored; 64-bit integers and
+    /// decimals a double writes back alike pass. A member named `totals.weight` is not the
+    /// nested counter `totals` → `weight`.
+    @Test(arguments: StoreKind.allCases)
+    func countersNoDeviceCanMergeAreRefusedAndADottedMemberIsNotTheNestedCounter(store: StoreKind) async throws {
+        try await http.withRulesServer(store, rules: fieldKindsRules) { s, _ in
+            let t = http.token(s, "w1")
+            func n(_ text: String) -> JSONValue { .number(JSONNumber(lexeme: text)!) }
+            let results = try await http.pushed(s, t, [
+                put("c1", "i1", ["stock": n("1e400")]),
+                put("c2", "i2", ["stock": n("1e-99999999999999999999")]),
+                put("c3", "i3", ["stock": n("1" + String(repeating: "0", count: 5_000))]),
+                put("c4", "i4", ["totals": ["weight": n("-1E+400")]]),
+                put("c5", "i5", ["stock": n("0.1"), "totals": ["weight": n("1.50")]]),
+                put("c6", "i6", ["stock": n("9007199254740993")]),
+                put("c7", "i7", ["totals.weight": "not a counter", "totals": ["weight": 2]]),
+            ])
+            #expect(results.map(\.status) == [.rejected, .rejected, .rejected, .rejected, .applied, .applied, .applied], "\(results)")
+            #expect(results.prefix(4).map { $0.error?.details?["path"]?.stringValue } == ["/stock", "/stock", "/stock", "/totals/weight"])
+            #expect(results.prefix(4).allSatisfy { $0.error?.code == "invalid_change" && $0.error?.details?["kind"] == "counter" })
+            #expect(try await http.pull(s, t).changes.map(\.id).sorted() == ["i5", "i6", "i7"])
+        }
+    }
+
+    /// Every device's merge (`FieldKinds.mergeObject`) takes a member named
+    /// `totals.weight` as last-write-wins, and only `totals` → `weight` as the counter.
+    @Test func aMemberWhoseNameHoldsADotIsNeverADeclaredPath() {
+        let kinds: [String: FieldKind] = ["totals.weight": .counter]
+        let merged = FieldKinds.mergeObject(base: ["totals.weight": 1, "totals": ["weight": 1]],
+                                            local: ["totals.weight": 2, "totals": ["weight": 2]],
+                                            server: ["totals.weight": 5, "totals": ["weight": 5]], kinds: kinds, localWins: { true })
+        #expect(merged["totals.weight"] == 2, "a dotted member is last-write-wins, never counted")
+        #expect(merged["totals"]?["weight"] == 6, "the nested member is the counter")
+    }
+
     /// Without a rules file, pages carry no `fields` (as before this addition).
     @Test func aServerWithoutRulesSendsNoDeclarations() async throws {
         try await withServer { s in

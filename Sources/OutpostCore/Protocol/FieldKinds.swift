@@ -120,7 +120,10 @@ public struct FieldKinds: Sendable, Hashable, JSONWireType {
             let pointer = "/" + names.map(pointerToken).joined(separator: "/")
             switch kind {
             case .counter:
-                if value.numberValue == nil { return Violation(path: pointer, kind: kind, reason: "is a counter: it must be a number") }
+                guard let number = value.numberValue else { return Violation(path: pointer, kind: kind, reason: "is a counter: it must be a number") }
+                if !survivesAsDouble(number) {
+                    return Violation(path: pointer, kind: kind, reason: "is a counter: it must be a number a double holds (finite, and the same when written back)")
+                }
             case .set:
                 guard case .array(let elements) = value else { return Violation(path: pointer, kind: kind, reason: "is a set: it must be an array") }
                 for element in elements {
@@ -185,6 +188,47 @@ public struct FieldKinds: Sendable, Hashable, JSONWireType {
         name.replacingOccurrences(of: "~", with: "~0").replacingOccurrences(of: "/", with: "~1")
     }
 
+    /// Whether every device's counter merge (`mergeCounter`) takes `number` as written: an
+    /// integer of 64 bits (merged as one), or a number whose double is finite and, written
+    /// back in its shortest form, the same decimal value. `1e400` (infinite),
+    /// `1e-99999999999999999999` (zero) and an integer of 5,000 digits do not; `0.1`,
+    /// `1.50` and `9007199254740993` do.
+    public static func survivesAsDouble(_ number: JSONNumber) -> Bool {
+        if number.isIntegerLexeme, number.int64Value != nil { return true }
+        let double = number.doubleValue
+        guard double.isFinite, let written = decimal(number.lexeme), let back = decimal(double.description) else { return false }
+        return written == back
+    }
+
+    /// A decimal number's text as (negative, significant digits, exponent): its value is
+    /// 0.DIGITS × 10^exponent; zero is (false, "", 0). Nil for an exponent that does not
+    /// fit an `Int`, or text that is not a number.
+    static func decimal(_ text: String) -> (negative: Bool, digits: String, exponent: Int)? {
+        var rest = Substring(text)
+        let negative = rest.first == "-"
+        if negative || rest.first == "+" { rest = rest.dropFirst() }
+        var exponent = 0
+        if let e = rest.firstIndex(where: { $0 == "e" || $0 == "E" }) {
+            guard let value = Int(rest[rest.index(after: e)...]) else { return nil }
+            exponent = value
+            rest = rest[..<e]
+        }
+        let parts = rest.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        let whole = parts[0], fraction = parts.count > 1 ? parts[1] : ""
+        guard (whole + fraction).allSatisfy(\.isASCII), (whole + fraction).allSatisfy(\.isNumber) else { return nil }
+        var digits = Substring(whole + fraction)
+        let (shifted, overflow) = exponent.addingReportingOverflow(whole.count)
+        guard !overflow else { return nil }
+        exponent = shifted
+        while digits.first == "0" {
+            digits = digits.dropFirst()
+            exponent -= 1
+        }
+        while digits.last == "0" { digits = digits.dropLast() }
+        if digits.isEmpty { return (false, "", 0) }
+        return (negative, String(digits), exponent)
+    }
+
     /// The value at `names` in `data`; nil when a member on the way is absent or not an object.
     static func value(at names: [String], in data: JSONObject) -> JSONValue? {
         var current = JSONValue.object(data)
@@ -216,7 +260,10 @@ public struct FieldKinds: Sendable, Hashable, JSONWireType {
         mergeObject(base, local, server, kinds: kinds, at: "", localWins: localWins)
     }
 
-    private static func mergeObject(_ b: JSONObject, _ l: JSONObject, _ s: JSONObject, kinds: [String: FieldKind], at prefix: String,
+    /// `prefix` is the dotted path of the members merged; nil under a member whose name
+    /// holds a dot, which no declaration names (a declared path's members are split at its
+    /// dots), so a member named `totals.weight` is never taken for `totals` → `weight`.
+    private static func mergeObject(_ b: JSONObject, _ l: JSONObject, _ s: JSONObject, kinds: [String: FieldKind], at prefix: String?,
                                     localWins: () -> Bool) -> JSONObject {
         var names: [String] = []
         var listed = Set<String>()
@@ -224,9 +271,9 @@ public struct FieldKinds: Sendable, Hashable, JSONWireType {
         var out = JSONObject()
         for name in names {
             let lv = l[name], sv = s[name], bv = b[name]
-            let path = prefix.isEmpty ? name : prefix + "." + name
+            let path = name.contains(".") ? nil : prefix.map { $0.isEmpty ? name : $0 + "." + name }
             let chosen: JSONValue?
-            if !kinds.isEmpty, let kind = kinds[path], let byKind = merge(kind, base: bv, local: lv, server: sv, localWins: localWins) {
+            if !kinds.isEmpty, let path, let kind = kinds[path], let byKind = merge(kind, base: bv, local: lv, server: sv, localWins: localWins) {
                 // Before the equality test: two devices that both took 10 to 9 make 8.
                 chosen = byKind
             } else if lv == sv {
