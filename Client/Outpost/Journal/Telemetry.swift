@@ -22,11 +22,14 @@ extension OutpostStore {
         entry.bytesSent = traffic?.bytesSent ?? 0
         entry.bytesReceived = traffic?.bytesReceived ?? 0
         entry.retries = traffic?.failedRequests ?? 0
-        entry.pushed = Int64(report.pushed)
+        // Change counts stop at the protocol's ceiling for one sync, which a server refuses
+        // past (docs/protocol.md section 7): a sync of more changes still reports.
+        let ceiling = TelemetryEntry.maxChangesPerSync
+        entry.pushed = min(Int64(report.pushed), ceiling)
         entry.pulled = Int64(report.pulled)
-        entry.conflicts = Int64(report.conflicts)
-        entry.resolved = Int64(report.resolved)
-        entry.rejected = Int64(report.rejected)
+        entry.conflicts = min(Int64(report.conflicts), ceiling)
+        entry.resolved = min(Int64(report.resolved), ceiling)
+        entry.rejected = min(Int64(report.rejected), ceiling)
         entry.lastError = failure.map { String($0.code.prefix(TelemetryEntry.maxErrorLength)) }
         entry.roundTripMs = readings.lastRoundTripMs
         entry.queueDepth = Int64((try? read { try $0.count(deliveries: ["queued", "sent"]) }) ?? report.pending)
