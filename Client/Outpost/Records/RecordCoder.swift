@@ -72,7 +72,7 @@ public struct RecordCoder: Sendable {
         var days = clamped / 86_400_000
         var rest = clamped % 86_400_000
         if rest < 0 { rest += 86_400_000; days -= 1 }
-        let (y, m, d) = civil(days: days)
+        let (y, m, d) = CivilCalendar.date(days: days)
         func pad(_ v: Int64, _ width: Int) -> String {
             let s = String(v)
             return String(repeating: "0", count: max(0, width - s.count)) + s
@@ -105,8 +105,8 @@ public struct RecordCoder: Sendable {
             return true
         }
         guard let year = digits(4), expect(0x2D), let month = digits(2), expect(0x2D), let day = digits(2),
-              (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day) else { return nil }
-        let dayMs = Self.days(year: year, month: month, day: day) * 86_400_000
+              (1...12).contains(month), (1...CivilCalendar.daysIn(month: month, year: year)).contains(day) else { return nil }
+        let dayMs = CivilCalendar.days(year: year, month: month, day: day) * 86_400_000
         if i == b.count { return dayMs }
         guard expect(0x54) || expect(0x20) else { return nil }
         guard let hour = digits(2), expect(0x3A), let minute = digits(2), hour < 24, minute < 60 else { return nil }
@@ -136,37 +136,5 @@ public struct RecordCoder: Sendable {
         }
         guard i == b.count else { return nil }
         return dayMs + hour * 3_600_000 + minute * 60_000 + second * 1000 + Int64((fraction * 1000).rounded()) - offsetMinutes * 60_000
-    }
-
-    static func daysIn(month: Int64, year: Int64) -> Int64 {
-        switch month {
-        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
-        case 4, 6, 9, 11: return 30
-        default: return 31
-        }
-    }
-
-    /// Days since 1970-01-01 of a date of the proleptic Gregorian calendar.
-    static func days(year: Int64, month: Int64, day: Int64) -> Int64 {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    /// The date of a day since 1970-01-01.
-    static func civil(days z0: Int64) -> (year: Int64, month: Int64, day: Int64) {
-        let z = z0 + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
     }
 }

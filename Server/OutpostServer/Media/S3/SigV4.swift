@@ -1,3 +1,4 @@
+import OutpostCore
 import OutpostCrypto
 import OutpostSignatures
 
@@ -154,20 +155,11 @@ public struct SigV4Signer: Sendable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// `YYYYMMDDTHHMMSSZ` in UTC (the proleptic Gregorian calendar, days from 1970-01-01).
+    /// `YYYYMMDDTHHMMSSZ` in UTC.
     static func amzDate(_ secondsSince1970: Int64) -> String {
         let days = secondsSince1970 >= 0 ? secondsSince1970 / 86_400 : (secondsSince1970 - 86_399) / 86_400
         let secondOfDay = secondsSince1970 - days * 86_400
-        // Civil date from a day count (H. Hinnant's days_from_civil, inverted).
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let mp = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        let (year, month, day) = CivilCalendar.date(days: days)
         func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
         return "\(year)\(two(month))\(two(day))T\(two(secondOfDay / 3600))\(two(secondOfDay % 3600 / 60))\(two(secondOfDay % 60))Z"
     }
