@@ -128,7 +128,7 @@ public struct SigV4Signer: Sendable {
         var values: [String: [String]] = [:]
         for (name, value) in headers {
             let folded = value.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
-            values[name.lowercased(), default: []].append(folded.trimmingSpacesAndTabs())
+            values[name.lowercased(), default: []].append(String(folded.trimmingSpacesAndTabs))
         }
         let names = values.keys.sorted()
         let lines = names.map { "\($0):\(values[$0]!.joined(separator: ","))\n" }.joined()
@@ -162,15 +162,5 @@ public struct SigV4Signer: Sendable {
         let (year, month, day) = CivilCalendar.date(days: days)
         func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
         return "\(year)\(two(month))\(two(day))T\(two(secondOfDay / 3600))\(two(secondOfDay % 3600 / 60))\(two(secondOfDay % 60))Z"
-    }
-}
-
-extension String {
-    /// Without leading and trailing spaces and tabs.
-    fileprivate func trimmingSpacesAndTabs() -> String {
-        var s = Substring(self)
-        while let c = s.first, c == " " || c == "\t" { s.removeFirst() }
-        while let c = s.last, c == " " || c == "\t" { s.removeLast() }
-        return String(s)
     }
 }
