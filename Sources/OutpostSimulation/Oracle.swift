@@ -158,6 +158,9 @@ struct Oracle {
     /// What each device's server copy of a record knows.
     var knowledge: [[Key: Set<Int>]]
     var latest: [[Key: Local]]
+    /// The changes each device had queued for a record when it last acted (its queue as the
+    /// store listed it): the edits a resolver of that device decides with.
+    var queued: [[Key: [QueuedChange]]]
     var newestDelete: [[Key: Int]]
     /// The write of the last tombstone each device held as its server copy of a record.
     var lastTombstone: [[Key: Int]]
@@ -180,6 +183,7 @@ struct Oracle {
         self.resolver = resolver
         knowledge = Array(repeating: [:], count: devices)
         latest = Array(repeating: [:], count: devices)
+        queued = Array(repeating: [:], count: devices)
         newestDelete = Array(repeating: [:], count: devices)
         lastTombstone = Array(repeating: [:], count: devices)
         maxVersion = Array(repeating: [:], count: devices)
@@ -358,6 +362,14 @@ struct Oracle {
         return found
     }
 
+    /// The write a queued change carries, when the harness can name it: by its changeId
+    /// once a push carried it, else a put by its content's tag.
+    func queuedWrite(_ change: QueuedChange) -> Int? {
+        if let w = changeToWrite[change.changeId] { return w }
+        guard change.op == .put else { return nil }
+        return tag(of: change.data).flatMap { tagToWrite[$0] }
+    }
+
     /// The write a tombstone of `key` that `device` sends or holds carries: its own pending
     /// delete, or a copy it offers again.
     func tombstoneWrite(device: Int, key: Key) -> Int? {
@@ -477,17 +489,19 @@ struct Oracle {
                     }
                 }
                 // The resolver decides with the device's newest edit of the record; an edit it
-                // keeps goes again on `current`, as if made on it.
+                // keeps goes again on `current`, as if made on it. That edit is the newest the
+                // app made, or one the device queued that carries another write's content (a
+                // resolver's write that went again to a new history, seed 309861).
                 let shown = result.current.map { Content(deleted: $0.deleted, tag: $0.deleted ? nil : tag(of: $0.data)) }
-                if let current = result.current {
-                    decidedOver[current.version, default: []].formUnion(writes[w].know.union([w]))
-                    if let local = latest[device][key] { decidedOver[current.version, default: []].formUnion(writes[local.write].know.union([local.write])) }
+                var deciding: Set<Int> = [w]
+                if let local = latest[device][key] { deciding.insert(local.write) }
+                for q in queued[device][key] ?? [] where q.changeId != change.changeId {
+                    if let carried = queuedWrite(q) { deciding.insert(carried) }
                 }
-                writes[w].know.formUnion(seen)
-                writes[w].madeOn = shown
-                if let local = latest[device][key] {
-                    writes[local.write].know.formUnion(seen)
-                    writes[local.write].madeOn = shown
+                for d in deciding {
+                    if let current = result.current { decidedOver[current.version, default: []].formUnion(writes[d].know.union([d])) }
+                    writes[d].know.formUnion(seen)
+                    writes[d].madeOn = shown
                 }
             case .rejected:
                 guard result.error?.code != ErrorCode.epochMismatch.rawValue else { continue }
@@ -512,6 +526,7 @@ struct Oracle {
             fail(.noRegression, "d\(device) went from epoch \(before) back to \(now)")
         }
         if epoch != nil { deviceEpoch[device] = epoch }
+        queued[device] = Dictionary(grouping: pending, by: { Key($0.collection, $0.id) })
         // An `applied` read in an epoch the store did not follow settled nothing (Push.send):
         // the change is still queued under its changeId, and the app was never told it was
         // applied. Its next answer is the one that counts (seed 49820).

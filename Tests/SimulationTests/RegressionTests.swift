@@ -54,6 +54,7 @@ struct RegressionTests {
         (3935, "of two left copies that did not descend from one another (two data losses), the one of the later epoch was kept and the other dropped"),
         (4269, "the same, with the client-wins resolver"),
         (55055, "harness: a re-offer of another device's delete was credited to this device's own pending delete; a re-offer names the state it carries"),
+        (309861, "harness: a client-wins resolver kept a queued edit carrying another device's content (a resolver's write sent again to a new history); the oracle did not credit that edit with the conflict's current copy"),
     ]
 
     @Test(arguments: seeds.map(\.seed))
