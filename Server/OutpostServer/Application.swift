@@ -83,6 +83,7 @@ public final class OutpostApplication: Sendable {
                                                           mediaDirectory: settings.mediaDirectory ?? dataDirectory.mediaPath)
         mediaConfiguration.synchronous = sessions.synchronous
         mediaConfiguration.postgresURL = settings.postgresURL
+        mediaConfiguration.s3 = try settings.mediaStore.s3()
         media = MediaService(store: try MediaStore(configuration: mediaConfiguration), limits: settings.limits, authorizer: authorizer,
                              metrics: metrics, uploadExpiryHours: settings.uploadExpiryHours, quota: settings.mediaQuota)
         operations = OperationsService(store: store, limits: settings.limits, metrics: metrics, authorizer: authorizer,

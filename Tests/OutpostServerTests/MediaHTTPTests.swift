@@ -11,7 +11,7 @@ import Testing
 @Suite struct MediaHTTPTests {
     // MARK: 1. Init
 
-    @Test(arguments: StoreKind.allCases) func initCreatesAnUploadAndReturnsTheSameOpenUploadAgain(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func initCreatesAnUploadAndReturnsTheSameOpenUploadAgain(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 1)
@@ -43,7 +43,7 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) func initOfAFileTheSpaceHasAnswersCompleteAndNothingMoreIsSent(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func initOfAFileTheSpaceHasAnswersCompleteAndNothingMoreIsSent(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(10_000, seed: 2)
@@ -88,7 +88,7 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) func anEmptyFileHasNoChunksAndFinalizes(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func anEmptyFileHasNoChunksAndFinalizes(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let started = try await client.begin("sp", file: [], contentType: "text/plain")
@@ -112,7 +112,7 @@ import Testing
 
     // MARK: 2-4. Chunks, state, finalize
 
-    @Test(arguments: StoreKind.allCases) func aWholeUploadThenFinalizeAnswersTheSameEveryTime(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func aWholeUploadThenFinalizeAnswersTheSameEveryTime(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 3)
@@ -155,7 +155,7 @@ import Testing
             #expect(got.status == 200)
             #expect(summary(got.body) == summary(file))
             #expect(server.uploadFiles().isEmpty)
-            #expect(FileManager.default.fileExists(atPath: server.publishedPath("sp", media.mediaId)))
+            #expect(try server.isPublished("sp", media.mediaId))
             #expect(server.metrics.value("outpost_media_uploads_finalized_total") == 1)
         }
     }
@@ -238,7 +238,7 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) func finalizeWithChunksMissingIs409AndListsThem(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func finalizeWithChunksMissingIs409AndListsThem(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(4096 * 5 + 1, seed: 6)
@@ -255,7 +255,7 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) func aFileWhoseHashDiffersIs422AndTheUploadIsDiscarded(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func aFileWhoseHashDiffersIs422AndTheUploadIsDiscarded(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 7)
@@ -271,8 +271,8 @@ import Testing
             #expect(try await client.state("sp", id).status == 404)
             #expect(try await client.finalize("sp", id).status == 404)
             #expect(server.uploadFiles().isEmpty)
-            #expect(!FileManager.default.fileExists(atPath: server.publishedPath("sp", claimed)))
-            #expect(!FileManager.default.fileExists(atPath: server.publishedPath("sp", SHA256.hex(file))))
+            #expect(try !server.isPublished("sp", claimed))
+            #expect(try !server.isPublished("sp", SHA256.hex(file)))
             let download = try await client.download("sp", claimed)
             #expect(download.status == 404)
             #expect(mediaErrorCode(download) == "media_not_found")
@@ -427,7 +427,7 @@ import Testing
         await second.close()
     }
 
-    @Test(arguments: StoreKind.allCases) func aChunkSentAgainWithOtherBytesReplacesTheFirst(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func aChunkSentAgainWithOtherBytesReplacesTheFirst(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 10)
@@ -440,7 +440,7 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) func concurrentFinalizesOfOneUploadBothAnswerTheSame(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func concurrentFinalizesOfOneUploadBothAnswerTheSame(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(4096 * 8, seed: 12)
@@ -466,7 +466,7 @@ import Testing
 
     // MARK: 5. Abort
 
-    @Test(arguments: StoreKind.allCases) func abortRemovesTheUploadAndItsBytes(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func abortRemovesTheUploadAndItsBytes(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 15)
@@ -489,7 +489,7 @@ import Testing
 
     // MARK: Resume after a cut connection
 
-    @Test(arguments: StoreKind.allCases) func aChunkCutOffMidBodyIsNotKeptAndIsSentAgain(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func aChunkCutOffMidBodyIsNotKeptAndIsSentAgain(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(4096 * 3, seed: 16)
@@ -542,7 +542,7 @@ import Testing
 
     // MARK: 6. Download
 
-    @Test(arguments: StoreKind.allCases) func downloadHeadRangesAndConditionals(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func downloadHeadRangesAndConditionals(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(10_000, seed: 18)
@@ -623,7 +623,7 @@ import Testing
         }
     }
 
-    @Test(arguments: StoreKind.allCases) func unknownMediaIs404(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func unknownMediaIs404(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             for id in [String(repeating: "a", count: 64), String(repeating: "A", count: 64), String(repeating: "a", count: 63),
@@ -642,7 +642,7 @@ import Testing
 
     // MARK: Expiry
 
-    @Test(arguments: StoreKind.allCases) func abandonedUploadsExpireAndTheSweepRemovesTheirBytes(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func abandonedUploadsExpireAndTheSweepRemovesTheirBytes(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let client = server.client()
             let file = mediaBytes(9000, seed: 19)
@@ -700,7 +700,7 @@ import Testing
 
     // MARK: Isolation, auth, traversal
 
-    @Test(arguments: StoreKind.allCases) func spacesAreIsolated(store: StoreKind) async throws {
+    @Test(arguments: MediaSetup.allCases) func spacesAreIsolated(store: MediaSetup) async throws {
         try await withMediaServer(store: store) { server in
             let a = server.client(["a"])
             let b = server.client(["b"])

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import OutpostCore
 import OutpostCrypto
@@ -115,6 +116,23 @@ struct MediaTestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// Where a fixture's media bytes live: the media directory, or a bucket of the test run's
+/// S3 store (OpenStack Swift's s3api, `S3TestServer`).
+enum MediaPlace: String, Sendable {
+    case directory
+    case s3
+}
+
+/// A metadata store and a place for the bytes: the media tests run on each.
+struct MediaSetup: Sendable, CaseIterable, CustomStringConvertible {
+    let store: StoreKind
+    let place: MediaPlace
+
+    static let allCases = [MediaSetup(store: .sqlite, place: .directory), MediaSetup(store: .postgres, place: .directory),
+                           MediaSetup(store: .sqlite, place: .s3), MediaSetup(store: .postgres, place: .s3)]
+    var description: String { "\(store) \(place)" }
+}
+
 /// A media service over a real socket on 127.0.0.1:0, with a data directory in a
 /// temporary directory and its metadata in a real SQLite file there or in a fresh database
 /// of the test run's PostgreSQL cluster, with a clock the test moves.
@@ -140,22 +158,37 @@ final class MediaFixture: Sendable {
 
     let limits: Limits
     let kind: StoreKind
+    let place: MediaPlace
     let postgresURL: String?
+    /// The bucket, when the bytes are in S3.
+    let bucket: String?
     private let stopped = Atomic<Bool>(false)
     /// Set by `restarted()`: the next server keeps the directory.
     private let handedOn = Atomic<Bool>(false)
 
     /// A fresh fixture, or, with `reopening`, a server on the data directory and database
     /// of a stopped one.
-    init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite,
-         reopening previous: (directory: TemporaryDirectory, postgresURL: String?)? = nil) throws {
+    init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite, place: MediaPlace = .directory, partSize: Int = 5 << 20,
+         reopening previous: (directory: TemporaryDirectory, postgresURL: String?, bucket: String?)? = nil) throws {
         self.limits = limits
         self.kind = kind
+        self.place = place
         directory = try previous?.directory ?? TemporaryDirectory(prefix: "outpost-media-test")
         data = try DataDirectory(path: directory.appending("data"))
         var storeConfiguration = MediaStore.Configuration(databasePath: data.storePath, mediaDirectory: data.mediaPath)
         if kind == .postgres { storeConfiguration.postgresURL = try previous?.postgresURL ?? PostgresCluster.shared.createDatabase(prefix: "media") }
         postgresURL = storeConfiguration.postgresURL
+        if place == .s3 {
+            let s3 = try S3TestServer.shared
+            let name = try previous?.bucket ?? s3.createBucket(prefix: "media")
+            var settings = S3MediaSettings(location: try S3Location(endpoint: s3.endpoint, bucket: name, prefix: "outpost/", region: s3.region),
+                                           credentials: S3Credentials(accessKeyId: s3.accessKey, secretAccessKey: s3.secretKey))
+            settings.partSize = partSize
+            storeConfiguration.s3 = settings
+            bucket = name
+        } else {
+            bucket = nil
+        }
         store = try MediaStore(configuration: storeConfiguration)
         let clock = self.clock
         service = MediaService(store: store, limits: limits, authorizer: Authorizer(authority: authority), metrics: metrics,
@@ -182,8 +215,9 @@ final class MediaFixture: Sendable {
     func restarted() async throws -> MediaFixture {
         handedOn.store(true, ordering: .relaxed)
         await stop()
-        let (limits, kind, previous) = (limits, kind, (directory: directory, postgresURL: postgresURL))
-        return try await blocking { try MediaFixture(limits: limits, store: kind, reopening: previous) }
+        let (limits, kind, place, previous) = (limits, kind, place, (directory: directory, postgresURL: postgresURL, bucket: bucket))
+        let partSize = (store.bytes as? S3MediaBytes)?.partSize ?? 5 << 20
+        return try await blocking { try MediaFixture(limits: limits, store: kind, place: place, partSize: partSize, reopening: previous) }
     }
 
     func token(_ spaces: [String], scope: Claims.Scope = .write) -> String {
@@ -195,9 +229,42 @@ final class MediaFixture: Sendable {
         MediaClient(port: port, token: token(spaces, scope: scope))
     }
 
-    /// The names in `DATA/media/uploads`.
+    /// The ids of the uploads whose bytes are staged: the names in `DATA/media/uploads`, or
+    /// the ids under the bucket's `uploads/`.
     func uploadFiles() -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: data.mediaPath + "/uploads")) ?? []).sorted()
+        if let bucket = store.bytes as? S3MediaBytes { return ((try? bucket.partFileIDs()) ?? []).map(\.rawValue) }
+        return ((try? FileManager.default.contentsOfDirectory(atPath: data.mediaPath + "/uploads")) ?? []).sorted()
+    }
+
+    /// Every staged byte of an upload, from 0 (nil when none is staged): the upload's file,
+    /// or its pieces in the bucket.
+    func stagedBytes(_ uploadId: String) throws -> [UInt8]? {
+        if let bucket = store.bytes as? S3MediaBytes {
+            let id = UploadID(uploadId)!
+            let pieces = try bucket.pieces(id).pieces
+            guard !pieces.isEmpty else { return nil }
+            return try bucket.readPart(id, offset: 0, length: Int(S3MediaBytes.contiguous(pieces).covered))
+        }
+        return FileManager.default.contents(atPath: data.mediaPath + "/uploads/" + uploadId).map { [UInt8]($0) }
+    }
+
+    /// The names of the files published for `space` under the two-digit directory `aa`.
+    func publishedNames(_ space: String, _ aa: String) throws -> [String] {
+        if let bucket = store.bytes as? S3MediaBytes {
+            let deadline = DispatchTime.now().uptimeNanoseconds + 30_000_000_000
+            let prefix = "spaces/\(space)/\(aa)/"
+            return try bucket.bucket.list(prefix: prefix, after: nil, deadline: deadline).objects.map { String($0.key.dropFirst(prefix.count)) }
+        }
+        return try FileManager.default.contentsOfDirectory(atPath: data.mediaPath + "/spaces/\(space)/\(aa)")
+    }
+
+    /// Whether the space's file `sha256` is published where the bytes live.
+    func isPublished(_ space: String, _ sha256: String) throws -> Bool {
+        if let bucket = store.bytes as? S3MediaBytes {
+            let key = bucket.mediaKey(space: SpaceName(space)!, id: MediaID(sha256)!)
+            return try bucket.bucket.size(of: key, deadline: DispatchTime.now().uptimeNanoseconds + 30_000_000_000) != nil
+        }
+        return FileManager.default.fileExists(atPath: publishedPath(space, sha256))
     }
 
     /// The published file's path for `space` and `sha256`.
@@ -214,6 +281,11 @@ extension MediaFixture {
 
     /// Upload bytes read back from their files to hash them.
     var bytesReadBack: Double { metrics.value("outpost_media_bytes_read_back_total") }
+}
+
+/// Runs `body` against a fresh fixture on `setup` and always stops it.
+func withMediaServer(limits: Limits = MediaFixture.limits, store setup: MediaSetup, partSize: Int = 5 << 20, _ body: (MediaFixture) async throws -> Void) async throws {
+    try await runThenStop(try await blocking { try MediaFixture(limits: limits, store: setup.store, place: setup.place, partSize: partSize) }, body)
 }
 
 /// Runs `body` against a fresh fixture and always stops it.

@@ -17,11 +17,15 @@ import Synchronization
 /// Paths are built only from `SpaceName`, `MediaID` and `UploadID`, each validated when
 /// made, so no request text reaches the file system. Every method blocks: call them on the
 /// media store's file threads, never on Swift's concurrency pool.
-struct MediaFiles: Sendable {
+struct MediaFiles: MediaBytes {
     /// `DATA/media`.
     let root: String
     /// Bytes read back from upload files to hash them (`outpost_media_bytes_read_back_total`).
     let readBack = ByteCounter()
+
+    /// One process owns the directory's uploads unless instances share it; the store
+    /// decides with that (`MediaStore`).
+    var keepsRunningHashes: Bool { true }
 
     var uploadsDirectory: String { root + "/uploads" }
     var spacesDirectory: String { root + "/spaces" }
@@ -37,6 +41,35 @@ struct MediaFiles: Sendable {
     /// A published file.
     func mediaPath(space: SpaceName, id: MediaID) -> String {
         mediaDirectory(space: space, id: id) + "/" + id.rawValue
+    }
+
+    var placeName: String { "media directory \(root)" }
+
+    /// The random id in `outpost-media-id`, written there by the first instance that used
+    /// the directory (O_EXCL: of two instances starting at once, one id wins).
+    func identity() throws -> String {
+        let marker = root + "/outpost-media-id"
+        func read() -> String? {
+            (try? String(contentsOfFile: marker, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        if let id = read(), !id.isEmpty { return id }
+        let fresh = Hex.encode(SecureRandom.bytes(16))
+        let fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd >= 0 {
+            let bytes = Array((fresh + "\n").utf8)
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            fsync(fd)
+            close(fd)
+            guard written == bytes.count else { throw StoreError("cannot write \(marker)") }
+            return fresh
+        }
+        // Another instance created it at the same moment.
+        guard let id = read(), !id.isEmpty else { throw StoreError("cannot read or create \(marker)") }
+        return id
+    }
+
+    func source(space: SpaceName, id: MediaID) -> MediaSource {
+        .file(path: mediaPath(space: space, id: id))
     }
 
     /// Creates `media/`, `media/uploads/` and `media/spaces/` when absent (mode 0700).

@@ -55,9 +55,22 @@ public final class MediaService: Sendable {
         metrics.declare("outpost_media_bytes_read_back_total",
                         help: "Upload bytes read back from their files to hash them: at finalize or tus completion what no running hash covers, and chunks that arrived before the bytes ahead of them.",
                         kind: "counter")
-        let files = store.files
+        let files = store.bytes
         metrics.counter("outpost_media_bytes_read_back_total", .none) { Double(files.readBack.total) }
+        if let bucket = files as? S3MediaBytes { Self.declareS3Metrics(metrics, bucket.bucket.counters) }
         declareTusMetrics()
+    }
+
+    /// What the server's requests to the media bucket did.
+    private static func declareS3Metrics(_ metrics: Metrics, _ counters: S3Counters) {
+        metrics.declare("outpost_media_s3_requests_total", help: "Requests sent to the media bucket (each retry counts).", kind: "counter")
+        metrics.declare("outpost_media_s3_failures_total", help: "Requests to the media bucket that failed (no answer, or an error answer).", kind: "counter")
+        metrics.declare("outpost_media_s3_sent_bytes_total", help: "Body bytes sent to the media bucket.", kind: "counter")
+        metrics.declare("outpost_media_s3_received_bytes_total", help: "Body bytes the media bucket answered.", kind: "counter")
+        metrics.counter("outpost_media_s3_requests_total", .none) { Double(counters.requests) }
+        metrics.counter("outpost_media_s3_failures_total", .none) { Double(counters.failures) }
+        metrics.counter("outpost_media_s3_sent_bytes_total", .none) { Double(counters.bytesSent) }
+        metrics.counter("outpost_media_s3_received_bytes_total", .none) { Double(counters.bytesReceived) }
     }
 
     // MARK: Routes
@@ -396,7 +409,6 @@ public final class MediaService: Sendable {
             return HTTPResponse(status: .notModified, headers: headers)
         }
         headers.add(name: "Accept-Ranges", value: "bytes")
-        let path = store.path(space: space, id: id)
         // Range is defined for GET only (RFC 9110 section 14.2); If-Range that does not
         // match means the whole file.
         var range = ByteRangeRequest.whole
@@ -416,11 +428,11 @@ public final class MediaService: Sendable {
             headers.add(name: "Content-Type", value: media.contentType)
             headers.add(name: "Content-Range", value: "bytes \(offset)-\(offset + length - 1)/\(media.size)")
             countDownload(request, bytes: length)
-            return HTTPResponse(status: .partialContent, headers: headers, body: .file(path: path, offset: offset, length: length))
+            return HTTPResponse(status: .partialContent, headers: headers, body: store.body(space: space, id: id, offset: offset, length: length))
         case .whole:
             headers.add(name: "Content-Type", value: media.contentType)
             countDownload(request, bytes: media.size)
-            return HTTPResponse(status: .ok, headers: headers, body: .file(path: path, offset: 0, length: media.size))
+            return HTTPResponse(status: .ok, headers: headers, body: store.body(space: space, id: id, offset: 0, length: media.size))
         }
     }
 

@@ -1,12 +1,14 @@
 import Foundation
 import OutpostCore
 import OutpostCrypto
+import OutpostHTTP
 import OutpostSQLite
 import Synchronization
 
-/// Media bytes under the media directory (`DATA/media`, or a directory shared by every
-/// instance) and media metadata in a `MediaMetadata`: the server's SQLite file by default,
-/// or PostgreSQL when instances share one (docs/media.md, docs/scaling.md).
+/// Media bytes in a `MediaBytes` (the media directory, `DATA/media` or a directory shared by
+/// every instance; or an S3 bucket) and media metadata in a `MediaMetadata`: the server's
+/// SQLite file by default, or PostgreSQL when instances share one (docs/media.md,
+/// docs/scaling.md).
 ///
 /// Tables (created by the metadata's migrations):
 /// - `media(space, media_id, size, content_type, filename, created_at)`: published files,
@@ -34,6 +36,8 @@ public final class MediaStore: Sendable {
         public var postgresURL: String?
         /// Durability of the publish commit.
         public var synchronous: Connection.Synchronous = .full
+        /// With a bucket, media bytes live there rather than in `mediaDirectory`.
+        public var s3: S3MediaSettings?
         /// Threads that write chunks and finalize uploads.
         public var fileThreads: Int = 4
         /// An upload's file is written back to disk after every this many new bytes.
@@ -46,7 +50,7 @@ public final class MediaStore: Sendable {
         }
     }
 
-    let files: MediaFiles
+    let bytes: any MediaBytes
     let metadata: any MediaMetadata
     private let io: [WorkerThread<MediaFileJob>]
     private let flusher: WorkerThread<MediaFileJob>
@@ -71,12 +75,18 @@ public final class MediaStore: Sendable {
 
     /// Opens the media metadata (creating its tables when absent) and the media directory.
     public init(configuration: Configuration) throws {
-        files = MediaFiles(root: configuration.mediaDirectory)
-        try files.prepare()
+        if let s3 = configuration.s3 {
+            bytes = S3MediaBytes(bucket: S3Bucket(location: s3.location, credentials: s3.credentials, counters: s3.counters,
+                                                  clock: { Int64(Date().timeIntervalSince1970) }),
+                                 partSize: s3.partSize)
+        } else {
+            bytes = MediaFiles(root: configuration.mediaDirectory)
+        }
+        try bytes.prepare()
         flushEveryBytes = configuration.flushEveryBytes
-        hashes = configuration.postgresURL == nil ? RunningHashes() : nil
+        hashes = configuration.postgresURL == nil && bytes.keepsRunningHashes ? RunningHashes() : nil
         if let url = configuration.postgresURL {
-            metadata = try PostgresMediaMetadata.open(url: url, mediaDirectory: configuration.mediaDirectory)
+            metadata = try PostgresMediaMetadata.open(url: url, bytes: bytes)
         } else {
             metadata = try SQLiteMediaMetadata.open(databasePath: configuration.databasePath, publishSynchronous: configuration.synchronous)
         }
@@ -229,13 +239,13 @@ public final class MediaStore: Sendable {
 
     /// `MediaFiles.settleTusPart` on a file thread.
     func settleTusPart(_ id: UploadID, offset: Int64) async throws -> Int64 {
-        let files = self.files
+        let files = self.bytes
         return try await onFileThread { try files.settleTusPart(id, offset: offset) }
     }
 
     /// `MediaFiles.appendTusPart` on a file thread: the bytes are on disk when it returns.
     func appendTusPart(_ id: UploadID, offset: Int64, bytes: [UInt8]) async throws {
-        let files = self.files
+        let files = self.bytes
         try await onFileThread { try files.appendTusPart(id, offset: offset, bytes: bytes) }
     }
 
@@ -251,7 +261,7 @@ public final class MediaStore: Sendable {
 
     /// `MediaFiles.hashPart` on a file thread.
     func hashPart(_ id: UploadID, length: Int64) async throws -> MediaID? {
-        let files = self.files
+        let files = self.bytes
         return try await onFileThread { try files.hashPart(id, length: length) }.flatMap(MediaID.init)
     }
 
@@ -260,7 +270,7 @@ public final class MediaStore: Sendable {
     /// Writes a chunk into the upload's file, and queues writeback every
     /// `flushEveryBytes`.
     func writeChunk(_ id: UploadID, offset: Int64, bytes: [UInt8]) async throws {
-        let files = self.files
+        let files = self.bytes
         try await onFileThread { try files.writeChunk(id, offset: offset, bytes: bytes) }
         let flushNow = unflushed.withLock { state -> Bool in
             var entry = state[id] ?? (0, false)
@@ -292,7 +302,7 @@ public final class MediaStore: Sendable {
     /// file thread.
     func chunkHeld(_ upload: UploadRecord, index: Int, bytes: [UInt8], digest: [UInt8]) async {
         guard let hashes else { return }
-        let files = self.files
+        let files = self.bytes
         await hashes.chunkHeld(upload.id, index: index, bytes: bytes, digest: digest) { i in
             try await onFileThread {
                 try files.readPart(upload.id, offset: Int64(i) * Int64(upload.chunkSize), length: upload.length(ofChunk: i))
@@ -309,7 +319,7 @@ public final class MediaStore: Sendable {
     /// `MediaFiles.finalize` on a file thread; `prefix`, the running hash of the file's
     /// first bytes, spares reading them.
     func finalizeFile(_ upload: UploadRecord, digests: [[UInt8]], prefix: ResumableSHA256?) async throws -> MediaFiles.FinalizeOutcome {
-        let files = self.files
+        let files = self.bytes
         let outcome = try await onFileThread {
             try files.finalize(upload.id, space: upload.space, media: upload.sha256, size: upload.size,
                                chunkSize: upload.chunkSize, digests: digests, prefix: prefix)
@@ -320,8 +330,8 @@ public final class MediaStore: Sendable {
 
     /// Removes an upload's file.
     func removeFile(_ id: UploadID) async throws {
-        let files = self.files
-        try await onFileThread { files.removePart(id) }
+        let files = self.bytes
+        try await onFileThread { try files.removePart(id) }
         forgetState(id)
     }
 
@@ -334,13 +344,21 @@ public final class MediaStore: Sendable {
 
     /// The ids of every upload file on disk.
     func uploadFileIDs() async throws -> [UploadID] {
-        let files = self.files
-        return try await onFileThread { files.partFileIDs() }
+        let files = self.bytes
+        return try await onFileThread { try files.partFileIDs() }
     }
 
-    /// The path of a published file (the engine opens it when sending).
-    func path(space: SpaceName, id: MediaID) -> String {
-        files.mediaPath(space: space, id: id)
+    /// The body that sends `length` bytes of a published file from `offset`: the file
+    /// itself (`sendfile(2)`), or the object read in ranged pieces on the file threads.
+    func body(space: SpaceName, id: MediaID, offset: Int64, length: Int64) -> HTTPResponseBody {
+        switch bytes.source(space: space, id: id) {
+        case .file(let path):
+            return .file(path: path, offset: offset, length: length)
+        case .object(let bucket, let key):
+            return .stream(length: Int(length)) { [self] writer in
+                try await bucket.produce(key: key, offset: offset, length: length, read: { read in try await self.onFileThread(read) }, into: writer)
+            }
+        }
     }
 
     /// Lets queued work finish, then stops the threads and closes the connections.
@@ -358,7 +376,7 @@ public final class MediaStore: Sendable {
 
     // MARK: Thread hops
 
-    private func onFileThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    func onFileThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         let index = nextIO.wrappingAdd(1, ordering: .relaxed).oldValue % io.count
         return try await withCheckedThrowingContinuation { continuation in
             let job = MediaFileJob { continuation.resume(with: Result { try body() }) }

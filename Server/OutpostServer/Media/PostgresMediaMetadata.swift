@@ -23,10 +23,11 @@ import Synchronization
 /// sessions and so releases its locks. `begin` is atomic across instances through a
 /// transaction advisory lock on (space, sha256) (`PostgresSession.lock`).
 ///
-/// A directory that is not the one the other instances use (a per-instance default, a
-/// forgotten mount) would split uploads between directories, so it is refused at start:
-/// the first instance writes a random id into `outpost-media-id` in the directory and into
-/// `meta.media_directory_id`, and every instance checks that the two match.
+/// A place for the bytes that is not the one the other instances use (a per-instance
+/// default directory, a forgotten mount, another bucket) would split uploads between
+/// places, so it is refused at start: the first instance records the place's identity
+/// (`MediaBytes.identity`) in `meta.media_directory_id`, and every instance checks that
+/// its place has the same.
 enum PostgresMediaMetadata {
     /// Namespace of the upload advisory locks (high 32 bits: ASCII "upld").
     static let uploadLockSpace: Int64 = 0x7570_6C64 << 32
@@ -53,12 +54,12 @@ enum PostgresMediaMetadata {
     ]
 
     /// Opens the media metadata in the database at `url` (migrating it) for the shared
-    /// `mediaDirectory`.
-    static func open(url: String, mediaDirectory: String) throws -> SQLMediaMetadata {
+    /// place of the bytes (`MediaBytes.identity`).
+    static func open(url: String, bytes: any MediaBytes) throws -> SQLMediaMetadata {
         let setup = try PostgresSyncStore.open(url)
         defer { setup.close() }
         _ = try PostgresSchema.migrate(setup)
-        try checkDirectory(setup, mediaDirectory)
+        try checkPlace(setup, bytes)
         return try SQLMediaMetadata(
             name: "pg", largestOpenChunkSize: try SQLMediaMetadata.largestOpenChunkSize(PostgresSession(db: setup)),
             openWriter: { PostgresSession(db: try PostgresSyncStore.open(url)) },
@@ -66,31 +67,14 @@ enum PostgresMediaMetadata {
             locks: PostgresLockPool(url: url))
     }
 
-    /// Refuses a media directory other than the one the database's instances use.
-    static func checkDirectory(_ db: PostgresConnection, _ directory: String) throws {
-        let marker = directory + "/outpost-media-id"
-        var id = (try? String(contentsOfFile: marker, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
-        if id == nil || id!.isEmpty {
-            var rng = SystemRandomNumberGenerator()
-            let fresh = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }.joined()
-            let fd = Glibc.open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            if fd >= 0 {
-                let bytes = Array((fresh + "\n").utf8)
-                let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-                fsync(fd)
-                Glibc.close(fd)
-                guard written == bytes.count else { throw StoreError("cannot write \(marker)") }
-                id = fresh
-            } else {
-                // Another instance created it at the same moment.
-                id = (try? String(contentsOfFile: marker, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
-            }
-        }
-        guard let id, !id.isEmpty else { throw StoreError("cannot read or create \(marker)") }
+    /// Refuses a place for the bytes other than the one the database's instances use: the
+    /// first instance records the place's identity in `meta.media_directory_id`.
+    static func checkPlace(_ db: PostgresConnection, _ bytes: any MediaBytes) throws {
+        let id = try bytes.identity()
         try db.run("INSERT INTO meta(key, value) VALUES ('media_directory_id', $1) ON CONFLICT (key) DO NOTHING", [.text(id)])
         let known = try db.query("SELECT value FROM meta WHERE key = 'media_directory_id'").text(0, 0)
         guard known == id else {
-            throw StoreError("media directory \(directory) is not the one the other instances of this database use (its outpost-media-id is \(id), the database's is \(known)); give every instance the same shared --media-dir")
+            throw StoreError("\(bytes.placeName) is not where the other instances of this database keep media (its identity is \(id), the database's is \(known)); give every instance the same shared --media-dir, or the same --s3-bucket and --s3-prefix")
         }
     }
 

@@ -13,6 +13,8 @@ public struct Settings: Sendable {
     /// Where media bytes live; nil means `DATA/media`. Instances on one PostgreSQL
     /// database must all name the same shared directory (docs/scaling.md).
     public var mediaDirectory: String?
+    /// Where media bytes live: the directory above, or an S3 bucket.
+    public var mediaStore = MediaStoreSettings()
     /// The limits of docs/protocol.md section 3.
     public var limits = Limits()
     /// How long applied change ids are remembered, in days (the protocol asks for at least 7).
@@ -124,6 +126,7 @@ public struct Settings: Sendable {
                 s.mediaDirectory = v
             },
         ]
+        o += MediaStoreSettings.options
         let limitHelp: [String: String] = [
             "maxRequestBytes": "largest request body in bytes, after gzip decompression (default 8388608)",
             "maxChangesPerPush": "most changes in one push (default 500)",
@@ -213,6 +216,7 @@ public struct Settings: Sendable {
                 try option.apply(&s, v)
             }
         }
+        s.mediaStore.readEnvironment(environment)
         var listsGiven: Set<String> = []
         var i = 0
         while i < arguments.count {
@@ -260,6 +264,7 @@ public struct Settings: Sendable {
         guard limits.chunkSize <= 64 * 1024 * 1024 else { throw Invalid(description: "--chunk-size must be at most 64 MiB") }
         try identityProvider.validate()
         try webhooks.validate()
+        try mediaStore.validate()
     }
 
     /// The text of `outpost-server serve --help`.

@@ -11,12 +11,14 @@ final class S3Bucket: Sendable {
     private let signer: SigV4Signer
     private let exchange: any S3Exchange
     private let retry: S3RetryPolicy
+    let counters: S3Counters
     /// Seconds since 1970 now (the signature's time).
     private let clock: @Sendable () -> Int64
 
     init(location: S3Location, credentials: S3Credentials, exchange: any S3Exchange = PlainS3Exchange(), retry: S3RetryPolicy = S3RetryPolicy(),
-         clock: @escaping @Sendable () -> Int64) {
+         counters: S3Counters = S3Counters(), clock: @escaping @Sendable () -> Int64) {
         self.location = location
+        self.counters = counters
         signer = SigV4Signer(credentials: credentials, region: location.region)
         self.exchange = exchange
         self.retry = retry
@@ -164,9 +166,12 @@ final class S3Bucket: Sendable {
             let request = SigV4Signer.Request(method: method, path: path, query: query, headers: signed)
             let all = signed + signer.sign(request, payloadHash: payloadHash, secondsSince1970: clock())
             let failure: S3Failure
+            var counted = false
             do throws(S3Failure) {
                 let answer = try exchange.send(method: method, target: target, headers: all, body: body, location: location,
                                                deadline: deadline, maxBodyBytes: max(maxBodyBytes, Self.errorBodyBytes))
+                counters.attempt(sent: body.count, received: (200..<300).contains(answer.status) ? answer.body.count : nil)
+                counted = true
                 if (200..<300).contains(answer.status) {
                     guard answer.body.count <= maxBodyBytes else {
                         throw S3Failure(.badAnswer, "the S3 store answered \(answer.body.count) bytes to \(method) \(path), more than \(maxBodyBytes)")
@@ -176,6 +181,7 @@ final class S3Bucket: Sendable {
                 let code = S3XML(answer.body).errorCode ?? Self.code(of: answer.status)
                 failure = S3Failure(.answered(status: answer.status, code: code), "the S3 store answered \(answer.status) \(code) to \(method) \(path)")
             } catch {
+                if !counted { counters.attempt(sent: body.count, received: nil) }
                 failure = error
             }
             let now = DispatchTime.now().uptimeNanoseconds

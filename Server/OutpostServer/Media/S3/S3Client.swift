@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 import OutpostCrypto
 import OutpostHTTP
 
@@ -158,4 +159,42 @@ struct PlainS3Exchange: S3Exchange {
             }
         }
     }
+}
+
+/// The media bucket: where it is, the credentials that reach it, and the part size of the
+/// multipart uploads that publish files (`--media-store s3`, docs/media.md).
+public struct S3MediaSettings: Sendable {
+    public var location: S3Location
+    public var credentials: S3Credentials
+    /// Bytes of one multipart part; at least 5 MiB (S3's minimum for all but the last).
+    public var partSize = 8 << 20
+    /// What the server's requests to the bucket did (`/metrics`).
+    public let counters = S3Counters()
+
+    public init(location: S3Location, credentials: S3Credentials) {
+        self.location = location
+        self.credentials = credentials
+    }
+}
+
+/// Requests to the bucket, their failures and their bytes, counted across threads for
+/// `/metrics` (`outpost_media_s3_*`).
+public final class S3Counters: Sendable {
+    private let values = Mutex<(requests: Int, failures: Int, sent: Int, received: Int)>((0, 0, 0, 0))
+
+    public init() {}
+
+    /// One attempt: bytes sent; bytes received, or nil when it failed.
+    func attempt(sent: Int, received: Int?) {
+        values.withLock { v in
+            v.requests += 1
+            v.sent += sent
+            if let received { v.received += received } else { v.failures += 1 }
+        }
+    }
+
+    public var requests: Int { values.withLock { $0.requests } }
+    public var failures: Int { values.withLock { $0.failures } }
+    public var bytesSent: Int { values.withLock { $0.sent } }
+    public var bytesReceived: Int { values.withLock { $0.received } }
 }

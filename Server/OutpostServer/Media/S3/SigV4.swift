@@ -4,7 +4,7 @@ import OutpostSignatures
 
 /// Credentials for an S3-compatible store: an access key id and its secret, and a session
 /// token when the credentials are temporary (AWS STS). Never written to a log.
-public struct S3Credentials: Sendable, Equatable {
+public struct S3Credentials: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     public var accessKeyId: String
     public var secretAccessKey: String
     public var sessionToken: String?
@@ -14,6 +14,11 @@ public struct S3Credentials: Sendable, Equatable {
         self.secretAccessKey = secretAccessKey
         self.sessionToken = sessionToken
     }
+
+    /// Never the key or the secret: settings and errors may be printed.
+    public var description: String { "S3Credentials(redacted)" }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: [:]) }
 }
 
 /// AWS Signature Version 4 as S3 takes it, written from AWS's specification ("Signature

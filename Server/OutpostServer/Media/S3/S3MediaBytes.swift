@@ -1,0 +1,369 @@
+import Dispatch
+import Foundation
+import OutpostCrypto
+import OutpostHTTP
+
+/// Media bytes in an S3 bucket (docs/media.md, "Media in S3"). Keys, below the location's
+/// prefix:
+///
+/// ```
+/// uploads/<uploadId>/<offset>     a staged piece: a chunk (at index × chunk size) or a tus
+///                                 append (at its offset); <offset> is 16 decimal digits, so
+///                                 keys list in offset order
+/// uploads/<uploadId>/multipart    while a finalize runs: the multipart upload it started
+///                                 (its id), so an interrupted one is aborted later
+/// spaces/<space>/<aa>/<sha256>    a published file, as in the media directory
+/// ```
+///
+/// A chunk is acknowledged only after its piece's PUT succeeded (the store answers once the
+/// object is durable), so a restart, or another instance, resumes from what the metadata
+/// recorded. Finalize reads the pieces in order, hashes the whole file and each chunk as the
+/// bytes pass, and writes them as a multipart upload in parts of `partSize` (one part in
+/// memory at a time); the upload is completed only when the file's SHA-256 is the declared
+/// one, and aborted otherwise, so no object is ever published with other bytes. A file
+/// smaller than one part is written with one PUT after the check.
+///
+/// Requests are retried with backoff and jitter (`S3RetryPolicy`) within each operation's
+/// deadline; a failure that outlasts it is thrown, and the media service answers it `503`.
+final class S3MediaBytes: MediaBytes {
+    let bucket: S3Bucket
+    let readBack = ByteCounter()
+    /// Bytes of one multipart part (S3 wants at least 5 MiB but for the last).
+    let partSize: Int
+    /// How long one request to the store may take, retries included.
+    let operationSeconds: Double
+    /// Names the write check's object, so instances starting together do not collide.
+    private let instance: String
+
+    var keepsRunningHashes: Bool { false }
+
+    init(bucket: S3Bucket, partSize: Int = 8 << 20, operationSeconds: Double = 60) {
+        precondition(partSize >= 5 << 20, "S3 parts but the last are at least 5 MiB")
+        self.bucket = bucket
+        self.partSize = partSize
+        self.operationSeconds = operationSeconds
+        instance = Hex.encode(SecureRandom.bytes(8))
+    }
+
+    // MARK: Keys
+
+    static func pieceName(_ offset: Int64) -> String {
+        let digits = String(offset)
+        return String(repeating: "0", count: max(0, 16 - digits.count)) + digits
+    }
+
+    func uploadPrefix(_ id: UploadID) -> String { "uploads/" + id.rawValue + "/" }
+    func pieceKey(_ id: UploadID, offset: Int64) -> String { uploadPrefix(id) + Self.pieceName(offset) }
+    func markerKey(_ id: UploadID) -> String { uploadPrefix(id) + "multipart" }
+
+    /// A published file's key.
+    func mediaKey(space: SpaceName, id: MediaID) -> String {
+        "spaces/" + space.rawValue + "/" + id.prefix + "/" + id.rawValue
+    }
+
+    /// The bucket and prefix: instances reach one store by whatever endpoint, but must
+    /// name the same bucket and prefix.
+    func identity() throws -> String { "s3:\(bucket.location.bucket)/\(bucket.location.prefix)" }
+    var placeName: String { "the bucket \(bucket.location.bucket) (prefix \"\(bucket.location.prefix)\")" }
+
+    func source(space: SpaceName, id: MediaID) -> MediaSource {
+        .object(self, key: mediaKey(space: space, id: id))
+    }
+
+    private func deadline() -> UInt64 {
+        DispatchTime.now().uptimeNanoseconds + UInt64(operationSeconds * 1_000_000_000)
+    }
+
+    // MARK: MediaBytes
+
+    /// The start check: the bucket exists, these credentials reach it and may write to it.
+    func prepare() throws {
+        try bucket.check(probeKey: "uploads/.write-check-" + instance, deadline: deadline())
+    }
+
+    func writeChunk(_ id: UploadID, offset: Int64, bytes: [UInt8]) throws {
+        try bucket.put(pieceKey(id, offset: offset), bytes: bytes, deadline: deadline())
+    }
+
+    /// A staged piece: where it starts and how many bytes it holds.
+    struct Piece: Equatable {
+        var offset: Int64
+        var size: Int64
+        var end: Int64 { offset + size }
+    }
+
+    /// Every staged piece of an upload, in offset order, and whether a finalize left its
+    /// multipart marker.
+    func pieces(_ id: UploadID) throws -> (pieces: [Piece], marker: Bool) {
+        let prefix = uploadPrefix(id)
+        var pieces: [Piece] = []
+        var marker = false
+        var token: String?
+        repeat {
+            let page = try bucket.list(prefix: prefix, after: token, deadline: deadline())
+            for object in page.objects {
+                let name = object.key.dropFirst(prefix.count)
+                if name == "multipart" {
+                    marker = true
+                } else if name.count == 16, let offset = Int64(name) {
+                    pieces.append(Piece(offset: offset, size: object.size))
+                }
+            }
+            token = page.next
+        } while token != nil
+        return (pieces.sorted { $0.offset < $1.offset }, marker)
+    }
+
+    /// The pieces that hold the upload's bytes from 0 without a gap, in order, and how far
+    /// they reach. A piece that starts inside the covered range adds only what passes its
+    /// end (a chunk sent again is the same key, so this does not happen for chunks).
+    static func contiguous(_ pieces: [Piece]) -> (run: [Piece], covered: Int64) {
+        var run: [Piece] = []
+        var covered: Int64 = 0
+        for piece in pieces {
+            guard piece.offset <= covered else { break }
+            if piece.end > covered {
+                run.append(piece)
+                covered = piece.end
+            }
+        }
+        return (run, covered)
+    }
+
+    func settleTusPart(_ id: UploadID, offset: Int64) throws -> Int64 {
+        let (pieces, _) = try pieces(id)
+        // A piece at or past the stored offset is an append cut before its offset was
+        // committed: never counted, so it goes.
+        for piece in pieces where piece.offset >= offset {
+            try bucket.delete(pieceKey(id, offset: piece.offset), deadline: deadline())
+        }
+        let (_, covered) = Self.contiguous(pieces.filter { $0.offset < offset })
+        return min(covered, offset)
+    }
+
+    func appendTusPart(_ id: UploadID, offset: Int64, bytes: [UInt8]) throws {
+        try bucket.put(pieceKey(id, offset: offset), bytes: bytes, deadline: deadline())
+    }
+
+    /// Reads the upload's bytes from 0 up to `length` in order, giving each run of bytes
+    /// to `body`; returns how many bytes were given (fewer than `length` when the pieces
+    /// stop short). One piece is in memory at a time.
+    private func readStaged(_ id: UploadID, pieces: [Piece], length: Int64, _ body: ([UInt8]) throws -> Void) throws -> Int64 {
+        var done: Int64 = 0
+        for piece in Self.contiguous(pieces).run where done < length {
+            let from = done - piece.offset
+            let to = min(piece.end, length) - piece.offset
+            guard to > from else { continue }
+            let bytes = try bucket.get(pieceKey(id, offset: piece.offset), range: from...(to - 1), maxBytes: Int(to - from), deadline: deadline())
+            guard Int64(bytes.count) == to - from else {
+                throw S3Failure(.badAnswer, "the S3 store returned \(bytes.count) bytes of a staged piece, not \(to - from)")
+            }
+            readBack.add(bytes.count)
+            try body(bytes)
+            done += Int64(bytes.count)
+        }
+        return done
+    }
+
+    func hashPart(_ id: UploadID, length: Int64) throws -> String? {
+        var hasher = SHA256()
+        let read = try readStaged(id, pieces: try pieces(id).pieces, length: length) { hasher.update($0) }
+        return read == length ? Hex.encode(hasher.finalize()) : nil
+    }
+
+    func readPart(_ id: UploadID, offset: Int64, length: Int) throws -> [UInt8] {
+        var out: [UInt8] = []
+        var position: Int64 = 0
+        let end = offset + Int64(length)
+        _ = try readStaged(id, pieces: try pieces(id).pieces, length: end) { bytes in
+            let start = position
+            position += Int64(bytes.count)
+            let from = max(offset, start), to = min(end, position)
+            if to > from { out.append(contentsOf: bytes[Int(from - start)..<Int(to - start)]) }
+        }
+        guard out.count == length else { throw S3Failure(.badAnswer, "an upload's staged bytes end before \(end)") }
+        return out
+    }
+
+    func flush(_ id: UploadID) {}
+
+    func removePart(_ id: UploadID) throws {
+        let (pieces, marker) = try pieces(id)
+        if marker { try abortLeftMultipart(id) }
+        for piece in pieces { try bucket.delete(pieceKey(id, offset: piece.offset), deadline: deadline()) }
+    }
+
+    /// Aborts the multipart upload a finalize started and did not finish (a kill, a fault),
+    /// then removes its marker: no part is left billed.
+    private func abortLeftMultipart(_ id: UploadID) throws {
+        let text = String(decoding: try bucket.get(markerKey(id), maxBytes: 4096, deadline: deadline()), as: UTF8.self)
+        let lines = text.split(separator: "\n").map(String.init)
+        if lines.count == 2 { try bucket.abortMultipart(lines[0], upload: lines[1], deadline: deadline()) }
+        try bucket.delete(markerKey(id), deadline: deadline())
+    }
+
+    func partFileIDs() throws -> [UploadID] {
+        var ids: Set<UploadID> = []
+        var token: String?
+        repeat {
+            let page = try bucket.list(prefix: "uploads/", after: token, deadline: deadline())
+            for object in page.objects {
+                let parts = object.key.split(separator: "/", omittingEmptySubsequences: false)
+                if parts.count == 3, let id = UploadID(String(parts[1])) { ids.insert(id) }
+            }
+            token = page.next
+        } while token != nil
+        return ids.sorted { $0.rawValue < $1.rawValue }
+    }
+
+    // MARK: Finalize
+
+    func finalize(_ id: UploadID, space: SpaceName, media: MediaID, size: Int64, chunkSize: Int,
+                  digests: [[UInt8]], prefix: ResumableSHA256?) throws -> MediaFiles.FinalizeOutcome {
+        let key = mediaKey(space: space, id: media)
+        let (pieces, marker) = try pieces(id)
+        if marker { try abortLeftMultipart(id) }
+        let covered = Self.contiguous(pieces).covered
+        if covered < size {
+            // Published by a finalize that stopped before its row (the pieces were removed
+            // after the object was complete); the size must be this upload's.
+            if pieces.isEmpty, size > 0, let published = try bucket.size(of: key, deadline: deadline()) {
+                return published == size ? .alreadyPublished : .damagedChunks(Array(digests.indices))
+            }
+            // Chunks whose bytes are not all staged must be sent again.
+            let missing = digests.indices.filter { Int64($0) * Int64(chunkSize) + Int64(chunkSize) > covered && Int64($0) * Int64(chunkSize) < size }
+            return .damagedChunks(missing.isEmpty ? Array(digests.indices) : missing)
+        }
+        var check = StagedCheck(size: size, chunkSize: chunkSize, digests: digests)
+        let outcome: MediaFiles.FinalizeOutcome
+        if size < Int64(partSize) {
+            var whole: [UInt8] = []
+            whole.reserveCapacity(Int(size))
+            _ = try readStaged(id, pieces: pieces, length: size) { bytes in
+                check.update(bytes)
+                whole.append(contentsOf: bytes)
+            }
+            outcome = check.outcome(declared: media)
+            if outcome == .published { try bucket.put(key, bytes: whole, deadline: deadline()) }
+        } else {
+            outcome = try finalizeMultipart(id, key: key, pieces: pieces, size: size, declared: media, check: &check)
+        }
+        if outcome == .published {
+            for piece in pieces { try bucket.delete(pieceKey(id, offset: piece.offset), deadline: deadline()) }
+        }
+        return outcome
+    }
+
+    /// Writes the staged bytes as a multipart upload while checking them; completes it only
+    /// when they are the declared file, aborts it otherwise. The marker names the upload
+    /// while it runs.
+    private func finalizeMultipart(_ id: UploadID, key: String, pieces: [Piece], size: Int64, declared: MediaID,
+                                   check: inout StagedCheck) throws -> MediaFiles.FinalizeOutcome {
+        let upload = try bucket.startMultipart(key, contentType: "application/octet-stream", deadline: deadline())
+        try bucket.put(markerKey(id), bytes: Array("\(key)\n\(upload)".utf8), deadline: deadline())
+        var parts: [(number: Int, etag: String)] = []
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(partSize)
+        let partSize = self.partSize
+        do {
+            _ = try readStaged(id, pieces: pieces, length: size) { bytes in
+                check.update(bytes)
+                var rest = bytes[...]
+                while !rest.isEmpty {
+                    let take = min(partSize - buffer.count, rest.count)
+                    buffer.append(contentsOf: rest.prefix(take))
+                    rest = rest.dropFirst(take)
+                    if buffer.count == partSize {
+                        parts.append((parts.count + 1, try bucket.putPart(key, upload: upload, number: parts.count + 1, bytes: buffer, deadline: deadline())))
+                        buffer.removeAll(keepingCapacity: true)
+                    }
+                }
+            }
+            let outcome = check.outcome(declared: declared)
+            guard outcome == .published else {
+                try bucket.abortMultipart(key, upload: upload, deadline: deadline())
+                try bucket.delete(markerKey(id), deadline: deadline())
+                return outcome
+            }
+            if !buffer.isEmpty {
+                parts.append((parts.count + 1, try bucket.putPart(key, upload: upload, number: parts.count + 1, bytes: buffer, deadline: deadline())))
+            }
+            try bucket.completeMultipart(key, upload: upload, parts: parts, deadline: deadline())
+        } catch {
+            // Left for the next finalize or the expiry sweep, which find the marker.
+            throw error
+        }
+        try bucket.delete(markerKey(id), deadline: deadline())
+        return .published
+    }
+
+    // MARK: Serving
+
+    /// Sends `length` bytes of the published file from `offset` in ranged reads of 1 MiB,
+    /// each on a file thread (`read`), so memory stays bounded whatever the file's size.
+    func produce(key: String, offset: Int64, length: Int64, read: @escaping @Sendable (@escaping @Sendable () throws -> [UInt8]) async throws -> [UInt8],
+                 into writer: HTTPBodyWriter) async throws {
+        var done: Int64 = 0
+        let piece: Int64 = 1 << 20
+        while done < length {
+            let from = offset + done, count = min(piece, length - done)
+            let bucket = self.bucket, seconds = operationSeconds
+            let bytes = try await read {
+                let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(seconds * 1_000_000_000)
+                return try bucket.get(key, range: from...(from + count - 1), maxBytes: Int(count), deadline: deadline)
+            }
+            guard Int64(bytes.count) == count else {
+                throw S3Failure(.badAnswer, "the S3 store returned \(bytes.count) bytes of \(key), not \(count)")
+            }
+            try await writer.write(bytes)
+            done += count
+        }
+    }
+}
+
+/// Finalize's check of staged bytes as they pass: the whole file's SHA-256 and each
+/// chunk's, against the declared hash and the digests recorded when the chunks arrived.
+struct StagedCheck: ~Copyable {
+    let size: Int64
+    let chunkSize: Int
+    let digests: [[UInt8]]
+    private var whole = SHA256()
+    private var chunk = SHA256()
+    private var inChunk = 0
+    private var index = 0
+    private var damaged: [Int] = []
+
+    init(size: Int64, chunkSize: Int, digests: [[UInt8]]) {
+        self.size = size
+        self.chunkSize = chunkSize
+        self.digests = digests
+    }
+
+    mutating func update(_ bytes: [UInt8]) {
+        whole.update(bytes)
+        var rest = bytes[...]
+        while !rest.isEmpty {
+            let take = min(chunkSize - inChunk, rest.count)
+            chunk.update(Array(rest.prefix(take)))
+            inChunk += take
+            rest = rest.dropFirst(take)
+            if inChunk == chunkSize { endChunk() }
+        }
+    }
+
+    private mutating func endChunk() {
+        let digest = exchange(&chunk, with: SHA256()).finalize()
+        if index < digests.count, digest != digests[index] { damaged.append(index) }
+        inChunk = 0
+        index += 1
+    }
+
+    /// Published when the file is the declared one; else the chunks that differ from their
+    /// digests, or a mismatch when every chunk is as recorded.
+    mutating func outcome(declared: MediaID) -> MediaFiles.FinalizeOutcome {
+        if inChunk > 0 { endChunk() }
+        let actual = Hex.encode(exchange(&whole, with: SHA256()).finalize())
+        if actual == declared.rawValue { return .published }
+        return damaged.isEmpty ? .checksumMismatch(actual: actual) : .damagedChunks(damaged)
+    }
+}
