@@ -147,6 +147,19 @@ final class S3Bucket: Sendable {
         }
     }
 
+    /// The multipart uploads in progress under `prefix` (below the location's own
+    /// prefix): key and upload id, at most 1,000 (one page).
+    func multipartUploads(prefix: String, deadline: UInt64) throws(S3Failure) -> [(key: String, upload: String)] {
+        let answer = try request("GET", key: nil, query: [("prefix", location.prefix + prefix), ("uploads", "")], deadline: deadline, maxBodyBytes: 8 << 20)
+        var uploads: [(key: String, upload: String)] = []
+        for element in S3XML(answer.body).elements("Upload") {
+            let item = S3XML(element)
+            guard let key = item.text("Key"), key.hasPrefix(location.prefix), let id = item.text("UploadId") else { continue }
+            uploads.append((String(key.dropFirst(location.prefix.count)), id))
+        }
+        return uploads
+    }
+
     // MARK: Sending
 
     /// Sends one request, signed afresh for each attempt, and retries a transient failure

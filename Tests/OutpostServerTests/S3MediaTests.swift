@@ -1,0 +1,199 @@
+import Dispatch
+import Foundation
+import OutpostCore
+import OutpostCrypto
+import OutpostTestSupport
+import Testing
+@testable import OutpostServer
+
+/// The media store on S3 (`S3MediaBytes`) against a real S3 layer (OpenStack Swift's
+/// s3api, `S3TestServer`): what only a bucket has (multipart publication, the marker of an
+/// interrupted finalize, the start check) and a real `outpost-server` on `--media-store s3`.
+/// The section 6 and tus tests run on the bucket too (`MediaSetup`).
+@Suite(.serverLogs) struct S3MediaTests {
+    /// Chunks of 1 MiB and parts of 5 MiB (S3's smallest), so a file of 11 MiB is three parts.
+    static let limits: Limits = {
+        var l = Limits()
+        l.chunkSize = 1 << 20
+        l.maxMediaBytes = 32 << 20
+        return l
+    }()
+
+    static func deadline() -> UInt64 { DispatchTime.now().uptimeNanoseconds + UInt64(testDeadlineSeconds) * 1_000_000_000 }
+
+    static func s3(_ f: MediaFixture) -> S3MediaBytes { f.store.bytes as! S3MediaBytes }
+
+    @Test(arguments: [StoreKind.sqlite, .postgres])
+    func aFileOfSeveralPartsIsPublishedWholeAndServedInRanges(store: StoreKind) async throws {
+        try await withMediaServer(limits: Self.limits, store: MediaSetup(store: store, place: .s3)) { f in
+            let file = mediaBytes((11 << 20) + 123, seed: 40)
+            let (_, complete) = try await f.client().upload("sp", file)
+            #expect(complete.media.mediaId == SHA256.hex(file))
+            let bucket = Self.s3(f)
+            let key = bucket.mediaKey(space: SpaceName("sp")!, id: MediaID(SHA256.hex(file))!)
+            try await blocking { () throws in
+                #expect(try bucket.bucket.size(of: key, deadline: Self.deadline()) == Int64(file.count))
+                #expect(try bucket.bucket.multipartUploads(prefix: "", deadline: Self.deadline()).isEmpty, "no part is left billed")
+                #expect(try bucket.partFileIDs().isEmpty, "the staged chunks are removed once published")
+            }
+            let whole = try await f.client().download("sp", complete.media.mediaId)
+            #expect(whole.status == 200 && summary(whole.body) == summary(file))
+            // A range across the boundary of the first two parts (5 MiB).
+            let from = (5 << 20) - 1000, to = (5 << 20) + 2_000_000
+            let range = try await f.client().download("sp", complete.media.mediaId, headers: [("Range", "bytes=\(from)-\(to)")])
+            #expect(range.status == 206 && summary(range.body) == summary(Array(file[from...to])))
+            #expect(f.metrics.value("outpost_media_s3_requests_total") > 0)
+            #expect(f.metrics.value("outpost_media_s3_sent_bytes_total") >= Double(2 * file.count), "staged, then published")
+        }
+    }
+
+    @Test func aFileOfSeveralPartsWhoseHashDiffersIsAbortedAndNothingIsPublished() async throws {
+        try await withMediaServer(limits: Self.limits, store: MediaSetup(store: .sqlite, place: .s3)) { f in
+            let file = mediaBytes(6 << 20, seed: 41)
+            let claimed = SHA256.hex(mediaBytes(6 << 20, seed: 42))
+            let client = f.client()
+            let upload = try UploadState.decode(try await client.begin("sp", size: file.count, sha256: claimed).body)
+            for (index, piece) in chunked(file, upload.chunkSize).enumerated() {
+                #expect(try await client.chunk("sp", upload.uploadId, index, piece).status == 200)
+            }
+            let done = try await client.finalize("sp", upload.uploadId)
+            #expect(done.status == 422 && mediaErrorCode(done) == "checksum_mismatch", "\(done.text)")
+            let bucket = Self.s3(f)
+            try await blocking { () throws in
+                #expect(try bucket.bucket.multipartUploads(prefix: "", deadline: Self.deadline()).isEmpty, "the multipart upload was aborted")
+                #expect(try !f.isPublished("sp", claimed))
+                #expect(try !f.isPublished("sp", SHA256.hex(file)))
+                #expect(try bucket.partFileIDs().isEmpty)
+            }
+        }
+    }
+
+    @Test(arguments: [StoreKind.sqlite, .postgres])
+    func anUploadCutByARestartResumesFromTheChunksAcknowledged(store: StoreKind) async throws {
+        try await withMediaServer(limits: Self.limits, store: MediaSetup(store: store, place: .s3)) { first in
+            let file = mediaBytes((3 << 20) + 7, seed: 43)
+            let upload = try UploadState.decode(try await first.client().begin("sp", file: file).body)
+            let pieces = chunked(file, upload.chunkSize)
+            #expect(try await first.client().chunk("sp", upload.uploadId, 0, pieces[0]).status == 200)
+            #expect(try await first.client().chunk("sp", upload.uploadId, 2, pieces[2]).status == 200)
+            try await first.afterRestart { second in
+                let state = try UploadState.decode(try await second.client().state("sp", upload.uploadId).body)
+                #expect(state.received == [0, 2])
+                #expect(try await second.client().chunk("sp", upload.uploadId, 1, pieces[1]).status == 200)
+                #expect(try await second.client().chunk("sp", upload.uploadId, 3, pieces[3]).status == 200)
+                let done = try await second.client().finalize("sp", upload.uploadId)
+                #expect(done.status == 200, "\(done.text)")
+                let got = try await second.client().download("sp", SHA256.hex(file))
+                #expect(summary(got.body) == summary(file))
+            }
+        }
+    }
+
+    @Test func aFinalizeInterruptedMidUploadIsAbortedByTheSweepWhenItsUploadExpires() async throws {
+        try await withMediaServer(limits: Self.limits, store: MediaSetup(store: .sqlite, place: .s3)) { f in
+            let file = mediaBytes(6 << 20, seed: 44)
+            let upload = try UploadState.decode(try await f.client().begin("sp", file: file).body)
+            #expect(try await f.client().chunk("sp", upload.uploadId, 0, chunked(file, upload.chunkSize)[0]).status == 200)
+            // What a finalize killed after it started the multipart upload leaves: the upload
+            // in progress and the marker that names it.
+            let bucket = Self.s3(f)
+            let id = UploadID(upload.uploadId)!
+            let key = bucket.mediaKey(space: SpaceName("sp")!, id: MediaID(SHA256.hex(file))!)
+            try await blocking { () throws in
+                let multipart = try bucket.bucket.startMultipart(key, contentType: "image/jpeg", deadline: Self.deadline())
+                _ = try bucket.bucket.putPart(key, upload: multipart, number: 1, bytes: Array(file[0..<(5 << 20)]), deadline: Self.deadline())
+                try bucket.bucket.put(bucket.markerKey(id), bytes: Array("\(key)\n\(multipart)".utf8), deadline: Self.deadline())
+                #expect(try bucket.bucket.multipartUploads(prefix: "", deadline: Self.deadline()).count == 1)
+            }
+            f.clock.advance(hours: 25)
+            let swept = try await f.service.sweep()
+            #expect(swept.expired == 1)
+            try await blocking { () throws in
+                #expect(try bucket.bucket.multipartUploads(prefix: "", deadline: Self.deadline()).isEmpty, "its parts are no longer billed")
+                #expect(try bucket.partFileIDs().isEmpty)
+                #expect(try bucket.bucket.size(of: key, deadline: Self.deadline()) == nil)
+            }
+        }
+    }
+
+    // MARK: A real server on --media-store s3
+
+    /// `serve` arguments for the bucket `name` of `store`.
+    static func arguments(_ store: S3TestServer, bucket name: String, endpoint: String? = nil) -> [String] {
+        ["--media-store", "s3", "--s3-endpoint", endpoint ?? store.endpoint, "--s3-bucket", name, "--s3-prefix", "media/"]
+    }
+
+    static func credentials(_ store: S3TestServer, secret: String? = nil) -> [String: String] {
+        ["AWS_ACCESS_KEY_ID": store.accessKey, "AWS_SECRET_ACCESS_KEY": secret ?? store.secretKey]
+    }
+
+    /// The log of a server that refused to start.
+    static func refusal(_ dir: TemporaryDirectory, _ arguments: [String], _ environment: [String: String]) throws -> String {
+        do {
+            let server = try ServerProcess(dataDirectory: dir.appending("data-\(UUID().uuidString)"), arguments: arguments, environment: environment)
+            _ = server.stop()
+            return "started"
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test func theServerRefusesToStartWithoutAUsableBucketAndSaysWhy() async throws {
+        let (store, name) = try await S3TestServer.bucket(prefix: "start")
+        try await withTemporaryDirectory(prefix: "outpost-s3-start") { dir in
+            try await blocking { () throws in
+                let missing = try Self.refusal(dir, Self.arguments(store, bucket: "no-such-bucket-here"), Self.credentials(store))
+                #expect(missing.contains("the bucket no-such-bucket-here does not exist"), "\(missing)")
+                let badSecret = "wrong-secret-\(UUID().uuidString)"
+                let refused = try Self.refusal(dir, Self.arguments(store, bucket: name), Self.credentials(store, secret: badSecret))
+                #expect(refused.contains("refused these credentials"), "\(refused)")
+                #expect(!refused.contains(badSecret), "the secret is never printed")
+                let closed = try Self.refusal(dir, Self.arguments(store, bucket: name, endpoint: "http://127.0.0.1:1"), Self.credentials(store))
+                #expect(closed.contains("127.0.0.1:1"), "\(closed)")
+                let none = try Self.refusal(dir, Self.arguments(store, bucket: name), [:])
+                #expect(none.contains("needs credentials"), "\(none)")
+            }
+        }
+    }
+
+    @Test func aServerKeepsMediaInTheBucketWithCredentialsFromAFileAndNeverShowsThem() async throws {
+        let (store, name) = try await S3TestServer.bucket(prefix: "serve")
+        try await withTemporaryDirectory(prefix: "outpost-s3-serve") { dir in
+            try await blocking { () throws in
+                let file = dir.appending("s3-credentials")
+                try "# media bucket\nAWS_ACCESS_KEY_ID=\(store.accessKey)\nAWS_SECRET_ACCESS_KEY=\(store.secretKey)\n".write(toFile: file, atomically: true, encoding: .utf8)
+                chmod(file, 0o644)
+                let open = try Self.refusal(dir, Self.arguments(store, bucket: name) + ["--s3-credentials-file", file], [:])
+                #expect(open.contains("must be readable by its owner only"), "\(open)")
+                chmod(file, 0o600)
+                let server = try ServerProcess(dataDirectory: dir.appending("data"), arguments: Self.arguments(store, bucket: name) + ["--s3-credentials-file", file],
+                                               environment: ["OUTPOST_ACCESS_LOG": "true"])
+                defer { _ = server.stop() }
+                let token = try server.token(spaces: ["sp"])
+                let bytes = mediaBytes(300_000, seed: 45)
+                let begin = try httpRequest(port: server.port, "POST", "/v1/spaces/sp/media/uploads",
+                                            headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")],
+                                            body: UploadRequest(size: Int64(bytes.count), sha256: SHA256.hex(bytes), contentType: "image/jpeg").encoded())
+                let upload = try UploadState.decode(begin.body)
+                for (index, piece) in chunked(bytes, upload.chunkSize).enumerated() {
+                    let r = try httpRequest(port: server.port, "PUT", "/v1/spaces/sp/media/uploads/\(upload.uploadId)/chunks/\(index)",
+                                            headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/octet-stream"), ("Content-Digest", contentDigest(piece))],
+                                            body: piece)
+                    #expect(r.status == 200, "\(r.text)")
+                }
+                let done = try httpRequest(port: server.port, "POST", "/v1/spaces/sp/media/uploads/\(upload.uploadId)/finalize", headers: [("Authorization", "Bearer \(token)")])
+                #expect(done.status == 200, "\(done.text)")
+                let got = try httpRequest(port: server.port, "GET", "/v1/spaces/sp/media/\(SHA256.hex(bytes))", headers: [("Authorization", "Bearer \(token)")])
+                #expect(got.status == 200 && summary(got.body) == summary(bytes))
+                let listed = try S3BucketRealStoreTests.bucket(store, name, prefix: "media/").list(prefix: "spaces/", after: nil, deadline: Self.deadline())
+                #expect(listed.objects.map(\.key) == ["spaces/sp/\(SHA256.hex(bytes).prefix(2))/\(SHA256.hex(bytes))"])
+                let admin = try server.token(spaces: [], admin: true)
+                let metrics = try httpRequest(port: server.port, "GET", "/metrics", headers: [("Authorization", "Bearer \(admin)")])
+                #expect(metrics.text.contains("outpost_media_s3_requests_total"))
+                let everything = metrics.text + server.log.value.joined(separator: "\n") + TestLogs.tail(of: server.logPath)
+                #expect(!everything.contains(store.secretKey), "the secret key is never in a log line or /metrics")
+                #expect(!everything.contains("AWS_SECRET_ACCESS_KEY"))
+            }
+        }
+    }
+}
