@@ -33,7 +33,7 @@ public struct MediaStoreSettings: Sendable {
         Settings.Option(flag: "--s3-bucket", env: "OUTPOST_S3_BUCKET", help: "the bucket that holds media (it must exist)") { s, v in
             s.mediaStore.bucket = v
         },
-        Settings.Option(flag: "--s3-prefix", env: "OUTPOST_S3_PREFIX", help: "a prefix for every key the server writes, such as outpost/ (default none)") { s, v in
+        Settings.Option(flag: "--s3-prefix", env: "OUTPOST_S3_PREFIX", help: "a prefix for every key the server writes, such as outpost/; none when unset") { s, v in
             s.mediaStore.prefix = v
         },
         Settings.Option(flag: "--s3-region", env: "OUTPOST_S3_REGION", help: "the region requests are signed for (default us-east-1)") { s, v in
