@@ -169,7 +169,7 @@ final class MediaFixture: Sendable {
     /// A fresh fixture, or, with `reopening`, a server on the data directory and database
     /// of a stopped one.
     init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite, place: MediaPlace = .directory, partSize: Int = 5 << 20,
-         reopening previous: (directory: TemporaryDirectory, postgresURL: String?, bucket: String?)? = nil) throws {
+         s3Endpoint: String? = nil, reopening previous: (directory: TemporaryDirectory, postgresURL: String?, bucket: String?)? = nil) throws {
         self.limits = limits
         self.kind = kind
         self.place = place
@@ -181,7 +181,7 @@ final class MediaFixture: Sendable {
         if place == .s3 {
             let s3 = try S3TestServer.shared
             let name = try previous?.bucket ?? s3.createBucket(prefix: "media")
-            var settings = S3MediaSettings(location: try S3Location(endpoint: s3.endpoint, bucket: name, prefix: "outpost/", region: s3.region),
+            var settings = S3MediaSettings(location: try S3Location(endpoint: s3Endpoint ?? s3.endpoint, bucket: name, prefix: "outpost/", region: s3.region),
                                            credentials: S3Credentials(accessKeyId: s3.accessKey, secretAccessKey: s3.secretKey))
             settings.partSize = partSize
             storeConfiguration.s3 = settings
@@ -284,8 +284,11 @@ extension MediaFixture {
 }
 
 /// Runs `body` against a fresh fixture on `setup` and always stops it.
-func withMediaServer(limits: Limits = MediaFixture.limits, store setup: MediaSetup, partSize: Int = 5 << 20, _ body: (MediaFixture) async throws -> Void) async throws {
-    try await runThenStop(try await blocking { try MediaFixture(limits: limits, store: setup.store, place: setup.place, partSize: partSize) }, body)
+func withMediaServer(limits: Limits = MediaFixture.limits, store setup: MediaSetup, partSize: Int = 5 << 20, s3Endpoint: String? = nil,
+                     _ body: (MediaFixture) async throws -> Void) async throws {
+    try await runThenStop(try await blocking {
+        try MediaFixture(limits: limits, store: setup.store, place: setup.place, partSize: partSize, s3Endpoint: s3Endpoint)
+    }, body)
 }
 
 /// Runs `body` against a fresh fixture and always stops it.

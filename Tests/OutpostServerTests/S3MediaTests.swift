@@ -116,6 +116,55 @@ import Testing
         }
     }
 
+    /// Through `S3FaultProxy`: a burst of `503 SlowDown` and a lost answer on the chunks'
+    /// PUTs, a reset in the middle of a part, the answer to the completion lost. Each is
+    /// retried within its deadline; every chunk acknowledged is in the file, the file is
+    /// published once with the declared bytes, and no part is left billed.
+    @Test func theStoresFaultsAreRetriedAndNothingAcknowledgedIsLostOrPublishedWrong() async throws {
+        let store = try await blocking { try S3TestServer.shared }
+        let proxy = try S3FaultProxy(upstreamPort: store.port)
+        defer { proxy.stop() }
+        try await withMediaServer(limits: Self.limits, store: MediaSetup(store: .sqlite, place: .s3), s3Endpoint: proxy.endpoint) { f in
+            let file = mediaBytes((11 << 20) + 5, seed: 46)
+            let isChunk: @Sendable (String) -> Bool = { $0.hasPrefix("PUT ") && $0.contains("/uploads/") }
+            proxy.inject([.slowDown, .slowDown, .slowDown, .loseAnswer], where: isChunk)
+            proxy.inject([.reset(afterBodyBytes: 100_000)], where: { $0.hasPrefix("PUT ") && $0.contains("partNumber=2&") })
+            proxy.inject([.loseAnswer], where: { $0.hasPrefix("POST ") && $0.contains("uploadId=") })
+            let (_, complete) = try await f.client().upload("sp", file)
+            #expect(complete.media.mediaId == SHA256.hex(file))
+            #expect(proxy.faultsInjected.count == 6, "\(proxy.faultsInjected)")
+            let got = try await f.client().download("sp", complete.media.mediaId)
+            #expect(got.status == 200 && summary(got.body) == summary(file))
+            let bucket = Self.s3(f)
+            try await blocking { () throws in
+                #expect(try bucket.bucket.multipartUploads(prefix: "", deadline: Self.deadline()).isEmpty)
+                #expect(try bucket.partFileIDs().isEmpty)
+            }
+            #expect(f.metrics.value("outpost_media_s3_failures_total") >= 6)
+        }
+    }
+
+    /// A store that keeps failing past the operation's retries: the client gets the
+    /// protocol's `503` envelope, the chunk is not acknowledged, and sent again it is kept.
+    @Test func aStoreDownPastTheRetriesIsA503AndTheChunkIsNotAcknowledged() async throws {
+        let store = try await blocking { try S3TestServer.shared }
+        let proxy = try S3FaultProxy(upstreamPort: store.port)
+        defer { proxy.stop() }
+        try await withMediaServer(store: MediaSetup(store: .sqlite, place: .s3), s3Endpoint: proxy.endpoint) { f in
+            let file = mediaBytes(9000, seed: 47)
+            let client = f.client()
+            let upload = try UploadState.decode(try await client.begin("sp", file: file).body)
+            let pieces = chunked(file, upload.chunkSize)
+            proxy.inject(Array(repeating: .slowDown, count: 5), where: { $0.hasPrefix("PUT ") && $0.contains("/uploads/") })
+            let refused = try await client.chunk("sp", upload.uploadId, 0, pieces[0])
+            #expect(refused.status == 503 && mediaErrorCode(refused) == "unavailable", "\(refused.status) \(refused.text)")
+            #expect(try UploadState.decode(try await client.state("sp", upload.uploadId).body).received == [])
+            for (index, piece) in pieces.enumerated() { #expect(try await client.chunk("sp", upload.uploadId, index, piece).status == 200) }
+            #expect(try await client.finalize("sp", upload.uploadId).status == 200)
+            #expect(summary(try await client.download("sp", SHA256.hex(file)).body) == summary(file))
+        }
+    }
+
     // MARK: A real server on --media-store s3
 
     /// `serve` arguments for the bucket `name` of `store`.

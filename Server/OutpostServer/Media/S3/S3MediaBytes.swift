@@ -265,33 +265,38 @@ final class S3MediaBytes: MediaBytes {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(partSize)
         let partSize = self.partSize
-        do {
-            _ = try readStaged(id, pieces: pieces, length: size) { bytes in
-                check.update(bytes)
-                var rest = bytes[...]
-                while !rest.isEmpty {
-                    let take = min(partSize - buffer.count, rest.count)
-                    buffer.append(contentsOf: rest.prefix(take))
-                    rest = rest.dropFirst(take)
-                    if buffer.count == partSize {
-                        parts.append((parts.count + 1, try bucket.putPart(key, upload: upload, number: parts.count + 1, bytes: buffer, deadline: deadline())))
-                        buffer.removeAll(keepingCapacity: true)
-                    }
+        // A failure below leaves the marker: the next finalize, or the removal of the
+        // upload, aborts the multipart upload it names.
+        _ = try readStaged(id, pieces: pieces, length: size) { bytes in
+            check.update(bytes)
+            var rest = bytes[...]
+            while !rest.isEmpty {
+                let take = min(partSize - buffer.count, rest.count)
+                buffer.append(contentsOf: rest.prefix(take))
+                rest = rest.dropFirst(take)
+                if buffer.count == partSize {
+                    parts.append((parts.count + 1, try bucket.putPart(key, upload: upload, number: parts.count + 1, bytes: buffer, deadline: deadline())))
+                    buffer.removeAll(keepingCapacity: true)
                 }
             }
-            let outcome = check.outcome(declared: declared)
-            guard outcome == .published else {
-                try bucket.abortMultipart(key, upload: upload, deadline: deadline())
-                try bucket.delete(markerKey(id), deadline: deadline())
-                return outcome
-            }
-            if !buffer.isEmpty {
-                parts.append((parts.count + 1, try bucket.putPart(key, upload: upload, number: parts.count + 1, bytes: buffer, deadline: deadline())))
-            }
+        }
+        let outcome = check.outcome(declared: declared)
+        guard outcome == .published else {
+            try bucket.abortMultipart(key, upload: upload, deadline: deadline())
+            try bucket.delete(markerKey(id), deadline: deadline())
+            return outcome
+        }
+        if !buffer.isEmpty {
+            parts.append((parts.count + 1, try bucket.putPart(key, upload: upload, number: parts.count + 1, bytes: buffer, deadline: deadline())))
+        }
+        do {
             try bucket.completeMultipart(key, upload: upload, parts: parts, deadline: deadline())
         } catch {
-            // Left for the next finalize or the expiry sweep, which find the marker.
-            throw error
+            // A completion whose answer was lost, sent again: the first one completed
+            // the upload when the object is there (only a checked file is completed
+            // under its SHA-256, so any object there has the declared bytes).
+            let failure = error
+            guard failure.code == "NoSuchUpload", try bucket.size(of: key, deadline: deadline()) == size else { throw failure }
         }
         try bucket.delete(markerKey(id), deadline: deadline())
         return .published
