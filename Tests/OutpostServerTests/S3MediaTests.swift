@@ -116,6 +116,39 @@ import Testing
         }
     }
 
+    /// Three instances on one PostgreSQL database and one bucket: an upload begun on one
+    /// continues on another and is finalized on the third, each chunk acknowledged once;
+    /// every instance serves the file, and a second finalize anywhere answers the same.
+    @Test func anUploadBegunOnOneInstanceContinuesOnAnotherAndAnyServesIt() async throws {
+        try await withMediaServer(limits: Self.limits, store: MediaSetup(store: .postgres, place: .s3)) { a in
+            let shared = (postgresURL: a.postgresURL, bucket: a.bucket)
+            let b = try await blocking { try MediaFixture(limits: Self.limits, store: .postgres, place: .s3, reopening: (try TemporaryDirectory(prefix: "outpost-media-b"), shared.postgresURL, shared.bucket)) }
+            let c = try await blocking { try MediaFixture(limits: Self.limits, store: .postgres, place: .s3, reopening: (try TemporaryDirectory(prefix: "outpost-media-c"), shared.postgresURL, shared.bucket)) }
+            do {
+                let file = mediaBytes((6 << 20) + 99, seed: 48)
+                let upload = try UploadState.decode(try await a.client().begin("sp", file: file).body)
+                let pieces = chunked(file, upload.chunkSize)
+                for index in 0..<3 { #expect(try await a.client().chunk("sp", upload.uploadId, index, pieces[index]).status == 200) }
+                let resumed = try await b.client().begin("sp", file: file)
+                let received = try UploadState.decode(resumed.body).received
+                #expect(resumed.status == 200 && received == [0, 1, 2], "\(resumed.text)")
+                for index in 3..<pieces.count { #expect(try await b.client().chunk("sp", upload.uploadId, index, pieces[index]).status == 200) }
+                let done = try await c.client().finalize("sp", upload.uploadId)
+                #expect(done.status == 200, "\(done.text)")
+                #expect(try await a.client().finalize("sp", upload.uploadId).body == done.body, "finalize is idempotent on any instance")
+                for server in [a, b, c] {
+                    #expect(summary(try await server.client().download("sp", SHA256.hex(file)).body) == summary(file))
+                }
+            } catch {
+                await b.stop()
+                await c.stop()
+                throw error
+            }
+            await b.stop()
+            await c.stop()
+        }
+    }
+
     /// Through `S3FaultProxy`: a burst of `503 SlowDown` and a lost answer on the chunks'
     /// PUTs, a reset in the middle of a part, the answer to the completion lost. Each is
     /// retried within its deadline; every chunk acknowledged is in the file, the file is
