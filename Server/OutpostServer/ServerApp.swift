@@ -67,7 +67,7 @@ public enum ServerApp {
                                                 a consistent copy, also while the server runs
           restore --from PATH --data DIR [--media-dir DIR] [--force]
                                                 put a backup in place, with a new epoch (server stopped)
-          check --data DIR [--media-dir DIR]    integrity of the store and every media file (exit 1 when damaged)
+          check --data DIR [--media-dir DIR | --media-store s3 --s3-…]    integrity of the store and every media file (exit 1 when damaged)
           healthcheck [--url URL] [--timeout SECONDS]
                                                 exit 0 when GET /readyz answers 2xx
         """
@@ -107,7 +107,7 @@ public enum ServerApp {
             a data directory that already holds a store.
             """
         case "check": """
-            usage: outpost-server check --data DIR [--media-dir DIR]
+            usage: outpost-server check --data DIR [--media-dir DIR | --media-store s3 --s3-endpoint URL --s3-bucket NAME …]
             Checks the store's invariants and every media file; prints what is wrong and exits 1
             when anything is damaged, 0 when sound.
             """

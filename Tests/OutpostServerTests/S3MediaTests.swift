@@ -275,6 +275,15 @@ import Testing
                 let everything = metrics.text + server.log.value.joined(separator: "\n") + TestLogs.tail(of: server.logPath)
                 #expect(!everything.contains(store.secretKey), "the secret key is never in a log line or /metrics")
                 #expect(!everything.contains("AWS_SECRET_ACCESS_KEY"))
+
+                // `check` verifies the bucket against the store's rows, with the same settings.
+                let checkArguments = ["check", "--data", server.dataDirectory] + Self.arguments(store, bucket: name)
+                let sound = try ServerProcess.run(checkArguments, environment: Self.credentials(store))
+                #expect(sound.status == 0 && sound.output.contains("1 media objects in the bucket \(name)"), "\(sound.output)")
+                let key = "spaces/sp/\(SHA256.hex(bytes).prefix(2))/\(SHA256.hex(bytes))"
+                try S3BucketRealStoreTests.bucket(store, name, prefix: "media/").delete(key, deadline: Self.deadline())
+                let damaged = try ServerProcess.run(checkArguments, environment: Self.credentials(store))
+                #expect(damaged.status == 1 && damaged.output.contains("media object \(key) is missing from the bucket"), "\(damaged.output)")
             }
         }
     }

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import OutpostCore
 import OutpostSQLite
@@ -61,9 +62,10 @@ public enum CheckCommand {
     /// Parses the command line, checks, prints the report; 0 when sound, 1 when damaged.
     public static func main(arguments: [String], environment: [String: String]) -> Int32 {
         runOperatorCommand {
-            let options = try OperatorArguments(arguments, valued: ["--data", "--media-dir", "--store"], switches: [])
+            let options = try OperatorArguments(arguments, valued: Set(["--data", "--media-dir", "--store"] + MediaStoreSettings.flags), switches: [])
             let (data, media) = try options.directories(environment, command: "check")
-            let report = try run(dataDirectory: data, mediaDirectory: media)
+            let bucket = try options.mediaStore(environment).s3()
+            let report = try run(dataDirectory: data, mediaDirectory: media, bucket: bucket)
             FileHandle.standardOutput.write(Data(report.text.utf8))
             return report.isSound && report.isPrivate ? 0 : 1
         }
@@ -72,7 +74,8 @@ public enum CheckCommand {
     /// Checks the data directory at `dataDirectory` (its media in `mediaDirectory`, by
     /// default `DATA/media`). Throws a usage error when it is not a directory; everything
     /// else it finds is in the report.
-    public static func run(dataDirectory: String, mediaDirectory: String? = nil) throws -> Report {
+    /// With `bucket`, the media are checked in it (`checkBucket`) instead of a directory.
+    public static func run(dataDirectory: String, mediaDirectory: String? = nil, bucket: S3MediaSettings? = nil) throws -> Report {
         guard OperatorFiles.isDirectory(dataDirectory) else { throw AdminCommands.Usage("\(dataDirectory) is not a directory") }
         var report = Report()
         let storePath = OperatorFiles.join(dataDirectory, "outpost.sqlite")
@@ -81,6 +84,13 @@ public enum CheckCommand {
             rows = checkStore(storePath, &report)
         } else {
             report.problems.append("store \(storePath) is missing")
+        }
+        if let bucket {
+            checkBucket(S3MediaBytes(bucket: S3Bucket(location: bucket.location, credentials: bucket.credentials,
+                                                      clock: { Int64(Date().timeIntervalSince1970) })),
+                        rows: rows, &report)
+            checkPrivacy([dataDirectory], &report)
+            return report
         }
         let media = mediaDirectory ?? OperatorFiles.join(dataDirectory, "media")
         checkMedia(media, rows: rows, &report)
@@ -288,6 +298,49 @@ public enum CheckCommand {
         let uploads = OperatorFiles.list(OperatorFiles.join(mediaPath, "uploads")).count
         if uploads > 0 {
             report.checked.append("\(uploads) open upload files (not checked: finalize checks every chunk and the whole file)")
+        }
+    }
+
+    /// Checks every media row against the bucket (`--media-store s3`): its object exists
+    /// with the recorded size (the bytes are not read: the store checked each part's
+    /// signature, and finalize checked the file before completing it), and objects under
+    /// `spaces/` without a row are reported. A bucket that cannot be listed is a problem.
+    static func checkBucket(_ bytes: S3MediaBytes, rows: [MediaRow]?, _ report: inout Report) {
+        do {
+            var objects: [String: Int64] = [:]
+            var token: String?
+            let deadline = { DispatchTime.now().uptimeNanoseconds + 60_000_000_000 }
+            repeat {
+                let page = try bytes.bucket.list(prefix: "spaces/", after: token, deadline: deadline())
+                for object in page.objects { objects[object.key] = object.size }
+                token = page.next
+            } while token != nil
+            var sound = 0
+            var total: Int64 = 0
+            for row in rows ?? [] {
+                guard let space = SpaceName(row.space), let id = MediaID(row.id) else {
+                    report.problems.append("media row (space \"\(row.space)\", id \"\(row.id)\") cannot name an object")
+                    continue
+                }
+                let key = bytes.mediaKey(space: space, id: id)
+                switch objects.removeValue(forKey: key) {
+                case nil: report.problems.append("media object \(key) is missing from the bucket (space \(row.space), \(row.size) bytes)")
+                case let size? where size != row.size: report.problems.append("media object \(key) has \(size) bytes, its row says \(row.size)")
+                case let size?:
+                    sound += 1
+                    total += size
+                }
+            }
+            if let rows, sound == rows.count {
+                report.checked.append("\(sound) media objects in the bucket \(bytes.bucket.location.bucket) (\(total) bytes): each present, its size as recorded")
+            }
+            for key in objects.keys.sorted() where rows != nil {
+                report.warnings.append("media object \(key) has no row (left by a finalize stopped before its commit, or published during this check); a finalize of the same file adopts it")
+            }
+            let staged = try bytes.partFileIDs().count
+            if staged > 0 { report.checked.append("\(staged) uploads with staged pieces (not checked: finalize checks every chunk and the whole file)") }
+        } catch {
+            report.problems.append("the media bucket cannot be read: \(error)")
         }
     }
 }

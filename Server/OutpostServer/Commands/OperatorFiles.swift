@@ -218,6 +218,18 @@ struct OperatorArguments {
         return (data, media)
     }
 
+    /// Where media bytes live, from the `--media-store` and `--s3-*` flags given and the
+    /// environment, read by the same options as `serve` (`MediaStoreSettings`).
+    func mediaStore(_ environment: [String: String]) throws -> MediaStoreSettings {
+        var settings = Settings()
+        for option in MediaStoreSettings.options {
+            if let value = values[option.flag] ?? environment[option.env] { try option.apply(&settings, value) }
+        }
+        settings.mediaStore.readEnvironment(environment)
+        try settings.mediaStore.validate()
+        return settings.mediaStore
+    }
+
     /// The value of `flag`, or a usage error naming it.
     func required(_ flag: String, _ what: String) throws -> String {
         guard let value = values[flag] else { throw AdminCommands.Usage("\(flag) \(what) is required") }

@@ -48,6 +48,9 @@ public struct MediaStoreSettings: Sendable {
         },
     ]
 
+    /// The flags of these settings (operator commands accept them as `serve` does).
+    static var flags: [String] { options.map(\.flag) }
+
     /// Reads `AWS_*` from the environment.
     mutating func readEnvironment(_ environment: [String: String]) {
         environmentCredentials = Self.credentials(from: environment)
