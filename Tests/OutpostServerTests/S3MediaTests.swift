@@ -280,10 +280,30 @@ import Testing
                 let checkArguments = ["check", "--data", server.dataDirectory] + Self.arguments(store, bucket: name)
                 let sound = try ServerProcess.run(checkArguments, environment: Self.credentials(store))
                 #expect(sound.status == 0 && sound.output.contains("1 media objects in the bucket \(name)"), "\(sound.output)")
+
+                // `backup` keeps the rows and checks the objects, copying no bytes; `restore`
+                // takes it back only with the bucket's settings.
+                let out = dir.appending("backup")
+                let backup = try ServerProcess.run(["backup", "--data", server.dataDirectory, "--out", out] + Self.arguments(store, bucket: name),
+                                                   environment: Self.credentials(store))
+                #expect(backup.status == 0, "\(backup.output)")
+                let manifest = try BackupManifest.read(backup: out)
+                #expect(manifest.mediaBucket == "s3:\(name)/media/" && manifest.media.count == 1)
+                #expect(!FileManager.default.fileExists(atPath: out + "/media/spaces"), "no media bytes are copied")
+                let without = try runToCompletion(BuildProducts.executable("outpost-server"), ["restore", "--from", out, "--data", dir.appending("restored-a")], standardError: true)
+                #expect(without.status == 1 && without.output.contains("the backup's media are in the bucket s3:\(name)/media/"), "\(without.output)")
+                let restored = try ServerProcess.run(["restore", "--from", out, "--data", dir.appending("restored-b")] + Self.arguments(store, bucket: name),
+                                                     environment: Self.credentials(store))
+                #expect(restored.status == 0, "\(restored.output)")
+
                 let key = "spaces/sp/\(SHA256.hex(bytes).prefix(2))/\(SHA256.hex(bytes))"
                 try S3BucketRealStoreTests.bucket(store, name, prefix: "media/").delete(key, deadline: Self.deadline())
                 let damaged = try ServerProcess.run(checkArguments, environment: Self.credentials(store))
                 #expect(damaged.status == 1 && damaged.output.contains("media object \(key) is missing from the bucket"), "\(damaged.output)")
+                let refused = try runToCompletion(BuildProducts.executable("outpost-server"),
+                                                  ["backup", "--data", server.dataDirectory, "--out", dir.appending("backup-2")] + Self.arguments(store, bucket: name),
+                                                  environment: Self.credentials(store), standardError: true)
+                #expect(refused.status == 1 && refused.output.contains("1 media file(s) that the backup names are not in the bucket"), "\(refused.output)")
             }
         }
     }

@@ -43,6 +43,11 @@ public struct BackupManifest: Codable, Sendable, Equatable {
     public var includesSecret: Bool
     /// Open uploads at the snapshot, left out of the backup (their clients start them again).
     public var openUploadsLeftOut: Int
+    /// With media in S3 (`--media-store s3`): the bucket and prefix that hold the media
+    /// bytes (`s3:<bucket>/<prefix>`). The backup then copies no bytes: every object its
+    /// rows name was checked to be in the bucket with its size, and the bucket's own
+    /// versioning or replication is the bytes' backup. Nil: the files are in `media/`.
+    public var mediaBucket: String?
 
     /// The backup's store file.
     public struct StoreFile: Codable, Sendable, Equatable {
@@ -126,10 +131,11 @@ public enum BackupCommand {
     /// Parses the command line and runs the backup; prints a one-line summary.
     public static func main(arguments: [String], environment: [String: String]) -> Int32 {
         runOperatorCommand {
-            let options = try OperatorArguments(arguments, valued: ["--data", "--media-dir", "--store", "--out"], switches: ["--include-secret"])
+            let options = try OperatorArguments(arguments, valued: Set(["--data", "--media-dir", "--store", "--out"] + MediaStoreSettings.flags), switches: ["--include-secret"])
             let (data, media) = try options.directories(environment, command: "backup")
+            let bucket = try options.mediaStore(environment).s3()
             let out = try options.required("--out", "PATH")
-            let manifest = try run(dataDirectory: data, output: out, includeSecret: options.switches.contains("--include-secret"), mediaDirectory: media)
+            let manifest = try run(dataDirectory: data, output: out, includeSecret: options.switches.contains("--include-secret"), mediaDirectory: media, bucket: bucket)
             print("backup \(out): epoch \(manifest.epoch), \(manifest.counts.records) records in \(manifest.counts.spaces) spaces, "
                 + "\(manifest.counts.media) media files (\(manifest.counts.mediaBytes) bytes)"
                 + (manifest.openUploadsLeftOut > 0 ? ", \(manifest.openUploadsLeftOut) open uploads left out" : "")
@@ -140,7 +146,9 @@ public enum BackupCommand {
 
     /// Backs up `dataDirectory` (with its media in `mediaDirectory`, by default
     /// `DATA/media`) into the new directory `output` and returns its manifest.
-    public static func run(dataDirectory: String, output: String, includeSecret: Bool = false, mediaDirectory: String? = nil) throws -> BackupManifest {
+    /// With `bucket`, the media bytes stay in it (`BackupManifest.mediaBucket`).
+    public static func run(dataDirectory: String, output: String, includeSecret: Bool = false, mediaDirectory: String? = nil,
+                           bucket: S3MediaSettings? = nil) throws -> BackupManifest {
         let storePath = OperatorFiles.join(dataDirectory, "outpost.sqlite")
         guard OperatorFiles.isRegularFile(storePath) else { throw AdminCommands.Usage("no store at \(storePath)") }
         guard !OperatorFiles.exists(output) else { throw AdminCommands.Usage("\(output) already exists; back up into a new path") }
@@ -150,7 +158,7 @@ public enum BackupCommand {
         guard mkdir(staging, 0o700) == 0 else { throw OperatorFiles.ioError("mkdir", staging) }
         do {
             let manifest = try fill(staging, from: dataDirectory, media: mediaDirectory ?? OperatorFiles.join(dataDirectory, "media"),
-                                    storePath: storePath, includeSecret: includeSecret)
+                                    bucket: bucket, storePath: storePath, includeSecret: includeSecret)
             try OperatorFiles.sync(staging)
             try OperatorFiles.rename(staging, output)
             try OperatorFiles.sync(parent)
@@ -161,7 +169,8 @@ public enum BackupCommand {
         }
     }
 
-    private static func fill(_ staging: String, from dataDirectory: String, media mediaDirectory: String, storePath: String, includeSecret: Bool) throws -> BackupManifest {
+    private static func fill(_ staging: String, from dataDirectory: String, media mediaDirectory: String, bucket: S3MediaSettings?,
+                             storePath: String, includeSecret: Bool) throws -> BackupManifest {
         // 1. The store, as of one commit.
         let copyPath = OperatorFiles.join(staging, "outpost.sqlite")
         let createdAt = Int64(Date().timeIntervalSince1970 * 1000)
@@ -217,8 +226,15 @@ public enum BackupCommand {
         manifest.store.sha256 = stored.sha256
         try OperatorFiles.sync(copyPath)
 
-        // 3. The media files the snapshot names, each checked against its name and row.
-        try copyMedia(manifest.media, from: mediaDirectory, to: OperatorFiles.join(staging, "media"), what: "the media directory \(mediaDirectory)")
+        // 3. The media files the snapshot names, each checked against its name and row; in
+        // a bucket, each object checked to be there with its size, and not copied.
+        if let bucket {
+            let bytes = S3MediaBytes(settings: bucket)
+            try bytes.requireObjects(manifest.media, what: "the backup")
+            manifest.mediaBucket = try bytes.identity()
+        } else {
+            try copyMedia(manifest.media, from: mediaDirectory, to: OperatorFiles.join(staging, "media"), what: "the media directory \(mediaDirectory)")
+        }
 
         // 4. The secret, only when asked for.
         if includeSecret {

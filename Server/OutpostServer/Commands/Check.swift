@@ -86,9 +86,7 @@ public enum CheckCommand {
             report.problems.append("store \(storePath) is missing")
         }
         if let bucket {
-            checkBucket(S3MediaBytes(bucket: S3Bucket(location: bucket.location, credentials: bucket.credentials,
-                                                      clock: { Int64(Date().timeIntervalSince1970) })),
-                        rows: rows, &report)
+            checkBucket(S3MediaBytes(settings: bucket), rows: rows, &report)
             checkPrivacy([dataDirectory], &report)
             return report
         }
@@ -307,14 +305,7 @@ public enum CheckCommand {
     /// `spaces/` without a row are reported. A bucket that cannot be listed is a problem.
     static func checkBucket(_ bytes: S3MediaBytes, rows: [MediaRow]?, _ report: inout Report) {
         do {
-            var objects: [String: Int64] = [:]
-            var token: String?
-            let deadline = { DispatchTime.now().uptimeNanoseconds + 60_000_000_000 }
-            repeat {
-                let page = try bytes.bucket.list(prefix: "spaces/", after: token, deadline: deadline())
-                for object in page.objects { objects[object.key] = object.size }
-                token = page.next
-            } while token != nil
+            var objects = try bytes.publishedObjects()
             var sound = 0
             var total: Int64 = 0
             for row in rows ?? [] {

@@ -37,10 +37,11 @@ public enum RestoreCommand {
     /// output, like `rotate-epoch`) and a summary on standard error.
     public static func main(arguments: [String], environment: [String: String]) -> Int32 {
         runOperatorCommand {
-            let options = try OperatorArguments(arguments, valued: ["--from", "--data", "--media-dir", "--store"], switches: ["--force"])
+            let options = try OperatorArguments(arguments, valued: Set(["--from", "--data", "--media-dir", "--store"] + MediaStoreSettings.flags), switches: ["--force"])
             let from = try options.required("--from", "PATH")
             let (data, media) = try options.directories(environment, command: "restore")
-            let report = try run(backup: from, dataDirectory: data, force: options.switches.contains("--force"), mediaDirectory: media)
+            let report = try run(backup: from, dataDirectory: data, force: options.switches.contains("--force"), mediaDirectory: media,
+                                 bucket: try options.mediaStore(environment).s3())
             print(report.epoch.rawValue)
             var summary = "restored \(from) into \(data): \(report.manifest.counts.records) records in \(report.manifest.counts.spaces) spaces, "
                 + "\(report.manifest.counts.media) media files; epoch \(report.backupEpoch)"
@@ -54,8 +55,22 @@ public enum RestoreCommand {
 
     /// Restores the backup at `backup` into `dataDirectory` (its media into
     /// `mediaDirectory`, by default `DATA/media`); returns what it did.
-    public static func run(backup: String, dataDirectory: String, force: Bool = false, mediaDirectory: String? = nil) throws -> Report {
+    /// A backup of media in a bucket (`BackupManifest.mediaBucket`) restores with `bucket`
+    /// only: its rows come back, and every object they name must be in the bucket.
+    public static func run(backup: String, dataDirectory: String, force: Bool = false, mediaDirectory: String? = nil,
+                           bucket: S3MediaSettings? = nil) throws -> Report {
         let manifest = try BackupManifest.read(backup: backup)
+        switch (manifest.mediaBucket, bucket) {
+        case (let named?, nil):
+            throw OperatorError("the backup's media are in the bucket \(named); restore with --media-store s3 and the settings of that bucket (or of its replica)")
+        case (nil, _?) where !manifest.media.isEmpty:
+            throw OperatorError("the backup holds its media files in \(backup)/media; restore into a media directory (without --media-store s3), then copy them to the bucket")
+        case (_?, let bucket?):
+            try S3MediaBytes(settings: bucket).requireObjects(manifest.media, what: "the backup's store")
+        default:
+            break
+        }
+        let copiesMedia = bucket == nil
         guard let backupEpoch = Epoch(manifest.epoch) else { throw OperatorError("the backup's manifest names an invalid epoch \"\(manifest.epoch)\"") }
         let backupStore = OperatorFiles.join(backup, manifest.store.path)
         guard manifest.store.path == "outpost.sqlite", OperatorFiles.isRegularFile(backupStore) else {
@@ -72,7 +87,7 @@ public enum RestoreCommand {
         let storePath = directory.storePath
         let mediaPath = mediaDirectory ?? directory.mediaPath
         let hasStore = OperatorFiles.exists(storePath)
-        let hasMedia = !OperatorFiles.list(OperatorFiles.join(mediaPath, "spaces")).isEmpty
+        let hasMedia = copiesMedia && !OperatorFiles.list(OperatorFiles.join(mediaPath, "spaces")).isEmpty
         if (hasStore || hasMedia) && !force {
             throw OperatorError("\(dataDirectory) already holds a \(hasStore ? "store" : "media directory"); pass --force to replace it (the replaced data is deleted)")
         }
@@ -92,17 +107,19 @@ public enum RestoreCommand {
             }
             let epoch = try prepareStore(stagingStore, backupEpoch: backupEpoch, after: replacedEpoch, history: replacedHistory, manifest: manifest)
 
-            // The media files, each checked against its name.
-            try OperatorFiles.makeDirectories(OperatorFiles.join(stagingMedia, "spaces"))
-            try OperatorFiles.makeDirectories(OperatorFiles.join(stagingMedia, "uploads"))
-            try BackupCommand.copyMedia(manifest.media, from: OperatorFiles.join(backup, "media"), to: stagingMedia, what: "the backup \(backup)")
-            try OperatorFiles.sync(stagingMedia)
-
-            // Into place: old media aside, new media in, new store over the old one.
+            // The media files, each checked against its name (in a bucket they stay there).
             let replacedMedia = mediaPath + ".replaced"
-            try OperatorFiles.remove(replacedMedia)
-            if OperatorFiles.exists(mediaPath) { try OperatorFiles.rename(mediaPath, replacedMedia) }
-            try OperatorFiles.rename(stagingMedia, mediaPath)
+            if copiesMedia {
+                try OperatorFiles.makeDirectories(OperatorFiles.join(stagingMedia, "spaces"))
+                try OperatorFiles.makeDirectories(OperatorFiles.join(stagingMedia, "uploads"))
+                try BackupCommand.copyMedia(manifest.media, from: OperatorFiles.join(backup, "media"), to: stagingMedia, what: "the backup \(backup)")
+                try OperatorFiles.sync(stagingMedia)
+
+                // Into place: old media aside, new media in, new store over the old one.
+                try OperatorFiles.remove(replacedMedia)
+                if OperatorFiles.exists(mediaPath) { try OperatorFiles.rename(mediaPath, replacedMedia) }
+                try OperatorFiles.rename(stagingMedia, mediaPath)
+            }
             // The old store was closed cleanly above, so it has no log; a stray one must not
             // be replayed into the restored file.
             for sidecar in ["-wal", "-shm", "-journal"] { try OperatorFiles.remove(storePath + sidecar) }
@@ -110,7 +127,7 @@ public enum RestoreCommand {
 
             let restoredSecret = try restoreSecret(from: backup, into: dataDirectory)
             try OperatorFiles.sync(dataDirectory)
-            try OperatorFiles.remove(replacedMedia)
+            if copiesMedia { try OperatorFiles.remove(replacedMedia) }
             withExtendedLifetime(directory) {}
             return Report(epoch: epoch, backupEpoch: backupEpoch, replacedEpoch: replacedEpoch, manifest: manifest, restoredSecret: restoredSecret)
         } catch {

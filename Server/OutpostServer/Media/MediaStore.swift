@@ -76,9 +76,7 @@ public final class MediaStore: Sendable {
     /// Opens the media metadata (creating its tables when absent) and the media directory.
     public init(configuration: Configuration) throws {
         if let s3 = configuration.s3 {
-            bytes = S3MediaBytes(bucket: S3Bucket(location: s3.location, credentials: s3.credentials, counters: s3.counters,
-                                                  clock: { Int64(Date().timeIntervalSince1970) }),
-                                 partSize: s3.partSize)
+            bytes = S3MediaBytes(settings: s3)
         } else {
             bytes = MediaFiles(root: configuration.mediaDirectory)
         }

@@ -45,6 +45,38 @@ final class S3MediaBytes: MediaBytes {
         instance = Hex.encode(SecureRandom.bytes(8))
     }
 
+    /// The media bytes of an operator command (`check`, `backup`, `restore`).
+    convenience init(settings: S3MediaSettings) {
+        self.init(bucket: S3Bucket(location: settings.location, credentials: settings.credentials, counters: settings.counters,
+                                   clock: { Int64(Date().timeIntervalSince1970) }),
+                  partSize: settings.partSize)
+    }
+
+    /// Every published object under `spaces/`, with its size.
+    func publishedObjects() throws -> [String: Int64] {
+        var objects: [String: Int64] = [:]
+        var token: String?
+        repeat {
+            let page = try bucket.list(prefix: "spaces/", after: token, deadline: deadline())
+            for object in page.objects { objects[object.key] = object.size }
+            token = page.next
+        } while token != nil
+        return objects
+    }
+
+    /// Throws, naming how many and the first, unless every file of `media` is an object
+    /// of its size in the bucket.
+    func requireObjects(_ media: [BackupManifest.MediaFile], what: String) throws {
+        let objects = try publishedObjects()
+        let missing = media.filter { file in
+            guard let space = SpaceName(file.space), let id = MediaID(file.sha256) else { return true }
+            return objects[mediaKey(space: space, id: id)] != file.size
+        }
+        if let first = missing.first {
+            throw OperatorError("\(missing.count) media file(s) that \(what) names are not in \(placeName) with their size (the first: space \(first.space), \(first.sha256), \(first.size) bytes)")
+        }
+    }
+
     // MARK: Keys
 
     static func pieceName(_ offset: Int64) -> String {
