@@ -92,7 +92,7 @@ public final class OutpostApplication: Sendable {
         // The admin console reads records on a session of its own (read-only on SQLite).
         let browser = try RecordBrowser(name: sessions.name, epoch: store.epoch, open: sessions.open(readOnly: true))
         let signer = JWTAuthority(secret: secrets.jwt)
-        admin = AdminService(browser: browser, media: media, authorizer: authorizer, metrics: metrics, errors: errors,
+        admin = AdminService(browser: browser, sync: sync, media: media, authorizer: authorizer, metrics: metrics, errors: errors,
                              storeKind: settings.postgresURL == nil ? "sqlite" : "postgresql",
                              startedAt: Int64(Date().timeIntervalSince1970 * 1000), sign: { signer.sign($0) })
         var router = Router()

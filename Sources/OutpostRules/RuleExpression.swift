@@ -99,16 +99,40 @@ public struct RuleExpression: Sendable, CustomStringConvertible {
 
     /// Whether the expression evaluates to exactly `true` in `context`.
     public func admits(_ context: Context) -> Bool {
-        if case .bool(true) = Self.evaluate(root, context) { return true }
+        var untraced: Trace?
+        if case .bool(true) = Self.evaluate(root, context, &untraced) { return true }
         return false
     }
 
     /// The value of the expression in `context`.
     public func value(in context: Context) -> JSONValue {
-        Self.evaluate(root, context)
+        var untraced: Trace?
+        return Self.evaluate(root, context, &untraced)
     }
 
-    static func evaluate(_ node: Node, _ c: Context) -> JSONValue {
+    /// The value of the expression in `context`, and the trace of that same evaluation:
+    /// every sub-expression it evaluated, with its value (`Trace`). What the admin
+    /// console's explanation of a record's rules shows (docs/operating.md).
+    public func traced(in context: Context) -> (value: JSONValue, trace: Trace) {
+        var trace: Trace? = Trace()
+        let value = Self.evaluate(root, context, &trace)
+        return (value, trace!)
+    }
+
+    /// Evaluates `node`. With a `trace`, each node evaluated is recorded in it as it is
+    /// entered, and given its value as it is left: one evaluator, whether traced or not,
+    /// so an explanation cannot differ from a verdict.
+    static func evaluate(_ node: Node, _ c: Context, _ trace: inout Trace?) -> JSONValue {
+        guard trace != nil else { return compute(node, c, &trace) }
+        trace!.enter(node)
+        let value = compute(node, c, &trace)
+        trace!.leave(value)
+        return value
+    }
+
+    /// One node's value; its operands are evaluated by `evaluate`, in the order and as far
+    /// as the operator needs them (`&&` and `||` stop at their first operand that decides).
+    private static func compute(_ node: Node, _ c: Context, _ trace: inout Trace?) -> JSONValue {
         switch node {
         case .literal(let v):
             return v
@@ -128,15 +152,16 @@ public struct RuleExpression: Sendable, CustomStringConvertible {
             }
             return value
         case .not(let inner):
-            return .bool(!isTrue(evaluate(inner, c)))
+            return .bool(!isTrue(evaluate(inner, c, &trace)))
         case .and(let a, let b):
-            return .bool(isTrue(evaluate(a, c)) && isTrue(evaluate(b, c)))
+            return .bool(isTrue(evaluate(a, c, &trace)) && isTrue(evaluate(b, c, &trace)))
         case .or(let a, let b):
-            return .bool(isTrue(evaluate(a, c)) || isTrue(evaluate(b, c)))
+            return .bool(isTrue(evaluate(a, c, &trace)) || isTrue(evaluate(b, c, &trace)))
         case .choice(let condition, let yes, let no):
-            return isTrue(evaluate(condition, c)) ? evaluate(yes, c) : evaluate(no, c)
+            return isTrue(evaluate(condition, c, &trace)) ? evaluate(yes, c, &trace) : evaluate(no, c, &trace)
         case .binary(let op, let a, let b):
-            let x = evaluate(a, c), y = evaluate(b, c)
+            let x = evaluate(a, c, &trace), y = evaluate(b, c, &trace)
+            trace?.compared(x, op, y)
             switch op {
             case .equal: return .bool(equal(x, y))
             case .notEqual: return .bool(!equal(x, y))
@@ -550,8 +575,99 @@ extension RuleExpression {
         case .binary(let op, let x, let y):
             let a = fold(x, root, value), b = fold(y, root, value)
             let folded = Node.binary(op, a, b)
-            if literal(a) != nil && literal(b) != nil { return .literal(evaluate(folded, empty)) }
+            if literal(a) != nil && literal(b) != nil {
+                var untraced: Trace?
+                return .literal(evaluate(folded, empty, &untraced))
+            }
             return folded
         }
+    }
+}
+
+// MARK: - Trace
+
+extension RuleExpression {
+    /// What one evaluation did, node by node, in the order it entered them (a pre-order
+    /// walk of the nodes it evaluated): each sub-expression's text, its depth under the
+    /// whole expression (0), and the value it had. A node an operator did not need (the
+    /// right side of a `&&` whose left side was not `true`, the branch of `? :` not taken)
+    /// has no step: it was not evaluated. Filled by `traced(in:)` only.
+    public struct Trace: Sendable {
+        /// One sub-expression evaluated.
+        public struct Step: Sendable {
+            /// How many operators it sits under (0: the whole expression).
+            public let depth: Int
+            /// Its text, written again from the syntax tree (`Node.text`).
+            public let expression: String
+            /// Its value (`null` until the evaluation leaves it).
+            public internal(set) var value: JSONValue
+            /// For a comparison (`==`, `!=`, `<`, `<=`, `>`, `>=`, `in`), the two values it
+            /// compared, as JSON around the operator: `"north" == "south"`.
+            public internal(set) var compared: String?
+        }
+
+        /// The steps, in the order the evaluation entered them.
+        public private(set) var steps: [Step] = []
+        /// The steps entered and not yet left, innermost last.
+        private var open: [Int] = []
+
+        init() {}
+
+        mutating func enter(_ node: Node) {
+            open.append(steps.count)
+            steps.append(Step(depth: open.count - 1, expression: node.text, value: .null, compared: nil))
+        }
+
+        mutating func leave(_ value: JSONValue) {
+            steps[open.removeLast()].value = value
+        }
+
+        mutating func compared(_ x: JSONValue, _ op: Operator, _ y: JSONValue) {
+            guard let current = open.last else { return }
+            steps[current].compared = "\(String(decoding: x.encoded(), as: UTF8.self)) \(op.rawValue) \(String(decoding: y.encoded(), as: UTF8.self))"
+        }
+    }
+}
+
+extension RuleExpression.Node {
+    /// The node as expression text: paths, JSON literals (strings in double quotes) and
+    /// operators, with parentheses only where the grammar's precedence needs them. It
+    /// parses to the same tree.
+    public var text: String {
+        switch self {
+        case .literal(let v):
+            return String(decoding: v.encoded(), as: UTF8.self)
+        case .path(let root, let names):
+            return ([root.rawValue] + names).joined(separator: ".")
+        case .not(let inner):
+            return "!" + inner.operand(above: precedence, right: false)
+        case .and(let a, let b):
+            return a.operand(above: precedence, right: false) + " && " + b.operand(above: precedence, right: true)
+        case .or(let a, let b):
+            return a.operand(above: precedence, right: false) + " || " + b.operand(above: precedence, right: true)
+        case .binary(let op, let a, let b):
+            return a.operand(above: precedence, right: false) + " \(op.rawValue) " + b.operand(above: precedence, right: true)
+        case .choice(let c, let a, let b):
+            // The condition is an `or` in the grammar: a `? :` there needs parentheses.
+            return c.operand(above: 1, right: false) + " ? " + a.text + " : " + b.text
+        }
+    }
+
+    /// The grammar's levels, loosest first (`RuleExpression`'s grammar).
+    private var precedence: Int {
+        switch self {
+        case .choice: return 0
+        case .or: return 1
+        case .and: return 2
+        case .binary(let op, _, _): return op == .equal || op == .notEqual ? 3 : 4
+        case .not: return 5
+        case .literal, .path: return 6
+        }
+    }
+
+    /// The node's text as an operand of an operator at `parent`'s level: in parentheses
+    /// when looser, or as loose and on the right (the operators group to the left).
+    private func operand(above parent: Int, right: Bool) -> String {
+        precedence < parent || (right && precedence == parent) ? "(\(text))" : text
     }
 }

@@ -12,12 +12,16 @@ import OutpostHTTP
 ///   and `…/collections/{collection}/record`: a space's records (`RecordBrowser`).
 /// - `GET /v1/admin/spaces/{space}/media` and `…/media/{mediaId}`: its files.
 /// - `POST /v1/admin/tokens`: a token for one space, shown once.
+/// - `POST /v1/admin/spaces/{space}/explain` and `…/view`: a record's rules explained
+///   for a subject, and what that subject's pull returns (`SubjectInspection.swift`).
 ///
 /// Every `/v1/admin/…` route checks for an admin token before anything else. The console
 /// sends it as `Authorization: Bearer` from `sessionStorage`; there are no cookies, so a
 /// request another site makes the browser send carries no credential.
 public final class AdminService: Sendable {
     let browser: RecordBrowser
+    /// The sync service whose rules, view index and pager the subject inspections use.
+    let sync: SyncService
     let media: MediaService
     let authorizer: Authorizer
     let metrics: Metrics
@@ -48,9 +52,10 @@ public final class AdminService: Sendable {
     /// most 256 bytes, so never more characters).
     static let maxIDCharacters = 256
 
-    init(browser: RecordBrowser, media: MediaService, authorizer: Authorizer, metrics: Metrics, errors: RecentErrors,
+    init(browser: RecordBrowser, sync: SyncService, media: MediaService, authorizer: Authorizer, metrics: Metrics, errors: RecentErrors,
          storeKind: String, startedAt: Int64, sign: @escaping @Sendable (Claims) -> String) {
         self.browser = browser
+        self.sync = sync
         self.media = media
         self.authorizer = authorizer
         self.metrics = metrics
@@ -88,6 +93,10 @@ public final class AdminService: Sendable {
         router.add(.GET, space + "/media/{mediaId}", bodyLimit: 0, preBody: admin, handler: { [self] request in try await mediaBytes(request) })
         router.add(.POST, "/v1/admin/tokens", bodyLimit: Self.tokenBodyLimit, preBody: admin,
                    handler: { [self] request in try await issueToken(request) })
+        router.add(.POST, space + "/explain", bodyLimit: Self.inspectionBodyLimit, preBody: admin,
+                   handler: { [self] request in try await explain(request) })
+        router.add(.POST, space + "/view", bodyLimit: Self.inspectionBodyLimit, preBody: admin,
+                   handler: { [self] request in try await viewAs(request) })
     }
 
     // MARK: Overview

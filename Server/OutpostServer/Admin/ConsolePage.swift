@@ -42,6 +42,7 @@ enum ConsolePage {
             <a class="nav-link" href="#/records" data-page="records"><svg class="nav-icon" viewBox="0 0 24 24" aria-hidden="true"><ellipse cx="12" cy="5" rx="8" ry="3"/><path d="M4 5v14c0 1.7 3.6 3 8 3s8-1.3 8-3V5"/><path d="M4 12c0 1.7 3.6 3 8 3s8-1.3 8-3"/></svg>Records</a>
             <a class="nav-link" href="#/media" data-page="media"><svg class="nav-icon" viewBox="0 0 24 24" aria-hidden="true"><rect x="3" y="4" width="18" height="16" rx="2"/><circle cx="9" cy="10" r="2"/><path d="M21 16l-5-5-9 9"/></svg>Media</a>
             <a class="nav-link" href="#/devices" data-page="devices"><svg class="nav-icon" viewBox="0 0 24 24" aria-hidden="true"><rect x="7" y="2" width="10" height="20" rx="2"/><path d="M11 18h2"/></svg>Devices</a>
+            <a class="nav-link" href="#/access" data-page="access"><svg class="nav-icon" viewBox="0 0 24 24" aria-hidden="true"><path d="M12 3l8 4v5c0 5-3.5 8-8 9-4.5-1-8-4-8-9V7z"/><path d="M9 12l2 2 4-4"/></svg>Access</a>
             <a class="nav-link" href="#/tokens" data-page="tokens"><svg class="nav-icon" viewBox="0 0 24 24" aria-hidden="true"><circle cx="8" cy="15" r="4"/><path d="M11 12l9-9M17 6l3 3M15 8l2 2"/></svg>Tokens</a>
             <div class="sidebar-foot">
               <div id="whoami" class="whoami"></div>

@@ -210,6 +210,7 @@
     records: { title: 'Records', render: recordsPage },
     media: { title: 'Media', render: mediaPage },
     devices: { title: 'Devices', render: devicesPage },
+    access: { title: 'Access', render: accessPage },
     tokens: { title: 'Tokens', render: tokensPage },
   };
 
@@ -888,6 +889,144 @@
       list.load().catch((e) => page.append(alertBox(e)));
     });
     await list.load();
+  }
+
+  // ---------- Access: a record's rules explained, and what a subject sees ----------
+
+  /** The subject and claims fields both panels share; `read()` gives them as the routes take them, or throws. */
+  function subjectFields(prefix, params) {
+    const subject = el('input', { type: 'text', id: prefix + '-subject', placeholder: 'worker-17', value: params.get('subject') || '', spellcheck: 'false', autocomplete: 'off' });
+    const claims = el('textarea', { id: prefix + '-claims', rows: 3, spellcheck: 'false', placeholder: '{"team": "north", "roles": ["inspector"]}' });
+    claims.value = params.get('claims') || '';
+    return {
+      subject, claims,
+      read() {
+        const text = claims.value.trim();
+        let parsed = {};
+        if (text) {
+          try { parsed = JSON.parse(text); } catch (e) { throw new Error('The claims are not JSON: ' + e.message); }
+          if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('The claims must be a JSON object.');
+        }
+        return { subject: subject.value.trim(), claims: parsed };
+      },
+    };
+  }
+
+  const verdictBadge = (ok, yes, no) => el('span', { class: 'badge ' + (ok ? 'badge-ok' : 'badge-bad'), text: ok ? yes : no });
+
+  /** A rule's evaluation, one line per sub-expression it evaluated, indented by depth. */
+  function traceList(trace) {
+    if (!trace || trace.length === 0) return el('div', { class: 'empty', text: 'Nothing evaluated.' });
+    return el('ol', { class: 'trace' }, trace.map((step) => el('li', { class: 'trace-step', dataset: { depth: String(step.depth) } },
+      el('span', { class: 'trace-indent', text: '\u2003'.repeat(step.depth) }),
+      el('code', { class: 'trace-expr', text: step.expression }),
+      step.compared ? el('span', { class: 'trace-compared' }, ': ', el('code', { text: step.compared })) : null,
+      el('span', { class: 'trace-arrow', text: ' \u2192 ' }),
+      el('code', { class: 'trace-value ' + (step.value === true ? 'is-true' : step.value === false ? 'is-false' : ''),
+        text: step.valuePreview !== undefined ? step.valuePreview : JSON.stringify(step.value) }))));
+  }
+
+  function writeSection(title, id, write) {
+    return el('div', { class: 'stack', id },
+      el('h3', {}, title + ' ', verdictBadge(write.verdict, 'allowed', 'refused')),
+      write.refusal ? el('p', { class: 'muted', text: write.refusal.code + ': ' + write.refusal.message }) : null,
+      write.scopeAllows === false ? el('p', { class: 'muted', text: 'The token\u2019s scope or spaces do not allow a push here.' }) : null,
+      write.schema ? el('p', {}, 'Schema ', verdictBadge(write.schema.verdict, write.schema.declared === false ? 'none declared' : 'valid', 'invalid'),
+        write.schema.message ? ' ' + write.schema.message : '') : null,
+      write.conditions.map((c, i) => el('div', { class: 'stack' },
+        el('p', {}, 'Condition ' + (i + 1) + ' ', verdictBadge(c.verdict, 'true', 'false'), c.reason ? el('span', { class: 'muted', text: ' (' + c.reason + ')' }) : null),
+        traceList(c.trace))));
+  }
+
+  function showExplanation(out, a) {
+    const read = a.read;
+    out.append(panel('Explanation', a.rules ? 'Rules file ' + a.rules : 'No rules file: a token for the space reads and writes every record',
+      el('div', { class: 'panel-body stack', id: 'explain-answer' },
+        el('div', { class: 'kv' },
+          el('span', {}, 'Subject ', el('strong', { text: a.subject })),
+          el('span', {}, 'Record ', el('strong', { class: 'mono', text: a.collection + '/' + a.id })),
+          el('span', {}, 'View ', el('strong', { class: 'mono', text: a.view || '—' })),
+          el('span', { id: 'explain-in-view' }, 'In view now ', verdictBadge(a.inView, 'yes', 'no'))),
+        a.record ? el('pre', { class: 'json', id: 'explain-record' }, jsonView(a.record.deleted ? { deleted: true, version: a.record.version } : a.record.data))
+          : el('p', { class: 'muted', text: 'No such record.' }),
+        el('h3', {}, 'Read ', verdictBadge(read.verdict, 'admits', 'refuses'), read.from ? el('span', { class: 'muted', text: ' (rule of ' + (read.from === 'default' ? 'the default' : 'the collection') + ')' }) : null),
+        read.rule ? el('code', { class: 'rule-source', text: read.rule }) : null,
+        read.note ? el('p', { class: 'muted', text: read.note }) : null,
+        el('div', { id: 'explain-read-trace' }, traceList(read.trace)),
+        writeSection('Put', 'explain-put', a.put),
+        writeSection('Delete', 'explain-delete', a.delete))));
+  }
+
+  function showView(out, a) {
+    const counts = Object.entries(a.counts);
+    out.append(panel('What ' + a.subject + ' sees', a.view ? 'View ' + a.view : 'No rules file: the whole space',
+      el('div', { class: 'panel-body stack', id: 'view-answer' },
+        el('div', { class: 'kv' },
+          el('span', {}, 'Records ', el('strong', { id: 'view-total', text: String(a.records.length) })),
+          el('span', {}, 'Pages read ', el('strong', { text: String(a.pages) })),
+          el('span', {}, 'More after these ', el('strong', { text: a.hasMore ? 'yes' : 'no' })),
+          a.spaceAllowed ? null : el('span', { class: 'badge badge-bad', text: 'the claims do not name this space' })),
+        table(['Collection', { label: 'Records', num: true }], counts.map(([name, n]) => el('tr', {}, el('td', { class: 'cell-mono', text: name }), el('td', { class: 'num', text: String(n) }))), 'Nothing in view.'),
+        table(['Collection', 'Id', 'Version', 'Data'], a.records.map((r) => el('tr', {},
+          el('td', { class: 'cell-mono', text: r.collection }), el('td', { class: 'cell-mono', text: r.id }),
+          el('td', { class: 'cell-mono', text: r.version }), el('td', { class: 'cell-preview', text: preview(r) }))), 'No records.'))));
+  }
+
+  async function accessPage(page, params, live) {
+    const field = (label, id, input, extra) => el('div', { class: 'field' }, el('label', { for: id, text: label }), input, extra);
+    // Explain.
+    const space = spaceField('explain-space', params.get('space'));
+    const collection = el('input', { type: 'text', id: 'explain-collection', placeholder: 'inspections', value: params.get('collection') || '', spellcheck: 'false' });
+    const id = el('input', { type: 'text', id: 'explain-id', placeholder: 'insp-0042', value: params.get('id') || '', spellcheck: 'false' });
+    const who = subjectFields('explain', params);
+    const problem = el('div', { id: 'explain-error' });
+    const out = el('div', { id: 'explain-result' });
+    const explainForm = el('form', { id: 'explain-form' },
+      el('div', { class: 'form-grid' },
+        field('Space', 'explain-space', space.input, space.list), field('Subject', 'explain-subject', who.subject),
+        field('Collection', 'explain-collection', collection), field('Record id', 'explain-id', id)),
+      field('Claims (JSON, as a token would carry them)', 'explain-claims', who.claims),
+      el('div', { class: 'row actions' }, el('button', { class: 'button button-primary', type: 'submit', id: 'explain-submit', text: 'Explain' }),
+        el('span', { class: 'muted', text: 'Evaluated by the server\u2019s rules engine; nothing is written and no token is made.' })),
+      problem);
+    // See what they see.
+    const viewSpace = spaceField('view-space', params.get('space'));
+    const viewWho = subjectFields('view', params);
+    const pagesInput = el('input', { type: 'number', id: 'view-pages', min: 1, max: 5, value: '1' });
+    const viewProblem = el('div', { id: 'view-error' });
+    const viewOut = el('div', { id: 'view-result' });
+    const viewForm = el('form', { id: 'view-form' },
+      el('div', { class: 'form-grid' },
+        field('Space', 'view-space', viewSpace.input, viewSpace.list), field('Subject', 'view-subject', viewWho.subject),
+        field('Pages (of 50 records)', 'view-pages', pagesInput)),
+      field('Claims (JSON)', 'view-claims', viewWho.claims),
+      el('div', { class: 'row actions' }, el('button', { class: 'button button-primary', type: 'submit', id: 'view-submit', text: 'See what they see' }),
+        el('span', { class: 'muted', text: 'The first pages a pull from the start would return, read by the pull itself.' })),
+      viewProblem);
+    page.append(panel('Explain a record\u2019s rules', 'Why a subject may or may not read or write it', el('div', { class: 'panel-body' }, explainForm)), out,
+      panel('See what they see', 'A subject\u2019s pull, without a token', el('div', { class: 'panel-body' }, viewForm)), viewOut);
+
+    async function submit(event, form, problemBox, result, path, body, show) {
+      event.preventDefault();
+      clear(problemBox);
+      clear(result);
+      const button = form.querySelector('button[type=submit]');
+      button.disabled = true;
+      try {
+        const answer = await api(path, { method: 'POST', body: body() });
+        if (live()) show(result, answer);
+      } catch (e) {
+        if (live()) problemBox.append(alertBox(e));
+      } finally {
+        button.disabled = false;
+      }
+    }
+    explainForm.addEventListener('submit', (event) => submit(event, explainForm, problem, out,
+      '/v1/admin/spaces/' + seg(space.input.value.trim()) + '/explain',
+      () => Object.assign(who.read(), { collection: collection.value.trim(), id: id.value }), showExplanation));
+    viewForm.addEventListener('submit', (event) => submit(event, viewForm, viewProblem, viewOut,
+      '/v1/admin/spaces/' + seg(viewSpace.input.value.trim()) + '/view',
+      () => Object.assign(viewWho.read(), { pages: Number(pagesInput.value) || 1 }), showView));
   }
 
   // ---------- Tokens ----------

@@ -325,7 +325,13 @@ public struct ReadView: Sendable {
     /// Whether the token may read `data` (live data of `collection`/`id`).
     public func admits(collection: String, id: String, data: JSONObject) -> Bool {
         guard let read = rules.rules(for: collection)?.read else { return false }
-        return read.admits(RuleExpression.Context(auth: auth, data: .object(data), prev: .null, op: "", collection: collection, id: id))
+        return read.admits(readContext(collection: collection, id: id, data: data))
+    }
+
+    /// What a read rule reads of the live record `collection`/`id` holding `data`: the
+    /// token's claims and the record (a read has no previous copy and no operation).
+    func readContext(collection: String, id: String, data: JSONObject) -> RuleExpression.Context {
+        RuleExpression.Context(auth: auth, data: .object(data), prev: .null, op: "", collection: collection, id: id)
     }
 
     /// True when the token's claims alone make the read rule of `collection` admit its
@@ -377,7 +383,7 @@ public struct ReadView: Sendable {
             object = nil
         }
         guard let object else { return false }
-        return rule.admits(RuleExpression.Context(auth: auth, data: .object(object), prev: .null, op: "", collection: collection, id: id))
+        return rule.admits(readContext(collection: collection, id: id, data: object))
     }
 }
 
@@ -419,9 +425,7 @@ public struct RulesJudge: PushJudge {
         if !readable {
             return .init(.forbidden, "the rules do not let this token read \(change.collection)/\(change.id)")
         }
-        let context = RuleExpression.Context(auth: view.auth, data: change.op == .put ? change.data.map { .object($0) } ?? .null : .null,
-                                             prev: prev.map { .object($0) } ?? .null, op: change.op.rawValue,
-                                             collection: change.collection, id: change.id)
+        let context = writeContext(change, prev: prev)
         for condition in write where !condition.rule.admits(context) {
             guard let reason = condition.reason else {
                 return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue)")
@@ -429,6 +433,15 @@ public struct RulesJudge: PushJudge {
             return .init(.forbidden, "the write rule of \(change.collection) refuses this \(change.op.rawValue): \(reason)", details: ["reason": .string(reason)])
         }
         return nil
+    }
+
+    /// What the write rule reads for `change` over the live copy `prev` (nil: none): the
+    /// token's claims, the change's data (`null` for a delete), the copy it replaces, the
+    /// operation and the record's key.
+    func writeContext(_ change: Change, prev: JSONObject?) -> RuleExpression.Context {
+        RuleExpression.Context(auth: view.auth, data: change.op == .put ? change.data.map { .object($0) } ?? .null : .null,
+                               prev: prev.map { .object($0) } ?? .null, op: change.op.rawValue,
+                               collection: change.collection, id: change.id)
     }
 
     /// What the handler checks before the store, off the store's writer: the schema of a
