@@ -420,6 +420,16 @@ import Testing
         static let sites = ["Pump station 7", "Reservoir Hill", "North intake", "Treatment works B", "Booster 12", "Depot yard"]
         static let inspectors = ["A. Okafor", "M. Lindqvist", "R. Tanaka", "S. Haddad", "J. Moreau"]
         static let statuses = ["passed", "passed", "passed", "needs follow-up", "passed", "failed"]
+        /// An inspector reads the inspections of their own site; a supervisor reads all;
+        /// the loader and inspectors write them. Every other collection is open.
+        static let readRule = "data.site == auth.site || 'supervisor' in auth.roles"
+        static let rules = """
+            {"collections": {"inspections": {
+               "read": "\(readRule)",
+               "write": [{"rule": "auth.sub == 'loader' || 'inspector' in auth.roles", "reason": "only inspectors record inspections"}],
+               "schema": {"type": "object", "required": ["site", "status"]}}},
+             "default": {"read": "true", "write": "true"}}
+            """
     }
 
     @Test func theConsoleWorksInABrowser() async throws {
@@ -428,7 +438,10 @@ import Testing
         try? FileManager.default.removeItem(at: artifacts)
         try FileManager.default.createDirectory(at: artifacts, withIntermediateDirectories: true)
         let (ended, output) = try await withTemporaryDirectory(prefix: "outpost-console") { dir in
-            let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data")) }
+            // Under a rules file, so that the Access page has rules to explain.
+            let rules = dir.appending("rules.json")
+            try Data(Fixture.rules.utf8).write(to: URL(fileURLWithPath: rules))
+            let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", rules]) }
             // Stopped by its PID off the cooperative pool, whether the run passed or threw.
             let run: Result<(Subprocess.Termination?, String), any Error>
             do { run = .success(try await Self.runBrowser(server, in: dir, tools: tools, artifacts: artifacts)) } catch { run = .failure(error) }
@@ -438,7 +451,7 @@ import Testing
         let shots = output.split(separator: "\n").filter { $0.hasPrefix("screenshot: ") }.map { String($0.dropFirst("screenshot: ".count)) }
         for shot in shots { print("admin console screenshot: \(shot)") }
         #expect(ended == .exited(0), "the console's browser test failed (\(ended.map { "\($0)" } ?? "no exit within 600 s")):\n\(output)")
-        for page in ["signin", "overview", "spaces", "records", "records-xss", "media", "devices", "tokens"] {
+        for page in ["signin", "overview", "spaces", "records", "records-xss", "media", "devices", "access-explain", "access-view", "tokens"] {
             let path = artifacts.appendingPathComponent("\(page).png").path
             #expect(shots.contains(path) && FileManager.default.fileExists(atPath: path), "no screenshot of \(page) at \(path)")
         }
@@ -460,6 +473,12 @@ import Testing
             "scriptPayload": .string(Fixture.scriptPayload), "imagePayload": .string(Fixture.imagePayload),
             "image": .object(["mediaId": .string(media.imageID), "filename": "site-7-valve.png", "width": 160, "height": 100]),
             "device": "tablet-ops-3",
+            // The known inspection is of Pump station 7: an inspector of Reservoir Hill does not read it.
+            "explain": .object(["subject": "m.lindqvist", "claims": .object(["site": "Reservoir Hill", "roles": ["inspector"]]),
+                                "readRule": .string(Fixture.readRule.replacingOccurrences(of: "'", with: "\"")),
+                                "compared": #""Pump station 7" == "Reservoir Hill""#]),
+            // An inspector of Pump station 7 sees its 10 inspections, the 6 sites, 12 work orders and 2 notes.
+            "viewer": .object(["subject": "a.okafor", "claims": .object(["site": "Pump station 7"]), "records": 30]),
             "artifacts": .string(artifacts.path), "chromium": .string(tools.chromium), "chromedriver": .string(tools.driver),
             "profile": .string(dir.appending("chromium-profile")),
         ])

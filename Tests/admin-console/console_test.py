@@ -324,6 +324,38 @@ class Console:
         check(cells[1:] == ["3", "5", "4"], f"the space's devices, conflicts and decided conflicts are {cells[1:]}, not 3, 5, 4")
         self.shot("devices")
 
+    def access(self):
+        """A record's rules explained for a subject, and what another subject's pull returns."""
+        f = self.f
+        self.go("access")
+        who = f["explain"]
+        for element_id, value in [("explain-space", f["space"]), ("explain-subject", who["subject"]), ("explain-collection", f["collection"]),
+                                  ("explain-id", f["knownId"]), ("explain-claims", json.dumps(who["claims"]))]:
+            field = self.d.find_element(By.ID, element_id)
+            field.clear()
+            field.send_keys(value)
+        self.click(self.d.find_element(By.ID, "explain-submit"))
+        self.until(lambda: self.d.find_elements(By.ID, "explain-answer"), "the explanation never showed")
+        trace = self.text_of("explain-read-trace")
+        check(who["readRule"].split(" || ")[0] in trace, f"the read rule's comparison is not in its trace: {trace!r}")
+        check(who["compared"] in trace, f"the values the rule compared are not shown: {trace!r}")
+        check(self.text_of("explain-in-view").endswith("no"), f"the record shows as in view: {self.text_of('explain-in-view')!r}")
+        # An inspector, but not of this site: the put is refused, as the token could not read the record it replaces.
+        check("refused" in self.text_of("explain-put") and "only inspectors record inspections" in self.text_of("explain-put"),
+              f"the put's verdict or its condition is not shown: {self.text_of('explain-put')!r}")
+        self.not_pwned("the explanation")
+        self.shot("access-explain")
+        seer = f["viewer"]
+        for element_id, value in [("view-space", f["space"]), ("view-subject", seer["subject"]), ("view-claims", json.dumps(seer["claims"]))]:
+            field = self.d.find_element(By.ID, element_id)
+            field.clear()
+            field.send_keys(value)
+        self.click(self.d.find_element(By.ID, "view-submit"))
+        self.until(lambda: self.text_of("view-total") != "", "what the subject sees never showed")
+        check(self.text_of("view-total") == str(seer["records"]), f"the subject sees {self.text_of('view-total')} records, not {seer['records']}")
+        check(f["knownId"] in self.content_of("view-answer"), "the subject's own site's inspection is not among what it sees")
+        self.shot("access-view")
+
     def tokens(self):
         f = self.f
         self.go("tokens")
@@ -400,7 +432,7 @@ def main():
     try:
         for step, run in [("sign-in", console.sign_in), ("overview", console.overview), ("spaces", console.spaces),
                           ("records", console.records), ("records with markup", console.records_markup),
-                          ("media", console.media), ("devices", console.devices), ("tokens", console.tokens),
+                          ("media", console.media), ("devices", console.devices), ("access", console.access), ("tokens", console.tokens),
                           ("sign-out", console.sign_out)]:
             print(f"step: {step}", flush=True)
             run()

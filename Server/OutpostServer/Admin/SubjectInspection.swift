@@ -28,12 +28,15 @@ extension AdminService {
     static let maxTracedValueBytes = 1024
 
     /// The subject and claims of a request body: the claims a token for the subject would
-    /// carry (`sub` is the subject). `scope`, `spaces`, `exp` and `admin` are read as a
-    /// token's; by default the token writes (scope `write`), names only `space` and lives an
-    /// hour from now.
+    /// carry (`sub` is the subject, whatever the claims say). `scope`, `spaces`, `exp` and
+    /// `admin` are read as a token's; by default the token writes (scope `write`), names
+    /// only `space` and lives an hour from now. Nothing is signed, so the claims' text is
+    /// taken as it is.
     static func subjectClaims(_ body: JSONObject, space: String, now: Int64) throws(HTTPError) -> Claims {
-        guard case .string(let sub)? = body["subject"], (1...maxSubjectCharacters).contains(sub.unicodeScalars.count) else {
-            throw badField("subject", "must be a string of 1 to \(maxSubjectCharacters) characters")
+        // The subject goes into the log line: no control character, as in a token's `sub`.
+        guard case .string(let sub)? = body["subject"], (1...maxSubjectCharacters).contains(sub.unicodeScalars.count),
+              !sub.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
+            throw badField("subject", "must be a string of 1 to \(maxSubjectCharacters) characters with no control character")
         }
         var extra = JSONObject()
         if let value = body["claims"] {
@@ -41,7 +44,6 @@ extension AdminService {
             guard value.encoded().count <= maxClaimsBytes else { throw badField("claims", "must be at most \(maxClaimsBytes) bytes of JSON") }
             extra = claims
         }
-        if let given = extra["sub"], given != .string(sub) { throw badField("claims.sub", "is the subject; leave it out or give the same") }
         var scope = Claims.Scope.write
         if let value = extra["scope"] {
             guard case .string(let text) = value, let parsed = Claims.Scope(rawValue: text) else { throw badField("claims.scope", "must be read or write") }
@@ -52,7 +54,7 @@ extension AdminService {
             guard case .array(let items) = value, items.count <= 64 else { throw badField("claims.spaces", "must be a list of at most 64 space names") }
             spaces = []
             for item in items {
-                guard case .string(let name) = item, !name.isEmpty, name.utf8.count <= 256 else {
+                guard case .string(let name) = item, (1...256).contains(name.unicodeScalars.count) else {
                     throw badField("claims.spaces", "must be a list of space names (or prefixes ending in *)")
                 }
                 spaces.append(name)
@@ -60,7 +62,9 @@ extension AdminService {
         }
         var exp = now + 3600
         if let value = extra["exp"] {
-            guard let seconds = value.int64Value else { throw badField("claims.exp", "must be an integer (seconds since 1970)") }
+            guard let seconds = value.int64Value, (-Int64(AppVersions.maxVersion)...Int64(AppVersions.maxVersion)).contains(seconds) else {
+                throw badField("claims.exp", "must be an integer (seconds since 1970) of at most 2^53 - 1")
+            }
             exp = seconds
         }
         var admin = false
@@ -68,9 +72,8 @@ extension AdminService {
             guard case .bool(let flag) = value else { throw badField("claims.admin", "must be true or false") }
             admin = flag
         }
-        let claims = Claims(sub: sub, exp: exp, spaces: spaces, scope: scope, admin: admin, extra: extra)
-        if let claim = claims.claimWithControlCharacter { throw badField(claim == "sub" ? "subject" : "claims.\(claim)", "must not hold a control character") }
-        return claims
+        // A `sub` among the claims is the subject's place: `Claims` keeps the subject.
+        return Claims(sub: sub, exp: exp, spaces: spaces, scope: scope, admin: admin, extra: extra)
     }
 
     /// A request body of either route: a JSON object.
@@ -230,8 +233,8 @@ extension AdminService {
         let pages = try Self.integerField(body, "pages", 1...Self.maxViewPages) ?? Self.defaultViewPages
         var collections: [String]?
         if let value = body["collections"] {
-            guard case .array(let items) = value, items.count <= 64,
-                  let names = Optional(items.compactMap(\.stringValue)), names.count == items.count, names.allSatisfy(Names.isValidCollection) else {
+            let names = value.arrayValue?.compactMap(\.stringValue) ?? []
+            guard case .array(let items) = value, items.count <= 64, names.count == items.count, names.allSatisfy(Names.isValidCollection) else {
                 throw Self.badField("collections", "must be a list of at most 64 collection names")
             }
             collections = names.isEmpty ? nil : Array(Set(names)).sorted()
