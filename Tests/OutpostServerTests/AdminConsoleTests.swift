@@ -438,14 +438,22 @@ import Testing
         try? FileManager.default.removeItem(at: artifacts)
         try FileManager.default.createDirectory(at: artifacts, withIntermediateDirectories: true)
         let (ended, output) = try await withTemporaryDirectory(prefix: "outpost-console") { dir in
-            // Under a rules file, so that the Access page has rules to explain.
+            let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data")) }
+            // A second server, under a rules file, for the Access page: the same fixture, and
+            // rules to explain. (The overview's long-poll checks are of the first, whose pulls
+            // wait in the shared long-poll hub; a pull under rules waits on its own.)
             let rules = dir.appending("rules.json")
             try Data(Fixture.rules.utf8).write(to: URL(fileURLWithPath: rules))
-            let server = try await blocking { try ServerProcess(dataDirectory: dir.appending("data"), arguments: ["--rules", rules]) }
-            // Stopped by its PID off the cooperative pool, whether the run passed or threw.
+            let ruled: ServerProcess
+            do { ruled = try await blocking { try ServerProcess(dataDirectory: dir.appending("ruled"), arguments: ["--rules", rules]) } } catch {
+                _ = try await blocking { server.stop() }
+                throw error
+            }
+            // Stopped by their PIDs off the cooperative pool, whether the run passed or threw.
             let run: Result<(Subprocess.Termination?, String), any Error>
-            do { run = .success(try await Self.runBrowser(server, in: dir, tools: tools, artifacts: artifacts)) } catch { run = .failure(error) }
+            do { run = .success(try await Self.runBrowser(server, ruled: ruled, in: dir, tools: tools, artifacts: artifacts)) } catch { run = .failure(error) }
             _ = try await blocking { server.stop() }
+            _ = try await blocking { ruled.stop() }
             return try run.get()
         }
         let shots = output.split(separator: "\n").filter { $0.hasPrefix("screenshot: ") }.map { String($0.dropFirst("screenshot: ".count)) }
@@ -459,11 +467,13 @@ import Testing
 
     /// Seeds `server`, writes the fixture and runs the Selenium script to its end; its exit
     /// (nil when it had to be stopped) and everything it printed.
-    static func runBrowser(_ server: ServerProcess, in dir: TemporaryDirectory, tools: (python: String, chromium: String, driver: String),
+    static func runBrowser(_ server: ServerProcess, ruled: ServerProcess, in dir: TemporaryDirectory, tools: (python: String, chromium: String, driver: String),
                            artifacts: URL) async throws -> (Subprocess.Termination?, String) {
         let admin = try await blocking { try server.token(sub: "ops-lead", spaces: [], admin: true) }
         let writer = try await blocking { try server.token(sub: "loader", spaces: [Fixture.space, Fixture.otherSpace, Fixture.trafficSpace], scope: "write") }
         let media = try await Self.seed(server, token: writer)
+        // Both servers have the same secret: the tokens hold for both.
+        _ = try await Self.seed(ruled, token: writer)
         let fixture = JSONValue.object([
             "url": .string(server.baseURL.absoluteString), "adminToken": .string(admin), "writeToken": .string(writer),
             "space": .string(Fixture.space), "otherSpace": .string(Fixture.otherSpace), "trafficSpace": .string(Fixture.trafficSpace),
@@ -474,6 +484,7 @@ import Testing
             "image": .object(["mediaId": .string(media.imageID), "filename": "site-7-valve.png", "width": 160, "height": 100]),
             "device": "tablet-ops-3",
             // The known inspection is of Pump station 7: an inspector of Reservoir Hill does not read it.
+            "rulesUrl": .string(ruled.baseURL.absoluteString),
             "explain": .object(["subject": "m.lindqvist", "claims": .object(["site": "Reservoir Hill", "roles": ["inspector"]]),
                                 "readRule": .string(Fixture.readRule.replacingOccurrences(of: "'", with: "\"")),
                                 "compared": #""Pump station 7" == "Reservoir Hill""#]),

@@ -327,7 +327,13 @@ class Console:
     def access(self):
         """A record's rules explained for a subject, and what another subject's pull returns."""
         f = self.f
-        self.go("access")
+        # The server under a rules file, another origin: its tab's session needs the token again.
+        self.d.get(f["rulesUrl"].rstrip("/") + "/admin#/access")
+        box = self.visible("signin-token", "the rules server's console never asked for a token")
+        box.send_keys(f["adminToken"])
+        self.click(self.d.find_element(By.ID, "signin-submit"))
+        self.visible("app", "signing in to the rules server's console failed")
+        self.until(lambda: self.js("return document.getElementById('page').dataset.page") == "access", "the Access page never showed")
         who = f["explain"]
         for element_id, value in [("explain-space", f["space"]), ("explain-subject", who["subject"]), ("explain-collection", f["collection"]),
                                   ("explain-id", f["knownId"]), ("explain-claims", json.dumps(who["claims"]))]:
@@ -345,6 +351,9 @@ class Console:
               f"the put's verdict or its condition is not shown: {self.text_of('explain-put')!r}")
         self.not_pwned("the explanation")
         self.shot("access-explain")
+        # The page again, empty, so the answer below its form fits the screenshot.
+        self.go("overview")
+        self.go("access")
         seer = f["viewer"]
         for element_id, value in [("view-space", f["space"]), ("view-subject", seer["subject"]), ("view-claims", json.dumps(seer["claims"]))]:
             field = self.d.find_element(By.ID, element_id)
@@ -355,6 +364,10 @@ class Console:
         check(self.text_of("view-total") == str(seer["records"]), f"the subject sees {self.text_of('view-total')} records, not {seer['records']}")
         check(f["knownId"] in self.content_of("view-answer"), "the subject's own site's inspection is not among what it sees")
         self.shot("access-view")
+        # Back to the first server, whose tab session still holds the token.
+        self.d.get(self.url + "/admin#/overview")
+        self.visible("app", "the first server's console did not open again")
+        self.until(lambda: self.js("return document.getElementById('page').dataset.page") == "overview", "the overview never showed again")
 
     def tokens(self):
         f = self.f
