@@ -602,7 +602,8 @@ extension RuleExpression {
             /// Its value (`null` until the evaluation leaves it).
             public internal(set) var value: JSONValue
             /// For a comparison (`==`, `!=`, `<`, `<=`, `>`, `>=`, `in`), the two values it
-            /// compared, as JSON around the operator: `"north" == "south"`.
+            /// compared, as JSON around the operator: `"north" == "south"` (each side at most
+            /// `maxComparedBytes`).
             public internal(set) var compared: String?
         }
 
@@ -622,9 +623,18 @@ extension RuleExpression {
             steps[open.removeLast()].value = value
         }
 
+        /// The most bytes of each side's JSON in `compared`; a longer side is cut and ends
+        /// with `…`, so a comparison of two large records costs no more to keep than this.
+        public static let maxComparedBytes = 1024
+
         mutating func compared(_ x: JSONValue, _ op: Operator, _ y: JSONValue) {
             guard let current = open.last else { return }
-            steps[current].compared = "\(String(decoding: x.encoded(), as: UTF8.self)) \(op.rawValue) \(String(decoding: y.encoded(), as: UTF8.self))"
+            func shown(_ v: JSONValue) -> String {
+                let bytes = v.encoded()
+                guard bytes.count > Self.maxComparedBytes else { return String(decoding: bytes, as: UTF8.self) }
+                return String(decoding: bytes.prefix(Self.maxComparedBytes), as: UTF8.self) + "…"
+            }
+            steps[current].compared = "\(shown(x)) \(op.rawValue) \(shown(y))"
         }
     }
 }

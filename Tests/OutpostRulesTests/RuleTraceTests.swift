@@ -32,6 +32,15 @@ import Testing
                 == [#"op == "put" ? true : data.x"#, #"op == "put""#, "op", #""put""#, "true"])
     }
 
+    /// A comparison of large values keeps only the start of each side.
+    @Test func aLargeComparedValueIsCut() throws {
+        let big = JSONValue.string(String(repeating: "x", count: 100_000))
+        let context = RuleExpression.Context(auth: ["blob": big], data: .object(["blob": big]), prev: .null, op: "put", collection: "c", id: "i")
+        let (value, trace) = try RuleExpression("data.blob == auth.blob").traced(in: context)
+        let compared = try #require(trace.steps[0].compared)
+        #expect(value == .bool(true) && compared.utf8.count < 2 * RuleExpression.Trace.maxComparedBytes + 20 && compared.contains("… == "))
+    }
+
     /// Random expressions (fixed seed) over random contexts: the traced value is the
     /// untraced one and the verdict's; every step's text parses again to a sub-expression
     /// whose value, evaluated alone, is the step's value; the whole text parses to the same tree.

@@ -211,9 +211,7 @@ extension AdminService {
                 o["value"] = .null
                 o["valuePreview"] = .string(String(decoding: encoded.prefix(maxTracedValueBytes), as: UTF8.self) + "…")
             }
-            if let compared = step.compared {
-                o["compared"] = .string(compared.count <= 2 * maxTracedValueBytes ? compared : String(compared.prefix(2 * maxTracedValueBytes)) + "…")
-            }
+            if let compared = step.compared { o["compared"] = .string(compared) }
             return .object(o)
         })
     }
