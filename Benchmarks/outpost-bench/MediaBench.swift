@@ -32,6 +32,9 @@ enum MediaBench {
         var connections = 4
         var server: String?
         var directory: String?
+        var s3Endpoint: String?
+        var s3Bucket: String?
+        var boto3Python: String?
     }
 
     static let help = """
@@ -40,6 +43,12 @@ enum MediaBench {
           --connections  keep-alive connections the chunks are spread over
           --server       the outpost-server binary (default: the one next to outpost-bench)
           --dir          where the file and the data directory go (default: a new directory in $TMPDIR)
+          --s3-endpoint URL --s3-bucket NAME
+                         also run a server whose media live in that bucket (credentials from
+                         AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), against the directory's figures
+          --boto3 PYTHON a python with boto3: time boto3's multipart upload of the file to the
+                         bucket as the S3 ceiling (scripts/bench-boto3-upload.py)
+          scripts/bench-media-s3.sh runs all of it against a throwaway S3 store
         """
 
     static func run(arguments: [String]) async throws {
@@ -51,6 +60,9 @@ enum MediaBench {
             case "--connections": o.connections = try options.number(atLeast: 1)
             case "--server": o.server = try options.value()
             case "--dir": o.directory = try options.value()
+            case "--s3-endpoint": o.s3Endpoint = try options.value()
+            case "--s3-bucket": o.s3Bucket = try options.value()
+            case "--boto3": o.boto3Python = try options.value()
             case "-h", "--help":
                 print(help)
                 return
@@ -81,51 +93,117 @@ enum MediaBench {
         try writeRandomFile(filePath, size: size)
         var figures = try measureCeilings(filePath: filePath, work: work)
 
-        // The client's digests, before the clock (an app has them from capture time).
-        let server = try HTTPBench.ServerChild.start(path: serverPath, data: data, eventLoops: 0)
+        let directory = try await measure(serverPath: serverPath, data: data, extra: [], filePath: filePath, size: size, connections: o.connections)
+        figures.apply(directory)
+        var s3: Run?
+        var boto3: Double?
+        if let endpoint = o.s3Endpoint, let bucket = o.s3Bucket {
+            // The same file through a server whose media live in the bucket, then the same
+            // file by boto3's multipart upload to the same bucket: the S3 ceiling.
+            s3 = try await measure(serverPath: serverPath, data: work + "/data-s3",
+                                   extra: ["--media-store", "s3", "--s3-endpoint", endpoint, "--s3-bucket", bucket, "--s3-prefix", "bench-\(getpid())/"],
+                                   filePath: filePath, size: size, connections: o.connections)
+            if let python = o.boto3Python {
+                boto3 = try best(of: 2) { try boto3Upload(python: python, endpoint: endpoint, bucket: bucket, filePath: filePath, threads: o.connections) }
+            }
+        }
+
+        // In-process SHA-256 (libcrypto), for reference: the server hashes with it.
+        figures.libcrypto = try best(of: 2) { try hashSeconds(filePath, size: size) }
+        report(figures, size: size)
+        if let s3 { reportS3(s3, directory: directory, boto3: boto3, size: size) }
+    }
+
+    /// Seconds boto3's multipart upload of the file took, as the script measures it (its
+    /// interpreter's start and imports left out).
+    static func boto3Upload(python: String, endpoint: String, bucket: String, filePath: String, threads: Int) throws -> Double {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let result = try Subprocess.run(python, [root + "/scripts/bench-boto3-upload.py", "--endpoint", endpoint, "--bucket", bucket,
+                                                 "--key", "bench-\(getpid())/boto3/media.bin", "--file", filePath, "--threads", String(threads)],
+                                        errorToOutput: true)
+        guard result.status == 0, let line = result.output.split(separator: "\n").last(where: { $0.hasPrefix("seconds ") }),
+              let seconds = Double(line.dropFirst("seconds ".count)) else {
+            throw HTTPBench.BenchError("the boto3 upload failed: \(result.output.suffix(2000))")
+        }
+        return seconds
+    }
+
+    /// One server's upload and downloads of the file.
+    struct Run {
+        var clientHashing = 0.0
+        var uploadSeconds = 0.0, chunksSeconds = 0.0, finalizeSeconds = 0.0, downloadSeconds = 0.0
+        var uploadCPU = MemorySampler.CPU(), downloadCPU = MemorySampler.CPU()
+        var baseline = MemorySampler.Sample(), uploadPeak = MemorySampler.Sample(), downloadPeak = MemorySampler.Sample()
+    }
+
+    /// Starts `outpost-server` on `data` with `extra` flags, uploads the file (init, every
+    /// chunk, finalize) and downloads it (best of three, then once verified), sampling the
+    /// server's memory and CPU.
+    static func measure(serverPath: String, data: String, extra: [String], filePath: String, size: Int64, connections: Int) async throws -> Run {
+        var run = Run()
+        let server = try HTTPBench.ServerChild.start(path: serverPath, data: data, eventLoops: 0, extra: extra)
         defer { server.stop() }
         let secret = try JWTSecret.load(environmentValue: ProcessInfo.processInfo.environment["OUTPOST_JWT_SECRET"], dataDirectory: data)
         let token = JWTAuthority(secret: secret).sign(Claims(sub: "bench", exp: Int64(Date().timeIntervalSince1970) + 3600, spaces: ["bench"], scope: .write))
         let chunkSize = try readChunkSize(port: server.port)
+        // The client's digests, before the clock (an app has them from capture time).
         let hashStart = ContinuousClock.now
         let (fileSHA, chunkDigests) = try digests(filePath, size: size, chunkSize: chunkSize)
-        figures.clientHashing = seconds(ContinuousClock.now - hashStart)
+        run.clientHashing = seconds(ContinuousClock.now - hashStart)
 
         let sampler = MemorySampler(pid: server.pid)
-        figures.baseline = MemorySampler.read(pid: server.pid)
-
-        // Upload.
+        run.baseline = MemorySampler.read(pid: server.pid)
         sampler.begin()
         let cpuBeforeUpload = MemorySampler.cpu(pid: server.pid)
         let uploadStart = ContinuousClock.now
         let uploadId = try initUpload(port: server.port, token: token, size: size, sha256: fileSHA)
         try await sendChunks(port: server.port, token: token, uploadId: uploadId, filePath: filePath, size: size,
-                             chunkSize: chunkSize, digests: chunkDigests, connections: o.connections)
+                             chunkSize: chunkSize, digests: chunkDigests, connections: connections)
         let chunksDone = ContinuousClock.now
         try finalize(port: server.port, token: token, uploadId: uploadId)
         let uploadEnd = ContinuousClock.now
-        figures.uploadPeak = sampler.end()
-        figures.uploadSeconds = seconds(uploadEnd - uploadStart)
-        figures.uploadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeUpload
-        figures.chunksSeconds = seconds(chunksDone - uploadStart)
-        figures.finalizeSeconds = seconds(uploadEnd - chunksDone)
+        run.uploadPeak = sampler.end()
+        run.uploadSeconds = seconds(uploadEnd - uploadStart)
+        run.uploadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeUpload
+        run.chunksSeconds = seconds(chunksDone - uploadStart)
+        run.finalizeSeconds = seconds(uploadEnd - chunksDone)
 
-        // Download.
         sampler.begin()
         let cpuBeforeDownload = MemorySampler.cpu(pid: server.pid)
         var downloadSeconds = Double.infinity
         for _ in 0..<3 {
             downloadSeconds = min(downloadSeconds, try await download(port: server.port, token: token, mediaId: fileSHA, size: size, verify: false).seconds)
         }
-        figures.downloadPeak = sampler.end()
-        figures.downloadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeDownload
-        figures.downloadSeconds = downloadSeconds
+        run.downloadPeak = sampler.end()
+        run.downloadCPU = MemorySampler.cpu(pid: server.pid) - cpuBeforeDownload
+        run.downloadSeconds = downloadSeconds
         let verified = try await download(port: server.port, token: token, mediaId: fileSHA, size: size, verify: true)
         guard verified.sha256 == fileSHA else { throw HTTPBench.BenchError("the downloaded file's SHA-256 is \(verified.sha256 ?? "-"), not \(fileSHA)") }
+        return run
+    }
 
-        // In-process SHA-256 (libcrypto), for reference: the server hashes with it.
-        figures.libcrypto = try best(of: 2) { try hashSeconds(filePath, size: size) }
-        report(figures, size: size)
+    /// The S3 store beside the directory and beside boto3's own multipart upload of the
+    /// same file to the same bucket.
+    static func reportS3(_ s3: Run, directory: Run, boto3: Double?, size: Int64) {
+        func mbps(_ seconds: Double) -> Double { Double(size) / seconds / 1e6 }
+        func f(_ v: Double) -> String { String(format: "%.0f", v) }
+        func mb(_ bytes: Int) -> String { String(format: "%.1f MB", Double(bytes) / 1e6) }
+        let upload = mbps(s3.uploadSeconds), dirUpload = mbps(directory.uploadSeconds)
+        print("")
+        print("media in S3 (--media-store s3), the same file:")
+        print(pad("upload (init+chunks+finalize)", 34) + pad(f(upload), 10)
+              + "x\(String(format: "%.2f", upload / dirUpload)) of the directory store (goal >= 0.7: \(verdict(upload >= 0.7 * dirUpload))); "
+              + "chunks \(String(format: "%.2f", s3.chunksSeconds)) s, finalize \(String(format: "%.2f", s3.finalizeSeconds)) s")
+        if let boto3 {
+            print(pad("boto3 multipart upload (ceiling)", 34) + pad(f(mbps(boto3)), 10)
+                  + "outpost's upload is x\(String(format: "%.2f", upload / mbps(boto3))) of it (goal >= 1.0: \(verdict(upload >= mbps(boto3))))")
+        }
+        print(pad("download (GET, best of 3)", 34) + pad(f(mbps(s3.downloadSeconds)), 10)
+              + "x\(String(format: "%.2f", mbps(s3.downloadSeconds) / mbps(directory.downloadSeconds))) of the directory store")
+        print("server CPU: upload \(s3.uploadCPU.text), three downloads \(s3.downloadCPU.text)")
+        let growth = max(s3.uploadPeak.rss, s3.downloadPeak.rss) - s3.baseline.rss
+        print("server RSS: \(mb(s3.baseline.rss)) before; peak \(mb(s3.uploadPeak.rss)) during upload, \(mb(s3.downloadPeak.rss)) during download; "
+              + "growth \(mb(growth)) for one upload (goal < 16.8 MB, 16 MiB: \(verdict(growth < 16 << 20)))")
     }
 
     /// What `bench` measured, in seconds, CPU times and memory samples, for `report`.
@@ -135,6 +213,13 @@ enum MediaBench {
         var uploadSeconds = 0.0, chunksSeconds = 0.0, finalizeSeconds = 0.0, downloadSeconds = 0.0
         var uploadCPU = MemorySampler.CPU(), downloadCPU = MemorySampler.CPU()
         var baseline = MemorySampler.Sample(), uploadPeak = MemorySampler.Sample(), downloadPeak = MemorySampler.Sample()
+
+        mutating func apply(_ run: Run) {
+            clientHashing = run.clientHashing
+            (uploadSeconds, chunksSeconds, finalizeSeconds, downloadSeconds) = (run.uploadSeconds, run.chunksSeconds, run.finalizeSeconds, run.downloadSeconds)
+            (uploadCPU, downloadCPU) = (run.uploadCPU, run.downloadCPU)
+            (baseline, uploadPeak, downloadPeak) = (run.baseline, run.uploadPeak, run.downloadPeak)
+        }
     }
 
     /// The machine's ceilings, in the same run and on the same disk: `sha256sum` of the
