@@ -169,7 +169,7 @@ final class MediaFixture: Sendable {
     /// A fresh fixture, or, with `reopening`, a server on the data directory and database
     /// of a stopped one.
     init(limits: Limits = MediaFixture.limits, store kind: StoreKind = .sqlite, place: MediaPlace = .directory, partSize: Int = 5 << 20,
-         s3Endpoint: String? = nil, reopening previous: (directory: TemporaryDirectory, postgresURL: String?, bucket: String?)? = nil) throws {
+         s3Endpoint: String? = nil, presignedDownloadSeconds: Int = 0, reopening previous: (directory: TemporaryDirectory, postgresURL: String?, bucket: String?)? = nil) throws {
         self.limits = limits
         self.kind = kind
         self.place = place
@@ -184,6 +184,7 @@ final class MediaFixture: Sendable {
             var settings = S3MediaSettings(location: try S3Location(endpoint: s3Endpoint ?? s3.endpoint, bucket: name, prefix: "outpost/", region: s3.region),
                                            credentials: S3Credentials(accessKeyId: s3.accessKey, secretAccessKey: s3.secretKey))
             settings.partSize = partSize
+            settings.presignedDownloadSeconds = presignedDownloadSeconds
             storeConfiguration.s3 = settings
             bucket = name
         } else {
@@ -285,9 +286,10 @@ extension MediaFixture {
 
 /// Runs `body` against a fresh fixture on `setup` and always stops it.
 func withMediaServer(limits: Limits = MediaFixture.limits, store setup: MediaSetup, partSize: Int = 5 << 20, s3Endpoint: String? = nil,
-                     _ body: (MediaFixture) async throws -> Void) async throws {
+                     presignedDownloadSeconds: Int = 0, _ body: (MediaFixture) async throws -> Void) async throws {
     try await runThenStop(try await blocking {
-        try MediaFixture(limits: limits, store: setup.store, place: setup.place, partSize: partSize, s3Endpoint: s3Endpoint)
+        try MediaFixture(limits: limits, store: setup.store, place: setup.place, partSize: partSize, s3Endpoint: s3Endpoint,
+                         presignedDownloadSeconds: presignedDownloadSeconds)
     }, body)
 }
 

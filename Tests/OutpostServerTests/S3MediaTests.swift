@@ -149,6 +149,36 @@ import Testing
         }
     }
 
+    /// `--s3-presigned-downloads`: a GET is answered 302 to a presigned URL of the object,
+    /// which serves the bytes (and a range) without any token of the client's, and is
+    /// refused once changed; HEAD and conditional requests are still answered here.
+    @Test func presignedDownloadsRedirectToTheBucketWithoutTheClientsToken() async throws {
+        try await withMediaServer(store: MediaSetup(store: .sqlite, place: .s3), presignedDownloadSeconds: 300) { f in
+            let file = mediaBytes(9000, seed: 49)
+            let (_, complete) = try await f.client().upload("sp", file)
+            let client = f.client()
+            let answer = try await client.download("sp", complete.media.mediaId)
+            #expect(answer.status == 302 && answer.header("Cache-Control") == "no-store", "\(answer.status)")
+            let location = try #require(answer.header("Location"))
+            #expect(location.contains("X-Amz-Expires=300") && location.contains("X-Amz-Signature="))
+            #expect(!location.contains(client.token) && !location.contains(f.token(["sp"]).prefix(20)))
+            let url = try #require(URL(string: location))
+            let target = url.path + "?" + (url.query ?? "")
+            let port = try #require(url.port)
+            // As a client following the redirect sends it: the URL's host and port in Host.
+            let host = ("Host", "\(url.host ?? "127.0.0.1"):\(port)")
+            let got = try await blocking { try httpRequest(port: port, "GET", target, headers: [host]) }
+            #expect(got.status == 200 && summary(got.body) == summary(file), "\(got.status) \(got.text.prefix(600))")
+            let part = try await blocking { try httpRequest(port: port, "GET", target, headers: [host, ("Range", "bytes=100-199")]) }
+            #expect(part.status == 206 && part.body == Array(file[100...199]))
+            let tampered = try await blocking { try httpRequest(port: port, "GET", target.replacingOccurrences(of: "X-Amz-Expires=300", with: "X-Amz-Expires=900"), headers: [host]) }
+            #expect(tampered.status == 403)
+            #expect(try await client.download("sp", complete.media.mediaId, method: "HEAD").status == 200)
+            let etag = "\"\(complete.media.mediaId)\""
+            #expect(try await client.download("sp", complete.media.mediaId, headers: [("If-None-Match", etag)]).status == 304)
+        }
+    }
+
     /// Through `S3FaultProxy`: a burst of `503 SlowDown` and a lost answer on the chunks'
     /// PUTs, a reset in the middle of a part, the answer to the completion lost. Each is
     /// retried within its deadline; every chunk acknowledged is in the file, the file is

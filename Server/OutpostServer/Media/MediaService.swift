@@ -408,6 +408,14 @@ public final class MediaService: Sendable {
         if !noneMatch.isEmpty, EntityTags.noneMatchSatisfied(noneMatch.joined(separator: ","), etag: etag) {
             return HTTPResponse(status: .notModified, headers: headers)
         }
+        if request.method == .GET, let url = store.redirect(space: space, id: id) {
+            // To the bucket itself (a CDN in front of it): the URL expires, so it is never
+            // cached; the client sends its Range there.
+            headers.replaceOrAdd(name: "Cache-Control", value: "no-store")
+            headers.add(name: "Location", value: url)
+            countDownload(request, bytes: 0)
+            return HTTPResponse(status: HTTPStatus(code: 302), headers: headers)
+        }
         headers.add(name: "Accept-Ranges", value: "bytes")
         // Range is defined for GET only (RFC 9110 section 14.2); If-Range that does not
         // match means the whole file.

@@ -346,6 +346,13 @@ public final class MediaStore: Sendable {
         return try await onFileThread { try files.partFileIDs() }
     }
 
+    /// Where a GET of a published file is redirected, when the bytes are in a bucket whose
+    /// downloads are presigned (`--s3-presigned-downloads`); nil: the server sends them.
+    func redirect(space: SpaceName, id: MediaID) -> String? {
+        guard case .object(let bucket, _) = bytes.source(space: space, id: id) else { return nil }
+        return bucket.presignedDownload(space: space, id: id)
+    }
+
     /// The body that sends `length` bytes of a published file from `offset`: the file
     /// itself (`sendfile(2)`), or the object read in ranged pieces on the file threads.
     func body(space: SpaceName, id: MediaID, offset: Int64, length: Int64) -> HTTPResponseBody {

@@ -15,6 +15,9 @@ public struct MediaStoreSettings: Sendable {
     /// Path-style addressing (`host/bucket/key`), what MinIO, Ceph and OpenStack Swift
     /// expect; false for virtual-hosted style (`bucket.host/key`).
     public var pathStyle = true
+    /// Seconds a presigned download URL lasts; 0 (the default) serves downloads through the
+    /// server. At most 900.
+    public var presignedDownloadSeconds = 0
     /// A file of `AWS_ACCESS_KEY_ID=…` lines (mode 0600), read at start.
     public var credentialsFile: String?
     /// The credentials the environment gave (`AWS_*`).
@@ -42,6 +45,9 @@ public struct MediaStoreSettings: Sendable {
         },
         Settings.Option(flag: "--s3-path-style", env: "OUTPOST_S3_PATH_STYLE", help: "true (default): the bucket in the path, as MinIO, Ceph and Swift expect; false: in the host name") { s, v in
             s.mediaStore.pathStyle = try Settings.bool("--s3-path-style", v)
+        },
+        Settings.Option(flag: "--s3-presigned-downloads", env: "OUTPOST_S3_PRESIGNED_DOWNLOADS", help: "0 (default): downloads stream through the server; N (1 to 900): a download is answered 302 to a presigned URL of the object valid N seconds, for a CDN in front of the bucket") { s, v in
+            s.mediaStore.presignedDownloadSeconds = try Settings.int("--s3-presigned-downloads", v, in: 0...900)
         },
         Settings.Option(flag: "--s3-credentials-file", env: "OUTPOST_S3_CREDENTIALS_FILE", help: "a file (mode 0600) of AWS_ACCESS_KEY_ID=, AWS_SECRET_ACCESS_KEY= and optionally AWS_SESSION_TOKEN= lines; else those environment variables") { s, v in
             s.mediaStore.credentialsFile = v.isEmpty ? nil : v
@@ -97,7 +103,9 @@ public struct MediaStoreSettings: Sendable {
         } else {
             throw Settings.Invalid(description: "--media-store s3 needs credentials")
         }
-        return S3MediaSettings(location: location, credentials: credentials)
+        var settings = S3MediaSettings(location: location, credentials: credentials)
+        settings.presignedDownloadSeconds = presignedDownloadSeconds
+        return settings
     }
 
     /// Reads `NAME=value` lines (blank lines and `#` comments skipped), refusing a file

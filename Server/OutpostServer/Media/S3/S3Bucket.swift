@@ -104,6 +104,14 @@ final class S3Bucket: Sendable {
         return (objects, xml.text("IsTruncated") == "true" ? xml.text("NextContinuationToken") : nil)
     }
 
+    /// A URL that lets whoever holds it GET the object for `seconds` (SigV4 query
+    /// signing): no credential of the server's but the access key id, no token of anyone's.
+    func presignedGet(_ key: String, seconds: Int) -> String {
+        let path = location.path(key)
+        let query = signer.presignedQuery(method: "GET", path: path, host: location.hostHeader, expires: seconds, secondsSince1970: clock())
+        return "\(location.scheme)://\(location.hostHeader)\(SigV4Signer.canonicalURI(path))?\(query)"
+    }
+
     // MARK: Multipart uploads
 
     /// Starts a multipart upload of `key`; its upload id.

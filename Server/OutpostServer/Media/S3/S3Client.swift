@@ -168,6 +168,8 @@ public struct S3MediaSettings: Sendable {
     public var credentials: S3Credentials
     /// Bytes of one multipart part; at least 5 MiB (S3's minimum for all but the last).
     public var partSize = 8 << 20
+    /// Seconds a presigned download URL lasts; 0: downloads stream through the server.
+    public var presignedDownloadSeconds = 0
     /// What the server's requests to the bucket did (`/metrics`).
     public let counters = S3Counters()
 

@@ -32,14 +32,17 @@ final class S3MediaBytes: MediaBytes {
     let partSize: Int
     /// How long one request to the store may take, retries included.
     let operationSeconds: Double
+    /// Seconds a presigned download URL lasts; 0: none is made.
+    let presignedDownloadSeconds: Int
     /// Names the write check's object, so instances starting together do not collide.
     private let instance: String
 
     var keepsRunningHashes: Bool { false }
 
-    init(bucket: S3Bucket, partSize: Int = 8 << 20, operationSeconds: Double = 60) {
+    init(bucket: S3Bucket, partSize: Int = 8 << 20, operationSeconds: Double = 60, presignedDownloadSeconds: Int = 0) {
         precondition(partSize >= 5 << 20, "S3 parts but the last are at least 5 MiB")
         self.bucket = bucket
+        self.presignedDownloadSeconds = presignedDownloadSeconds
         self.partSize = partSize
         self.operationSeconds = operationSeconds
         instance = Hex.encode(SecureRandom.bytes(8))
@@ -49,7 +52,13 @@ final class S3MediaBytes: MediaBytes {
     convenience init(settings: S3MediaSettings) {
         self.init(bucket: S3Bucket(location: settings.location, credentials: settings.credentials, counters: settings.counters,
                                    clock: { Int64(Date().timeIntervalSince1970) }),
-                  partSize: settings.partSize)
+                  partSize: settings.partSize, presignedDownloadSeconds: settings.presignedDownloadSeconds)
+    }
+
+    /// A presigned URL of the published file, when downloads are redirected.
+    func presignedDownload(space: SpaceName, id: MediaID) -> String? {
+        guard presignedDownloadSeconds > 0 else { return nil }
+        return bucket.presignedGet(mediaKey(space: space, id: id), seconds: presignedDownloadSeconds)
     }
 
     /// Every published object under `spaces/`, with its size.
