@@ -254,7 +254,7 @@ public final class HTTPMediaTransport: MediaTransport, Sendable {
 
 /// URLSession's delegate for media requests: collects each task's status, headers and body
 /// (up to the task's cap) and resumes its waiter.
-private final class MediaSessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
+final class MediaSessionDelegate: NSObject, URLSessionDataDelegate, Sendable {
     struct Pending {
         var continuation: CheckedContinuation<HTTPMediaTransport.Answer, any Error>
         var cap: Int
@@ -268,6 +268,27 @@ private final class MediaSessionDelegate: NSObject, URLSessionDataDelegate, Send
 
     func register(_ id: Int, cap: Int, _ continuation: CheckedContinuation<HTTPMediaTransport.Answer, any Error>) {
         tasks.withLock { $0[id] = Pending(continuation: continuation, cap: cap) }
+    }
+
+    /// A download the server redirects to a presigned URL of its bucket (docs/media.md,
+    /// "Presigned downloads") is followed with its `Range`, but never with the server's
+    /// token: a request to another origin goes without `Authorization`.
+    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+                    newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void) {
+        completionHandler(Self.redirected(request, from: task.originalRequest))
+    }
+
+    /// `next` as it is sent: without `Authorization` unless it goes to the origin (scheme,
+    /// host and port) of `original`.
+    static func redirected(_ next: URLRequest, from original: URLRequest?) -> URLRequest {
+        var request = next
+        let from = original?.url, to = next.url
+        let sameOrigin = from?.scheme == to?.scheme && from?.host == to?.host && from?.port == to?.port
+        if !sameOrigin { request.setValue(nil, forHTTPHeaderField: "Authorization") }
+        if let range = original?.value(forHTTPHeaderField: "Range"), request.value(forHTTPHeaderField: "Range") == nil {
+            request.setValue(range, forHTTPHeaderField: "Range")
+        }
+        return request
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
