@@ -3,7 +3,8 @@
 # starts a throwaway S3 store (OpenStack Swift's s3api, scripts/s3-test-server.py serve),
 # passes its settings to the bench with boto3 (the venv scripts/install-deps.sh test makes)
 # as the S3 ceiling, and stops the store by its PID. Extra arguments go to the bench
-# (`--size-mb 64`, say). Needs the release build: swift build -c release.
+# (`--size-mb 64`, say). Needs the release build: swift build -c release (or OUTPOST_BENCH
+# naming an outpost-bench built elsewhere, beside its outpost-server).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 boto3="$(ls -d "$root"/.build/tools/boto3-*/bin/python 2>/dev/null | head -1)"
@@ -21,4 +22,4 @@ grep -q '^S3_REGION=' "$settings" || { echo "the S3 store did not start within 6
 endpoint="$(sed -n 's/^S3_ENDPOINT=//p' "$settings")"
 export AWS_ACCESS_KEY_ID="$(sed -n 's/^S3_ACCESS_KEY=//p' "$settings")"
 export AWS_SECRET_ACCESS_KEY="$(sed -n 's/^S3_SECRET_KEY=//p' "$settings")"
-"$root/.build/release/outpost-bench" media --s3-endpoint "$endpoint" --s3-bucket outpost-bench --boto3 "$boto3" "$@"
+"${OUTPOST_BENCH:-$root/.build/release/outpost-bench}" media --s3-endpoint "$endpoint" --s3-bucket outpost-bench --boto3 "$boto3" "$@"

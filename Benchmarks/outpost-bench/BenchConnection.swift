@@ -44,9 +44,9 @@ final class BenchConnection {
     }
 
     /// `bufferSize` bounds one read; thousands of idle long-poll connections want it small.
-    init(port: Int, bufferSize: Int = 1 << 20) throws {
+    init(port: Int, bufferSize: Int = 1 << 20, receiveTimeout: Int = 10) throws {
         buffer = [UInt8](repeating: 0, count: bufferSize)
-        fd = try HTTPBench.connectTo(port: port)
+        fd = try HTTPBench.connectTo(port: port, receiveTimeout: receiveTimeout)
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
     }

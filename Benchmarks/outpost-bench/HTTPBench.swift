@@ -476,7 +476,9 @@ enum HTTPBench {
     /// A blocking connection to 127.0.0.1:`port`, from the loopback address `source` when
     /// given (each 127.x.y.z has its own ephemeral ports: a fleet of 100,000 connections
     /// needs several).
-    static func connectTo(port: Int, from source: String? = nil) throws -> Int32 {
+    /// `receiveTimeout`: seconds a read may wait (10; a finalize that publishes a large file
+    /// to a bucket takes longer).
+    static func connectTo(port: Int, from source: String? = nil, receiveTimeout: Int = 10) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw BenchError("socket: errno \(errno) (file limit?)") }
         if let source {
@@ -496,7 +498,7 @@ enum HTTPBench {
             close(fd)
             throw BenchError("connect: errno \(e)")
         }
-        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        var tv = timeval(tv_sec: receiveTimeout, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         return fd
     }

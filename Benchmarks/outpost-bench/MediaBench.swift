@@ -406,7 +406,9 @@ enum MediaBench {
     }
 
     static func finalize(port: Int, token: String, uploadId: String, space: String = "bench") throws {
-        let connection = try BenchConnection(port: port)
+        // Publishing to a bucket reads the staged chunks back and writes the parts: minutes
+        // for a large file on a slow store.
+        let connection = try BenchConnection(port: port, receiveTimeout: 600)
         let response = try connection.request("POST", "/v1/spaces/\(space)/media/uploads/\(uploadId)/finalize",
                                               headers: [("Authorization", "Bearer \(token)")], body: [])
         guard response.status == 200 else {

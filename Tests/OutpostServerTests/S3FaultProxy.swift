@@ -78,21 +78,16 @@ final class S3FaultProxy: Sendable {
             ProxySocket.writeAll(client, Array("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\nContent-Length: \(xml.utf8.count)\r\nConnection: close\r\n\r\n\(xml)".utf8))
             return
         }
-        guard let upstream = ProxySocket.connect(port: upstreamPort) else { return }
-        defer { close(upstream) }
-        ProxySocket.writeAll(upstream, Array(ProxySocket.upstreamHead(lines).utf8) + body)
+        let request = Array(ProxySocket.upstreamHead(lines).utf8) + body
         if case .reset = fault {
+            guard let upstream = ProxySocket.connect(port: upstreamPort) else { return }
+            defer { close(upstream) }
+            ProxySocket.writeAll(upstream, request)
             shutdown(upstream, Int32(SHUT_RDWR))
             shutdown(client, Int32(SHUT_RDWR))
             return
         }
-        var answer: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = read(upstream, &chunk, chunk.count)
-            if n <= 0 { break }
-            answer += chunk[0..<n]
-        }
+        guard let answer = ProxySocket.forward(request, port: upstreamPort) else { return }
         if fault == .loseAnswer {
             shutdown(client, Int32(SHUT_RDWR))
             return
