@@ -345,24 +345,39 @@ final class S3MediaBytes: MediaBytes {
 
     // MARK: Serving
 
-    /// Sends `length` bytes of the published file from `offset` in ranged reads of 1 MiB,
-    /// each on a file thread (`read`), so memory stays bounded whatever the file's size.
+    /// Bytes of one ranged read of a download.
+    static let downloadPiece: Int64 = 4 << 20
+
+    /// Sends `length` bytes of the published file from `offset` in ranged reads of 4 MiB,
+    /// each on a file thread (`read`), the next one read while this one is written: at most
+    /// two pieces (8 MiB) in memory per download whatever the file's size.
     func produce(key: String, offset: Int64, length: Int64, read: @escaping @Sendable (@escaping @Sendable () throws -> [UInt8]) async throws -> [UInt8],
                  into writer: HTTPBodyWriter) async throws {
-        var done: Int64 = 0
-        let piece: Int64 = 1 << 20
-        while done < length {
-            let from = offset + done, count = min(piece, length - done)
-            let bucket = self.bucket, seconds = operationSeconds
-            let bytes = try await read {
-                let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(seconds * 1_000_000_000)
-                return try bucket.get(key, range: from...(from + count - 1), maxBytes: Int(count), deadline: deadline)
+        let bucket = self.bucket, seconds = operationSeconds
+        func fetch(_ from: Int64) -> Task<[UInt8], any Error> {
+            let count = min(Self.downloadPiece, offset + length - from)
+            return Task {
+                let bytes = try await read {
+                    let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(seconds * 1_000_000_000)
+                    return try bucket.get(key, range: from...(from + count - 1), maxBytes: Int(count), deadline: deadline)
+                }
+                guard Int64(bytes.count) == count else {
+                    throw S3Failure(.badAnswer, "the S3 store returned \(bytes.count) bytes of \(key), not \(count)")
+                }
+                return bytes
             }
-            guard Int64(bytes.count) == count else {
-                throw S3Failure(.badAnswer, "the S3 store returned \(bytes.count) bytes of \(key), not \(count)")
-            }
+        }
+        guard length > 0 else { return }
+        var from = offset
+        var next = fetch(from)
+        defer { next.cancel() }
+        while true {
+            let bytes = try await next.value
+            from += Int64(bytes.count)
+            let more = from < offset + length
+            if more { next = fetch(from) }
             try await writer.write(bytes)
-            done += count
+            if !more { return }
         }
     }
 }
