@@ -47,6 +47,47 @@ import Testing
         }
     }
 
+    /// Chunks of 5 MiB (the default with media in S3) are whole parts: finalize publishes
+    /// them as copies made inside the store. With the running hash (one process) nothing is
+    /// read back and each byte is sent to the store once; without it (PostgreSQL) the
+    /// pieces are read once to check the file, and still not written again.
+    @Test(arguments: [StoreKind.sqlite, .postgres])
+    func chunksOfAWholePartArePublishedByCopiesInsideTheStore(store: StoreKind) async throws {
+        var limits = Self.limits
+        limits.chunkSize = MediaStoreSettings.s3ChunkSize
+        try await withMediaServer(limits: limits, store: MediaSetup(store: store, place: .s3)) { f in
+            let file = mediaBytes((11 << 20) + 7, seed: 50)
+            let sentBefore = f.metrics.value("outpost_media_s3_sent_bytes_total")
+            let (_, complete) = try await f.client().upload("sp", file)
+            #expect(complete.media.mediaId == SHA256.hex(file))
+            #expect(f.bytesReadBack == (store == .sqlite ? 0 : Double(file.count)))
+            let sent = f.metrics.value("outpost_media_s3_sent_bytes_total") - sentBefore
+            #expect(sent < Double(file.count) + 100_000, "each byte is sent to the store once (\(sent) bytes sent)")
+            let got = try await f.client().download("sp", complete.media.mediaId)
+            #expect(summary(got.body) == summary(file))
+            let bucket = Self.s3(f)
+            try await blocking { () throws in
+                #expect(try bucket.bucket.multipartUploads(prefix: "", deadline: Self.deadline()).isEmpty)
+                #expect(try bucket.partFileIDs().isEmpty)
+            }
+
+            // The same chunks under another declared hash: refused, nothing published.
+            let other = mediaBytes((6 << 20) + 1, seed: 51)
+            let claimed = SHA256.hex(file)
+            let client = f.client(["sp2"])
+            let upload = try UploadState.decode(try await client.begin("sp2", size: other.count, sha256: claimed).body)
+            for (index, piece) in chunked(other, upload.chunkSize).enumerated() {
+                #expect(try await client.chunk("sp2", upload.uploadId, index, piece).status == 200)
+            }
+            let refused = try await client.finalize("sp2", upload.uploadId)
+            #expect(refused.status == 422 && mediaErrorCode(refused) == "checksum_mismatch", "\(refused.text)")
+            try await blocking { () throws in
+                #expect(try !f.isPublished("sp2", claimed))
+                #expect(try bucket.bucket.multipartUploads(prefix: "", deadline: Self.deadline()).isEmpty)
+            }
+        }
+    }
+
     @Test func aFileOfSeveralPartsWhoseHashDiffersIsAbortedAndNothingIsPublished() async throws {
         try await withMediaServer(limits: Self.limits, store: MediaSetup(store: .sqlite, place: .s3)) { f in
             let file = mediaBytes(6 << 20, seed: 41)

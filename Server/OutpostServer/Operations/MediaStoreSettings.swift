@@ -25,6 +25,10 @@ public struct MediaStoreSettings: Sendable {
 
     public init() {}
 
+    /// The chunk size with media in S3 unless `--chunk-size` says otherwise: S3's smallest
+    /// part but the last, so every chunk but the last can be a part as it is.
+    public static let s3ChunkSize = 5 << 20
+
     static let options: [Settings.Option] = [
         Settings.Option(flag: "--media-store", env: "OUTPOST_MEDIA_STORE", help: "where media bytes live: directory (default; --media-dir) or s3 (--s3-endpoint, --s3-bucket; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or --s3-credentials-file)") { s, v in
             guard v == "directory" || v == "s3" else { throw Settings.Invalid(description: "--media-store must be directory or s3, not \"\(v)\"") }

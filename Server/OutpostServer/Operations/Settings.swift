@@ -239,6 +239,12 @@ public struct Settings: Sendable {
             try option.apply(&s, value!)
             i += 1
         }
+        // With media in S3, chunks default to S3's smallest part (5 MiB), so that each can
+        // become a part of the published object inside the store (docs/media.md).
+        if s.mediaStore.kind == "s3", environment["OUTPOST_CHUNK_SIZE"] == nil,
+           !arguments.contains(where: { $0 == "--chunk-size" || $0.hasPrefix("--chunk-size=") }) {
+            s.limits.chunkSize = MediaStoreSettings.s3ChunkSize
+        }
         try s.validate()
         return s
     }

@@ -131,6 +131,21 @@ final class S3Bucket: Sendable {
         return etag
     }
 
+    /// Makes part `number` of the upload a copy of the object `source` (below the
+    /// location's prefix), inside the store: no byte passes through the server. Its ETag.
+    func copyPart(_ key: String, upload: String, number: Int, from source: String, deadline: UInt64) throws(S3Failure) -> String {
+        let copySource = SigV4Signer.canonicalURI("/" + location.bucket + "/" + location.prefix + source)
+        let answer = try request("PUT", key: key, query: [("partNumber", String(number)), ("uploadId", upload)],
+                                 headers: [("x-amz-copy-source", copySource)], deadline: deadline)
+        // A copy may answer 200 and still fail: the error is then in the body.
+        let xml = S3XML(answer.body)
+        if let code = xml.errorCode {
+            throw S3Failure(.answered(status: answer.status, code: code), "the S3 store did not copy \(source) into part \(number) of \(key): \(code)")
+        }
+        guard let etag = xml.text("ETag") else { throw S3Failure(.badAnswer, "the S3 store copied part \(number) of \(key) without an ETag") }
+        return etag
+    }
+
     /// Publishes the object from its parts, in number order.
     func completeMultipart(_ key: String, upload: String, parts: [(number: Int, etag: String)], deadline: UInt64) throws(S3Failure) {
         var body = "<CompleteMultipartUpload>"

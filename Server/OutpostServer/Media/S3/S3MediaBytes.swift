@@ -37,7 +37,9 @@ final class S3MediaBytes: MediaBytes {
     /// Names the write check's object, so instances starting together do not collide.
     private let instance: String
 
-    var keepsRunningHashes: Bool { false }
+    /// Staged pieces are plain objects, readable back: a process that owns its uploads keeps
+    /// a running hash, so a finalize whose pieces are whole parts reads nothing.
+    var keepsRunningHashes: Bool { true }
 
     init(bucket: S3Bucket, partSize: Int = 8 << 20, operationSeconds: Double = 60, presignedDownloadSeconds: Int = 0) {
         precondition(partSize >= 5 << 20, "S3 parts but the last are at least 5 MiB")
@@ -186,12 +188,12 @@ final class S3MediaBytes: MediaBytes {
         try bucket.put(pieceKey(id, offset: offset), bytes: bytes, deadline: deadline())
     }
 
-    /// Reads the upload's bytes from 0 up to `length` in order, giving each run of bytes
-    /// to `body`; returns how many bytes were given (fewer than `length` when the pieces
-    /// stop short). One piece is in memory at a time.
-    private func readStaged(_ id: UploadID, pieces: [Piece], length: Int64, _ body: ([UInt8]) throws -> Void) throws -> Int64 {
-        var done: Int64 = 0
-        for piece in Self.contiguous(pieces).run where done < length {
+    /// Reads the upload's bytes from `from` up to `length` in order, giving each run of
+    /// bytes to `body`; returns how many bytes were given (fewer than `length - from` when
+    /// the pieces stop short). One piece is in memory at a time.
+    private func readStaged(_ id: UploadID, pieces: [Piece], from start: Int64 = 0, length: Int64, _ body: ([UInt8]) throws -> Void) throws -> Int64 {
+        var done = start
+        for piece in Self.contiguous(pieces).run where done < length && piece.end > done {
             let from = done - piece.offset
             let to = min(piece.end, length) - piece.offset
             guard to > from else { continue }
@@ -203,7 +205,7 @@ final class S3MediaBytes: MediaBytes {
             try body(bytes)
             done += Int64(bytes.count)
         }
-        return done
+        return done - start
     }
 
     func hashPart(_ id: UploadID, length: Int64) throws -> String? {
@@ -275,6 +277,9 @@ final class S3MediaBytes: MediaBytes {
             let missing = digests.indices.filter { Int64($0) * Int64(chunkSize) + Int64(chunkSize) > covered && Int64($0) * Int64(chunkSize) < size }
             return .damagedChunks(missing.isEmpty ? Array(digests.indices) : missing)
         }
+        if let whole = Self.wholeParts(pieces, size: size, chunkSize: chunkSize, count: digests.count) {
+            return try finalizeByCopies(id, key: key, parts: whole, size: size, chunkSize: chunkSize, digests: digests, declared: media, prefix: prefix)
+        }
         var check = StagedCheck(size: size, chunkSize: chunkSize, digests: digests)
         let outcome: MediaFiles.FinalizeOutcome
         if size < Int64(partSize) {
@@ -293,6 +298,58 @@ final class S3MediaBytes: MediaBytes {
             for piece in pieces { try bucket.delete(pieceKey(id, offset: piece.offset), deadline: deadline()) }
         }
         return outcome
+    }
+
+    /// The pieces, when they are exactly the upload's chunks and every chunk but the last
+    /// is at least 5 MiB: then each can be a part of the published object as it is.
+    static func wholeParts(_ pieces: [Piece], size: Int64, chunkSize: Int, count: Int) -> [Piece]? {
+        guard count > 1, chunkSize >= 5 << 20, pieces.count == count else { return nil }
+        for (index, piece) in pieces.enumerated() {
+            let offset = Int64(index) * Int64(chunkSize)
+            guard piece.offset == offset, piece.size == min(Int64(chunkSize), size - offset) else { return nil }
+        }
+        return pieces
+    }
+
+    /// Finalize when the chunks are whole parts: the file is checked (by the running hash
+    /// when it covers the file, else by reading the pieces once), then published as a
+    /// multipart upload whose parts are copies of the pieces made inside the store, so no
+    /// byte is written again through the server.
+    private func finalizeByCopies(_ id: UploadID, key: String, parts: [Piece], size: Int64, chunkSize: Int, digests: [[UInt8]],
+                                  declared: MediaID, prefix: ResumableSHA256?) throws -> MediaFiles.FinalizeOutcome {
+        var verified = false
+        if var hasher = prefix, hasher.byteCount <= size {
+            _ = try readStaged(id, pieces: parts, from: hasher.byteCount, length: size) { hasher.update($0) }
+            verified = Hex.encode(hasher.digest()) == declared.rawValue
+        }
+        if !verified {
+            var check = StagedCheck(size: size, chunkSize: chunkSize, digests: digests)
+            _ = try readStaged(id, pieces: parts, length: size) { check.update($0) }
+            let outcome = check.outcome(declared: declared)
+            guard outcome == .published else { return outcome }
+        }
+        let upload = try bucket.startMultipart(key, contentType: "application/octet-stream", deadline: deadline())
+        try bucket.put(markerKey(id), bytes: Array("\(key)\n\(upload)".utf8), deadline: deadline())
+        var etags: [(number: Int, etag: String)] = []
+        for (index, piece) in parts.enumerated() {
+            etags.append((index + 1, try bucket.copyPart(key, upload: upload, number: index + 1, from: pieceKey(id, offset: piece.offset), deadline: deadline())))
+        }
+        try complete(key, upload: upload, parts: etags, size: size)
+        try bucket.delete(markerKey(id), deadline: deadline())
+        for piece in parts { try bucket.delete(pieceKey(id, offset: piece.offset), deadline: deadline()) }
+        return .published
+    }
+
+    /// Completes the multipart upload; a completion whose answer was lost, sent again,
+    /// finds the upload gone: the first one completed it when the object is there (only a
+    /// checked file is completed under its SHA-256, so any object there has its bytes).
+    private func complete(_ key: String, upload: String, parts: [(number: Int, etag: String)], size: Int64) throws {
+        do {
+            try bucket.completeMultipart(key, upload: upload, parts: parts, deadline: deadline())
+        } catch {
+            let failure = error
+            guard failure.code == "NoSuchUpload", try bucket.size(of: key, deadline: deadline()) == size else { throw failure }
+        }
     }
 
     /// Writes the staged bytes as a multipart upload while checking them; completes it only
@@ -330,15 +387,7 @@ final class S3MediaBytes: MediaBytes {
         if !buffer.isEmpty {
             parts.append((parts.count + 1, try bucket.putPart(key, upload: upload, number: parts.count + 1, bytes: buffer, deadline: deadline())))
         }
-        do {
-            try bucket.completeMultipart(key, upload: upload, parts: parts, deadline: deadline())
-        } catch {
-            // A completion whose answer was lost, sent again: the first one completed
-            // the upload when the object is there (only a checked file is completed
-            // under its SHA-256, so any object there has the declared bytes).
-            let failure = error
-            guard failure.code == "NoSuchUpload", try bucket.size(of: key, deadline: deadline()) == size else { throw failure }
-        }
+        try complete(key, upload: upload, parts: parts, size: size)
         try bucket.delete(markerKey(id), deadline: deadline())
         return .published
     }
