@@ -381,7 +381,9 @@ enum MediaBench {
                         let fd = open(filePath, O_RDONLY | O_CLOEXEC)
                         guard fd >= 0 else { throw HTTPBench.BenchError("cannot open \(filePath)") }
                         defer { close(fd) }
-                        let connection = try BenchConnection(port: port)
+                        // A chunk to a bucket waits for the store's answer: longer than 10 s
+                        // on a loaded machine.
+                        let connection = try BenchConnection(port: port, receiveTimeout: 120)
                         var buffer = [UInt8](repeating: 0, count: chunkSize)
                         while true {
                             let index = cursor.take()

@@ -46,6 +46,11 @@ protocol MediaBytes: Sendable {
     /// Whether the store may keep running hashes of uploads in progress: only where staged
     /// bytes are cheap to read back and one process owns the uploads (`RunningHashes`).
     var keepsRunningHashes: Bool { get }
+    /// Whether a chunk that arrived before the ones ahead of it is read back to advance the
+    /// running hash once they are in: cheap from a local file, a request per chunk in the
+    /// chunk's answer path from a bucket (there the hash waits, and finalize reads what it
+    /// does not cover).
+    var readsBackChunks: Bool { get }
     /// Bytes read back from staged uploads to hash them.
     var readBack: ByteCounter { get }
 }

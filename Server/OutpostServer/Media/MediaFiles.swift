@@ -26,6 +26,7 @@ struct MediaFiles: MediaBytes {
     /// One process owns the directory's uploads unless instances share it; the store
     /// decides with that (`MediaStore`).
     var keepsRunningHashes: Bool { true }
+    var readsBackChunks: Bool { true }
 
     var uploadsDirectory: String { root + "/uploads" }
     var spacesDirectory: String { root + "/spaces" }

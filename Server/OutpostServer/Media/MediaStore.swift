@@ -297,12 +297,14 @@ public final class MediaStore: Sendable {
 
     /// Feeds a chunk this process wrote, and whose receipt is committed, into the upload's
     /// running hash (see `RunningHashes.chunkHeld`); chunks read back for it are read on a
-    /// file thread.
+    /// file thread, where reading back is cheap (`MediaBytes.readsBackChunks`). Elsewhere
+    /// the hash stops at the first chunk that came early, and finalize reads the rest.
     func chunkHeld(_ upload: UploadRecord, index: Int, bytes: [UInt8], digest: [UInt8]) async {
         guard let hashes else { return }
         let files = self.bytes
         await hashes.chunkHeld(upload.id, index: index, bytes: bytes, digest: digest) { i in
-            try await onFileThread {
+            guard files.readsBackChunks else { throw StoreError("chunk \(i) is not read back from \(files.placeName)") }
+            return try await onFileThread {
                 try files.readPart(upload.id, offset: Int64(i) * Int64(upload.chunkSize), length: upload.length(ofChunk: i))
             }
         }

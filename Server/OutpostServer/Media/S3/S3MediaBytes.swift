@@ -40,6 +40,7 @@ final class S3MediaBytes: MediaBytes {
     /// Staged pieces are plain objects, readable back: a process that owns its uploads keeps
     /// a running hash, so a finalize whose pieces are whole parts reads nothing.
     var keepsRunningHashes: Bool { true }
+    var readsBackChunks: Bool { false }
 
     init(bucket: S3Bucket, partSize: Int = 8 << 20, operationSeconds: Double = 60, presignedDownloadSeconds: Int = 0) {
         precondition(partSize >= 5 << 20, "S3 parts but the last are at least 5 MiB")
