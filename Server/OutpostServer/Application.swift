@@ -74,8 +74,11 @@ public final class OutpostApplication: Sendable {
         Self.declareSyncMetrics(metrics, sync: sync, store: store)
         let compactor = Compactor(store: store, metrics: metrics, retentionDays: settings.tombstoneRetentionDays)
         // Device telemetry in the store's database, on a session of its own.
+        // Pushes and pulls note each device's activity in memory (`sync.devices`); the
+        // telemetry service stores it beside the devices' reports.
+        let syncStore = store
         telemetry = TelemetryService(telemetry: try DeviceTelemetry(name: sessions.name, open: sessions.open(readOnly: false)),
-                                     authorizer: authorizer, metrics: metrics)
+                                     authorizer: authorizer, metrics: metrics, activity: sync.devices, epoch: { syncStore.epoch.rawValue })
         // Webhooks in the store's database.
         webhooks = try WebhookService(settings: settings.webhooks, secret: secrets.webhook, authorizer: authorizer, metrics: metrics,
                                       soleOwner: settings.postgresURL == nil, store: opened.webhookSQL(), reads: opened.webhookReads)
@@ -104,6 +107,7 @@ public final class OutpostApplication: Sendable {
         webhooks.register(&router)
         self.router = router
         media.startSweeper()
+        telemetry.startFlushing()
         webhooks.start(notifier: store.notifier)
         if let identityProvider { Self.start(identityProvider, settings.identityProvider) }
         sweeper = Self.startSweeper(store: store, compactor: compactor, changeIdRetentionDays: settings.changeIdRetentionDays)
@@ -328,6 +332,7 @@ public final class OutpostApplication: Sendable {
         identityProvider?.stop()
         await webhooks.stop()
         await media.close()
+        await telemetry.stopFlushing()
         let telemetry = self.telemetry, admin = self.admin
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             // Joins their threads: off the cooperative pool.

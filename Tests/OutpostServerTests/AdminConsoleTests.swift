@@ -414,6 +414,7 @@ import Testing
         static let trafficSpace = "dispatch"
         static let inspections = 60
         static let knownID = "insp-2026-0042"
+        static let deviceClient = "phone-okafor"
         static let knownValue = "Valve V3 replaced; pressure back to 4.2 bar"
         static let scriptPayload = "<script>window.__pwned = 'script'; document.title = 'pwned';</script>"
         static let imagePayload = #"<img src=x onerror="window.__pwned='img';document.title='pwned'">"#
@@ -459,7 +460,7 @@ import Testing
         let shots = output.split(separator: "\n").filter { $0.hasPrefix("screenshot: ") }.map { String($0.dropFirst("screenshot: ".count)) }
         for shot in shots { print("admin console screenshot: \(shot)") }
         #expect(ended == .exited(0), "the console's browser test failed (\(ended.map { "\($0)" } ?? "no exit within 600 s")):\n\(output)")
-        for page in ["signin", "overview", "spaces", "records", "records-xss", "media", "devices", "access-explain", "access-view", "tokens"] {
+        for page in ["signin", "overview", "spaces", "records", "records-xss", "media", "devices", "access-explain", "access-view", "device", "tokens"] {
             let path = artifacts.appendingPathComponent("\(page).png").path
             #expect(shots.contains(path) && FileManager.default.fileExists(atPath: path), "no screenshot of \(page) at \(path)")
         }
@@ -474,6 +475,10 @@ import Testing
         let media = try await Self.seed(server, token: writer)
         // Both servers have the same secret: the tokens hold for both.
         _ = try await Self.seed(ruled, token: writer)
+        // A device of an inspector of Pump station 7 that pulled part of the space under its
+        // view and reported, for the Device page of the server under rules.
+        let inspector = try await blocking { try ruled.token(sub: "a.okafor", spaces: [Fixture.space], scope: "read", claims: ["site=Pump station 7"]) }
+        try await Self.seedDevice(ruled, token: inspector)
         let fixture = JSONValue.object([
             "url": .string(server.baseURL.absoluteString), "adminToken": .string(admin), "writeToken": .string(writer),
             "space": .string(Fixture.space), "otherSpace": .string(Fixture.otherSpace), "trafficSpace": .string(Fixture.trafficSpace),
@@ -483,6 +488,7 @@ import Testing
             "scriptPayload": .string(Fixture.scriptPayload), "imagePayload": .string(Fixture.imagePayload),
             "image": .object(["mediaId": .string(media.imageID), "filename": "site-7-valve.png", "width": 160, "height": 100]),
             "device": "tablet-ops-3",
+            "deviceClient": .string(Fixture.deviceClient), "deviceSite": "Pump station 7",
             // The known inspection is of Pump station 7: an inspector of Reservoir Hill does not read it.
             "rulesUrl": .string(ruled.baseURL.absoluteString),
             "explain": .object(["subject": "m.lindqvist", "claims": .object(["site": "Reservoir Hill", "roles": ["inspector"]]),
@@ -504,6 +510,32 @@ import Testing
             run.waitForStreams()
             return (ended, run.outputText())
         }
+    }
+
+    /// A device that pulls 20 records of its view naming itself (`X-Outpost-Client-Id`), so
+    /// its cursor is behind the head, and reports two syncs: one that failed, and one after
+    /// which it holds pending, quarantined and held edits.
+    static func seedDevice(_ server: ServerProcess, token: String) async throws {
+        let headers = [("Authorization", "Bearer \(token)"), ("X-Outpost-Client-Id", Fixture.deviceClient)]
+        let pulled = try await httpRequestAsync(port: server.port, "GET", "/v1/spaces/\(Fixture.space)/pull?limit=20", headers: headers)
+        guard pulled.status == 200 else { throw ProcessFailure("the device's pull answered \(pulled.status): \(pulled.text)") }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var failed = TelemetryEntry(startedAt: now - 3_600_000, durationMs: 30_000)
+        failed.lastError = "no_answer"
+        failed.queueDepth = 2
+        var newest = TelemetryEntry(startedAt: now - 60_000, durationMs: 420)
+        newest.pulled = 20
+        newest.queueDepth = 3
+        newest.rejected = 1
+        newest.appVersion = 4
+        newest.quarantined = 1
+        newest.upgradeRequired = 2
+        newest.roundTripMs = 31
+        newest.clockOffsetMs = -180
+        let batch = TelemetryBatch(clientId: Fixture.deviceClient, sdkVersion: "outpost-swift/0.1.0", syncs: [failed, newest])
+        let reported = try await httpRequestAsync(port: server.port, "POST", "/v1/spaces/\(Fixture.space)/telemetry",
+                                                  headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: batch.encoded())
+        guard reported.status == 202 else { throw ProcessFailure("the device's report answered \(reported.status): \(reported.text)") }
     }
 
     /// Pushes the fixture's records, uploads its images and reports its devices, over HTTP.

@@ -36,6 +36,7 @@ import Testing
         ("webhook_batches", "1e59b51189541f7ad815e1f35ed94efe86b5d312fb385a15b0bface9b45097b8"),
         ("records.resolved, webhook_outbox.resolved", "7f4db100d73f4c780420c5868bb3d195f82557b06422fd8248b1959ebfbc2197"),
         ("client_subjects", "42e5dac3b60a61a237672ad4b0f26bb286f866bb0e27b05c941cc7e2a3b56505"),
+        ("devices.last_push, last_pull, pull cursor and view, last_active", "5a0ff0e0d187c2f109e82c92957cb4ac3f7be8b6604cff30b01c03624cd4f0bb"),
     ]
     static let releasedPostgres: [(String, String)] = [
         ("sync 1: meta, spaces, records, applied_changes, outpost_lock_spaces, media, uploads, upload_chunks", "6bae312449cb352c7b645a00839d62a97f816bce5027375c1e168a57a774fb86"),
@@ -56,6 +57,7 @@ import Testing
         ("webhook_batches", "e48948570a9432fba059f7714901dc22ed7780d8e0c34537ceaef21881563d89"),
         ("records.resolved, webhook_outbox.resolved", "b48f106035e0913c5bf93da1454e2ae9a20d033a60ce320ad6f2e0516ddcaedd"),
         ("client_subjects", "aa0b59678b6fd4895109ce4b23a95b0c3b524c2a5e413aa0aff85a688cf51308"),
+        ("devices.last_push, last_pull, pull cursor and view, last_active", "cd25c6730f3f85b9a30fb27ed1b1d312cea6f721520c78baaf9a08e75f6214df"),
     ]
 
     /// Every migration of each list is released and pinned, in order: one edited, renamed,

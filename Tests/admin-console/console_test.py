@@ -324,6 +324,26 @@ class Console:
         check(cells[1:] == ["3", "5", "4"], f"the space's devices, conflicts and decided conflicts are {cells[1:]}, not 3, 5, 4")
         self.shot("devices")
 
+    def device(self):
+        """A space's devices as the server sees them, and one device's sync (on the server under rules)."""
+        f = self.f
+        self.go("devices")
+        self.until(lambda: f["deviceClient"] in self.text_of("devices-rows"), "the devices list never showed the inspector's device")
+        self.click(self.d.find_element(By.CSS_SELECTOR, f'#devices-rows a[href*="clientId={f["deviceClient"]}"]'))
+        self.until(lambda: self.js("return document.getElementById('page').dataset.page") == "device", "the Device page never showed")
+        self.until(lambda: self.d.find_elements(By.ID, "device-facts"), "the device's facts never showed")
+        self.until(lambda: self.d.find_elements(By.CSS_SELECTOR, f'#device-rows tr[data-client="{f["deviceClient"]}"]'),
+                   "the space's devices never listed the device")
+        facts = self.text_of("device-facts")
+        check("commits" in facts, f"how far the device is behind the head is not shown: {facts!r}")
+        check("4" in facts and "Quarantined" in facts and "Held for an upgrade" in facts, f"the reported counts are not shown: {facts!r}")
+        check(f["deviceSite"] in self.text_of("device-detail"), "the claim the view reads is not shown")
+        check("no_answer" in self.text_of("device-detail"), "the device's last error is not shown")
+        check(f["device"] in self.text_of("device-rows"), "a device that only pushed is not listed")
+        check(f["writeToken"] not in self.text_of("page"), "a token is shown")
+        self.not_pwned("the device page")
+        self.shot("device")
+
     def access(self):
         """A record's rules explained for a subject, and what another subject's pull returns."""
         f = self.f
@@ -445,7 +465,7 @@ def main():
     try:
         for step, run in [("sign-in", console.sign_in), ("overview", console.overview), ("spaces", console.spaces),
                           ("records", console.records), ("records with markup", console.records_markup),
-                          ("media", console.media), ("devices", console.devices), ("access", console.access), ("tokens", console.tokens),
+                          ("media", console.media), ("devices", console.devices), ("access", console.access), ("device", console.device), ("tokens", console.tokens),
                           ("sign-out", console.sign_out)]:
             print(f"step: {step}", flush=True)
             run()

@@ -34,6 +34,14 @@ extension OutpostStore {
         entry.roundTripMs = readings.lastRoundTripMs
         entry.queueDepth = Int64((try? read { try $0.count(deliveries: ["queued", "sent"]) }) ?? report.pending)
         entry.clockOffsetMs = readings.clockOffset
+        // What only the device knows, for the operator's device page (docs/operating.md,
+        // "Devices"): the app's data version and what waits on the device after the sync.
+        entry.appVersion = configuration.appVersion.map { Int64($0) }
+        let versions = configuration.versions
+        if let (quarantined, held) = try? read({ (try $0.quarantineCount(), try $0.heldCount(versions)) }) {
+            entry.quarantined = Int64(quarantined)
+            entry.upgradeRequired = Int64(held)
+        }
         let bytes = entry.json.encoded()
         try? write(durability: .normal) { d in
             try d.db.run("INSERT INTO telemetry_outbox(entry) VALUES (?)", [.blob(bytes)])

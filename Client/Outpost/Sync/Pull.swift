@@ -31,7 +31,7 @@ extension OutpostStore {
             } else {
                 p.cancel()
                 page = try await Self.fetchPage(p.transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
-                                                since: since, view: view, holding: holding, limit: pageLimit, maxBytes: maxBytes)
+                                                since: since, view: view, holding: holding, limit: pageLimit, maxBytes: maxBytes, clientId: clientId)
             }
         } catch OutpostError.transport(.refused(let status, let envelope)) {
             return .pullRefused(status: status, envelope)
@@ -43,10 +43,11 @@ extension OutpostStore {
         if page.hasMore {
             // Fetch the next page while this one is applied.
             let space = configuration.space, validators = configuration.validators, cipher = self.cipher, next = page.next, view = page.view
+            let clientId = self.clientId
             let transport = p.transport
             p.prefetch = Prefetch(since: next, view: view, holding: holding, limit: pageLimit, task: Task.detached {
                 try await Self.fetchPage(transport, space: space, validators: validators, cipher: cipher, since: next, view: view, holding: holding,
-                                         limit: pageLimit, maxBytes: maxBytes)
+                                         limit: pageLimit, maxBytes: maxBytes, clientId: clientId)
             })
         }
         p.pages.append(page)
@@ -58,9 +59,9 @@ extension OutpostStore {
     /// too, so the actor's work on a page is SQLite alone.
     nonisolated static func fetchPage(_ transport: any SyncTransport, space: String, validators: [String: @Sendable (JSONObject) throws -> Void],
                                       cipher: RecordCipher?, since: Version?, view: String? = nil, holding: Bool = false, limit: Int, maxBytes: Int,
-                                      waitMs: Int = 0) async throws -> PreparedPage {
+                                      waitMs: Int = 0, clientId: String) async throws -> PreparedPage {
         do {
-            let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs, holding: holding)
+            let query = PullQuery(since: since, sinceView: view, limit: limit, maxBytes: maxBytes, waitMs: waitMs, holding: holding, clientId: clientId)
             return PreparedPage(try await transport.pull(query, space: space), validators: validators, cipher: cipher)
         } catch {
             throw transportFailure(error)
@@ -240,7 +241,7 @@ extension OutpostStore {
         let page: PreparedPage
         do {
             page = try await Self.fetchPage(transport, space: configuration.space, validators: configuration.validators, cipher: cipher,
-                                            since: asked.version, view: asked.view, limit: limit, maxBytes: maxBytes, waitMs: waitMs)
+                                            since: asked.version, view: asked.view, limit: limit, maxBytes: maxBytes, waitMs: waitMs, clientId: clientId)
         } catch OutpostError.transport(.refused(409, _)) {
             return .needsSync
         } catch OutpostError.transport(.answerTooLarge) {

@@ -124,7 +124,8 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
     public func pull(_ query: PullQuery, space: String) async throws -> PulledPage {
         let items = query.queryItems.map { "\(Self.escape($0.0))=\(Self.escape($0.1))" }.joined(separator: "&")
         let path = "/v1/spaces/\(Self.escape(space))/pull" + (items.isEmpty ? "" : "?" + items)
-        let (status, body) = try await send("GET", path: path, extraWaitMs: query.waitMs)
+        let (status, body) = try await send("GET", path: path, extraWaitMs: query.waitMs,
+                                            headers: query.clientId.map { [PullQuery.clientIdHeader: $0] } ?? [:])
         guard status == 200 else { throw Self.failure(status, body) }
         return try PulledPage.decode(body, status: status)
     }
@@ -152,7 +153,8 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
     }
 
     /// Sends one request (again once with a refreshed token after a 401).
-    private func send(_ method: String, path: String, body: [UInt8]? = nil, authorized: Bool = true, extraWaitMs: Int = 0) async throws -> (Int, [UInt8]) {
+    private func send(_ method: String, path: String, body: [UInt8]? = nil, authorized: Bool = true, extraWaitMs: Int = 0,
+                      headers: [String: String] = [:]) async throws -> (Int, [UInt8]) {
         guard let url = URL(string: baseURL.absoluteString.trimmingSuffix("/") + path) else {
             throw TransportError.notSent("invalid URL \(baseURL.absoluteString)\(path)")
         }
@@ -164,6 +166,7 @@ public final class HTTPSyncTransport: SyncTransport, Sendable {
             request.timeoutInterval = Double(options.timeout.milliseconds + Int64(extraWaitMs)) / 1000
             request.setValue("application/json", forHTTPHeaderField: "Accept")
             if !compressedAnswers { request.setValue("identity", forHTTPHeaderField: "Accept-Encoding") }
+            for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
             if authorized {
                 let bearer: String?
                 do { bearer = try await token(refresh) } catch {

@@ -210,6 +210,8 @@
     records: { title: 'Records', render: recordsPage },
     media: { title: 'Media', render: mediaPage },
     devices: { title: 'Devices', render: devicesPage },
+    // Reached from a client id on Devices (no entry of its own in the navigation).
+    device: { title: 'Device', render: devicePage },
     access: { title: 'Access', render: accessPage },
     tokens: { title: 'Tokens', render: tokensPage },
   };
@@ -241,7 +243,8 @@
     revokeBlobs();
     const serial = ++state.serial;
     const { name, params } = parseHash();
-    for (const link of document.querySelectorAll('.nav-link')) link.classList.toggle('active', link.dataset.page === name);
+    const section = name === 'device' ? 'devices' : name;
+    for (const link of document.querySelectorAll('.nav-link')) link.classList.toggle('active', link.dataset.page === section);
     $('page-title').textContent = pages[name].title;
     const page = clear($('page'));
     page.dataset.page = name;
@@ -873,7 +876,7 @@
       path: (after) => '/v1/admin/devices' + q({ space: spaceInput.value.trim(), notSeenForHours: quiet.value, after, limit: 50 }),
       row: (d) => el('tr', {},
         el('td', { class: 'cell-mono', text: d.space }),
-        el('td', { class: 'cell-mono', text: d.clientId }),
+        el('td', {}, deviceLink(d.space, d.clientId, null)),
         el('td', { class: 'cell-mono', text: d.sdkVersion }),
         timeCell(d.lastSeenAt),
         timeCell(d.lastSyncAt),
@@ -889,6 +892,105 @@
       list.load().catch((e) => page.append(alertBox(e)));
     });
     await list.load();
+  }
+
+  // ---------- Device: a space's devices and one device's sync, as the server sees them ----------
+
+  /** "12 commits · 3 min" behind the head, or "at the head"; "—" without a pull of this epoch. */
+  function behindText(b) {
+    if (!b) return '—';
+    if (b.commits === 0) return 'at the head';
+    return count(b.commits) + (b.commits === 1 ? ' commit · ' : ' commits · ') + duration(b.ms / 1000);
+  }
+
+  function deviceLink(space, clientId, staleHours) {
+    return el('a', { class: 'cell-mono', href: '#/device' + q({ space, staleAfterHours: staleHours, clientId }), text: clientId });
+  }
+
+  /** One device's facts, its view and its last errors (GET /v1/admin/spaces/{space}/devices/{clientId}). */
+  function showDevice(out, space, d) {
+    const facts = [
+      ['Client', d.clientId], ['Subject', d.subject === null ? '—' : d.subject],
+      ['SDK', d.sdkVersion === null ? '—' : d.sdkVersion], ['App version', d.appVersion === null ? '—' : String(d.appVersion)],
+      ['Last push', formatTime(d.lastPushAt)], ['Last pull', formatTime(d.lastPullAt)],
+      ['Last report', formatTime(d.lastReportAt)], ['Cursor', d.cursor === null ? '—' : d.cursor],
+      ['Head', count(d.head)], ['Behind the head', behindText(d.behind)],
+      ['Pending', count(d.pending)], ['Rejected (last sync)', count(d.rejected)],
+      ['Quarantined', count(d.quarantined)], ['Held for an upgrade', count(d.upgradeRequired)],
+      ['Conflicts', count(d.conflicts) + ' (' + count(d.resolved) + ' decided)'],
+      ['Clock offset', d.clockOffsetMs === null ? '—' : d.clockOffsetMs + ' ms'],
+    ];
+    const view = d.view === null
+      ? el('p', { class: 'muted', text: 'No pull under rules yet (or no rules file): every record of the space.' })
+      : el('div', {},
+        el('p', {}, 'View ', el('code', { id: 'device-view-id', text: d.view.id }), ', read from these claims of its token:'),
+        table(['Claim', 'Value'], Object.entries(d.view.claims).map(([k, v]) =>
+          el('tr', {}, el('td', { class: 'cell-mono', text: k }), el('td', { class: 'cell-mono', text: v === null ? '—' : JSON.stringify(v) }))),
+          'The read rules read no claim.'));
+    const errors = table([{ label: 'Sync started (device clock)' }, 'Error'], (d.lastErrors || []).map((e) =>
+      el('tr', {}, timeCell(e.startedAt), el('td', {}, el('span', { class: 'badge badge-bad', text: e.error })))), 'No reported sync failed.');
+    clear(out).append(
+      panel('Device ' + d.clientId, d.stale ? 'Quiet: not seen for longer than the chosen time' : 'Seen ' + ago(d.lastActiveAt),
+        el('div', { class: 'panel-body' },
+          el('dl', { class: 'facts', id: 'device-facts' }, facts.map(([k, v]) => el('div', {}, el('dt', { text: k }), el('dd', { text: v })))))),
+      panel('The view it pulls under', null, el('div', { class: 'panel-body' }, view)),
+      panel('Last errors', 'From its reported syncs, newest first', errors));
+  }
+
+  async function devicePage(page, params, live) {
+    const space = spaceField('device-space', params.get('space'));
+    const stale = el('input', { type: 'number', id: 'device-stale', min: 0, max: 87600, value: params.get('staleAfterHours') || '24' });
+    const form = el('form', { class: 'toolbar', id: 'device-form' },
+      el('div', { class: 'field' }, el('label', { for: 'device-space', text: 'Space' }), space.input, space.list),
+      el('div', { class: 'field' }, el('label', { for: 'device-stale', text: 'Quiet after (hours)' }), stale),
+      el('button', { class: 'button button-primary', type: 'submit', text: 'Show' }));
+    const rows = el('tbody', { id: 'device-rows' });
+    const more = el('button', { class: 'button button-small', type: 'button', text: 'Load more', hidden: true });
+    const shown = el('span', {});
+    const detail = el('div', { id: 'device-detail' });
+    page.append(el('div', { class: 'panel' }, el('div', { class: 'panel-body' }, form)), detail,
+      el('div', { class: 'panel' },
+        el('div', { class: 'panel-head' }, el('h2', { text: 'Devices of the space' }),
+          el('span', { class: 'muted', text: 'Quiet ones first; from their pushes, pulls and reports' })),
+        el('div', { class: 'table-wrap' }, el('table', {},
+          el('thead', {}, el('tr', {}, ['Client', 'Subject', 'App', 'Last push', 'Last pull', 'Behind the head', 'Pending', 'Rejected', 'Quarantined', 'Held', 'Last error'].map((h) =>
+            el('th', { class: ['Pending', 'Rejected', 'Quarantined', 'Held'].includes(h) ? 'num' : null, text: h })))),
+          rows)),
+        el('div', { class: 'panel-foot' }, shown, more)));
+    const staleSeconds = () => String(Math.round(Number(stale.value || '24') * 3600));
+    const list = pagedList(page, live, { body: rows, more, shown, key: 'devices', noun: 'devices', colspan: 11, empty: 'The server has seen no device in this space.',
+      path: (after) => '/v1/admin/spaces/' + encodeURIComponent(space.input.value.trim()) + '/devices' + q({ staleAfter: staleSeconds(), after, limit: 50 }),
+      row: (d) => el('tr', { dataset: { client: d.clientId }, class: d.stale ? 'row-stale' : null },
+        el('td', {}, deviceLink(space.input.value.trim(), d.clientId, stale.value), d.stale ? el('span', { class: 'badge badge-bad', text: 'quiet' }) : null),
+        el('td', { class: 'cell-mono', text: d.subject === null ? '—' : d.subject }),
+        el('td', { class: 'num', text: d.appVersion === null ? '—' : String(d.appVersion) }),
+        timeCell(d.lastPushAt), timeCell(d.lastPullAt),
+        el('td', { class: 'nowrap', text: behindText(d.behind) }),
+        el('td', { class: 'num', text: count(d.pending) }),
+        el('td', { class: 'num', text: count(d.rejected) }),
+        el('td', { class: 'num', text: count(d.quarantined) }),
+        el('td', { class: 'num', text: count(d.upgradeRequired) }),
+        el('td', {}, d.lastError === null ? el('span', { class: 'badge badge-ok', text: d.reports > 0 ? 'ok' : 'no report' }) : el('span', { class: 'badge badge-bad', text: d.lastError }))) });
+    const show = async () => {
+      const name = space.input.value.trim();
+      if (!name) return;
+      list.reset();
+      clear(detail);
+      const clientId = params.get('clientId');
+      if (clientId) {
+        const d = await api('/v1/admin/spaces/' + encodeURIComponent(name) + '/devices/' + encodeURIComponent(clientId) + q({ staleAfter: staleSeconds() }));
+        if (!live()) return;
+        showDevice(detail, name, d);
+      }
+      await list.load();
+    };
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      params.delete('clientId');
+      setHash('device', { space: space.input.value.trim(), staleAfterHours: stale.value });
+      show().catch((e) => page.append(alertBox(e)));
+    });
+    await show();
   }
 
   // ---------- Access: a record's rules explained, and what a subject sees ----------

@@ -343,6 +343,19 @@ public enum PostgresSchema {
                  WHERE subject IS NOT NULL ORDER BY space_id, updated_by, seq DESC
                 ON CONFLICT DO NOTHING;
             """),
+        // What the server sees of each device's sync (`DeviceActivity`, flushed by
+        // `DeviceTelemetry.flush`): its last push, its last pull with the cursor that pull
+        // answered and the view it was read under, and the newest of every time the server
+        // saw it (a report, a push, a pull), by which the console lists quiet devices first.
+        Migration(name: "devices.last_push, last_pull, pull cursor and view, last_active", sql: """
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS last_push bigint;
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS last_pull bigint;
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS pull_epoch text;
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS pull_seq bigint;
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS pull_view text;
+            ALTER TABLE devices ADD COLUMN IF NOT EXISTS last_active bigint NOT NULL DEFAULT 0;
+            UPDATE devices SET last_active = last_seen;
+            """),
     ]
 
     /// Brings the database up to date (under the advisory lock) and returns its epoch,

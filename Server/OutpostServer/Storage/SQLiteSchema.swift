@@ -286,5 +286,18 @@ enum SQLiteSchema {
                 SELECT space_id, updated_by, subject FROM
                   (SELECT space_id, updated_by, subject, max(seq) FROM records WHERE subject IS NOT NULL GROUP BY space_id, updated_by);
             """),
+        // What the server sees of each device's sync (`DeviceActivity`, flushed by
+        // `DeviceTelemetry.flush`): its last push, its last pull with the cursor that pull
+        // answered and the view it was read under, and the newest of every time the server
+        // saw it (a report, a push, a pull), by which the console lists quiet devices first.
+        Migration(name: "devices.last_push, last_pull, pull cursor and view, last_active", sql: """
+            ALTER TABLE devices ADD COLUMN last_push INTEGER;
+            ALTER TABLE devices ADD COLUMN last_pull INTEGER;
+            ALTER TABLE devices ADD COLUMN pull_epoch TEXT;
+            ALTER TABLE devices ADD COLUMN pull_seq INTEGER;
+            ALTER TABLE devices ADD COLUMN pull_view TEXT;
+            ALTER TABLE devices ADD COLUMN last_active INTEGER NOT NULL DEFAULT 0;
+            UPDATE devices SET last_active = last_seen;
+            """),
     ]
 }

@@ -27,6 +27,9 @@ public final class SyncService: Sendable {
     let hub: LongPollHub
     /// Series updated on every pull, resolved once.
     let pullPages, pullRecords, pullBytes, longPollsWoken: Metrics.Counter
+    /// When each device last pushed and pulled, and under which cursor and view, noted in
+    /// memory for the operator's device page (`TelemetryService` stores it).
+    let devices = DeviceActivity()
 
     public init(store: any SyncStore, limits: Limits, authorizer: Authorizer, metrics: Metrics, rules: RulesHolder = RulesHolder(),
                 audit: Bool = false, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
@@ -92,6 +95,7 @@ public final class SyncService: Sendable {
         let results = try await storeCall {
             try await self.store.push(space: space, clientId: decoded.clientId, subject: claims.sub, items: items, now: self.clock(), judge: judge)
         }
+        devices.push(DeviceActivity.Key(space: space, clientId: decoded.clientId, subject: claims.sub), now: clock())
         let applied = count(results)
         if audit && applied > 0 {
             Log.write(level: "info", "write", [
@@ -192,6 +196,16 @@ public final class SyncService: Sendable {
             }
             query.collections = Array(Set(names)).sorted()
         }
+        // The device names itself in a header (added without a version change), checked
+        // as a push's clientId is.
+        if let sent = head.headers[PullQuery.clientIdHeader] {
+            let clientId = String(sent.trimmingSpacesAndTabs)
+            guard Names.isValidClientID(clientId) else {
+                throw HTTPError(HTTPStatus(code: 400), .invalidHeader, "\(PullQuery.clientIdHeader) must be 1 to 128 characters of [A-Za-z0-9_.:-]",
+                                details: ["header": .string(PullQuery.clientIdHeader)])
+            }
+            query.clientId = clientId
+        }
         return query
     }
 
@@ -203,9 +217,13 @@ public final class SyncService: Sendable {
         let epoch = store.epoch
         let since = try Self.refusing { () throws(PullRules.Refusal) in try PullRules.start(query.since, epoch: epoch) }
         if let rules = rules.rules {
-            let view = rules.view(for: try await authorizer.authorize(request.head, space: space, scope: .read))
-            return try await viewPull(space: space, query: query, since: since, view: view)
+            let claims = try await authorizer.authorize(request.head, space: space, scope: .read)
+            let view = rules.view(for: claims)
+            return try await viewPull(space: space, query: query, since: since, view: view, subject: claims.sub)
         }
+        // Who pulls, when the device named itself: the token's subject, verified again (an
+        // HMAC on a token the pre-body check just verified) only for such pulls.
+        let puller = query.clientId == nil ? nil : try await authorizer.authorize(request.head, space: space, scope: .read).sub
         try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkView(since, sinceView: query.sinceView, view: nil) }
         let pageRequest = PageRequest(space: space, afterSeq: since.seq, limit: limits.pageLimit(requested: query.limit),
                                       maxBytes: limits.pageByteBudget(requested: query.maxBytes), collections: query.collections)
@@ -220,13 +238,22 @@ public final class SyncService: Sendable {
             // a filtered group woken by a commit to another collection waits on).
             let key = LongPollHub.Key(space: space, afterSeq: pageRequest.afterSeq, limit: pageRequest.limit, maxBytes: pageRequest.maxBytes,
                                       collections: pageRequest.collections, head: page.head)
+            notePull(space: space, query: query, subject: puller, next: since, view: nil)
             return hub.hold(key, request: pageRequest, first: page, since: since, deadline: ContinuousClock.now + .milliseconds(query.waitMs))
         }
         pullPages.add()
         pullRecords.add(page.count)
         pullBytes.add(page.changesJSON.count)
         let next = page.lastSeq.map { Version(epoch: epoch, seq: $0) } ?? since
+        notePull(space: space, query: query, subject: puller, next: next, view: nil)
         return HTTPResponse(json: Self.encodePage(page, next: next))
+    }
+
+    /// Notes a pull of a device that named itself (`DeviceActivity`): a lock and a
+    /// dictionary update, no write.
+    func notePull(space: String, query: PullQuery, subject: String?, next: Version, view: ReadView?) {
+        guard let clientId = query.clientId, let subject else { return }
+        devices.pull(DeviceActivity.Key(space: space, clientId: clientId, subject: subject), now: clock(), next: next, view: view)
     }
 
     /// Runs a check of `PullRules`; its refusal becomes the same `HTTPError`.
@@ -250,7 +277,7 @@ public final class SyncService: Sendable {
     /// and a long poll that waits on until a commit brings something the view admits.
     /// These pulls share no page read with others (`PageCoalescer`, `LongPollHub`): their
     /// pages differ from token to token.
-    func viewPull(space: String, query: PullQuery, since: Version, view: ReadView) async throws -> HTTPResponse {
+    func viewPull(space: String, query: PullQuery, since: Version, view: ReadView, subject: String) async throws -> HTTPResponse {
         let pulled = PulledView(query.sinceView)
         try Self.refusing { () throws(PullRules.Refusal) in try PullRules.checkView(since, sinceView: pulled.view, view: view.id) }
         if since.seq > 0 {
@@ -282,6 +309,7 @@ public final class SyncService: Sendable {
                 pullRecords.add(page.count)
                 pullBytes.add(page.bytes)
                 let nextView = PulledView.next(view: view.id, heldAt: heldAt, holding: query.holding, hasMore: page.hasMore).text
+                notePull(space: space, query: query, subject: subject, next: Version(epoch: epoch, seq: after), view: view)
                 return HTTPResponse(json: PullRules.envelope(epoch: epoch, changes: page.json, next: Cursor(Version(epoch: epoch, seq: after), view: nextView),
                                                              hasMore: page.hasMore, head: page.head,
                                                              fields: view.rules.fieldKindsJSON))

@@ -78,4 +78,7 @@ public enum ErrorCode: String, Sendable, CaseIterable, Codable {
     /// `409`: a dead letter's webhook is not configured on this server, so it cannot be
     /// replayed here.
     case webhookNotConfigured = "webhook_not_configured"
+    /// `404`: the server has seen no device of that clientId in the space
+    /// (`/v1/admin/spaces/{space}/devices/{clientId}`).
+    case deviceNotFound = "device_not_found"
 }

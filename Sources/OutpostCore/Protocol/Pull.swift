@@ -121,9 +121,18 @@ public struct PullQuery: Hashable, Sendable {
     /// view admitted then (docs/protocol.md section 5, `holding`). A server without rules
     /// sends tombstones anyway; an older server ignores it.
     public var holding: Bool
+    /// The device's clientId, sent as the `X-Outpost-Client-Id` header (not in the query,
+    /// so it never splits a cache key or a log's URL): the server notes when each device
+    /// last pulled and under which cursor and view, for its operator (docs/protocol.md
+    /// section 5; added without a version change, ignored by older servers).
+    public var clientId: String?
+
+    /// The request header that carries `clientId`.
+    public static let clientIdHeader = "X-Outpost-Client-Id"
 
     public init(since: Version? = nil, sinceView: String? = nil, limit: Int? = nil, maxBytes: Int? = nil, collections: [String]? = nil, waitMs: Int = 0,
-                holding: Bool = false) {
+                holding: Bool = false, clientId: String? = nil) {
+        self.clientId = clientId
         self.since = since
         self.sinceView = sinceView
         self.limit = limit

@@ -26,6 +26,13 @@ public struct TelemetryEntry: Sendable, Hashable {
     public var queueDepth: Int64 = 0
     /// The server's clock minus the device's, as measured (`ClockStatus.offsetMs`).
     public var clockOffsetMs: Int64?
+    /// Added without a version change (absent from older SDKs' reports; a server that
+    /// predates them ignores them): the app's data version (`Configuration.appVersion`),
+    /// the records in the device's quarantine, and the edits it holds for a later app
+    /// version (`upgrade_required`), each as they stood after the sync.
+    public var appVersion: Int64?
+    public var quarantined: Int64?
+    public var upgradeRequired: Int64?
 
     public init(startedAt: Int64, durationMs: Int64) {
         self.startedAt = startedAt
@@ -50,12 +57,19 @@ public struct TelemetryEntry: Sendable, Hashable {
         ("retries", \.retries), ("conflicts", \.conflicts), ("resolved", \.resolved), ("rejected", \.rejected), ("queueDepth", \.queueDepth),
     ]
 
+    /// The optional counts added without a version change, by name.
+    static func optionalCounts(_ e: TelemetryEntry) -> [(String, Int64?)] {
+        [("appVersion", e.appVersion), ("quarantined", e.quarantined), ("upgradeRequired", e.upgradeRequired)]
+    }
+
     public var json: JSONValue {
         var o: JSONObject = ["startedAt": .number(JSONNumber(startedAt))]
         for (name, path) in Self.counts { o[name] = .number(JSONNumber(self[keyPath: path])) }
         o["lastError"] = lastError.map { .string($0) } ?? .null
         o["roundTripMs"] = roundTripMs.map { .number(JSONNumber($0)) } ?? .null
         o["clockOffsetMs"] = clockOffsetMs.map { .number(JSONNumber($0)) } ?? .null
+        // Left out when unknown, so a report reads as before to a server that predates them.
+        for (name, value) in Self.optionalCounts(self) { if let value { o[name] = .number(JSONNumber(value)) } }
         return .object(o)
     }
 
@@ -85,6 +99,9 @@ public struct TelemetryEntry: Sendable, Hashable {
         }
         roundTripMs = try count("roundTripMs", nullable: true)
         clockOffsetMs = try count("clockOffsetMs", signed: true, nullable: true)
+        appVersion = try count("appVersion", nullable: true)
+        quarantined = try count("quarantined", nullable: true)
+        upgradeRequired = try count("upgradeRequired", nullable: true)
         if let error = o["lastError"], !error.isNull {
             guard let text = error.stringValue, text.count <= Self.maxErrorLength else {
                 throw WireError(field: field("lastError"), message: "must be a string of at most \(Self.maxErrorLength) characters, or null")
