@@ -327,7 +327,10 @@ class Console:
     def device(self):
         """A space's devices as the server sees them, and one device's sync (on the server under rules)."""
         f = self.f
-        self.go("devices")
+        # The server under rules again, whose tab session still holds the token (Access signed in).
+        self.d.get(f["rulesUrl"].rstrip("/") + "/admin#/devices")
+        self.visible("app", "the rules server's console did not open again")
+        self.until(lambda: self.js("return document.getElementById('page').dataset.page") == "devices", "the Devices page never showed")
         self.until(lambda: f["deviceClient"] in self.text_of("devices-rows"), "the devices list never showed the inspector's device")
         self.click(self.d.find_element(By.CSS_SELECTOR, f'#devices-rows a[href*="clientId={f["deviceClient"]}"]'))
         self.until(lambda: self.js("return document.getElementById('page').dataset.page") == "device", "the Device page never showed")
@@ -336,13 +339,19 @@ class Console:
                    "the space's devices never listed the device")
         facts = self.text_of("device-facts")
         check("commits" in facts, f"how far the device is behind the head is not shown: {facts!r}")
-        check("4" in facts and "Quarantined" in facts and "Held for an upgrade" in facts, f"the reported counts are not shown: {facts!r}")
+        low = facts.lower()  # the labels are upper case by the stylesheet
+        check("app version\n4" in low and "quarantined\n1" in low and "held for an upgrade\n2" in low,
+              f"the reported app version and counts are not shown: {facts!r}")
         check(f["deviceSite"] in self.text_of("device-detail"), "the claim the view reads is not shown")
         check("no_answer" in self.text_of("device-detail"), "the device's last error is not shown")
         check(f["device"] in self.text_of("device-rows"), "a device that only pushed is not listed")
         check(f["writeToken"] not in self.text_of("page"), "a token is shown")
         self.not_pwned("the device page")
         self.shot("device")
+        # Back to the first server, whose tab session still holds the token.
+        self.d.get(self.url + "/admin#/overview")
+        self.visible("app", "the first server's console did not open again")
+        self.until(lambda: self.js("return document.getElementById('page').dataset.page") == "overview", "the overview never showed again")
 
     def access(self):
         """A record's rules explained for a subject, and what another subject's pull returns."""
