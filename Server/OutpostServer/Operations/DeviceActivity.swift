@@ -19,7 +19,7 @@ final class DeviceActivity: Sendable {
     }
 
     /// The newest of each kind of activity since the last flush.
-    struct Noted: Sendable, Equatable {
+    struct Noted: Sendable {
         var lastPush: Int64?
         var lastPull: Int64?
         /// The cursor the newest pull answered (`next`): its epoch and seq.
@@ -27,7 +27,9 @@ final class DeviceActivity: Sendable {
         var pullSeq: Int64?
         /// `{"id": "<view id>", "claims": {…}}`: the view the newest pull was read under and
         /// the claims of the token that the rules' read conditions read; nil without rules.
+        /// Made by `take` from `readView`, so a pull only keeps a reference.
         var pullView: String?
+        var readView: ReadView?
     }
 
     /// The most devices noted between two flushes; past it a device's activity waits for
@@ -47,22 +49,27 @@ final class DeviceActivity: Sendable {
 
     /// A pull answered at `now` with the cursor `next`, under `view` (nil without rules).
     func pull(_ key: Key, now: Int64, next: Version, view: ReadView?) {
-        let viewText = view.map(Self.describe)
         update(key) { n in
             guard now >= (n.lastPull ?? now) else { return }
             n.lastPull = now
             n.pullEpoch = next.epoch.rawValue
             n.pullSeq = next.seq
-            n.pullView = viewText
+            n.readView = view
         }
     }
 
-    /// Takes everything noted since the last call.
+    /// Takes everything noted since the last call, each view described (outside the lock).
     func take() -> [Key: Noted] {
-        noted.withLock { n in
+        var taken = noted.withLock { n in
             defer { n = [:] }
             return n
         }
+        for (key, n) in taken {
+            guard let view = n.readView else { continue }
+            taken[key]?.pullView = Self.describe(view)
+            taken[key]?.readView = nil
+        }
+        return taken
     }
 
     private func update(_ key: Key, _ change: (inout Noted) -> Void) {
