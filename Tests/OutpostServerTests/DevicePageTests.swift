@@ -105,6 +105,13 @@ import Testing
                     let r = try await s.request("GET", path, token: admin)
                     #expect(r.status == status && (try? ErrorEnvelope.decode(r.body).details?["field"]) == .string(field), "\(path): \(r.text)")
                 }
+                // The report's new fields are checked like the others; an older report without
+                // them was taken above (the phone's failed sync carries none of them).
+                for (field, value) in [("appVersion", "-1"), ("quarantined", "1.5"), ("upgradeRequired", "\"2\"")] {
+                    let body = #"{"clientId":"phone-1","sdkVersion":"v","syncs":[{"startedAt":3000,"durationMs":5,"\#(field)":\#(value)}]}"#
+                    let r = try await s.request("POST", "/v1/spaces/field/telemetry", token: ann, body: Array(body.utf8))
+                    #expect(r.status == 422 && (try? ErrorEnvelope.decode(r.body).details?["field"]) == .string("syncs[0].\(field)"), "\(field): \(r.text)")
+                }
                 let unknown = try await s.request("GET", "/v1/admin/spaces/field/devices/nobody", token: admin)
                 #expect(unknown.status == 404 && errorCode(unknown) == "device_not_found", "\(unknown.text)")
                 #expect(try await s.request("GET", "/v1/admin/spaces/bad%20space/devices", token: admin).status == 400)
