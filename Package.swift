@@ -43,6 +43,8 @@ let package = Package(
         // (a Mac's default) `Outpost` and `outpost` would share build folders and schemes.
         .executable(name: "outpost-cli", targets: ["OutpostCLI"]),
         .executable(name: "outpost-sim", targets: ["outpost-sim"]),
+        // The SDK's client driver for `outpost-conformance client` (docs/conformance.md).
+        .executable(name: "outpost-driver", targets: ["outpost-driver"]),
     ],
     targets: [
         // MARK: C at the edge
@@ -120,6 +122,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .executableTarget(
             name: "OutpostCLI", dependencies: ["Outpost"], path: "Client/outpost", swiftSettings: swiftSettings),
+        // The SDK behind the client driver protocol (docs/conformance.md): JSON lines in and out.
+        .executableTarget(
+            name: "outpost-driver", dependencies: ["Outpost", "OutpostCore"], path: "Client/outpost-driver", swiftSettings: swiftSettings),
         // InMemorySyncServer: a product of its own, so that the server's rules stay out of an
         // app that links only `Outpost`. Portable (no Glibc, no libcrypto of its own).
         .target(
@@ -220,6 +225,11 @@ let package = Package(
             name: "SimulationTests",
             dependencies: ["OutpostSimulation", "Outpost", "OutpostServer", "OutpostCore", "OutpostTestSupport", "OutpostMutants"],
             path: "Tests/SimulationTests", swiftSettings: swiftSettings),
+        // `outpost-conformance client` against the SDK's driver, and against mutated
+        // drivers (Python relays in drivers/) that it must fail.
+        .testTarget(
+            name: "ClientConformanceTests", dependencies: ["OutpostConformance", "OutpostTestSupport"],
+            path: "Tests/ClientConformanceTests", exclude: ["drivers"], swiftSettings: swiftSettings),
         .testTarget(
             name: "OutpostServerTests", dependencies: ["OutpostServer", "OutpostSyncRules", "OutpostHTTP", "OutpostPostgres", "OutpostSignatures", "OutpostTestSupport"],
             path: "Tests/OutpostServerTests",
@@ -240,7 +250,7 @@ let linuxOnly: Set<String> = [
     "OutpostCCrypto", "OutpostCLinux", "OutpostCLibPQ", "OutpostPostgres", "OutpostSubprocess", "OutpostSignatures",
     "OutpostHTTP", "OutpostServer", "outpost-server", "OutpostConformance", "outpost-conformance",
     "OutpostSimulation", "outpost-sim", "outpost-bench", "OutpostTestSupport", "OutpostMutants",
-    "OutpostCompressionTests", "OutpostHTTPTests", "ConformanceTests", "SimulationTests",
+    "OutpostCompressionTests", "OutpostHTTPTests", "ConformanceTests", "SimulationTests", "ClientConformanceTests",
     "OutpostServerTests", "OutpostSignaturesTests", "PackageGraphTests",
 ]
 #if !os(Linux)

@@ -28,6 +28,9 @@ public final class Subprocess: @unchecked Sendable {
         case inherit
         /// These bytes, written on a thread of their own, then end of file.
         case bytes([UInt8])
+        /// A pipe this process writes to with `writeInput` (a driver spoken to line by
+        /// line), closed by `closeInput` or when this object goes.
+        case pipe
     }
 
     /// Where one of the child's output streams goes.
@@ -77,13 +80,16 @@ public final class Subprocess: @unchecked Sendable {
     private var captured: [Int32: [UInt8]] = [:]
     private var open: Set<Int32> = []
     private var consumedLines: [Int32: Int] = [:]
+    /// This end of an `Input.pipe`, -1 once closed (or for other inputs).
+    private var inputEnd: Int32 = -1
 
     /// Starts `path` (a path, or a name looked up on `PATH`) with `arguments`.
     /// `environment` replaces this process's when given. Throws `SubprocessError` when the
     /// program cannot be started; nothing is left running then.
     public init(_ path: String, _ arguments: [String] = [], environment: [String: String]? = nil,
                 workingDirectory: String? = nil, input: Input = .null,
-                output: Output = .discard, error: Output = .discard, errorToOutput: Bool = false) throws {
+                output: Output = .discard, error: Output = .discard, errorToOutput: Bool = false,
+                newProcessGroup: Bool = false) throws {
         commandLine = [path] + arguments
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -91,10 +97,12 @@ public final class Subprocess: @unchecked Sendable {
         var parentEnds: [(fd: Int32, stream: Int32)] = []
         var childEnds: [Int32] = []
         var inputWriter: (fd: Int32, bytes: [UInt8])?
+        var inputPipe: Int32 = -1
         func fail(_ what: String, _ code: Int32) -> SubprocessError {
             for fd in childEnds { close(fd) }
             for end in parentEnds { close(end.fd) }
             if let w = inputWriter { close(w.fd) }
+            if inputPipe >= 0 { close(inputPipe) }
             return SubprocessError("\(what) for \(path): \(String(cString: strerror(code)))")
         }
 
@@ -107,6 +115,12 @@ public final class Subprocess: @unchecked Sendable {
             guard outpost_pipe_cloexec(&fds) == 0 else { throw fail("pipe", errno) }
             childEnds.append(fds[0])
             inputWriter = (fds[1], bytes)
+            posix_spawn_file_actions_adddup2(&actions, fds[0], 0)
+        case .pipe:
+            var fds: [Int32] = [0, 0]
+            guard outpost_pipe_cloexec(&fds) == 0 else { throw fail("pipe", errno) }
+            childEnds.append(fds[0])
+            inputPipe = fds[1]
             posix_spawn_file_actions_adddup2(&actions, fds[0], 0)
         }
         // Standard output and error.
@@ -135,7 +149,7 @@ public final class Subprocess: @unchecked Sendable {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        Self.startWithDefaultSignals(&attributes)
+        Self.startWithDefaultSignals(&attributes, newProcessGroup: newProcessGroup)
         var child: pid_t = 0
         let rc = Self.spawn(&child, commandLine, environment: environment ?? ProcessInfo.processInfo.environment, &actions, &attributes)
         guard rc == 0 else { throw fail("cannot start", rc) }
@@ -143,6 +157,7 @@ public final class Subprocess: @unchecked Sendable {
         for fd in childEnds { close(fd) }
 
         condition.lock()
+        inputEnd = inputPipe
         for end in parentEnds {
             captured[end.stream] = []
             open.insert(end.stream)
@@ -159,7 +174,9 @@ public final class Subprocess: @unchecked Sendable {
 
     /// The child starts with no signal blocked and the default action for the signals a
     /// parent may ignore or catch (a server that ignores SIGPIPE, a test runner's handlers).
-    private static func startWithDefaultSignals(_ attributes: inout posix_spawnattr_t) {
+    /// With `newProcessGroup`, the child leads a process group of its own (its id the
+    /// child's PID), so `signalGroup` reaches whatever it starts too.
+    private static func startWithDefaultSignals(_ attributes: inout posix_spawnattr_t, newProcessGroup: Bool) {
         var empty = sigset_t()
         sigemptyset(&empty)
         posix_spawnattr_setsigmask(&attributes, &empty)
@@ -167,7 +184,12 @@ public final class Subprocess: @unchecked Sendable {
         sigemptyset(&defaults)
         for signal in [SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM] { sigaddset(&defaults, signal) }
         posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF
+        if newProcessGroup {
+            posix_spawnattr_setpgroup(&attributes, 0)
+            flags |= POSIX_SPAWN_SETPGROUP
+        }
+        posix_spawnattr_setflags(&attributes, Int16(flags))
     }
 
     /// Spawns `commandLine` (its program a path, or a name looked up on `PATH`) with
@@ -184,6 +206,36 @@ public final class Subprocess: @unchecked Sendable {
         return path.contains("/")
             ? posix_spawn(&child, path, &actions, &attributes, argv, envp)
             : posix_spawnp(&child, path, &actions, &attributes, argv, envp)
+    }
+
+    /// Writes `bytes` to the child's standard input (an `Input.pipe`). Throws when the
+    /// child closed it or exited (EPIPE: SIGPIPE is ignored by the processes that use
+    /// this), or when the input is not a pipe or was closed.
+    public func writeInput(_ bytes: [UInt8]) throws {
+        condition.lock()
+        let fd = inputEnd
+        condition.unlock()
+        guard fd >= 0 else { throw SubprocessError("\(commandLine.first ?? "the child")'s input is not an open pipe") }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { throw SubprocessError("writing to \(commandLine.first ?? "the child"): \(String(cString: strerror(errno)))") }
+            offset += n
+        }
+    }
+
+    /// Closes the child's standard input (an `Input.pipe`): it reads end of file.
+    public func closeInput() {
+        condition.lock()
+        let fd = inputEnd
+        inputEnd = -1
+        condition.unlock()
+        if fd >= 0 { close(fd) }
+    }
+
+    deinit {
+        if inputEnd >= 0 { close(inputEnd) }
     }
 
     // MARK: Running to completion
@@ -276,6 +328,14 @@ public final class Subprocess: @unchecked Sendable {
         defer { condition.unlock() }
         // Reaped: the PID may already belong to another process.
         if termination == nil { kill(pid, signal) }
+    }
+
+    /// Sends `signal` to the child's process group (a child started with
+    /// `newProcessGroup`: it and what it started) while the child has not been reaped.
+    public func signalGroup(_ signal: Int32) {
+        condition.lock()
+        defer { condition.unlock() }
+        if termination == nil { kill(-pid, signal) }
     }
 
     /// SIGTERM, then SIGKILL when the child has not exited within `grace` seconds; waits.

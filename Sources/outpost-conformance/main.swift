@@ -7,7 +7,8 @@ let usage = """
 
     Checks the server at URL against the Outpost protocol, one line per check
     (PASS, FAIL with the reason, or SKIP with the reason), then "N passed, N failed".
-    Exits 0 only when no check failed.
+    Exits 0 only when no check failed. `outpost-conformance client --help`: the checks of
+    a client (docs/conformance.md).
 
       --url URL                      the server's base URL, http://HOST:PORT[/PREFIX]
       --secret SECRET                the server's HS256 token secret (OUTPOST_JWT_SECRET);
@@ -120,6 +121,7 @@ func emit(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
+if CommandLine.arguments.dropFirst().first == "client" { runClientHarness(Array(CommandLine.arguments.dropFirst(2))) }
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 
 if options.list {
