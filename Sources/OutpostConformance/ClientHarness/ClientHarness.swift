@@ -29,6 +29,9 @@ public enum ClientHarness {
         public var steps = 40
         /// The directory the run's directory is made in.
         public var scratch: String = NSTemporaryDirectory()
+        /// Whether a cut answer may end inside its head (off by default: FoundationNetworking
+        /// on Linux traps on that, docs/conformance.md, "Found").
+        public var cutHeads = false
 
         public init(seed: UInt64, driver: String, server: String) {
             self.seed = seed
@@ -40,6 +43,7 @@ public enum ClientHarness {
         public var reproduction: String {
             var line = "outpost-conformance client --seed \(seed) --devices \(devices) --steps \(steps) --driver '\(driver)'"
             if case .postgres(let url) = store { line += " --store postgres --postgres-url '\(url)'" }
+            if cutHeads { line += " --cut-heads" }
             return line
         }
     }
@@ -47,7 +51,7 @@ public enum ClientHarness {
     /// A promise a run found broken.
     public struct Violation: Sendable, CustomStringConvertible {
         /// `convergence`, `acknowledged-write`, `local-edit`, `rejected-visible`,
-        /// `no-fabrication`, or `harness` (the run could not go on: a driver that broke the
+        /// `no-fabrication`, `no-crash` (a driver ended by itself mid-request), or `harness` (the run could not go on: a driver that broke the
         /// driver protocol, a process that did not start).
         public let promise: String
         public let message: String
@@ -76,6 +80,8 @@ public enum ClientHarness {
         let run = ClientRun(configuration)
         do {
             try run.execute()
+        } catch let exited as DriverExited {
+            run.violations.append(Violation(promise: "no-crash", message: exited.description))
         } catch {
             run.violations.append(Violation(promise: "harness", message: "\(error)"))
         }
@@ -93,6 +99,12 @@ struct Edit {
     let data: JSONObject?
     /// The step of the clean sync that acknowledged it (the server applied it as written).
     var acknowledgedAt: Int?
+    /// The number of that sync in the run (syncs of one step are ordered too).
+    var acknowledgedBySync: Int?
+    /// A delete of a copy the server never confirmed to the device (its version was null):
+    /// it may cancel a put that was never sent, and then nothing reaches the server, so it
+    /// is never taken as acknowledged.
+    var unconfirmed = false
 }
 
 /// The state of one run.
@@ -110,6 +122,8 @@ final class ClientRun {
     var proxies: [FaultProxy] = []
     var drivers: [DriverProcess?] = []
     var serverDownUntil: Int?
+    /// Syncs so far, every device's (the order acknowledgements are compared in).
+    var syncs = 0
 
     var edits: [Edit] = []
     /// Per device: the edits saved since its last sync, not yet acknowledged.
@@ -137,11 +151,17 @@ final class ClientRun {
     func execute() throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var arguments = ["--data", directory + "/server", "--max-record-bytes", "2048", "--max-changes-per-push", "4", "--max-page-limit", "3"]
-        if case .postgres(let url) = configuration.store { arguments += ["--store", url] }
+        if case .postgres(let url) = configuration.store {
+            // Every instance of a database must keep media in the same directory (the
+            // server checks): one per database URL, beside the runs, kept between them.
+            let hash = url.utf8.reduce(UInt64(0xcbf2_9ce4_8422_2325)) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+            let media = (configuration.scratch as NSString).appendingPathComponent("outpost-client-media-\(String(hash, radix: 16))")
+            arguments += ["--store", url, "--media-dir", media]
+        }
         server = ServerChild(executable: configuration.server, arguments: arguments, secret: secret, log: directory + "/server.log")
         try server.start()
         for d in 0..<configuration.devices {
-            let proxy = try FaultProxy(name: "d\(d)", seed: configuration.seed &* 1_000_003 &+ UInt64(d))
+            let proxy = try FaultProxy(name: "d\(d)", seed: configuration.seed &* 1_000_003 &+ UInt64(d), cutsHeads: configuration.cutHeads)
             proxy.setUpstream(server.port)
             proxies.append(proxy)
             drivers.append(nil)
@@ -232,11 +252,17 @@ final class ClientRun {
     }
 
     func delete(_ step: Int, _ d: Int, id: String) throws {
+        // The copy's version first: a delete of a copy the server never confirmed may send nothing.
+        let copy = try driver(d).request("get", ["collection": .string(collection), "record": .string(id)])
+        guard copy["ok"]?.boolValue == true else { throw HarnessError("d\(d) answered get with \(brief(copy))") }
+        let unconfirmed = copy["record"]?["version"]?.stringValue == nil
         let answer = try driver(d).request("delete", ["collection": .string(collection), "record": .string(id)])
-        log.append("\(step) d\(d) delete \(collection)/\(id) -> \(brief(answer))")
+        log.append("\(step) d\(d) delete \(collection)/\(id)\(unconfirmed && copy["record"]?.objectValue != nil ? " (a copy the server never confirmed)" : "") -> \(brief(answer))")
         guard answer["ok"]?.boolValue == true, answer["deleted"]?.boolValue == true else { return }
         unsettled[d].append(edits.count)
-        edits.append(Edit(step: step, device: d, id: id, data: nil))
+        var edit = Edit(step: step, device: d, id: id, data: nil)
+        edit.unconfirmed = unconfirmed
+        edits.append(edit)
     }
 
     /// One sync of device `d`; returns the answer.
@@ -256,13 +282,17 @@ final class ClientRun {
     /// any other leaves them in doubt for good (a resolver, a lost answer or a crash may
     /// have decided them), and the oracle then checks nothing of them but convergence.
     func settle(_ step: Int, _ d: Int, _ answer: JSONObject?) {
+        syncs += 1
         let clean = answer.map { a in
             a["ok"]?.boolValue == true && a["conflicts"]?.int64Value == 0 && a["rejected"]?.int64Value == 0 && a["pending"]?.int64Value == 0
         } ?? false
         if clean {
             var newest: [String: Int] = [:]
             for index in unsettled[d] { newest[edits[index].id] = index }
-            for index in newest.values { edits[index].acknowledgedAt = step }
+            for index in newest.values where !edits[index].unconfirmed {
+                edits[index].acknowledgedAt = step
+                edits[index].acknowledgedBySync = syncs
+            }
         }
         unsettled[d] = []
     }
@@ -397,9 +427,9 @@ final class ClientRun {
         // of its record, unless another write of that record was not yet acknowledged when
         // it was (that one may have seen it, or been resolved against it).
         for edit in edits {
-            guard let acknowledged = edit.acknowledgedAt else { continue }
+            guard let acknowledged = edit.acknowledgedAt, let sync = edit.acknowledgedBySync else { continue }
             let replaceable = edits.contains { other in
-                other.id == edit.id && other.device != edit.device && (other.acknowledgedAt.map { $0 > acknowledged } ?? true)
+                other.id == edit.id && other.device != edit.device && (other.acknowledgedBySync.map { $0 > sync } ?? true)
                     || other.id == edit.id && other.device == edit.device && other.step > edit.step
             }
             if replaceable { continue }

@@ -12,7 +12,13 @@ import Synchronization
 /// - `resetMidAnswer`: half the answer, then a TCP reset;
 /// - `unavailable`: `503 unavailable` with `Retry-After: 0`, the server never asked; a
 ///   burst of one to three such answers;
+/// - `cutAnswer`: the answer's head and half its body, then an orderly close (a body
+///   shorter than its `Content-Length`); with `cutsHeads`, half the answer, so the close
+///   may fall inside the head (FoundationNetworking on Linux traps on that: see
+///   docs/conformance.md, "Found");
 /// - `dropRequest`: the connection closes before anything reaches the server;
+/// - `duplicate`: the request reaches the server twice (a retrying middlebox), the client
+///   reads the second answer;
 /// - `crashAfterCommit` (armed for one request): the server answers, then the armed action
 ///   runs (the harness kills the driver, as a crash mid-sync, or the server) and the
 ///   answer is lost.
@@ -21,7 +27,8 @@ import Synchronization
 /// same faults as long as the driver sends the same requests.
 final class FaultProxy: Sendable {
     enum Fault: String, Sendable {
-        case pass, dropAnswer = "drop-answer", resetMidAnswer = "reset-mid-answer", unavailable = "503", dropRequest = "drop-request"
+        case pass, dropAnswer = "drop-answer", resetMidAnswer = "reset-mid-answer", cutAnswer = "cut-answer", unavailable = "503"
+        case dropRequest = "drop-request", duplicate
         case crashAfterCommit = "crash-after-commit"
     }
 
@@ -36,12 +43,15 @@ final class FaultProxy: Sendable {
     }
 
     let port: Int
+    /// Whether `cutAnswer` may cut inside the answer's head.
+    let cutsHeads: Bool
     private let listener: Int32
     private let state: Mutex<State>
     let name: String
 
-    init(name: String, seed: UInt64) throws {
+    init(name: String, seed: UInt64, cutsHeads: Bool = false) throws {
         self.name = name
+        self.cutsHeads = cutsHeads
         state = Mutex(State(random: SplitMix64(seed: seed)))
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
@@ -113,11 +123,13 @@ final class FaultProxy: Sendable {
             let fault: Fault
             switch roll {
             case ..<8: fault = .dropAnswer
-            case ..<14: fault = .resetMidAnswer
-            case ..<19:
+            case ..<13: fault = .resetMidAnswer
+            case ..<16: fault = .cutAnswer
+            case ..<20:
                 fault = .unavailable
                 s.burst = Int(s.random.next() % 3)
-            case ..<22: fault = .dropRequest
+            case ..<23: fault = .dropRequest
+            case ..<26: fault = .duplicate
             default: fault = .pass
             }
             return (fault, s.upstreamPort, nil)
@@ -158,7 +170,9 @@ final class FaultProxy: Sendable {
             return !lower.hasPrefix("connection:") && !lower.hasPrefix("keep-alive:") && !lower.hasPrefix("expect:")
         }
         forwarded.append("Connection: close")
-        let answer = exchange(port: upstream, request: Array((forwarded.joined(separator: "\r\n") + "\r\n\r\n").utf8) + body)
+        let request = Array((forwarded.joined(separator: "\r\n") + "\r\n\r\n").utf8) + body
+        if fault == .duplicate { _ = exchange(port: upstream, request: request) }
+        let answer = exchange(port: upstream, request: request)
         guard let answer, !answer.isEmpty else {
             action?()
             return
@@ -169,6 +183,10 @@ final class FaultProxy: Sendable {
         case .crashAfterCommit:
             action?()
             return
+        case .cutAnswer:
+            let headEnd = find(Array("\r\n\r\n".utf8), in: answer).map { $0 + 4 } ?? answer.count
+            let cut = cutsHeads ? max(1, answer.count / 2) : headEnd + (answer.count - headEnd) / 2
+            sendAll(client, Array(answer.prefix(cut)))
         case .resetMidAnswer:
             sendAll(client, Array(answer.prefix(max(1, answer.count / 2))))
             var linger = linger(l_onoff: 1, l_linger: 0)

@@ -9,10 +9,12 @@ import OutpostSubprocess
 final class DriverProcess {
     let name: String
     let process: Subprocess
+    let log: String
     private var nextId = 1
 
     init(name: String, command: String, log: String) throws {
         self.name = name
+        self.log = log
         process = try Subprocess("/bin/sh", ["-c", "exec \(command)"], input: .pipe, output: .capture,
                                  error: .file(log, append: true), newProcessGroup: true)
     }
@@ -24,8 +26,19 @@ final class DriverProcess {
         nextId += 1
         var line: JSONObject = ["id": .number(JSONNumber(id)), "op": .string(op)]
         for (key, value) in fields { line[key] = value }
-        try process.writeInput(Array((JSONValue.object(line).description + "\n").utf8))
-        let text = try process.nextLine(timeout: timeout)
+        let text: String
+        do {
+            try process.writeInput(Array((JSONValue.object(line).description + "\n").utf8))
+            text = try process.nextLine(timeout: timeout)
+        } catch {
+            // Ended on its own (not killed by the harness): the client crashed.
+            if let ended = process.wait(timeout: 5) {
+                let errors = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+                let fatal = errors.split(separator: "\n").first { $0.contains("Fatal error") || $0.contains("fatal error") }
+                throw DriverExited(description: "\(name) ended (\(ended)) without answering \(op)\(fatal.map { ": \($0)" } ?? ""); its standard error: \(log)")
+            }
+            throw error
+        }
         guard let answer = (try? JSONParser.parse(text))?.objectValue else {
             throw HarnessError("\(name) answered \(op) with a line that is not a JSON object: \(text.prefix(200))")
         }
@@ -56,6 +69,11 @@ final class DriverProcess {
         process.closeInput()
         if process.wait(timeout: 60) == nil { kill9() }
     }
+}
+
+/// A driver that ended by itself in the middle of a request: the client crashed.
+struct DriverExited: Error, CustomStringConvertible {
+    let description: String
 }
 
 /// The `outpost-server serve` child of a run, on an ephemeral port, stopped by its PID. Its
