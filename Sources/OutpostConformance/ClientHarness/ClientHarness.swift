@@ -130,6 +130,8 @@ final class ClientRun {
     var unsettled: [[Int]] = []
     /// The oversized puts each device saved (`ok` answers): the server must refuse them.
     var oversized: [(device: Int, id: String)] = []
+    /// Per device: the oversized puts saved since its last sync.
+    var unsettledOversized: [Int] = []
 
     init(_ configuration: ClientHarness.Configuration) {
         self.configuration = configuration
@@ -166,6 +168,7 @@ final class ClientRun {
             proxies.append(proxy)
             drivers.append(nil)
             unsettled.append([])
+            unsettledOversized.append(0)
             try open(d)
         }
         for step in 0..<configuration.steps {
@@ -245,6 +248,7 @@ final class ClientRun {
         guard answer["ok"]?.boolValue == true else { return }
         if isOversized {
             oversized.append((d, id))
+            unsettledOversized[d] += 1
         } else {
             unsettled[d].append(edits.count)
             edits.append(Edit(step: step, device: d, id: id, data: data))
@@ -277,14 +281,16 @@ final class ClientRun {
         return answer
     }
 
-    /// A sync's answer settles the device's edits: a clean one (no error, conflict,
-    /// rejection or change left) acknowledges them as written, the newest of each record;
+    /// A sync's answer settles the device's edits: a clean one (no error, conflict or
+    /// change left, and no rejection but one for each oversized put saved since the last
+    /// sync) acknowledges them as written, the newest of each record;
     /// any other leaves them in doubt for good (a resolver, a lost answer or a crash may
     /// have decided them), and the oracle then checks nothing of them but convergence.
     func settle(_ step: Int, _ d: Int, _ answer: JSONObject?) {
         syncs += 1
         let clean = answer.map { a in
-            a["ok"]?.boolValue == true && a["conflicts"]?.int64Value == 0 && a["rejected"]?.int64Value == 0 && a["pending"]?.int64Value == 0
+            a["ok"]?.boolValue == true && a["conflicts"]?.int64Value == 0 && a["pending"]?.int64Value == 0
+                && a["rejected"]?.int64Value == Int64(unsettledOversized[d])
         } ?? false
         if clean {
             var newest: [String: Int] = [:]
@@ -295,6 +301,7 @@ final class ClientRun {
             }
         }
         unsettled[d] = []
+        unsettledOversized[d] = 0
     }
 
     /// Kills device `d`'s driver once the server has answered its next push (its next
