@@ -491,7 +491,7 @@ struct Oracle {
                 // The resolver decides with the device's newest edit of the record; an edit it
                 // keeps goes again on `current`, as if made on it. That edit is the newest the
                 // app made, or one the device queued that carries another write's content (a
-                // resolver's write that went again to a new history, seed 309861).
+                // resolver's write that went again to a new history).
                 let shown = result.current.map { Content(deleted: $0.deleted, tag: $0.deleted ? nil : tag(of: $0.data)) }
                 var deciding: Set<Int> = [w]
                 if let local = latest[device][key] { deciding.insert(local.write) }
