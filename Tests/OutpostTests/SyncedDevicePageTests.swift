@@ -1,4 +1,4 @@
-#if canImport(Glibc) || canImport(Darwin)
+#if canImport(OutpostTestSupport)
 import Foundation
 import OutpostCore
 import OutpostTestBasics
