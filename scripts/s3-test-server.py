@@ -247,6 +247,12 @@ def run(directory, server, parent):
     import logging
     utils.ThreadSafeSysLogHandler = lambda *args, **kwargs: logging.NullHandler()
     from swift.common import wsgi
+    # eventlet's listen sets SO_REUSEPORT, which lets this server bind a port another
+    # process (a test's outpost-server, whose first socket sets it once bound) already
+    # holds, and then take half of its connections. Bound without it, a taken port fails
+    # the bind ("Could not bind to"), and the harness starts again on other ports.
+    listen = wsgi.listen
+    wsgi.listen = lambda addr, **kwargs: listen(addr, reuse_port=False, **kwargs)
     signal_ready = wsgi.WorkersStrategy.signal_ready
 
     # Swift calls signal_ready once the listening socket is bound and the application
